@@ -1,0 +1,53 @@
+// Where and how a connection reaches its Redis server.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace colock::redis {
+
+/// Settings of one connection. Every field has a usable default, so `config{}` reaches a
+/// server on 127.0.0.1:6379 without TLS or authentication.
+struct config {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 6379;
+
+    /// ACL user name; empty means the "default" user. Only sent when `password` is set.
+    std::string username;
+    /// Sent with HELLO 3 AUTH when not empty.
+    std::string password;
+    /// Logical database, selected after the handshake when not 0.
+    int database = 0;
+    /// Sent as CLIENT SETNAME when not empty; shows up in CLIENT LIST.
+    std::string client_name = "colock";
+
+    /// Connect over TLS (the `rediss://` scheme).
+    bool use_tls = false;
+    /// Verify the server's certificate chain and host name. Off only for tests and
+    /// self-signed development servers.
+    bool tls_verify_peer = true;
+    /// PEM file of trusted CAs; empty means the system's default verify paths.
+    std::string tls_ca_file;
+
+    /// Budget for resolve + TCP connect + TLS handshake + the HELLO handshake of one attempt.
+    std::chrono::milliseconds connect_timeout{5000};
+    /// A PING is sent this often while connected; a reply that does not come within one more
+    /// interval declares the server dead and the connection is re-established. 0 disables it.
+    std::chrono::milliseconds health_check_interval{2000};
+    /// Delay before the first reconnect attempt after a connection is lost; it doubles per failed
+    /// attempt up to `reconnect_max_delay`.
+    std::chrono::milliseconds reconnect_initial_delay{50};
+    std::chrono::milliseconds reconnect_max_delay{2000};
+
+    /// Parses `redis://[[user]:password@]host[:port][/db]` or `rediss://...` (TLS). User and
+    /// password may be percent-encoded; an IPv6 host goes in brackets. Query parameters are not
+    /// supported. Throws std::invalid_argument whose message names the part that is wrong.
+    static config from_url(std::string_view url);
+
+    /// The settings as a URL, with the password replaced by "***" (safe for logs).
+    std::string to_redacted_url() const;
+};
+
+} // namespace colock::redis

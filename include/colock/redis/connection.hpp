@@ -1,0 +1,193 @@
+// One multiplexed, automatically pipelined connection to one Redis server.
+#pragma once
+
+#include <colock/redis/config.hpp>
+#include <colock/redis/error.hpp>
+#include <colock/resp3/request.hpp>
+#include <colock/resp3/value.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace colock::redis {
+
+/// The replies to one request, one value per command, in command order. A command the server
+/// refused is an error value (`value::is_error()`) holding the server's text.
+using response = std::vector<resp3::value>;
+
+/// Thrown by connection::co_exec when the server refuses a command: the code is
+/// error::server_error and what() carries the server's own text ("ERR unknown command ...").
+class server_error : public boost::system::system_error {
+public:
+    explicit server_error(std::string const& server_message);
+    std::string const& server_message() const noexcept { return server_message_; }
+
+private:
+    std::string server_message_;
+};
+
+/// The first server error text in `resp`, or an empty string when every reply succeeded.
+std::string first_error_text(response const& resp);
+
+namespace detail {
+class connection_impl;
+}
+
+/// Receives what the server sends on its own initiative: RESP3 push messages (pub/sub
+/// messages, subscribe confirmations, client-side caching invalidations), and notice that the
+/// connection was (re-)established. Called on the connection's strand; must not block.
+class push_listener {
+public:
+    virtual ~push_listener() = default;
+    virtual void on_push(resp3::value const& push) = 0;
+    /// The connection is up again after a loss; subscriptions made through async_subscribe
+    /// have been renewed, but messages published meanwhile were missed.
+    virtual void on_reconnect() {}
+};
+
+/// One connection to one Redis server, shared by any number of coroutines.
+///
+/// Requests queued while a write is in flight go out together in the next write (automatic
+/// pipelining); replies are matched to requests in order. The connection performs the HELLO 3 /
+/// AUTH / SELECT / CLIENT SETNAME handshake, checks the server's health with PING, and
+/// re-establishes itself with backoff after a loss. A request written before a loss fails with
+/// error::connection_lost and is never re-sent; requests not yet written wait for the next
+/// connection.
+///
+/// @par Thread safety
+/// All member functions may be called from any thread: the state lives on a strand of the
+/// executor given at construction, and completion handlers run on their own associated
+/// executor. Cancellation signals must be emitted from the handler's executor, as for any Asio
+/// operation.
+///
+/// @par Lifetime
+/// Destroying the connection closes it: pending operations complete with error::closed.
+/// Internally, state is owned by shared pointers, so no operation touches freed memory.
+class connection {
+public:
+    using executor_type = boost::asio::any_io_executor;
+
+    connection(executor_type ex, config cfg);
+    ~connection();
+    connection(connection const&) = delete;
+    connection& operator=(connection const&) = delete;
+
+    executor_type get_executor() const noexcept;
+    config const& get_config() const noexcept;
+
+    /// Establishes the connection (resolve, TCP, TLS, handshake) if it is not up, and keeps
+    /// re-establishing it after losses until close(). If the very first attempt fails, the
+    /// operation completes with its error and nothing keeps running.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code)`. Handshake failures carry error::handshake_failed;
+    /// last_error_text() then holds the server's reason (WRONGPASS ...).
+    ///
+    /// @par Per-operation cancellation
+    /// terminal: the attempt is abandoned and the connection closed; completes with
+    /// operation_aborted.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_connect(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+            [this](auto handler) { start_connect(std::move(handler)); }, token);
+    }
+
+    /// Sends every command of `req` and completes with their replies. Connects lazily when
+    /// async_connect was not called. Subscribe-family commands have no reply of their own
+    /// (their confirmations are push messages); use async_subscribe for subscriptions that
+    /// survive reconnection.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, response)`. The code is error::server_error when any
+    /// reply is an error reply (the response still holds every reply), error::connection_lost
+    /// when the connection dropped after the request was written, error::closed after close().
+    ///
+    /// @par Per-operation cancellation
+    /// terminal, partial: a request not yet written is removed from the queue; one already
+    /// written completes at once and its replies are read and discarded when they arrive, so
+    /// the stream stays in step. total: honoured only before the request is written. Either way
+    /// it completes with operation_aborted and the connection stays usable.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_exec(resp3::request req, CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, response)>(
+            [this](auto handler, resp3::request r) {
+                start_exec(std::move(r), std::move(handler));
+            },
+            token, std::move(req));
+    }
+
+    /// Awaitable form of async_exec that throws on failure: server_error (with the server's
+    /// text) for an error reply, boost::system::system_error otherwise.
+    boost::asio::awaitable<response> co_exec(resp3::request req);
+
+    /// Subscribes to channels (SUBSCRIBE) and remembers them, so they are subscribed again on
+    /// every reconnection. Messages arrive at the push listeners. Completes once the command
+    /// is written; Redis applies commands in order, so a later request on this connection runs
+    /// after the subscription took effect.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code)`.
+    /// @par Per-operation cancellation
+    /// terminal, partial: the command is not sent if not yet written; the channels are
+    /// forgotten either way.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_subscribe(std::vector<std::string> channels, CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+            [this](auto handler, std::vector<std::string> c) {
+                start_subscription(true, std::move(c), std::move(handler));
+            },
+            token, std::move(channels));
+    }
+
+    /// Unsubscribes from channels (UNSUBSCRIBE) and forgets them. Same completion and
+    /// cancellation as async_subscribe.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_unsubscribe(std::vector<std::string> channels, CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+            [this](auto handler, std::vector<std::string> c) {
+                start_subscription(false, std::move(c), std::move(handler));
+            },
+            token, std::move(channels));
+    }
+
+    /// Registers a listener for push messages and reconnections. The listener is shared with
+    /// the connection, which calls it on its strand until it is removed.
+    void add_push_listener(std::shared_ptr<push_listener> listener);
+    void remove_push_listener(push_listener const* listener);
+
+    /// Stops reconnecting, drops the connection and completes every pending operation with
+    /// error::closed. A later async_connect or async_exec starts afresh.
+    void close();
+
+    /// True while a connection is established and its handshake done.
+    bool is_connected() const noexcept;
+    /// Number of times the connection was re-established after a loss.
+    std::uint64_t reconnect_count() const noexcept;
+    /// Text of the last connection failure (server reason, or the network error), for logs.
+    std::string last_error_text() const;
+
+private:
+    using connect_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+    using exec_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, response)>;
+
+    void start_connect(connect_handler handler);
+    void start_exec(resp3::request req, exec_handler handler);
+    void start_subscription(bool subscribe, std::vector<std::string> channels,
+                            connect_handler handler);
+
+    std::shared_ptr<detail::connection_impl> impl_;
+};
+
+} // namespace colock::redis

@@ -1,0 +1,36 @@
+// Errors of the Redis connection, with their own category.
+#pragma once
+
+#include <boost/system/error_code.hpp>
+
+#include <type_traits>
+
+namespace colock::redis {
+
+enum class error {
+    /// The server answered a command with an error reply; the reply holds the server's text.
+    server_error = 1,
+    /// Resolve, connect, TLS and HELLO together took longer than config::connect_timeout.
+    connect_timeout,
+    /// The server's answer to the HELLO/AUTH/SELECT/SETNAME handshake was not what it must be.
+    handshake_failed,
+    /// The request had been written when the connection was lost: it may or may not have run.
+    connection_lost,
+    /// A health-check PING went unanswered for a whole interval; the connection was dropped.
+    health_check_timeout,
+    /// The server sent a reply when none was expected, or a reply of the wrong shape.
+    unexpected_reply,
+    /// close() was called, or the connection object was destroyed.
+    closed,
+};
+
+boost::system::error_category const& error_category() noexcept;
+
+inline boost::system::error_code make_error_code(error e) noexcept {
+    return {static_cast<int>(e), error_category()};
+}
+
+} // namespace colock::redis
+
+template <>
+struct boost::system::is_error_code_enum<colock::redis::error> : std::true_type {};
