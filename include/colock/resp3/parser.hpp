@@ -6,6 +6,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -14,11 +15,13 @@ namespace colock::resp3 {
 /// Bounds that hostile or broken input cannot exceed. Checked against the lengths a peer
 /// *declares*, before anything is allocated for them.
 struct parser_limits {
-    std::size_t max_depth = 64;                       // nested aggregates
-    std::size_t max_blob_length = 512 * 1024 * 1024; // bytes in one blob/verbatim string
+    std::size_t max_depth = 64;                        // nested aggregates
+    std::size_t max_blob_length = 512 * 1024 * 1024;   // bytes in one blob/verbatim string
     std::size_t max_aggregate_size = 16 * 1024 * 1024; // elements declared by one aggregate
-    std::size_t max_line_length = 64 * 1024;          // bytes in one line before its "\r\n"
+    std::size_t max_line_length = 64 * 1024;           // bytes in one line before its "\r\n"
 };
+// The line length counts the bytes after the type byte: a simple string of max_line_length
+// bytes is accepted. An aggregate's size counts what it declares: pairs for a map or attribute.
 
 /// Parses one RESP3 value at a time from a byte stream that may be split at any byte.
 ///
@@ -34,7 +37,9 @@ public:
 
     /// Consumes complete tokens from the front of `input`, stopping when a top-level value is
     /// complete (then `done()` is true) or when more bytes are needed. Returns the number of
-    /// bytes consumed; on error sets `ec` and returns 0.
+    /// bytes consumed, never more than `input.size()`, and clears `ec`; on error sets `ec` (a
+    /// colock::resp3::error) and returns 0. While done() is true it consumes nothing: release
+    /// the value first. Once failed, every call returns the same error until reset().
     std::size_t consume(std::string_view input, boost::system::error_code& ec);
 
     /// True when a complete top-level value is ready to be taken with `release()`.
@@ -43,26 +48,34 @@ public:
     /// Takes the completed value and prepares for the next one. Precondition: done().
     value release();
 
-    /// Forgets any partial value and any error.
+    /// Forgets any partial value, any completed value not yet released, and any error.
     void reset();
+
+    /// The error that failed the parser, or an empty code.
+    boost::system::error_code error() const noexcept { return error_; }
 
     parser_limits const& limits() const noexcept { return limits_; }
 
 private:
     struct frame {
-        value node;
-        std::size_t remaining; // children still expected
+        value node;            // the aggregate being filled
+        std::size_t remaining; // children still expected (two per map or attribute entry)
+        // An attribute parsed at this level, waiting for the next child to attach to.
+        std::shared_ptr<std::vector<value>> pending_attributes;
     };
 
-    std::size_t consume_one(std::string_view input, boost::system::error_code& ec);
-    void add_complete(value v);
+    std::size_t consume_token(std::string_view input, boost::system::error_code& ec);
+    std::shared_ptr<std::vector<value>>& attribute_slot() noexcept;
+    value& scalar_slot(type t);
+    void place(value&& v);
+    void value_added();
 
     parser_limits limits_;
     std::vector<frame> stack_;
-    std::vector<std::shared_ptr<std::vector<value>>> pending_attributes_;
+    std::shared_ptr<std::vector<value>> top_attributes_;
     value result_;
+    boost::system::error_code error_;
     bool done_ = false;
-    bool failed_ = false;
 };
 
 } // namespace colock::resp3

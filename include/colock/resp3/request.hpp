@@ -5,6 +5,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -21,23 +22,44 @@ class request {
 public:
     /// Appends one command. Each argument may be anything convertible to std::string_view, or
     /// an integer (written in decimal).
+    ///
+    /// Throws std::invalid_argument, leaving the request unchanged, for an empty command name
+    /// or a SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE without a channel: Redis would answer the latter
+    /// with an ordinary error instead of a push, and the replies would no longer match.
     template <class... Args>
     void push(std::string_view command, Args const&... args) {
-        begin_command(command, 1 + sizeof...(Args));
-        (append_arg(args), ...);
-        end_command();
+        auto const mark = begin_command(command, 1 + sizeof...(Args));
+        try {
+            (append_arg(args), ...);
+        } catch (...) {
+            payload_.resize(mark.size);
+            throw;
+        }
+        end_command(mark.kind, sizeof...(Args));
     }
 
-    /// Appends one command whose arguments come from a range of string-like or integer items.
+    /// Appends one command whose arguments come from a (multi-pass) range of string-like or
+    /// integer items. Taken by forwarding reference because some views (filter) are not
+    /// iterable when const. Throws as push() does.
     template <class Range>
-    void push_range(std::string_view command, Range const& args) {
+    void push_range(std::string_view command, Range&& args) {
         std::size_t n = 0;
-        for ([[maybe_unused]] auto const& a : args)
-            ++n;
-        begin_command(command, 1 + n);
-        for (auto const& a : args)
-            append_arg(a);
-        end_command();
+        // std::size rather than std::ranges: clang 14 cannot compile libstdc++ 12's ranges.
+        if constexpr (requires { std::size(args); }) {
+            n = static_cast<std::size_t>(std::size(args));
+        } else {
+            for ([[maybe_unused]] auto const& a : args)
+                ++n;
+        }
+        auto const mark = begin_command(command, 1 + n);
+        try {
+            for (auto const& a : args)
+                append_arg(a);
+        } catch (...) {
+            payload_.resize(mark.size);
+            throw;
+        }
+        end_command(mark.kind, n);
     }
 
     /// The serialised bytes of every command pushed so far.
@@ -57,8 +79,15 @@ public:
     void reserve(std::size_t bytes) { payload_.reserve(bytes); }
 
 private:
-    void begin_command(std::string_view command, std::size_t argc);
-    void end_command();
+    enum class command_kind : std::uint8_t { ordinary, subscribe, unsubscribe };
+    struct command_mark {
+        std::size_t size; // payload size before the command, to undo it
+        command_kind kind;
+    };
+
+    // Validates the command and writes the array header and the command name.
+    command_mark begin_command(std::string_view command, std::size_t argc);
+    void end_command(command_kind kind, std::size_t channels) noexcept;
     void append_bulk(std::string_view bytes);
 
     template <class T>
@@ -79,9 +108,6 @@ private:
     std::size_t commands_ = 0;
     std::size_t expected_replies_ = 0;
     std::size_t expected_confirmations_ = 0;
-    // State of the command being appended, to count subscribe-family channels.
-    int current_kind_ = 0;
-    std::size_t current_argc_ = 0;
 };
 
 } // namespace colock::resp3

@@ -24,7 +24,8 @@ enum class type : std::uint8_t {
     push,            // >
 };
 
-/// The type's name in lowercase, as used in error messages ("blob_string").
+/// The type's name in lowercase, as used in error messages ("blob_string"; "double" for
+/// double_type).
 std::string_view to_string(type t) noexcept;
 
 /// True for array, map, set, attribute and push.

@@ -46,11 +46,16 @@ struct value {
     /// GET with strings); std::nullopt otherwise.
     std::optional<std::int64_t> as_integer() const noexcept;
 
+    /// Equal when the types are equal and so is what the type uses (see above); members the type
+    /// does not use are ignored. Doubles compare by value, except that nan equals nan so a
+    /// reply compares equal to itself. No attributes and an empty attribute list are equal.
     friend bool operator==(value const&, value const&) noexcept;
 };
 
 /// A readable one-line rendering for diagnostics and tests, e.g. `[blob_string "OK"]`,
-/// `[array [number 1] [null]]`. Binary bytes are escaped.
+/// `[array [number 1] [null]]`, `[verbatim_string txt "hi"]`, `[double 1.5]`; attributes come
+/// last, as `[number 1 |attributes [simple_string "k"] [number 2]|]`. Bytes outside printable
+/// ASCII, '"' and '\\' are escaped (\r, \n, \t, \", \\, \xHH).
 std::string to_debug_string(value const& v);
 
 } // namespace colock::resp3

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The full test run, as CI does it (.ci/run):
+#   1. build/asan: GCC, AddressSanitizer + UndefinedBehaviorSanitizer, warnings as errors;
+#      builds everything and runs every ctest (unit, integration against throwaway
+#      redis-servers, examples, the parser fuzzer, the installed-package consumer).
+#   2. build/tsan: GCC, ThreadSanitizer; builds and runs only the multi-threaded test.
+# Installs the Debian packages it needs first. Exits non-zero on the first failure.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+jobs=${COLOCK_JOBS:-$(nproc 2>/dev/null || echo 2)}
+start=$SECONDS
+step_start=$SECONDS
+
+step() {
+    echo
+    echo "==== $* ($(elapsed $((SECONDS - start))) since start)"
+    step_start=$SECONDS
+}
+elapsed() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+done_step() { echo "---- $1 took $(elapsed $((SECONDS - step_start)))"; }
+on_exit() {
+    local rc=$?
+    echo
+    if [ "$rc" -eq 0 ]; then
+        echo "==== test.sh: all passed in $(elapsed $((SECONDS - start)))"
+    else
+        echo "==== test.sh: FAILED (exit $rc) after $(elapsed $((SECONDS - start)))" >&2
+    fi
+}
+trap on_exit EXIT
+
+# Sanitizer runtimes of GCC 12 / clang 14 predate kernels with 32 bits of mmap randomisation
+# and can fail at start ("unexpected memory mapping"); run the tests with ASLR off when the
+# kernel lets us.
+norandom=()
+if command -v setarch >/dev/null 2>&1 && setarch "$(uname -m)" -R true 2>/dev/null; then
+    norandom=(setarch "$(uname -m)" -R)
+fi
+
+step "install dependencies"
+./scripts/install-deps.sh
+done_step "install"
+
+common=(-G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g")
+
+step "configure build/asan (address,undefined)"
+cmake -S . -B build/asan "${common[@]}" \
+    -DCOLOCK_SANITIZE=address,undefined -DCOLOCK_WERROR=ON
+done_step "configure asan"
+
+step "build build/asan (-j$jobs)"
+cmake --build build/asan --parallel "$jobs"
+done_step "build asan"
+
+step "ctest build/asan"
+(
+    cd build/asan
+    ASAN_OPTIONS=detect_leaks=1 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        "${norandom[@]}" ctest --output-on-failure --no-tests=error
+)
+done_step "ctest asan"
+
+# -Wno-tsan: GCC warns that TSan does not model the std::atomic_thread_fence in Asio's
+# reference counts; with warnings as errors that would stop the build.
+step "configure build/tsan (thread)"
+cmake -S . -B build/tsan "${common[@]}" \
+    -DCOLOCK_SANITIZE=thread -DCOLOCK_WERROR=ON -DCMAKE_CXX_FLAGS=-Wno-tsan \
+    -DCOLOCK_BUILD_EXAMPLES=OFF -DCOLOCK_BUILD_BENCH=OFF
+done_step "configure tsan"
+
+step "build build/tsan target colock_threads_test (-j$jobs)"
+cmake --build build/tsan --parallel "$jobs" --target colock_threads_test
+done_step "build tsan"
+
+step "ctest build/tsan -R ^threads\$"
+(
+    cd build/tsan
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+        "${norandom[@]}" ctest --output-on-failure -R '^threads$' --no-tests=error
+)
+done_step "ctest tsan"

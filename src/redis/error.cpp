@@ -1,0 +1,52 @@
+#include <colock/redis/connection.hpp>
+#include <colock/redis/error.hpp>
+
+#include <string>
+
+namespace colock::redis {
+namespace {
+
+class category final : public boost::system::error_category {
+public:
+    char const* name() const noexcept override { return "colock.redis"; }
+
+    std::string message(int ev) const override {
+        switch (static_cast<error>(ev)) {
+        case error::server_error:
+            return "the Redis server answered with an error";
+        case error::connect_timeout:
+            return "connecting to the Redis server timed out";
+        case error::handshake_failed:
+            return "the Redis server refused the connection handshake";
+        case error::connection_lost:
+            return "the connection to the Redis server was lost after the request was sent";
+        case error::health_check_timeout:
+            return "the Redis server did not answer the health-check PING in time";
+        case error::unexpected_reply:
+            return "the Redis server sent a reply that was not expected";
+        case error::closed:
+            return "the Redis connection was closed";
+        }
+        return "unknown colock.redis error " + std::to_string(ev);
+    }
+};
+
+} // namespace
+
+boost::system::error_category const& error_category() noexcept {
+    static category const instance;
+    return instance;
+}
+
+server_error::server_error(std::string const& server_message)
+    : boost::system::system_error(make_error_code(error::server_error), server_message)
+    , server_message_(server_message) {}
+
+std::string first_error_text(response const& resp) {
+    for (auto const& v : resp)
+        if (v.is_error())
+            return v.text.empty() ? std::string("(empty error reply)") : v.text;
+    return {};
+}
+
+} // namespace colock::redis

@@ -1,0 +1,116 @@
+// The handshake: ACL users, passwords, database selection, client name, TLS.
+#include <colock/redis/connection.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+
+#include <doctest/doctest.h>
+
+using namespace colock;
+using colock::test::command;
+using colock::test::redis_server;
+using colock::test::redis_server_options;
+using colock::test::run_test;
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
+}
+
+TEST_CASE("AUTH with an ACL user: the right password connects, a wrong one is refused") {
+    redis_server_options opts;
+    opts.requirepass = "default-secret";
+    opts.acl_user = "app";
+    opts.acl_password = "app-secret";
+    redis_server server(opts);
+
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = server.config();
+        cfg.username = "app";
+        cfg.password = "app-secret";
+        redis::connection conn{ctx.get_executor(), cfg};
+        auto [cec] = co_await conn.async_connect(as_tuple);
+        INFO("connect failure: ", conn.last_error_text());
+        REQUIRE_FALSE(cec);
+        auto who = co_await conn.co_exec(command("ACL", "WHOAMI"));
+        CHECK(who.at(0).as_string() == "app");
+        conn.close();
+
+        cfg.password = "wrong";
+        redis::connection refused{ctx.get_executor(), cfg};
+        auto [ec] = co_await refused.async_connect(as_tuple);
+        CHECK(ec == redis::error::handshake_failed);
+        CHECK(refused.last_error_text().find("WRONGPASS") != std::string::npos);
+        CHECK(refused.last_error_text().find("app-secret") == std::string::npos);
+        CHECK_FALSE(refused.is_connected());
+
+        // The default user with requirepass, through a URL.
+        auto url_cfg = redis::config::from_url(server.url());
+        redis::connection by_url{ctx.get_executor(), url_cfg};
+        auto who_default = co_await by_url.co_exec(command("ACL", "WHOAMI"));
+        CHECK(who_default.at(0).as_string() == "default");
+        by_url.close();
+
+        redis::config no_password = server.config();
+        no_password.password.clear();
+        redis::connection anonymous{ctx.get_executor(), no_password};
+        auto [aec] = co_await anonymous.async_connect(as_tuple);
+        CHECK(aec == redis::error::handshake_failed);
+        CHECK(anonymous.last_error_text().find("NOAUTH") != std::string::npos);
+    });
+}
+
+TEST_CASE("SELECT and CLIENT SETNAME are part of the handshake") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = redis::config::from_url(server.url() + "/3");
+        cfg.client_name = "colock-test-client";
+        redis::connection conn{ctx.get_executor(), cfg};
+        co_await conn.co_exec(command("SET", "in-db-3", "yes"));
+        auto name = co_await conn.co_exec(command("CLIENT", "GETNAME"));
+        CHECK(name.at(0).as_string() == "colock-test-client");
+        conn.close();
+    });
+    CHECK(server.cli(colock::test::strings("-n", "3", "GET", "in-db-3")) == "yes");
+    CHECK(server.cli(colock::test::strings("-n", "0", "EXISTS", "in-db-3")) == "0");
+}
+
+TEST_CASE("TLS: a verified connection to a server with a self-signed CA") {
+    redis_server_options opts;
+    opts.tls = true;
+    redis_server server(opts);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.tls_config()};
+        co_await conn.async_connect(asio::use_awaitable);
+        std::string const big(200'000, 'x'); // several TLS records each way
+        resp3::request req;
+        req.push("SET", "tls-key", big);
+        req.push("GET", "tls-key");
+        auto replies = co_await conn.co_exec(std::move(req));
+        CHECK(replies.at(1).as_string() == big);
+        auto info = co_await conn.co_exec(command("CLIENT", "INFO"));
+        CHECK(info.at(0).as_string()->find("laddr=127.0.0.1:" +
+                                           std::to_string(server.tls_port())) !=
+              std::string::npos);
+        conn.close();
+
+        // Without the CA the certificate cannot be verified.
+        auto untrusted = server.tls_config();
+        untrusted.tls_ca_file.clear();
+        redis::connection refused{ctx.get_executor(), untrusted};
+        auto [ec] = co_await refused.async_connect(as_tuple);
+        CHECK(ec);
+        CHECK_FALSE(refused.is_connected());
+
+        // Plain text to the TLS port is not a Redis conversation.
+        auto plain = server.tls_config();
+        plain.use_tls = false;
+        plain.connect_timeout = std::chrono::milliseconds{500};
+        redis::connection confused{ctx.get_executor(), plain};
+        auto [pec] = co_await confused.async_connect(as_tuple);
+        CHECK(pec);
+    });
+}

@@ -1,0 +1,220 @@
+// Faults: the server killed, paused, restarted; connections cut; nothing to connect to.
+// Each test owns its server so it can hurt it.
+#include <colock/redis/connection.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+
+using namespace colock;
+using colock::test::command;
+using colock::test::redis_server;
+using colock::test::run_test;
+using colock::test::sleep_for;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+
+namespace {
+
+constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
+
+redis::config fast_config(redis_server const& server) {
+    auto cfg = server.config();
+    cfg.connect_timeout = 1000ms;
+    cfg.health_check_interval = 200ms;
+    cfg.reconnect_initial_delay = 20ms;
+    cfg.reconnect_max_delay = 200ms;
+    return cfg;
+}
+
+std::uint16_t unused_port() {
+    asio::io_context ctx;
+    asio::ip::tcp::acceptor acceptor(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+    return acceptor.local_endpoint().port(); // closed again when acceptor goes
+}
+
+} // namespace
+
+TEST_CASE("server killed mid-request: a clear error, and the next request after restart works") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        co_await conn.co_exec(command("SET", "k", "v"));
+
+        error_code result;
+        bool done = false;
+        conn.async_exec(command("BLPOP", "never", "5"), [&](error_code ec, redis::response) {
+            result = ec;
+            done = true;
+        });
+        co_await sleep_for(100ms);
+        server.kill();
+        while (!done)
+            co_await sleep_for(5ms);
+        // Written before the loss: it fails and is never re-sent behind the caller's back.
+        CHECK(result == redis::error::connection_lost);
+        CHECK(std::string(result.message()).find("lost") != std::string::npos);
+
+        server.restart();
+        auto [ec, replies] = co_await conn.async_exec(command("GET", "k"), as_tuple);
+        CHECK_FALSE(ec);
+        CHECK(replies.at(0).is_null()); // a fresh server: the data went with the old one
+        CHECK(conn.reconnect_count() >= 1);
+        conn.close();
+    });
+}
+
+TEST_CASE("requests made while the server is down wait for the reconnection") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        server.kill();
+        co_await sleep_for(100ms);
+        CHECK_FALSE(conn.is_connected());
+
+        bool done = false;
+        error_code result = redis::error::closed;
+        std::string echoed;
+        conn.async_exec(command("ECHO", "queued"), [&](error_code ec, redis::response r) {
+            result = ec;
+            if (!ec)
+                echoed = std::string(*r.at(0).as_string());
+            done = true;
+        });
+        co_await sleep_for(200ms);
+        CHECK_FALSE(done);
+        server.restart();
+        while (!done)
+            co_await sleep_for(5ms);
+        CHECK_FALSE(result);
+        CHECK(echoed == "queued");
+        conn.close();
+    });
+}
+
+TEST_CASE("CLIENT KILL: the connection comes back and renews its subscriptions") {
+    redis_server server;
+    struct counter final : redis::push_listener {
+        int messages = 0;
+        int reconnects = 0;
+        void on_push(resp3::value const& v) override {
+            if (!v.elements.empty() && v.elements[0].as_string() == "message")
+                ++messages;
+        }
+        void on_reconnect() override { ++reconnects; }
+    };
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        auto listener = std::make_shared<counter>();
+        conn.add_push_listener(listener);
+        co_await conn.async_subscribe(colock::test::strings("wake"), asio::use_awaitable);
+        co_await conn.co_exec(command("PING"));
+
+        CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "TYPE", "pubsub")) == "1");
+        for (int i = 0; i < 200 && listener->reconnects == 0; ++i)
+            co_await sleep_for(10ms);
+        CHECK(listener->reconnects == 1);
+        CHECK(conn.reconnect_count() == 1);
+
+        auto pong = co_await conn.co_exec(command("PING"));
+        CHECK(pong.at(0).as_string() == "PONG");
+        CHECK(server.cli(colock::test::strings("PUBLISH", "wake", "x")) == "1");
+        for (int i = 0; i < 200 && listener->messages == 0; ++i)
+            co_await sleep_for(10ms);
+        CHECK(listener->messages == 1);
+        conn.close();
+    });
+}
+
+TEST_CASE("CLIENT PAUSE is caught by the health check") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        server.cli(colock::test::strings("CLIENT", "PAUSE", "1500", "ALL"));
+        // Two health intervals without a PONG: the connection must have given up on the socket.
+        for (int i = 0; i < 100 && conn.is_connected(); ++i)
+            co_await sleep_for(10ms);
+        CHECK_FALSE(conn.is_connected());
+        CHECK(conn.last_error_text().find("PING") != std::string::npos);
+
+        // Once the pause ends, the connection is back.
+        auto pong = co_await conn.co_exec(command("PING"));
+        CHECK(pong.at(0).as_string() == "PONG");
+        CHECK(conn.reconnect_count() >= 1);
+        conn.close();
+    });
+}
+
+TEST_CASE("a stopped (SIGSTOP) server is detected and the connection recovers after SIGCONT") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        server.pause();
+        for (int i = 0; i < 100 && conn.is_connected(); ++i)
+            co_await sleep_for(10ms);
+        CHECK_FALSE(conn.is_connected());
+        server.resume();
+        auto pong = co_await conn.co_exec(command("PING"));
+        CHECK(pong.at(0).as_string() == "PONG");
+        conn.close();
+    });
+}
+
+TEST_CASE("nothing listening: async_connect fails with connection_refused and stops") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::config cfg;
+        cfg.port = unused_port();
+        redis::connection conn{ctx.get_executor(), cfg};
+        auto [ec] = co_await conn.async_connect(as_tuple);
+        CHECK(ec == asio::error::connection_refused);
+        CHECK(conn.last_error_text().find("cannot connect") != std::string::npos);
+        // A request finds no connection either, and fails instead of hanging.
+        auto [eec, r] = co_await conn.async_exec(command("PING"), as_tuple);
+        CHECK(eec == asio::error::connection_refused);
+    });
+}
+
+TEST_CASE("a server that accepts but never answers: connect_timeout") {
+    redis_server server;
+    server.pause();
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(server);
+        cfg.connect_timeout = 300ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        auto const started = std::chrono::steady_clock::now();
+        auto [ec] = co_await conn.async_connect(as_tuple);
+        CHECK(ec == redis::error::connect_timeout);
+        CHECK(std::chrono::steady_clock::now() - started < 2s);
+    });
+    server.resume();
+}
+
+TEST_CASE("cancelling async_connect abandons the attempt") {
+    redis_server server;
+    server.pause();
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        redis::connection conn{ctx.get_executor(), server.config()};
+        asio::steady_timer timer(ctx);
+        timer.expires_after(100ms);
+        auto winner = co_await (conn.async_connect(asio::use_awaitable) ||
+                                timer.async_wait(asio::use_awaitable));
+        CHECK(winner.index() == 1);
+        CHECK_FALSE(conn.is_connected());
+    });
+    server.resume();
+}

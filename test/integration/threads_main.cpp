@@ -1,0 +1,80 @@
+// The connection used from coroutines on a multi-threaded io_context. Built under
+// ThreadSanitizer by scripts/test.sh.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <colock/redis/connection.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+using namespace colock;
+using colock::test::command;
+using colock::test::shared_server;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+TEST_CASE("many coroutines on four threads share one connection") {
+    constexpr int coroutines = 64;
+    constexpr int increments = 300;
+    asio::io_context ctx(4);
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    std::atomic<int> finished{0};
+    std::atomic<int> aborted{0};
+    std::atomic<int> failures{0};
+
+    for (int c = 0; c < coroutines; ++c) {
+        asio::co_spawn(
+            ctx,
+            [&, c]() -> asio::awaitable<void> {
+                using namespace asio::experimental::awaitable_operators;
+                for (int i = 0; i < increments; ++i) {
+                    auto reply = co_await conn.co_exec(command("INCR", "threads:counter"));
+                    if (!reply.at(0).as_integer())
+                        ++failures;
+                    if (i % 50 == c % 50) {
+                        // Cancellation from the pool's threads too: race a slow request
+                        // against a short timer.
+                        asio::steady_timer timer(co_await asio::this_coro::executor);
+                        timer.expires_after(1ms);
+                        auto r = co_await (conn.async_exec(command("BLPOP", "threads:none",
+                                                                    "0.05"),
+                                                           asio::use_awaitable) ||
+                                           timer.async_wait(asio::use_awaitable));
+                        if (r.index() == 1)
+                            ++aborted;
+                    }
+                }
+                ++finished;
+            },
+            asio::detached);
+    }
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&] { ctx.run_for(60s); });
+    auto const deadline = std::chrono::steady_clock::now() + 60s;
+    while (finished < coroutines && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(10ms);
+    REQUIRE(finished == coroutines);
+    conn.close();
+    ctx.stop();
+    for (auto& t : threads)
+        t.join();
+
+    CHECK(failures == 0);
+    CHECK(aborted > 0);
+    CHECK(shared_server().cli(colock::test::strings("GET", "threads:counter")) ==
+          std::to_string(coroutines * increments));
+}

@@ -1,0 +1,89 @@
+#include <colock/redis/config.hpp>
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+
+using colock::redis::config;
+
+namespace {
+std::string refusal(std::string const& url) {
+    try {
+        (void)config::from_url(url);
+    } catch (std::invalid_argument const& e) {
+        return e.what();
+    }
+    return "accepted";
+}
+} // namespace
+
+TEST_CASE("config::from_url reads every part") {
+    auto const c = config::from_url("redis://alice:s3cret@db.example.com:6380/4");
+    CHECK(c.host == "db.example.com");
+    CHECK(c.port == 6380);
+    CHECK(c.username == "alice");
+    CHECK(c.password == "s3cret");
+    CHECK(c.database == 4);
+    CHECK_FALSE(c.use_tls);
+}
+
+TEST_CASE("config::from_url defaults and short forms") {
+    auto const plain = config::from_url("redis://localhost");
+    CHECK(plain.host == "localhost");
+    CHECK(plain.port == 6379);
+    CHECK(plain.database == 0);
+    CHECK(plain.password.empty());
+
+    auto const tls = config::from_url("rediss://127.0.0.1:6390/");
+    CHECK(tls.use_tls);
+    CHECK(tls.port == 6390);
+    CHECK(tls.database == 0);
+
+    auto const password_only = config::from_url("redis://:pw@h");
+    CHECK(password_only.username.empty());
+    CHECK(password_only.password == "pw");
+
+    auto const bare_password = config::from_url("redis://pw@h");
+    CHECK(bare_password.password == "pw");
+}
+
+TEST_CASE("config::from_url decodes percent escapes and IPv6 hosts") {
+    auto const c = config::from_url("redis://us%40er:p%3Aw%2Fd@[::1]:7000/2");
+    CHECK(c.username == "us@er");
+    CHECK(c.password == "p:w/d");
+    CHECK(c.host == "::1");
+    CHECK(c.port == 7000);
+    CHECK(c.database == 2);
+}
+
+TEST_CASE("config::from_url refuses bad URLs with a message naming the fault") {
+    CHECK(refusal("localhost:6379").find("missing scheme") != std::string::npos);
+    CHECK(refusal("http://localhost").find("unsupported scheme 'http'") != std::string::npos);
+    CHECK(refusal("redis://").find("missing host") != std::string::npos);
+    CHECK(refusal("redis://h:").find("empty port") != std::string::npos);
+    CHECK(refusal("redis://h:abc").find("port 'abc' is not a number") != std::string::npos);
+    CHECK(refusal("redis://h:70000").find("out of range") != std::string::npos);
+    CHECK(refusal("redis://h:0").find("out of range") != std::string::npos);
+    CHECK(refusal("redis://h/x").find("database 'x'") != std::string::npos);
+    CHECK(refusal("redis://h/-1").find("database '-1'") != std::string::npos);
+    CHECK(refusal("redis://[::1").find("closing ']'") != std::string::npos);
+    CHECK(refusal("redis://h?db=1").find("query") != std::string::npos);
+    CHECK(refusal("redis://u:%zz@h").find("password has an invalid percent escape") !=
+          std::string::npos);
+    CHECK(refusal("redis://u:%2@h").find("truncated") != std::string::npos);
+}
+
+TEST_CASE("a refused URL never echoes its password") {
+    std::string const message = refusal("redis://user:hunter2@h:99999");
+    CHECK(message.find("hunter2") == std::string::npos);
+}
+
+TEST_CASE("to_redacted_url hides the password and round-trips the rest") {
+    auto const c = config::from_url("rediss://bob:topsecret@[::1]:6390/3");
+    std::string const url = c.to_redacted_url();
+    CHECK(url == "rediss://bob:***@[::1]:6390/3");
+    CHECK(url.find("topsecret") == std::string::npos);
+    auto const back = config::from_url("redis://h:1234");
+    CHECK(config::from_url(back.to_redacted_url()).port == 1234);
+}
