@@ -33,6 +33,9 @@ struct redis_server_options {
 /// Ports are picked below the kernel's ephemeral range, so no client's outgoing connection can
 /// hold the port, or self-connect to it, while the server is down between kill() and restart().
 ///
+/// The server is killed by the kernel if the test process dies without running its destructor
+/// (crash, sanitizer abort, ctest timeout), so no redis-server outlives its test binary.
+///
 /// The executables are `redis-server`, `redis-cli` and `openssl` from PATH; the environment
 /// variables COLOCK_REDIS_SERVER and COLOCK_REDIS_CLI override the first two.
 ///
@@ -82,7 +85,8 @@ public:
 
     /// Runs `redis-cli -h 127.0.0.1 -p PORT [auth] -e args...` and returns its standard output
     /// without the trailing newline. Throws std::runtime_error (with stdout and stderr) when
-    /// redis-cli fails, including on an error reply.
+    /// redis-cli fails, including on an error reply, or takes more than 30 s (a paused server
+    /// answers nothing, so do not use it between pause() and resume()).
     std::string cli(std::vector<std::string> const& args) const;
 
     /// The last lines of the server's log file, for failure messages.
