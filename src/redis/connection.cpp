@@ -619,6 +619,55 @@ public:
     }
 };
 
+shared_engine const& engine_of(connection const& conn) noexcept { return conn.impl_; }
+
+void engine_exec(shared_engine const& engine, resp3::request req, exec_handler handler) {
+    if (req.empty()) {
+        engine->deliver(std::move(handler), {}, error_code{}, response{});
+        return;
+    }
+    engine->start_exec(std::string(req.payload()), req.expected_replies(), std::move(handler),
+                       false);
+}
+
+void engine_subscribe(shared_engine const& engine, bool subscribe,
+                      std::vector<std::string> channels, connect_handler handler) {
+    if (channels.empty()) {
+        engine->deliver(std::move(handler), {}, error_code{});
+        return;
+    }
+    resp3::request req;
+    req.push_range(subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", channels);
+    auto e = engine->make_entry(std::string(req.payload()), 0);
+    engine->bind_cancellation(e, handler);
+    e->handler = std::move(handler);
+    asio::dispatch(engine->strand_,
+                   [self = engine, e, subscribe, channels = std::move(channels)]() mutable {
+                       for (auto& c : channels) {
+                           if (subscribe)
+                               self->channels_.insert(std::move(c));
+                           else
+                               self->channels_.erase(c);
+                       }
+                       self->enqueue(std::move(e), false);
+                   });
+}
+
+void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_listener> l) {
+    asio::dispatch(engine->strand_, [self = engine, l = std::move(l)]() mutable {
+        self->listeners_.push_back(std::move(l));
+    });
+}
+
+void engine_remove_listener(shared_engine const& engine, push_listener const* listener) {
+    asio::dispatch(engine->strand_, [self = engine, listener] {
+        std::erase_if(self->listeners_,
+                      [listener](auto const& l) { return l.get() == listener; });
+    });
+}
+
+asio::any_io_executor engine_executor(shared_engine const& engine) { return engine->executor_; }
+
 } // namespace detail
 
 // -------------------------------------------------------------------- connection
@@ -656,35 +705,12 @@ void connection::start_connect(connect_handler handler) {
 }
 
 void connection::start_exec(resp3::request req, exec_handler handler) {
-    if (req.empty()) {
-        impl_->deliver(std::move(handler), {}, boost::system::error_code{}, response{});
-        return;
-    }
-    impl_->start_exec(std::string(req.payload()), req.expected_replies(), std::move(handler),
-                      false);
+    detail::engine_exec(impl_, std::move(req), std::move(handler));
 }
 
 void connection::start_subscription(bool subscribe, std::vector<std::string> channels,
                                     connect_handler handler) {
-    if (channels.empty()) {
-        impl_->deliver(std::move(handler), {}, boost::system::error_code{});
-        return;
-    }
-    resp3::request req;
-    req.push_range(subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", channels);
-    auto e = impl_->make_entry(std::string(req.payload()), 0);
-    impl_->bind_cancellation(e, handler);
-    e->handler = std::move(handler);
-    boost::asio::dispatch(impl_->strand_, [self = impl_, e, subscribe,
-                                           channels = std::move(channels)]() mutable {
-        for (auto& c : channels) {
-            if (subscribe)
-                self->channels_.insert(std::move(c));
-            else
-                self->channels_.erase(c);
-        }
-        self->enqueue(std::move(e), false);
-    });
+    detail::engine_subscribe(impl_, subscribe, std::move(channels), std::move(handler));
 }
 
 boost::asio::awaitable<response> connection::co_exec(resp3::request req) {
@@ -698,16 +724,11 @@ boost::asio::awaitable<response> connection::co_exec(resp3::request req) {
 }
 
 void connection::add_push_listener(std::shared_ptr<push_listener> listener) {
-    boost::asio::dispatch(impl_->strand_, [self = impl_, l = std::move(listener)]() mutable {
-        self->listeners_.push_back(std::move(l));
-    });
+    detail::engine_add_listener(impl_, std::move(listener));
 }
 
 void connection::remove_push_listener(push_listener const* listener) {
-    boost::asio::dispatch(impl_->strand_, [self = impl_, listener] {
-        std::erase_if(self->listeners_,
-                      [listener](auto const& l) { return l.get() == listener; });
-    });
+    detail::engine_remove_listener(impl_, listener);
 }
 
 void connection::close() {

@@ -39,9 +39,26 @@ private:
 /// The first server error text in `resp`, or an empty string when every reply succeeded.
 std::string first_error_text(response const& resp);
 
+class connection;
+class push_listener;
+
 namespace detail {
 class connection_impl;
-}
+
+// For colock's own layers: the engine behind a connection, shared so that background work
+// (lock renewal and release) can outlive the connection object safely.
+using shared_engine = std::shared_ptr<connection_impl>;
+shared_engine const& engine_of(connection const& conn) noexcept;
+void engine_exec(shared_engine const& engine, resp3::request req,
+                 boost::asio::any_completion_handler<void(boost::system::error_code, response)>
+                     handler);
+void engine_subscribe(shared_engine const& engine, bool subscribe,
+                      std::vector<std::string> channels,
+                      boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
+void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_listener> l);
+void engine_remove_listener(shared_engine const& engine, push_listener const* l);
+boost::asio::any_io_executor engine_executor(shared_engine const& engine);
+} // namespace detail
 
 /// Receives what the server sends on its own initiative: RESP3 push messages (pub/sub
 /// messages, subscribe confirmations, client-side caching invalidations), and notice that the
@@ -187,6 +204,7 @@ private:
     void start_subscription(bool subscribe, std::vector<std::string> channels,
                             connect_handler handler);
 
+    friend detail::shared_engine const& detail::engine_of(connection const&) noexcept;
     std::shared_ptr<detail::connection_impl> impl_;
 };
 

@@ -1,0 +1,48 @@
+// How a lock is taken, held and waited for.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace colock {
+
+/// Exponential backoff with full jitter between attempts of a waiting co_lock: the n-th sleep
+/// is uniform in [0, min(max, initial * multiplier^n)]. A wake-up message from the holder's
+/// release ends any sleep early, so backoff only bounds how long a missed message can cost.
+struct retry_options {
+    std::chrono::milliseconds initial{50};
+    std::chrono::milliseconds max{1000};
+    double multiplier = 2.0;
+};
+
+struct lock_options {
+    /// Length of the lease. The lock frees itself this long after the last renewal.
+    std::chrono::milliseconds ttl{30'000};
+    /// Renew the lease in the background while the guard lives.
+    bool auto_renew = true;
+    /// Time between renewals; default ttl / 3. Must be below ttl.
+    std::optional<std::chrono::milliseconds> renew_interval;
+    /// Renewal stops this long after the lock was taken, so a stuck holder cannot keep the
+    /// lock forever; the lease then runs out and the guard reports it lost. Default: no limit.
+    std::optional<std::chrono::milliseconds> max_hold;
+    /// co_lock gives up with error::timeout after this long. Default: wait until cancelled.
+    std::optional<std::chrono::milliseconds> wait_timeout;
+    retry_options retry;
+
+    /// The renew interval in effect.
+    std::chrono::milliseconds effective_renew_interval() const noexcept {
+        return renew_interval.value_or(ttl / 3);
+    }
+};
+
+/// Lock names longer than this are refused: the name is part of three Redis keys.
+inline constexpr std::size_t max_lock_name_length = 1024;
+
+/// Throws boost::system::system_error with error::invalid_argument, naming the field, when
+/// `name` or `opt` cannot be used (empty or oversized name, ttl <= 0, renew_interval <= 0 or
+/// >= ttl, negative wait_timeout or max_hold, a retry policy that does not grow).
+void validate(std::string_view name, lock_options const& opt);
+
+} // namespace colock

@@ -1,0 +1,179 @@
+// Distributed locks on one Redis connection: locker takes them, lock_guard holds them.
+#pragma once
+
+#include <colock/error.hpp>
+#include <colock/lock_options.hpp>
+#include <colock/redis/connection.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/deferred.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace colock {
+
+namespace detail {
+struct guard_state;
+class locker_impl;
+} // namespace detail
+
+/// Holds one acquired lock. Move-only. While it lives (and auto_renew is on) a renewal
+/// coroutine keeps the lease alive; when it goes, renewal stops and the lock is released in
+/// the background (fire-and-forget; the destructor never blocks).
+///
+/// @par Thread safety
+/// name, token, fence, owns_lock and lost may be called from any thread. The awaitable
+/// operations of one guard must not run concurrently with its destruction or move.
+class lock_guard {
+public:
+    /// A guard that holds nothing.
+    lock_guard() noexcept;
+    lock_guard(lock_guard&& other) noexcept;
+    /// Releases the lock this guard held (in the background), then takes over `other`'s.
+    lock_guard& operator=(lock_guard&& other) noexcept;
+    ~lock_guard();
+
+    /// The lock's name; empty for a guard that never held one.
+    std::string const& name() const noexcept;
+    /// The 128-bit random token (32 hex digits) that marks this holder in Redis.
+    std::string const& token() const noexcept;
+    /// Fencing token: strictly increasing per name, over all holders. Pass it to the resource
+    /// the lock protects so it can refuse a late write from an earlier holder.
+    std::int64_t fence() const noexcept;
+    /// True while the lock is held: acquired, not lost, not released.
+    bool owns_lock() const noexcept;
+    explicit operator bool() const noexcept { return owns_lock(); }
+    /// True once the lease was found lost (taken from outside, expired, or not renewable
+    /// before its deadline).
+    bool lost() const noexcept;
+
+    /// Completes when the lease is lost, or at once if it already is. Completes too when the
+    /// guard stops holding (unlock, destruction, move), so no one waits forever; lost() tells
+    /// which. Meant for `co_await (work() || guard.wait_lost())`.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code)`: success when lost; error::not_held when the guard
+    /// no longer holds the lock for another reason.
+    /// @par Per-operation cancellation
+    /// terminal, partial, total: the wait ends with operation_aborted; nothing else changes.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_wait_lost(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+            [this](auto handler) { start_wait_lost(std::move(handler)); }, token);
+    }
+
+    /// Awaitable form of async_wait_lost: returns when the lease is lost or the guard stops
+    /// holding; throws boost::system::system_error(operation_aborted) when cancelled.
+    boost::asio::awaitable<void> wait_lost();
+
+    /// Sets the lease to `ttl` from now, if the lock is still ours; later renewals use `ttl`
+    /// too. Returns false (and marks the guard lost) when the lock was no longer ours.
+    /// Throws boost::system::system_error on network failure, and with error::not_held when
+    /// the guard was released or moved from, error::invalid_argument for ttl <= 0.
+    /// Cancellation: as the connection's async_exec; a cancelled extend may still have run.
+    boost::asio::awaitable<bool> extend(std::chrono::milliseconds ttl);
+
+    /// Stops renewal, then releases the lock. Returns true when the lock was still ours and
+    /// is now free; false when it was lost, already released, or this guard never held one.
+    /// Not cancelled by the caller's cancellation: a cancelled caller still gives the lock
+    /// back (bounded by a short deadline). Throws boost::system::system_error only when the
+    /// release could not be sent (the lease then runs out by its TTL).
+    boost::asio::awaitable<bool> unlock();
+
+private:
+    friend class detail::locker_impl;
+    friend class locker;
+    explicit lock_guard(std::shared_ptr<detail::guard_state> state) noexcept;
+    void start_wait_lost(
+        boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
+    void abandon() noexcept;
+
+    std::shared_ptr<detail::guard_state> state_;
+};
+
+/// Takes distributed locks on one Redis connection. Lock `name` lives in the keys
+/// `<prefix>{name}` (holder's token) and `<prefix>{name}:fence` (fencing counter); releases
+/// publish on `<prefix>{name}:wake`. The braces keep all three in one Redis Cluster slot.
+///
+/// Waiting co_lock calls for one name in one process share one subscription and queue in FIFO
+/// order; only the first of them polls Redis, and a release wakes it alone.
+///
+/// @par Thread safety
+/// Any member function may be called from any thread; the locker's state lives on a strand.
+/// The connection must outlive the locker; guards keep what they need alive themselves.
+class locker {
+public:
+    explicit locker(redis::connection& conn, std::string key_prefix = "colock:");
+    ~locker();
+    locker(locker const&) = delete;
+    locker& operator=(locker const&) = delete;
+
+    std::string const& key_prefix() const noexcept;
+
+    /// Waits until the lock is acquired, then starts the renewal. Refuses bad arguments by
+    /// throwing boost::system::system_error(error::invalid_argument) before any I/O.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, lock_guard)`: error::timeout when wait_timeout
+    /// passed; a network error or redis::error::server_error otherwise.
+    /// @par Per-operation cancellation
+    /// terminal, partial: a sleeping waiter returns at once; with an attempt in flight, its
+    /// reply is still read and a lock it granted is released before the operation completes
+    /// with operation_aborted. A cancelled waiter never leaves a lock behind.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_lock(std::string_view name, lock_options const& opt = {},
+                    CompletionToken&& token = {}) {
+        validate(name, opt);
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, lock_guard)>(
+            [this](auto handler, std::string n, lock_options o) {
+                start_lock(std::move(n), o, std::move(handler));
+            },
+            token, std::string(name), opt);
+    }
+
+    /// One attempt. Completes with an empty optional when someone else holds the lock.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, std::optional<lock_guard>)`.
+    /// @par Per-operation cancellation
+    /// As async_lock: a lock granted to a cancelled attempt is released first.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_try_lock(std::string_view name, lock_options const& opt = {},
+                        CompletionToken&& token = {}) {
+        validate(name, opt);
+        return boost::asio::async_initiate<
+            CompletionToken, void(boost::system::error_code, std::optional<lock_guard>)>(
+            [this](auto handler, std::string n, lock_options o) {
+                start_try_lock(std::move(n), o, std::move(handler));
+            },
+            token, std::string(name), opt);
+    }
+
+    /// Awaitable async_lock that throws boost::system::system_error whose message names the
+    /// lock (and the server's text for server errors).
+    boost::asio::awaitable<lock_guard> co_lock(std::string_view name, lock_options opt = {});
+    /// Awaitable async_try_lock: an empty optional when the lock is held by someone else;
+    /// throws like co_lock on real errors.
+    boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string_view name,
+                                                                  lock_options opt = {});
+
+private:
+    using lock_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, lock_guard)>;
+    using try_lock_handler = boost::asio::any_completion_handler<void(
+        boost::system::error_code, std::optional<lock_guard>)>;
+
+    void start_lock(std::string name, lock_options opt, lock_handler handler);
+    void start_try_lock(std::string name, lock_options opt, try_lock_handler handler);
+
+    std::shared_ptr<detail::locker_impl> impl_;
+};
+
+} // namespace colock

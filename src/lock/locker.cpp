@@ -1,0 +1,955 @@
+// The lock algorithm: acquire / release / extend scripts, local FIFO wait queues sharing one
+// subscription per name, the renewal coroutine, and the guard's background release.
+#include <colock/locker.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <deque>
+#include <random>
+#include <system_error>
+#include <unordered_map>
+
+namespace colock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using boost::system::system_error;
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// -------------------------------------------------------------------- errors and validation
+
+namespace {
+
+class lock_category final : public boost::system::error_category {
+public:
+    char const* name() const noexcept override { return "colock"; }
+    std::string message(int ev) const override {
+        switch (static_cast<error>(ev)) {
+        case error::timeout:
+            return "gave up waiting for the lock (wait_timeout)";
+        case error::lock_lost:
+            return "the lock's lease was lost";
+        case error::invalid_argument:
+            return "invalid argument";
+        case error::unexpected_reply:
+            return "unexpected reply from a lock script";
+        case error::not_held:
+            return "the guard does not hold a lock";
+        }
+        return "unknown colock error " + std::to_string(ev);
+    }
+};
+
+[[noreturn]] void refuse(std::string const& what) {
+    throw system_error(make_error_code(error::invalid_argument), "colock: " + what);
+}
+
+} // namespace
+
+boost::system::error_category const& error_category() noexcept {
+    static lock_category const instance;
+    return instance;
+}
+
+void validate(std::string_view name, lock_options const& opt) {
+    if (name.empty())
+        refuse("lock name is empty");
+    if (name.size() > max_lock_name_length)
+        refuse(fmt::format("lock name is {} bytes, over the limit of {}", name.size(),
+                           max_lock_name_length));
+    if (opt.ttl.count() <= 0)
+        refuse(fmt::format("lock_options.ttl must be positive (got {} ms)", opt.ttl.count()));
+    if (opt.renew_interval) {
+        if (opt.renew_interval->count() <= 0)
+            refuse(fmt::format("lock_options.renew_interval must be positive (got {} ms)",
+                               opt.renew_interval->count()));
+        if (*opt.renew_interval >= opt.ttl)
+            refuse(fmt::format("lock_options.renew_interval ({} ms) must be below ttl ({} ms)",
+                               opt.renew_interval->count(), opt.ttl.count()));
+    } else if (opt.effective_renew_interval().count() <= 0) {
+        refuse(fmt::format("lock_options.ttl ({} ms) is too short to renew", opt.ttl.count()));
+    }
+    if (opt.wait_timeout && opt.wait_timeout->count() < 0)
+        refuse(fmt::format("lock_options.wait_timeout must not be negative (got {} ms)",
+                           opt.wait_timeout->count()));
+    if (opt.max_hold && opt.max_hold->count() < 0)
+        refuse(fmt::format("lock_options.max_hold must not be negative (got {} ms)",
+                           opt.max_hold->count()));
+    if (opt.retry.initial.count() <= 0)
+        refuse("lock_options.retry.initial must be positive");
+    if (opt.retry.max < opt.retry.initial)
+        refuse("lock_options.retry.max must not be below retry.initial");
+    if (!(opt.retry.multiplier >= 1.0) || !std::isfinite(opt.retry.multiplier))
+        refuse("lock_options.retry.multiplier must be a finite number >= 1");
+}
+
+namespace detail {
+
+// -------------------------------------------------------------------- scripts
+
+namespace {
+
+// KEYS[1] lock key, KEYS[2] fence key; ARGV[1] token, ARGV[2] ttl ms.
+// Returns {1, fence} when acquired (or already ours: a retry after a lost reply), else
+// {0, remaining ttl ms of the holder}.
+constexpr std::string_view acquire_source = R"lua(
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, redis.call('INCR', KEYS[2])}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+)lua";
+
+// KEYS[1] lock key; ARGV[1] token, ARGV[2] wake channel. 1 when released, 0 when not ours.
+constexpr std::string_view release_source = R"lua(
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '1')
+  return 1
+end
+return 0
+)lua";
+
+// KEYS[1] lock key; ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
+constexpr std::string_view extend_source = R"lua(
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+)lua";
+
+std::string sha1_hex(std::string_view text) {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    if (EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha1(), nullptr) != 1)
+        throw std::runtime_error("colock: SHA-1 of a lock script failed");
+    std::string out;
+    for (unsigned i = 0; i < length; ++i)
+        out += fmt::format("{:02x}", digest[i]);
+    return out;
+}
+
+struct script {
+    std::string_view source;
+    std::string sha;
+};
+
+script const& acquire_script() {
+    static script const s{acquire_source, sha1_hex(acquire_source)};
+    return s;
+}
+script const& release_script() {
+    static script const s{release_source, sha1_hex(release_source)};
+    return s;
+}
+script const& extend_script() {
+    static script const s{extend_source, sha1_hex(extend_source)};
+    return s;
+}
+
+std::string random_token() {
+    unsigned char bytes[16];
+    std::size_t got = 0;
+    while (got < sizeof bytes) {
+        ssize_t const n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            throw std::system_error(errno, std::generic_category(),
+                                    "colock: reading the OS random source");
+        }
+        got += static_cast<std::size_t>(n);
+    }
+    std::string out;
+    out.reserve(32);
+    for (unsigned char b : bytes)
+        out += fmt::format("{:02x}", b);
+    return out;
+}
+
+constexpr auto nothrow_awaitable = asio::as_tuple(asio::use_awaitable);
+
+// An operation that the caller's cancellation does not reach: its outcome must be known.
+auto uncancellable() {
+    return asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                        asio::as_tuple(asio::use_awaitable));
+}
+
+bool cancelled(asio::cancellation_state const& cs) {
+    return cs.cancelled() != asio::cancellation_type::none;
+}
+
+} // namespace
+
+struct lock_keys {
+    std::string key;
+    std::string fence_key;
+    std::string channel;
+
+    lock_keys(std::string const& prefix, std::string_view name)
+        : key(fmt::format("{}{{{}}}", prefix, name))
+        , fence_key(key + ":fence")
+        , channel(key + ":wake") {}
+};
+
+// -------------------------------------------------------------------- locker state
+
+// One local waiter of a contended co_lock; lives in its coroutine's frame.
+struct waiter {
+    explicit waiter(asio::any_io_executor const& ex)
+        : timer(ex) {}
+    asio::steady_timer timer;
+    bool woken = false; // a release was published, or it became the head of the queue
+};
+
+// The local FIFO of waiters on one name, sharing one subscription to its wake channel.
+struct name_queue {
+    std::deque<waiter*> waiters;
+    bool subscribed = false;
+    bool wake_pending = false; // a wake arrived while the head was not sleeping
+};
+
+class locker_impl : public std::enable_shared_from_this<locker_impl> {
+public:
+    locker_impl(redis::detail::shared_engine engine, std::string prefix)
+        : engine_(std::move(engine))
+        , strand_(asio::make_strand(redis::detail::engine_executor(engine_)))
+        , prefix_(std::move(prefix))
+        , rng_(std::random_device{}()) {}
+
+    redis::detail::shared_engine engine_;
+    asio::strand<asio::any_io_executor> strand_;
+    std::string prefix_;
+    std::shared_ptr<redis::push_listener> listener_;
+    // On the strand:
+    std::unordered_map<std::string, std::shared_ptr<name_queue>> queues_; // by channel
+    std::minstd_rand rng_;
+
+    // ---------------------------------------------------------------- Redis calls
+
+    template <class Token>
+    auto exec(resp3::request req, Token token) {
+        return asio::async_initiate<Token, void(error_code, redis::response)>(
+            [this](auto handler, resp3::request r) {
+                redis::detail::engine_exec(engine_, std::move(r), std::move(handler));
+            },
+            token, std::move(req));
+    }
+
+    asio::awaitable<std::tuple<error_code, resp3::value>>
+    run_script(script const& s, std::string_view key1, std::string_view key2,
+               std::string_view arg1, std::string_view arg2, bool can_cancel) {
+        auto make = [&](bool load) {
+            resp3::request req;
+            if (load)
+                req.push("SCRIPT", "LOAD", s.source);
+            if (key2.empty())
+                req.push("EVALSHA", s.sha, 1, key1, arg1, arg2);
+            else
+                req.push("EVALSHA", s.sha, 2, key1, key2, arg1, arg2);
+            return req;
+        };
+        for (int round = 0; round < 2; ++round) {
+            auto req = make(round == 1);
+            // Not a ?: of two co_awaits: GCC 12 destroys that temporary too early.
+            std::tuple<error_code, redis::response> reply;
+            if (can_cancel)
+                reply = co_await exec(std::move(req), nothrow_awaitable);
+            else
+                reply = co_await exec(std::move(req), uncancellable());
+            auto& [ec, resp] = reply;
+            if (ec == redis::error::server_error && round == 0 && !resp.empty() &&
+                resp.back().text.starts_with("NOSCRIPT"))
+                continue; // server restarted or SCRIPT FLUSH: load it and call again, once
+            if (ec && ec != redis::error::server_error)
+                co_return std::tuple{ec, resp3::value{}};
+            if (resp.empty())
+                co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
+            co_return std::tuple{ec, std::move(resp.back())};
+        }
+        co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
+    }
+
+    struct attempt_result {
+        error_code ec;
+        std::string server_text;
+        bool acquired = false;
+        std::int64_t fence = 0;
+        milliseconds holder_ttl{0};
+    };
+
+    asio::awaitable<attempt_result> attempt(lock_keys const& keys, std::string const& token,
+                                            milliseconds ttl) {
+        auto [ec, v] = co_await run_script(acquire_script(), keys.key, keys.fence_key, token,
+                                           std::to_string(ttl.count()), false);
+        attempt_result r;
+        if (ec) {
+            r.ec = ec;
+            if (ec == redis::error::server_error)
+                r.server_text = v.text;
+            co_return r;
+        }
+        if (v.elements.size() != 2 || !v.elements[0].as_integer() ||
+            !v.elements[1].as_integer()) {
+            r.ec = error::unexpected_reply;
+            r.server_text = resp3::to_debug_string(v);
+            co_return r;
+        }
+        r.acquired = *v.elements[0].as_integer() == 1;
+        if (r.acquired)
+            r.fence = *v.elements[1].as_integer();
+        else
+            // -1: no expiry (someone set the key by hand); -2: gone meanwhile.
+            r.holder_ttl = milliseconds(std::max<std::int64_t>(*v.elements[1].as_integer(), 0));
+        co_return r;
+    }
+
+    // Releases with `token`; never cancelled by the caller, bounded by its own deadline.
+    asio::awaitable<std::tuple<error_code, bool>> release(lock_keys const& keys,
+                                                          std::string const& token) {
+        using namespace asio::experimental::awaitable_operators;
+        asio::steady_timer deadline(strand_);
+        deadline.expires_after(release_timeout);
+        auto result = co_await (run_script(release_script(), keys.key, {}, token,
+                                           keys.channel, false) ||
+                                deadline.async_wait(nothrow_awaitable));
+        if (result.index() == 1)
+            co_return std::tuple{error_code(asio::error::timed_out), false};
+        auto [ec, v] = std::get<0>(result);
+        if (ec)
+            co_return std::tuple{ec, false};
+        co_return std::tuple{error_code{}, v.as_integer() == 1};
+    }
+
+    static constexpr milliseconds release_timeout{5000};
+
+    // ---------------------------------------------------------------- waiting
+
+    std::shared_ptr<name_queue> join(std::string const& channel, waiter& w) {
+        auto& q = queues_[channel];
+        if (!q)
+            q = std::make_shared<name_queue>();
+        q->waiters.push_back(&w);
+        return q;
+    }
+
+    void leave(std::string const& channel, std::shared_ptr<name_queue> const& q, waiter& w) {
+        bool const was_head = !q->waiters.empty() && q->waiters.front() == &w;
+        std::erase(q->waiters, &w);
+        if (q->waiters.empty()) {
+            if (q->subscribed) {
+                // Nobody waits here any more: drop the subscription.
+                redis::detail::engine_subscribe(engine_, false,
+                                                std::vector<std::string>(1, channel),
+                                                [](error_code) {});
+            }
+            auto it = queues_.find(channel);
+            if (it != queues_.end() && it->second == q)
+                queues_.erase(it);
+        } else if (was_head) {
+            wake(*q->waiters.front());
+        }
+    }
+
+    static void wake(waiter& w) {
+        w.woken = true;
+        w.timer.cancel();
+    }
+
+    void on_wake_message(std::string const& channel) {
+        auto it = queues_.find(channel);
+        if (it == queues_.end())
+            return;
+        auto& q = *it->second;
+        if (q.waiters.empty())
+            return;
+        // One local waiter, not a herd: the head tries, the rest stay asleep.
+        q.wake_pending = true;
+        wake(*q.waiters.front());
+    }
+
+    void on_reconnect() {
+        // Messages published while the connection was down were missed: let every head look.
+        for (auto& [channel, q] : queues_)
+            if (!q->waiters.empty()) {
+                q->wake_pending = true;
+                wake(*q->waiters.front());
+            }
+    }
+
+    milliseconds backoff(retry_options const& retry, int attempt) {
+        double ceiling = static_cast<double>(retry.initial.count()) *
+                         std::pow(retry.multiplier, std::min(attempt, 60));
+        ceiling = std::min(ceiling, static_cast<double>(retry.max.count()));
+        std::uniform_real_distribution<double> jitter(0.0, ceiling);
+        return milliseconds(static_cast<std::int64_t>(jitter(rng_)) + 1);
+    }
+
+    // ---------------------------------------------------------------- lock
+
+    struct lock_outcome {
+        error_code ec;
+        std::string message; // names the lock; the server's text for server errors
+        std::shared_ptr<guard_state> state;
+    };
+
+    // `keep_alive` holds the locker for as long as the coroutine runs.
+    asio::awaitable<lock_outcome> lock(std::shared_ptr<locker_impl> keep_alive, std::string name,
+                                       lock_options opt, bool wait);
+
+    // Runs one attempt; on success builds the guard into `out`. A cancellation that arrived
+    // meanwhile wins, and a lock granted to it is given back first.
+    asio::awaitable<std::optional<attempt_result>>
+    try_once(lock_keys const& keys, std::string const& token, std::string const& name,
+             lock_options const& opt, asio::cancellation_state cs, lock_outcome& out);
+
+    asio::awaitable<void> subscribe(std::string const& channel) {
+        std::vector<std::string> channels(1, channel);
+        auto token = uncancellable();
+        co_await asio::async_initiate<decltype(token), void(error_code)>(
+            [this, &channels](auto handler) {
+                redis::detail::engine_subscribe(engine_, true, std::move(channels),
+                                                std::move(handler));
+            },
+            token);
+    }
+    std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys,
+                                            std::string token, std::int64_t fence,
+                                            lock_options const& opt,
+                                            clock_type::time_point attempt_start);
+};
+
+// -------------------------------------------------------------------- guard state
+
+struct guard_state : std::enable_shared_from_this<guard_state> {
+    guard_state(std::shared_ptr<locker_impl> owner, std::string lock_name, lock_keys lock_keys_,
+                std::string lock_token, std::int64_t fence_value, lock_options const& options)
+        : locker(std::move(owner))
+        , name(std::move(lock_name))
+        , keys(std::move(lock_keys_))
+        , token(std::move(lock_token))
+        , fence(fence_value)
+        , opt(options)
+        , ttl(options.ttl)
+        , lost_timer(locker->strand_) {
+        lost_timer.expires_at(clock_type::time_point::max());
+    }
+
+    std::shared_ptr<locker_impl> locker;
+    std::string const name;
+    lock_keys const keys;
+    std::string const token;
+    std::int64_t const fence;
+    lock_options const opt;
+    std::atomic<bool> lost{false};
+    std::atomic<bool> released{false};
+
+    // On the locker's strand:
+    milliseconds ttl;
+    clock_type::time_point acquired_at;
+    clock_type::time_point lease_deadline; // local bound: start of the last good renewal + ttl
+    asio::steady_timer lost_timer;         // cancelled when the lease is lost or let go
+    asio::cancellation_signal renew_stop;  // emitted (on the strand) to end the renewal
+
+    milliseconds renew_interval() const {
+        auto const configured = opt.effective_renew_interval();
+        return configured < ttl ? configured : ttl / 3;
+    }
+
+    void mark_lost() {
+        if (released)
+            return;
+        lost = true;
+        lost_timer.cancel();
+    }
+
+    // Stops renewal and wakes wait_lost. On the strand; before any release is sent, so no
+    // renewal can be queued behind the release and revive the lock.
+    void stop() {
+        renew_stop.emit(asio::cancellation_type::terminal);
+        lost_timer.cancel();
+    }
+};
+
+namespace {
+
+asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
+    auto cs = co_await asio::this_coro::cancellation_state;
+    asio::steady_timer timer(st->locker->strand_);
+    for (;;) {
+        auto next = clock_type::now() + st->renew_interval();
+        if (st->opt.max_hold && next >= st->acquired_at + *st->opt.max_hold) {
+            // No renewals past max_hold: wait for the lease to run out, then report it.
+            timer.expires_at(st->lease_deadline);
+            co_await timer.async_wait(nothrow_awaitable);
+            if (!cancelled(cs) && !st->released)
+                st->mark_lost();
+            co_return;
+        }
+        timer.expires_at(next);
+        co_await timer.async_wait(nothrow_awaitable);
+        if (cancelled(cs) || st->released || st->lost)
+            co_return;
+
+        // Extend; on a network error retry quickly until the local lease deadline passes.
+        for (;;) {
+            auto const started = clock_type::now();
+            auto const ttl = st->ttl;
+            auto [ec, v] = co_await st->locker->run_script(
+                extend_script(), st->keys.key, {}, st->token, std::to_string(ttl.count()), true);
+            if (cancelled(cs) || st->released)
+                co_return;
+            if (!ec) {
+                if (v.as_integer() == 1) {
+                    st->lease_deadline = started + ttl;
+                    break;
+                }
+                st->mark_lost(); // deleted, expired or taken over
+                co_return;
+            }
+            auto const retry_at =
+                clock_type::now() + std::min(st->renew_interval() / 4, milliseconds{250});
+            if (retry_at >= st->lease_deadline) {
+                timer.expires_at(st->lease_deadline);
+                co_await timer.async_wait(nothrow_awaitable);
+                if (!cancelled(cs))
+                    st->mark_lost();
+                co_return;
+            }
+            timer.expires_at(retry_at);
+            co_await timer.async_wait(nothrow_awaitable);
+            if (cancelled(cs) || st->released)
+                co_return;
+        }
+    }
+}
+
+// Coroutines take what they use by value: lambdas with captures that outlive their first
+// suspension are a classic source of dangling references.
+
+// Stops renewal, then releases. On the locker's strand.
+asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
+    st->stop();
+    co_return co_await st->locker->release(st->keys, st->token);
+}
+
+asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_state> st,
+                                                          milliseconds ttl) {
+    auto const started = clock_type::now();
+    auto [ec, v] = co_await st->locker->run_script(extend_script(), st->keys.key, {}, st->token,
+                                                   std::to_string(ttl.count()), true);
+    if (ec)
+        co_return std::tuple{ec, false};
+    bool const still_ours = v.as_integer() == 1;
+    if (still_ours) {
+        st->ttl = ttl;
+        st->lease_deadline = started + ttl;
+    } else {
+        st->mark_lost();
+    }
+    co_return std::tuple{error_code{}, still_ours};
+}
+
+// Releases in the background for a guard that went away while holding.
+void release_in_background(std::shared_ptr<guard_state> st) {
+    asio::dispatch(st->locker->strand_, [st] {
+        st->stop();
+        asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
+    });
+}
+
+} // namespace
+
+std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys keys,
+                                                     std::string token, std::int64_t fence,
+                                                     lock_options const& opt,
+                                                     clock_type::time_point attempt_start) {
+    auto st = std::make_shared<guard_state>(shared_from_this(), std::move(name), std::move(keys),
+                                            std::move(token), fence, opt);
+    st->acquired_at = attempt_start;
+    st->lease_deadline = attempt_start + opt.ttl;
+    if (opt.auto_renew)
+        asio::co_spawn(strand_, renew_loop(st),
+                       asio::bind_cancellation_slot(st->renew_stop.slot(), asio::detached));
+    return st;
+}
+
+asio::awaitable<std::optional<locker_impl::attempt_result>>
+locker_impl::try_once(lock_keys const& keys, std::string const& token, std::string const& name,
+                      lock_options const& opt, asio::cancellation_state cs, lock_outcome& out) {
+    auto const started = clock_type::now();
+    attempt_result r = co_await attempt(keys, token, opt.ttl);
+    if (!r.ec && r.acquired && cancelled(cs)) {
+        co_await release(keys, token);
+        r.acquired = false;
+        r.ec = asio::error::operation_aborted;
+    }
+    if (!r.ec && r.acquired)
+        out.state = make_guard(name, keys, token, r.fence, opt, started);
+    co_return r;
+}
+
+asio::awaitable<locker_impl::lock_outcome>
+locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, lock_options opt,
+                  bool wait) {
+    (void)keep_alive;
+    co_await asio::this_coro::reset_cancellation_state(asio::enable_partial_cancellation());
+    co_await asio::this_coro::throw_if_cancelled(false);
+    auto cs = co_await asio::this_coro::cancellation_state;
+
+    lock_keys keys(prefix_, name);
+    std::string const token = random_token();
+    auto const wait_deadline = opt.wait_timeout ? clock_type::now() + *opt.wait_timeout
+                                                : clock_type::time_point::max();
+    lock_outcome out;
+
+    auto fail = [&](error_code ec, std::string const& detail_text) {
+        out.ec = ec;
+        out.message = detail_text.empty()
+                          ? fmt::format("colock: lock '{}'", name)
+                          : fmt::format("colock: lock '{}': {}", name, detail_text);
+        return out;
+    };
+
+    // Runs one attempt; on success builds the guard. A cancellation that arrived meanwhile
+    // wins, and a lock granted to it is given back first.
+    if (cancelled(cs))
+        co_return fail(asio::error::operation_aborted, {});
+
+    // The uncontended path: one command, no subscription.
+    auto first = co_await try_once(keys, token, name, opt, cs, out);
+    if (first->ec)
+        co_return fail(first->ec, first->server_text);
+    if (first->acquired)
+        co_return out;
+    if (!wait)
+        co_return out; // held by someone else: an empty result
+    if (cancelled(cs))
+        co_return fail(asio::error::operation_aborted, {});
+
+    // Contended: queue locally. The head subscribes (once per name) and retries; the others
+    // sleep until they become the head.
+    waiter self_waiter(strand_);
+    auto queue = join(keys.channel, self_waiter);
+    struct leave_on_exit {
+        locker_impl* impl;
+        std::string const& channel;
+        std::shared_ptr<name_queue> const& q;
+        waiter& w;
+        ~leave_on_exit() { impl->leave(channel, q, w); }
+    } leave_guard{this, keys.channel, queue, self_waiter};
+
+    milliseconds sleep = first->holder_ttl;
+    int attempts = 1;
+    bool need_attempt = false; // the first attempt's answer still stands
+    for (;;) {
+        bool const head = queue->waiters.front() == &self_waiter;
+        if (head && !queue->subscribed) {
+            // Subscribe, then try: a release published after this attempt reaches us.
+            queue->subscribed = true;
+            co_await subscribe(keys.channel);
+            need_attempt = true;
+        }
+        if (head && need_attempt) {
+            queue->wake_pending = false;
+            auto r = co_await try_once(keys, token, name, opt, cs, out);
+            ++attempts;
+            if (r->ec)
+                co_return fail(r->ec, r->server_text);
+            if (r->acquired)
+                co_return out;
+            sleep = r->holder_ttl;
+        }
+        need_attempt = true;
+
+        auto const now = clock_type::now();
+        if (now >= wait_deadline)
+            co_return fail(error::timeout, fmt::format("not acquired within {} ms",
+                                                       opt.wait_timeout->count()));
+        if (head && queue->wake_pending)
+            continue; // released while we were busy: try again at once
+        auto until = wait_deadline;
+        if (head) {
+            auto const nap = std::min(sleep, backoff(opt.retry, attempts - 1));
+            until = std::min(until, now + std::max(nap, milliseconds{1}));
+        }
+        self_waiter.woken = false;
+        self_waiter.timer.expires_at(until);
+        co_await self_waiter.timer.async_wait(nothrow_awaitable);
+        if (cancelled(cs))
+            co_return fail(asio::error::operation_aborted, {});
+        if (!head && !self_waiter.woken && clock_type::now() < wait_deadline) {
+            need_attempt = false; // a spurious end of sleep: still not the head
+        }
+    }
+}
+
+} // namespace detail
+
+// -------------------------------------------------------------------- lock_guard
+
+lock_guard::lock_guard() noexcept = default;
+lock_guard::lock_guard(std::shared_ptr<detail::guard_state> state) noexcept
+    : state_(std::move(state)) {}
+lock_guard::lock_guard(lock_guard&& other) noexcept
+    : state_(std::move(other.state_)) {}
+
+lock_guard& lock_guard::operator=(lock_guard&& other) noexcept {
+    if (this != &other) {
+        abandon();
+        state_ = std::move(other.state_);
+    }
+    return *this;
+}
+
+lock_guard::~lock_guard() { abandon(); }
+
+void lock_guard::abandon() noexcept {
+    if (!state_)
+        return;
+    auto st = std::move(state_);
+    if (st->released.exchange(true))
+        return;
+    try {
+        detail::release_in_background(std::move(st));
+    } catch (...) {
+        // Out of memory while posting: the lease runs out by its TTL.
+    }
+}
+
+namespace {
+std::string const empty_string;
+}
+
+std::string const& lock_guard::name() const noexcept { return state_ ? state_->name : empty_string; }
+std::string const& lock_guard::token() const noexcept {
+    return state_ ? state_->token : empty_string;
+}
+std::int64_t lock_guard::fence() const noexcept { return state_ ? state_->fence : 0; }
+bool lock_guard::owns_lock() const noexcept {
+    return state_ && !state_->lost && !state_->released;
+}
+bool lock_guard::lost() const noexcept { return state_ && state_->lost; }
+
+void lock_guard::start_wait_lost(
+    boost::asio::any_completion_handler<void(boost::system::error_code)> handler) {
+    auto st = state_;
+    auto ex = asio::get_associated_executor(handler);
+    if (!st) {
+        asio::dispatch(ex, [h = std::move(handler)]() mutable {
+            std::move(h)(make_error_code(error::not_held));
+        });
+        return;
+    }
+    asio::dispatch(st->locker->strand_, [st, h = std::move(handler)]() mutable {
+        auto finish = [st](auto&& handler_, error_code ec) mutable {
+            auto hex = asio::get_associated_executor(handler_, st->locker->strand_);
+            asio::dispatch(hex, [h2 = std::move(handler_), ec]() mutable { std::move(h2)(ec); });
+        };
+        if (st->lost) {
+            finish(std::move(h), {});
+            return;
+        }
+        if (st->released) {
+            finish(std::move(h), error::not_held);
+            return;
+        }
+        auto slot = asio::get_associated_cancellation_slot(h);
+        st->lost_timer.async_wait(asio::bind_cancellation_slot(
+            slot, [st, h = std::move(h)](error_code ec) mutable {
+                error_code result = asio::error::operation_aborted;
+                if (st->lost)
+                    result = {};
+                else if (st->released)
+                    result = error::not_held;
+                (void)ec;
+                auto hex = asio::get_associated_executor(h, st->locker->strand_);
+                asio::dispatch(hex, [h2 = std::move(h), result]() mutable {
+                    std::move(h2)(result);
+                });
+            }));
+    });
+}
+
+asio::awaitable<void> lock_guard::wait_lost() {
+    auto [ec] = co_await async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted)
+        throw system_error(ec, "colock: wait_lost");
+}
+
+asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
+    auto st = state_;
+    if (!st || st->released)
+        throw system_error(make_error_code(error::not_held), "colock: extend");
+    if (ttl.count() <= 0)
+        throw system_error(make_error_code(error::invalid_argument),
+                           fmt::format("colock: extend of lock '{}': ttl must be positive",
+                                       st->name));
+    if (st->lost)
+        co_return false;
+    // On the locker's strand, where the renewal reads ttl and lease_deadline.
+    auto [ex, result] = co_await asio::co_spawn(st->locker->strand_, detail::extend_held(st, ttl),
+        asio::as_tuple(asio::use_awaitable));
+    if (ex)
+        std::rethrow_exception(ex);
+    auto [ec, ours] = result;
+    if (ec)
+        throw system_error(ec, fmt::format("colock: extend of lock '{}'", st->name));
+    co_return ours;
+}
+
+asio::awaitable<bool> lock_guard::unlock() {
+    auto st = state_;
+    if (!st || st->released.exchange(true))
+        co_return false;
+    // Its own coroutine on the locker's strand, not reachable by our caller's cancellation:
+    // a cancelled caller still gives the lock back.
+    auto [ex, result] = co_await asio::co_spawn(st->locker->strand_, detail::release_held(st),
+        asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                     asio::as_tuple(asio::use_awaitable)));
+    if (ex)
+        std::rethrow_exception(ex);
+    auto [ec, ours] = result;
+    if (ec)
+        throw system_error(ec, fmt::format("colock: unlock of lock '{}'", st->name));
+    co_return ours;
+}
+
+// -------------------------------------------------------------------- locker
+
+namespace {
+
+struct wake_listener final : redis::push_listener {
+    std::weak_ptr<detail::locker_impl> impl;
+
+    void on_push(resp3::value const& push) override {
+        // ["message", channel, payload]
+        if (push.elements.size() != 3 || push.elements[0].as_string() != "message")
+            return;
+        auto self = impl.lock();
+        if (!self)
+            return;
+        auto channel = push.elements[1].as_string();
+        if (!channel || !channel->starts_with(self->prefix_))
+            return;
+        asio::dispatch(self->strand_, [self, c = std::string(*channel)] {
+            self->on_wake_message(c);
+        });
+    }
+
+    void on_reconnect() override {
+        if (auto self = impl.lock())
+            asio::dispatch(self->strand_, [self] { self->on_reconnect(); });
+    }
+};
+
+} // namespace
+
+locker::locker(redis::connection& conn, std::string key_prefix)
+    : impl_(std::make_shared<detail::locker_impl>(redis::detail::engine_of(conn),
+                                                  std::move(key_prefix))) {
+    auto listener = std::make_shared<wake_listener>();
+    listener->impl = impl_;
+    impl_->listener_ = listener;
+    redis::detail::engine_add_listener(impl_->engine_, listener);
+}
+
+locker::~locker() {
+    redis::detail::engine_remove_listener(impl_->engine_, impl_->listener_.get());
+}
+
+std::string const& locker::key_prefix() const noexcept { return impl_->prefix_; }
+
+void locker::start_lock(std::string name, lock_options opt, lock_handler handler) {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    auto ex = asio::get_associated_executor(handler, impl_->strand_);
+    asio::co_spawn(impl_->strand_, impl_->lock(impl_, std::move(name), opt, true),
+                   asio::bind_cancellation_slot(
+                       slot, asio::bind_executor(
+                                 ex, [h = std::move(handler)](
+                                         std::exception_ptr e,
+                                         detail::locker_impl::lock_outcome out) mutable {
+                                     if (e) {
+                                         std::move(h)(make_error_code(error::unexpected_reply),
+                                                      lock_guard{});
+                                         return;
+                                     }
+                                     std::move(h)(out.ec, lock_guard(std::move(out.state)));
+                                 })));
+}
+
+void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler handler) {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    auto ex = asio::get_associated_executor(handler, impl_->strand_);
+    asio::co_spawn(
+        impl_->strand_, impl_->lock(impl_, std::move(name), opt, false),
+        asio::bind_cancellation_slot(
+            slot, asio::bind_executor(ex, [h = std::move(handler)](
+                                              std::exception_ptr e,
+                                              detail::locker_impl::lock_outcome out) mutable {
+                if (e) {
+                    std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
+                    return;
+                }
+                std::optional<lock_guard> g;
+                if (out.state)
+                    g.emplace(lock_guard(std::move(out.state)));
+                std::move(h)(out.ec, std::move(g));
+            })));
+}
+
+asio::awaitable<lock_guard> locker::co_lock(std::string_view name, lock_options opt) {
+    validate(name, opt);
+    auto [ec, out] = co_await asio::co_spawn(impl_->strand_,
+                                             impl_->lock(impl_, std::string(name), opt, true),
+                                             asio::as_tuple(asio::use_awaitable));
+    if (ec)
+        std::rethrow_exception(ec);
+    if (out.ec)
+        throw system_error(out.ec, out.message);
+    co_return lock_guard(std::move(out.state));
+}
+
+asio::awaitable<std::optional<lock_guard>> locker::co_try_lock(std::string_view name,
+                                                                lock_options opt) {
+    validate(name, opt);
+    auto [ec, out] = co_await asio::co_spawn(impl_->strand_,
+                                             impl_->lock(impl_, std::string(name), opt, false),
+                                             asio::as_tuple(asio::use_awaitable));
+    if (ec)
+        std::rethrow_exception(ec);
+    if (out.ec)
+        throw system_error(out.ec, out.message);
+    if (!out.state)
+        co_return std::nullopt;
+    co_return lock_guard(std::move(out.state));
+}
+
+} // namespace colock
