@@ -222,12 +222,25 @@ struct lock_keys {
 // -------------------------------------------------------------------- locker state
 
 // One local waiter of a contended co_lock; lives in its coroutine's frame.
+enum class wake_reason {
+    none,                   // the timer ran out
+    woken,                  // a release was published, or the head before it gave up
+    promoted_after_acquire, // the head before it took the lock: no point in asking at once
+};
+
 struct waiter {
     explicit waiter(asio::any_io_executor const& ex)
         : timer(ex) {}
     asio::steady_timer timer;
-    bool woken = false; // a release was published, or it became the head of the queue
+    wake_reason wake = wake_reason::none;
 };
+
+// Errors after which a waiting co_lock tries again: the connection was lost or is being
+// re-established. A connection that never worked, or was closed, is a real error.
+bool is_transient(error_code ec) {
+    return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout ||
+           ec == redis::error::connect_timeout;
+}
 
 // The local FIFO of waiters on one name, sharing one subscription to its wake channel.
 struct name_queue {
@@ -325,9 +338,12 @@ public:
         r.acquired = *v.elements[0].as_integer() == 1;
         if (r.acquired)
             r.fence = *v.elements[1].as_integer();
+        else if (auto const pttl = *v.elements[1].as_integer(); pttl >= 0)
+            r.holder_ttl = milliseconds(pttl);
+        else if (pttl == -1)
+            r.holder_ttl = milliseconds::max(); // set without expiry by hand: back off only
         else
-            // -1: no expiry (someone set the key by hand); -2: gone meanwhile.
-            r.holder_ttl = milliseconds(std::max<std::int64_t>(*v.elements[1].as_integer(), 0));
+            r.holder_ttl = milliseconds(0); // gone meanwhile: try again at once
         co_return r;
     }
 
@@ -360,7 +376,8 @@ public:
         return q;
     }
 
-    void leave(std::string const& channel, std::shared_ptr<name_queue> const& q, waiter& w) {
+    void leave(std::string const& channel, std::shared_ptr<name_queue> const& q, waiter& w,
+               bool acquired) {
         bool const was_head = !q->waiters.empty() && q->waiters.front() == &w;
         std::erase(q->waiters, &w);
         if (q->waiters.empty()) {
@@ -374,12 +391,13 @@ public:
             if (it != queues_.end() && it->second == q)
                 queues_.erase(it);
         } else if (was_head) {
-            wake(*q->waiters.front());
+            wake(*q->waiters.front(),
+                 acquired ? wake_reason::promoted_after_acquire : wake_reason::woken);
         }
     }
 
-    static void wake(waiter& w) {
-        w.woken = true;
+    static void wake(waiter& w, wake_reason why = wake_reason::woken) {
+        w.wake = why;
         w.timer.cancel();
     }
 
@@ -653,6 +671,9 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         co_return out; // held by someone else: an empty result
     if (cancelled(cs))
         co_return fail(asio::error::operation_aborted, {});
+    if (clock_type::now() >= wait_deadline)
+        co_return fail(error::timeout,
+                       fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
 
     // Contended: queue locally. The head subscribes (once per name) and retries; the others
     // sleep until they become the head.
@@ -663,7 +684,8 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         std::string const& channel;
         std::shared_ptr<name_queue> const& q;
         waiter& w;
-        ~leave_on_exit() { impl->leave(channel, q, w); }
+        bool acquired = false;
+        ~leave_on_exit() { impl->leave(channel, q, w, acquired); }
     } leave_guard{this, keys.channel, queue, self_waiter};
 
     milliseconds sleep = first->holder_ttl;
@@ -681,18 +703,26 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
             queue->wake_pending = false;
             auto r = co_await try_once(keys, token, name, opt, cs, out);
             ++attempts;
-            if (r->ec)
-                co_return fail(r->ec, r->server_text);
-            if (r->acquired)
+            if (r->acquired) {
+                leave_guard.acquired = true;
                 co_return out;
-            sleep = r->holder_ttl;
+            }
+            if (r->ec) {
+                // A lost connection leaves the attempt's outcome unknown; the acquire script
+                // is idempotent for our token, so trying again later is safe.
+                if (!is_transient(r->ec) || clock_type::now() >= wait_deadline)
+                    co_return fail(r->ec, r->server_text);
+                sleep = opt.retry.max;
+            } else {
+                sleep = r->holder_ttl;
+            }
         }
         need_attempt = true;
 
         auto const now = clock_type::now();
         if (now >= wait_deadline)
-            co_return fail(error::timeout, fmt::format("not acquired within {} ms",
-                                                       opt.wait_timeout->count()));
+            co_return fail(error::timeout,
+                           fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
         if (head && queue->wake_pending)
             continue; // released while we were busy: try again at once
         auto until = wait_deadline;
@@ -700,13 +730,17 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
             auto const nap = std::min(sleep, backoff(opt.retry, attempts - 1));
             until = std::min(until, now + std::max(nap, milliseconds{1}));
         }
-        self_waiter.woken = false;
+        self_waiter.wake = wake_reason::none;
         self_waiter.timer.expires_at(until);
         co_await self_waiter.timer.async_wait(nothrow_awaitable);
         if (cancelled(cs))
             co_return fail(asio::error::operation_aborted, {});
-        if (!head && !self_waiter.woken && clock_type::now() < wait_deadline) {
-            need_attempt = false; // a spurious end of sleep: still not the head
+        if (self_waiter.wake == wake_reason::promoted_after_acquire) {
+            // The previous head took the lock: wait for its release rather than ask now.
+            need_attempt = false;
+            sleep = opt.ttl;
+        } else if (!head && self_waiter.wake == wake_reason::none) {
+            need_attempt = false; // woken by the wait deadline only; checked above
         }
     }
 }
