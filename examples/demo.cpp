@@ -162,8 +162,13 @@ asio::awaitable<int> run_demo(redis::config cfg, options opts) {
 
     fmt::print("Connecting to {} ...\n", cfg.to_redacted_url());
     if (auto [ec] = co_await conn->async_connect(asio::as_tuple(asio::use_awaitable)); ec) {
-        fmt::print(stderr, "colock_demo: cannot connect to {}: {} {}\n", cfg.to_redacted_url(),
-                   ec.message(), conn->last_error_text());
+        // last_error_text() names the server and the reason (network error or the server's
+        // refusal) when the connection knows it.
+        auto const reason = conn->last_error_text();
+        fmt::print(stderr, "colock_demo: {}\n",
+                   reason.empty() ? fmt::format("cannot connect to {}: {}", cfg.to_redacted_url(),
+                                                ec.message())
+                                  : reason);
         co_return 1;
     }
 
