@@ -117,6 +117,16 @@ public:
     bool ever_connected_ = false;
     std::uint64_t generation_ = 0;
 
+    struct ready_exec {
+        exec_handler handler;
+        asio::cancellation_slot slot;
+        error_code ec;
+        response replies;
+    };
+    std::vector<ready_exec> ready_;
+    std::vector<ready_exec> flushing_;
+    bool flush_posted_ = false;
+
     // --- readable from any thread ---
     std::atomic<bool> connected_{false};
     std::atomic<std::uint64_t> reconnects_{0};
@@ -139,7 +149,12 @@ public:
             if (!ec && std::any_of(e->replies.begin(), e->replies.end(),
                                    [](resp3::value const& v) { return v.is_error(); }))
                 ec = error::server_error;
-            deliver(std::move(*h), slot, ec, std::move(e->replies));
+            // Batched: one strand turn delivers every reply parsed from one read.
+            ready_.push_back(ready_exec{std::move(*h), slot, ec, std::move(e->replies)});
+            if (!flush_posted_) {
+                flush_posted_ = true;
+                asio::post(strand_, [self = shared_from_this()] { self->flush_ready(); });
+            }
         } else if (auto* v = std::get_if<connect_handler>(&e->handler)) {
             deliver(std::move(*v), slot, ec);
         }
@@ -160,6 +175,22 @@ public:
                 std::move(handler)(std::move(args)...);
             });
         });
+    }
+
+    // Delivers the batch on the handlers' own executors; inline when that executor runs on
+    // this thread (a coroutine on the same io_context), which saves a post per reply.
+    void flush_ready() {
+        flush_posted_ = false;
+        std::swap(ready_, flushing_);
+        for (auto& r : flushing_) {
+            auto ex = asio::get_associated_executor(r.handler, strand_);
+            asio::dispatch(ex, [handler = std::move(r.handler), slot = r.slot, ec = r.ec,
+                                replies = std::move(r.replies)]() mutable {
+                slot.clear();
+                std::move(handler)(ec, std::move(replies));
+            });
+        }
+        flushing_.clear();
     }
 
     void post_connect_completion(connect_handler handler, asio::cancellation_slot slot,
@@ -626,8 +657,8 @@ void engine_exec(shared_engine const& engine, resp3::request req, exec_handler h
         engine->deliver(std::move(handler), {}, error_code{}, response{});
         return;
     }
-    engine->start_exec(std::string(req.payload()), req.expected_replies(), std::move(handler),
-                       false);
+    std::size_t const expected = req.expected_replies();
+    engine->start_exec(req.take_payload(), expected, std::move(handler), false);
 }
 
 void engine_subscribe(shared_engine const& engine, bool subscribe,

@@ -65,6 +65,14 @@ public:
     /// The serialised bytes of every command pushed so far.
     std::string_view payload() const noexcept { return payload_; }
 
+    /// Moves the serialised bytes out (for a connection that takes the request over); the
+    /// request is empty afterwards.
+    std::string take_payload() noexcept {
+        std::string out = std::move(payload_);
+        clear();
+        return out;
+    }
+
     /// Number of commands pushed.
     std::size_t commands() const noexcept { return commands_; }
 
