@@ -1,6 +1,7 @@
 // The connection used from coroutines on a multi-threaded io_context. Built under
 // ThreadSanitizer by scripts/test.sh.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
 
 #include "test_util.hpp"
@@ -45,12 +46,12 @@ TEST_CASE("many coroutines on four threads share one connection") {
                     if (!reply.at(0).as_integer())
                         ++failures;
                     if (i % 50 == c % 50) {
-                        // Cancellation from the pool's threads too: race a slow request
-                        // against a short timer.
+                        // Cancellation from the pool's threads too: race a request against
+                        // a timer that is already due; the timer usually wins. (Not a
+                        // blocking command: it would hold the shared connection for all.)
                         asio::steady_timer timer(co_await asio::this_coro::executor);
-                        timer.expires_after(1ms);
-                        auto r = co_await (conn.async_exec(command("BLPOP", "threads:none",
-                                                                    "0.05"),
+                        timer.expires_after(0ms);
+                        auto r = co_await (conn.async_exec(command("ECHO", "raced"),
                                                            asio::use_awaitable) ||
                                            timer.async_wait(asio::use_awaitable));
                         if (r.index() == 1)
@@ -77,4 +78,63 @@ TEST_CASE("many coroutines on four threads share one connection") {
     CHECK(aborted > 0);
     CHECK(shared_server().cli(colock::test::strings("GET", "threads:counter")) ==
           std::to_string(coroutines * increments));
+}
+
+TEST_CASE("locks taken and released from four threads keep mutual exclusion") {
+    constexpr int coroutines = 32;
+    constexpr int rounds = 20;
+    asio::io_context ctx(4);
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker lk{conn, "threads-lock:"};
+    std::atomic<int> finished{0};
+    std::atomic<int> inside{0};
+    std::atomic<int> overlaps{0};
+    std::atomic<int> errors{0};
+    int unguarded_counter = 0; // protected by the distributed lock alone
+
+    for (int c = 0; c < coroutines; ++c) {
+        asio::co_spawn(
+            ctx,
+            [&, c]() -> asio::awaitable<void> {
+                std::string const name = "name-" + std::to_string(c % 4);
+                for (int i = 0; i < rounds; ++i) {
+                    try {
+                        lock_options opt;
+                        opt.ttl = 5s;
+                        auto guard = co_await lk.co_lock(name, opt);
+                        if (name == "name-0") {
+                            if (++inside > 1)
+                                ++overlaps;
+                            ++unguarded_counter;
+                            asio::steady_timer t(co_await asio::this_coro::executor);
+                            t.expires_after(100us);
+                            co_await t.async_wait(asio::use_awaitable);
+                            --inside;
+                        }
+                        if (!co_await guard.unlock())
+                            ++errors;
+                    } catch (std::exception const&) {
+                        ++errors;
+                    }
+                }
+                ++finished;
+            },
+            asio::detached);
+    }
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&] { ctx.run_for(120s); });
+    auto const deadline = std::chrono::steady_clock::now() + 120s;
+    while (finished < coroutines && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(10ms);
+    REQUIRE(finished == coroutines);
+    conn.close();
+    ctx.stop();
+    for (auto& t : threads)
+        t.join();
+
+    CHECK(errors == 0);
+    CHECK(overlaps == 0);
+    CHECK(unguarded_counter == (coroutines / 4) * rounds);
+    CHECK(shared_server().cli(colock::test::strings("EXISTS", "threads-lock:{name-0}")) == "0");
 }
