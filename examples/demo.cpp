@@ -1,21 +1,23 @@
-// colock demo: many coroutines share ONE Redis connection, and nobody waits for anybody.
+// colock demo: a distributed lock serialises refunds on one account.
 //
-// Every coroutine sends its own commands with co_await, as if it had the connection to itself.
-// The connection collects whatever is queued while a write is in flight and sends it in one
-// write (automatic pipelining), then hands each reply to the coroutine that asked. At the end
-// the shared counter proves that no INCR was lost or doubled, and each GET proves that every
-// coroutine got its own reply back.
+// Three "workers" stand for three processes: each has its own Redis connection and its own
+// colock::locker, and runs 20 coroutines. Every coroutine takes the lock "demo:refund:acct-42"
+// and does a read-modify-write of the account's balance (GET, think for a moment, SET) that
+// would lose updates without the lock. Then the demo shows the other tools:
+//   - co_try_lock: one attempt that comes back empty while someone else holds the lock;
+//   - wait_lost: `co_await (work() || guard.wait_lost())` stops the work when the lease is
+//     taken away (here: someone DELetes the lock key from outside);
+//   - cancellation: co_lock raced against a timer with `||`, and lock_options::wait_timeout.
+// The final balance must equal the number of increments (exit status 1 otherwise).
 //
-// Usage: colock_demo [--url redis://host:port] [--coroutines N] [--rounds R]
+// Usage: colock_demo [--url redis://host:port] [--workers N] [--coroutines N] [--rounds N]
 // Without --url it uses COLOCK_REDIS_URL.
-#include <colock/redis/config.hpp>
-#include <colock/redis/connection.hpp>
-#include <colock/resp3/request.hpp>
-#include <colock/resp3/value.hpp>
+#include <colock/colock.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -25,6 +27,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -42,21 +45,24 @@
 namespace asio = boost::asio;
 namespace redis = colock::redis;
 namespace resp3 = colock::resp3;
+using namespace asio::experimental::awaitable_operators;
+using namespace std::chrono_literals;
 
 namespace {
 
 using steady = std::chrono::steady_clock;
 
-// Far more than the work needs even on a slow machine; beyond it a reply went missing.
-constexpr auto reply_deadline = std::chrono::seconds{60};
+constexpr std::string_view lock_name = "demo:refund:acct-42";
+// Acquisitions told in full; the rest are summed up.
+constexpr std::int64_t story_lines = 8;
 
 constexpr std::string_view usage_text =
-    R"(usage: colock_demo [--url redis://host:port] [--coroutines N] [--rounds R]
+    R"(usage: colock_demo [--url redis://host:port] [--workers N] [--coroutines N] [--rounds N]
 
   --url URL         Redis server (default: $COLOCK_REDIS_URL)
-  --coroutines N    coroutines sharing the one connection (default 200)
-  --rounds R        rounds per coroutine: INCR the shared counter, then SET and GET
-                    its own key in one request (default 25)
+  --workers N       simulated processes, each with its own connection and locker (default 3)
+  --coroutines N    coroutines per worker (default 20)
+  --rounds N        refunds per coroutine, each one read-modify-write under the lock (default 2)
 )";
 
 struct usage_error : std::runtime_error {
@@ -65,8 +71,9 @@ struct usage_error : std::runtime_error {
 
 struct options {
     std::string url;
-    std::int64_t coroutines = 200;
-    std::int64_t rounds = 25;
+    std::int64_t workers = 3;
+    std::int64_t coroutines = 20;
+    std::int64_t rounds = 2;
     bool help = false;
 };
 
@@ -89,157 +96,313 @@ options parse_options(int argc, char** argv) {
             opts.help = true;
             continue;
         }
-        if (arg != "--url" && arg != "--coroutines" && arg != "--rounds")
+        if (arg != "--url" && arg != "--workers" && arg != "--coroutines" && arg != "--rounds")
             throw usage_error(fmt::format("unknown argument \"{}\"", arg));
         if (i + 1 >= argc)
             throw usage_error(fmt::format("{} needs a value", arg));
         std::string_view const value = argv[++i];
         if (arg == "--url")
             opts.url = value;
+        else if (arg == "--workers")
+            opts.workers = parse_count(arg, value, 26);
         else if (arg == "--coroutines")
-            opts.coroutines = parse_count(arg, value, 100000);
+            opts.coroutines = parse_count(arg, value, 1000);
         else
-            opts.rounds = parse_count(arg, value, 100000);
+            opts.rounds = parse_count(arg, value, 1000);
     }
     if (opts.url.empty() && !opts.help)
         throw usage_error("no server: pass --url redis://host:port or set COLOCK_REDIS_URL");
     return opts;
 }
 
-/// What the coroutines share: progress, the first failure, and a way to say "all done".
-struct shared_state {
-    explicit shared_state(asio::any_io_executor const& ex) : all_done(ex) {}
-
-    std::int64_t running = 0;
-    std::int64_t commands = 0; // replies received
-    std::string first_failure;
-    asio::steady_timer all_done; // cancelled by the last coroutine to finish
+/// One simulated process: its own connection and locker.
+struct worker {
+    std::string name; // "worker-A"
+    std::unique_ptr<redis::connection> conn;
+    std::unique_ptr<colock::locker> locker;
+    std::int64_t acquisitions = 0;
+    double total_wait_ms = 0;
+    double max_wait_ms = 0;
 };
 
-asio::awaitable<void> worker(std::shared_ptr<redis::connection> conn,
-                             std::shared_ptr<shared_state> state, std::string counter_key,
-                             std::string own_key, std::int64_t id, std::int64_t rounds) {
+/// What every coroutine of part 1 shares (one thread: no races, only interleavings).
+struct refund_state {
+    explicit refund_state(asio::any_io_executor const& ex) : all_done(ex) {}
+    std::string balance_key;
+    std::int64_t running = 0;
+    std::int64_t acquisitions = 0;
+    std::int64_t holders = 0; // inside the lock right now: must never exceed 1
+    std::int64_t last_fence = 0;
+    std::string first_failure;
+    asio::steady_timer all_done;
+
+    void fail(std::string what) {
+        if (first_failure.empty())
+            first_failure = std::move(what);
+    }
+};
+
+double ms_since(steady::time_point t) {
+    return std::chrono::duration<double, std::milli>(steady::now() - t).count();
+}
+
+asio::awaitable<void> pause(std::chrono::microseconds d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<redis::response> exec1(redis::connection& conn, std::string_view command,
+                                       std::string_view key) {
+    resp3::request req;
+    req.push(command, key);
+    co_return co_await conn.co_exec(std::move(req));
+}
+
+asio::awaitable<void> refund_coroutine(worker* w, std::shared_ptr<refund_state> state,
+                                       std::int64_t id, std::int64_t rounds, std::uint32_t seed) {
+    std::minstd_rand rng(seed);
+    std::uniform_int_distribution<int> think_us(200, 1500);
     try {
         for (std::int64_t round = 0; round < rounds; ++round) {
-            resp3::request incr;
-            incr.push("INCR", counter_key);
-            auto const incremented = co_await conn->co_exec(incr);
-            state->commands += 1;
-            if (!incremented.at(0).as_integer())
-                throw std::runtime_error("INCR did not answer with a number");
+            auto const asked = steady::now();
+            auto guard = co_await w->locker->co_lock(lock_name);
+            double const waited = ms_since(asked);
+            ++state->holders;
+            if (state->holders > 1)
+                state->fail(fmt::format("{} holders at once!", state->holders));
+            if (guard.fence() <= state->last_fence)
+                state->fail(
+                    fmt::format("fence went from {} to {}", state->last_fence, guard.fence()));
+            state->last_fence = guard.fence();
+            w->acquisitions += 1;
+            w->total_wait_ms += waited;
+            w->max_wait_ms = std::max(w->max_wait_ms, waited);
 
-            // Two commands in one request: they go out together and come back together.
-            auto const value = fmt::format("coroutine {} round {}", id, round);
-            resp3::request set_then_get;
-            set_then_get.push("SET", own_key, value);
-            set_then_get.push("GET", own_key);
-            auto const replies = co_await conn->co_exec(set_then_get);
-            state->commands += 2;
-            if (replies.size() != 2 || replies[1].as_string() != value)
-                throw std::runtime_error(
-                    fmt::format("GET {} answered {}, expected \"{}\"", own_key,
-                                replies.size() == 2 ? resp3::to_debug_string(replies[1])
-                                                    : fmt::format("{} replies", replies.size()),
-                                value));
+            // The read-modify-write the lock protects: without it, two coroutines would read
+            // the same balance and one refund would be lost.
+            auto const read = co_await exec1(*w->conn, "GET", state->balance_key);
+            std::int64_t balance = 0;
+            if (auto text = read.at(0).as_string())
+                std::from_chars(text->data(), text->data() + text->size(), balance);
+            co_await pause(std::chrono::microseconds{think_us(rng)});
+            resp3::request write;
+            write.push("SET", state->balance_key, balance + 1);
+            co_await w->conn->co_exec(std::move(write));
+
+            if (++state->acquisitions <= story_lines)
+                fmt::print("  {}/{:<2} got the lock after {:6.2f} ms  fence {:>3}  balance {} -> "
+                           "{}\n",
+                           w->name, id, waited, guard.fence(), balance, balance + 1);
+            --state->holders;
+            if (!co_await guard.unlock())
+                state->fail(
+                    fmt::format("{}/{}: the lock was no longer ours at unlock", w->name, id));
         }
     } catch (std::exception const& e) {
-        if (state->first_failure.empty())
-            state->first_failure = fmt::format("coroutine {}: {}", id, e.what());
+        state->fail(fmt::format("{}/{}: {}", w->name, id, e.what()));
     }
     if (--state->running == 0)
         state->all_done.cancel();
 }
 
-/// A prefix no other run shares, so concurrent demos on one server do not count each other.
-std::string unique_key_prefix() {
+/// A long job in steps; cancelled between steps when the lease goes.
+asio::awaitable<void> refund_batch(std::shared_ptr<int> steps_done) {
+    for (int step = 1; step <= 50; ++step) {
+        co_await pause(100ms);
+        *steps_done = step;
+    }
+}
+
+/// Somebody else deletes the lock key: an operator, a FLUSHDB, or an expiry during a GC pause.
+asio::awaitable<void> outsider_deletes(redis::connection* conn, std::string key,
+                                       std::chrono::milliseconds after) {
+    co_await pause(after);
+    co_await exec1(*conn, "DEL", key);
+    fmt::print("  outsider: DEL {}  (the lease is gone behind the holder's back)\n", key);
+}
+
+std::string unique_prefix() {
     std::random_device random;
     return fmt::format("colock:demo:{}-{:08x}:", ::getpid(), random());
 }
 
 asio::awaitable<int> run_demo(redis::config cfg, options opts) {
     auto const ex = co_await asio::this_coro::executor;
-    auto conn = std::make_shared<redis::connection>(ex, cfg);
+    auto const prefix = unique_prefix();
+    auto const lock_key = fmt::format("{}{{{}}}", prefix, lock_name);
 
-    fmt::print("Connecting to {} ...\n", cfg.to_redacted_url());
-    if (auto [ec] = co_await conn->async_connect(asio::as_tuple(asio::use_awaitable)); ec) {
-        // last_error_text() names the server and the reason (network error or the server's
-        // refusal) when the connection knows it.
-        auto const reason = conn->last_error_text();
-        fmt::print(stderr, "colock_demo: {}\n",
-                   reason.empty() ? fmt::format("cannot connect to {}: {}", cfg.to_redacted_url(),
-                                                ec.message())
-                                  : reason);
-        co_return 1;
+    fmt::print("Connecting {} workers to {} ...\n", opts.workers, cfg.to_redacted_url());
+    std::vector<worker> workers(static_cast<std::size_t>(opts.workers));
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+        auto& w = workers[i];
+        w.name = fmt::format("worker-{}", static_cast<char>('A' + i));
+        w.conn = std::make_unique<redis::connection>(ex, cfg);
+        if (auto [ec] = co_await w.conn->async_connect(asio::as_tuple(asio::use_awaitable)); ec) {
+            auto const reason = w.conn->last_error_text();
+            fmt::print(stderr, "colock_demo: {}\n",
+                       reason.empty() ? fmt::format("cannot connect to {}: {}",
+                                                    cfg.to_redacted_url(), ec.message())
+                                      : reason);
+            co_return 1;
+        }
+        w.locker = std::make_unique<colock::locker>(*w.conn, prefix);
     }
-
-    auto const prefix = unique_key_prefix();
-    auto const counter_key = prefix + "counter";
-    std::vector<std::string> keys{counter_key};
-    for (std::int64_t id = 0; id < opts.coroutines; ++id)
-        keys.push_back(fmt::format("{}coroutine:{}", prefix, id));
-
-    fmt::print("{} coroutines share this one connection; each does {} rounds of\n"
-               "  INCR {}\n  SET + GET of its own key (one request, two commands)\n",
-               opts.coroutines, opts.rounds, counter_key);
-
-    auto state = std::make_shared<shared_state>(ex);
-    state->running = opts.coroutines;
-    state->all_done.expires_after(reply_deadline);
-    auto const started = steady::now();
-    for (std::int64_t id = 0; id < opts.coroutines; ++id)
-        asio::co_spawn(ex,
-                       worker(conn, state, counter_key, keys[static_cast<std::size_t>(id) + 1], id,
-                              opts.rounds),
-                       asio::detached);
-    co_await state->all_done.async_wait(asio::as_tuple(asio::use_awaitable));
-    double const elapsed = std::chrono::duration<double>(steady::now() - started).count();
-
+    redis::connection outsider(ex, cfg);
+    co_await outsider.async_connect(asio::use_awaitable);
     int status = 0;
+
+    // ------------------------------------------------------------------ 1. refunds
+    auto state = std::make_shared<refund_state>(ex);
+    state->balance_key = prefix + "balance:acct-42";
+    std::int64_t const expected = opts.workers * opts.coroutines * opts.rounds;
+    fmt::print("\n1. {} workers x {} coroutines x {} refunds compete for lock '{}'\n"
+               "   (Redis key {}); each refund is GET balance, think, SET balance + 1.\n",
+               opts.workers, opts.coroutines, opts.rounds, lock_name, lock_key);
+    auto const started = steady::now();
+    state->running = opts.workers * opts.coroutines;
+    state->all_done.expires_after(60s);
+    std::uint32_t seed = 1;
+    for (auto& w : workers)
+        for (std::int64_t id = 0; id < opts.coroutines; ++id)
+            asio::co_spawn(ex, refund_coroutine(&w, state, id, opts.rounds, seed++),
+                           asio::detached);
+    co_await state->all_done.async_wait(asio::as_tuple(asio::use_awaitable));
+    double const elapsed = ms_since(started);
     if (state->running > 0) {
-        fmt::print(stderr, "colock_demo: {} coroutines still waited for a reply after {} s\n",
-                   state->running, reply_deadline.count());
-        status = 1;
-    } else if (!state->first_failure.empty()) {
-        fmt::print(stderr, "colock_demo: a command failed: {}\n", state->first_failure);
+        state->fail(fmt::format("{} coroutines still running after 60 s", state->running));
+    }
+    if (expected > story_lines)
+        fmt::print("  ... and {} more acquisitions\n", expected - story_lines);
+    fmt::print("   {:<10} {:>8} {:>14} {:>12}\n", "", "refunds", "mean wait ms", "max wait ms");
+    for (auto const& w : workers)
+        fmt::print("   {:<10} {:>8} {:>14.2f} {:>12.2f}\n", w.name, w.acquisitions,
+                   w.acquisitions ? w.total_wait_ms / static_cast<double>(w.acquisitions) : 0.0,
+                   w.max_wait_ms);
+
+    auto const final_read = co_await exec1(outsider, "GET", state->balance_key);
+    std::int64_t balance = -1;
+    if (auto text = final_read.at(0).as_string())
+        std::from_chars(text->data(), text->data() + text->size(), balance);
+    fmt::print("   {} refunds in {:.0f} ms; fences strictly increasing up to {}; never two holders "
+               "at once: {}\n",
+               state->acquisitions, elapsed, state->last_fence,
+               state->first_failure.empty() ? "yes" : "NO");
+    if (balance == expected && state->first_failure.empty()) {
+        fmt::print("   final balance {} = {} refunds: no update lost.\n", balance, expected);
+    } else {
+        fmt::print(stderr, "colock_demo: balance {} (expected {}); {}\n", balance, expected,
+                   state->first_failure.empty() ? "no other failure" : state->first_failure);
         status = 1;
     }
 
-    std::int64_t const expected_commands = opts.coroutines * opts.rounds * 3;
-    fmt::print("\n{} commands ({} expected) in {:.3f} s = {:.0f} commands/s\n", state->commands,
-               expected_commands, elapsed, static_cast<double>(state->commands) / elapsed);
+    auto& a = workers.front();
+    auto& b = workers.size() > 1 ? workers[1] : workers.front();
 
-    if (status == 0) {
-        resp3::request get_counter;
-        get_counter.push("GET", counter_key);
-        auto const counter = (co_await conn->co_exec(get_counter)).at(0).as_integer();
-        std::int64_t const expected_counter = opts.coroutines * opts.rounds;
-        if (counter == expected_counter) {
-            fmt::print("counter = {} = {} coroutines x {} rounds: no increment lost or doubled\n",
-                       *counter, opts.coroutines, opts.rounds);
+    // ------------------------------------------------------------------ 2. co_try_lock
+    fmt::print("\n2. co_try_lock: one attempt, never waits\n");
+    {
+        auto held = co_await a.locker->co_lock(lock_name);
+        fmt::print("  {} holds the lock (fence {})\n", a.name, held.fence());
+        auto attempt = co_await b.locker->co_try_lock(lock_name);
+        fmt::print("  {}: co_try_lock -> {}\n", b.name,
+                   attempt ? "acquired?! (wrong)" : "empty optional: somebody holds it");
+        if (attempt)
+            status = 1;
+        co_await held.unlock();
+        fmt::print("  {} unlocks\n", a.name);
+        auto second = co_await b.locker->co_try_lock(lock_name);
+        if (second) {
+            fmt::print("  {}: co_try_lock -> acquired, fence {}\n", b.name, second->fence());
+            co_await second->unlock();
         } else {
-            fmt::print(stderr, "colock_demo: counter is {}, expected {}\n",
-                       counter ? fmt::format("{}", *counter) : std::string("not a number"),
-                       expected_counter);
+            fmt::print(stderr, "colock_demo: co_try_lock of a free lock came back empty\n");
             status = 1;
         }
     }
-    fmt::print("reconnects: {}\n", conn->reconnect_count());
 
-    // Leave the server as we found it, even after a failure.
-    resp3::request cleanup;
-    cleanup.push_range("DEL", keys);
-    auto [cleanup_ec, deleted] =
-        co_await conn->async_exec(cleanup, asio::as_tuple(asio::use_awaitable));
-    if (cleanup_ec) {
-        fmt::print(stderr, "colock_demo: could not delete the demo's keys: {} {}\n",
-                   cleanup_ec.message(), redis::first_error_text(deleted));
-        status = 1;
-    } else {
-        fmt::print("cleaned up {} keys\n", deleted.at(0).as_integer().value_or(0));
+    // ------------------------------------------------------------------ 3. wait_lost
+    fmt::print("\n3. wait_lost: the holder's work stops when the lease is lost\n");
+    {
+        colock::lock_options opt;
+        opt.ttl = 3s;
+        opt.renew_interval = 200ms; // the renewal is what notices the loss
+        auto guard = co_await a.locker->co_lock(lock_name, opt);
+        fmt::print("  {} holds the lock (fence {}), starts a 5 s refund batch under "
+                   "`co_await (refund_batch() || guard.wait_lost())`\n",
+                   a.name, guard.fence());
+        asio::co_spawn(ex, outsider_deletes(&outsider, lock_key, 450ms), asio::detached);
+        auto const batch_started = steady::now();
+        auto steps = std::make_shared<int>(0);
+        auto const winner = co_await (refund_batch(steps) || guard.wait_lost());
+        if (winner.index() == 1 && guard.lost()) {
+            fmt::print("  {}: lease lost after {:.0f} ms -> batch cancelled after {} of 50 steps; "
+                       "guard.lost() = true\n",
+                       a.name, ms_since(batch_started), *steps);
+        } else {
+            fmt::print(stderr, "colock_demo: the batch was not stopped by the lost lease\n");
+            status = 1;
+        }
+        bool const was_ours = co_await guard.unlock();
+        fmt::print("  {}: unlock() -> {} (nothing to give back)\n", a.name, was_ours);
+        if (was_ours)
+            status = 1;
     }
 
-    // Stops the connection's background work (reader, health check), so io.run() returns.
-    conn->close();
+    // ------------------------------------------------------------------ 4. cancellation
+    fmt::print("\n4. Giving up: co_lock honours cancellation and wait_timeout\n");
+    {
+        auto held = co_await a.locker->co_lock(lock_name);
+        fmt::print("  {} holds the lock (fence {})\n", a.name, held.fence());
+
+        asio::steady_timer timer(ex, 200ms);
+        auto const raced_at = steady::now();
+        auto const raced =
+            co_await (b.locker->co_lock(lock_name) || timer.async_wait(asio::use_awaitable));
+        if (raced.index() == 1) {
+            fmt::print("  {}: `co_lock(...) || timer(200 ms)` -> the timer won after {:.0f} ms; "
+                       "the co_lock was cancelled\n",
+                       b.name, ms_since(raced_at));
+        } else {
+            fmt::print(stderr, "colock_demo: co_lock won against a held lock\n");
+            status = 1;
+        }
+
+        colock::lock_options patient;
+        patient.wait_timeout = 150ms;
+        try {
+            auto never = co_await b.locker->co_lock(lock_name, patient);
+            fmt::print(stderr, "colock_demo: co_lock with wait_timeout acquired a held lock\n");
+            status = 1;
+        } catch (boost::system::system_error const& e) {
+            fmt::print("  {}: wait_timeout 150 ms -> {}\n", b.name, e.what());
+            if (e.code() != colock::error::timeout)
+                status = 1;
+        }
+
+        auto const holder = co_await exec1(outsider, "GET", lock_key);
+        bool const still_a = holder.at(0).as_string() == held.token();
+        fmt::print("  the lock still belongs to {}: {}\n", a.name, still_a ? "yes" : "NO");
+        if (!still_a)
+            status = 1;
+        co_await held.unlock();
+    }
+
+    // ------------------------------------------------------------------ cleanup
+    auto const left = co_await exec1(outsider, "EXISTS", lock_key);
+    if (left.at(0).as_integer().value_or(1) != 0) {
+        fmt::print(stderr, "colock_demo: the lock key was left behind\n");
+        status = 1;
+    }
+    resp3::request cleanup;
+    cleanup.push("DEL", state->balance_key, lock_key, lock_key + ":fence");
+    co_await outsider.co_exec(std::move(cleanup));
+    fmt::print("\ncleaned up; no lock left behind\n");
+
+    for (auto& w : workers) {
+        w.locker.reset();
+        w.conn->close();
+    }
+    outsider.close();
     fmt::print("{}\n", status == 0 ? "OK" : "FAILED");
     co_return status;
 }

@@ -91,8 +91,8 @@ private:
     friend class detail::locker_impl;
     friend class locker;
     explicit lock_guard(std::shared_ptr<detail::guard_state> state) noexcept;
-    void start_wait_lost(
-        boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
+    void
+    start_wait_lost(boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
     void abandon() noexcept;
 
     std::shared_ptr<detail::guard_state> state_;
@@ -148,8 +148,8 @@ public:
     auto async_try_lock(std::string_view name, lock_options const& opt = {},
                         CompletionToken&& token = {}) {
         validate(name, opt);
-        return boost::asio::async_initiate<
-            CompletionToken, void(boost::system::error_code, std::optional<lock_guard>)>(
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
+                                                                 std::optional<lock_guard>)>(
             [this](auto handler, std::string n, lock_options o) {
                 start_try_lock(std::move(n), o, std::move(handler));
             },
@@ -167,8 +167,8 @@ public:
 private:
     using lock_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, lock_guard)>;
-    using try_lock_handler = boost::asio::any_completion_handler<void(
-        boost::system::error_code, std::optional<lock_guard>)>;
+    using try_lock_handler = boost::asio::any_completion_handler<void(boost::system::error_code,
+                                                                      std::optional<lock_guard>)>;
 
     void start_lock(std::string name, lock_options opt, lock_handler handler);
     void start_try_lock(std::string name, lock_options opt, try_lock_handler handler);

@@ -24,7 +24,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
-#include <deque>
+#include <list>
 #include <random>
 #include <system_error>
 #include <unordered_map>
@@ -229,10 +229,10 @@ enum class wake_reason {
 };
 
 struct waiter {
-    explicit waiter(asio::any_io_executor const& ex)
-        : timer(ex) {}
+    explicit waiter(asio::any_io_executor const& ex) : timer(ex) {}
     asio::steady_timer timer;
     wake_reason wake = wake_reason::none;
+    std::list<waiter*>::iterator position; // in its name_queue
 };
 
 // Errors after which a waiting co_lock tries again: the connection was lost or is being
@@ -244,7 +244,7 @@ bool is_transient(error_code ec) {
 
 // The local FIFO of waiters on one name, sharing one subscription to its wake channel.
 struct name_queue {
-    std::deque<waiter*> waiters;
+    std::list<waiter*> waiters; // a list: leaving from the middle is O(1)
     bool subscribed = false;
     bool wake_pending = false; // a wake arrived while the head was not sleeping
 };
@@ -277,8 +277,8 @@ public:
     }
 
     asio::awaitable<std::tuple<error_code, resp3::value>>
-    run_script(script const& s, std::string_view key1, std::string_view key2,
-               std::string_view arg1, std::string_view arg2, bool can_cancel) {
+    run_script(script const& s, std::string_view key1, std::string_view key2, std::string_view arg1,
+               std::string_view arg2, bool can_cancel) {
         auto make = [&](bool load) {
             resp3::request req;
             if (load)
@@ -329,8 +329,7 @@ public:
                 r.server_text = v.text;
             co_return r;
         }
-        if (v.elements.size() != 2 || !v.elements[0].as_integer() ||
-            !v.elements[1].as_integer()) {
+        if (v.elements.size() != 2 || !v.elements[0].as_integer() || !v.elements[1].as_integer()) {
             r.ec = error::unexpected_reply;
             r.server_text = resp3::to_debug_string(v);
             co_return r;
@@ -353,9 +352,9 @@ public:
         using namespace asio::experimental::awaitable_operators;
         asio::steady_timer deadline(strand_);
         deadline.expires_after(release_timeout);
-        auto result = co_await (run_script(release_script(), keys.key, {}, token,
-                                           keys.channel, false) ||
-                                deadline.async_wait(nothrow_awaitable));
+        auto result =
+            co_await (run_script(release_script(), keys.key, {}, token, keys.channel, false) ||
+                      deadline.async_wait(nothrow_awaitable));
         if (result.index() == 1)
             co_return std::tuple{error_code(asio::error::timed_out), false};
         auto [ec, v] = std::get<0>(result);
@@ -372,20 +371,19 @@ public:
         auto& q = queues_[channel];
         if (!q)
             q = std::make_shared<name_queue>();
-        q->waiters.push_back(&w);
+        w.position = q->waiters.insert(q->waiters.end(), &w);
         return q;
     }
 
     void leave(std::string const& channel, std::shared_ptr<name_queue> const& q, waiter& w,
                bool acquired) {
-        bool const was_head = !q->waiters.empty() && q->waiters.front() == &w;
-        std::erase(q->waiters, &w);
+        bool const was_head = q->waiters.front() == &w;
+        q->waiters.erase(w.position);
         if (q->waiters.empty()) {
             if (q->subscribed) {
                 // Nobody waits here any more: drop the subscription.
-                redis::detail::engine_subscribe(engine_, false,
-                                                std::vector<std::string>(1, channel),
-                                                [](error_code) {});
+                redis::detail::engine_subscribe(
+                    engine_, false, std::vector<std::string>(1, channel), [](error_code) {});
             }
             auto it = queues_.find(channel);
             if (it != queues_.end() && it->second == q)
@@ -458,9 +456,8 @@ public:
             },
             token);
     }
-    std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys,
-                                            std::string token, std::int64_t fence,
-                                            lock_options const& opt,
+    std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
+                                            std::int64_t fence, lock_options const& opt,
                                             clock_type::time_point attempt_start);
 };
 
@@ -492,9 +489,20 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     // On the locker's strand:
     milliseconds ttl;
     clock_type::time_point acquired_at;
-    clock_type::time_point lease_deadline; // local bound: start of the last good renewal + ttl
-    asio::steady_timer lost_timer;         // cancelled when the lease is lost or let go
-    asio::cancellation_signal renew_stop;  // emitted (on the strand) to end the renewal
+    // Local bound of the lease: start of the last successful acquire or extend + its ttl. The
+    // server's expiry is never earlier, since the server started counting later. Atomic so
+    // owns_lock() can check it from any thread.
+    std::atomic<clock_type::rep> lease_deadline_ticks{0};
+
+    clock_type::time_point lease_deadline() const {
+        return clock_type::time_point(clock_type::duration(lease_deadline_ticks.load()));
+    }
+    void set_lease_deadline(clock_type::time_point t) {
+        lease_deadline_ticks = t.time_since_epoch().count();
+    }
+    bool lease_running() const { return clock_type::now() < lease_deadline(); }
+    asio::steady_timer lost_timer;        // cancelled when the lease is lost or let go
+    asio::cancellation_signal renew_stop; // emitted (on the strand) to end the renewal
 
     milliseconds renew_interval() const {
         auto const configured = opt.effective_renew_interval();
@@ -519,13 +527,16 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
 namespace {
 
 asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
+    using namespace asio::experimental::awaitable_operators;
     auto cs = co_await asio::this_coro::cancellation_state;
     asio::steady_timer timer(st->locker->strand_);
+    asio::steady_timer lease_end(st->locker->strand_);
     for (;;) {
         auto next = clock_type::now() + st->renew_interval();
-        if (st->opt.max_hold && next >= st->acquired_at + *st->opt.max_hold) {
-            // No renewals past max_hold: wait for the lease to run out, then report it.
-            timer.expires_at(st->lease_deadline);
+        if (!st->opt.auto_renew ||
+            (st->opt.max_hold && next >= st->acquired_at + *st->opt.max_hold)) {
+            // No (more) renewals: wait for the lease to run out, then report it.
+            timer.expires_at(st->lease_deadline());
             co_await timer.async_wait(nothrow_awaitable);
             if (!cancelled(cs) && !st->released)
                 st->mark_lost();
@@ -536,17 +547,26 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
         if (cancelled(cs) || st->released || st->lost)
             co_return;
 
-        // Extend; on a network error retry quickly until the local lease deadline passes.
+        // Extend; on a network error retry quickly. Either way the lease is ours only until
+        // its local deadline: a stalled connection must not let us believe otherwise.
         for (;;) {
             auto const started = clock_type::now();
             auto const ttl = st->ttl;
-            auto [ec, v] = co_await st->locker->run_script(
-                extend_script(), st->keys.key, {}, st->token, std::to_string(ttl.count()), true);
+            lease_end.expires_at(st->lease_deadline());
+            auto outcome =
+                co_await (st->locker->run_script(extend_script(), st->keys.key, {}, st->token,
+                                                 std::to_string(ttl.count()), true) ||
+                          lease_end.async_wait(nothrow_awaitable));
             if (cancelled(cs) || st->released)
                 co_return;
+            if (outcome.index() == 1) {
+                st->mark_lost(); // no answer before the lease ran out
+                co_return;
+            }
+            auto const& [ec, v] = std::get<0>(outcome);
             if (!ec) {
                 if (v.as_integer() == 1) {
-                    st->lease_deadline = started + ttl;
+                    st->set_lease_deadline(started + ttl);
                     break;
                 }
                 st->mark_lost(); // deleted, expired or taken over
@@ -554,10 +574,10 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             }
             auto const retry_at =
                 clock_type::now() + std::min(st->renew_interval() / 4, milliseconds{250});
-            if (retry_at >= st->lease_deadline) {
-                timer.expires_at(st->lease_deadline);
+            if (retry_at >= st->lease_deadline()) {
+                timer.expires_at(st->lease_deadline());
                 co_await timer.async_wait(nothrow_awaitable);
-                if (!cancelled(cs))
+                if (!cancelled(cs) && !st->released)
                     st->mark_lost();
                 co_return;
             }
@@ -588,7 +608,7 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
     bool const still_ours = v.as_integer() == 1;
     if (still_ours) {
         st->ttl = ttl;
-        st->lease_deadline = started + ttl;
+        st->set_lease_deadline(started + ttl);
     } else {
         st->mark_lost();
     }
@@ -612,10 +632,10 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
     auto st = std::make_shared<guard_state>(shared_from_this(), std::move(name), std::move(keys),
                                             std::move(token), fence, opt);
     st->acquired_at = attempt_start;
-    st->lease_deadline = attempt_start + opt.ttl;
-    if (opt.auto_renew)
-        asio::co_spawn(strand_, renew_loop(st),
-                       asio::bind_cancellation_slot(st->renew_stop.slot(), asio::detached));
+    st->set_lease_deadline(attempt_start + opt.ttl);
+    // Also without auto_renew: the loop then only reports the lease's end.
+    asio::co_spawn(strand_, renew_loop(st),
+                   asio::bind_cancellation_slot(st->renew_stop.slot(), asio::detached));
     return st;
 }
 
@@ -644,15 +664,14 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 
     lock_keys keys(prefix_, name);
     std::string const token = random_token();
-    auto const wait_deadline = opt.wait_timeout ? clock_type::now() + *opt.wait_timeout
-                                                : clock_type::time_point::max();
+    auto const wait_deadline =
+        opt.wait_timeout ? clock_type::now() + *opt.wait_timeout : clock_type::time_point::max();
     lock_outcome out;
 
     auto fail = [&](error_code ec, std::string const& detail_text) {
         out.ec = ec;
-        out.message = detail_text.empty()
-                          ? fmt::format("colock: lock '{}'", name)
-                          : fmt::format("colock: lock '{}': {}", name, detail_text);
+        out.message = detail_text.empty() ? fmt::format("colock: lock '{}'", name)
+                                          : fmt::format("colock: lock '{}': {}", name, detail_text);
         return out;
     };
 
@@ -661,16 +680,24 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     if (cancelled(cs))
         co_return fail(asio::error::operation_aborted, {});
 
-    // The uncontended path: one command, no subscription.
-    auto first = co_await try_once(keys, token, name, opt, cs, out);
-    if (first->ec)
-        co_return fail(first->ec, first->server_text);
-    if (first->acquired)
-        co_return out;
-    if (!wait)
-        co_return out; // held by someone else: an empty result
-    if (cancelled(cs))
-        co_return fail(asio::error::operation_aborted, {});
+    // The uncontended path: one command, no subscription. A co_lock that finds others of
+    // this process already waiting on the name queues behind them instead: FIFO, and no
+    // attempt that would fail anyway.
+    auto const queued = queues_.find(keys.channel);
+    bool const others_waiting = wait && queued != queues_.end() && !queued->second->waiters.empty();
+    milliseconds sleep = opt.ttl;
+    if (!others_waiting) {
+        auto first = co_await try_once(keys, token, name, opt, cs, out);
+        if (first->ec)
+            co_return fail(first->ec, first->server_text);
+        if (first->acquired)
+            co_return out;
+        if (cancelled(cs)) // requested while the attempt was in flight: still reported
+            co_return fail(asio::error::operation_aborted, {});
+        if (!wait)
+            co_return out; // held by someone else: an empty result
+        sleep = first->holder_ttl;
+    }
     if (clock_type::now() >= wait_deadline)
         co_return fail(error::timeout,
                        fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
@@ -688,7 +715,6 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         ~leave_on_exit() { impl->leave(channel, q, w, acquired); }
     } leave_guard{this, keys.channel, queue, self_waiter};
 
-    milliseconds sleep = first->holder_ttl;
     int attempts = 1;
     bool need_attempt = false; // the first attempt's answer still stands
     for (;;) {
@@ -698,6 +724,8 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
             queue->subscribed = true;
             co_await subscribe(keys.channel);
             need_attempt = true;
+            if (cancelled(cs))
+                co_return fail(asio::error::operation_aborted, {});
         }
         if (head && need_attempt) {
             queue->wake_pending = false;
@@ -707,6 +735,8 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
                 leave_guard.acquired = true;
                 co_return out;
             }
+            if (cancelled(cs)) // arrived while the (uncancellable) attempt was in flight
+                co_return fail(asio::error::operation_aborted, {});
             if (r->ec) {
                 // A lost connection leaves the attempt's outcome unknown; the acquire script
                 // is idempotent for our token, so trying again later is safe.
@@ -752,8 +782,7 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 lock_guard::lock_guard() noexcept = default;
 lock_guard::lock_guard(std::shared_ptr<detail::guard_state> state) noexcept
     : state_(std::move(state)) {}
-lock_guard::lock_guard(lock_guard&& other) noexcept
-    : state_(std::move(other.state_)) {}
+lock_guard::lock_guard(lock_guard&& other) noexcept : state_(std::move(other.state_)) {}
 
 lock_guard& lock_guard::operator=(lock_guard&& other) noexcept {
     if (this != &other) {
@@ -763,7 +792,9 @@ lock_guard& lock_guard::operator=(lock_guard&& other) noexcept {
     return *this;
 }
 
-lock_guard::~lock_guard() { abandon(); }
+lock_guard::~lock_guard() {
+    abandon();
+}
 
 void lock_guard::abandon() noexcept {
     if (!state_)
@@ -782,15 +813,21 @@ namespace {
 std::string const empty_string;
 }
 
-std::string const& lock_guard::name() const noexcept { return state_ ? state_->name : empty_string; }
+std::string const& lock_guard::name() const noexcept {
+    return state_ ? state_->name : empty_string;
+}
 std::string const& lock_guard::token() const noexcept {
     return state_ ? state_->token : empty_string;
 }
-std::int64_t lock_guard::fence() const noexcept { return state_ ? state_->fence : 0; }
-bool lock_guard::owns_lock() const noexcept {
-    return state_ && !state_->lost && !state_->released;
+std::int64_t lock_guard::fence() const noexcept {
+    return state_ ? state_->fence : 0;
 }
-bool lock_guard::lost() const noexcept { return state_ && state_->lost; }
+bool lock_guard::owns_lock() const noexcept {
+    return state_ && !state_->lost && !state_->released && state_->lease_running();
+}
+bool lock_guard::lost() const noexcept {
+    return state_ && state_->lost;
+}
 
 void lock_guard::start_wait_lost(
     boost::asio::any_completion_handler<void(boost::system::error_code)> handler) {
@@ -816,19 +853,17 @@ void lock_guard::start_wait_lost(
             return;
         }
         auto slot = asio::get_associated_cancellation_slot(h);
-        st->lost_timer.async_wait(asio::bind_cancellation_slot(
-            slot, [st, h = std::move(h)](error_code ec) mutable {
-                error_code result = asio::error::operation_aborted;
-                if (st->lost)
-                    result = {};
-                else if (st->released)
-                    result = error::not_held;
-                (void)ec;
-                auto hex = asio::get_associated_executor(h, st->locker->strand_);
-                asio::dispatch(hex, [h2 = std::move(h), result]() mutable {
-                    std::move(h2)(result);
-                });
-            }));
+        st->lost_timer.async_wait(asio::bind_cancellation_slot(slot, [st, h = std::move(h)](
+                                                                         error_code ec) mutable {
+            error_code result = asio::error::operation_aborted;
+            if (st->lost)
+                result = {};
+            else if (st->released)
+                result = error::not_held;
+            (void)ec;
+            auto hex = asio::get_associated_executor(h, st->locker->strand_);
+            asio::dispatch(hex, [h2 = std::move(h), result]() mutable { std::move(h2)(result); });
+        }));
     });
 }
 
@@ -843,14 +878,14 @@ asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
     if (!st || st->released)
         throw system_error(make_error_code(error::not_held), "colock: extend");
     if (ttl.count() <= 0)
-        throw system_error(make_error_code(error::invalid_argument),
-                           fmt::format("colock: extend of lock '{}': ttl must be positive",
-                                       st->name));
+        throw system_error(
+            make_error_code(error::invalid_argument),
+            fmt::format("colock: extend of lock '{}': ttl must be positive", st->name));
     if (st->lost)
         co_return false;
     // On the locker's strand, where the renewal reads ttl and lease_deadline.
     auto [ex, result] = co_await asio::co_spawn(st->locker->strand_, detail::extend_held(st, ttl),
-        asio::as_tuple(asio::use_awaitable));
+                                                asio::as_tuple(asio::use_awaitable));
     if (ex)
         std::rethrow_exception(ex);
     auto [ec, ours] = result;
@@ -865,9 +900,10 @@ asio::awaitable<bool> lock_guard::unlock() {
         co_return false;
     // Its own coroutine on the locker's strand, not reachable by our caller's cancellation:
     // a cancelled caller still gives the lock back.
-    auto [ex, result] = co_await asio::co_spawn(st->locker->strand_, detail::release_held(st),
-        asio::bind_cancellation_slot(asio::cancellation_slot(),
-                                     asio::as_tuple(asio::use_awaitable)));
+    auto [ex, result] =
+        co_await asio::co_spawn(st->locker->strand_, detail::release_held(st),
+                                asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                                             asio::as_tuple(asio::use_awaitable)));
     if (ex)
         std::rethrow_exception(ex);
     auto [ec, ours] = result;
@@ -893,9 +929,8 @@ struct wake_listener final : redis::push_listener {
         auto channel = push.elements[1].as_string();
         if (!channel || !channel->starts_with(self->prefix_))
             return;
-        asio::dispatch(self->strand_, [self, c = std::string(*channel)] {
-            self->on_wake_message(c);
-        });
+        asio::dispatch(self->strand_,
+                       [self, c = std::string(*channel)] { self->on_wake_message(c); });
     }
 
     void on_reconnect() override {
@@ -919,24 +954,25 @@ locker::~locker() {
     redis::detail::engine_remove_listener(impl_->engine_, impl_->listener_.get());
 }
 
-std::string const& locker::key_prefix() const noexcept { return impl_->prefix_; }
+std::string const& locker::key_prefix() const noexcept {
+    return impl_->prefix_;
+}
 
 void locker::start_lock(std::string name, lock_options opt, lock_handler handler) {
     auto slot = asio::get_associated_cancellation_slot(handler);
     auto ex = asio::get_associated_executor(handler, impl_->strand_);
-    asio::co_spawn(impl_->strand_, impl_->lock(impl_, std::move(name), opt, true),
-                   asio::bind_cancellation_slot(
-                       slot, asio::bind_executor(
-                                 ex, [h = std::move(handler)](
-                                         std::exception_ptr e,
-                                         detail::locker_impl::lock_outcome out) mutable {
-                                     if (e) {
-                                         std::move(h)(make_error_code(error::unexpected_reply),
-                                                      lock_guard{});
-                                         return;
-                                     }
-                                     std::move(h)(out.ec, lock_guard(std::move(out.state)));
-                                 })));
+    asio::co_spawn(
+        impl_->strand_, impl_->lock(impl_, std::move(name), opt, true),
+        asio::bind_cancellation_slot(
+            slot, asio::bind_executor(
+                      ex, [h = std::move(handler)](std::exception_ptr e,
+                                                   detail::locker_impl::lock_outcome out) mutable {
+                          if (e) {
+                              std::move(h)(make_error_code(error::unexpected_reply), lock_guard{});
+                              return;
+                          }
+                          std::move(h)(out.ec, lock_guard(std::move(out.state)));
+                      })));
 }
 
 void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler handler) {
@@ -945,25 +981,25 @@ void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler
     asio::co_spawn(
         impl_->strand_, impl_->lock(impl_, std::move(name), opt, false),
         asio::bind_cancellation_slot(
-            slot, asio::bind_executor(ex, [h = std::move(handler)](
-                                              std::exception_ptr e,
-                                              detail::locker_impl::lock_outcome out) mutable {
-                if (e) {
-                    std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
-                    return;
-                }
-                std::optional<lock_guard> g;
-                if (out.state)
-                    g.emplace(lock_guard(std::move(out.state)));
-                std::move(h)(out.ec, std::move(g));
-            })));
+            slot, asio::bind_executor(
+                      ex, [h = std::move(handler)](std::exception_ptr e,
+                                                   detail::locker_impl::lock_outcome out) mutable {
+                          if (e) {
+                              std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
+                              return;
+                          }
+                          std::optional<lock_guard> g;
+                          if (out.state)
+                              g.emplace(lock_guard(std::move(out.state)));
+                          std::move(h)(out.ec, std::move(g));
+                      })));
 }
 
 asio::awaitable<lock_guard> locker::co_lock(std::string_view name, lock_options opt) {
     validate(name, opt);
-    auto [ec, out] = co_await asio::co_spawn(impl_->strand_,
-                                             impl_->lock(impl_, std::string(name), opt, true),
-                                             asio::as_tuple(asio::use_awaitable));
+    auto [ec, out] =
+        co_await asio::co_spawn(impl_->strand_, impl_->lock(impl_, std::string(name), opt, true),
+                                asio::as_tuple(asio::use_awaitable));
     if (ec)
         std::rethrow_exception(ec);
     if (out.ec)
@@ -972,11 +1008,11 @@ asio::awaitable<lock_guard> locker::co_lock(std::string_view name, lock_options 
 }
 
 asio::awaitable<std::optional<lock_guard>> locker::co_try_lock(std::string_view name,
-                                                                lock_options opt) {
+                                                               lock_options opt) {
     validate(name, opt);
-    auto [ec, out] = co_await asio::co_spawn(impl_->strand_,
-                                             impl_->lock(impl_, std::string(name), opt, false),
-                                             asio::as_tuple(asio::use_awaitable));
+    auto [ec, out] =
+        co_await asio::co_spawn(impl_->strand_, impl_->lock(impl_, std::string(name), opt, false),
+                                asio::as_tuple(asio::use_awaitable));
     if (ec)
         std::rethrow_exception(ec);
     if (out.ec)

@@ -80,7 +80,8 @@ config config::from_url(std::string_view url) {
     // Authority ends at the first '/' after it; the password may not contain a raw '/'.
     auto const slash = rest.find('/');
     std::string_view authority = rest.substr(0, slash);
-    std::string_view path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
+    std::string_view path =
+        slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
 
     auto const at = authority.rfind('@');
     if (at != std::string_view::npos) {

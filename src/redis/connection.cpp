@@ -26,9 +26,9 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <variant>
 
 namespace colock::redis {
@@ -71,13 +71,12 @@ using entry_ptr = std::shared_ptr<exec_entry>;
 // so a run loop that is winding down never touches its successor's state.
 struct session {
     explicit session(asio::strand<asio::any_io_executor> const& strand)
-        : socket(strand)
-        , wakeup(strand) {}
+        : socket(strand), wakeup(strand) {}
 
     tcp::socket socket;
     std::optional<asio::ssl::stream<tcp::socket&>> tls;
-    asio::steady_timer wakeup;         // cancelled to wake the writer
-    std::deque<entry_ptr> in_flight;   // written, in order, awaiting replies
+    asio::steady_timer wakeup;       // cancelled to wake the writer
+    std::deque<entry_ptr> in_flight; // written, in order, awaiting replies
     std::vector<char> read_buffer = std::vector<char>(64 * 1024);
     std::size_t read_begin = 0;
     std::size_t read_end = 0;
@@ -107,7 +106,9 @@ public:
     std::deque<entry_ptr> user_queue_;
     std::vector<std::pair<connect_handler, asio::cancellation_slot>> connect_waiters_;
     std::shared_ptr<session> session_;
-    std::set<std::string> channels_;
+    // Subscribed channels with the number of subscribers each: only the first SUBSCRIBE and
+    // the last UNSUBSCRIBE of a channel reach the server.
+    std::map<std::string, std::size_t> channels_;
     std::vector<std::shared_ptr<push_listener>> listeners_;
     asio::steady_timer backoff_timer_;
     // Shared with the run loop's completion handler: the signal must outlive the coroutine,
@@ -169,11 +170,11 @@ public:
         asio::post(strand_, [strand = strand_, handler = std::move(handler), slot,
                              ... args = std::move(args)]() mutable {
             auto ex = asio::get_associated_executor(handler, strand);
-            asio::dispatch(ex, [handler = std::move(handler), slot,
-                                ... args = std::move(args)]() mutable {
-                slot.clear();
-                std::move(handler)(std::move(args)...);
-            });
+            asio::dispatch(
+                ex, [handler = std::move(handler), slot, ... args = std::move(args)]() mutable {
+                    slot.clear();
+                    std::move(handler)(std::move(args)...);
+                });
         });
     }
 
@@ -277,24 +278,25 @@ public:
     // ---------------------------------------------------------------- connect / close
 
     void start_connect(connect_handler handler) {
-        asio::dispatch(strand_, [self = shared_from_this(), handler = std::move(handler)]() mutable {
-            if (self->session_ && self->session_->ready) {
-                self->post_connect_completion(std::move(handler), {}, {});
-                return;
-            }
-            auto slot = asio::get_associated_cancellation_slot(handler);
-            self->connect_waiters_.emplace_back(std::move(handler), slot);
-            if (slot.is_connected()) {
-                // Abandoning the wait is all a cancelled connect has to undo when others
-                // still use the connection; when no one does, close it too.
-                slot.assign([weak = self->weak_from_this()](asio::cancellation_type) {
-                    if (auto s = weak.lock())
-                        asio::post(s->strand_, [s] { s->cancel_connect_waiters(); });
-                });
-            }
-            if (!self->running_)
-                self->start_run_loop();
-        });
+        asio::dispatch(
+            strand_, [self = shared_from_this(), handler = std::move(handler)]() mutable {
+                if (self->session_ && self->session_->ready) {
+                    self->post_connect_completion(std::move(handler), {}, {});
+                    return;
+                }
+                auto slot = asio::get_associated_cancellation_slot(handler);
+                self->connect_waiters_.emplace_back(std::move(handler), slot);
+                if (slot.is_connected()) {
+                    // Abandoning the wait is all a cancelled connect has to undo when others
+                    // still use the connection; when no one does, close it too.
+                    slot.assign([weak = self->weak_from_this()](asio::cancellation_type) {
+                        if (auto s = weak.lock())
+                            asio::post(s->strand_, [s] { s->cancel_connect_waiters(); });
+                    });
+                }
+                if (!self->running_)
+                    self->start_run_loop();
+            });
     }
 
     void cancel_connect_waiters() {
@@ -412,8 +414,8 @@ public:
         if (opened.index() == 1)
             co_return error::connect_timeout;
         if (error_code ec = std::get<0>(opened)) {
-            set_error_text(fmt::format("cannot connect to {}: {}", cfg_.to_redacted_url(),
-                                       ec.message()));
+            set_error_text(
+                fmt::format("cannot connect to {}: {}", cfg_.to_redacted_url(), ec.message()));
             co_return ec;
         }
         auto result = co_await (read_loop(s) || write_loop(s) || handshake_and_health(s));
@@ -422,8 +424,8 @@ public:
 
     asio::awaitable<error_code> open_transport(std::shared_ptr<session> s) {
         tcp::resolver resolver(strand_);
-        auto [rec, endpoints] = co_await resolver.async_resolve(
-            cfg_.host, std::to_string(cfg_.port), use_nothrow);
+        auto [rec, endpoints] =
+            co_await resolver.async_resolve(cfg_.host, std::to_string(cfg_.port), use_nothrow);
         if (rec)
             co_return rec;
         auto [cec, ep] = co_await asio::async_connect(s->socket, endpoints, use_nothrow);
@@ -473,8 +475,8 @@ public:
                                              s->read_end - s->read_begin);
                 std::size_t const used = s->parser.consume(input, pec);
                 if (pec) {
-                    set_error_text(fmt::format("protocol error from {}: {}",
-                                               cfg_.to_redacted_url(), pec.message()));
+                    set_error_text(fmt::format("protocol error from {}: {}", cfg_.to_redacted_url(),
+                                               pec.message()));
                     co_return pec;
                 }
                 s->read_begin += used;
@@ -524,11 +526,10 @@ public:
                     co_return asio::error::operation_aborted;
                 continue;
             }
-            auto [ec, n] =
-                s->tls ? co_await asio::async_write(*s->tls, asio::buffer(s->write_buffer),
-                                                    use_nothrow)
-                       : co_await asio::async_write(s->socket, asio::buffer(s->write_buffer),
-                                                    use_nothrow);
+            auto [ec, n] = s->tls ? co_await asio::async_write(
+                                        *s->tls, asio::buffer(s->write_buffer), use_nothrow)
+                                  : co_await asio::async_write(
+                                        s->socket, asio::buffer(s->write_buffer), use_nothrow);
             if (ec) {
                 fail_queued_vector(s->writing, error::connection_lost);
                 co_return ec;
@@ -556,11 +557,11 @@ public:
     }
 
     asio::awaitable<std::tuple<error_code, response>> internal_exec(resp3::request const& req,
-                                                                     bool handshake) {
+                                                                    bool handshake) {
         co_return co_await asio::async_initiate<use_nothrow_t const, void(error_code, response)>(
             [this, &req, handshake](auto handler) {
-                start_exec(std::string(req.payload()), req.expected_replies(),
-                           std::move(handler), handshake);
+                start_exec(std::string(req.payload()), req.expected_replies(), std::move(handler),
+                           handshake);
             },
             use_nothrow);
     }
@@ -630,8 +631,12 @@ public:
         req.push_range("HELLO", hello);
         if (cfg_.database != 0)
             req.push("SELECT", cfg_.database);
-        if (!channels_.empty())
-            req.push_range("SUBSCRIBE", channels_);
+        if (!channels_.empty()) {
+            std::vector<std::string_view> names;
+            for (auto const& [channel, count] : channels_)
+                names.push_back(channel);
+            req.push_range("SUBSCRIBE", names);
+        }
         auto [ec, replies] = co_await internal_exec(req, true);
         if (ec == error::server_error) {
             set_error_text(fmt::format("{} refused the handshake: {}", cfg_.to_redacted_url(),
@@ -650,7 +655,9 @@ public:
     }
 };
 
-shared_engine const& engine_of(connection const& conn) noexcept { return conn.impl_; }
+shared_engine const& engine_of(connection const& conn) noexcept {
+    return conn.impl_;
+}
 
 void engine_exec(shared_engine const& engine, resp3::request req, exec_handler handler) {
     if (req.empty()) {
@@ -667,21 +674,35 @@ void engine_subscribe(shared_engine const& engine, bool subscribe,
         engine->deliver(std::move(handler), {}, error_code{});
         return;
     }
-    resp3::request req;
-    req.push_range(subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", channels);
-    auto e = engine->make_entry(std::string(req.payload()), 0);
-    engine->bind_cancellation(e, handler);
+    // Not cancellable: the count and the server's state must agree.
+    auto e = engine->make_entry({}, 0);
     e->handler = std::move(handler);
-    asio::dispatch(engine->strand_,
-                   [self = engine, e, subscribe, channels = std::move(channels)]() mutable {
-                       for (auto& c : channels) {
-                           if (subscribe)
-                               self->channels_.insert(std::move(c));
-                           else
-                               self->channels_.erase(c);
-                       }
-                       self->enqueue(std::move(e), false);
-                   });
+    asio::dispatch(
+        engine->strand_, [self = engine, e, subscribe, channels = std::move(channels)]() mutable {
+            std::vector<std::string> changed; // channels whose first or last subscriber this is
+            for (auto& c : channels) {
+                if (subscribe) {
+                    if (self->channels_[c]++ == 0)
+                        changed.push_back(std::move(c));
+                } else if (auto it = self->channels_.find(c); it != self->channels_.end()) {
+                    if (--it->second == 0) {
+                        self->channels_.erase(it);
+                        changed.push_back(std::move(c));
+                    }
+                }
+            }
+            // Between connections: the next handshake subscribes to every counted channel, before
+            // any request queued now, so there is nothing to send. (A connection being set up has
+            // already built its handshake: the command queues behind it.)
+            if (changed.empty() || (!self->session_ && self->running_)) {
+                self->complete(e, {});
+                return;
+            }
+            resp3::request req;
+            req.push_range(subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", changed);
+            e->payload = req.take_payload();
+            self->enqueue(std::move(e), false);
+        });
 }
 
 void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_listener> l) {
@@ -692,12 +713,13 @@ void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_liste
 
 void engine_remove_listener(shared_engine const& engine, push_listener const* listener) {
     asio::dispatch(engine->strand_, [self = engine, listener] {
-        std::erase_if(self->listeners_,
-                      [listener](auto const& l) { return l.get() == listener; });
+        std::erase_if(self->listeners_, [listener](auto const& l) { return l.get() == listener; });
     });
 }
 
-asio::any_io_executor engine_executor(shared_engine const& engine) { return engine->executor_; }
+asio::any_io_executor engine_executor(shared_engine const& engine) {
+    return engine->executor_;
+}
 
 } // namespace detail
 
@@ -727,9 +749,13 @@ connection::~connection() {
     });
 }
 
-connection::executor_type connection::get_executor() const noexcept { return impl_->executor_; }
+connection::executor_type connection::get_executor() const noexcept {
+    return impl_->executor_;
+}
 
-config const& connection::get_config() const noexcept { return impl_->cfg_; }
+config const& connection::get_config() const noexcept {
+    return impl_->cfg_;
+}
 
 void connection::start_connect(connect_handler handler) {
     impl_->start_connect(std::move(handler));
@@ -763,14 +789,16 @@ void connection::remove_push_listener(push_listener const* listener) {
 }
 
 void connection::close() {
-    boost::asio::dispatch(impl_->strand_, [self = impl_] {
-        self->close(error::closed);
-    });
+    boost::asio::dispatch(impl_->strand_, [self = impl_] { self->close(error::closed); });
 }
 
-bool connection::is_connected() const noexcept { return impl_->connected_; }
+bool connection::is_connected() const noexcept {
+    return impl_->connected_;
+}
 
-std::uint64_t connection::reconnect_count() const noexcept { return impl_->reconnects_; }
+std::uint64_t connection::reconnect_count() const noexcept {
+    return impl_->reconnects_;
+}
 
 std::string connection::last_error_text() const {
     std::lock_guard lock(impl_->error_mutex_);

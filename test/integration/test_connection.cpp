@@ -82,12 +82,12 @@ TEST_CASE("the connection connects lazily on the first request") {
 TEST_CASE("10,000 coroutines pipeline on one connection and every reply meets its request") {
     constexpr int coroutines = 10'000;
     std::string const prefix = unique_key("pipeline");
-    auto const reads_before =
-        info_field(shared_server().cli(colock::test::strings("INFO", "stats")), "total_reads_processed");
+    auto const reads_before = info_field(
+        shared_server().cli(colock::test::strings("INFO", "stats")), "total_reads_processed");
     int matched = 0;
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto conn = std::make_shared<redis::connection>(ctx.get_executor(),
-                                                        shared_server().config());
+        auto conn =
+            std::make_shared<redis::connection>(ctx.get_executor(), shared_server().config());
         co_await conn->async_connect(asio::use_awaitable);
         for (int i = 0; i < coroutines; ++i) {
             asio::co_spawn(
@@ -115,9 +115,9 @@ TEST_CASE("10,000 coroutines pipeline on one connection and every reply meets it
     });
     CHECK(matched == coroutines);
     // 20,000 requests arrived in far fewer socket reads: they were pipelined.
-    auto const reads =
-        info_field(shared_server().cli(colock::test::strings("INFO", "stats")), "total_reads_processed") -
-        reads_before;
+    auto const reads = info_field(shared_server().cli(colock::test::strings("INFO", "stats")),
+                                  "total_reads_processed") -
+                       reads_before;
     MESSAGE("server socket reads for 20,000 requests: " << reads);
     CHECK(reads < 2'000);
 }
@@ -173,12 +173,12 @@ TEST_CASE("cancelling a request before it is written drops it") {
             asio::cancellation_signal signal;
             error_code result = redis::error::closed;
             bool done = false;
-            conn.async_exec(command("SET", key, "1"),
-                            asio::bind_cancellation_slot(
-                                signal.slot(), [&](error_code ec, redis::response) {
-                                    result = ec;
-                                    done = true;
-                                }));
+            conn.async_exec(
+                command("SET", key, "1"),
+                asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, redis::response) {
+                    result = ec;
+                    done = true;
+                }));
             signal.emit(type);
             while (!done)
                 co_await sleep_for(1ms);
@@ -204,12 +204,12 @@ TEST_CASE("cancelling a written request discards its reply and keeps the stream 
             error_code result;
             bool done = false;
             auto const started = std::chrono::steady_clock::now();
-            conn.async_exec(command("BLPOP", list, "1"),
-                            asio::bind_cancellation_slot(
-                                signal.slot(), [&](error_code ec, redis::response) {
-                                    result = ec;
-                                    done = true;
-                                }));
+            conn.async_exec(
+                command("BLPOP", list, "1"),
+                asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, redis::response) {
+                    result = ec;
+                    done = true;
+                }));
             co_await sleep_for(100ms);
             signal.emit(type);
             while (!done)
@@ -232,13 +232,13 @@ TEST_CASE("total cancellation of a written request is not honoured: the reply st
         asio::cancellation_signal signal;
         error_code result = redis::error::closed;
         bool done = false;
-        conn.async_exec(command("BLPOP", unique_key("total"), "0.3"),
-                        asio::bind_cancellation_slot(signal.slot(),
-                                                     [&](error_code ec, redis::response r) {
-                                                         result = ec;
-                                                         CHECK(r.at(0).is_null());
-                                                         done = true;
-                                                     }));
+        conn.async_exec(
+            command("BLPOP", unique_key("total"), "0.3"),
+            asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, redis::response r) {
+                result = ec;
+                CHECK(r.at(0).is_null());
+                done = true;
+            }));
         co_await sleep_for(50ms);
         signal.emit(asio::cancellation_type::total);
         while (!done)
@@ -255,9 +255,9 @@ TEST_CASE("a request raced against a timer with || is cancelled by the timer") {
         co_await conn.async_connect(asio::use_awaitable);
         asio::steady_timer timer(ctx);
         timer.expires_after(100ms);
-        auto winner = co_await (conn.async_exec(command("BLPOP", unique_key("race"), "2"),
-                                                asio::use_awaitable) ||
-                                timer.async_wait(asio::use_awaitable));
+        auto winner = co_await (
+            conn.async_exec(command("BLPOP", unique_key("race"), "2"), asio::use_awaitable) ||
+            timer.async_wait(asio::use_awaitable));
         CHECK(winner.index() == 1);
         auto pong = co_await conn.co_exec(command("PING", "still-in-step"));
         CHECK(pong.at(0).as_string() == "still-in-step");

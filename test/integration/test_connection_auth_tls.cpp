@@ -93,8 +93,7 @@ TEST_CASE("TLS: a verified connection to a server with a self-signed CA") {
         CHECK(replies.at(1).as_string() == big);
         auto info = co_await conn.co_exec(command("CLIENT", "INFO"));
         CHECK(info.at(0).as_string()->find("laddr=127.0.0.1:" +
-                                           std::to_string(server.tls_port())) !=
-              std::string::npos);
+                                           std::to_string(server.tls_port())) != std::string::npos);
         conn.close();
 
         // Without the CA the certificate cannot be verified.

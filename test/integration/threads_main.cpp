@@ -51,9 +51,9 @@ TEST_CASE("many coroutines on four threads share one connection") {
                         // blocking command: it would hold the shared connection for all.)
                         asio::steady_timer timer(co_await asio::this_coro::executor);
                         timer.expires_after(0ms);
-                        auto r = co_await (conn.async_exec(command("ECHO", "raced"),
-                                                           asio::use_awaitable) ||
-                                           timer.async_wait(asio::use_awaitable));
+                        auto r = co_await (
+                            conn.async_exec(command("ECHO", "raced"), asio::use_awaitable) ||
+                            timer.async_wait(asio::use_awaitable));
                         if (r.index() == 1)
                             ++aborted;
                     }

@@ -39,7 +39,9 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-[[noreturn]] void fail(std::string const& what) { throw std::runtime_error("redis_server: " + what); }
+[[noreturn]] void fail(std::string const& what) {
+    throw std::runtime_error("redis_server: " + what);
+}
 
 [[noreturn]] void fail_errno(std::string const& what) {
     fail(what + ": " + std::strerror(errno));
@@ -50,8 +52,12 @@ std::string env_or(char const* name, char const* fallback) {
     return v != nullptr && *v != '\0' ? v : fallback;
 }
 
-std::string redis_server_exe() { return env_or("COLOCK_REDIS_SERVER", "redis-server"); }
-std::string redis_cli_exe() { return env_or("COLOCK_REDIS_CLI", "redis-cli"); }
+std::string redis_server_exe() {
+    return env_or("COLOCK_REDIS_SERVER", "redis-server");
+}
+std::string redis_cli_exe() {
+    return env_or("COLOCK_REDIS_CLI", "redis-cli");
+}
 
 std::string join(std::vector<std::string> const& argv) {
     std::string s;
@@ -243,7 +249,7 @@ pid_t spawn_server(std::vector<std::string> const& argv, std::string const& out_
                 for (int fd = 3; fd < 65536; ++fd)
                     ::close(fd);
             }
-            struct sigaction dfl{};
+            struct sigaction dfl {};
             dfl.sa_handler = SIG_DFL;
             for (int sig = 1; sig < NSIG; ++sig)
                 ::sigaction(sig, &dfl, nullptr);
@@ -299,8 +305,8 @@ run_result run(std::vector<std::string> const& argv) {
     // A command that hangs (redis-cli against a paused server) must not hang the test.
     auto const deadline = clock_type::now() + 30s;
     while (open_count > 0) {
-        auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - clock_type::now());
+        auto const left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
         if (left <= 0ms) {
             ::kill(pid, SIGKILL);
             wait_exit_status(pid);
@@ -464,38 +470,68 @@ void redis_server::make_tls_files() {
             fail("cannot write " + path("server.ext"));
     }
     std::vector<std::vector<std::string>> const steps = {
-        {"openssl", "req", "-x509", "-new", "-nodes", "-newkey", "ec", "-pkeyopt",
-         "ec_paramgen_curve:prime256v1", "-keyout", path("ca.key"), "-out", path("ca.crt"),
-         "-days", "30", "-subj", "/CN=colock test CA", "-addext",
-         "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"},
+        {"openssl",
+         "req",
+         "-x509",
+         "-new",
+         "-nodes",
+         "-newkey",
+         "ec",
+         "-pkeyopt",
+         "ec_paramgen_curve:prime256v1",
+         "-keyout",
+         path("ca.key"),
+         "-out",
+         path("ca.crt"),
+         "-days",
+         "30",
+         "-subj",
+         "/CN=colock test CA",
+         "-addext",
+         "basicConstraints=critical,CA:TRUE",
+         "-addext",
+         "keyUsage=critical,keyCertSign,cRLSign"},
         {"openssl", "req", "-new", "-nodes", "-newkey", "ec", "-pkeyopt",
-         "ec_paramgen_curve:prime256v1", "-keyout", path("server.key"), "-out",
-         path("server.csr"), "-subj", "/CN=localhost"},
+         "ec_paramgen_curve:prime256v1", "-keyout", path("server.key"), "-out", path("server.csr"),
+         "-subj", "/CN=localhost"},
         {"openssl", "x509", "-req", "-in", path("server.csr"), "-CA", path("ca.crt"), "-CAkey",
-         path("ca.key"), "-CAcreateserial", "-out", path("server.crt"), "-days", "30",
-         "-extfile", path("server.ext")},
+         path("ca.key"), "-CAcreateserial", "-out", path("server.crt"), "-days", "30", "-extfile",
+         path("server.ext")},
     };
     for (auto const& argv : steps) {
         auto const r = run(argv);
         if (!r.ok())
-            fail("certificate generation failed (" + describe_status(r.status) + "): " +
-                 join(argv) + "\n" + r.out + r.err);
+            fail("certificate generation failed (" + describe_status(r.status) +
+                 "): " + join(argv) + "\n" + r.out + r.err);
     }
     ca_file_ = path("ca.crt");
 }
 
 std::vector<std::string> redis_server::server_args() const {
     std::vector<std::string> a = {
-        redis_server_exe(), "--port",      std::to_string(port_), "--bind",       "127.0.0.1",
-        "--save",           "",            "--appendonly",        "no",           "--dir",
-        dir_,               "--daemonize", "no",                  "--logfile",    dir_ + "/redis.log",
-        "--protected-mode", "yes",
+        redis_server_exe(),
+        "--port",
+        std::to_string(port_),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        dir_,
+        "--daemonize",
+        "no",
+        "--logfile",
+        dir_ + "/redis.log",
+        "--protected-mode",
+        "yes",
     };
     if (!opts_.requirepass.empty())
         a.insert(a.end(), {"--requirepass", opts_.requirepass});
     if (!opts_.acl_user.empty())
-        a.insert(a.end(), {"--user", opts_.acl_user, "on", ">" + opts_.acl_password, "~*", "&*",
-                           "+@all"});
+        a.insert(a.end(),
+                 {"--user", opts_.acl_user, "on", ">" + opts_.acl_password, "~*", "&*", "+@all"});
     if (opts_.tls) {
         a.insert(a.end(), {"--tls-port", std::to_string(tls_port_), "--tls-cert-file",
                            dir_ + "/server.crt", "--tls-key-file", dir_ + "/server.key",
@@ -528,8 +564,8 @@ bool redis_server::try_start() {
             auto const output = output_since_start();
             if (output.find("Address already in use") != std::string::npos)
                 return false;
-            fail("redis-server exited at start (" + describe_status(status) + "): " +
-                 join(args) + "\n" + last_lines(output, 20));
+            fail("redis-server exited at start (" + describe_status(status) + "): " + join(args) +
+                 "\n" + last_lines(output, 20));
         }
         if (output_since_start().find("Ready to accept connections") != std::string::npos) {
             // The port answers; make sure it is our process that does, not one that won a race
@@ -610,9 +646,13 @@ void redis_server::restart() {
     }
 }
 
-void redis_server::pause() { send_signal(SIGSTOP); }
+void redis_server::pause() {
+    send_signal(SIGSTOP);
+}
 
-void redis_server::resume() { send_signal(SIGCONT); }
+void redis_server::resume() {
+    send_signal(SIGCONT);
+}
 
 bool redis_server::running() const {
     int p = pid_.load();

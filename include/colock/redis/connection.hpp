@@ -49,9 +49,9 @@ class connection_impl;
 // (lock renewal and release) can outlive the connection object safely.
 using shared_engine = std::shared_ptr<connection_impl>;
 shared_engine const& engine_of(connection const& conn) noexcept;
-void engine_exec(shared_engine const& engine, resp3::request req,
-                 boost::asio::any_completion_handler<void(boost::system::error_code, response)>
-                     handler);
+void engine_exec(
+    shared_engine const& engine, resp3::request req,
+    boost::asio::any_completion_handler<void(boost::system::error_code, response)> handler);
 void engine_subscribe(shared_engine const& engine, bool subscribe,
                       std::vector<std::string> channels,
                       boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
@@ -149,15 +149,18 @@ public:
     boost::asio::awaitable<response> co_exec(resp3::request req);
 
     /// Subscribes to channels (SUBSCRIBE) and remembers them, so they are subscribed again on
-    /// every reconnection. Messages arrive at the push listeners. Completes once the command
-    /// is written; Redis applies commands in order, so a later request on this connection runs
-    /// after the subscription took effect.
+    /// every reconnection. Subscriptions are counted per channel: each async_subscribe needs its
+    /// own async_unsubscribe, and only the first and the last reach the server, so independent
+    /// users of one connection do not undo each other's subscriptions. Messages arrive at the push
+    /// listeners. Completes once the command is written; Redis applies commands in order, so a
+    /// later request on this connection runs after the subscription took effect.
     ///
     /// @par Completion signature
     /// `void(boost::system::error_code)`.
     /// @par Per-operation cancellation
-    /// terminal, partial: the command is not sent if not yet written; the channels are
-    /// forgotten either way.
+    /// None: the subscription count and the server must agree. It completes as soon as the
+    /// command is written, or at once while disconnected (the reconnection's handshake then
+    /// subscribes, before any request queued later).
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_subscribe(std::vector<std::string> channels, CompletionToken&& token = {}) {
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
@@ -167,8 +170,8 @@ public:
             token, std::move(channels));
     }
 
-    /// Unsubscribes from channels (UNSUBSCRIBE) and forgets them. Same completion and
-    /// cancellation as async_subscribe.
+    /// Drops one subscription to each channel; the last one sends UNSUBSCRIBE. Same completion
+    /// and cancellation as async_subscribe.
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_unsubscribe(std::vector<std::string> channels, CompletionToken&& token = {}) {
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(

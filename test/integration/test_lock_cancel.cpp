@@ -1,0 +1,576 @@
+// Cancelling co_lock / async_lock: while it sleeps (terminal, partial, a timer raced with ||),
+// with an acquire in flight (the server held in CLIENT PAUSE WRITE so the attempt surely is),
+// and a storm of waiters with random deadlines. Afterwards no lock key and no subscription may
+// be left behind.
+#include <colock/locker.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using colock::test::command;
+using colock::test::redis_server;
+using colock::test::run_test;
+using colock::test::shared_server;
+using colock::test::sleep_for;
+using colock::test::strings;
+using colock::test::unique_key;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using boost::system::error_code;
+using boost::system::system_error;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
+
+std::string lock_key(std::string const& name) {
+    return "colock:{" + name + "}";
+}
+std::string wake_channel(std::string const& name) {
+    return lock_key(name) + ":wake";
+}
+
+long long ms_since(steady::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t).count();
+}
+
+asio::awaitable<std::int64_t> integer(redis::connection& c, resp3::request req) {
+    auto r = co_await c.co_exec(std::move(req));
+    co_return r.at(0).as_integer().value_or(std::numeric_limits<std::int64_t>::min());
+}
+
+asio::awaitable<std::optional<std::string>> get(redis::connection& c, std::string const& key) {
+    auto r = co_await c.co_exec(command("GET", key));
+    if (r.at(0).is_null())
+        co_return std::nullopt;
+    co_return std::string(r.at(0).as_string().value_or("?"));
+}
+
+asio::awaitable<std::int64_t> numsub(redis::connection& c, std::string const& channel) {
+    auto r = co_await c.co_exec(command("PUBSUB", "NUMSUB", channel));
+    co_return r.at(0).elements.at(1).as_integer().value_or(-1);
+}
+
+// Subscriptions change in the background: poll until NUMSUB is `expected` or `limit` passes.
+asio::awaitable<std::int64_t> numsub_becomes(redis::connection& c, std::string const& channel,
+                                             std::int64_t expected,
+                                             std::chrono::milliseconds limit = 2000ms) {
+    auto const end = steady::now() + limit;
+    auto n = co_await numsub(c, channel);
+    while (n != expected && steady::now() < end) {
+        co_await sleep_for(10ms);
+        n = co_await numsub(c, channel);
+    }
+    co_return n;
+}
+
+asio::awaitable<std::int64_t> exists_becomes(redis::connection& c, std::string const& key,
+                                             std::int64_t expected,
+                                             std::chrono::milliseconds limit = 2000ms) {
+    auto const end = steady::now() + limit;
+    auto n = co_await integer(c, command("EXISTS", key));
+    while (n != expected && steady::now() < end) {
+        co_await sleep_for(10ms);
+        n = co_await integer(c, command("EXISTS", key));
+    }
+    co_return n;
+}
+
+// A waiter that sleeps long between its own retries (a wake-up message or cancellation ends
+// the sleep), so a cancellation almost surely meets it asleep rather than mid-attempt.
+lock_options patient() {
+    lock_options opt;
+    opt.ttl = 10'000ms;
+    opt.retry.initial = 5000ms;
+    opt.retry.max = 5000ms;
+    opt.retry.multiplier = 1.0;
+    return opt;
+}
+
+// The outcome of one async_lock started with a callback.
+struct lock_result {
+    bool done = false;
+    error_code ec;
+    lock_guard guard;
+    steady::time_point at;
+};
+
+auto record(lock_result& r) {
+    return [&r](error_code ec, lock_guard g) {
+        r.ec = ec;
+        r.guard = std::move(g);
+        r.at = steady::now();
+        r.done = true;
+    };
+}
+
+asio::awaitable<bool> finishes(bool const& done, std::chrono::milliseconds limit) {
+    auto const end = steady::now() + limit;
+    while (!done && steady::now() < end)
+        co_await sleep_for(5ms);
+    co_return done;
+}
+
+} // namespace
+
+TEST_CASE("a sleeping waiter cancelled (terminal, partial) returns at once with operation_aborted "
+          "and leaves no waiter behind") {
+    for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial}) {
+        CAPTURE(static_cast<int>(type));
+        run_test([type](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn_h{ctx.get_executor(), shared_server().config()};
+            redis::connection conn_w{ctx.get_executor(), shared_server().config()};
+            redis::connection probe{ctx.get_executor(), shared_server().config()};
+            locker holder_locks{conn_h};
+            locker locks{conn_w};
+            std::string const name = unique_key("cancel-sleeping");
+            auto holder = co_await holder_locks.co_lock(name, patient());
+
+            // Two waiters: the head (subscribed, retrying) and one queued behind it.
+            asio::cancellation_signal head_signal, second_signal;
+            lock_result head, second;
+            locks.async_lock(name, patient(),
+                             asio::bind_cancellation_slot(head_signal.slot(), record(head)));
+            auto const subscribed = co_await numsub_becomes(probe, wake_channel(name), 1);
+            CHECK(subscribed == 1);
+            locks.async_lock(name, patient(),
+                             asio::bind_cancellation_slot(second_signal.slot(), record(second)));
+            co_await sleep_for(200ms);
+            CHECK_FALSE(head.done);
+            CHECK_FALSE(second.done);
+
+            // The one behind first: the head keeps waiting, and the subscription stays.
+            auto emitted = steady::now();
+            second_signal.emit(type);
+            bool const second_finished = co_await finishes(second.done, 2000ms);
+            REQUIRE(second_finished);
+            CHECK(second.ec == asio::error::operation_aborted);
+            CHECK_FALSE(second.guard.owns_lock());
+            CHECK(
+                std::chrono::duration_cast<std::chrono::milliseconds>(second.at - emitted).count() <
+                300);
+            co_await sleep_for(50ms);
+            CHECK_FALSE(head.done);
+            auto const still = co_await numsub(probe, wake_channel(name));
+            CHECK(still == 1);
+
+            // Then the head.
+            emitted = steady::now();
+            head_signal.emit(type);
+            bool const head_finished = co_await finishes(head.done, 2000ms);
+            REQUIRE(head_finished);
+            CHECK(head.ec == asio::error::operation_aborted);
+            CHECK_FALSE(head.guard.owns_lock());
+            CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(head.at - emitted).count() <
+                  300);
+            auto const none = co_await numsub_becomes(probe, wake_channel(name), 0);
+            CHECK(none == 0);
+
+            // The holder was not disturbed; and a new waiter on the same locker queues,
+            // subscribes and is woken as if nothing had happened.
+            auto const held = co_await get(probe, lock_key(name));
+            CHECK(held == holder.token());
+            lock_result next;
+            locks.async_lock(name, patient(), record(next));
+            auto const again = co_await numsub_becomes(probe, wake_channel(name), 1);
+            CHECK(again == 1);
+            auto const released_at = steady::now();
+            co_await holder.unlock();
+            bool const next_finished = co_await finishes(next.done, 3000ms);
+            REQUIRE(next_finished);
+            CHECK_FALSE(next.ec);
+            CHECK(next.guard.owns_lock());
+            CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(next.at - released_at)
+                      .count() < 1000); // woken by the release, not by its 5 s backoff
+            co_await next.guard.unlock();
+            auto const finally = co_await numsub_becomes(probe, wake_channel(name), 0);
+            CHECK(finally == 0);
+            conn_h.close();
+            conn_w.close();
+            probe.close();
+        });
+    }
+}
+
+TEST_CASE("co_lock raced with a timer (||): the timer wins promptly and the waiter is gone") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn_h{ctx.get_executor(), shared_server().config()};
+        redis::connection conn_w{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker holder_locks{conn_h};
+        locker locks{conn_w};
+        std::string const name = unique_key("cancel-or");
+        auto holder = co_await holder_locks.co_lock(name, patient());
+
+        asio::steady_timer timer(ctx);
+        timer.expires_after(300ms);
+        auto const started = steady::now();
+        auto result =
+            co_await (locks.co_lock(name, patient()) || timer.async_wait(asio::use_awaitable));
+        auto const took = ms_since(started);
+        CHECK(result.index() == 1);
+        CHECK(took >= 290);
+        CHECK(took < 800);
+        auto const none = co_await numsub_becomes(probe, wake_channel(name), 0);
+        CHECK(none == 0);
+        auto const held = co_await get(probe, lock_key(name));
+        CHECK(held == holder.token());
+
+        // The other way round: a free lock wins against a long timer, and the guard is ours.
+        bool const released = co_await holder.unlock();
+        CHECK(released);
+        timer.expires_after(10s);
+        auto won =
+            co_await (locks.co_lock(name, patient()) || timer.async_wait(asio::use_awaitable));
+        REQUIRE(won.index() == 0);
+        auto& g = std::get<0>(won);
+        CHECK(g.owns_lock());
+        auto const held_now = co_await get(probe, lock_key(name));
+        CHECK(held_now == g.token());
+        bool const released_g = co_await g.unlock();
+        CHECK(released_g);
+        conn_h.close();
+        conn_w.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("cancelled with an acquire in flight on a free lock: the granted lock is released "
+          "before the operation completes with operation_aborted") {
+    redis_server server;
+    enum class how { terminal_slot, partial_slot, try_lock_terminal, timer_or };
+    for (auto way :
+         {how::terminal_slot, how::partial_slot, how::try_lock_terminal, how::timer_or}) {
+        CAPTURE(static_cast<int>(way));
+        run_test([&server, way](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn{ctx.get_executor(), server.config()};
+            redis::connection probe{ctx.get_executor(), server.config()};
+            locker locks{conn};
+            co_await conn.async_connect(asio::use_awaitable);
+            co_await probe.async_connect(asio::use_awaitable);
+            std::string const name = unique_key("cancel-in-flight");
+
+            // Writes (and scripts) wait in the server for 500 ms: the attempt is surely in
+            // flight when the cancellation comes, and the server grants it afterwards.
+            server.cli(strings("CLIENT", "PAUSE", "500", "WRITE"));
+            auto const paused_at = steady::now();
+            asio::cancellation_signal signal;
+            bool done = false;
+            error_code ec;
+            bool got_guard = false;
+            std::optional<std::string> key_at_completion;
+            auto on_done = [&](error_code e, bool guard) {
+                ec = e;
+                got_guard = guard;
+                done = true;
+            };
+            if (way == how::timer_or) {
+                asio::co_spawn(
+                    ctx,
+                    [&]() -> asio::awaitable<void> {
+                        asio::steady_timer timer(ctx);
+                        timer.expires_after(100ms);
+                        auto r = co_await (locks.co_lock(name, patient()) ||
+                                           timer.async_wait(asio::use_awaitable));
+                        key_at_completion = co_await get(probe, lock_key(name));
+                        on_done(r.index() == 1 ? error_code(asio::error::operation_aborted)
+                                               : error_code{},
+                                r.index() == 0);
+                    },
+                    asio::detached);
+            } else if (way == how::try_lock_terminal) {
+                locks.async_try_lock(
+                    name, patient(),
+                    asio::bind_cancellation_slot(signal.slot(),
+                                                 [&](error_code e, std::optional<lock_guard> g) {
+                                                     on_done(e, g.has_value() && g->owns_lock());
+                                                 }));
+            } else {
+                locks.async_lock(
+                    name, patient(),
+                    asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
+                        on_done(e, g.owns_lock());
+                    }));
+            }
+            co_await sleep_for(100ms);
+            CHECK_FALSE(done);
+            if (way != how::timer_or)
+                signal.emit(way == how::partial_slot ? asio::cancellation_type::partial
+                                                     : asio::cancellation_type::terminal);
+            bool const finished = co_await finishes(done, 5000ms);
+            REQUIRE(finished);
+            CHECK(ec == asio::error::operation_aborted);
+            CHECK_FALSE(got_guard);
+            // The reply was awaited: completion came after the pause ended.
+            CHECK(ms_since(paused_at) >= 450);
+            // The server did grant it (the fence moved), and it was given back before the
+            // operation completed.
+            auto const fence = co_await get(probe, lock_key(name) + ":fence");
+            CHECK(fence == "1");
+            auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+            CHECK(exists == 0);
+            if (way == how::timer_or)
+                CHECK_FALSE(key_at_completion.has_value());
+            auto const none = co_await numsub(probe, wake_channel(name));
+            CHECK(none == 0);
+            conn.close();
+            probe.close();
+        });
+    }
+}
+
+TEST_CASE("cancelled in the same turn as async_lock on a free lock: operation_aborted, no key") {
+    for (bool try_lock : {false, true}) {
+        CAPTURE(try_lock);
+        run_test([try_lock](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn{ctx.get_executor(), shared_server().config()};
+            redis::connection probe{ctx.get_executor(), shared_server().config()};
+            locker locks{conn};
+            co_await conn.async_connect(asio::use_awaitable);
+            std::string const name = unique_key("cancel-same-turn");
+            asio::cancellation_signal signal;
+            bool done = false;
+            error_code ec;
+            bool got_guard = true;
+            if (try_lock)
+                locks.async_try_lock(
+                    name, patient(),
+                    asio::bind_cancellation_slot(signal.slot(),
+                                                 [&](error_code e, std::optional<lock_guard> g) {
+                                                     ec = e;
+                                                     got_guard = g.has_value();
+                                                     done = true;
+                                                 }));
+            else
+                locks.async_lock(
+                    name, patient(),
+                    asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
+                        ec = e;
+                        got_guard = g.owns_lock();
+                        done = true;
+                    }));
+            signal.emit(asio::cancellation_type::terminal);
+            bool const finished = co_await finishes(done, 5000ms);
+            REQUIRE(finished);
+            CHECK(ec == asio::error::operation_aborted);
+            CHECK_FALSE(got_guard);
+            auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+            CHECK(exists == 0);
+            conn.close();
+            probe.close();
+        });
+    }
+}
+
+TEST_CASE("co_try_lock cancelled with its attempt in flight on a held lock reports "
+          "operation_aborted") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn_h{ctx.get_executor(), server.config()};
+        redis::connection conn{ctx.get_executor(), server.config()};
+        locker holder_locks{conn_h};
+        locker locks{conn};
+        co_await conn.async_connect(asio::use_awaitable);
+        std::string const name = unique_key("cancel-try-held");
+        auto holder = co_await holder_locks.co_lock(name, patient());
+
+        server.cli(strings("CLIENT", "PAUSE", "400", "WRITE"));
+        asio::cancellation_signal signal;
+        bool done = false;
+        error_code ec;
+        bool got = true;
+        locks.async_try_lock(name, patient(),
+                             asio::bind_cancellation_slot(
+                                 signal.slot(), [&](error_code e, std::optional<lock_guard> g) {
+                                     ec = e;
+                                     got = g.has_value();
+                                     done = true;
+                                 }));
+        co_await sleep_for(100ms);
+        signal.emit(asio::cancellation_type::terminal);
+        bool const finished = co_await finishes(done, 5000ms);
+        REQUIRE(finished);
+        CHECK_FALSE(got);
+        // A cancellation that was requested before the operation completed is reported, as
+        // for every Asio operation; "held elsewhere" would hide that it was cancelled.
+        CHECK(ec == asio::error::operation_aborted);
+        co_await holder.unlock();
+        conn_h.close();
+        conn.close();
+    });
+}
+
+TEST_CASE("the head waiter cancelled while its retry is in flight returns promptly") {
+    redis_server server;
+    // Twice: the waiter's sleep after an attempt is random (jitter), so one round could hide
+    // a waiter that sleeps before it looks at its cancellation.
+    for (int round = 0; round < 2; ++round) {
+        CAPTURE(round);
+        run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn_h{ctx.get_executor(), server.config()};
+            redis::connection conn_w{ctx.get_executor(), server.config()};
+            redis::connection probe{ctx.get_executor(), server.config()};
+            locker holder_locks{conn_h};
+            locker locks{conn_w};
+            std::string const name = unique_key("cancel-retry");
+            auto holder = co_await holder_locks.co_lock(name, patient());
+
+            asio::cancellation_signal signal;
+            lock_result w;
+            locks.async_lock(name, patient(),
+                             asio::bind_cancellation_slot(signal.slot(), record(w)));
+            auto const subscribed = co_await numsub_becomes(probe, wake_channel(name), 1);
+            REQUIRE(subscribed == 1);
+            co_await sleep_for(100ms);
+
+            // A wake-up message reaches the waiter's socket while this thread is blocked in
+            // redis-cli; by the time the waiter reads it and retries, writes are paused: the
+            // retry is in flight for ~600 ms.
+            server.cli(strings("PUBLISH", wake_channel(name), "1"));
+            server.cli(strings("CLIENT", "PAUSE", "600", "WRITE"));
+            auto const paused_at = steady::now();
+            co_await sleep_for(150ms);
+            CHECK_FALSE(w.done);
+            signal.emit(asio::cancellation_type::terminal);
+            bool const finished = co_await finishes(w.done, 8000ms);
+            REQUIRE(finished);
+            auto const took =
+                std::chrono::duration_cast<std::chrono::milliseconds>(w.at - paused_at).count();
+            MESSAGE("cancelled head with a retry in flight completed " << took
+                                                                       << " ms after the pause");
+            CHECK(w.ec == asio::error::operation_aborted);
+            // The retry's reply comes at ~600 ms; then it must stop, not sleep its backoff
+            // (up to 5 s here) before noticing the cancellation.
+            CHECK(took < 1200);
+            auto const none = co_await numsub_becomes(probe, wake_channel(name), 0);
+            CHECK(none == 0);
+            auto const held = co_await get(probe, lock_key(name));
+            CHECK(held == holder.token());
+            co_await holder.unlock();
+            conn_h.close();
+            conn_w.close();
+            probe.close();
+        });
+    }
+}
+
+TEST_CASE("a storm of 2000 waiters with random deadlines: every one returns, nothing is left") {
+    static constexpr int waiters = 2000;
+    run_test(
+        [](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn_h{ctx.get_executor(), shared_server().config()};
+            redis::connection conn_w{ctx.get_executor(), shared_server().config()};
+            redis::connection probe{ctx.get_executor(), shared_server().config()};
+            locker holder_locks{conn_h};
+            locker locks{conn_w};
+            std::string const name = unique_key("storm");
+            lock_options opt;
+            opt.ttl = 5000ms;
+            auto holder = co_await holder_locks.co_lock(name, opt);
+
+            int finished = 0, acquired = 0, timed_out = 0, raced_out = 0, failures = 0;
+            int holders = 0, max_holders = 0;
+            std::minstd_rand rng(20240611);
+            std::uniform_int_distribution<int> deadline_ms(20, 1500);
+
+            // Holds for a moment, then gives it back; counts overlapping holders.
+            auto hold = [&](lock_guard& g) -> asio::awaitable<void> {
+                ++acquired;
+                max_holders = std::max(max_holders, ++holders);
+                co_await asio::post(ctx, asio::use_awaitable);
+                --holders;
+                bool const released = co_await g.unlock();
+                if (!released)
+                    ++failures;
+            };
+            for (int i = 0; i < waiters; ++i) {
+                auto const deadline = std::chrono::milliseconds(deadline_ms(rng));
+                asio::co_spawn(
+                    ctx,
+                    [&, i, deadline]() -> asio::awaitable<void> {
+                        if (i % 2 == 0) {
+                            lock_options o = opt;
+                            o.wait_timeout = deadline;
+                            std::optional<lock_guard> g;
+                            try {
+                                g.emplace(co_await locks.co_lock(name, o));
+                            } catch (system_error const& e) {
+                                if (e.code() == error::timeout)
+                                    ++timed_out;
+                                else
+                                    ++failures;
+                            }
+                            if (g)
+                                co_await hold(*g);
+                        } else {
+                            asio::steady_timer timer(ctx);
+                            timer.expires_after(deadline);
+                            auto r = co_await (locks.co_lock(name, opt) ||
+                                               timer.async_wait(asio::use_awaitable));
+                            if (r.index() == 0)
+                                co_await hold(std::get<0>(r));
+                            else
+                                ++raced_out;
+                        }
+                        ++finished;
+                    },
+                    [&](std::exception_ptr e) {
+                        if (e) {
+                            ++failures;
+                            ++finished;
+                        }
+                    });
+            }
+            co_await sleep_for(700ms);
+            CHECK(holders == 0);
+            bool const released = co_await holder.unlock();
+            CHECK(released);
+            auto const started = steady::now();
+            while (finished < waiters && ms_since(started) < 30'000)
+                co_await sleep_for(10ms);
+            MESSAGE("storm: " << acquired << " acquired, " << timed_out << " timed out, "
+                              << raced_out << " lost the race to their timer, in "
+                              << ms_since(started) << " ms after the release");
+            CHECK(finished == waiters);
+            CHECK(failures == 0);
+            CHECK(max_holders == 1);
+            CHECK(acquired + timed_out + raced_out == waiters);
+            CHECK(acquired > 0);
+            CHECK(timed_out > 0);
+            CHECK(raced_out > 0);
+
+            auto const key_left = co_await exists_becomes(probe, lock_key(name), 0);
+            CHECK(key_left == 0);
+            auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
+            CHECK(subscribers == 0);
+            // And the locker still works for this name.
+            auto g = co_await locks.co_lock(name, opt);
+            CHECK(g.owns_lock());
+            co_await g.unlock();
+            conn_h.close();
+            conn_w.close();
+            probe.close();
+        },
+        std::chrono::seconds{90});
+}

@@ -1,0 +1,871 @@
+// Holding a lock: renewal keeps a short lease alive, loss is noticed and reaches the holder's
+// work, max_hold ends renewal, a server restart never leaves two owners, and the guard's
+// destructor, unlock, extend and move behave as documented.
+#include <colock/locker.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using colock::test::command;
+using colock::test::redis_server;
+using colock::test::run_test;
+using colock::test::shared_server;
+using colock::test::sleep_for;
+using colock::test::strings;
+using colock::test::unique_key;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using boost::system::error_code;
+using boost::system::system_error;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
+
+std::string lock_key(std::string const& name) {
+    return "colock:{" + name + "}";
+}
+
+long long ms_since(steady::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t).count();
+}
+
+long long ms_between(steady::time_point from, steady::time_point to) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+}
+
+redis::config fast_config(redis_server const& server) {
+    auto cfg = server.config();
+    cfg.connect_timeout = 1000ms;
+    cfg.health_check_interval = 200ms;
+    cfg.reconnect_initial_delay = 20ms;
+    cfg.reconnect_max_delay = 200ms;
+    return cfg;
+}
+
+asio::awaitable<std::int64_t> integer(redis::connection& c, resp3::request req) {
+    auto r = co_await c.co_exec(std::move(req));
+    co_return r.at(0).as_integer().value_or(std::numeric_limits<std::int64_t>::min());
+}
+
+asio::awaitable<std::optional<std::string>> get(redis::connection& c, std::string const& key) {
+    auto r = co_await c.co_exec(command("GET", key));
+    if (r.at(0).is_null())
+        co_return std::nullopt;
+    co_return std::string(r.at(0).as_string().value_or("?"));
+}
+
+asio::awaitable<std::int64_t> exists_becomes(redis::connection& c, std::string const& key,
+                                             std::int64_t expected,
+                                             std::chrono::milliseconds limit) {
+    auto const end = steady::now() + limit;
+    auto n = co_await integer(c, command("EXISTS", key));
+    while (n != expected && steady::now() < end) {
+        co_await sleep_for(5ms);
+        n = co_await integer(c, command("EXISTS", key));
+    }
+    co_return n;
+}
+
+std::int64_t evalsha_calls(std::string_view info) {
+    std::string_view const field = "cmdstat_evalsha:calls=";
+    auto const at = info.find(field);
+    if (at == std::string_view::npos)
+        return 0;
+    return std::stoll(std::string(info.substr(at + field.size(), 20)));
+}
+
+asio::awaitable<std::int64_t> evalsha_calls(redis::connection& c) {
+    auto r = co_await c.co_exec(command("INFO", "commandstats"));
+    co_return evalsha_calls(r.at(0).as_string().value_or(""));
+}
+
+// A pending wait_lost, started with a callback.
+struct lost_watch {
+    bool done = false;
+    error_code ec;
+    steady::time_point at;
+};
+
+void watch(lock_guard& g, lost_watch& w) {
+    g.async_wait_lost([&w](error_code ec) {
+        w.ec = ec;
+        w.at = steady::now();
+        w.done = true;
+    });
+}
+
+asio::awaitable<bool> finishes(bool const& done, std::chrono::milliseconds limit) {
+    auto const end = steady::now() + limit;
+    while (!done && steady::now() < end)
+        co_await sleep_for(5ms);
+    co_return done;
+}
+
+lock_options lease(std::chrono::milliseconds ttl, std::chrono::milliseconds renew) {
+    lock_options opt;
+    opt.ttl = ttl;
+    opt.renew_interval = renew;
+    return opt;
+}
+
+// A TCP relay in front of the server that can be frozen: while frozen it forwards nothing in
+// either direction, as a network partition of the clients that go through it. The server and
+// every other client carry on.
+class relay {
+public:
+    relay(asio::any_io_executor ex, std::uint16_t server_port)
+        : state_(std::make_shared<state>(ex)) {
+        state_->server_port = server_port;
+        asio::co_spawn(ex, accept_loop(state_), asio::detached);
+    }
+    ~relay() { close(); }
+    relay(relay const&) = delete;
+    relay& operator=(relay const&) = delete;
+
+    std::uint16_t port() const { return state_->acceptor.local_endpoint().port(); }
+    void freeze() { state_->frozen = true; }
+    void close() {
+        state_->stopped = true;
+        error_code ignored;
+        state_->acceptor.close(ignored);
+        for (auto& s : state_->sockets)
+            s->close(ignored);
+    }
+
+private:
+    using socket = asio::ip::tcp::socket;
+    struct state {
+        explicit state(asio::any_io_executor ex)
+            : acceptor(ex, {asio::ip::make_address("127.0.0.1"), 0}) {}
+        asio::ip::tcp::acceptor acceptor;
+        std::uint16_t server_port = 0;
+        bool frozen = false;
+        bool stopped = false;
+        std::vector<std::shared_ptr<socket>> sockets;
+    };
+
+    static asio::awaitable<void> accept_loop(std::shared_ptr<state> st) {
+        auto ex = co_await asio::this_coro::executor;
+        for (;;) {
+            auto client = std::make_shared<socket>(ex);
+            auto [ec] = co_await st->acceptor.async_accept(*client, as_tuple);
+            if (ec || st->stopped)
+                co_return;
+            auto server = std::make_shared<socket>(ex);
+            auto [cec] = co_await server->async_connect(
+                {asio::ip::make_address("127.0.0.1"), st->server_port}, as_tuple);
+            if (cec)
+                continue;
+            st->sockets.push_back(client);
+            st->sockets.push_back(server);
+            asio::co_spawn(ex, pump(st, client, server), asio::detached);
+            asio::co_spawn(ex, pump(st, server, client), asio::detached);
+        }
+    }
+
+    static asio::awaitable<void> pump(std::shared_ptr<state> st, std::shared_ptr<socket> from,
+                                      std::shared_ptr<socket> to) {
+        std::array<char, 16384> buf;
+        for (;;) {
+            auto [ec, n] = co_await from->async_read_some(asio::buffer(buf), as_tuple);
+            while (st->frozen && !st->stopped)
+                co_await sleep_for(10ms); // hold what was read: nothing gets through
+            if (ec || st->stopped) {
+                error_code ignored;
+                to->shutdown(socket::shutdown_send, ignored);
+                co_return;
+            }
+            auto [wec, written] = co_await asio::async_write(*to, asio::buffer(buf, n), as_tuple);
+            (void)written;
+            if (wec)
+                co_return;
+        }
+    }
+
+    std::shared_ptr<state> state_;
+};
+
+} // namespace
+
+TEST_CASE("renewal: a 300 ms lease held for 1.5 s stays ours") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        locker other{conn_b};
+        std::string const name = unique_key("renew");
+        lock_options opt;
+        opt.ttl = 300ms; // renewed every 100 ms by default
+        auto g = co_await locks.co_lock(name, opt);
+        lost_watch w;
+        watch(g, w);
+
+        for (int i = 0; i < 5; ++i) {
+            co_await sleep_for(300ms);
+            auto taken = co_await other.co_try_lock(name, opt);
+            CHECK_FALSE(taken.has_value());
+        }
+        CHECK(g.owns_lock());
+        CHECK_FALSE(g.lost());
+        CHECK_FALSE(w.done);
+        auto const held = co_await get(probe, lock_key(name));
+        CHECK(held == g.token());
+        auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        CHECK(pttl > 0);
+        CHECK(pttl <= 300);
+
+        bool const released = co_await g.unlock();
+        CHECK(released);
+        // A pending wait_lost ends when the guard lets go, and says it was not a loss.
+        bool const ended = co_await finishes(w.done, 1000ms);
+        CHECK(ended);
+        CHECK(w.ec == error::not_held);
+        CHECK_FALSE(g.lost());
+        conn.close();
+        conn_b.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("the key deleted from outside: lost() and wait_lost() within about one renew "
+          "interval") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("deleted");
+        auto g = co_await locks.co_lock(name, lease(1000ms, 150ms));
+        lost_watch w;
+        watch(g, w);
+        co_await sleep_for(100ms);
+        CHECK_FALSE(w.done);
+
+        co_await probe.co_exec(command("DEL", lock_key(name)));
+        auto const deleted_at = steady::now();
+        bool const noticed = co_await finishes(w.done, 3000ms);
+        REQUIRE(noticed);
+        auto const after = ms_between(deleted_at, w.at);
+        MESSAGE("loss noticed " << after << " ms after DEL (renew interval 150 ms)");
+        CHECK_FALSE(w.ec);
+        CHECK(after < 150 + 450);
+        CHECK(g.lost());
+        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(static_cast<bool>(g));
+
+        // wait_lost on a lost guard completes at once.
+        lost_watch again;
+        watch(g, again);
+        bool const at_once = co_await finishes(again.done, 200ms);
+        CHECK(at_once);
+        CHECK_FALSE(again.ec);
+        co_await g.wait_lost(); // the awaitable form returns too
+
+        // Renewal stopped: the key stays gone.
+        co_await sleep_for(400ms);
+        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+        CHECK(exists == 0);
+        bool const released = co_await g.unlock();
+        CHECK_FALSE(released);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("the key overwritten from outside: lost, and the new value is left alone") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("overwritten");
+        {
+            auto g = co_await locks.co_lock(name, lease(1000ms, 150ms));
+            lost_watch w;
+            watch(g, w);
+            co_await probe.co_exec(command("SET", lock_key(name), "someone-else", "PX", "10000"));
+            auto const set_at = steady::now();
+            bool const noticed = co_await finishes(w.done, 3000ms);
+            REQUIRE(noticed);
+            CHECK(ms_between(set_at, w.at) < 150 + 450);
+            CHECK(g.lost());
+            CHECK_FALSE(g.owns_lock());
+            bool const extended = co_await g.extend(5000ms);
+            CHECK_FALSE(extended);
+            bool const released = co_await g.unlock();
+            CHECK_FALSE(released);
+            auto const value = co_await get(probe, lock_key(name));
+            CHECK(value == "someone-else");
+        }
+        // The guard is gone too (it had nothing to release); the other value stays.
+        co_await sleep_for(300ms);
+        auto const value = co_await get(probe, lock_key(name));
+        CHECK(value == "someone-else");
+        auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        CHECK(pttl > 8000); // not re-armed with our ttl either
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("co_await (work() || g.wait_lost()) cancels the work when the lease goes") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("work-or-lost");
+        auto g = co_await locks.co_lock(name, lease(1000ms, 150ms));
+
+        bool work_cancelled = false, work_finished = false;
+        auto work = [&]() -> asio::awaitable<void> {
+            try {
+                co_await sleep_for(10s);
+                work_finished = true;
+            } catch (system_error const& e) {
+                work_cancelled = e.code() == asio::error::operation_aborted;
+                throw;
+            }
+        };
+        steady::time_point deleted_at;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                co_await sleep_for(300ms);
+                co_await probe.co_exec(command("DEL", lock_key(name)));
+                deleted_at = steady::now();
+            },
+            asio::detached);
+        auto const started = steady::now();
+        auto result = co_await (work() || g.wait_lost());
+        auto const ended = steady::now();
+        CHECK(result.index() == 1);
+        CHECK(work_cancelled);
+        CHECK_FALSE(work_finished);
+        CHECK(g.lost());
+        CHECK(ms_between(started, ended) < 2000);
+        CHECK(ms_between(deleted_at, ended) < 150 + 450);
+
+        // And while the lease holds, the work finishes first: wait_lost is cancelled quietly.
+        auto g2 = co_await locks.co_lock(unique_key("work-or-lost-kept"), lease(1000ms, 150ms));
+        auto quick = [&]() -> asio::awaitable<int> {
+            co_await sleep_for(400ms);
+            co_return 42;
+        };
+        auto kept = co_await (quick() || g2.wait_lost());
+        REQUIRE(kept.index() == 0);
+        CHECK(std::get<0>(kept) == 42);
+        CHECK(g2.owns_lock());
+        bool const released = co_await g2.unlock();
+        CHECK(released);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the guard reports "
+          "lost") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("max-hold");
+        lock_options opt = lease(300ms, 100ms);
+        opt.max_hold = 600ms;
+        auto const started = steady::now();
+        auto g = co_await locks.co_lock(name, opt);
+        lost_watch w;
+        watch(g, w);
+
+        // Past the first ttl: alive only because it was renewed.
+        co_await sleep_for(450ms);
+        auto const alive = co_await integer(probe, command("EXISTS", lock_key(name)));
+        CHECK(alive == 1);
+        CHECK(g.owns_lock());
+        CHECK_FALSE(w.done);
+
+        // Renewals stop at 600 ms; the last lease runs out by ~900 ms.
+        bool const noticed = co_await finishes(w.done, 3000ms);
+        REQUIRE(noticed);
+        auto const lost_after = ms_between(started, w.at);
+        MESSAGE("max_hold 600 ms, ttl 300 ms: lost after " << lost_after << " ms");
+        CHECK_FALSE(w.ec);
+        CHECK(g.lost());
+        CHECK(lost_after >= 550);
+        CHECK(lost_after < 600 + 300 + 600);
+        // The server's copy runs out at about the same time (the local deadline is the
+        // earlier of the two).
+        auto const gone = co_await exists_becomes(probe, lock_key(name), 0, 500ms);
+        CHECK(gone == 0);
+        bool const released = co_await g.unlock();
+        CHECK_FALSE(released);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("server restart while held: the holder ends lost, never beside a second owner") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        locker other{conn_b};
+        std::string const name = unique_key("restart");
+        lock_options opt = lease(500ms, 150ms);
+        auto g = co_await locks.co_lock(name, opt);
+        lost_watch w;
+        watch(g, w);
+        co_await sleep_for(200ms);
+
+        // The restarted server is empty (no persistence): the lock is free for anyone.
+        server.kill();
+        server.restart();
+        auto const restarted_at = steady::now();
+        lock_options wait = opt;
+        wait.wait_timeout = 5000ms;
+        auto g2 = co_await other.co_lock(name, wait);
+        auto const acquired_at = steady::now();
+        CHECK(g2.owns_lock());
+
+        // The first holder must find out: its renewal sees a key that is not its own (or no
+        // renewal succeeds before its local lease deadline).
+        bool const noticed = co_await finishes(w.done, 3000ms);
+        REQUIRE(noticed);
+        MESSAGE("restart: second owner after " << ms_between(restarted_at, acquired_at)
+                                               << " ms, first reported lost after "
+                                               << ms_between(restarted_at, w.at) << " ms");
+        CHECK_FALSE(w.ec);
+        CHECK(g.lost());
+        CHECK_FALSE(g.owns_lock());
+        CHECK(ms_between(acquired_at, w.at) < 500 + 150 + 1000);
+
+        // From here on exactly one owner, in the guards and in Redis.
+        for (int i = 0; i < 5; ++i) {
+            CHECK(g2.owns_lock());
+            CHECK_FALSE(g.owns_lock());
+            co_await sleep_for(150ms);
+        }
+        redis::connection probe{ctx.get_executor(), fast_config(server)};
+        auto const held = co_await get(probe, lock_key(name));
+        CHECK(held == g2.token());
+        bool const released_old = co_await g.unlock();
+        CHECK_FALSE(released_old);
+        auto const still = co_await get(probe, lock_key(name));
+        CHECK(still == g2.token());
+        bool const released = co_await g2.unlock();
+        CHECK(released);
+        conn.close();
+        conn_b.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("server restart while held and nobody else wants it: the holder learns it is lost") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        std::string const name = unique_key("restart-alone");
+        auto g = co_await locks.co_lock(name, lease(500ms, 150ms));
+        lost_watch w;
+        watch(g, w);
+        server.kill();
+        co_await sleep_for(300ms);
+        server.restart();
+        bool const noticed = co_await finishes(w.done, 3000ms);
+        REQUIRE(noticed);
+        CHECK(g.lost());
+        // Never revived on the new server.
+        redis::connection probe{ctx.get_executor(), fast_config(server)};
+        co_await sleep_for(300ms);
+        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+        CHECK(exists == 0);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("destroying the guard stops renewal and releases in the background") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        redis::connection conn_b{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        locker locks{conn};
+        locker other{conn_b};
+        std::string const name = unique_key("destroyed");
+        lost_watch w;
+        // A long ttl: if the key goes, it was released, not expired.
+        lock_options opt = lease(10'000ms, 100ms);
+        std::string token;
+        {
+            auto g = co_await locks.co_lock(name, opt);
+            token = g.token();
+            watch(g, w);
+            co_await sleep_for(250ms); // a couple of renewals
+        }
+        auto const dropped_at = steady::now();
+        auto const gone = co_await exists_becomes(probe, lock_key(name), 0, 1000ms);
+        CHECK(gone == 0);
+        MESSAGE("released " << ms_since(dropped_at) << " ms after the guard went");
+        bool const ended = co_await finishes(w.done, 1000ms);
+        CHECK(ended);
+        CHECK(w.ec == error::not_held);
+
+        // No renewal runs any more: the server sees no EVALSHA from us.
+        auto const before = co_await evalsha_calls(probe);
+        co_await sleep_for(500ms);
+        auto const after = co_await evalsha_calls(probe);
+        CHECK(after == before);
+
+        // The release woke a waiter on another connection at once.
+        auto g2 = co_await other.co_lock(name, opt);
+        CHECK(g2.token() != token);
+        bool const released = co_await g2.unlock();
+        CHECK(released);
+        conn.close();
+        conn_b.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("unlock() from a cancelled caller still releases") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        locker locks{conn};
+        co_await probe.async_connect(asio::use_awaitable);
+
+        // Cancelled while the release is in flight (writes paused in the server).
+        {
+            std::string const name = unique_key("unlock-cancelled");
+            auto g = co_await locks.co_lock(name, lease(5000ms, 1000ms));
+            std::optional<bool> unlocked;
+            auto do_unlock = [&]() -> asio::awaitable<void> { unlocked = co_await g.unlock(); };
+            server.cli(strings("CLIENT", "PAUSE", "400", "WRITE"));
+            asio::steady_timer timer(ctx);
+            timer.expires_after(50ms);
+            auto const started = steady::now();
+            auto r = co_await (do_unlock() || timer.async_wait(asio::use_awaitable));
+            CHECK(r.index() == 1); // the timer came first and cancelled the caller
+            CHECK(ms_since(started) >= 300);
+            REQUIRE(unlocked.has_value());
+            CHECK(*unlocked);
+            auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+            CHECK(exists == 0);
+            CHECK_FALSE(g.owns_lock());
+        }
+
+        // Called from a coroutine that was cancelled before (and chose not to throw).
+        {
+            std::string const name = unique_key("unlock-after-cancel");
+            auto g = co_await locks.co_lock(name, lease(5000ms, 1000ms));
+            asio::cancellation_signal signal;
+            std::optional<bool> unlocked;
+            bool done = false;
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    co_await asio::this_coro::throw_if_cancelled(false);
+                    asio::steady_timer t(co_await asio::this_coro::executor);
+                    t.expires_after(5s);
+                    co_await t.async_wait(as_tuple); // ends with operation_aborted
+                    unlocked = co_await g.unlock();
+                },
+                asio::bind_cancellation_slot(signal.slot(),
+                                             [&](std::exception_ptr) { done = true; }));
+            co_await sleep_for(50ms);
+            signal.emit(asio::cancellation_type::terminal);
+            bool const finished = co_await finishes(done, 3000ms);
+            REQUIRE(finished);
+            REQUIRE(unlocked.has_value());
+            CHECK(*unlocked);
+            auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+            CHECK(exists == 0);
+        }
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("extend: raises the lease, later renewals keep the new ttl, false after loss") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("extend");
+        auto g = co_await locks.co_lock(name, lease(600ms, 200ms));
+        auto pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        CHECK(pttl <= 600);
+
+        bool const extended = co_await g.extend(60s);
+        CHECK(extended);
+        pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        CHECK(pttl > 50'000);
+        // After a renewal or two, still the long lease (not re-armed to 600 ms).
+        co_await sleep_for(500ms);
+        pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        CHECK(pttl > 50'000);
+        CHECK(g.owns_lock());
+
+        // Refused before any I/O.
+        error_code refused;
+        try {
+            co_await g.extend(0ms);
+        } catch (system_error const& e) {
+            refused = e.code();
+        }
+        CHECK(refused == error::invalid_argument);
+
+        // Lost: extend says so, and does not bring the key back.
+        co_await probe.co_exec(command("DEL", lock_key(name)));
+        bool const after_loss = co_await g.extend(60s);
+        CHECK_FALSE(after_loss);
+        CHECK(g.lost());
+        CHECK_FALSE(g.owns_lock());
+        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+        CHECK(exists == 0);
+        bool const again = co_await g.extend(60s);
+        CHECK_FALSE(again);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("unlock-twice");
+        auto g = co_await locks.co_lock(name, lease(2000ms, 500ms));
+        bool const first = co_await g.unlock();
+        bool const second = co_await g.unlock();
+        CHECK(first);
+        CHECK_FALSE(second);
+        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.lost());
+        CHECK(g.name() == name); // still says what it held
+        error_code code;
+        try {
+            co_await g.extend(1000ms);
+        } catch (system_error const& e) {
+            code = e.code();
+        }
+        CHECK(code == error::not_held);
+        // wait_lost on a released guard: at once, not_held.
+        auto [ec] = co_await g.async_wait_lost(as_tuple);
+        CHECK(ec == error::not_held);
+        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+        CHECK(exists == 0);
+
+        // Unlocking an old guard never touches a later holder's key.
+        auto g2 = co_await locks.co_lock(name, lease(2000ms, 500ms));
+        bool const third = co_await g.unlock();
+        CHECK_FALSE(third);
+        auto const held = co_await get(probe, lock_key(name));
+        CHECK(held == g2.token());
+        bool const released = co_await g2.unlock();
+        CHECK(released);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("use after move: the moved-from guard holds nothing; move-assignment releases the "
+          "old lock") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name_a = unique_key("moved-a");
+        std::string const name_b = unique_key("moved-b");
+
+        auto a = co_await locks.co_lock(name_a, lease(600ms, 200ms));
+        std::string const token_a = a.token();
+        lock_guard moved = std::move(a);
+        CHECK_FALSE(a.owns_lock());
+        CHECK_FALSE(a.lost());
+        CHECK(a.name().empty());
+        CHECK(a.token().empty());
+        CHECK(a.fence() == 0);
+        bool const unlocked_empty = co_await a.unlock();
+        CHECK_FALSE(unlocked_empty);
+        error_code code;
+        try {
+            co_await a.extend(1000ms);
+        } catch (system_error const& e) {
+            code = e.code();
+        }
+        CHECK(code == error::not_held);
+        auto [ec] = co_await a.async_wait_lost(as_tuple);
+        CHECK(ec == error::not_held);
+
+        // The moved-to guard holds it, and the renewal went with it.
+        CHECK(moved.owns_lock());
+        CHECK(moved.name() == name_a);
+        CHECK(moved.token() == token_a);
+        co_await sleep_for(900ms); // past the 600 ms ttl: only renewal keeps it
+        auto const held = co_await get(probe, lock_key(name_a));
+        CHECK(held == token_a);
+
+        // Move-assigning over a holding guard releases what it held.
+        auto b = co_await locks.co_lock(name_b, lease(10'000ms, 2000ms));
+        b = std::move(moved);
+        CHECK(b.name() == name_a);
+        CHECK(b.owns_lock());
+        auto const b_gone = co_await exists_becomes(probe, lock_key(name_b), 0, 1000ms);
+        CHECK(b_gone == 0);
+        auto const a_held = co_await get(probe, lock_key(name_a));
+        CHECK(a_held == token_a);
+        bool const released = co_await b.unlock();
+        CHECK(released);
+
+        // A default-constructed guard holds nothing either.
+        lock_guard none;
+        CHECK_FALSE(none.owns_lock());
+        CHECK(none.name().empty());
+        bool const unlocked_none = co_await none.unlock();
+        CHECK_FALSE(unlocked_none);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("the server stops answering (SIGSTOP): the holder reports lost by its lease deadline, "
+          "not when the connection gives up") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        // The default health check: a dead server is declared dead only after 2-4 s, long
+        // after a 500 ms lease has run out on the server's clock.
+        auto cfg = fast_config(server);
+        cfg.health_check_interval = 2000ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        std::string const name = unique_key("stopped");
+        auto const acquired_at = steady::now();
+        auto g = co_await locks.co_lock(name, lease(500ms, 150ms));
+        lost_watch w;
+        watch(g, w);
+        co_await sleep_for(100ms);
+
+        server.pause();
+        // The last successful renewal (or the acquisition) started at most 500 ms ago; no
+        // renewal gets through, so the lease is over by then on any clock.
+        bool const noticed = co_await finishes(w.done, 1200ms);
+        auto const owned_when_checked = g.owns_lock();
+        server.resume();
+        MESSAGE("server stopped: loss reported " << (w.done ? ms_between(acquired_at, w.at) : -1)
+                                                 << " ms after the acquisition (lease 500 ms)");
+        CHECK(noticed);
+        CHECK_FALSE(owned_when_checked);
+
+        // The key has expired on the server: another process takes the lock at once. The
+        // first holder must not still believe it owns it.
+        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
+        locker other{conn_b};
+        lock_options wait = lease(500ms, 150ms);
+        wait.wait_timeout = 3000ms;
+        auto g2 = co_await other.co_lock(name, wait);
+        CHECK(g2.owns_lock());
+        bool const two_owners = g.owns_lock() && g2.owns_lock();
+        CHECK_FALSE(two_owners);
+        bool const finally = co_await finishes(w.done, 5000ms);
+        CHECK(finally);
+        co_await g2.unlock();
+        conn.close();
+        conn_b.close();
+    });
+}
+
+TEST_CASE("a guard outlives its locker: renewal and unlock still work") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        std::string const name = unique_key("outlives-locker");
+        lock_guard g;
+        {
+            locker locks{conn};
+            g = co_await locks.co_lock(name, lease(300ms, 100ms));
+        }
+        co_await sleep_for(700ms); // past the ttl: renewal still runs
+        CHECK(g.owns_lock());
+        auto const held = co_await get(probe, lock_key(name));
+        CHECK(held == g.token());
+        bool const released = co_await g.unlock();
+        CHECK(released);
+        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+        CHECK(exists == 0);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("the holder cut off from the server (partition): it reports lost by its lease "
+          "deadline, before another process can take the lock") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        relay cut(ctx.get_executor(), server.port());
+        // The holder goes through the relay, with the default 2 s health check.
+        auto cfg = server.config();
+        cfg.port = cut.port();
+        cfg.connect_timeout = 1000ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        locker other{conn_b};
+        std::string const name = unique_key("partition");
+        auto const acquired_at = steady::now();
+        auto g = co_await locks.co_lock(name, lease(500ms, 150ms));
+        lost_watch w;
+        watch(g, w);
+        co_await sleep_for(100ms);
+
+        cut.freeze();
+        // The server lets the key expire 500 ms after the last renewal that reached it; then
+        // the other process gets the lock.
+        lock_options wait = lease(500ms, 150ms);
+        wait.wait_timeout = 3000ms;
+        auto g2 = co_await other.co_lock(name, wait);
+        auto const second_at = steady::now();
+        bool const first_still_owns = g.owns_lock();
+        MESSAGE("partition: second owner " << ms_between(acquired_at, second_at)
+                                           << " ms after the first acquired; first reported "
+                                           << std::string(w.done ? "lost" : "nothing yet"));
+        CHECK(g2.owns_lock());
+        CHECK_FALSE(first_still_owns); // two owners at once otherwise
+        bool const noticed = co_await finishes(w.done, 6000ms);
+        CHECK(noticed);
+        if (noticed)
+            CHECK(ms_between(w.at, second_at) >= 0); // the loss came first
+        co_await g2.unlock();
+        cut.close();
+        conn.close();
+        conn_b.close();
+    });
+}
