@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -174,23 +175,49 @@ script const& extend_script() {
     return s;
 }
 
+// 16 bytes from the OS random source, drawn from a per-thread buffer refilled by getrandom 4 KiB
+// at a time: one system call per 256 tokens instead of one per lock call.
+std::atomic<unsigned> fork_generation{0};
+
 std::string random_token() {
-    unsigned char bytes[16];
-    std::size_t got = 0;
-    while (got < sizeof bytes) {
-        ssize_t const n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            throw std::system_error(errno, std::generic_category(),
-                                    "colock: reading the OS random source");
+    struct pool {
+        unsigned char bytes[4096];
+        std::size_t used = sizeof bytes;
+        unsigned generation = 0;
+    };
+    // A forked child must not hand out its parent's remaining bytes: that would give two
+    // processes the same tokens, and the acquire script treats a matching token as ours.
+    static bool const at_fork_registered = [] {
+        ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1); });
+        return true;
+    }();
+    (void)at_fork_registered;
+    thread_local pool random;
+    unsigned const generation = fork_generation.load(std::memory_order_relaxed);
+    if (random.used + 16 > sizeof random.bytes || random.generation != generation) {
+        random.generation = generation;
+        std::size_t got = 0;
+        while (got < sizeof random.bytes) {
+            ssize_t const n = ::getrandom(random.bytes + got, sizeof random.bytes - got, 0);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                throw std::system_error(errno, std::generic_category(),
+                                        "colock: reading the OS random source");
+            }
+            got += static_cast<std::size_t>(n);
         }
-        got += static_cast<std::size_t>(n);
+        random.used = 0;
     }
-    std::string out;
-    out.reserve(32);
-    for (unsigned char b : bytes)
-        out += fmt::format("{:02x}", b);
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out(32, '0');
+    for (std::size_t i = 0; i < 16; ++i) {
+        unsigned char const b = random.bytes[random.used + i];
+        out[2 * i] = hex[b >> 4];
+        out[2 * i + 1] = hex[b & 0x0f];
+        random.bytes[random.used + i] = 0; // a token is never handed out twice
+    }
+    random.used += 16;
     return out;
 }
 
@@ -436,6 +463,19 @@ public:
         std::shared_ptr<guard_state> state;
     };
 
+    static void set_failure(lock_outcome& out, std::string const& name, error_code ec,
+                            std::string const& detail_text) {
+        out.ec = ec;
+        out.message = detail_text.empty() ? fmt::format("colock: lock '{}'", name)
+                                          : fmt::format("colock: lock '{}': {}", name, detail_text);
+    }
+
+    asio::awaitable<void> wait_contended(lock_keys const& keys, std::string const& token,
+                                         std::string const& name, lock_options const& opt,
+                                         asio::cancellation_state cs,
+                                         clock_type::time_point wait_deadline, milliseconds sleep,
+                                         lock_outcome& out);
+
     // `keep_alive` holds the locker for as long as the coroutine runs.
     asio::awaitable<lock_outcome> lock(std::shared_ptr<locker_impl> keep_alive, std::string name,
                                        lock_options opt, bool wait);
@@ -503,6 +543,10 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     bool lease_running() const { return clock_type::now() < lease_deadline(); }
     asio::steady_timer lost_timer;        // cancelled when the lease is lost or let go
     asio::cancellation_signal renew_stop; // emitted (on the strand) to end the renewal
+    // The renewal (or, without auto_renew, the lease watcher that wait_lost needs) runs.
+    bool watching = false;
+
+    void start_watch();
 
     milliseconds renew_interval() const {
         auto const configured = opt.effective_renew_interval();
@@ -531,10 +575,22 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
     auto cs = co_await asio::this_coro::cancellation_state;
     asio::steady_timer timer(st->locker->strand_);
     asio::steady_timer lease_end(st->locker->strand_);
+    if (!st->opt.auto_renew) {
+        // Only watching, for wait_lost: the lease ends at its deadline (extend may move it).
+        for (;;) {
+            timer.expires_at(st->lease_deadline());
+            co_await timer.async_wait(nothrow_awaitable);
+            if (cancelled(cs) || st->released)
+                co_return;
+            if (!st->lease_running()) {
+                st->mark_lost();
+                co_return;
+            }
+        }
+    }
     for (;;) {
         auto next = clock_type::now() + st->renew_interval();
-        if (!st->opt.auto_renew ||
-            (st->opt.max_hold && next >= st->acquired_at + *st->opt.max_hold)) {
+        if (st->opt.max_hold && next >= st->acquired_at + *st->opt.max_hold) {
             // No (more) renewals: wait for the lease to run out, then report it.
             timer.expires_at(st->lease_deadline());
             co_await timer.async_wait(nothrow_awaitable);
@@ -625,6 +681,14 @@ void release_in_background(std::shared_ptr<guard_state> st) {
 
 } // namespace
 
+void guard_state::start_watch() {
+    if (watching)
+        return;
+    watching = true;
+    asio::co_spawn(locker->strand_, renew_loop(shared_from_this()),
+                   asio::bind_cancellation_slot(renew_stop.slot(), asio::detached));
+}
+
 std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys keys,
                                                      std::string token, std::int64_t fence,
                                                      lock_options const& opt,
@@ -633,9 +697,8 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
                                             std::move(token), fence, opt);
     st->acquired_at = attempt_start;
     st->set_lease_deadline(attempt_start + opt.ttl);
-    // Also without auto_renew: the loop then only reports the lease's end.
-    asio::co_spawn(strand_, renew_loop(st),
-                   asio::bind_cancellation_slot(st->renew_stop.slot(), asio::detached));
+    if (opt.auto_renew)
+        st->start_watch();
     return st;
 }
 
@@ -669,14 +732,10 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     lock_outcome out;
 
     auto fail = [&](error_code ec, std::string const& detail_text) {
-        out.ec = ec;
-        out.message = detail_text.empty() ? fmt::format("colock: lock '{}'", name)
-                                          : fmt::format("colock: lock '{}': {}", name, detail_text);
+        set_failure(out, name, ec, detail_text);
         return out;
     };
 
-    // Runs one attempt; on success builds the guard. A cancellation that arrived meanwhile
-    // wins, and a lock granted to it is given back first.
     if (cancelled(cs))
         co_return fail(asio::error::operation_aborted, {});
 
@@ -702,6 +761,19 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         co_return fail(error::timeout,
                        fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
 
+    // Contended: its own coroutine, so the uncontended call above keeps a small frame.
+    co_await wait_contended(keys, token, name, opt, cs, wait_deadline, sleep, out);
+    co_return out;
+}
+
+asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::string const& token,
+                                                  std::string const& name, lock_options const& opt,
+                                                  asio::cancellation_state cs,
+                                                  clock_type::time_point wait_deadline,
+                                                  milliseconds sleep, lock_outcome& out) {
+    auto fail = [&](error_code ec, std::string const& detail_text) {
+        set_failure(out, name, ec, detail_text);
+    };
     // Contended: queue locally. The head subscribes (once per name) and retries; the others
     // sleep until they become the head.
     waiter self_waiter(strand_);
@@ -724,8 +796,10 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
             queue->subscribed = true;
             co_await subscribe(keys.channel);
             need_attempt = true;
-            if (cancelled(cs))
-                co_return fail(asio::error::operation_aborted, {});
+            if (cancelled(cs)) {
+                fail(asio::error::operation_aborted, {});
+                co_return;
+            }
         }
         if (head && need_attempt) {
             queue->wake_pending = false;
@@ -733,15 +807,20 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
             ++attempts;
             if (r->acquired) {
                 leave_guard.acquired = true;
-                co_return out;
+                co_return;
             }
             if (cancelled(cs)) // arrived while the (uncancellable) attempt was in flight
-                co_return fail(asio::error::operation_aborted, {});
+            {
+                fail(asio::error::operation_aborted, {});
+                co_return;
+            }
             if (r->ec) {
                 // A lost connection leaves the attempt's outcome unknown; the acquire script
                 // is idempotent for our token, so trying again later is safe.
-                if (!is_transient(r->ec) || clock_type::now() >= wait_deadline)
-                    co_return fail(r->ec, r->server_text);
+                if (!is_transient(r->ec) || clock_type::now() >= wait_deadline) {
+                    fail(r->ec, r->server_text);
+                    co_return;
+                }
                 sleep = opt.retry.max;
             } else {
                 sleep = r->holder_ttl;
@@ -750,9 +829,11 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         need_attempt = true;
 
         auto const now = clock_type::now();
-        if (now >= wait_deadline)
-            co_return fail(error::timeout,
-                           fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
+        if (now >= wait_deadline) {
+            fail(error::timeout,
+                 fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
+            co_return;
+        }
         if (head && queue->wake_pending)
             continue; // released while we were busy: try again at once
         auto until = wait_deadline;
@@ -763,8 +844,10 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         self_waiter.wake = wake_reason::none;
         self_waiter.timer.expires_at(until);
         co_await self_waiter.timer.async_wait(nothrow_awaitable);
-        if (cancelled(cs))
-            co_return fail(asio::error::operation_aborted, {});
+        if (cancelled(cs)) {
+            fail(asio::error::operation_aborted, {});
+            co_return;
+        }
         if (self_waiter.wake == wake_reason::promoted_after_acquire) {
             // The previous head took the lock: wait for its release rather than ask now.
             need_attempt = false;
@@ -826,7 +909,8 @@ bool lock_guard::owns_lock() const noexcept {
     return state_ && !state_->lost && !state_->released && state_->lease_running();
 }
 bool lock_guard::lost() const noexcept {
-    return state_ && state_->lost;
+    // Without renewal nobody marks the end of the lease: it is lost when it runs out.
+    return state_ && (state_->lost || (!state_->released && !state_->lease_running()));
 }
 
 void lock_guard::start_wait_lost(
@@ -852,15 +936,15 @@ void lock_guard::start_wait_lost(
             finish(std::move(h), error::not_held);
             return;
         }
+        st->start_watch(); // without auto_renew, someone must notice the lease's end
         auto slot = asio::get_associated_cancellation_slot(h);
         st->lost_timer.async_wait(asio::bind_cancellation_slot(slot, [st, h = std::move(h)](
-                                                                         error_code ec) mutable {
+                                                                         error_code) mutable {
             error_code result = asio::error::operation_aborted;
             if (st->lost)
                 result = {};
             else if (st->released)
                 result = error::not_held;
-            (void)ec;
             auto hex = asio::get_associated_executor(h, st->locker->strand_);
             asio::dispatch(hex, [h2 = std::move(h), result]() mutable { std::move(h2)(result); });
         }));
