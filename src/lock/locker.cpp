@@ -305,7 +305,7 @@ public:
 
     asio::awaitable<std::tuple<error_code, resp3::value>>
     run_script(script const& s, std::string_view key1, std::string_view key2, std::string_view arg1,
-               std::string_view arg2, bool can_cancel) {
+               std::string_view arg2, std::optional<asio::cancellation_slot> cancel_by) {
         auto make = [&](bool load) {
             resp3::request req;
             if (load)
@@ -320,10 +320,12 @@ public:
             auto req = make(round == 1);
             // Not a ?: of two co_awaits: GCC 12 destroys that temporary too early.
             std::tuple<error_code, redis::response> reply;
-            if (can_cancel)
-                reply = co_await exec(std::move(req), nothrow_awaitable);
+            if (!cancel_by)
+                reply = co_await exec(std::move(req), nothrow_awaitable); // the caller's
             else
-                reply = co_await exec(std::move(req), uncancellable());
+                reply = co_await exec(
+                    std::move(req),
+                    asio::bind_cancellation_slot(*cancel_by, asio::as_tuple(asio::use_awaitable)));
             auto& [ec, resp] = reply;
             if (ec == redis::error::server_error && round == 0 && !resp.empty() &&
                 resp.back().text.starts_with("NOSCRIPT"))
@@ -348,7 +350,7 @@ public:
     asio::awaitable<attempt_result> attempt(lock_keys const& keys, std::string const& token,
                                             milliseconds ttl) {
         auto [ec, v] = co_await run_script(acquire_script(), keys.key, keys.fence_key, token,
-                                           std::to_string(ttl.count()), false);
+                                           std::to_string(ttl.count()), asio::cancellation_slot());
         attempt_result r;
         if (ec) {
             r.ec = ec;
@@ -373,21 +375,32 @@ public:
         co_return r;
     }
 
-    // Releases with `token`; never cancelled by the caller, bounded by its own deadline.
+    // Releases with `token`; never cancelled by the caller, bounded by its own deadline. (A
+    // timer and a signal rather than ||: no extra coroutines on the hot path. The timer's
+    // handler may run after this frame is gone, so what it touches is shared.)
     asio::awaitable<std::tuple<error_code, bool>> release(lock_keys const& keys,
                                                           std::string const& token) {
-        using namespace asio::experimental::awaitable_operators;
+        struct deadline_state {
+            asio::cancellation_signal stop;
+            bool fired = false;
+        };
+        auto shared = std::make_shared<deadline_state>();
         asio::steady_timer deadline(strand_);
         deadline.expires_after(release_timeout);
-        auto result =
-            co_await (run_script(release_script(), keys.key, {}, token, keys.channel, false) ||
-                      deadline.async_wait(nothrow_awaitable));
-        if (result.index() == 1)
+        deadline.async_wait([shared](error_code ec) {
+            if (!ec) {
+                shared->fired = true;
+                shared->stop.emit(asio::cancellation_type::terminal);
+            }
+        });
+        auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
+                                           shared->stop.slot());
+        deadline.cancel();
+        if (!ec)
+            co_return std::tuple{error_code{}, v.as_integer() == 1};
+        if (shared->fired)
             co_return std::tuple{error_code(asio::error::timed_out), false};
-        auto [ec, v] = std::get<0>(result);
-        if (ec)
-            co_return std::tuple{ec, false};
-        co_return std::tuple{error_code{}, v.as_integer() == 1};
+        co_return std::tuple{ec, false};
     }
 
     static constexpr milliseconds release_timeout{5000};
@@ -611,7 +624,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             lease_end.expires_at(st->lease_deadline());
             auto outcome =
                 co_await (st->locker->run_script(extend_script(), st->keys.key, {}, st->token,
-                                                 std::to_string(ttl.count()), true) ||
+                                                 std::to_string(ttl.count()), std::nullopt) ||
                           lease_end.async_wait(nothrow_awaitable));
             if (cancelled(cs) || st->released)
                 co_return;
@@ -623,6 +636,8 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             if (!ec) {
                 if (v.as_integer() == 1) {
                     st->set_lease_deadline(started + ttl);
+                    if (st->ttl != ttl)
+                        continue; // extend() changed the lease meanwhile: apply it again now
                     break;
                 }
                 st->mark_lost(); // deleted, expired or taken over
@@ -658,7 +673,7 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
                                                           milliseconds ttl) {
     auto const started = clock_type::now();
     auto [ec, v] = co_await st->locker->run_script(extend_script(), st->keys.key, {}, st->token,
-                                                   std::to_string(ttl.count()), true);
+                                                   std::to_string(ttl.count()), std::nullopt);
     if (ec)
         co_return std::tuple{ec, false};
     bool const still_ours = v.as_integer() == 1;
