@@ -12,6 +12,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <doctest/doctest.h>
@@ -37,8 +38,10 @@ TEST_CASE("many coroutines on four threads share one connection") {
     std::atomic<int> failures{0};
 
     for (int c = 0; c < coroutines; ++c) {
+        // Each coroutine on its own strand: its || branches must not run on two threads at
+        // once (Asio's rule for coroutines on a multi-threaded io_context).
         asio::co_spawn(
-            ctx,
+            asio::make_strand(ctx),
             [&, c]() -> asio::awaitable<void> {
                 using namespace asio::experimental::awaitable_operators;
                 for (int i = 0; i < increments; ++i) {
@@ -93,8 +96,10 @@ TEST_CASE("locks taken and released from four threads keep mutual exclusion") {
     int unguarded_counter = 0; // protected by the distributed lock alone
 
     for (int c = 0; c < coroutines; ++c) {
+        // Each coroutine on its own strand: its || branches must not run on two threads at
+        // once (Asio's rule for coroutines on a multi-threaded io_context).
         asio::co_spawn(
-            ctx,
+            asio::make_strand(ctx),
             [&, c]() -> asio::awaitable<void> {
                 std::string const name = "name-" + std::to_string(c % 4);
                 for (int i = 0; i < rounds; ++i) {
