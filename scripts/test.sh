@@ -4,6 +4,7 @@
 #      builds everything and runs every ctest (unit, integration against throwaway
 #      redis-servers, examples, the parser fuzzer, the installed-package consumer).
 #   2. build/tsan: GCC, ThreadSanitizer; builds and runs only the multi-threaded test.
+#   3. build/clang: Clang 14, warnings as errors; builds everything, runs the unit tests.
 # Installs the Debian packages it needs first. Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -82,3 +83,19 @@ step "ctest build/tsan -R ^threads\$"
         "${norandom[@]}" ctest --output-on-failure -R '^threads$' --no-tests=error
 )
 done_step "ctest tsan"
+
+# Clang 14 must build everything with warnings as errors too; its unit tests run as a check.
+if command -v clang++ >/dev/null 2>&1; then
+    step "configure build/clang (clang++, warnings as errors)"
+    cmake -S . -B build/clang -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+        -DCOLOCK_WERROR=ON
+    done_step "configure clang"
+
+    step "build build/clang (-j$jobs)"
+    cmake --build build/clang --parallel "$jobs"
+    done_step "build clang"
+
+    step "ctest build/clang -R ^unit\$"
+    (cd build/clang && ctest --output-on-failure -R '^unit$' --no-tests=error)
+    done_step "ctest clang"
+fi

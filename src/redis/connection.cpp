@@ -234,6 +234,11 @@ public:
     }
 
     struct cancel_handler {
+        // A constructor, not an aggregate: clang 14 has no parenthesised aggregate init.
+        cancel_handler(std::weak_ptr<connection_impl> i, std::weak_ptr<exec_entry> e)
+            : impl(std::move(i))
+            , entry(std::move(e)) {}
+
         std::weak_ptr<connection_impl> impl;
         std::weak_ptr<exec_entry> entry;
 

@@ -42,8 +42,6 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
-
 std::string lock_key(std::string const& name) {
     return "colock:{" + name + "}";
 }
