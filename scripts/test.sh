@@ -85,9 +85,10 @@ step "ctest build/tsan -R ^threads\$"
 done_step "ctest tsan"
 
 # Clang 14 must build everything with warnings as errors too; its unit tests run as a check.
-if command -v clang++ >/dev/null 2>&1; then
-    step "configure build/clang (clang++, warnings as errors)"
-    cmake -S . -B build/clang -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+clangxx=$(command -v clang++ || command -v clang++-14 || true)
+if [ -n "$clangxx" ]; then
+    step "configure build/clang ($clangxx, warnings as errors)"
+    cmake -S . -B build/clang -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Debug \
         -DCOLOCK_WERROR=ON
     done_step "configure clang"
 
