@@ -1,5 +1,6 @@
 // The lock algorithm: acquire / release / extend scripts, local FIFO wait queues sharing one
 // subscription per name, the renewal coroutine, and the guard's background release.
+#include <colock/detail/lock_scripts.hpp>
 #include <colock/locker.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -110,41 +111,6 @@ namespace detail {
 // -------------------------------------------------------------------- scripts
 
 namespace {
-
-// KEYS[1] lock key, KEYS[2] fence key; ARGV[1] token, ARGV[2] ttl ms.
-// Returns {1, fence} when acquired (or already ours: a retry after a lost reply), else
-// {0, remaining ttl ms of the holder}.
-constexpr std::string_view acquire_source = R"lua(
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
-end
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, redis.call('INCR', KEYS[2])}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-)lua";
-
-// KEYS[1] lock key; ARGV[1] token, ARGV[2] wake channel. 1 when released, 0 when not ours.
-constexpr std::string_view release_source = R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '1')
-  return 1
-end
-return 0
-)lua";
-
-// KEYS[1] lock key; ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
-constexpr std::string_view extend_source = R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-)lua";
 
 std::string sha1_hex(std::string_view text) {
     unsigned char digest[EVP_MAX_MD_SIZE];
