@@ -12,7 +12,10 @@
 //
 // Usage: lock_contention [--scenarios a,b,c] [--seconds 3] [--waiters 16]
 //                        [--memory-waiters 100000] [--hold-us 0] [--url redis://...] [--json]
+#include "bench_common.hpp"
+
 #include <colock/colock.hpp>
+#include <colock/detail/lock_scripts.hpp>
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -27,46 +30,40 @@
 
 #include <fmt/format.h>
 
-#include <fcntl.h>
 #include <malloc.h>
-#include <spawn.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 #include <vector>
-
-extern char** environ;
 
 namespace {
 
 namespace asio = boost::asio;
 namespace redis = colock::redis;
 namespace resp3 = colock::resp3;
+namespace bench = colock::bench;
+using bench::calls_of;
+using bench::command_calls;
+using bench::info_section;
+using bench::read_commandstats;
+using bench::run_state;
+using bench::usage_error;
 using steady = std::chrono::steady_clock;
 using boost::system::error_code;
 
-// Long enough for the connection's buffers and Redis's allocator to settle; not counted.
-constexpr auto warm_up_time = std::chrono::milliseconds{500};
 // After the measuring window every coroutine must finish within this; otherwise something hangs
 // and the bench says so instead of hanging too.
 constexpr auto drain_limit = std::chrono::seconds{20};
@@ -75,30 +72,11 @@ constexpr auto memory_phase_limit = std::chrono::seconds{120};
 constexpr std::size_t uncontended_keys = 64;
 constexpr std::size_t limit_pipeline = 16;
 
-// The lock scripts exactly as src/lock/locker.cpp sends them (acquire_source, release_source):
-// the server's limit is measured for the very same Lua. The bench checks that the server ends
-// up with no other copy of them (see same_scripts below).
-constexpr std::string_view acquire_source = R"lua(
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
-end
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, redis.call('INCR', KEYS[2])}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-)lua";
-
-constexpr std::string_view release_source = R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '1')
-  return 1
-end
-return 0
-)lua";
+// The lock scripts exactly as src/lock/locker.cpp sends them: the server's limit is measured
+// for the very same Lua. The bench checks that the server ends up with no other copy of them
+// (see same_scripts below).
+using colock::detail::acquire_source;
+using colock::detail::release_source;
 
 constexpr std::string_view usage_text =
     R"(usage: lock_contention [options]
@@ -117,12 +95,7 @@ EVALSHA (found on PATH, or COLOCK_REDIS_BENCHMARK). Keys used: colock:bench:<pid
 afterwards) and colock:bench:limit:{<n>}... for redis-benchmark (deleted afterwards).
 )";
 
-/// A mistake on the command line: reported with the usage hint, exit status 2.
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-struct options {
+struct options : bench::common_options {
     bool uncontended = true;
     bool hot_key = true;
     bool memory = true;
@@ -130,30 +103,7 @@ struct options {
     std::size_t waiters = 16;
     std::int64_t hold_us = 0;
     std::size_t memory_waiters = 100000;
-    std::optional<redis::config> server; // from --url
-    bool json = false;
-    bool help = false;
 };
-
-template <class Int>
-Int parse_whole(std::string_view flag, std::string_view text, Int low, Int high) {
-    Int n = 0;
-    auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (ec != std::errc{} || end != text.data() + text.size() || n < low || n > high)
-        throw usage_error(fmt::format("{}: \"{}\" is not a whole number between {} and {}", flag,
-                                      text, low, high));
-    return n;
-}
-
-double parse_seconds(std::string_view text) {
-    double s = 0;
-    auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), s);
-    if (ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(s) || s <= 0 ||
-        s > 3600)
-        throw usage_error(
-            fmt::format("--seconds: \"{}\" is not a number of seconds in (0, 3600]", text));
-    return s;
-}
 
 void parse_scenarios(std::string_view text, options& opts) {
     opts.uncontended = opts.hot_key = opts.memory = false;
@@ -176,198 +126,41 @@ void parse_scenarios(std::string_view text, options& opts) {
     }
 }
 
-options parse_options(int argc, char** argv) {
-    options opts;
-    for (int i = 1; i < argc; ++i) {
-        std::string_view arg = argv[i];
-        // Both "--name value" and "--name=value".
-        std::optional<std::string_view> inline_value;
-        if (auto const eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-            inline_value = arg.substr(eq + 1);
-            arg = arg.substr(0, eq);
-        }
-        auto const value = [&]() -> std::string_view {
-            if (inline_value)
-                return *inline_value;
-            if (i + 1 >= argc)
-                throw usage_error(fmt::format("{} needs a value", arg));
-            return argv[++i];
-        };
-        auto const no_value = [&] {
-            if (inline_value)
-                throw usage_error(fmt::format("{} takes no value", arg));
-        };
-
-        if (arg == "--scenarios") {
-            parse_scenarios(value(), opts);
-        } else if (arg == "--seconds") {
-            opts.seconds = parse_seconds(value());
-        } else if (arg == "--waiters") {
-            opts.waiters = parse_whole<std::size_t>(arg, value(), 1, 10000);
-        } else if (arg == "--hold-us") {
-            opts.hold_us = parse_whole<std::int64_t>(arg, value(), 0, 1000000);
-        } else if (arg == "--memory-waiters") {
-            opts.memory_waiters = parse_whole<std::size_t>(arg, value(), 1, 1000000);
-        } else if (arg == "--url") {
-            auto const url = value();
-            try {
-                opts.server = redis::config::from_url(url);
-            } catch (std::invalid_argument const& e) {
-                throw usage_error(fmt::format("--url: {}", e.what()));
-            }
-            if (opts.server->use_tls)
-                throw usage_error("--url: rediss:// is not supported (redis-benchmark runs "
-                                  "without TLS here, so the comparison would be unfair)");
-        } else if (arg == "--json") {
-            no_value();
-            opts.json = true;
-        } else if (arg == "--help" || arg == "-h") {
-            no_value();
-            opts.help = true;
-        } else {
-            throw usage_error(fmt::format("unknown argument \"{}\"", arg));
-        }
-    }
-    return opts;
+bool parse_option(options& opts, bench::option_arg& arg) {
+    auto const name = arg.name();
+    if (name == "--scenarios")
+        parse_scenarios(arg.value(), opts);
+    else if (name == "--seconds")
+        opts.seconds = bench::parse_seconds(arg.value());
+    else if (name == "--waiters")
+        opts.waiters = bench::parse_whole<std::size_t>(name, arg.value(), 1, 10000);
+    else if (name == "--hold-us")
+        opts.hold_us = bench::parse_whole<std::int64_t>(name, arg.value(), 0, 1000000);
+    else if (name == "--memory-waiters")
+        opts.memory_waiters = bench::parse_whole<std::size_t>(name, arg.value(), 1, 1000000);
+    else
+        return false;
+    return true;
 }
 
 // -------------------------------------------------------------------- redis-benchmark
 
-bool is_executable_file(std::string const& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-           ::access(path.c_str(), X_OK) == 0;
-}
-
-/// redis-benchmark from COLOCK_REDIS_BENCHMARK, or the first one on PATH.
-std::optional<std::string> find_redis_benchmark() {
-    if (char const* override_path = std::getenv("COLOCK_REDIS_BENCHMARK");
-        override_path && *override_path)
-        return is_executable_file(override_path) ? std::optional<std::string>(override_path)
-                                                 : std::nullopt;
-    char const* path_env = std::getenv("PATH");
-    std::string_view dirs = path_env ? path_env : "";
-    while (!dirs.empty()) {
-        auto const colon = dirs.find(':');
-        auto dir = dirs.substr(0, colon);
-        dirs = colon == std::string_view::npos ? std::string_view{} : dirs.substr(colon + 1);
-        auto candidate = fmt::format("{}/redis-benchmark", dir.empty() ? "." : dir);
-        if (is_executable_file(candidate))
-            return candidate;
-    }
-    return std::nullopt;
-}
-
-struct process_result {
-    int exit_status = -1; // -1 when killed by a signal
-    std::string output;   // stdout and stderr, interleaved
-};
-
-/// Runs a program (no shell) with stdin from /dev/null and returns its combined output.
-process_result run_process(std::vector<std::string> args) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0)
-        throw std::system_error(errno, std::generic_category(), "pipe2");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-
-    std::vector<char*> argv;
-    for (auto& a : args)
-        argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    pid_t pid = -1;
-    int const spawn_error = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    if (spawn_error != 0) {
-        ::close(fds[0]);
-        throw std::system_error(spawn_error, std::generic_category(),
-                                fmt::format("cannot start {}", args[0]));
-    }
-
-    process_result result;
-    char buf[4096];
-    while (true) {
-        auto const n = ::read(fds[0], buf, sizeof buf);
-        if (n > 0)
-            result.output.append(buf, static_cast<std::size_t>(n));
-        else if (n == 0 || errno != EINTR)
-            break;
-    }
-    ::close(fds[0]);
-
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return result;
-}
-
-// The --csv output: a header line, then `"EVALSHA ...","123456.78","0.031",...`.
-double parse_benchmark_rps(std::string_view output) {
-    while (!output.empty()) {
-        auto const eol = output.find('\n');
-        auto line = output.substr(0, eol);
-        output = eol == std::string_view::npos ? std::string_view{} : output.substr(eol + 1);
-        auto const fields_start = line.find("\",\"");
-        if (!line.starts_with('"') || fields_start == std::string_view::npos)
-            continue;
-        auto const rps_text = line.substr(fields_start + 3);
-        double rps = 0;
-        auto const [end, ec] =
-            std::from_chars(rps_text.data(), rps_text.data() + rps_text.size(), rps);
-        if (ec == std::errc{} && end != rps_text.data() + rps_text.size() && *end == '"' && rps > 0)
-            return rps;
-    }
+// The first row with a rate: `"EVALSHA ...","123456.78","0.031",...`.
+double first_rate(std::vector<bench::benchmark_row> const& rows) {
+    for (auto const& row : rows)
+        if (row.rps > 0)
+            return row.rps;
     throw std::runtime_error("no requests-per-second row in redis-benchmark's output");
 }
 
 /// `redis-benchmark -c 1 -P 16 -r 64 -n N -q --csv <command...>`: requests per second.
 double run_redis_benchmark(std::string const& program, redis::config const& cfg,
                            std::uint64_t requests, std::vector<std::string> const& command) {
-    std::vector<std::string> args;
-    args.push_back(program);
-    args.emplace_back("-h");
-    args.push_back(cfg.host);
-    args.emplace_back("-p");
-    args.push_back(std::to_string(cfg.port));
-    args.emplace_back("-c");
-    args.emplace_back("1");
-    args.emplace_back("-P");
-    args.push_back(std::to_string(limit_pipeline));
+    auto args = bench::redis_benchmark_args(program, cfg, limit_pipeline, requests);
     args.emplace_back("-r");
     args.push_back(std::to_string(uncontended_keys));
-    args.emplace_back("-n");
-    args.push_back(std::to_string(requests));
-    args.emplace_back("-q");
-    args.emplace_back("--csv");
-    if (!cfg.password.empty()) {
-        if (!cfg.username.empty()) {
-            args.emplace_back("--user");
-            args.push_back(cfg.username);
-        }
-        args.emplace_back("-a");
-        args.push_back(cfg.password);
-    }
-    if (cfg.database != 0) {
-        args.emplace_back("--dbnum");
-        args.push_back(std::to_string(cfg.database));
-    }
     args.insert(args.end(), command.begin(), command.end());
-
-    auto const result = run_process(std::move(args));
-    if (result.exit_status != 0)
-        throw std::runtime_error(fmt::format("redis-benchmark {} failed (exit status {}):\n{}",
-                                             command.front(), result.exit_status, result.output));
-    try {
-        return parse_benchmark_rps(result.output);
-    } catch (std::exception const& e) {
-        throw std::runtime_error(fmt::format("{}:\n{}", e.what(), result.output));
-    }
+    return bench::run_redis_benchmark(std::move(args), command.front(), first_rate);
 }
 
 /// The rate of `command`, with -n chosen from a short calibration run so that the measured run
@@ -383,42 +176,6 @@ double measure_command_rate(std::string const& program, redis::config const& cfg
 }
 
 // -------------------------------------------------------------------- INFO, RSS, statistics
-
-using command_calls = std::map<std::string, std::uint64_t, std::less<>>;
-
-// INFO commandstats: `cmdstat_set:calls=123,usec=...` per command that ran at least once.
-command_calls parse_commandstats(std::string_view info) {
-    command_calls calls;
-    constexpr std::string_view prefix = "cmdstat_";
-    constexpr std::string_view calls_key = ":calls=";
-    while (!info.empty()) {
-        auto const eol = info.find('\n');
-        auto line = info.substr(0, eol);
-        info = eol == std::string_view::npos ? std::string_view{} : info.substr(eol + 1);
-        auto const colon = line.find(calls_key);
-        if (!line.starts_with(prefix) || colon == std::string_view::npos)
-            continue;
-        auto const number = line.substr(colon + calls_key.size());
-        std::uint64_t n = 0;
-        std::from_chars(number.data(), number.data() + number.size(), n);
-        calls.emplace(line.substr(prefix.size(), colon - prefix.size()), n);
-    }
-    return calls;
-}
-
-asio::awaitable<std::string> info_section(redis::connection& conn, std::string section) {
-    resp3::request req;
-    req.push("INFO", section);
-    auto const resp = co_await conn.co_exec(std::move(req));
-    auto const text = resp.empty() ? std::nullopt : resp.front().as_string();
-    if (!text)
-        throw std::runtime_error(fmt::format("INFO {} did not answer with a string", section));
-    co_return std::string(*text);
-}
-
-asio::awaitable<command_calls> read_commandstats(redis::connection& conn) {
-    co_return parse_commandstats(co_await info_section(conn, "commandstats"));
-}
 
 /// `name:value` of an INFO section, as a number.
 std::int64_t info_number(std::string_view info, std::string_view name) {
@@ -443,11 +200,6 @@ command_calls delta(command_calls const& before, command_calls const& after) {
             d.emplace(command, calls - prior);
     }
     return d;
-}
-
-std::uint64_t calls_of(command_calls const& stats, std::string_view command) {
-    auto const it = stats.find(command);
-    return it == stats.end() ? 0 : it->second;
 }
 
 std::uint64_t total_calls(command_calls const& stats) {
@@ -569,38 +321,7 @@ std::string run_prefix() {
     return fmt::format("colock:bench:{}:", ::getpid());
 }
 
-// -------------------------------------------------------------------- the shared run state
-
-/// What the coroutines of a timed scenario share.
-struct run_state {
-    explicit run_state(asio::any_io_executor const& ex) : phase_timer(ex), all_done(ex) {}
-
-    enum class phase { warm_up, measure, stop };
-    phase current = phase::warm_up;
-    std::uint64_t measured_ops = 0; // completed inside the measuring window
-    std::uint64_t total_ops = 0;    // completed at all, warm-up and drain included
-    std::size_t running_workers = 0;
-    std::string failure;            // the first thing that went wrong, if anything
-    asio::steady_timer phase_timer; // the orchestrator sleeps on it; a failure cuts it short
-    asio::steady_timer all_done;    // cancelled by the last worker to finish
-
-    bool measuring() const { return current == phase::measure; }
-    void completed() {
-        ++total_ops;
-        if (measuring())
-            ++measured_ops;
-    }
-    void fail(std::string what) {
-        if (failure.empty())
-            failure = std::move(what);
-        current = phase::stop;
-        phase_timer.cancel();
-    }
-    void worker_finished() {
-        if (--running_workers == 0)
-            all_done.cancel();
-    }
-};
+// -------------------------------------------------------------------- the timed phases
 
 /// Warm-up, measuring window, stop, drain. Returns the window's length in seconds.
 /// `cpu` gets the client's and the server's CPU use in the window (the INFO that reads the
@@ -608,53 +329,21 @@ struct run_state {
 asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
                                    std::chrono::nanoseconds window, std::size_t workers,
                                    redis::connection& conn, cpu_use& cpu) {
-    state->phase_timer.expires_after(warm_up_time);
-    co_await state->phase_timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    co_await state->sleep_phase(bench::warm_up_time);
     auto server_cpu = co_await server_cpu_seconds(conn);
     auto client_cpu = own_cpu_seconds();
     auto const window_start = steady::now();
     if (state->failure.empty()) {
         state->current = run_state::phase::measure;
-        state->phase_timer.expires_after(window);
-        co_await state->phase_timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        co_await state->sleep_phase(window);
     }
     state->current = run_state::phase::stop;
     auto const window_end = steady::now();
     auto const wall = std::chrono::duration<double>(window_end - window_start).count();
     cpu.client = (own_cpu_seconds() - client_cpu) / wall;
     cpu.server = (co_await server_cpu_seconds(conn) - server_cpu) / wall;
-    if (state->running_workers > 0) {
-        state->all_done.expires_after(drain_limit);
-        co_await state->all_done.async_wait(asio::as_tuple(asio::use_awaitable));
-    }
-    if (state->running_workers > 0)
-        state->fail(fmt::format("{} of {} coroutines still had not finished {} s after the end",
-                                state->running_workers, workers, drain_limit.count()));
+    co_await state->drain(drain_limit, workers, "had not finished");
     co_return std::chrono::duration<double>(window_end - window_start).count();
-}
-
-/// Runs one coroutine to completion on the single-threaded io_context.
-template <class T>
-T run_on(asio::io_context& io, asio::awaitable<T> task) {
-    std::optional<T> result;
-    std::exception_ptr failure;
-    bool done = false;
-    io.restart();
-    asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-        done = true;
-        failure = e;
-        if (!e)
-            result = std::move(value);
-    });
-    while (!done && io.run_one() > 0) {
-    }
-    // Let the closed connection and background releases wind down before the next scenario.
-    io.run_for(std::chrono::seconds{1});
-    if (failure)
-        std::rethrow_exception(failure);
-    if (!result)
-        throw std::logic_error("the io_context ran out of work before the scenario finished");
-    return std::move(*result);
 }
 
 colock::lock_options no_renewal() {
@@ -667,20 +356,15 @@ colock::lock_options no_renewal() {
 
 asio::awaitable<void> cycle_worker(std::shared_ptr<colock::locker> locker,
                                    std::shared_ptr<run_state> state, std::string name) {
-    try {
-        auto const opt = no_renewal();
-        while (state->current != run_state::phase::stop) {
-            auto guard = co_await locker->co_lock(name, opt);
-            if (!co_await guard.unlock()) {
-                state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
-                break;
-            }
-            state->completed();
+    auto const opt = no_renewal();
+    while (state->current != run_state::phase::stop) {
+        auto guard = co_await locker->co_lock(name, opt);
+        if (!co_await guard.unlock()) {
+            state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
+            break;
         }
-    } catch (std::exception const& e) {
-        state->fail(fmt::format("worker on {}: {}", name, e.what()));
+        state->completed();
     }
-    state->worker_finished();
 }
 
 struct uncontended_result {
@@ -731,8 +415,13 @@ asio::awaitable<uncontended_result> measure_uncontended(redis::config cfg,
     auto const before = co_await read_commandstats(*conn);
     auto state = std::make_shared<run_state>(ex);
     state->running_workers = uncontended_keys;
-    for (std::size_t i = 0; i < uncontended_keys; ++i)
-        asio::co_spawn(ex, cycle_worker(locker, state, fmt::format("key:{}", i)), asio::detached);
+    for (std::size_t i = 0; i < uncontended_keys; ++i) {
+        auto name = fmt::format("key:{}", i);
+        asio::co_spawn(ex,
+                       bench::run_worker(state, fmt::format("worker on {}", name),
+                                         cycle_worker(locker, state, name)),
+                       asio::detached);
+    }
     r.seconds = co_await run_phases(state, window, uncontended_keys, *conn, r.cpu);
     if (!state->failure.empty()) {
         conn->close();
@@ -848,43 +537,37 @@ struct handoff_state : run_state {
 asio::awaitable<void> hot_worker(std::shared_ptr<colock::locker> locker,
                                  std::shared_ptr<handoff_state> state, std::string name,
                                  std::size_t id, std::chrono::microseconds hold) {
-    try {
-        auto const opt = no_renewal();
-        asio::steady_timer hold_timer(co_await asio::this_coro::executor);
-        while (state->current != run_state::phase::stop) {
-            auto guard = co_await locker->co_lock(name, opt);
-            auto const acquired = steady::now();
-            if (state->unlock_started) {
-                if (state->measuring())
-                    state->handoff_us.push_back(micros(acquired - *state->unlock_started));
-                state->unlock_started.reset();
-            }
-            if (guard.fence() <= state->last_fence) {
-                state->fail(
-                    fmt::format("fence went from {} to {}", state->last_fence, guard.fence()));
-                break;
-            }
-            state->last_fence = guard.fence();
+    auto const opt = no_renewal();
+    asio::steady_timer hold_timer(co_await asio::this_coro::executor);
+    while (state->current != run_state::phase::stop) {
+        auto guard = co_await locker->co_lock(name, opt);
+        auto const acquired = steady::now();
+        if (state->unlock_started) {
             if (state->measuring())
-                ++state->per_worker[id];
-            if (hold.count() > 0) {
-                hold_timer.expires_after(hold);
-                co_await hold_timer.async_wait(asio::as_tuple(asio::use_awaitable));
-            }
-            auto const unlock_started = steady::now();
-            state->unlock_started = unlock_started;
-            if (!co_await guard.unlock()) {
-                state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
-                break;
-            }
-            if (state->measuring())
-                state->unlock_us.push_back(micros(steady::now() - unlock_started));
-            state->completed();
+                state->handoff_us.push_back(micros(acquired - *state->unlock_started));
+            state->unlock_started.reset();
         }
-    } catch (std::exception const& e) {
-        state->fail(fmt::format("worker {}: {}", id, e.what()));
+        if (guard.fence() <= state->last_fence) {
+            state->fail(fmt::format("fence went from {} to {}", state->last_fence, guard.fence()));
+            break;
+        }
+        state->last_fence = guard.fence();
+        if (state->measuring())
+            ++state->per_worker[id];
+        if (hold.count() > 0) {
+            hold_timer.expires_after(hold);
+            co_await hold_timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        }
+        auto const unlock_started = steady::now();
+        state->unlock_started = unlock_started;
+        if (!co_await guard.unlock()) {
+            state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
+            break;
+        }
+        if (state->measuring())
+            state->unlock_us.push_back(micros(steady::now() - unlock_started));
+        state->completed();
     }
-    state->worker_finished();
 }
 
 struct handoff_result {
@@ -939,7 +622,10 @@ asio::awaitable<handoff_result> measure_handoff(redis::config cfg, std::chrono::
     state->per_worker.assign(waiters, 0);
     state->running_workers = waiters;
     for (std::size_t i = 0; i < waiters; ++i)
-        asio::co_spawn(ex, hot_worker(locker, state, name, i, std::chrono::microseconds{hold_us}),
+        asio::co_spawn(ex,
+                       bench::run_worker(
+                           state, fmt::format("worker {}", i),
+                           hot_worker(locker, state, name, i, std::chrono::microseconds{hold_us})),
                        asio::detached);
     r.seconds = co_await run_phases(state, window, waiters, *conn, r.cpu);
     if (!state->failure.empty()) {
@@ -1235,57 +921,41 @@ void report_memory(memory_result const& r, bool json) {
 
 int main(int argc, char** argv) {
     options opts;
-    try {
-        opts = parse_options(argc, argv);
-    } catch (usage_error const& e) {
-        fmt::print(stderr, "lock_contention: {}\n(try --help)\n", e.what());
-        return 2;
-    }
-    if (opts.help) {
-        fmt::print("{}", usage_text);
-        return 0;
-    }
+    if (auto const status = bench::parse_command_line("lock_contention", usage_text, argc, argv,
+                                                      opts, parse_option))
+        return *status;
 
     std::optional<std::string> benchmark_program;
     if (opts.uncontended) {
-        benchmark_program = find_redis_benchmark();
-        if (!benchmark_program) {
-            fmt::print(stderr, "lock_contention: redis-benchmark not found on PATH (install the "
-                               "redis-tools package, or set COLOCK_REDIS_BENCHMARK to its path)\n");
+        benchmark_program = bench::require_redis_benchmark("lock_contention");
+        if (!benchmark_program)
             return 2;
-        }
     }
 
     try {
         std::optional<colock::test::redis_server> own_server;
-        redis::config cfg;
-        if (opts.server) {
-            cfg = *opts.server;
-        } else {
-            own_server.emplace();
-            cfg = own_server->config();
-        }
+        auto const cfg = bench::pick_server(opts, own_server);
         if (!opts.json)
             fmt::print("server {}, {} s per timed scenario, one connection and one locker on a "
                        "single-threaded io_context\n",
                        cfg.to_redacted_url(), opts.seconds);
 
         asio::io_context io{1};
-        auto const window = std::chrono::duration_cast<std::chrono::nanoseconds>(
-            std::chrono::duration<double>(opts.seconds));
+        auto const window = bench::window_of(opts.seconds);
         int status = 0;
         if (opts.uncontended) {
-            auto r = run_on(io, measure_uncontended(cfg, window));
+            auto r = bench::run_on(io, measure_uncontended(cfg, window));
             measure_script_limit(*benchmark_program, cfg, r, opts.seconds);
-            run_on(io, delete_limit_keys(cfg));
+            bench::run_on(io, delete_limit_keys(cfg));
             report_uncontended(r, opts.json);
         }
         if (opts.hot_key) {
-            auto const r = run_on(io, measure_handoff(cfg, window, opts.waiters, opts.hold_us));
+            auto const r =
+                bench::run_on(io, measure_handoff(cfg, window, opts.waiters, opts.hold_us));
             report_handoff(r, opts.json);
         }
         if (opts.memory) {
-            auto const r = run_on(io, measure_memory(cfg, opts.memory_waiters));
+            auto const r = bench::run_on(io, measure_memory(cfg, opts.memory_waiters));
             report_memory(r, opts.json);
             if (!memory_ok(r))
                 status = 1;

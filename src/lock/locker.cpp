@@ -313,10 +313,33 @@ public:
         milliseconds holder_ttl{0};
     };
 
+    // One acquire. The caller's cancellation and the wait deadline reach it as *total*
+    // cancellation, which the connection honours only while the request is unwritten (a
+    // connection being re-established); once written, its reply is always read, so a lock it
+    // grants is never lost track of.
     asio::awaitable<attempt_result> attempt(lock_keys const& keys, std::string const& token,
-                                            milliseconds ttl) {
+                                            milliseconds ttl, asio::cancellation_state cs,
+                                            clock_type::time_point deadline) {
+        auto stop = std::make_shared<asio::cancellation_signal>();
+        auto caller_slot = cs.slot();
+        if (caller_slot.is_connected())
+            caller_slot.assign(
+                [stop](asio::cancellation_type) { stop->emit(asio::cancellation_type::total); });
+        std::optional<asio::steady_timer> deadline_timer;
+        if (deadline != clock_type::time_point::max()) {
+            deadline_timer.emplace(strand_);
+            deadline_timer->expires_at(deadline);
+            deadline_timer->async_wait([stop](error_code ec) {
+                if (!ec)
+                    stop->emit(asio::cancellation_type::total);
+            });
+        }
         auto [ec, v] = co_await run_script(acquire_script(), keys.key, keys.fence_key, token,
-                                           std::to_string(ttl.count()), asio::cancellation_slot());
+                                           std::to_string(ttl.count()), stop->slot());
+        if (caller_slot.is_connected())
+            caller_slot.clear();
+        if (deadline_timer)
+            deadline_timer->cancel();
         attempt_result r;
         if (ec) {
             r.ec = ec;
@@ -437,6 +460,7 @@ public:
     // ---------------------------------------------------------------- lock
 
     struct lock_outcome {
+        bool outcome_unknown = false; // an attempt failed after it may have been applied
         error_code ec;
         std::string message; // names the lock; the server's text for server errors
         std::shared_ptr<guard_state> state;
@@ -463,7 +487,8 @@ public:
     // meanwhile wins, and a lock granted to it is given back first.
     asio::awaitable<std::optional<attempt_result>>
     try_once(lock_keys const& keys, std::string const& token, std::string const& name,
-             lock_options const& opt, asio::cancellation_state cs, lock_outcome& out);
+             lock_options const& opt, asio::cancellation_state cs, clock_type::time_point deadline,
+             lock_outcome& out);
 
     asio::awaitable<void> subscribe(std::string const& channel) {
         std::vector<std::string> channels(1, channel);
@@ -491,10 +516,7 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         , token(std::move(lock_token))
         , fence(fence_value)
         , opt(options)
-        , ttl(options.ttl)
-        , lost_timer(locker->strand_) {
-        lost_timer.expires_at(clock_type::time_point::max());
-    }
+        , ttl(options.ttl) {}
 
     std::shared_ptr<locker_impl> locker;
     std::string const name;
@@ -520,8 +542,45 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         lease_deadline_ticks = t.time_since_epoch().count();
     }
     bool lease_running() const { return clock_type::now() < lease_deadline(); }
-    asio::steady_timer lost_timer;        // cancelled when the lease is lost or let go
     asio::cancellation_signal renew_stop; // emitted (on the strand) to end the renewal
+
+    // A pending wait_lost. Its cancellation handler is installed on the caller's thread
+    // before anything is posted, so no cancellation can be missed; `done` makes sure exactly
+    // one of (lost, let go, cancelled) completes it.
+    struct lost_waiter {
+        // Move-constructed only: Boost 1.81's any_completion_handler move *assignment*
+        // recurses forever (it copies from an lvalue through its converting constructor).
+        explicit lost_waiter(asio::any_completion_handler<void(error_code)> h)
+            : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
+
+        asio::any_completion_handler<void(error_code)> handler;
+        asio::cancellation_slot slot;
+        bool done = false;
+    };
+    std::vector<std::shared_ptr<lost_waiter>> lost_waiters;
+
+    void finish_waiter(std::shared_ptr<lost_waiter> const& w, error_code ec) {
+        if (w->done)
+            return;
+        w->done = true;
+        auto h = std::move(w->handler);
+        auto slot = w->slot;
+        auto ex = asio::get_associated_executor(h, locker->strand_);
+        // Posted to the strand first so the handler never runs inside our own loops.
+        asio::post(locker->strand_, [ex, slot, ec, h = std::move(h)]() mutable {
+            asio::dispatch(ex, [slot, ec, h = std::move(h)]() mutable {
+                slot.clear();
+                std::move(h)(ec);
+            });
+        });
+    }
+
+    void finish_waiters() {
+        auto waiters = std::move(lost_waiters);
+        lost_waiters.clear();
+        for (auto& w : waiters)
+            finish_waiter(w, lost ? error_code{} : error_code(error::not_held));
+    }
     // The renewal (or, without auto_renew, the lease watcher that wait_lost needs) runs.
     bool watching = false;
 
@@ -536,14 +595,14 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         if (released)
             return;
         lost = true;
-        lost_timer.cancel();
+        finish_waiters();
     }
 
     // Stops renewal and wakes wait_lost. On the strand; before any release is sent, so no
     // renewal can be queued behind the release and revive the lock.
     void stop() {
         renew_stop.emit(asio::cancellation_type::terminal);
-        lost_timer.cancel();
+        finish_waiters();
     }
 };
 
@@ -685,14 +744,22 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
 
 asio::awaitable<std::optional<locker_impl::attempt_result>>
 locker_impl::try_once(lock_keys const& keys, std::string const& token, std::string const& name,
-                      lock_options const& opt, asio::cancellation_state cs, lock_outcome& out) {
+                      lock_options const& opt, asio::cancellation_state cs,
+                      clock_type::time_point deadline, lock_outcome& out) {
     auto const started = clock_type::now();
-    attempt_result r = co_await attempt(keys, token, opt.ttl);
+    attempt_result r = co_await attempt(keys, token, opt.ttl, cs, deadline);
+    if (r.ec && r.ec != redis::error::server_error && r.ec != error::unexpected_reply &&
+        r.ec != asio::error::operation_aborted)
+        out.outcome_unknown = true; // it may have been applied: release on the way out
     if (!r.ec && r.acquired && cancelled(cs)) {
-        co_await release(keys, token);
+        auto [rec, released] = co_await release(keys, token);
+        if (rec)
+            out.outcome_unknown = true; // try once more on the way out
         r.acquired = false;
         r.ec = asio::error::operation_aborted;
     }
+    if (r.ec == asio::error::operation_aborted && !cancelled(cs))
+        r.ec = error::timeout; // stopped by the wait deadline before it was sent
     if (!r.ec && r.acquired)
         out.state = make_guard(name, keys, token, r.fence, opt, started);
     co_return r;
@@ -714,11 +781,16 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 
     auto fail = [&](error_code ec, std::string const& detail_text) {
         set_failure(out, name, ec, detail_text);
-        return out;
+    };
+    auto timeout_text = [&] {
+        return fmt::format("not acquired within {} ms", opt.wait_timeout->count());
     };
 
-    if (cancelled(cs))
-        co_return fail(asio::error::operation_aborted, {});
+    bool finished = false;
+    if (cancelled(cs)) {
+        fail(asio::error::operation_aborted, {});
+        finished = true;
+    }
 
     // The uncontended path: one command, no subscription. A co_lock that finds others of
     // this process already waiting on the name queues behind them instead: FIFO, and no
@@ -726,24 +798,39 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     auto const queued = queues_.find(keys.channel);
     bool const others_waiting = wait && queued != queues_.end() && !queued->second->waiters.empty();
     milliseconds sleep = opt.ttl;
-    if (!others_waiting) {
-        auto first = co_await try_once(keys, token, name, opt, cs, out);
-        if (first->ec)
-            co_return fail(first->ec, first->server_text);
+    if (!finished && !others_waiting) {
+        auto first = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
         if (first->acquired)
             co_return out;
-        if (cancelled(cs)) // requested while the attempt was in flight: still reported
-            co_return fail(asio::error::operation_aborted, {});
-        if (!wait)
+        if (first->ec == error::timeout) {
+            fail(first->ec, timeout_text());
+            finished = true;
+        } else if (first->ec && !(wait && is_transient(first->ec))) {
+            fail(first->ec, first->server_text);
+            finished = true;
+        } else if (cancelled(cs)) { // requested while the attempt was in flight: reported
+            fail(asio::error::operation_aborted, {});
+            finished = true;
+        } else if (!wait) {
             co_return out; // held by someone else: an empty result
-        sleep = first->holder_ttl;
+        } else {
+            // Held, or the connection was lost (then try again after a backoff).
+            sleep = first->ec ? opt.retry.max : first->holder_ttl;
+        }
     }
-    if (clock_type::now() >= wait_deadline)
-        co_return fail(error::timeout,
-                       fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
+    if (!finished && clock_type::now() >= wait_deadline) {
+        fail(error::timeout, timeout_text());
+        finished = true;
+    }
 
     // Contended: its own coroutine, so the uncontended call above keeps a small frame.
-    co_await wait_contended(keys, token, name, opt, cs, wait_deadline, sleep, out);
+    if (!finished)
+        co_await wait_contended(keys, token, name, opt, cs, wait_deadline, sleep, out);
+
+    // An attempt that failed after it may have been applied could have left our token in the
+    // key: release it (the script checks the token, so this is always safe).
+    if (out.ec && out.outcome_unknown)
+        co_await release(keys, token);
     co_return out;
 }
 
@@ -784,15 +871,18 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
         }
         if (head && need_attempt) {
             queue->wake_pending = false;
-            auto r = co_await try_once(keys, token, name, opt, cs, out);
+            auto r = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
             ++attempts;
             if (r->acquired) {
                 leave_guard.acquired = true;
                 co_return;
             }
-            if (cancelled(cs)) // arrived while the (uncancellable) attempt was in flight
-            {
+            if (cancelled(cs)) { // arrived while the attempt was in flight
                 fail(asio::error::operation_aborted, {});
+                co_return;
+            }
+            if (r->ec == error::timeout) {
+                fail(r->ec, fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
                 co_return;
             }
             if (r->ec) {
@@ -897,38 +987,38 @@ bool lock_guard::lost() const noexcept {
 void lock_guard::start_wait_lost(
     boost::asio::any_completion_handler<void(boost::system::error_code)> handler) {
     auto st = state_;
-    auto ex = asio::get_associated_executor(handler);
     if (!st) {
+        auto ex = asio::get_associated_executor(handler);
         asio::dispatch(ex, [h = std::move(handler)]() mutable {
             std::move(h)(make_error_code(error::not_held));
         });
         return;
     }
-    asio::dispatch(st->locker->strand_, [st, h = std::move(handler)]() mutable {
-        auto finish = [st](auto&& handler_, error_code ec) mutable {
-            auto hex = asio::get_associated_executor(handler_, st->locker->strand_);
-            asio::dispatch(hex, [h2 = std::move(handler_), ec]() mutable { std::move(h2)(ec); });
-        };
-        if (st->lost) {
-            finish(std::move(h), {});
-            return;
-        }
-        if (st->released) {
-            finish(std::move(h), error::not_held);
+    using waiter_type = detail::guard_state::lost_waiter;
+    auto w = std::make_shared<waiter_type>(std::move(handler));
+    if (w->slot.is_connected()) {
+        // Installed here, on the caller's thread, where the caller emits.
+        w->slot.assign([weak_w = std::weak_ptr<waiter_type>(w),
+                        weak_st = std::weak_ptr<detail::guard_state>(st)](asio::cancellation_type) {
+            auto cw = weak_w.lock();
+            auto cst = weak_st.lock();
+            if (!cw || !cst)
+                return;
+            asio::dispatch(cst->locker->strand_, [cw, cst] {
+                std::erase(cst->lost_waiters, cw);
+                cst->finish_waiter(cw, asio::error::operation_aborted);
+            });
+        });
+    }
+    asio::dispatch(st->locker->strand_, [st, w] {
+        if (w->done)
+            return; // cancelled already
+        if (st->lost || st->released) {
+            st->finish_waiter(w, st->lost ? error_code{} : error_code(error::not_held));
             return;
         }
         st->start_watch(); // without auto_renew, someone must notice the lease's end
-        auto slot = asio::get_associated_cancellation_slot(h);
-        st->lost_timer.async_wait(asio::bind_cancellation_slot(slot, [st, h = std::move(h)](
-                                                                         error_code) mutable {
-            error_code result = asio::error::operation_aborted;
-            if (st->lost)
-                result = {};
-            else if (st->released)
-                result = error::not_held;
-            auto hex = asio::get_associated_executor(h, st->locker->strand_);
-            asio::dispatch(hex, [h2 = std::move(h), result]() mutable { std::move(h2)(result); });
-        }));
+        st->lost_waiters.push_back(w);
     });
 }
 

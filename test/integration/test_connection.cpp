@@ -19,18 +19,12 @@
 #include <vector>
 
 using namespace colock;
-using colock::test::command;
-using colock::test::run_test;
-using colock::test::shared_server;
-using colock::test::sleep_for;
-using colock::test::unique_key;
+using namespace colock::test;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using boost::system::error_code;
 
 namespace {
-
-constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
 
 std::int64_t info_field(std::string const& info, std::string const& field) {
     auto const at = info.find(field + ":");

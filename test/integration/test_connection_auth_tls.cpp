@@ -9,16 +9,9 @@
 #include <doctest/doctest.h>
 
 using namespace colock;
-using colock::test::command;
-using colock::test::redis_server;
-using colock::test::redis_server_options;
-using colock::test::run_test;
+using namespace colock::test;
 namespace asio = boost::asio;
 using boost::system::error_code;
-
-namespace {
-constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
-}
 
 TEST_CASE("AUTH with an ACL user: the right password connects, a wrong one is refused") {
     redis_server_options opts;

@@ -16,34 +16,10 @@
 #include <string>
 
 using namespace colock;
-using colock::test::command;
-using colock::test::redis_server;
-using colock::test::run_test;
-using colock::test::sleep_for;
+using namespace colock::test;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using boost::system::error_code;
-
-namespace {
-
-constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
-
-redis::config fast_config(redis_server const& server) {
-    auto cfg = server.config();
-    cfg.connect_timeout = 1000ms;
-    cfg.health_check_interval = 200ms;
-    cfg.reconnect_initial_delay = 20ms;
-    cfg.reconnect_max_delay = 200ms;
-    return cfg;
-}
-
-std::uint16_t unused_port() {
-    asio::io_context ctx;
-    asio::ip::tcp::acceptor acceptor(ctx, {asio::ip::make_address("127.0.0.1"), 0});
-    return acceptor.local_endpoint().port(); // closed again when acceptor goes
-}
-
-} // namespace
 
 TEST_CASE("server killed mid-request: a clear error, and the next request after restart works") {
     redis_server server;

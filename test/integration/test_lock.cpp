@@ -33,83 +33,16 @@
 #include <vector>
 
 using namespace colock;
-using colock::test::command;
-using colock::test::redis_server;
-using colock::test::run_test;
-using colock::test::shared_server;
-using colock::test::sleep_for;
-using colock::test::strings;
-using colock::test::unique_key;
+using namespace colock::test;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using boost::system::error_code;
 using boost::system::system_error;
-using steady = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
-
-std::string lock_key(std::string const& name, std::string const& prefix = "colock:") {
-    return prefix + "{" + name + "}";
-}
-
-long long ms_since(steady::time_point t) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t).count();
-}
-
 bool contains(std::string_view text, std::string_view part) {
     return text.find(part) != std::string_view::npos;
-}
-
-asio::awaitable<std::optional<std::string>> get(redis::connection& c, std::string const& key) {
-    auto r = co_await c.co_exec(command("GET", key));
-    if (r.at(0).is_null())
-        co_return std::nullopt;
-    co_return std::string(r.at(0).as_string().value_or("?"));
-}
-
-asio::awaitable<std::int64_t> integer(redis::connection& c, resp3::request req) {
-    auto r = co_await c.co_exec(std::move(req));
-    co_return r.at(0).as_integer().value_or(std::numeric_limits<std::int64_t>::min());
-}
-
-asio::awaitable<std::int64_t> numsub(redis::connection& c, std::string const& channel) {
-    auto r = co_await c.co_exec(command("PUBSUB", "NUMSUB", channel));
-    co_return r.at(0).elements.at(1).as_integer().value_or(-1);
-}
-
-// The unsubscription goes out in the background once the last waiter leaves: poll for it.
-asio::awaitable<std::int64_t> numsub_becomes(redis::connection& c, std::string const& channel,
-                                             std::int64_t expected,
-                                             std::chrono::milliseconds limit = 2000ms) {
-    auto const end = steady::now() + limit;
-    auto n = co_await numsub(c, channel);
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(10ms);
-        n = co_await numsub(c, channel);
-    }
-    co_return n;
-}
-
-// `calls` of one command in INFO commandstats; 0 when the server has not seen it.
-std::int64_t command_calls(std::string_view info, std::string_view name) {
-    std::string const field = "cmdstat_" + std::string(name) + ":calls=";
-    auto const at = info.find(field);
-    if (at == std::string_view::npos)
-        return 0;
-    return std::stoll(std::string(info.substr(at + field.size(), 20)));
-}
-
-asio::awaitable<std::string> commandstats(redis::connection& c) {
-    auto r = co_await c.co_exec(command("INFO", "commandstats"));
-    co_return std::string(r.at(0).as_string().value_or(""));
-}
-
-std::uint16_t unused_port() {
-    asio::io_context ctx;
-    asio::ip::tcp::acceptor acceptor(ctx, {asio::ip::make_address("127.0.0.1"), 0});
-    return acceptor.local_endpoint().port();
 }
 
 lock_options short_lock() {
@@ -722,7 +655,7 @@ TEST_CASE("wait_timeout: co_lock gives up with error::timeout and a message nami
         CHECK(holder.owns_lock());
         auto const held = co_await get(probe, lock_key(name));
         CHECK(held == holder.token());
-        auto const subscribers = co_await numsub_becomes(probe, lock_key(name) + ":wake", 0);
+        auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
         CHECK(subscribers == 0);
         bool const released = co_await holder.unlock();
         CHECK(released);
@@ -951,14 +884,14 @@ TEST_CASE("server cost: contended acquisitions are woken, not polled; one SUBSCR
                     }
                 });
         co_await sleep_for(300ms);
-        auto const subscribed = co_await numsub(probe, lock_key(name) + ":wake");
+        auto const subscribed = co_await numsub(probe, wake_channel(name));
         CHECK(subscribed == 1);
         co_await holder.unlock();
         for (int i = 0; i < 1000 && done < waiters; ++i)
             co_await sleep_for(10ms);
         CHECK(done == waiters);
         CHECK(failed == 0);
-        auto const subscribers = co_await numsub_becomes(probe, lock_key(name) + ":wake", 0);
+        auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
         CHECK(subscribers == 0);
         auto const after = co_await commandstats(probe);
 
@@ -1025,7 +958,7 @@ TEST_CASE("two lockers sharing one connection: one's waiter leaving does not dro
         locker first{shared};
         locker second{shared};
         std::string const name = unique_key("two-lockers");
-        std::string const channel = lock_key(name) + ":wake";
+        std::string const channel = wake_channel(name);
 
         lock_options hold;
         hold.ttl = 10'000ms;

@@ -26,74 +26,14 @@
 #include <vector>
 
 using namespace colock;
-using colock::test::command;
-using colock::test::redis_server;
-using colock::test::run_test;
-using colock::test::shared_server;
-using colock::test::sleep_for;
-using colock::test::strings;
-using colock::test::unique_key;
+using namespace colock::test;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
 using boost::system::error_code;
 using boost::system::system_error;
-using steady = std::chrono::steady_clock;
 
 namespace {
-
-std::string lock_key(std::string const& name) {
-    return "colock:{" + name + "}";
-}
-std::string wake_channel(std::string const& name) {
-    return lock_key(name) + ":wake";
-}
-
-long long ms_since(steady::time_point t) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t).count();
-}
-
-asio::awaitable<std::int64_t> integer(redis::connection& c, resp3::request req) {
-    auto r = co_await c.co_exec(std::move(req));
-    co_return r.at(0).as_integer().value_or(std::numeric_limits<std::int64_t>::min());
-}
-
-asio::awaitable<std::optional<std::string>> get(redis::connection& c, std::string const& key) {
-    auto r = co_await c.co_exec(command("GET", key));
-    if (r.at(0).is_null())
-        co_return std::nullopt;
-    co_return std::string(r.at(0).as_string().value_or("?"));
-}
-
-asio::awaitable<std::int64_t> numsub(redis::connection& c, std::string const& channel) {
-    auto r = co_await c.co_exec(command("PUBSUB", "NUMSUB", channel));
-    co_return r.at(0).elements.at(1).as_integer().value_or(-1);
-}
-
-// Subscriptions change in the background: poll until NUMSUB is `expected` or `limit` passes.
-asio::awaitable<std::int64_t> numsub_becomes(redis::connection& c, std::string const& channel,
-                                             std::int64_t expected,
-                                             std::chrono::milliseconds limit = 2000ms) {
-    auto const end = steady::now() + limit;
-    auto n = co_await numsub(c, channel);
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(10ms);
-        n = co_await numsub(c, channel);
-    }
-    co_return n;
-}
-
-asio::awaitable<std::int64_t> exists_becomes(redis::connection& c, std::string const& key,
-                                             std::int64_t expected,
-                                             std::chrono::milliseconds limit = 2000ms) {
-    auto const end = steady::now() + limit;
-    auto n = co_await integer(c, command("EXISTS", key));
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(10ms);
-        n = co_await integer(c, command("EXISTS", key));
-    }
-    co_return n;
-}
 
 // A waiter that sleeps long between its own retries (a wake-up message or cancellation ends
 // the sleep), so a cancellation almost surely meets it asleep rather than mid-attempt.
@@ -121,13 +61,6 @@ auto record(lock_result& r) {
         r.at = steady::now();
         r.done = true;
     };
-}
-
-asio::awaitable<bool> finishes(bool const& done, std::chrono::milliseconds limit) {
-    auto const end = steady::now() + limit;
-    while (!done && steady::now() < end)
-        co_await sleep_for(5ms);
-    co_return done;
 }
 
 } // namespace

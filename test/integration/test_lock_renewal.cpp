@@ -28,80 +28,17 @@
 #include <vector>
 
 using namespace colock;
-using colock::test::command;
-using colock::test::redis_server;
-using colock::test::run_test;
-using colock::test::shared_server;
-using colock::test::sleep_for;
-using colock::test::strings;
-using colock::test::unique_key;
+using namespace colock::test;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
 using boost::system::error_code;
 using boost::system::system_error;
-using steady = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
-
-std::string lock_key(std::string const& name) {
-    return "colock:{" + name + "}";
-}
-
-long long ms_since(steady::time_point t) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t).count();
-}
-
-long long ms_between(steady::time_point from, steady::time_point to) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
-}
-
-redis::config fast_config(redis_server const& server) {
-    auto cfg = server.config();
-    cfg.connect_timeout = 1000ms;
-    cfg.health_check_interval = 200ms;
-    cfg.reconnect_initial_delay = 20ms;
-    cfg.reconnect_max_delay = 200ms;
-    return cfg;
-}
-
-asio::awaitable<std::int64_t> integer(redis::connection& c, resp3::request req) {
-    auto r = co_await c.co_exec(std::move(req));
-    co_return r.at(0).as_integer().value_or(std::numeric_limits<std::int64_t>::min());
-}
-
-asio::awaitable<std::optional<std::string>> get(redis::connection& c, std::string const& key) {
-    auto r = co_await c.co_exec(command("GET", key));
-    if (r.at(0).is_null())
-        co_return std::nullopt;
-    co_return std::string(r.at(0).as_string().value_or("?"));
-}
-
-asio::awaitable<std::int64_t> exists_becomes(redis::connection& c, std::string const& key,
-                                             std::int64_t expected,
-                                             std::chrono::milliseconds limit) {
-    auto const end = steady::now() + limit;
-    auto n = co_await integer(c, command("EXISTS", key));
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(5ms);
-        n = co_await integer(c, command("EXISTS", key));
-    }
-    co_return n;
-}
-
-std::int64_t evalsha_calls(std::string_view info) {
-    std::string_view const field = "cmdstat_evalsha:calls=";
-    auto const at = info.find(field);
-    if (at == std::string_view::npos)
-        return 0;
-    return std::stoll(std::string(info.substr(at + field.size(), 20)));
-}
-
 asio::awaitable<std::int64_t> evalsha_calls(redis::connection& c) {
-    auto r = co_await c.co_exec(command("INFO", "commandstats"));
-    co_return evalsha_calls(r.at(0).as_string().value_or(""));
+    co_return command_calls(co_await commandstats(c), "evalsha");
 }
 
 // A pending wait_lost, started with a callback.
@@ -117,13 +54,6 @@ void watch(lock_guard& g, lost_watch& w) {
         w.at = steady::now();
         w.done = true;
     });
-}
-
-asio::awaitable<bool> finishes(bool const& done, std::chrono::milliseconds limit) {
-    auto const end = steady::now() + limit;
-    while (!done && steady::now() < end)
-        co_await sleep_for(5ms);
-    co_return done;
 }
 
 lock_options lease(std::chrono::milliseconds ttl, std::chrono::milliseconds renew) {

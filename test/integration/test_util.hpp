@@ -1,16 +1,23 @@
 // Helpers shared by the integration tests: run a coroutine to completion on a fresh
-// io_context, and build requests in one line.
+// io_context, build requests in one line, name the lock's keys, and probe the server.
 #pragma once
 
 #include <colock/redis/connection.hpp>
+#include <colock_test/redis_server.hpp>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -19,6 +26,10 @@
 namespace colock::test {
 
 namespace asio = boost::asio;
+using steady = std::chrono::steady_clock;
+
+/// For `auto [ec, ...] = co_await op(..., as_tuple)`.
+inline constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
 
 /// Runs `make(ctx)`'s coroutine on a fresh io_context until the context runs out of work,
 /// rethrowing what the coroutine threw. Fails if it has not finished within `limit`.
@@ -67,6 +78,111 @@ inline asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
 inline std::string unique_key(std::string_view what) {
     static int counter = 0;
     return "test:" + std::string(what) + ":" + std::to_string(++counter);
+}
+
+/// The lock's key for `name`, and the channel its releases publish on.
+inline std::string lock_key(std::string const& name, std::string const& prefix = "colock:") {
+    return prefix + "{" + name + "}";
+}
+
+inline std::string wake_channel(std::string const& name) {
+    return lock_key(name) + ":wake";
+}
+
+inline long long ms_between(steady::time_point from, steady::time_point to) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+}
+
+inline long long ms_since(steady::time_point t) {
+    return ms_between(t, steady::now());
+}
+
+/// The server's config with short timeouts, so that losing and regaining it is quick.
+inline redis::config fast_config(redis_server const& server) {
+    using namespace std::chrono_literals;
+    auto cfg = server.config();
+    cfg.connect_timeout = 1000ms;
+    cfg.health_check_interval = 200ms;
+    cfg.reconnect_initial_delay = 20ms;
+    cfg.reconnect_max_delay = 200ms;
+    return cfg;
+}
+
+/// A local TCP port nothing listens on (for the moment).
+inline std::uint16_t unused_port() {
+    asio::io_context ctx;
+    asio::ip::tcp::acceptor acceptor(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+    return acceptor.local_endpoint().port(); // closed again when acceptor goes
+}
+
+/// GET: the value, or nullopt for none.
+inline asio::awaitable<std::optional<std::string>> get(redis::connection& c,
+                                                       std::string const& key) {
+    auto r = co_await c.co_exec(command("GET", key));
+    if (r.at(0).is_null())
+        co_return std::nullopt;
+    co_return std::string(r.at(0).as_string().value_or("?"));
+}
+
+/// The integer reply of `req`; the smallest int64 when it is not an integer.
+inline asio::awaitable<std::int64_t> integer(redis::connection& c, resp3::request req) {
+    auto r = co_await c.co_exec(std::move(req));
+    co_return r.at(0).as_integer().value_or(std::numeric_limits<std::int64_t>::min());
+}
+
+/// Subscribers of `channel`.
+inline asio::awaitable<std::int64_t> numsub(redis::connection& c, std::string const& channel) {
+    auto r = co_await c.co_exec(command("PUBSUB", "NUMSUB", channel));
+    co_return r.at(0).elements.at(1).as_integer().value_or(-1);
+}
+
+/// Polls numsub until it is `expected` or `limit` has passed; returns the last count.
+inline asio::awaitable<std::int64_t>
+numsub_becomes(redis::connection& c, std::string const& channel, std::int64_t expected,
+               std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
+    auto const end = steady::now() + limit;
+    auto n = co_await numsub(c, channel);
+    while (n != expected && steady::now() < end) {
+        co_await sleep_for(std::chrono::milliseconds{10});
+        n = co_await numsub(c, channel);
+    }
+    co_return n;
+}
+
+/// Polls EXISTS until it is `expected` or `limit` has passed; returns the last answer.
+inline asio::awaitable<std::int64_t>
+exists_becomes(redis::connection& c, std::string const& key, std::int64_t expected,
+               std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
+    auto const end = steady::now() + limit;
+    auto n = co_await integer(c, command("EXISTS", key));
+    while (n != expected && steady::now() < end) {
+        co_await sleep_for(std::chrono::milliseconds{5});
+        n = co_await integer(c, command("EXISTS", key));
+    }
+    co_return n;
+}
+
+/// Waits until `done` is set or `limit` has passed; returns `done`.
+inline asio::awaitable<bool> finishes(bool const& done, std::chrono::milliseconds limit) {
+    auto const end = steady::now() + limit;
+    while (!done && steady::now() < end)
+        co_await sleep_for(std::chrono::milliseconds{5});
+    co_return done;
+}
+
+/// `calls` of one command in INFO commandstats; 0 when the server has not seen it.
+inline std::int64_t command_calls(std::string_view info, std::string_view name) {
+    std::string const field = "cmdstat_" + std::string(name) + ":calls=";
+    auto const at = info.find(field);
+    if (at == std::string_view::npos)
+        return 0;
+    return std::stoll(std::string(info.substr(at + field.size(), 20)));
+}
+
+/// INFO commandstats.
+inline asio::awaitable<std::string> commandstats(redis::connection& c) {
+    auto r = co_await c.co_exec(command("INFO", "commandstats"));
+    co_return std::string(r.at(0).as_string().value_or(""));
 }
 
 } // namespace colock::test
