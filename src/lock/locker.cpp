@@ -479,6 +479,11 @@ public:
                                          clock_type::time_point wait_deadline, milliseconds sleep,
                                          lock_outcome& out);
 
+    static asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
+                                                  std::string token) {
+        co_await self->release(keys, token);
+    }
+
     // `keep_alive` holds the locker for as long as the coroutine runs.
     asio::awaitable<lock_outcome> lock(std::shared_ptr<locker_impl> keep_alive, std::string name,
                                        lock_options opt, bool wait);
@@ -613,28 +618,22 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
     auto cs = co_await asio::this_coro::cancellation_state;
     asio::steady_timer timer(st->locker->strand_);
     asio::steady_timer lease_end(st->locker->strand_);
-    if (!st->opt.auto_renew) {
-        // Only watching, for wait_lost: the lease ends at its deadline (extend may move it).
-        for (;;) {
-            timer.expires_at(st->lease_deadline());
-            co_await timer.async_wait(nothrow_awaitable);
-            if (cancelled(cs) || st->released)
-                co_return;
-            if (!st->lease_running()) {
-                st->mark_lost();
-                co_return;
-            }
-        }
-    }
     for (;;) {
         auto next = clock_type::now() + st->renew_interval();
-        if (st->opt.max_hold && next >= st->acquired_at + *st->opt.max_hold) {
-            // No (more) renewals: wait for the lease to run out, then report it.
-            timer.expires_at(st->lease_deadline());
-            co_await timer.async_wait(nothrow_awaitable);
-            if (!cancelled(cs) && !st->released)
-                st->mark_lost();
-            co_return;
+        if (!st->opt.auto_renew ||
+            (st->opt.max_hold && next >= st->acquired_at + *st->opt.max_hold)) {
+            // Not (or no longer) renewing, only watching for wait_lost: the lease ends at its
+            // deadline, which an explicit extend() may still move.
+            for (;;) {
+                timer.expires_at(st->lease_deadline());
+                co_await timer.async_wait(nothrow_awaitable);
+                if (cancelled(cs) || st->released)
+                    co_return;
+                if (!st->lease_running()) {
+                    st->mark_lost();
+                    co_return;
+                }
+            }
         }
         timer.expires_at(next);
         co_await timer.async_wait(nothrow_awaitable);
@@ -768,7 +767,6 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
 asio::awaitable<locker_impl::lock_outcome>
 locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, lock_options opt,
                   bool wait) {
-    (void)keep_alive;
     co_await asio::this_coro::reset_cancellation_state(asio::enable_partial_cancellation());
     co_await asio::this_coro::throw_if_cancelled(false);
     auto cs = co_await asio::this_coro::cancellation_state;
@@ -829,8 +827,9 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 
     // An attempt that failed after it may have been applied could have left our token in the
     // key: release it (the script checks the token, so this is always safe).
+    // In the background: the connection may be down, and the caller should not wait for it.
     if (out.ec && out.outcome_unknown)
-        co_await release(keys, token);
+        asio::co_spawn(strand_, release_detached(keep_alive, keys, token), asio::detached);
     co_return out;
 }
 

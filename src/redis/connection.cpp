@@ -104,7 +104,23 @@ public:
     // --- state below is touched on the strand only ---
     std::deque<entry_ptr> handshake_queue_;
     std::deque<entry_ptr> user_queue_;
-    std::vector<std::pair<connect_handler, asio::cancellation_slot>> connect_waiters_;
+    // A pending async_connect. Move-constructed only (Boost 1.81's any_completion_handler
+    // move assignment recurses); `done` makes exactly one outcome complete it.
+    struct connect_waiter {
+        explicit connect_waiter(connect_handler h)
+            : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
+        connect_handler handler;
+        asio::cancellation_slot slot;
+        bool done = false;
+    };
+    std::vector<std::shared_ptr<connect_waiter>> connect_waiters_;
+
+    void finish_connect_waiter(std::shared_ptr<connect_waiter> const& w, error_code ec) {
+        if (w->done)
+            return;
+        w->done = true;
+        deliver(std::move(w->handler), w->slot, ec);
+    }
     std::shared_ptr<session> session_;
     // Subscribed channels with the number of subscribers each: only the first SUBSCRIBE and
     // the last UNSUBSCRIBE of a channel reach the server.
@@ -236,8 +252,7 @@ public:
     struct cancel_handler {
         // A constructor, not an aggregate: clang 14 has no parenthesised aggregate init.
         cancel_handler(std::weak_ptr<connection_impl> i, std::weak_ptr<exec_entry> e)
-            : impl(std::move(i))
-            , entry(std::move(e)) {}
+            : impl(std::move(i)), entry(std::move(e)) {}
 
         std::weak_ptr<connection_impl> impl;
         std::weak_ptr<exec_entry> entry;
@@ -283,43 +298,47 @@ public:
     // ---------------------------------------------------------------- connect / close
 
     void start_connect(connect_handler handler) {
-        asio::dispatch(
-            strand_, [self = shared_from_this(), handler = std::move(handler)]() mutable {
-                if (self->session_ && self->session_->ready) {
-                    self->post_connect_completion(std::move(handler), {}, {});
+        auto w = std::make_shared<connect_waiter>(std::move(handler));
+        if (w->slot.is_connected()) {
+            // Installed on the caller's thread, where the caller emits. Only this wait is
+            // abandoned; the connection is closed too when nobody else is using it.
+            w->slot.assign([weak = weak_from_this(),
+                            weak_w = std::weak_ptr<connect_waiter>(w)](asio::cancellation_type t) {
+                if ((t & asio::cancellation_type::terminal) == asio::cancellation_type::none)
                     return;
-                }
-                auto slot = asio::get_associated_cancellation_slot(handler);
-                self->connect_waiters_.emplace_back(std::move(handler), slot);
-                if (slot.is_connected()) {
-                    // Abandoning the wait is all a cancelled connect has to undo when others
-                    // still use the connection; when no one does, close it too.
-                    slot.assign([weak = self->weak_from_this()](asio::cancellation_type) {
-                        if (auto s = weak.lock())
-                            asio::post(s->strand_, [s] { s->cancel_connect_waiters(); });
-                    });
-                }
-                if (!self->running_)
-                    self->start_run_loop();
+                auto s = weak.lock();
+                auto cw = weak_w.lock();
+                if (s && cw)
+                    asio::dispatch(s->strand_, [s, cw] { s->cancel_connect_waiter(cw); });
             });
+        }
+        asio::dispatch(strand_, [self = shared_from_this(), w]() mutable {
+            if (w->done)
+                return;
+            if (self->session_ && self->session_->ready) {
+                self->finish_connect_waiter(w, {});
+                return;
+            }
+            self->connect_waiters_.push_back(w);
+            if (!self->running_)
+                self->start_run_loop();
+        });
     }
 
-    void cancel_connect_waiters() {
-        if (connect_waiters_.empty())
-            return;
-        auto waiters = std::move(connect_waiters_);
-        connect_waiters_.clear();
-        for (auto& [h, slot] : waiters)
-            post_connect_completion(std::move(h), slot, asio::error::operation_aborted);
-        if (!ever_connected_)
+    void cancel_connect_waiter(std::shared_ptr<connect_waiter> const& w) {
+        std::erase(connect_waiters_, w);
+        finish_connect_waiter(w, asio::error::operation_aborted);
+        bool const in_use = !connect_waiters_.empty() || !user_queue_.empty() ||
+                            (session_ && !session_->in_flight.empty());
+        if (!ever_connected_ && running_ && !in_use)
             close(error::closed);
     }
 
     void finish_connect_waiters(error_code ec) {
         auto waiters = std::move(connect_waiters_);
         connect_waiters_.clear();
-        for (auto& [h, slot] : waiters)
-            post_connect_completion(std::move(h), slot, ec);
+        for (auto& w : waiters)
+            finish_connect_waiter(w, ec);
     }
 
     void fail_queued(std::deque<entry_ptr>& queue, error_code ec) {
@@ -469,8 +488,13 @@ public:
                     buf.resize(buf.size() * 2); // a token larger than the buffer
             }
             auto into = asio::buffer(buf.data() + s->read_end, buf.size() - s->read_end);
-            auto [ec, n] = s->tls ? co_await s->tls->async_read_some(into, use_nothrow)
-                                  : co_await s->socket.async_read_some(into, use_nothrow);
+            // if/else, not ?: of two co_awaits (GCC 12 mishandles that temporary).
+            std::tuple<error_code, std::size_t> got;
+            if (s->tls)
+                got = co_await s->tls->async_read_some(into, use_nothrow);
+            else
+                got = co_await s->socket.async_read_some(into, use_nothrow);
+            auto [ec, n] = got;
             if (ec)
                 co_return ec;
             s->read_end += n;
@@ -531,10 +555,14 @@ public:
                     co_return asio::error::operation_aborted;
                 continue;
             }
-            auto [ec, n] = s->tls ? co_await asio::async_write(
-                                        *s->tls, asio::buffer(s->write_buffer), use_nothrow)
-                                  : co_await asio::async_write(
-                                        s->socket, asio::buffer(s->write_buffer), use_nothrow);
+            std::tuple<error_code, std::size_t> wrote;
+            if (s->tls)
+                wrote =
+                    co_await asio::async_write(*s->tls, asio::buffer(s->write_buffer), use_nothrow);
+            else
+                wrote = co_await asio::async_write(s->socket, asio::buffer(s->write_buffer),
+                                                   use_nothrow);
+            auto [ec, n] = wrote;
             if (ec) {
                 fail_queued_vector(s->writing, error::connection_lost);
                 co_return ec;
@@ -623,7 +651,7 @@ public:
     asio::awaitable<error_code> handshake(std::shared_ptr<session> s) {
         (void)s;
         resp3::request req;
-        std::vector<std::string> hello{"3"};
+        std::vector<std::string> hello(1, "3");
         if (!cfg_.password.empty()) {
             hello.push_back("AUTH");
             hello.push_back(cfg_.username.empty() ? std::string("default") : cfg_.username);

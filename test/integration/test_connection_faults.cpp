@@ -194,3 +194,33 @@ TEST_CASE("cancelling async_connect abandons the attempt") {
     });
     server.resume();
 }
+
+TEST_CASE("cancelling one async_connect leaves the other waiters alone") {
+    redis_server server;
+    server.pause(); // the handshake waits until the server is resumed
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        auto cfg = fast_config(server);
+        cfg.connect_timeout = 5000ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        error_code other_result = redis::error::closed;
+        bool other_done = false;
+        conn.async_connect([&](error_code ec) {
+            other_result = ec;
+            other_done = true;
+        });
+        asio::steady_timer timer(ctx);
+        timer.expires_after(100ms);
+        auto winner = co_await (conn.async_connect(asio::use_awaitable) ||
+                                timer.async_wait(asio::use_awaitable));
+        CHECK(winner.index() == 1);
+        CHECK_FALSE(other_done); // still waiting: only the cancelled wait was abandoned
+        server.resume();
+        for (int i = 0; i < 300 && !other_done; ++i)
+            co_await sleep_for(10ms);
+        CHECK(other_done);
+        CHECK_FALSE(other_result);
+        CHECK(conn.is_connected());
+        conn.close();
+    });
+}

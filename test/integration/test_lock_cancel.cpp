@@ -505,3 +505,29 @@ TEST_CASE("a storm of 2000 waiters with random deadlines: every one returns, not
         },
         std::chrono::seconds{90});
 }
+
+TEST_CASE("server down: a waiting co_lock still honours wait_timeout and cancellation") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        co_await conn.async_connect(asio::use_awaitable);
+        server.kill(); // the acquire below can only queue for a reconnection that never comes
+
+        lock_options opt;
+        opt.wait_timeout = 300ms;
+        auto const started = steady::now();
+        auto [ec, guard] = co_await locks.async_lock("down", opt, as_tuple);
+        CHECK(ec == colock::error::timeout);
+        CHECK_FALSE(guard.owns_lock());
+        CHECK(steady::now() - started < 2s);
+
+        asio::steady_timer timer(ctx);
+        timer.expires_after(200ms);
+        auto const raced = steady::now();
+        auto winner = co_await (locks.co_lock("down") || timer.async_wait(asio::use_awaitable));
+        CHECK(winner.index() == 1);
+        CHECK(steady::now() - raced < 2s);
+        conn.close();
+    });
+}
