@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <deque>
 #include <list>
 #include <random>
 #include <system_error>
@@ -364,32 +365,70 @@ public:
         co_return r;
     }
 
-    // Releases with `token`; never cancelled by the caller, bounded by its own deadline. (A
-    // timer and a signal rather than ||: no extra coroutines on the hot path. The timer's
-    // handler may run after this frame is gone, so what it touches is shared.)
+    // Releases with `token`; never cancelled by the caller, bounded by its own deadline.
+    // The deadlines of all releases share one timer (they are all release_timeout long, so
+    // they expire in the order they were set): no timer per unlock on the hot path.
     asio::awaitable<std::tuple<error_code, bool>> release(lock_keys const& keys,
                                                           std::string const& token) {
-        struct deadline_state {
-            asio::cancellation_signal stop;
-            bool fired = false;
-        };
-        auto shared = std::make_shared<deadline_state>();
-        asio::steady_timer deadline(strand_);
-        deadline.expires_after(release_timeout);
-        deadline.async_wait([shared](error_code ec) {
-            if (!ec) {
-                shared->fired = true;
-                shared->stop.emit(asio::cancellation_type::terminal);
-            }
-        });
+        auto deadline = std::make_shared<release_deadline>();
+        watch_release(deadline);
         auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
-                                           shared->stop.slot());
-        deadline.cancel();
+                                           deadline->stop.slot());
+        bool const fired = deadline->fired;
+        deadline.reset(); // the watch drops it lazily
         if (!ec)
             co_return std::tuple{error_code{}, v.as_integer() == 1};
-        if (shared->fired)
+        if (fired)
             co_return std::tuple{error_code(asio::error::timed_out), false};
         co_return std::tuple{ec, false};
+    }
+
+    struct release_deadline {
+        asio::cancellation_signal stop;
+        bool fired = false;
+    };
+    struct watched_release {
+        clock_type::time_point deadline;
+        std::weak_ptr<release_deadline> release;
+    };
+    std::deque<watched_release> release_watch_; // on the strand, in deadline order
+    std::optional<asio::steady_timer> release_timer_;
+    bool release_timer_armed_ = false;
+
+    void watch_release(std::shared_ptr<release_deadline> const& d) {
+        // Releases finish in about the order they start: drop the finished ones up front.
+        while (!release_watch_.empty() && release_watch_.front().release.expired())
+            release_watch_.pop_front();
+        release_watch_.push_back({clock_type::now() + release_timeout, d});
+        if (!release_timer_armed_)
+            arm_release_timer();
+    }
+
+    void arm_release_timer() {
+        while (!release_watch_.empty() && release_watch_.front().release.expired())
+            release_watch_.pop_front();
+        if (release_watch_.empty()) {
+            release_timer_armed_ = false;
+            return;
+        }
+        release_timer_armed_ = true;
+        if (!release_timer_)
+            release_timer_.emplace(strand_);
+        release_timer_->expires_at(release_watch_.front().deadline);
+        release_timer_->async_wait([weak = weak_from_this()](error_code ec) {
+            auto self = weak.lock();
+            if (ec || !self)
+                return;
+            auto const now = clock_type::now();
+            while (!self->release_watch_.empty() && self->release_watch_.front().deadline <= now) {
+                if (auto d = self->release_watch_.front().release.lock()) {
+                    d->fired = true;
+                    d->stop.emit(asio::cancellation_type::terminal);
+                }
+                self->release_watch_.pop_front();
+            }
+            self->arm_release_timer();
+        });
     }
 
     static constexpr milliseconds release_timeout{5000};

@@ -799,3 +799,32 @@ TEST_CASE("the holder cut off from the server (partition): it reports lost by it
         conn_b.close();
     });
 }
+
+TEST_CASE("unlock against a server that stopped answering gives up at its own deadline") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = server.config();
+        cfg.health_check_interval = 0ms; // only the release's own deadline bounds the wait
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        lock_options opt;
+        opt.auto_renew = false;
+        auto g = co_await locks.co_lock("stalled-unlock", opt);
+        server.pause();
+        auto const started = steady::now();
+        bool threw = false;
+        try {
+            co_await g.unlock();
+        } catch (boost::system::system_error const& e) {
+            threw = true;
+            CHECK(e.code() == asio::error::timed_out);
+            CHECK(std::string(e.what()).find("stalled-unlock") != std::string::npos);
+        }
+        CHECK(threw);
+        auto const took = steady::now() - started;
+        CHECK(took >= 4s);
+        CHECK(took < 8s);
+        server.resume();
+        conn.close();
+    });
+}
