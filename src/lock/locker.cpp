@@ -3,6 +3,8 @@
 #include <colock/detail/lock_scripts.hpp>
 #include <colock/locker.hpp>
 
+#include "../detail/completion.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -607,16 +609,7 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         if (w->done)
             return;
         w->done = true;
-        auto h = std::move(w->handler);
-        auto slot = w->slot;
-        auto ex = asio::get_associated_executor(h, locker->strand_);
-        // Posted to the strand first so the handler never runs inside our own loops.
-        asio::post(locker->strand_, [ex, slot, ec, h = std::move(h)]() mutable {
-            asio::dispatch(ex, [slot, ec, h = std::move(h)]() mutable {
-                slot.clear();
-                std::move(h)(ec);
-            });
-        });
+        complete_later(locker->strand_, std::move(w->handler), w->slot, ec);
     }
 
     void finish_waiters() {

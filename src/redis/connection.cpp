@@ -3,6 +3,8 @@
 #include <colock/redis/connection.hpp>
 #include <colock/resp3/parser.hpp>
 
+#include "../detail/completion.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -178,20 +180,9 @@ public:
         e->handler = std::monostate{};
     }
 
-    // Runs a completion handler outside whatever loop decided the outcome: first a fresh turn
-    // of the strand, then the handler's own executor. The handler's cancellation slot is
-    // cleared on that executor, where the user may emit.
     template <class Handler, class... Args>
     void deliver(Handler handler, asio::cancellation_slot slot, Args... args) {
-        asio::post(strand_, [strand = strand_, handler = std::move(handler), slot,
-                             ... args = std::move(args)]() mutable {
-            auto ex = asio::get_associated_executor(handler, strand);
-            asio::dispatch(
-                ex, [handler = std::move(handler), slot, ... args = std::move(args)]() mutable {
-                    slot.clear();
-                    std::move(handler)(std::move(args)...);
-                });
-        });
+        colock::detail::complete_later(strand_, std::move(handler), slot, std::move(args)...);
     }
 
     // Delivers the batch on the handlers' own executors; inline when that executor runs on
@@ -199,20 +190,10 @@ public:
     void flush_ready() {
         flush_posted_ = false;
         std::swap(ready_, flushing_);
-        for (auto& r : flushing_) {
-            auto ex = asio::get_associated_executor(r.handler, strand_);
-            asio::dispatch(ex, [handler = std::move(r.handler), slot = r.slot, ec = r.ec,
-                                replies = std::move(r.replies)]() mutable {
-                slot.clear();
-                std::move(handler)(ec, std::move(replies));
-            });
-        }
+        for (auto& r : flushing_)
+            colock::detail::complete_now(strand_, std::move(r.handler), r.slot, r.ec,
+                                         std::move(r.replies));
         flushing_.clear();
-    }
-
-    void post_connect_completion(connect_handler handler, asio::cancellation_slot slot,
-                                 error_code ec) {
-        deliver(std::move(handler), slot, ec);
     }
 
     // ---------------------------------------------------------------- requests
@@ -341,17 +322,12 @@ public:
             finish_connect_waiter(w, ec);
     }
 
-    void fail_queued(std::deque<entry_ptr>& queue, error_code ec) {
+    // Completes every entry of a queue (deque or vector) with `ec`, leaving it empty.
+    template <class Queue>
+    void fail_queued(Queue& queue, error_code ec) {
         auto entries = std::move(queue);
         queue.clear();
         for (auto& e : entries)
-            complete(e, ec);
-    }
-
-    void fail_queued_vector(std::vector<entry_ptr>& entries, error_code ec) {
-        auto taken = std::move(entries);
-        entries.clear();
-        for (auto& e : taken)
             complete(e, ec);
     }
 
@@ -564,7 +540,7 @@ public:
                                                    use_nothrow);
             auto [ec, n] = wrote;
             if (ec) {
-                fail_queued_vector(s->writing, error::connection_lost);
+                fail_queued(s->writing, error::connection_lost);
                 co_return ec;
             }
             for (auto& e : s->writing)
