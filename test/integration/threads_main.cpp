@@ -28,6 +28,25 @@ using colock::test::shared_server;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
+namespace {
+// Runs `ctx` on four threads until `finished` reaches `expected` or `limit` passes, then calls
+// `shutdown` while the threads still run (so what it starts can complete), stops and joins.
+template <class Shutdown>
+void run_on_four_threads(asio::io_context& ctx, std::atomic<int> const& finished, int expected,
+                         std::chrono::seconds limit, Shutdown shutdown) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&ctx, limit] { ctx.run_for(limit); });
+    auto const deadline = std::chrono::steady_clock::now() + limit;
+    while (finished < expected && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(10ms);
+    shutdown();
+    ctx.stop();
+    for (auto& t : threads)
+        t.join();
+}
+} // namespace
+
 TEST_CASE("many coroutines on four threads share one connection") {
     constexpr int coroutines = 64;
     constexpr int increments = 300;
@@ -65,17 +84,8 @@ TEST_CASE("many coroutines on four threads share one connection") {
             },
             asio::detached);
     }
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t)
-        threads.emplace_back([&] { ctx.run_for(60s); });
-    auto const deadline = std::chrono::steady_clock::now() + 60s;
-    while (finished < coroutines && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(10ms);
+    run_on_four_threads(ctx, finished, coroutines, 60s, [&] { conn.close(); });
     REQUIRE(finished == coroutines);
-    conn.close();
-    ctx.stop();
-    for (auto& t : threads)
-        t.join();
 
     CHECK(failures == 0);
     CHECK(aborted > 0);
@@ -126,17 +136,8 @@ TEST_CASE("locks taken and released from four threads keep mutual exclusion") {
             },
             asio::detached);
     }
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t)
-        threads.emplace_back([&] { ctx.run_for(120s); });
-    auto const deadline = std::chrono::steady_clock::now() + 120s;
-    while (finished < coroutines && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(10ms);
+    run_on_four_threads(ctx, finished, coroutines, 120s, [&] { conn.close(); });
     REQUIRE(finished == coroutines);
-    conn.close();
-    ctx.stop();
-    for (auto& t : threads)
-        t.join();
 
     CHECK(errors == 0);
     CHECK(overlaps == 0);
