@@ -50,9 +50,16 @@ public:
     /// True while the lock is held: acquired, not lost, not released.
     bool owns_lock() const noexcept;
     explicit operator bool() const noexcept { return owns_lock(); }
-    /// True once the lease was found lost (taken from outside, expired, or not renewable
-    /// before its deadline).
+    /// True once the lease was found lost: taken from outside, expired, not renewable before
+    /// its deadline, or held on a server instance that was replaced (a restart or failover
+    /// noticed on reconnection).
     bool lost() const noexcept;
+    /// The local bound of the lease: when the last successful acquire or extend was sent plus
+    /// its ttl, on the steady clock. The server's expiry is never earlier, so until then no one
+    /// else can hold the lock (short of a server restart or failover that lost the key).
+    /// owns_lock() is false from this point on unless a renewal moves it. A default
+    /// time_point for a guard that holds nothing.
+    std::chrono::steady_clock::time_point lease_expiry() const noexcept;
 
     /// Completes when the lease is lost, or at once if it already is. Completes too when the
     /// guard stops holding (unlock, destruction, move), so no one waits forever; lost() tells

@@ -260,6 +260,9 @@ public:
     // On the strand:
     std::unordered_map<std::string, std::shared_ptr<name_queue>> queues_; // by channel
     std::minstd_rand rng_;
+    // Guards that hold a lock taken through this locker, so a reconnection can check their
+    // leases at once and a server change can mark them lost. Entries leave in guard_state::stop.
+    std::list<std::weak_ptr<guard_state>> held_;
 
     // ---------------------------------------------------------------- Redis calls
 
@@ -481,14 +484,8 @@ public:
         wake(*q.waiters.front());
     }
 
-    void on_reconnect() {
-        // Messages published while the connection was down were missed: let every head look.
-        for (auto& [channel, q] : queues_)
-            if (!q->waiters.empty()) {
-                q->wake_pending = true;
-                wake(*q->waiters.front());
-            }
-    }
+    void on_reconnect();
+    void on_server_change();
 
     milliseconds backoff(retry_options const& retry, int attempt) {
         double ceiling = static_cast<double>(retry.initial.count()) *
@@ -562,7 +559,8 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         , token(std::move(lock_token))
         , fence(fence_value)
         , opt(options)
-        , ttl(options.ttl) {}
+        , ttl(options.ttl)
+        , renew_timer(locker->strand_) {}
 
     std::shared_ptr<locker_impl> locker;
     std::string const name;
@@ -589,6 +587,10 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     }
     bool lease_running() const { return clock_type::now() < lease_deadline(); }
     asio::cancellation_signal renew_stop; // emitted (on the strand) to end the renewal
+    // The renewal's sleep; cancelled (not the renewal itself) to make it check the lease now.
+    asio::steady_timer renew_timer;
+    // This guard's entry in locker->held_, while it holds.
+    std::optional<std::list<std::weak_ptr<guard_state>>::iterator> registration;
 
     // A pending wait_lost. Its cancellation handler is installed on the caller's thread
     // before anything is posted, so no cancellation can be missed; `done` makes sure exactly
@@ -640,6 +642,10 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     void stop() {
         renew_stop.emit(asio::cancellation_type::terminal);
         finish_waiters();
+        if (registration) {
+            locker->held_.erase(*registration);
+            registration.reset();
+        }
     }
 };
 
@@ -648,7 +654,7 @@ namespace {
 asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
     using namespace asio::experimental::awaitable_operators;
     auto cs = co_await asio::this_coro::cancellation_state;
-    asio::steady_timer timer(st->locker->strand_);
+    auto& timer = st->renew_timer; // st owns it and outlives this frame
     asio::steady_timer lease_end(st->locker->strand_);
     for (;;) {
         auto next = clock_type::now() + st->renew_interval();
@@ -659,7 +665,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             for (;;) {
                 timer.expires_at(st->lease_deadline());
                 co_await timer.async_wait(nothrow_awaitable);
-                if (cancelled(cs) || st->released)
+                if (cancelled(cs) || st->released || st->lost)
                     co_return;
                 if (!st->lease_running()) {
                     st->mark_lost();
@@ -675,6 +681,8 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
         // Extend; on a network error retry quickly. Either way the lease is ours only until
         // its local deadline: a stalled connection must not let us believe otherwise.
         for (;;) {
+            if (st->lost)
+                co_return; // marked from outside (server change)
             auto const started = clock_type::now();
             auto const ttl = st->ttl;
             lease_end.expires_at(st->lease_deadline());
@@ -768,6 +776,7 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
                                             std::move(token), fence, opt);
     st->acquired_at = attempt_start;
     st->set_lease_deadline(attempt_start + opt.ttl);
+    st->registration = held_.insert(held_.end(), st);
     if (opt.auto_renew)
         st->start_watch();
     return st;
@@ -777,8 +786,20 @@ asio::awaitable<std::optional<locker_impl::attempt_result>>
 locker_impl::try_once(lock_keys const& keys, std::string const& token, std::string const& name,
                       lock_options const& opt, asio::cancellation_state cs,
                       clock_type::time_point deadline, lock_outcome& out) {
-    auto const started = clock_type::now();
+    auto started = clock_type::now();
+    auto server_changes = redis::detail::engine_server_changes(engine_);
     attempt_result r = co_await attempt(keys, token, opt.ttl, cs, deadline);
+    // Granted by a server instance that has been replaced since (its keys may be gone, and the
+    // guards it granted were marked lost): ask the new one. Same token, so this is idempotent.
+    for (int rounds = 0; !r.ec && r.acquired && !cancelled(cs) && rounds < 3 &&
+                         redis::detail::engine_server_changes(engine_) != server_changes;
+         ++rounds) {
+        started = clock_type::now();
+        server_changes = redis::detail::engine_server_changes(engine_);
+        r = co_await attempt(keys, token, opt.ttl, cs, deadline);
+    }
+    if (!r.ec && r.acquired && redis::detail::engine_server_changes(engine_) != server_changes)
+        r.ec = redis::error::connection_lost; // the server keeps changing: give up this attempt
     if (r.ec && r.ec != redis::error::server_error && r.ec != error::unexpected_reply &&
         r.ec != asio::error::operation_aborted)
         out.outcome_unknown = true; // it may have been applied: release on the way out
@@ -962,6 +983,30 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
 
 } // namespace detail
 
+void detail::locker_impl::on_reconnect() {
+    // Messages published while the connection was down were missed: let every head look.
+    for (auto& [channel, q] : queues_)
+        if (!q->waiters.empty()) {
+            q->wake_pending = true;
+            wake(*q->waiters.front());
+        }
+    // The outage may have outlasted a lease, or the server may have lost its keys: renew now
+    // rather than at the next interval, so a loss is known one round trip after reconnecting.
+    for (auto const& weak : held_)
+        if (auto st = weak.lock(); st && st->opt.auto_renew)
+            st->renew_timer.cancel();
+}
+
+void detail::locker_impl::on_server_change() {
+    // Another server instance: the locks we held were on the old one. A restart without
+    // persistence lost them, so someone else may already hold them; say so at once.
+    for (auto const& weak : held_)
+        if (auto st = weak.lock()) {
+            st->mark_lost();
+            st->renew_timer.cancel();
+        }
+}
+
 // -------------------------------------------------------------------- lock_guard
 
 lock_guard::lock_guard() noexcept = default;
@@ -1009,6 +1054,9 @@ std::int64_t lock_guard::fence() const noexcept {
 }
 bool lock_guard::owns_lock() const noexcept {
     return state_ && !state_->lost && !state_->released && state_->lease_running();
+}
+std::chrono::steady_clock::time_point lock_guard::lease_expiry() const noexcept {
+    return state_ ? state_->lease_deadline() : std::chrono::steady_clock::time_point{};
 }
 bool lock_guard::lost() const noexcept {
     // Without renewal nobody marks the end of the lease: it is lost when it runs out.
@@ -1122,6 +1170,11 @@ struct wake_listener final : redis::push_listener {
     void on_reconnect() override {
         if (auto self = impl.lock())
             asio::dispatch(self->strand_, [self] { self->on_reconnect(); });
+    }
+
+    void on_server_change() override {
+        if (auto self = impl.lock())
+            asio::dispatch(self->strand_, [self] { self->on_server_change(); });
     }
 };
 

@@ -27,10 +27,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <variant>
 
 namespace colock::redis {
@@ -86,7 +88,34 @@ struct session {
     std::string write_buffer;
     std::vector<entry_ptr> writing;
     bool ready = false; // handshake done: user requests may be written
+    std::string run_id; // of the server this session reached; empty when unknown
 };
+
+// The run_id field of an INFO reply ("run_id:<40 hex digits>" on a line of its own); empty
+// when missing or malformed, which callers treat as "unknown".
+std::string parse_run_id(resp3::value const& info) {
+    auto const text = info.as_string();
+    if (!text)
+        return {};
+    constexpr std::string_view field = "run_id:";
+    std::size_t pos = 0;
+    while (pos < text->size()) {
+        std::size_t const end = std::min(text->find('\n', pos), text->size());
+        std::string_view line = text->substr(pos, end - pos);
+        if (!line.empty() && line.back() == '\r')
+            line.remove_suffix(1);
+        if (line.starts_with(field)) {
+            line.remove_prefix(field.size());
+            bool const hex = !line.empty() && line.size() <= 64 &&
+                             std::all_of(line.begin(), line.end(), [](char c) {
+                                 return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+                             });
+            return hex ? std::string(line) : std::string();
+        }
+        pos = end + 1;
+    }
+    return {};
+}
 
 class connection_impl : public std::enable_shared_from_this<connection_impl> {
 public:
@@ -149,8 +178,19 @@ public:
     // --- readable from any thread ---
     std::atomic<bool> connected_{false};
     std::atomic<std::uint64_t> reconnects_{0};
-    mutable std::mutex error_mutex_;
+    // Counts reconnections that reached a different server instance (another run_id) than the
+    // connection before: everything the old instance held may be gone. Bumped on the strand
+    // before the listeners hear of it, so a reader that saw the old value can tell that a reply
+    // it holds came from before the change.
+    std::atomic<std::uint64_t> server_changes_{0};
+    mutable std::mutex error_mutex_; // guards last_error_text_ and server_run_id_
     std::string last_error_text_;
+    std::string server_run_id_; // from INFO server; empty when the server would not say
+
+    std::string run_id() const {
+        std::lock_guard lock(error_mutex_);
+        return server_run_id_;
+    }
 
     void set_error_text(std::string text) {
         std::lock_guard lock(error_mutex_);
@@ -587,14 +627,24 @@ public:
             co_return ec;
 
         s->ready = true;
-        connected_ = true;
         bool const reconnected = ever_connected_;
         ever_connected_ = true;
+        bool const other_server = reconnected && other_instance(s->run_id);
+        {
+            std::lock_guard lock(error_mutex_);
+            server_run_id_ = s->run_id;
+        }
+        if (other_server)
+            ++server_changes_;
+        connected_ = true;
         finish_connect_waiters({});
         wake_writer();
         if (reconnected) {
             ++reconnects_;
             auto listeners = listeners_;
+            if (other_server)
+                for (auto const& l : listeners)
+                    l->on_server_change();
             for (auto const& l : listeners)
                 l->on_reconnect();
         }
@@ -624,8 +674,15 @@ public:
         }
     }
 
+    // Whether a reconnection reached another server instance than the previous connection.
+    // An unknown run_id (INFO refused) on either side counts as the same instance: the lock
+    // layer then finds out by asking for its keys, as it does after every reconnection.
+    bool other_instance(std::string const& new_run_id) const {
+        std::lock_guard lock(error_mutex_);
+        return !server_run_id_.empty() && !new_run_id.empty() && server_run_id_ != new_run_id;
+    }
+
     asio::awaitable<error_code> handshake(std::shared_ptr<session> s) {
-        (void)s;
         resp3::request req;
         std::vector<std::string> hello(1, "3");
         if (!cfg_.password.empty()) {
@@ -640,6 +697,10 @@ public:
         req.push_range("HELLO", hello);
         if (cfg_.database != 0)
             req.push("SELECT", cfg_.database);
+        // The server's run_id tells a restarted server (which lost its keys) from the same one
+        // reached again. Last among the replies, so a refusal (ACL, renamed command) is told
+        // apart from a failed handshake.
+        req.push("INFO", "server");
         if (!channels_.empty()) {
             std::vector<std::string_view> names;
             for (auto const& [channel, count] : channels_)
@@ -647,6 +708,16 @@ public:
             req.push_range("SUBSCRIBE", names);
         }
         auto [ec, replies] = co_await internal_exec(req, true);
+        std::size_t const info_index = cfg_.database != 0 ? 2 : 1;
+        s->run_id.clear();
+        if (replies.size() == info_index + 1) {
+            if (!replies[info_index].is_error())
+                s->run_id = parse_run_id(replies[info_index]);
+            else if (ec == error::server_error &&
+                     std::none_of(replies.begin(), replies.begin() + info_index,
+                                  [](resp3::value const& v) { return v.is_error(); }))
+                ec = {}; // only INFO was refused: the connection works, its instance is unknown
+        }
         if (ec == error::server_error) {
             set_error_text(fmt::format("{} refused the handshake: {}", cfg_.to_redacted_url(),
                                        first_error_text(replies)));
@@ -808,6 +879,20 @@ bool connection::is_connected() const noexcept {
 std::uint64_t connection::reconnect_count() const noexcept {
     return impl_->reconnects_;
 }
+
+std::string connection::server_run_id() const {
+    return impl_->run_id();
+}
+
+std::uint64_t connection::server_change_count() const noexcept {
+    return impl_->server_changes_;
+}
+
+namespace detail {
+std::uint64_t engine_server_changes(shared_engine const& engine) noexcept {
+    return engine->server_changes_;
+}
+} // namespace detail
 
 std::string connection::last_error_text() const {
     std::lock_guard lock(impl_->error_mutex_);

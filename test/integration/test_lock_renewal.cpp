@@ -439,6 +439,104 @@ TEST_CASE("server restart while held and nobody else wants it: the holder learns
     });
 }
 
+TEST_CASE("a server restarted at once (new run_id): guards held there are lost on reconnection, "
+          "without waiting for a renewal") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        locker other{conn_b};
+        std::string const name = unique_key("instant-restart");
+        // No renewal and a long lease: only the run_id check can tell the holder in time.
+        lock_options opt = lease(10000ms, 3000ms);
+        opt.auto_renew = false;
+        auto g = co_await locks.co_lock(name, opt);
+        std::string const first_run_id = conn.server_run_id();
+        CHECK(first_run_id.size() == 40);
+        lost_watch w;
+        watch(g, w);
+
+        server.kill();
+        server.restart();
+        auto const restarted_at = steady::now();
+        bool const noticed = co_await finishes(w.done, 3000ms);
+        REQUIRE(noticed);
+        MESSAGE("instant restart: the holder was told after " << ms_between(restarted_at, w.at)
+                                                              << " ms");
+        CHECK_FALSE(w.ec);
+        CHECK(g.lost());
+        CHECK_FALSE(g.owns_lock());
+        CHECK(conn.server_change_count() == 1);
+        CHECK(conn.server_run_id().size() == 40);
+        CHECK(conn.server_run_id() != first_run_id);
+
+        // The restarted server lost the fence key too; the new holder's fence is still larger.
+        lock_options wait = lease(10000ms, 3000ms);
+        wait.wait_timeout = 5000ms;
+        auto g2 = co_await other.co_lock(name, wait);
+        CHECK(g2.fence() > g.fence());
+        CHECK(g2.owns_lock());
+        bool const released_old = co_await g.unlock();
+        CHECK_FALSE(released_old);
+        bool const released = co_await g2.unlock();
+        CHECK(released);
+        conn.close();
+        conn_b.close();
+    });
+}
+
+TEST_CASE("a reconnection to the same server keeps the guard and renews it at once") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        redis::connection probe{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        std::string const name = unique_key("same-server");
+        auto g = co_await locks.co_lock(name, lease(6000ms, 3000ms));
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
+        co_await sleep_for(1000ms);
+        CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
+        for (int i = 0; i < 200 && conn.reconnect_count() == 0; ++i)
+            co_await sleep_for(10ms);
+        REQUIRE(conn.reconnect_count() == 1);
+        co_await sleep_for(300ms);
+        // The next interval is 2 s away, yet the lease was re-armed right after reconnecting:
+        // about 6000 ms left instead of about 4700.
+        auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        MESSAGE("PTTL 300 ms after reconnecting: " << pttl << " ms");
+        CHECK(pttl > 5300);
+        CHECK(conn.server_change_count() == 0);
+        CHECK(g.owns_lock());
+        CHECK_FALSE(g.lost());
+        bool const released = co_await g.unlock();
+        CHECK(released);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("a user the server refuses INFO to still connects; its server instance is unknown") {
+    redis_server server;
+    server.cli(colock::test::strings("ACL", "SETUSER", "noinfo", "on", ">secret", "~*", "&*",
+                                     "+@all", "-info"));
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(server);
+        cfg.username = "noinfo";
+        cfg.password = "secret";
+        redis::connection conn{ctx.get_executor(), cfg};
+        co_await conn.async_connect(asio::use_awaitable);
+        CHECK(conn.is_connected());
+        CHECK(conn.server_run_id().empty());
+        locker locks{conn};
+        auto g = co_await locks.co_lock(unique_key("noinfo"), lease(2000ms, 500ms));
+        CHECK(g.owns_lock());
+        bool const released = co_await g.unlock();
+        CHECK(released);
+        conn.close();
+    });
+}
+
 TEST_CASE("destroying the guard stops renewal and releases in the background") {
     redis_server server;
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {

@@ -9,6 +9,10 @@ namespace colock::detail {
 // KEYS[1] lock key, KEYS[2] fence key; ARGV[1] token, ARGV[2] ttl ms.
 // Returns {1, fence} when acquired (or already ours: a retry after a lost reply), else
 // {0, remaining ttl ms of the holder}.
+// The fence is max(last fence + 1, the server's clock in microseconds): strictly increasing,
+// and still larger than every earlier fence after a restart that lost the fence key, as long
+// as the server's clock does not step back. (Lua numbers are doubles: exact up to 2^53, which
+// microseconds since 1970 stay below for another two centuries.)
 inline constexpr std::string_view acquire_source = R"lua(
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -17,7 +21,11 @@ if holder == ARGV[1] then
 end
 if not holder then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, redis.call('INCR', KEYS[2])}
+  local now = redis.call('TIME')
+  local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1,
+                         tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('SET', KEYS[2], string.format('%.0f', fence))
+  return {1, fence}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 )lua";

@@ -58,6 +58,7 @@ void engine_subscribe(shared_engine const& engine, bool subscribe,
 void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_listener> l);
 void engine_remove_listener(shared_engine const& engine, push_listener const* l);
 boost::asio::any_io_executor engine_executor(shared_engine const& engine);
+std::uint64_t engine_server_changes(shared_engine const& engine) noexcept;
 } // namespace detail
 
 /// Receives what the server sends on its own initiative: RESP3 push messages (pub/sub
@@ -70,6 +71,10 @@ public:
     /// The connection is up again after a loss; subscriptions made through async_subscribe
     /// have been renewed, but messages published meanwhile were missed.
     virtual void on_reconnect() {}
+    /// Called just before on_reconnect() when the server reached is another instance than
+    /// before (its run_id differs): a server restarted without persistence, or a failover to
+    /// another node. Keys written to the old instance may not exist on this one.
+    virtual void on_server_change() {}
 };
 
 /// One connection to one Redis server, shared by any number of coroutines.
@@ -194,6 +199,13 @@ public:
     bool is_connected() const noexcept;
     /// Number of times the connection was re-established after a loss.
     std::uint64_t reconnect_count() const noexcept;
+    /// The run_id of the server instance the current (or last) connection reached, from
+    /// `INFO server` during the handshake; empty before the first connection or when the server
+    /// refuses INFO (the handshake does not fail for that).
+    std::string server_run_id() const;
+    /// Number of reconnections that reached another server instance (a different run_id) than
+    /// the connection before them. Both run_ids must be known for a change to count.
+    std::uint64_t server_change_count() const noexcept;
     /// Text of the last connection failure (server reason, or the network error), for logs.
     std::string last_error_text() const;
 
