@@ -89,9 +89,11 @@ public:
 
     /// Stops renewal, then releases the lock. Returns true when the lock was still ours and
     /// is now free; false when it was lost, already released, or this guard never held one.
+    /// A release whose reply a lost connection swallowed is sent again (the script checks the
+    /// token, so this is safe); if the first one had gone through, the repeat reports false.
     /// Not cancelled by the caller's cancellation: a cancelled caller still gives the lock
-    /// back (bounded by a short deadline). Throws boost::system::system_error only when the
-    /// release could not be sent (the lease then runs out by its TTL).
+    /// back (bounded by a short deadline, 5 s). Throws boost::system::system_error only when
+    /// the release could not be done by then (the lease then runs out by its TTL).
     boost::asio::awaitable<bool> unlock();
 
 private:

@@ -377,15 +377,26 @@ public:
                                                           std::string const& token) {
         auto deadline = std::make_shared<release_deadline>();
         watch_release(deadline);
-        auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
-                                           deadline->stop.slot());
-        bool const fired = deadline->fired;
-        deadline.reset(); // the watch drops it lazily
-        if (!ec)
-            co_return std::tuple{error_code{}, v.as_integer() == 1};
-        if (fired)
-            co_return std::tuple{error_code(asio::error::timed_out), false};
-        co_return std::tuple{ec, false};
+        // A connection lost before the reply leaves the outcome unknown: send it again until
+        // the deadline. The script checks the token, so a repeat is harmless (it answers 0 if
+        // the first one went through, so `true` is only reported when known).
+        for (int round = 0;; ++round) {
+            auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
+                                               deadline->stop.slot());
+            if (!ec)
+                co_return std::tuple{error_code{}, v.as_integer() == 1};
+            if (deadline->fired)
+                co_return std::tuple{error_code(asio::error::timed_out), false};
+            if (!is_transient(ec))
+                co_return std::tuple{ec, false};
+            asio::steady_timer pause(strand_);
+            pause.expires_after(
+                std::min(milliseconds{20} * (1 << std::min(round, 4)), milliseconds{250}));
+            co_await pause.async_wait(asio::bind_cancellation_slot(
+                deadline->stop.slot(), asio::as_tuple(asio::use_awaitable)));
+            if (deadline->fired)
+                co_return std::tuple{error_code(asio::error::timed_out), false};
+        }
     }
 
     struct release_deadline {

@@ -516,6 +516,43 @@ TEST_CASE("a reconnection to the same server keeps the guard and renews it at on
     });
 }
 
+TEST_CASE("a release whose connection is lost before the reply is sent again") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(server);
+        cfg.health_check_interval = 0ms; // the pause below must not count as a dead server
+        redis::connection conn{ctx.get_executor(), cfg};
+        redis::connection probe{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        std::string const name = unique_key("release-retry");
+        auto g = co_await locks.co_lock(name, lease(30000ms, 10000ms));
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
+        // Scripts wait while writes are paused: the release is written, then its connection
+        // dies before the server ran it.
+        server.cli(colock::test::strings("CLIENT", "PAUSE", "600", "WRITE"));
+        bool done = false;
+        bool released = false;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                released = co_await g.unlock();
+                done = true;
+            },
+            asio::detached);
+        co_await sleep_for(150ms);
+        CHECK_FALSE(done);
+        CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
+        bool const finished = co_await finishes(done, 4000ms);
+        REQUIRE(finished);
+        CHECK(released); // the killed client's command never ran, so the repeat freed it
+        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
+        CHECK(exists == 0);
+        CHECK(conn.reconnect_count() == 1);
+        conn.close();
+        probe.close();
+    });
+}
+
 TEST_CASE("a user the server refuses INFO to still connects; its server instance is unknown") {
     redis_server server;
     server.cli(colock::test::strings("ACL", "SETUSER", "noinfo", "on", ">secret", "~*", "&*",
