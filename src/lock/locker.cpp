@@ -233,6 +233,18 @@ struct waiter {
 
 // Errors after which a waiting co_lock tries again: the connection was lost or is being
 // re-established. A connection that never worked, or was closed, is a real error.
+// The 1 / 0 answer of the release and extend scripts; nothing for any other reply, which a
+// broken proxy or server could send and which must never be read as "done" or "not ours".
+std::optional<bool> script_flag(resp3::value const& v) {
+    if (v.type != resp3::type::number)
+        return std::nullopt;
+    if (v.as_integer() == 1)
+        return true;
+    if (v.as_integer() == 0)
+        return false;
+    return std::nullopt;
+}
+
 bool is_transient(error_code ec) {
     return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout ||
            ec == redis::error::connect_timeout;
@@ -383,8 +395,12 @@ public:
         for (int round = 0;; ++round) {
             auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
                                                deadline->stop.slot());
-            if (!ec)
-                co_return std::tuple{error_code{}, v.as_integer() == 1};
+            if (!ec) {
+                auto const released = script_flag(v);
+                if (!released)
+                    co_return std::tuple{error_code(error::unexpected_reply), false};
+                co_return std::tuple{error_code{}, *released};
+            }
             if (deadline->fired)
                 co_return std::tuple{error_code(asio::error::timed_out), false};
             if (!is_transient(ec))
@@ -707,9 +723,12 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
                 st->mark_lost(); // no answer before the lease ran out
                 co_return;
             }
-            auto const& [ec, v] = std::get<0>(outcome);
+            auto [ec, v] = std::get<0>(outcome);
+            auto const extended = ec ? std::nullopt : script_flag(v);
+            if (!ec && !extended)
+                ec = error::unexpected_reply; // unreadable: retried as a network error is
             if (!ec) {
-                if (v.as_integer() == 1) {
+                if (*extended) {
                     st->set_lease_deadline(started + ttl);
                     if (st->ttl != ttl)
                         continue; // extend() changed the lease meanwhile: apply it again now
@@ -751,7 +770,10 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
                                                    std::to_string(ttl.count()), std::nullopt);
     if (ec)
         co_return std::tuple{ec, false};
-    bool const still_ours = v.as_integer() == 1;
+    auto const flag = script_flag(v);
+    if (!flag)
+        co_return std::tuple{error_code(error::unexpected_reply), false};
+    bool const still_ours = *flag;
     if (still_ours) {
         st->ttl = ttl;
         st->set_lease_deadline(started + ttl);
@@ -811,8 +833,8 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
     }
     if (!r.ec && r.acquired && redis::detail::engine_server_changes(engine_) != server_changes)
         r.ec = redis::error::connection_lost; // the server keeps changing: give up this attempt
-    if (r.ec && r.ec != redis::error::server_error && r.ec != error::unexpected_reply &&
-        r.ec != asio::error::operation_aborted)
+    // A garbled reply (unexpected_reply) came from a script that did run: unknown as well.
+    if (r.ec && r.ec != redis::error::server_error && r.ec != asio::error::operation_aborted)
         out.outcome_unknown = true; // it may have been applied: release on the way out
     if (!r.ec && r.acquired && cancelled(cs)) {
         auto [rec, released] = co_await release(keys, token);

@@ -1,0 +1,675 @@
+// The reliability runner: scenarios with real redis-servers, worker processes, a fault-injecting
+// proxy and SIGSTOP / kill / CLIENT PAUSE, each printing its figures and checking them. Every
+// holder's tenure goes to a shared history file, which the checker searches for two holders at
+// once and for fences out of order. At the end, one table; the exit code is non-zero when any
+// check failed.
+//
+// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f] [--seed N]
+//   default: short versions (about a minute, run by scripts/test.sh); --full: the long runs
+//   (scripts/reliability.sh).
+#include "process.hpp"
+#include "worker.hpp"
+
+#include <colock_test/fault_proxy.hpp>
+#include <colock_test/history.hpp>
+#include <colock_test/redis_server.hpp>
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using colock::reliability::worker_process;
+using colock::test::fault_proxy;
+using colock::test::redis_server;
+using colock::test::steady_now_ns;
+using std::chrono::milliseconds;
+
+// ------------------------------------------------------------------------------- run settings
+
+struct settings {
+    bool full = false;
+    std::set<std::string> only;
+    unsigned seed = 0;
+};
+
+settings opts;
+
+// One scenario's line in the table, and whether its checks held.
+struct result {
+    std::string scenario;
+    std::uint64_t acquisitions = 0;
+    std::uint64_t faults = 0;
+    std::size_t overlaps = 0;
+    std::size_t leaked_keys = 0;
+    std::uint64_t losses = 0;
+    double seconds = 0;
+    std::string figures; // what else was measured
+    std::vector<std::string> failures;
+
+    void check(bool ok, std::string const& what) {
+        if (!ok)
+            failures.push_back(what);
+    }
+};
+
+// ------------------------------------------------------------------------------- helpers
+
+class scratch_dir {
+public:
+    scratch_dir() {
+        std::string templ = (std::filesystem::temp_directory_path() / "colock-rel-XXXXXX").string();
+        if (!mkdtemp(templ.data()))
+            throw std::runtime_error("mkdtemp failed");
+        path_ = templ;
+    }
+    ~scratch_dir() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+    scratch_dir(scratch_dir const&) = delete;
+    scratch_dir& operator=(scratch_dir const&) = delete;
+    std::string file(std::string const& name) const { return (path_ / name).string(); }
+
+private:
+    std::filesystem::path path_;
+};
+
+void make_counter(std::string const& path) {
+    int const fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    std::int64_t const zero = 0;
+    if (fd < 0 || write(fd, &zero, sizeof zero) != static_cast<ssize_t>(sizeof zero))
+        throw std::runtime_error("cannot create the counter file " + path);
+    close(fd);
+}
+
+std::int64_t read_counter(std::string const& path) {
+    int const fd = open(path.c_str(), O_RDONLY);
+    std::int64_t v = -1;
+    if (fd < 0 || pread(fd, &v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
+        throw std::runtime_error("cannot read the counter file " + path);
+    close(fd);
+    return v;
+}
+
+// "summary a=1 b=2" -> {a: 1, b: 2}
+std::map<std::string, double> fields(std::string const& line) {
+    std::map<std::string, double> out;
+    std::istringstream in(line);
+    std::string word;
+    while (in >> word)
+        if (auto eq = word.find('='); eq != std::string::npos)
+            out[word.substr(0, eq)] = std::stod(word.substr(eq + 1));
+    return out;
+}
+
+// "acquired NS FENCE" -> the numbers after the first word.
+std::vector<std::int64_t> numbers(std::string const& line) {
+    std::vector<std::int64_t> out;
+    std::istringstream in(line);
+    std::string word;
+    in >> word;
+    std::int64_t n = 0;
+    while (in >> n)
+        out.push_back(n);
+    return out;
+}
+
+std::size_t lock_keys_left(redis_server const& server, std::vector<std::string> const& names) {
+    std::size_t left = 0;
+    for (auto const& n : names)
+        left += server.cli({"EXISTS", "colock:{" + n + "}"}) == "1" ? 1 : 0;
+    return left;
+}
+
+double ms(std::int64_t ns) {
+    return static_cast<double>(ns) / 1e6;
+}
+
+// Injects a random fault through the proxy every 100-500 ms until `until`; returns how many.
+// Each fault is short enough that the run makes progress, and some stalls outlast the lease.
+std::uint64_t inject_faults(fault_proxy& proxy, std::chrono::steady_clock::time_point until,
+                            std::mt19937& rng, milliseconds longest_stall) {
+    std::uint64_t faults = 0;
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    bool latency_on = false;
+    while (std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(milliseconds(pick(100, 500)));
+        if (latency_on) {
+            proxy.set_latency(0ms);
+            latency_on = false;
+        }
+        switch (pick(0, 4)) {
+        case 0:
+            proxy.set_latency(milliseconds(pick(1, 20)));
+            latency_on = true;
+            break;
+        case 1:
+            proxy.stall_for(milliseconds(pick(50, static_cast<int>(longest_stall.count()))));
+            break;
+        case 2:
+            proxy.drop_connections();
+            break;
+        case 3:
+            proxy.cut_next_reply(static_cast<std::size_t>(pick(1, 30)));
+            break;
+        default:
+            proxy.set_black_hole(true);
+            std::this_thread::sleep_for(milliseconds(pick(100, 800)));
+            proxy.set_black_hole(false);
+            break;
+        }
+        ++faults;
+    }
+    proxy.set_latency(0ms);
+    proxy.set_black_hole(false);
+    return faults;
+}
+
+void check_history(result& r, std::string const& history_file, std::size_t allowed_overlaps = 0) {
+    auto report = colock::test::check_history(colock::test::read_history(history_file));
+    r.overlaps += report.overlaps.size();
+    r.check(report.overlaps.size() <= allowed_overlaps,
+            fmt::format("{} overlapping tenures (allowed {})", report.overlaps.size(),
+                        allowed_overlaps));
+    r.check(report.fence_inversions == 0,
+            fmt::format("{} fences out of acquisition order", report.fence_inversions));
+    if (report.overlaps.size() > allowed_overlaps || report.fence_inversions != 0)
+        for (auto const& p : report.problems)
+            r.failures.push_back("  " + p);
+}
+
+std::vector<std::string> worker_args(std::vector<std::string> args, std::string const& url,
+                                     std::string const& proc) {
+    args.insert(args.end(), {"--url", url, "--proc", proc});
+    return args;
+}
+
+// Waits for every contender and adds up their summaries.
+std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<worker_process>>& ws,
+                                      milliseconds limit) {
+    std::map<std::string, double> total;
+    for (auto& w : ws) {
+        auto line = w->wait_line("summary", limit);
+        auto rc = w->wait_exit(10s);
+        r.check(line.has_value(), fmt::format("worker {} gave no summary", w->pid()));
+        r.check(rc == 0, fmt::format("worker {} exited with {}", w->pid(), rc.value_or(-1)));
+        if (line)
+            for (auto const& [k, v] : fields(*line))
+                total[k] += v;
+    }
+    return total;
+}
+
+// ------------------------------------------------------------------------------- scenarios
+
+// a. Processes x coroutines on one name, the proxy injecting faults at random.
+result contention_under_faults() {
+    result r;
+    r.scenario = "a. 4 procs x 32 coroutines, random proxy faults";
+    auto const run = opts.full ? 30s : 8s;
+    redis_server server;
+    fault_proxy proxy(server.port());
+    scratch_dir dir;
+    make_counter(dir.file("counter"));
+    std::vector<std::unique_ptr<worker_process>> ws;
+    auto const start = std::chrono::steady_clock::now();
+    for (int p = 0; p < 4; ++p)
+        ws.push_back(std::make_unique<worker_process>(
+            worker_args({"contend", "--name", "a", "--coroutines", "32", "--ms",
+                         std::to_string(milliseconds(run).count()), "--ttl-ms", "1000",
+                         "--renew-ms", "250", "--hold-us", "500", "--health-ms", "300", "--counter",
+                         dir.file("counter"), "--history", dir.file("history")},
+                        proxy.url(), std::to_string(p))));
+    std::mt19937 rng(opts.seed);
+    r.faults = inject_faults(proxy, start + run - 1500ms, rng, 1500ms);
+    auto total = collect(r, ws, run + 60s);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
+    r.losses = static_cast<std::uint64_t>(total["losses"]);
+    auto const counter = read_counter(dir.file("counter"));
+    auto const increments = static_cast<std::int64_t>(total["increments"]);
+    r.check(counter == increments, fmt::format("counter {} but {} increments: {} updates lost",
+                                               counter, increments, increments - counter));
+    r.check(r.acquisitions >= (opts.full ? 500u : 100u),
+            fmt::format("only {} acquisitions", r.acquisitions));
+    check_history(r, dir.file("history"));
+    r.leaked_keys = lock_keys_left(server, {"a"});
+    r.check(r.leaked_keys == 0, "the lock key is left");
+    auto const s = proxy.stats();
+    r.figures = fmt::format("counter {} = increments; lost updates 0; proxy: {} drops, {} cuts, {} "
+                            "stalls, {} black-holed; worker reconnects {:.0f}, co_lock errors "
+                            "{:.0f}, tenures skipped (lease over before the write) {:.0f}",
+                            counter, s.dropped, s.cuts, s.stalls, s.black_holed,
+                            total["reconnects"], total["errors"], total["skipped"]);
+    return r;
+}
+
+// b. The holder's process is stopped for longer than the lease.
+result stopped_holder() {
+    result r;
+    r.scenario = "b. holder SIGSTOPped for 2.5 x TTL";
+    redis_server server;
+    scratch_dir dir;
+    auto const start = std::chrono::steady_clock::now();
+    std::vector<std::string> const hold = {"hold",     "--name",         "b",
+                                           "--ttl-ms", "1000",           "--renew-ms",
+                                           "300",      "--history",      dir.file("history"),
+                                           "--store",  dir.file("store")};
+    worker_process a(worker_args(hold, server.url(), "A"));
+    auto a_acquired = a.wait_line("acquired", 10s);
+    r.check(a_acquired.has_value(), "A did not acquire");
+    if (!a_acquired)
+        return r;
+    worker_process b(worker_args(hold, server.url(), "B"));
+    std::this_thread::sleep_for(300ms); // B is waiting
+    a.stop_process();
+    auto const stopped_ns = steady_now_ns();
+    ++r.faults;
+    auto b_acquired = b.wait_line("acquired", 5s);
+    r.check(b_acquired.has_value(), "B did not take over");
+    if (b_acquired) {
+        b.send("write from-B");
+        r.check(b.wait_line("write", 5s) == "write accepted", "B's write was refused");
+    }
+    std::this_thread::sleep_for(milliseconds(2500) -
+                                milliseconds((steady_now_ns() - stopped_ns) / 1000000));
+    auto const resumed_ns = steady_now_ns();
+    a.continue_process();
+    auto a_lost = a.wait_line("lost", 5s);
+    r.check(a_lost.has_value(), "A did not report lost after SIGCONT");
+    a.send("write from-A");
+    auto const a_write = a.wait_line("write", 5s);
+    r.check(a_write == "write refused", "A's stale write was not refused by the fenced store");
+    a.send("unlock");
+    r.check(a.wait_line("released", 5s) == "released 0", "A's unlock claimed a lock it lost");
+    b.send("unlock");
+    r.check(b.wait_line("released", 5s) == "released 1", "B could not release");
+    r.check(a.wait_exit(10s) == 0 && b.wait_exit(10s) == 0, "a worker failed");
+    colock::test::fenced_store store(dir.file("store"));
+    r.check(store.value() == "from-B", "the store holds '" + store.value() + "'");
+    check_history(r, dir.file("history"));
+    r.acquisitions = 2;
+    r.losses = a_lost ? 1 : 0;
+    r.leaked_keys = lock_keys_left(server, {"b"});
+    r.check(r.leaked_keys == 0, "the lock key is left");
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (b_acquired && a_lost)
+        r.figures = fmt::format(
+            "B acquired {:.0f} ms after A stopped; A told lost {:.1f} ms after SIGCONT; A's "
+            "write (fence {}) refused, B's (fence {}) kept; store: {} accepted, {} refused",
+            ms(numbers(*b_acquired).at(0) - stopped_ns), ms(numbers(*a_lost).at(0) - resumed_ns),
+            numbers(*a_acquired).at(1), numbers(*b_acquired).at(1), store.accepted(),
+            store.refused());
+    return r;
+}
+
+// c1. The server dies and comes back empty after longer than the lease.
+result restart_after_ttl() {
+    result r;
+    r.scenario = "c1. server killed, restarted after TTL + 0.5 s";
+    auto const run = opts.full ? 20s : 6s;
+    redis_server server;
+    scratch_dir dir;
+    make_counter(dir.file("counter"));
+    auto const start = std::chrono::steady_clock::now();
+    std::vector<std::string> const hold = {"hold",     "--name",         "c1",
+                                           "--ttl-ms", "1000",           "--renew-ms",
+                                           "300",      "--history",      dir.file("history"),
+                                           "--store",  dir.file("store")};
+    worker_process a(worker_args(hold, server.url(), "A"));
+    r.check(a.wait_line("acquired", 10s).has_value(), "A did not acquire");
+    worker_process b(worker_args(hold, server.url(), "B"));
+    std::vector<std::unique_ptr<worker_process>> ws;
+    for (int p = 0; p < 2; ++p)
+        ws.push_back(std::make_unique<worker_process>(
+            worker_args({"contend", "--name", "c1", "--coroutines", "8", "--ms",
+                         std::to_string(milliseconds(run).count()), "--ttl-ms", "1000",
+                         "--renew-ms", "250", "--hold-us", "500", "--counter", dir.file("counter"),
+                         "--history", dir.file("history")},
+                        server.url(), std::to_string(p))));
+    std::this_thread::sleep_for(500ms);
+    server.kill();
+    auto const killed_ns = steady_now_ns();
+    ++r.faults;
+    std::this_thread::sleep_for(1500ms);
+    auto const restarted_ns = steady_now_ns(); // clients may get in before restart() returns
+    server.restart();
+    auto a_lost = a.wait_line("lost", 5s);
+    r.check(a_lost.has_value(), "A did not report lost");
+    if (a_lost)
+        r.check(numbers(*a_lost).at(0) < restarted_ns,
+                "A noticed the loss only after the restart, not by its lease deadline");
+    auto b_acquired = b.wait_line("acquired", run + 10s);
+    r.check(b_acquired.has_value(), "B (waiting) never recovered");
+    a.send("unlock");
+    b.send("unlock");
+    r.check(a.wait_exit(10s) == 0 && b.wait_exit(10s) == 0, "a hold worker failed");
+    auto total = collect(r, ws, run + 60s);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto const counter = read_counter(dir.file("counter"));
+    r.check(counter == static_cast<std::int64_t>(total["increments"]),
+            fmt::format("counter {} but {:.0f} increments", counter, total["increments"]));
+    auto const history = colock::test::read_history(dir.file("history"));
+    auto const after = std::count_if(history.begin(), history.end(),
+                                     [&](auto const& h) { return h.acquired_ns > restarted_ns; });
+    r.check(after > 0, "nobody acquired after the restart");
+    check_history(r, dir.file("history"));
+    r.acquisitions = history.size();
+    r.losses = static_cast<std::uint64_t>(total["losses"]) + (a_lost ? 1 : 0);
+    r.leaked_keys = lock_keys_left(server, {"c1"});
+    r.check(r.leaked_keys == 0, "the lock key is left");
+    if (a_lost && b_acquired)
+        r.figures = fmt::format("A lost {:.0f} ms after the kill (its lease deadline); {} "
+                                "acquisitions after the restart, the first {:.0f} ms after it; "
+                                "counter {} = increments",
+                                ms(numbers(*a_lost).at(0) - killed_ns), after,
+                                ms(numbers(*b_acquired).at(0) - restarted_ns), counter);
+    return r;
+}
+
+// c2. The server dies and comes back empty at once: the one case where two holders can believe
+// they hold the lock. Measures that window and shows the fence stopping the old holder.
+result instant_restart() {
+    result r;
+    r.scenario = "c2. server killed, restarted at once (overlaps expected: the measured window)";
+    int const rounds = opts.full ? 10 : 3;
+    auto const start = std::chrono::steady_clock::now();
+    std::int64_t worst_window_ns = 0;
+    std::int64_t worst_told_ns = 0;
+    int refused = 0;
+    for (int round = 0; round < rounds; ++round) {
+        redis_server server;
+        scratch_dir dir;
+        // A long lease and a slow renewal: only noticing the new server instance tells A soon.
+        std::vector<std::string> const hold = {"hold",     "--name",         "c2",
+                                               "--ttl-ms", "10000",          "--renew-ms",
+                                               "3000",     "--history",      dir.file("history"),
+                                               "--store",  dir.file("store")};
+        worker_process a(worker_args(hold, server.url(), "A"));
+        auto a_acquired = a.wait_line("acquired", 10s);
+        r.check(a_acquired.has_value(), "A did not acquire");
+        worker_process b(worker_args(hold, server.url(), "B"));
+        std::this_thread::sleep_for(300ms);
+        server.kill();
+        auto const restarted_ns = steady_now_ns();
+        server.restart();
+        ++r.faults;
+        auto b_acquired = b.wait_line("acquired", 10s);
+        auto a_lost = a.wait_line("lost", 10s);
+        r.check(b_acquired.has_value(), "B did not acquire on the restarted server");
+        r.check(a_lost.has_value(), "A was not told that its lease is gone");
+        if (!b_acquired || !a_lost || !a_acquired)
+            return r;
+        auto const window =
+            std::max<std::int64_t>(0, numbers(*a_lost).at(0) - numbers(*b_acquired).at(0));
+        worst_window_ns = std::max(worst_window_ns, window);
+        worst_told_ns = std::max(worst_told_ns, numbers(*a_lost).at(0) - restarted_ns);
+        r.check(numbers(*b_acquired).at(1) > numbers(*a_acquired).at(1),
+                "the new holder's fence is not larger after the restart");
+        b.send("write from-B");
+        r.check(b.wait_line("write", 5s) == "write accepted", "B's write was refused");
+        a.send("write from-A");
+        bool const a_refused = a.wait_line("write", 5s) == "write refused";
+        r.check(a_refused, "A's stale write was accepted");
+        refused += a_refused ? 1 : 0;
+        a.send("unlock");
+        b.send("unlock");
+        r.check(a.wait_line("released", 5s) == "released 0", "A's unlock claimed the lock");
+        r.check(b.wait_line("released", 5s) == "released 1", "B could not release");
+        r.check(a.wait_exit(10s) == 0 && b.wait_exit(10s) == 0, "a hold worker failed");
+        // Two holders at once is expected here, for at most the window measured above.
+        check_history(r, dir.file("history"), 1);
+        r.acquisitions += 2;
+        r.losses += 1;
+        r.leaked_keys += lock_keys_left(server, {"c2"});
+    }
+    r.check(r.leaked_keys == 0, "the lock key is left");
+    r.check(worst_told_ns < 2'000'000'000, "a holder took more than 2 s to learn of the restart");
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.figures = fmt::format("{} restarts: old holder told within {:.1f} ms of the restart (run_id "
+                            "changed); window with two believing holders at most {:.1f} ms; "
+                            "stale writes refused by fence {}/{}",
+                            rounds, ms(worst_told_ns), ms(worst_window_ns), refused, rounds);
+    return r;
+}
+
+// d. CLIENT PAUSE longer than the renew interval (the lease survives), then longer than the
+// lease (the holder gives up by its deadline).
+result client_pause() {
+    result r;
+    int const short_pauses = opts.full ? 8 : 3;
+    r.scenario = fmt::format("d. CLIENT PAUSE {} x 700 ms, then 2500 ms (renew 300, TTL 1500)",
+                             short_pauses);
+    auto const run = opts.full ? 20s : 9s;
+    redis_server server;
+    scratch_dir dir;
+    make_counter(dir.file("counter"));
+    auto const start = std::chrono::steady_clock::now();
+    worker_process a(worker_args({"hold", "--name", "d-holder", "--ttl-ms", "1500", "--renew-ms",
+                                  "300", "--health-ms", "1000", "--history", dir.file("history-a"),
+                                  "--store", dir.file("store")},
+                                 server.url(), "A"));
+    r.check(a.wait_line("acquired", 10s).has_value(), "A did not acquire");
+    std::vector<std::unique_ptr<worker_process>> ws;
+    for (int p = 0; p < 2; ++p)
+        ws.push_back(std::make_unique<worker_process>(
+            worker_args({"contend", "--name", "d", "--coroutines", "8", "--ms",
+                         std::to_string(milliseconds(run).count()), "--ttl-ms", "1500",
+                         "--renew-ms", "300", "--hold-us", "500", "--health-ms", "1000",
+                         "--counter", dir.file("counter"), "--history", dir.file("history")},
+                        server.url(), std::to_string(p))));
+    std::this_thread::sleep_for(500ms);
+    for (int i = 0; i < short_pauses; ++i) {
+        server.cli({"CLIENT", "PAUSE", "700", "ALL"});
+        ++r.faults;
+        std::this_thread::sleep_for(1200ms);
+    }
+    a.send("state");
+    auto const state = a.wait_line("state", 5s);
+    r.check(state == "state owns=1 lost=0",
+            "A lost its lease to pauses shorter than TTL - renew interval: " +
+                state.value_or("no answer"));
+    server.cli({"CLIENT", "PAUSE", "2500", "ALL"});
+    ++r.faults;
+    auto const paused_ns = steady_now_ns();
+    auto a_lost = a.wait_line("lost", 5s);
+    r.check(a_lost.has_value(), "A did not report lost during a pause longer than its lease");
+    a.send("unlock");
+    r.check(a.wait_exit(10s) == 0, "the hold worker failed");
+    auto total = collect(r, ws, run + 60s);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto const counter = read_counter(dir.file("counter"));
+    r.check(counter == static_cast<std::int64_t>(total["increments"]),
+            fmt::format("counter {} but {:.0f} increments", counter, total["increments"]));
+    check_history(r, dir.file("history"));
+    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]) + 1;
+    r.losses = static_cast<std::uint64_t>(total["losses"]) + (a_lost ? 1 : 0);
+    r.leaked_keys = lock_keys_left(server, {"d", "d-holder"});
+    r.check(r.leaked_keys == 0, "a lock key is left");
+    if (a_lost)
+        r.figures = fmt::format("A kept its lease through {} pauses of 700 ms; lost {:.0f} ms into "
+                                "the 2500 ms pause; counter {} = increments",
+                                short_pauses, ms(numbers(*a_lost).at(0) - paused_ns), counter);
+    return r;
+}
+
+// e. Cancellation storm while the proxy injects faults: nothing may be left behind.
+result cancellation_storm() {
+    result r;
+    r.scenario = "e. cancellation storm under proxy faults";
+    auto const run = opts.full ? 20s : 6s;
+    int const coroutines = opts.full ? 500 : 64;
+    redis_server server;
+    fault_proxy proxy(server.port());
+    auto const start = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<worker_process>> ws;
+    for (int p = 0; p < 2; ++p)
+        ws.push_back(std::make_unique<worker_process>(worker_args(
+            {"storm", "--name", "e", "--names", "8", "--coroutines", std::to_string(coroutines),
+             "--ms", std::to_string(milliseconds(run).count()), "--ttl-ms", "30000", "--renew-ms",
+             "10000", "--health-ms", "300"},
+            proxy.url(), std::to_string(p))));
+    std::mt19937 rng(opts.seed + 5);
+    r.faults = inject_faults(proxy, start + run, rng, 500ms);
+    std::map<std::string, double> total;
+    for (auto& w : ws) {
+        auto line = w->wait_line("summary", 60s);
+        r.check(line.has_value(), "a storm worker gave no summary");
+        if (line)
+            for (auto const& [k, v] : fields(*line))
+                total[k] += v;
+    }
+    // The TTL is 30 s: a key still there after the releases' own 5 s deadline is a leak.
+    std::vector<std::string> names;
+    for (int i = 0; i < 8; ++i)
+        names.push_back(fmt::format("e-{}", i));
+    auto const settle_until = std::chrono::steady_clock::now() + 7s;
+    while ((r.leaked_keys = lock_keys_left(server, names)) != 0 &&
+           std::chrono::steady_clock::now() < settle_until)
+        std::this_thread::sleep_for(100ms);
+    for (auto& w : ws)
+        w->send("exit");
+    for (auto& w : ws)
+        r.check(w->wait_exit(15s) == 0, "a storm worker failed");
+    r.check(r.leaked_keys == 0, fmt::format("{} lock keys left behind", r.leaked_keys));
+    r.check(total["cancelled"] > 0 && total["acquisitions"] > 0, "the storm did nothing");
+    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
+    r.losses = static_cast<std::uint64_t>(total["losses"]);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.figures = fmt::format("{} coroutines x 2 procs on 8 names: {:.0f} co_lock cancelled, {:.0f} "
+                            "errors, {:.0f} reconnects",
+                            coroutines, total["cancelled"], total["errors"], total["reconnects"]);
+    return r;
+}
+
+// f. Many coroutines waiting on one name in one process.
+result many_waiters() {
+    std::size_t const count = opts.full ? 100'000 : 10'000;
+    std::size_t const serve = opts.full ? 2'000 : 500;
+    result r;
+    r.scenario = fmt::format("f. {} waiters on one name", count);
+    redis_server server;
+    auto const start = std::chrono::steady_clock::now();
+    worker_process w(worker_args({"waiters", "--name", "f", "--count", std::to_string(count),
+                                  "--serve", std::to_string(serve), "--ttl-ms", "30000",
+                                  "--renew-ms", "10000", "--health-ms", "5000"},
+                                 server.url(), "W"));
+    auto line = w.wait_line("summary", 300s);
+    r.check(line.has_value(), "the waiters worker gave no summary");
+    r.check(w.wait_exit(30s) == 0, "the waiters worker failed");
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!line)
+        return r;
+    auto f = fields(*line);
+    r.check(f["served"] == static_cast<double>(serve), "not every served waiter was served");
+    r.check(f["served"] + f["cancelled"] == static_cast<double>(count),
+            "some waiters neither served nor cancelled");
+    r.check(f["failed"] == 0, "some waiters failed");
+    r.check(f["keys"] == 0 && f["subscribers"] == 0, "a key or a subscription is left");
+    r.acquisitions = static_cast<std::uint64_t>(f["served"]) + 1;
+    r.leaked_keys = static_cast<std::size_t>(f["keys"]);
+    r.figures =
+        fmt::format("{:.0f} bytes per waiter; queued in {:.2f} s; {} served then {:.0f} "
+                    "cancelled in {:.2f} s; 0 keys and 0 subscribers left",
+                    f["bytes_per_waiter"], f["queued_s"], serve, f["cancelled"], f["drain_s"]);
+    return r;
+}
+
+// ------------------------------------------------------------------------------- main
+
+int run_all() {
+    std::vector<std::pair<std::string, std::function<result()>>> const scenarios = {
+        {"a", contention_under_faults},
+        {"b", stopped_holder},
+        {"c1", restart_after_ttl},
+        {"c2", instant_restart},
+        {"d", client_pause},
+        {"e", cancellation_storm},
+        {"f", many_waiters}};
+    std::vector<result> results;
+    for (auto const& [key, run] : scenarios) {
+        if (!opts.only.empty() && !opts.only.contains(key))
+            continue;
+        std::printf("---- %s\n", key.c_str());
+        std::fflush(stdout);
+        result r;
+        try {
+            r = run();
+        } catch (std::exception const& e) {
+            r.scenario = key;
+            r.failures.push_back(std::string("exception: ") + e.what());
+        }
+        std::printf("%s\n  %s\n", r.scenario.c_str(), r.figures.c_str());
+        for (auto const& f : r.failures)
+            std::printf("  FAILED: %s\n", f.c_str());
+        std::fflush(stdout);
+        results.push_back(std::move(r));
+    }
+
+    std::printf("\n| scenario | acquisitions | faults injected | overlaps | leaked keys | losses "
+                "detected | duration | result |\n|---|---|---|---|---|---|---|---|\n");
+    bool ok = true;
+    for (auto const& r : results) {
+        std::printf("| %s | %llu | %llu | %zu | %zu | %llu | %.1f s | %s |\n", r.scenario.c_str(),
+                    static_cast<unsigned long long>(r.acquisitions),
+                    static_cast<unsigned long long>(r.faults), r.overlaps, r.leaked_keys,
+                    static_cast<unsigned long long>(r.losses), r.seconds,
+                    r.failures.empty() ? "ok" : "FAILED");
+        ok = ok && r.failures.empty();
+    }
+    std::printf("\n%s (seed %u, %s run)\n", ok ? "all scenarios passed" : "SOME SCENARIOS FAILED",
+                opts.seed, opts.full ? "full" : "short");
+    return ok ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc >= 2 && std::string_view(argv[1]) == "worker")
+        return colock::reliability::worker_main(argc, argv);
+    opts.seed = static_cast<unsigned>(std::random_device{}());
+    for (int i = 1; i < argc; ++i) {
+        std::string_view const arg = argv[i];
+        if (arg == "--full") {
+            opts.full = true;
+        } else if (arg == "--only" && i + 1 < argc) {
+            std::stringstream list(argv[++i]);
+            for (std::string key; std::getline(list, key, ',');)
+                opts.only.insert(key);
+        } else if (arg == "--seed" && i + 1 < argc) {
+            opts.seed = static_cast<unsigned>(std::stoul(argv[++i]));
+        } else {
+            std::fprintf(stderr, "usage: %s [--full] [--only a,b,c1,c2,d,e,f] [--seed N]\n",
+                         argv[0]);
+            return 2;
+        }
+    }
+    try {
+        return run_all();
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "colock_reliability: %s\n", e.what());
+        return 1;
+    }
+}
