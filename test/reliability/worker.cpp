@@ -111,6 +111,23 @@ void say(std::string const& line) {
     std::fflush(stdout);
 }
 
+// Completion of a worker's main coroutine: an exception is printed as "error ..." (the runner
+// shows it), sets the exit code and stops the worker's I/O so run() returns.
+template <class Stop>
+auto report_failure(int& rc, Stop stop) {
+    return [&rc, stop](std::exception_ptr e) {
+        if (!e)
+            return;
+        try {
+            std::rethrow_exception(e);
+        } catch (std::exception const& ex) {
+            say(fmt::format("error {}", ex.what()));
+        }
+        rc = 1;
+        stop();
+    };
+}
+
 redis::config worker_config(arguments const& args) {
     auto cfg = redis::config::from_url(args.text("url"));
     cfg.client_name = fmt::format("colock-worker-{}", args.text("proc"));
@@ -354,18 +371,10 @@ int run_hold(arguments const& args) {
             say(fmt::format("released {}", released ? 1 : 0));
             conn.close();
         },
-        [&](std::exception_ptr e) {
-            if (!e)
-                return;
-            try {
-                std::rethrow_exception(e);
-            } catch (std::exception const& ex) {
-                say(fmt::format("error {}", ex.what()));
-            }
-            rc = 1;
+        report_failure(rc, [&] {
             conn.close();
             in.close();
-        });
+        }));
     ctx.run();
     return rc;
 }
@@ -536,17 +545,7 @@ int run_waiters(arguments const& args) {
             probe.close();
             conn.close();
         },
-        [&](std::exception_ptr e) {
-            if (!e)
-                return;
-            try {
-                std::rethrow_exception(e);
-            } catch (std::exception const& ex) {
-                say(fmt::format("error {}", ex.what()));
-            }
-            rc = 1;
-            conn.close();
-        });
+        report_failure(rc, [&] { conn.close(); }));
     ctx.run();
     return rc;
 }
