@@ -136,10 +136,16 @@ std::vector<std::int64_t> numbers(std::string const& line) {
     return out;
 }
 
+// Keys under the lock prefix that would stay: a lock key of `names` still there, or any key
+// without an expiry (a fence key must lapse with its lease, never stay forever).
 std::size_t lock_keys_left(redis_server const& server, std::vector<std::string> const& names) {
     std::size_t left = 0;
     for (auto const& n : names)
         left += server.cli({"EXISTS", "colock:{" + n + "}"}) == "1" ? 1 : 0;
+    std::istringstream keys(server.cli({"KEYS", "colock:*"}));
+    for (std::string key; std::getline(keys, key);)
+        if (!key.empty() && server.cli({"PTTL", key}) == "-1")
+            ++left;
     return left;
 }
 

@@ -532,6 +532,7 @@ int run_waiters(arguments const& args) {
             resp3::request check;
             check.push("EXISTS", locks.key_prefix() + "{" + name + "}");
             check.push("PUBSUB", "NUMSUB", locks.key_prefix() + "{" + name + "}:wake");
+            check.push("PTTL", locks.key_prefix() + "{" + name + "}:fence");
             auto left = co_await probe.co_exec(check);
             say(fmt::format(
                 "summary waiters={} served={} cancelled={} failed={} "
@@ -539,7 +540,10 @@ int run_waiters(arguments const& args) {
                 "subscribers={}",
                 count, served, cancelled, failed,
                 static_cast<double>(rss_after - rss_before) / static_cast<double>(count), queued_s,
-                drain_s, left.at(0).as_integer().value_or(-1),
+                drain_s,
+                // The lock key, plus the fence key if it has no expiry (PTTL -1).
+                left.at(0).as_integer().value_or(-1) +
+                    (left.at(2).as_integer().value_or(0) == -1 ? 1 : 0),
                 left.at(1).elements.size() == 2 ? left.at(1).elements[1].as_integer().value_or(-1)
                                                 : -1));
             probe.close();
