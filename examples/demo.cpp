@@ -52,7 +52,7 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-constexpr std::string_view lock_name = "demo:refund:acct-42";
+constexpr char lock_name[] = "demo:refund:acct-42";
 // Acquisitions told in full; the rest are summed up.
 constexpr std::int64_t story_lines = 8;
 

@@ -3,6 +3,7 @@
 
 #include <boost/system/error_code.hpp>
 
+#include <string_view>
 #include <type_traits>
 
 namespace colock {
@@ -21,6 +22,13 @@ enum class error {
 };
 
 boost::system::error_category const& error_category() noexcept;
+
+/// True for a Redis error reply that describes a passing state of the server rather than a
+/// refusal: LOADING (a restart reading its data), BUSY (a script runs), TRYAGAIN and
+/// CLUSTERDOWN (a Cluster resharding or recovering), MASTERDOWN and READONLY (a failover in
+/// progress). The command was not run; a waiting co_lock, a renewal and a release try again
+/// within their deadlines. `server_text` is the reply's text, e.g. "LOADING Redis is loading".
+bool is_transient_server_error(std::string_view server_text) noexcept;
 
 inline boost::system::error_code make_error_code(error e) noexcept {
     return {static_cast<int>(e), error_category()};

@@ -11,14 +11,20 @@ namespace colock {
 /// Exponential backoff with full jitter between attempts of a waiting co_lock: the n-th sleep
 /// is uniform in [0, min(max, initial * multiplier^n)]. A wake-up message from the holder's
 /// release ends any sleep early, so backoff only bounds how long a missed message can cost.
+/// Durations up to milliseconds::max() are accepted; a sleep never outlasts wait_timeout.
 struct retry_options {
     std::chrono::milliseconds initial{50};
     std::chrono::milliseconds max{1000};
     double multiplier = 2.0;
 };
 
+/// The longest lease a lock may have. A lease is how long a crashed holder keeps the lock, so a
+/// longer one is a mistake rather than a wish; it also keeps every deadline representable.
+inline constexpr std::chrono::milliseconds max_lock_ttl = std::chrono::hours{24 * 366};
+
 struct lock_options {
-    /// Length of the lease. The lock frees itself this long after the last renewal.
+    /// Length of the lease, at most max_lock_ttl. The lock frees itself this long after the last
+    /// renewal.
     std::chrono::milliseconds ttl{30'000};
     /// Renew the lease in the background while the guard lives.
     bool auto_renew = true;
@@ -26,8 +32,10 @@ struct lock_options {
     std::optional<std::chrono::milliseconds> renew_interval;
     /// Renewal stops this long after the lock was taken, so a stuck holder cannot keep the
     /// lock forever; the lease then runs out and the guard reports it lost. Default: no limit.
+    /// Any length up to milliseconds::max() is accepted and means what it says (no overflow).
     std::optional<std::chrono::milliseconds> max_hold;
     /// co_lock gives up with error::timeout after this long. Default: wait until cancelled.
+    /// Any length up to milliseconds::max() is accepted and means what it says (no overflow).
     std::optional<std::chrono::milliseconds> wait_timeout;
     retry_options retry;
 
@@ -41,8 +49,9 @@ struct lock_options {
 inline constexpr std::size_t max_lock_name_length = 1024;
 
 /// Throws boost::system::system_error with error::invalid_argument, naming the field, when
-/// `name` or `opt` cannot be used (empty or oversized name, ttl <= 0, renew_interval <= 0 or
-/// >= ttl, negative wait_timeout or max_hold, a retry policy that does not grow).
+/// `name` or `opt` cannot be used (empty or oversized name, ttl <= 0 or above max_lock_ttl,
+/// renew_interval <= 0 or >= ttl, negative wait_timeout or max_hold, a retry policy that does
+/// not grow).
 void validate(std::string_view name, lock_options const& opt);
 
 } // namespace colock

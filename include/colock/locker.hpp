@@ -127,25 +127,26 @@ public:
     std::string const& key_prefix() const noexcept;
 
     /// Waits until the lock is acquired, then starts the renewal. Refuses bad arguments by
-    /// throwing boost::system::system_error(error::invalid_argument) before any I/O.
+    /// throwing boost::system::system_error(error::invalid_argument) before any I/O. The name
+    /// is taken by value: a deferred or stored operation never reads a caller's string late.
     ///
     /// @par Completion signature
     /// `void(boost::system::error_code, lock_guard)`: error::timeout when wait_timeout
-    /// passed; a network error or redis::error::server_error otherwise.
+    /// passed; a network error or redis::error::server_error otherwise. Transient server
+    /// states (see is_transient_server_error) are waited out within wait_timeout.
     /// @par Per-operation cancellation
     /// terminal, partial: a sleeping waiter returns at once; with an attempt in flight, its
     /// reply is still read and a lock it granted is released before the operation completes
     /// with operation_aborted. A cancelled waiter never leaves a lock behind.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_lock(std::string_view name, lock_options const& opt = {},
-                    CompletionToken&& token = {}) {
+    auto async_lock(std::string name, lock_options opt = {}, CompletionToken&& token = {}) {
         validate(name, opt);
         return boost::asio::async_initiate<CompletionToken,
                                            void(boost::system::error_code, lock_guard)>(
             [this](auto handler, std::string n, lock_options o) {
-                start_lock(std::move(n), o, std::move(handler));
+                start_lock(std::move(n), std::move(o), std::move(handler));
             },
-            token, std::string(name), opt);
+            token, std::move(name), std::move(opt));
     }
 
     /// One attempt. Completes with an empty optional when someone else holds the lock.
@@ -154,23 +155,23 @@ public:
     /// @par Per-operation cancellation
     /// As async_lock: a lock granted to a cancelled attempt is released first.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_try_lock(std::string_view name, lock_options const& opt = {},
-                        CompletionToken&& token = {}) {
+    auto async_try_lock(std::string name, lock_options opt = {}, CompletionToken&& token = {}) {
         validate(name, opt);
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
                                                                  std::optional<lock_guard>)>(
             [this](auto handler, std::string n, lock_options o) {
-                start_try_lock(std::move(n), o, std::move(handler));
+                start_try_lock(std::move(n), std::move(o), std::move(handler));
             },
-            token, std::string(name), opt);
+            token, std::move(name), std::move(opt));
     }
 
     /// Awaitable async_lock that throws boost::system::system_error whose message names the
-    /// lock (and the server's text for server errors).
-    boost::asio::awaitable<lock_guard> co_lock(std::string_view name, lock_options opt = {});
+    /// lock (and the server's text for server errors). The name is taken by value, so
+    /// `co_spawn(ex, locker.co_lock("job:" + id), ...)` is safe.
+    boost::asio::awaitable<lock_guard> co_lock(std::string name, lock_options opt = {});
     /// Awaitable async_try_lock: an empty optional when the lock is held by someone else;
     /// throws like co_lock on real errors.
-    boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string_view name,
+    boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string name,
                                                                   lock_options opt = {});
 
 private:

@@ -4,6 +4,7 @@
 #include <colock/locker.hpp>
 
 #include "../detail/completion.hpp"
+#include "../detail/spawn.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -85,6 +86,9 @@ void validate(std::string_view name, lock_options const& opt) {
                            max_lock_name_length));
     if (opt.ttl.count() <= 0)
         refuse(fmt::format("lock_options.ttl must be positive (got {} ms)", opt.ttl.count()));
+    if (opt.ttl > max_lock_ttl)
+        refuse(fmt::format("lock_options.ttl ({} ms) is above max_lock_ttl ({} ms)",
+                           opt.ttl.count(), max_lock_ttl.count()));
     if (opt.renew_interval) {
         if (opt.renew_interval->count() <= 0)
             refuse(fmt::format("lock_options.renew_interval must be positive (got {} ms)",
@@ -192,6 +196,16 @@ std::string random_token() {
 
 constexpr auto nothrow_awaitable = asio::as_tuple(asio::use_awaitable);
 
+// t + d, saturated at the clock's end: a very long wait or hold must never wrap round into the
+// past. (Adding milliseconds::max() to a time point overflows even before the addition: the
+// conversion to the clock's nanoseconds does.)
+clock_type::time_point saturating_add(clock_type::time_point t, milliseconds d) {
+    if (d.count() <= 0)
+        return t;
+    auto const room = std::chrono::duration_cast<milliseconds>(clock_type::time_point::max() - t);
+    return d >= room ? clock_type::time_point::max() : t + d;
+}
+
 // An operation that the caller's cancellation does not reach: its outcome must be known.
 auto uncancellable() {
     return asio::bind_cancellation_slot(asio::cancellation_slot(),
@@ -231,8 +245,6 @@ struct waiter {
     std::list<waiter*>::iterator position; // in its name_queue
 };
 
-// Errors after which a waiting co_lock tries again: the connection was lost or is being
-// re-established. A connection that never worked, or was closed, is a real error.
 // The 1 / 0 answer of the release and extend scripts; nothing for any other reply, which a
 // broken proxy or server could send and which must never be read as "done" or "not ours".
 std::optional<bool> script_flag(resp3::value const& v) {
@@ -245,7 +257,26 @@ std::optional<bool> script_flag(resp3::value const& v) {
     return std::nullopt;
 }
 
-bool is_transient(error_code ec) {
+} // namespace detail
+
+bool is_transient_server_error(std::string_view server_text) noexcept {
+    // The error's first word; "BUSYKEY" (RESTORE's) must not pass for "BUSY".
+    auto const word = server_text.substr(0, server_text.find(' '));
+    for (std::string_view passing :
+         {"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN"})
+        if (word == passing)
+            return true;
+    return false;
+}
+
+namespace detail {
+
+// Errors after which a waiting co_lock, a renewal or a release tries again (within its
+// deadline): the connection was lost or is being re-established, or the server refused for
+// a passing reason. A connection that never worked, or was closed, is a real error.
+bool is_transient(error_code ec, std::string_view server_text = {}) {
+    if (ec == redis::error::server_error)
+        return is_transient_server_error(server_text);
     return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout ||
            ec == redis::error::connect_timeout;
 }
@@ -403,7 +434,7 @@ public:
             }
             if (deadline->fired)
                 co_return std::tuple{error_code(asio::error::timed_out), false};
-            if (!is_transient(ec))
+            if (!is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
                 co_return std::tuple{ec, false};
             asio::steady_timer pause(strand_);
             pause.expires_after(
@@ -515,9 +546,12 @@ public:
     void on_server_change();
 
     milliseconds backoff(retry_options const& retry, int attempt) {
+        // Capped well inside int64 so the conversion back cannot overflow; 2^62 ms is still
+        // "very long" (146 million years), and the caller saturates the sleep's end.
+        constexpr double cap = 4611686018427387904.0; // 2^62
         double ceiling = static_cast<double>(retry.initial.count()) *
                          std::pow(retry.multiplier, std::min(attempt, 60));
-        ceiling = std::min(ceiling, static_cast<double>(retry.max.count()));
+        ceiling = std::min({ceiling, static_cast<double>(retry.max.count()), cap});
         std::uniform_real_distribution<double> jitter(0.0, ceiling);
         return milliseconds(static_cast<std::int64_t>(jitter(rng_)) + 1);
     }
@@ -686,7 +720,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
     for (;;) {
         auto next = clock_type::now() + st->renew_interval();
         if (!st->opt.auto_renew ||
-            (st->opt.max_hold && next >= st->acquired_at + *st->opt.max_hold)) {
+            (st->opt.max_hold && next >= saturating_add(st->acquired_at, *st->opt.max_hold))) {
             // Not (or no longer) renewing, only watching for wait_lost: the lease ends at its
             // deadline, which an explicit extend() may still move.
             for (;;) {
@@ -705,24 +739,28 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
         if (cancelled(cs) || st->released || st->lost)
             co_return;
 
-        // Extend; on a network error retry quickly. Either way the lease is ours only until
-        // its local deadline: a stalled connection must not let us believe otherwise.
+        // Extend; on an error retry quickly. Either way the lease is ours only until its local
+        // deadline: a stalled connection must not let us believe otherwise. That deadline is
+        // read afresh each time, since extend() may move it; and a wake-up before it (a
+        // reconnection cancels the timer) means "try now", never "give up".
         for (;;) {
             if (st->lost)
                 co_return; // marked from outside (server change)
+            if (!st->lease_running()) {
+                st->mark_lost(); // no renewal succeeded before the lease ran out
+                co_return;
+            }
             auto const started = clock_type::now();
             auto const ttl = st->ttl;
             lease_end.expires_at(st->lease_deadline());
-            auto outcome =
-                co_await (st->locker->run_script(extend_script(), st->keys.key, {}, st->token,
-                                                 std::to_string(ttl.count()), std::nullopt) ||
-                          lease_end.async_wait(nothrow_awaitable));
+            auto outcome = co_await (
+                st->locker->run_script(extend_script(), st->keys.key, st->keys.fence_key, st->token,
+                                       std::to_string(ttl.count()), std::nullopt) ||
+                lease_end.async_wait(nothrow_awaitable));
             if (cancelled(cs) || st->released)
                 co_return;
-            if (outcome.index() == 1) {
-                st->mark_lost(); // no answer before the lease ran out
-                co_return;
-            }
+            if (outcome.index() == 1)
+                continue; // no answer by the deadline: lost, unless extend() moved it
             auto [ec, v] = std::get<0>(outcome);
             auto const extended = ec ? std::nullopt : script_flag(v);
             if (!ec && !extended)
@@ -739,14 +777,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             }
             auto const retry_at =
                 clock_type::now() + std::min(st->renew_interval() / 4, milliseconds{250});
-            if (retry_at >= st->lease_deadline()) {
-                timer.expires_at(st->lease_deadline());
-                co_await timer.async_wait(nothrow_awaitable);
-                if (!cancelled(cs) && !st->released)
-                    st->mark_lost();
-                co_return;
-            }
-            timer.expires_at(retry_at);
+            timer.expires_at(std::min(retry_at, st->lease_deadline()));
             co_await timer.async_wait(nothrow_awaitable);
             if (cancelled(cs) || st->released)
                 co_return;
@@ -766,8 +797,9 @@ asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard
 asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_state> st,
                                                           milliseconds ttl) {
     auto const started = clock_type::now();
-    auto [ec, v] = co_await st->locker->run_script(extend_script(), st->keys.key, {}, st->token,
-                                                   std::to_string(ttl.count()), std::nullopt);
+    auto [ec, v] =
+        co_await st->locker->run_script(extend_script(), st->keys.key, st->keys.fence_key,
+                                        st->token, std::to_string(ttl.count()), std::nullopt);
     if (ec)
         co_return std::tuple{ec, false};
     auto const flag = script_flag(v);
@@ -859,8 +891,9 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 
     lock_keys keys(prefix_, name);
     std::string const token = random_token();
-    auto const wait_deadline =
-        opt.wait_timeout ? clock_type::now() + *opt.wait_timeout : clock_type::time_point::max();
+    auto const wait_deadline = opt.wait_timeout
+                                   ? saturating_add(clock_type::now(), *opt.wait_timeout)
+                                   : clock_type::time_point::max();
     lock_outcome out;
 
     auto fail = [&](error_code ec, std::string const& detail_text) {
@@ -889,7 +922,7 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         if (first->ec == error::timeout) {
             fail(first->ec, timeout_text());
             finished = true;
-        } else if (first->ec && !(wait && is_transient(first->ec))) {
+        } else if (first->ec && !(wait && is_transient(first->ec, first->server_text))) {
             fail(first->ec, first->server_text);
             finished = true;
         } else if (cancelled(cs)) { // requested while the attempt was in flight: reported
@@ -973,7 +1006,7 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
             if (r->ec) {
                 // A lost connection leaves the attempt's outcome unknown; the acquire script
                 // is idempotent for our token, so trying again later is safe.
-                if (!is_transient(r->ec) || clock_type::now() >= wait_deadline) {
+                if (!is_transient(r->ec, r->server_text) || clock_type::now() >= wait_deadline) {
                     fail(r->ec, r->server_text);
                     co_return;
                 }
@@ -995,7 +1028,7 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
         auto until = wait_deadline;
         if (head) {
             auto const nap = std::min(sleep, backoff(opt.retry, attempts - 1));
-            until = std::min(until, now + std::max(nap, milliseconds{1}));
+            until = std::min(until, saturating_add(now, std::max(nap, milliseconds{1})));
         }
         self_waiter.wake = wake_reason::none;
         self_waiter.timer.expires_at(until);
@@ -1144,15 +1177,26 @@ asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
     auto st = state_;
     if (!st || st->released)
         throw system_error(make_error_code(error::not_held), "colock: extend");
-    if (ttl.count() <= 0)
-        throw system_error(
-            make_error_code(error::invalid_argument),
-            fmt::format("colock: extend of lock '{}': ttl must be positive", st->name));
+    if (ttl.count() <= 0 || ttl > max_lock_ttl)
+        throw system_error(make_error_code(error::invalid_argument),
+                           fmt::format("colock: extend of lock '{}': ttl must be positive and at "
+                                       "most max_lock_ttl ({} ms), got {} ms",
+                                       st->name, max_lock_ttl.count(), ttl.count()));
     if (st->lost)
         co_return false;
     // On the locker's strand, where the renewal reads ttl and lease_deadline.
-    auto [ex, result] = co_await asio::co_spawn(st->locker->strand_, detail::extend_held(st, ttl),
-                                                asio::as_tuple(asio::use_awaitable));
+    using extend_result = std::tuple<error_code, bool>;
+    // Named, capturing no destructor (see run_lock); `st` keeps the state alive meanwhile.
+    auto initiation = [raw = st.get(), ttl](auto handler) {
+        auto state = raw->shared_from_this();
+        auto strand = state->locker->strand_;
+        detail::spawn_cancellable(
+            strand, detail::extend_held(std::move(state), ttl), std::move(handler),
+            [](auto h, std::exception_ptr e, extend_result r) { std::move(h)(e, std::move(r)); });
+    };
+    auto [ex, result] = co_await asio::async_initiate<decltype(detail::nothrow_awaitable) const,
+                                                      void(std::exception_ptr, extend_result)>(
+        std::move(initiation), detail::nothrow_awaitable);
     if (ex)
         std::rethrow_exception(ex);
     auto [ec, ours] = result;
@@ -1230,65 +1274,74 @@ std::string const& locker::key_prefix() const noexcept {
     return impl_->prefix_;
 }
 
+namespace {
+
+using outcome_type = detail::locker_impl::lock_outcome;
+
+// co_lock and co_try_lock complete with the whole outcome, whose message names the lock.
+constexpr auto outcome_awaitable = asio::as_tuple(asio::use_awaitable);
+
+asio::awaitable<outcome_type> run_lock(detail::locker_impl* impl, std::string name,
+                                       lock_options opt, bool wait) {
+    // A named initiation that captures nothing with a destructor: GCC 12 may destroy a
+    // temporary of a co_await expression twice, which for a captured shared_ptr would drop a
+    // reference that was never taken. The caller's locker keeps `impl` alive meanwhile.
+    auto initiation = [impl, wait](auto handler, std::string n, lock_options o) {
+        auto self = impl->shared_from_this();
+        detail::spawn_cancellable(self->strand_, self->lock(self, std::move(n), std::move(o), wait),
+                                  std::move(handler),
+                                  [](auto h, std::exception_ptr ex, outcome_type result) {
+                                      std::move(h)(ex, std::move(result));
+                                  });
+    };
+    auto [e, out] = co_await asio::async_initiate<decltype(outcome_awaitable) const,
+                                                  void(std::exception_ptr, outcome_type)>(
+        std::move(initiation), outcome_awaitable, std::move(name), std::move(opt));
+    if (e)
+        std::rethrow_exception(e);
+    if (out.ec)
+        throw system_error(out.ec, out.message);
+    co_return std::move(out);
+}
+
+} // namespace
+
 void locker::start_lock(std::string name, lock_options opt, lock_handler handler) {
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    auto ex = asio::get_associated_executor(handler, impl_->strand_);
-    asio::co_spawn(
-        impl_->strand_, impl_->lock(impl_, std::move(name), opt, true),
-        asio::bind_cancellation_slot(
-            slot, asio::bind_executor(
-                      ex, [h = std::move(handler)](std::exception_ptr e,
-                                                   detail::locker_impl::lock_outcome out) mutable {
-                          if (e) {
-                              std::move(h)(make_error_code(error::unexpected_reply), lock_guard{});
-                              return;
-                          }
-                          std::move(h)(out.ec, lock_guard(std::move(out.state)));
-                      })));
+    detail::spawn_cancellable(
+        impl_->strand_, impl_->lock(impl_, std::move(name), std::move(opt), true),
+        std::move(handler), [](lock_handler h, std::exception_ptr e, outcome_type out) {
+            if (e) {
+                std::move(h)(make_error_code(error::unexpected_reply), lock_guard{});
+                return;
+            }
+            std::move(h)(out.ec, lock_guard(std::move(out.state)));
+        });
 }
 
 void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler handler) {
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    auto ex = asio::get_associated_executor(handler, impl_->strand_);
-    asio::co_spawn(
-        impl_->strand_, impl_->lock(impl_, std::move(name), opt, false),
-        asio::bind_cancellation_slot(
-            slot, asio::bind_executor(
-                      ex, [h = std::move(handler)](std::exception_ptr e,
-                                                   detail::locker_impl::lock_outcome out) mutable {
-                          if (e) {
-                              std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
-                              return;
-                          }
-                          std::optional<lock_guard> g;
-                          if (out.state)
-                              g.emplace(lock_guard(std::move(out.state)));
-                          std::move(h)(out.ec, std::move(g));
-                      })));
+    detail::spawn_cancellable(
+        impl_->strand_, impl_->lock(impl_, std::move(name), std::move(opt), false),
+        std::move(handler), [](try_lock_handler h, std::exception_ptr e, outcome_type out) {
+            if (e) {
+                std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
+                return;
+            }
+            std::optional<lock_guard> g;
+            if (out.state)
+                g.emplace(lock_guard(std::move(out.state)));
+            std::move(h)(out.ec, std::move(g));
+        });
 }
 
-asio::awaitable<lock_guard> locker::co_lock(std::string_view name, lock_options opt) {
+asio::awaitable<lock_guard> locker::co_lock(std::string name, lock_options opt) {
     validate(name, opt);
-    auto [ec, out] =
-        co_await asio::co_spawn(impl_->strand_, impl_->lock(impl_, std::string(name), opt, true),
-                                asio::as_tuple(asio::use_awaitable));
-    if (ec)
-        std::rethrow_exception(ec);
-    if (out.ec)
-        throw system_error(out.ec, out.message);
+    auto out = co_await run_lock(impl_.get(), std::move(name), std::move(opt), true);
     co_return lock_guard(std::move(out.state));
 }
 
-asio::awaitable<std::optional<lock_guard>> locker::co_try_lock(std::string_view name,
-                                                               lock_options opt) {
+asio::awaitable<std::optional<lock_guard>> locker::co_try_lock(std::string name, lock_options opt) {
     validate(name, opt);
-    auto [ec, out] =
-        co_await asio::co_spawn(impl_->strand_, impl_->lock(impl_, std::string(name), opt, false),
-                                asio::as_tuple(asio::use_awaitable));
-    if (ec)
-        std::rethrow_exception(ec);
-    if (out.ec)
-        throw system_error(out.ec, out.message);
+    auto out = co_await run_lock(impl_.get(), std::move(name), std::move(opt), false);
     if (!out.state)
         co_return std::nullopt;
     co_return lock_guard(std::move(out.state));

@@ -84,3 +84,42 @@ TEST_CASE("the lock error category names its codes") {
     CHECK(make_error_code(error::lock_lost).message().find("lost") != std::string::npos);
     CHECK(std::string(make_error_code(error::not_held).category().name()) == "colock");
 }
+
+TEST_CASE("very long durations: ttl is bounded by max_lock_ttl, the waits accept any length") {
+    lock_options opt;
+    opt.ttl = max_lock_ttl;
+    CHECK(refusal("n", opt) == "accepted");
+    opt.ttl = max_lock_ttl + 1ms;
+    CHECK(refusal("n", opt).find("max_lock_ttl") != std::string::npos);
+    opt.ttl = std::chrono::milliseconds::max();
+    CHECK(refusal("n", opt).find("max_lock_ttl") != std::string::npos);
+
+    opt = {};
+    opt.wait_timeout = std::chrono::milliseconds::max();
+    opt.max_hold = std::chrono::milliseconds::max();
+    opt.retry.initial = std::chrono::milliseconds::max();
+    opt.retry.max = std::chrono::milliseconds::max();
+    opt.retry.multiplier = 1e300;
+    CHECK(refusal("n", opt) == "accepted");
+}
+
+TEST_CASE("transient server errors are told from refusals by their first word") {
+    for (char const* text :
+         {"LOADING Redis is loading the dataset in memory",
+          "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+          "TRYAGAIN Multiple keys request during rehashing of slot",
+          "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+          "READONLY You can't write against a read only replica.",
+          "CLUSTERDOWN The cluster is down", "BUSY"}) {
+        CAPTURE(text);
+        CHECK(is_transient_server_error(text));
+    }
+    for (char const* text :
+         {"BUSYKEY Target key name already exists.", "NOPERM this user has no permissions",
+          "ERR unknown command", "NOSCRIPT No matching script", "WRONGTYPE Operation against a key",
+          "OOM command not allowed when used memory > 'maxmemory'.", "", "loading lowercase",
+          "MOVED 3999 127.0.0.1:6381"}) {
+        CAPTURE(text);
+        CHECK_FALSE(is_transient_server_error(text));
+    }
+}

@@ -1,0 +1,65 @@
+// How colock runs an operation's coroutine on one of its strands for a caller that may cancel
+// it from another thread. Private to the library's sources.
+#pragma once
+
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
+
+#include <exception>
+#include <memory>
+#include <utility>
+
+namespace colock::detail {
+
+/// Runs `op` on `strand`; when it finishes, calls `finish(std::move(handler), exception, value)`
+/// on the handler's associated executor (the strand by default), after clearing the handler's
+/// cancellation slot there.
+///
+/// The caller's cancellation reaches the coroutine through a signal of our own that is emitted
+/// on the strand only, and never once the coroutine has finished. (Boost 1.81's co_spawn,
+/// given a handler with an associated executor, such as use_awaitable's, puts a handler in the
+/// caller's slot that dispatches a raw pointer to a signal living in that slot; when the
+/// operation completes and the slot is reused or freed before the dispatch runs, the pointer
+/// dangles: the known issue of awaitable operators on strands.)
+template <class T, class Strand, class Handler, class Finish>
+void spawn_cancellable(Strand const& strand, boost::asio::awaitable<T> op, Handler handler,
+                       Finish finish) {
+    namespace asio = boost::asio;
+    struct cancel_state {
+        asio::cancellation_signal signal;
+        bool done = false; // on the strand: the coroutine has finished
+    };
+    auto state = std::make_shared<cancel_state>();
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    if (slot.is_connected()) {
+        // Installed here, on the caller's thread, where the caller emits; the emission itself
+        // happens on the strand, where the coroutine runs.
+        slot.assign([state, strand](asio::cancellation_type type) {
+            asio::dispatch(strand, [state, type] {
+                if (!state->done)
+                    state->signal.emit(type);
+            });
+        });
+    }
+    asio::co_spawn(strand, std::move(op),
+                   asio::bind_cancellation_slot(
+                       state->signal.slot(),
+                       [state, strand, slot, handler = std::move(handler),
+                        finish = std::move(finish)](std::exception_ptr e, T value) mutable {
+                           state->done = true;
+                           auto ex = asio::get_associated_executor(handler, strand);
+                           asio::dispatch(ex,
+                                          [handler = std::move(handler), finish = std::move(finish),
+                                           slot, e, value = std::move(value)]() mutable {
+                                              slot.clear();
+                                              finish(std::move(handler), e, std::move(value));
+                                          });
+                       }));
+}
+
+} // namespace colock::detail

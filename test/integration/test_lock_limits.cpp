@@ -1,0 +1,510 @@
+// The lock at its limits: every key it writes expires, durations up to milliseconds::max()
+// never overflow, names outlive the caller's string, transient server states (LOADING, BUSY,
+// READONLY, MASTERDOWN) are waited out, and a renewal survives a short connection loss.
+#include <colock/locker.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/fault_proxy.hpp>
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using boost::system::error_code;
+using boost::system::system_error;
+
+namespace {
+
+lock_options lease(std::chrono::milliseconds ttl) {
+    lock_options opt;
+    opt.ttl = ttl;
+    return opt;
+}
+
+// The lines of a redis-cli answer.
+std::vector<std::string> lines(std::string const& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty())
+            out.push_back(line);
+    return out;
+}
+
+// Sends `req` until the server answers it with an error starting with `prefix` (the state the
+// test waits for has begun), for at most `limit`.
+asio::awaitable<bool> server_says(redis::connection& probe, resp3::request const& req,
+                                  std::string_view prefix, std::chrono::milliseconds limit) {
+    auto const end = steady::now() + limit;
+    while (steady::now() < end) {
+        auto [ec, r] = co_await probe.async_exec(req, as_tuple);
+        if (ec == redis::error::server_error && !r.empty() && r.back().text.starts_with(prefix))
+            co_return true;
+        co_await sleep_for(10ms);
+    }
+    co_return false;
+}
+
+} // namespace
+
+// ------------------------------------------------------------------------ keys expire
+
+TEST_CASE("every key a lock writes expires: 200 names leave no key without a TTL, and none "
+          "once their leases have passed") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        std::string const prefix = unique_key("expiry") + ":";
+        locker locks{conn, prefix};
+        auto const opt = lease(1500ms);
+        for (int i = 0; i < 200; ++i) {
+            auto g = co_await locks.co_lock("invoice:" + std::to_string(i), opt);
+            bool const released = co_await g.unlock();
+            CHECK(released);
+        }
+        auto const keys = lines(shared_server().cli(strings("KEYS", prefix + "*")));
+        CHECK(keys.size() == 200); // the fence keys, until their lease's ttl has passed
+        resp3::request pttls;
+        for (auto const& k : keys)
+            pttls.push("PTTL", k);
+        auto const replies = co_await conn.co_exec(std::move(pttls));
+        int without_ttl = 0;
+        for (auto const& r : replies) {
+            auto const pttl = r.as_integer().value_or(-3);
+            if (pttl < 0)
+                ++without_ttl;
+            CHECK(pttl <= 1500);
+        }
+        CHECK(without_ttl == 0);
+        auto const end = steady::now() + 5s;
+        while (!shared_server().cli(strings("KEYS", prefix + "*")).empty() && steady::now() < end)
+            co_await sleep_for(100ms);
+        CHECK(shared_server().cli(strings("KEYS", prefix + "*")).empty());
+        conn.close();
+    });
+}
+
+TEST_CASE("the fence key lives as long as the lease, and fences keep increasing after it "
+          "lapsed") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("fence-expiry");
+        std::string const fence_key = lock_key(name) + ":fence";
+
+        lock_options opt = lease(300ms);
+        opt.renew_interval = 100ms;
+        auto g = co_await locks.co_lock(name, opt);
+        auto const first = g.fence();
+        // Renewed for three leases: the fence key is renewed with the lock key.
+        co_await sleep_for(900ms);
+        CHECK(g.owns_lock());
+        auto const lock_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        auto const fence_pttl = co_await integer(probe, command("PTTL", fence_key));
+        CHECK(lock_pttl > 0);
+        CHECK(fence_pttl > 0);
+        CHECK(fence_pttl <= 300);
+        // extend() moves both.
+        bool const extended = co_await g.extend(5000ms);
+        CHECK(extended);
+        auto const extended_pttl = co_await integer(probe, command("PTTL", fence_key));
+        CHECK(extended_pttl > 4000);
+        bool const released = co_await g.unlock();
+        CHECK(released);
+
+        // The fence key lapses with the lease it numbered; the next fence still grows.
+        bool const gone = co_await exists_becomes(probe, fence_key, 0, 6000ms) == 0;
+        CHECK(gone);
+        auto next = co_await locks.co_lock(name, lease(300ms));
+        CHECK(next.fence() > first);
+        bool const released_next = co_await next.unlock();
+        CHECK(released_next);
+        conn.close();
+        probe.close();
+    });
+}
+
+// ------------------------------------------------------------------------ huge durations
+
+TEST_CASE("wait_timeout = milliseconds::max() waits (it does not give up at once)") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("wait-max");
+        auto holder = co_await locks.co_lock(name, lease(5000ms));
+
+        lock_options forever = lease(5000ms);
+        forever.wait_timeout = std::chrono::milliseconds::max();
+        asio::steady_timer timer(ctx);
+        timer.expires_after(300ms);
+        auto const start = steady::now();
+        auto raced = co_await (locks.co_lock(name, forever) || timer.async_wait(as_tuple));
+        CHECK(raced.index() == 1); // still waiting when the timer fired
+        CHECK(ms_since(start) >= 250);
+
+        // And it takes the lock once it is free.
+        bool acquired = false;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                auto g = co_await locks.co_lock(name, forever);
+                acquired = g.owns_lock();
+                co_await g.unlock();
+            },
+            asio::detached);
+        co_await sleep_for(50ms);
+        co_await holder.unlock();
+        bool const done = co_await finishes(acquired, 3000ms);
+        CHECK(done);
+        conn.close();
+    });
+}
+
+TEST_CASE("max_hold = milliseconds::max() keeps renewing beyond the ttl") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        lock_options opt = lease(300ms);
+        opt.renew_interval = 100ms;
+        opt.max_hold = std::chrono::milliseconds::max();
+        auto g = co_await locks.co_lock(unique_key("hold-max"), opt);
+        co_await sleep_for(1000ms);
+        CHECK(g.owns_lock());
+        CHECK_FALSE(g.lost());
+        bool const released = co_await g.unlock();
+        CHECK(released);
+        conn.close();
+    });
+}
+
+TEST_CASE("a backoff of milliseconds::max() neither overflows nor delays a woken waiter") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn_a{ctx.get_executor(), shared_server().config()};
+        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
+        locker a{conn_a};
+        locker b{conn_b};
+        std::string const name = unique_key("backoff-max");
+        auto holder = co_await a.co_lock(name, lease(5000ms));
+
+        lock_options patient = lease(5000ms);
+        patient.retry.initial = std::chrono::hours{1};
+        patient.retry.max = std::chrono::milliseconds::max();
+        patient.retry.multiplier = 1e300; // pow() overflows to infinity after one step
+        patient.wait_timeout = std::chrono::milliseconds::max();
+        bool acquired = false;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                auto g = co_await b.co_lock(name, patient);
+                acquired = g.owns_lock();
+                co_await g.unlock();
+            },
+            asio::detached);
+        co_await numsub_becomes(conn_a, wake_channel(name), 1);
+        co_await holder.unlock(); // the release's message wakes the waiter
+        bool const done = co_await finishes(acquired, 3000ms);
+        CHECK(done);
+        conn_a.close();
+        conn_b.close();
+    });
+}
+
+// ------------------------------------------------------------------------ names by value
+
+TEST_CASE("the name is copied at the call: awaitables and deferred operations outlive the "
+          "caller's string") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        // Long enough to live on the heap, where ASan sees a read after it is freed.
+        std::string const expected = unique_key("by-value") + std::string(100, 'x');
+
+        std::optional<asio::awaitable<lock_guard>> pending_lock;
+        std::optional<asio::awaitable<std::optional<lock_guard>>> pending_try;
+        {
+            std::string name = expected;
+            pending_lock.emplace(locks.co_lock(name, lease(5000ms)));
+            name += "-try";
+            pending_try.emplace(locks.co_try_lock(name, lease(5000ms)));
+            name.assign(300, 'z'); // reallocates: the old buffer is freed
+        }
+        auto g = co_await std::move(*pending_lock);
+        CHECK(g.name() == expected);
+        auto t = co_await std::move(*pending_try);
+        REQUIRE(t.has_value());
+        CHECK(t->name() == expected + "-try");
+
+        auto deferred_op = [&] {
+            std::string name = expected + "-deferred";
+            return locks.async_lock(name, lease(5000ms), asio::deferred);
+        }();
+        auto [ec, d] = co_await std::move(deferred_op)(as_tuple);
+        CHECK_FALSE(ec);
+        CHECK(d.name() == expected + "-deferred");
+
+        bool const released_1 = co_await g.unlock();
+        CHECK(released_1);
+        bool const released_try = co_await t->unlock();
+        CHECK(released_try);
+        bool const released_2 = co_await d.unlock();
+        CHECK(released_2);
+        conn.close();
+    });
+}
+
+// ------------------------------------------------------------------------ transient states
+
+TEST_CASE("BUSY: a waiting co_lock waits out a long script instead of failing") {
+    redis_server server;
+    server.cli(strings("CONFIG", "SET", "busy-reply-threshold", "50"));
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        redis::connection blocker{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        co_await conn.async_connect(asio::use_awaitable);
+        co_await blocker.async_connect(asio::use_awaitable);
+        co_await probe.async_connect(asio::use_awaitable);
+        locker locks{conn};
+
+        // A script that keeps the server busy for 1.5 s.
+        bool script_done = false;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                co_await blocker.async_exec(
+                    command("EVAL",
+                            "local s = redis.call('TIME') while true do "
+                            "local n = redis.call('TIME') "
+                            "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 1500000 then break end "
+                            "end return 1",
+                            0),
+                    as_tuple);
+                script_done = true;
+            },
+            asio::detached);
+        bool const busy = co_await server_says(probe, command("PING"), "BUSY", 2000ms);
+        REQUIRE(busy);
+
+        lock_options opt = lease(5000ms);
+        opt.wait_timeout = 10'000ms;
+        auto g = co_await locks.co_lock(unique_key("busy"), opt);
+        CHECK(g.owns_lock());
+        CHECK(script_done);
+        // Nothing else on the connection was disturbed by the refusals meanwhile.
+        auto pong = co_await conn.co_exec(command("ECHO", "still in step"));
+        CHECK(pong.at(0).as_string() == "still in step");
+        bool const released_3 = co_await g.unlock();
+        CHECK(released_3);
+
+        // co_try_lock makes one attempt: a BUSY server is an error for it, naming the state.
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                co_await blocker.async_exec(
+                    command("EVAL",
+                            "local s = redis.call('TIME') while true do "
+                            "local n = redis.call('TIME') "
+                            "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 500000 then break end "
+                            "end return 1",
+                            0),
+                    as_tuple);
+            },
+            asio::detached);
+        bool const busy_again = co_await server_says(probe, command("PING"), "BUSY", 2000ms);
+        REQUIRE(busy_again);
+        std::string message;
+        try {
+            co_await locks.co_try_lock(unique_key("busy-try"), opt);
+        } catch (system_error const& e) {
+            message = e.what();
+        }
+        CHECK(message.find("BUSY") != std::string::npos);
+        co_await sleep_for(600ms);
+        conn.close();
+        blocker.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("LOADING: a waiting co_lock waits while the server loads its data") {
+    redis_server_options o;
+    o.extra_args = strings("--enable-debug-command", "yes");
+    redis_server server(o);
+    // About 1 s of loading, with clients answered (LOADING) meanwhile.
+    server.cli(strings("DEBUG", "POPULATE", "10000"));
+    server.cli(strings("CONFIG", "SET", "key-load-delay", "100"));
+    server.cli(strings("CONFIG", "SET", "loading-process-events-interval-bytes", "1024"));
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        redis::connection reloader{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        co_await conn.async_connect(asio::use_awaitable);
+        co_await reloader.async_connect(asio::use_awaitable);
+        co_await probe.async_connect(asio::use_awaitable);
+        locker locks{conn};
+
+        bool reloaded = false;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                co_await reloader.async_exec(command("DEBUG", "RELOAD"), as_tuple);
+                reloaded = true;
+            },
+            asio::detached);
+        bool const loading = co_await server_says(probe, command("GET", "x"), "LOADING", 3000ms);
+        REQUIRE(loading);
+
+        lock_options opt = lease(5000ms);
+        opt.wait_timeout = 20'000ms;
+        auto g = co_await locks.co_lock(unique_key("loading"), opt);
+        CHECK(g.owns_lock());
+        CHECK(reloaded);
+        bool const released_4 = co_await g.unlock();
+        CHECK(released_4);
+        conn.close();
+        reloader.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("READONLY and MASTERDOWN (a failover in progress): a waiting co_lock waits for a "
+          "writable primary") {
+    redis_server server;
+    auto const nowhere = std::to_string(unused_port());
+    for (bool serve_stale : {true, false}) {
+        CAPTURE(serve_stale);
+        server.cli(
+            strings("CONFIG", "SET", "replica-serve-stale-data", serve_stale ? "yes" : "no"));
+        server.cli(strings("REPLICAOF", "127.0.0.1", nowhere));
+        run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn{ctx.get_executor(), server.config()};
+            co_await conn.async_connect(asio::use_awaitable);
+            locker locks{conn};
+            bool promoted = false;
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    co_await sleep_for(500ms);
+                    server.cli(strings("REPLICAOF", "NO", "ONE"));
+                    promoted = true;
+                },
+                asio::detached);
+            lock_options opt = lease(5000ms);
+            opt.wait_timeout = 10'000ms;
+            auto g = co_await locks.co_lock(unique_key("replica"), opt);
+            CHECK(g.owns_lock());
+            CHECK(promoted);
+            bool const released_5 = co_await g.unlock();
+            CHECK(released_5);
+            conn.close();
+        });
+    }
+}
+
+// ------------------------------------------------------------------------ renewal
+
+TEST_CASE("a connection lost for less than the ttl while held: the renewal retries on the new "
+          "connection and the guard survives") {
+    fault_proxy proxy(shared_server().port());
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(shared_server());
+        cfg.port = proxy.port();
+        cfg.health_check_interval = 0ms; // only the proxy decides when the connection ends
+        redis::connection conn{ctx.get_executor(), cfg};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("renew-reconnect");
+
+        lock_options opt = lease(2000ms);
+        opt.renew_interval = 1500ms;
+        auto g = co_await locks.co_lock(name, opt);
+        auto const deadline = g.lease_expiry();
+        // The renewal at +1.5 s disappears into the black hole; 200 ms before the lease ends
+        // the connection is closed (its extend fails), and a new one works at once.
+        proxy.set_black_hole(true);
+        asio::steady_timer at(ctx);
+        at.expires_at(deadline - 200ms);
+        co_await at.async_wait(asio::use_awaitable);
+        proxy.set_black_hole(false);
+        at.expires_at(deadline + 500ms);
+        co_await at.async_wait(asio::use_awaitable);
+
+        CHECK_FALSE(g.lost());
+        CHECK(g.owns_lock());
+        CHECK(g.lease_expiry() > deadline);
+        auto const held = co_await get(probe, lock_key(name));
+        CHECK(held == g.token());
+        CHECK(conn.reconnect_count() >= 1);
+        bool const released_6 = co_await g.unlock();
+        CHECK(released_6);
+        conn.close();
+        probe.close();
+    });
+}
+
+// ------------------------------------------------------------------------ ACL
+
+TEST_CASE("an ACL user without channel permissions: locks work by polling, and no reply "
+          "goes to the wrong caller") {
+    // Redis 7 gives a new user no channels (acl-pubsub-default resetchannels): the waiter's
+    // SUBSCRIBE and the release's PUBLISH are refused.
+    shared_server().cli(
+        strings("ACL", "SETUSER", "nochannels", "on", ">pw", "~*", "+@all", "resetchannels"));
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = shared_server().config();
+        cfg.username = "nochannels";
+        cfg.password = "pw";
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        std::string const name = unique_key("acl-a");
+        lock_options opt = lease(5000ms);
+        opt.retry.max = 100ms; // polling is all the waiter has
+
+        auto holder = co_await locks.co_lock(name, opt);
+        bool waiter_done = false;
+        std::int64_t waiter_fence = 0;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                auto w = co_await locks.co_lock(name, opt);
+                waiter_fence = w.fence();
+                co_await w.unlock();
+                waiter_done = true;
+            },
+            asio::detached);
+        co_await sleep_for(100ms); // the waiter is queued and its subscription refused
+
+        int unlocked = 0;
+        for (int i = 0; i < 100; ++i) {
+            auto b = co_await locks.co_try_lock(name + ":b" + std::to_string(i), opt);
+            REQUIRE(b.has_value());
+            bool const released = co_await b->unlock();
+            unlocked += released ? 1 : 0;
+        }
+        CHECK(unlocked == 100);
+        bool const released = co_await holder.unlock();
+        CHECK(released);
+        bool const done = co_await finishes(waiter_done, 3000ms);
+        CHECK(done);
+        CHECK(waiter_fence > holder.fence());
+        conn.close();
+    });
+    shared_server().cli(strings("ACL", "DELUSER", "nochannels"));
+}
