@@ -76,10 +76,13 @@ step "build build/tsan target colock_threads_test (-j$jobs)"
 cmake --build build/tsan --parallel "$jobs" --target colock_threads_test
 done_step "build tsan"
 
+# test/tsan.supp: the reports proven false (Asio's fenced reference counts; see the file).
+# Passed by absolute path, quoted for TSan's option parser, as ctest runs from build/tsan.
+tsan_supp="$PWD/test/tsan.supp"
 step "ctest build/tsan -R ^threads\$"
 (
     cd build/tsan
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions='$tsan_supp'" \
         "${norandom[@]}" ctest --output-on-failure -R '^threads$' --no-tests=error
 )
 done_step "ctest tsan"
