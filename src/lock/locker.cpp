@@ -285,6 +285,9 @@ bool is_transient(error_code ec, std::string_view server_text = {}) {
 struct name_queue {
     std::list<waiter*> waiters; // a list: leaving from the middle is O(1)
     bool subscribed = false;
+    // The server refused the subscription (an ACL user without the channel, or BUSY): the
+    // waiters poll, by their backoff, for as long as this queue lives.
+    bool subscription_refused = false;
     bool wake_pending = false; // a wake arrived while the head was not sleeping
 };
 
@@ -420,6 +423,16 @@ public:
                                                           std::string const& token) {
         auto deadline = std::make_shared<release_deadline>();
         watch_release(deadline);
+        // When it ends, the shared timer stops if no other release needs it: an armed timer
+        // would keep the io_context running for the whole deadline after the work is done.
+        struct unwatch_on_exit {
+            locker_impl* self;
+            std::shared_ptr<release_deadline>& watched;
+            ~unwatch_on_exit() {
+                watched.reset();
+                self->release_finished();
+            }
+        } unwatch{this, deadline};
         // A connection lost before the reply leaves the outcome unknown: send it again until
         // the deadline. The script checks the token, so a repeat is harmless (it answers 0 if
         // the first one went through, so `true` is only reported when known).
@@ -465,6 +478,15 @@ public:
         release_watch_.push_back({clock_type::now() + release_timeout, d});
         if (!release_timer_armed_)
             arm_release_timer();
+    }
+
+    void release_finished() {
+        while (!release_watch_.empty() && release_watch_.front().release.expired())
+            release_watch_.pop_front();
+        if (release_watch_.empty() && release_timer_armed_) {
+            release_timer_armed_ = false;
+            release_timer_->cancel();
+        }
     }
 
     void arm_release_timer() {
@@ -594,15 +616,18 @@ public:
              lock_options const& opt, asio::cancellation_state cs, clock_type::time_point deadline,
              lock_outcome& out);
 
-    asio::awaitable<void> subscribe(std::string const& channel) {
+    // Completes when the server confirmed the subscription, or refused it (server_error; the
+    // connection has then taken the count back), or the connection could not be made.
+    asio::awaitable<error_code> subscribe(std::string const& channel) {
         std::vector<std::string> channels(1, channel);
         auto token = uncancellable();
-        co_await asio::async_initiate<decltype(token), void(error_code)>(
+        auto [ec] = co_await asio::async_initiate<decltype(token), void(error_code)>(
             [this, &channels](auto handler) {
                 redis::detail::engine_subscribe(engine_, true, std::move(channels),
                                                 std::move(handler));
             },
             token);
+        co_return ec;
     }
     std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
                                             std::int64_t fence, lock_options const& opt,
@@ -977,10 +1002,14 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
     bool need_attempt = false; // the first attempt's answer still stands
     for (;;) {
         bool const head = queue->waiters.front() == &self_waiter;
-        if (head && !queue->subscribed) {
+        if (head && !queue->subscribed && !queue->subscription_refused) {
             // Subscribe, then try: a release published after this attempt reaches us.
             queue->subscribed = true;
-            co_await subscribe(keys.channel);
+            if (error_code sec = co_await subscribe(keys.channel)) {
+                // Not subscribed (nothing to undo on leaving): poll by the backoff instead.
+                queue->subscribed = false;
+                queue->subscription_refused = sec == redis::error::server_error;
+            }
             need_attempt = true;
             if (cancelled(cs)) {
                 fail(asio::error::operation_aborted, {});
@@ -1209,6 +1238,13 @@ asio::awaitable<bool> lock_guard::unlock() {
     auto st = state_;
     if (!st || st->released.exchange(true))
         co_return false;
+    if (st->lost) {
+        // Known lost: the answer is false whatever the server says, so do not wait for it
+        // (it may be down). The release still goes out in the background, in case the key
+        // is still ours there.
+        detail::release_in_background(std::move(st));
+        co_return false;
+    }
     // Its own coroutine on the locker's strand, not reachable by our caller's cancellation:
     // a cancelled caller still gives the lock back.
     auto [ex, result] =

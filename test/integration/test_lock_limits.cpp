@@ -304,9 +304,17 @@ TEST_CASE("BUSY: a waiting co_lock waits out a long script instead of failing") 
 
         lock_options opt = lease(5000ms);
         opt.wait_timeout = 10'000ms;
-        auto g = co_await locks.co_lock(unique_key("busy"), opt);
+        // Caught, so that a failure still waits for the script (its coroutine uses our locals).
+        lock_guard g;
+        std::string failure;
+        try {
+            g = co_await locks.co_lock(unique_key("busy"), opt);
+        } catch (std::exception const& e) {
+            failure = e.what();
+        }
+        co_await finishes(script_done, 5000ms);
+        REQUIRE(failure.empty());
         CHECK(g.owns_lock());
-        CHECK(script_done);
         // Nothing else on the connection was disturbed by the refusals meanwhile.
         auto pong = co_await conn.co_exec(command("ECHO", "still in step"));
         CHECK(pong.at(0).as_string() == "still in step");
@@ -373,9 +381,17 @@ TEST_CASE("LOADING: a waiting co_lock waits while the server loads its data") {
 
         lock_options opt = lease(5000ms);
         opt.wait_timeout = 20'000ms;
-        auto g = co_await locks.co_lock(unique_key("loading"), opt);
+        // Caught, so that a failure still waits for the reload (its coroutine uses our locals).
+        lock_guard g;
+        std::string failure;
+        try {
+            g = co_await locks.co_lock(unique_key("loading"), opt);
+        } catch (std::exception const& e) {
+            failure = e.what();
+        }
+        co_await finishes(reloaded, 20'000ms);
+        REQUIRE(failure.empty());
         CHECK(g.owns_lock());
-        CHECK(reloaded);
         bool const released_4 = co_await g.unlock();
         CHECK(released_4);
         conn.close();
@@ -507,4 +523,99 @@ TEST_CASE("an ACL user without channel permissions: locks work by polling, and n
         conn.close();
     });
     shared_server().cli(strings("ACL", "DELUSER", "nochannels"));
+}
+
+TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake-up, renew, "
+          "extend, unlock") {
+    // Keep in step with README.md, "Operations: ACL permissions".
+    shared_server().cli(strings("ACL", "SETUSER", "lockuser", "reset", "on", ">pw", "~colock:*",
+                                "&colock:*", "+hello", "+ping", "+info", "+evalsha",
+                                "+script|load", "+subscribe", "+unsubscribe", "+get", "+set",
+                                "+pexpire", "+pttl", "+del", "+time", "+publish"));
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = shared_server().config();
+        cfg.username = "lockuser";
+        cfg.password = "pw";
+        redis::connection conn_a{ctx.get_executor(), cfg};
+        redis::connection conn_b{ctx.get_executor(), cfg};
+        co_await conn_a.async_connect(asio::use_awaitable);
+        CHECK_FALSE(conn_a.server_run_id().empty()); // INFO is allowed
+        locker a{conn_a};
+        locker b{conn_b};
+        std::string const name = unique_key("acl-listed");
+        shared_server().cli(strings("SCRIPT", "FLUSH")); // so SCRIPT LOAD is needed too
+        lock_options opt = lease(600ms);
+        opt.renew_interval = 200ms;
+
+        auto holder = co_await a.co_lock(name, opt);
+        bool waiter_done = false;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                auto w = co_await b.co_lock(name, opt);
+                bool const released = co_await w.unlock();
+                waiter_done = released;
+            },
+            asio::detached);
+        co_await sleep_for(900ms); // renewed a few times meanwhile
+        CHECK(holder.owns_lock());
+        bool const extended = co_await holder.extend(2000ms);
+        CHECK(extended);
+        bool const released = co_await holder.unlock();
+        CHECK(released);
+        bool const done = co_await finishes(waiter_done, 3000ms);
+        CHECK(done);
+        conn_a.close();
+        conn_b.close();
+    });
+    shared_server().cli(strings("ACL", "DELUSER", "lockuser"));
+}
+
+// ------------------------------------------------------------------------ lifetime
+
+TEST_CASE("io_context::run() returns once the work is done: no release deadline keeps it "
+          "running") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    bool finished = false;
+    asio::co_spawn(
+        ctx,
+        [&]() -> asio::awaitable<void> {
+            auto g = co_await locks.co_lock(unique_key("run-returns"), lease(5000ms));
+            bool const released = co_await g.unlock();
+            CHECK(released);
+            {
+                auto dropped = co_await locks.co_lock(unique_key("run-returns"), lease(5000ms));
+            } // released in the background
+            co_await sleep_for(100ms);
+            conn.close();
+            finished = true;
+        },
+        asio::detached);
+    auto const start = steady::now();
+    ctx.run_for(20s);
+    CHECK(finished);
+    CHECK(ms_since(start) < 2500); // the release deadline is 5 s
+}
+
+TEST_CASE("unlock() of a guard already known lost returns false at once, server down or not") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        lock_options opt = lease(600ms);
+        opt.renew_interval = 200ms;
+        auto g = co_await locks.co_lock(unique_key("unlock-lost"), opt);
+        server.kill();
+        auto const end = steady::now() + 3s;
+        while (!g.lost() && steady::now() < end)
+            co_await sleep_for(20ms);
+        REQUIRE(g.lost());
+        auto const start = steady::now();
+        bool const released = co_await g.unlock();
+        CHECK_FALSE(released);
+        CHECK(ms_since(start) < 500);
+        conn.close();
+    });
 }
