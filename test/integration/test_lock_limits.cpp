@@ -62,6 +62,15 @@ asio::awaitable<bool> server_says(redis::connection& probe, resp3::request const
     co_return false;
 }
 
+// EVAL of a script that keeps the server busy (other clients get BUSY) for `d`.
+resp3::request busy_script(std::chrono::milliseconds d) {
+    return command("EVAL",
+                   "local s = redis.call('TIME') while true do local n = redis.call('TIME') "
+                   "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > tonumber(ARGV[1]) then break "
+                   "end end return 1",
+                   0, d.count() * 1000);
+}
+
 } // namespace
 
 // ------------------------------------------------------------------------ keys expire
@@ -288,14 +297,7 @@ TEST_CASE("BUSY: a waiting co_lock waits out a long script instead of failing") 
         asio::co_spawn(
             ctx,
             [&]() -> asio::awaitable<void> {
-                co_await blocker.async_exec(
-                    command("EVAL",
-                            "local s = redis.call('TIME') while true do "
-                            "local n = redis.call('TIME') "
-                            "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 1500000 then break end "
-                            "end return 1",
-                            0),
-                    as_tuple);
+                co_await blocker.async_exec(busy_script(1500ms), as_tuple);
                 script_done = true;
             },
             asio::detached);
@@ -325,14 +327,7 @@ TEST_CASE("BUSY: a waiting co_lock waits out a long script instead of failing") 
         asio::co_spawn(
             ctx,
             [&]() -> asio::awaitable<void> {
-                co_await blocker.async_exec(
-                    command("EVAL",
-                            "local s = redis.call('TIME') while true do "
-                            "local n = redis.call('TIME') "
-                            "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 500000 then break end "
-                            "end return 1",
-                            0),
-                    as_tuple);
+                co_await blocker.async_exec(busy_script(500ms), as_tuple);
             },
             asio::detached);
         bool const busy_again = co_await server_says(probe, command("PING"), "BUSY", 2000ms);
@@ -481,9 +476,9 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
           "extend, unlock") {
     // Keep in step with README.md, "Operations: ACL permissions".
     shared_server().cli(strings("ACL", "SETUSER", "lockuser", "reset", "on", ">pw", "~colock:*",
-                                "&colock:*", "+hello", "+ping", "+info", "+evalsha",
-                                "+script|load", "+subscribe", "+unsubscribe", "+get", "+set",
-                                "+pexpire", "+pttl", "+del", "+time", "+publish"));
+                                "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+script|load",
+                                "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
+                                "+del", "+time", "+publish"));
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = shared_server().config();
         cfg.username = "lockuser";
