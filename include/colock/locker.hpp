@@ -90,7 +90,8 @@ public:
     /// Stops renewal, then releases the lock. Returns true when the lock was still ours and
     /// is now free; false when it was lost, already released, or this guard never held one.
     /// A guard already known lost (lost() is true) returns false at once, without waiting
-    /// for the server; its release is still sent in the background. A release whose reply a lost connection swallowed is sent again (the script checks the
+    /// for the server; its release is still sent in the background.
+    /// A release whose reply a lost connection swallowed is sent again (the script checks the
     /// token, so this is safe); if the first one had gone through, the repeat reports false.
     /// Not cancelled by the caller's cancellation: a cancelled caller still gives the lock
     /// back (bounded by a short deadline, 5 s). Throws boost::system::system_error only when

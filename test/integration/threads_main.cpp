@@ -184,8 +184,8 @@ TEST_CASE("co_lock raced with a timer that fires as the grant arrives, on four t
                 for (int i = 0; i < rounds; ++i) {
                     try {
                         asio::steady_timer timer(ex);
-                        timer.expires_after(std::chrono::microseconds(
-                            (c * 37 + i * 101) % (2 * round_trip_us + 1)));
+                        timer.expires_after(std::chrono::microseconds((c * 37 + i * 101) %
+                                                                      (2 * round_trip_us + 1)));
                         auto r = co_await (lk.co_lock(name, opt) ||
                                            timer.async_wait(asio::use_awaitable));
                         if (r.index() == 0) {
