@@ -24,25 +24,42 @@ void append_decimal(std::string& out, std::size_t n) {
     out.append(buf, r.ptr);
 }
 
+// The kind a command has by its name alone; CLIENT REPLY needs its arguments too.
+reply_kind kind_by_name(std::string_view command) noexcept {
+    if (iequals(command, "SUBSCRIBE"))
+        return reply_kind::subscribe;
+    if (iequals(command, "PSUBSCRIBE"))
+        return reply_kind::psubscribe;
+    if (iequals(command, "SSUBSCRIBE"))
+        return reply_kind::ssubscribe;
+    if (iequals(command, "UNSUBSCRIBE"))
+        return reply_kind::unsubscribe;
+    if (iequals(command, "PUNSUBSCRIBE"))
+        return reply_kind::punsubscribe;
+    if (iequals(command, "SUNSUBSCRIBE"))
+        return reply_kind::sunsubscribe;
+    if (iequals(command, "MONITOR") || iequals(command, "RESET"))
+        return reply_kind::unmatchable;
+    return reply_kind::ordinary;
+}
+
+bool is_subscribe(reply_kind k) noexcept {
+    return k == reply_kind::subscribe || k == reply_kind::psubscribe || k == reply_kind::ssubscribe;
+}
+
 } // namespace
 
 request::command_mark request::begin_command(std::string_view command, std::size_t argc) {
     if (command.empty())
         throw std::invalid_argument("colock::resp3::request: empty command name");
 
-    // In RESP3 the subscribe family gets push confirmations instead of replies; the
-    // connection must know, or it would wait for replies that never come.
-    auto kind = command_kind::ordinary;
-    if (iequals(command, "SUBSCRIBE") || iequals(command, "PSUBSCRIBE") ||
-        iequals(command, "SSUBSCRIBE"))
-        kind = command_kind::subscribe;
-    else if (iequals(command, "UNSUBSCRIBE") || iequals(command, "PUNSUBSCRIBE") ||
-             iequals(command, "SUNSUBSCRIBE"))
-        kind = command_kind::unsubscribe;
-
-    if (kind == command_kind::subscribe && argc < 2)
+    auto kind = kind_by_name(command);
+    if (is_subscribe(kind) && argc < 2)
         throw std::invalid_argument("colock::resp3::request: " + std::string(command) +
                                     " needs at least one channel");
+    // Queued by MULTI: answered +QUEUED now, and inside EXEC's reply later.
+    if (in_multi_ && kind != reply_kind::unmatchable)
+        kind = reply_kind::ordinary;
 
     command_mark const mark{payload_.size(), kind};
     try {
@@ -57,19 +74,71 @@ request::command_mark request::begin_command(std::string_view command, std::size
     return mark;
 }
 
-void request::end_command(command_kind kind, std::size_t channels) noexcept {
+std::string_view request::argument(std::size_t from, std::size_t index) const noexcept {
+    // The command was written by begin_command and append_bulk: "*N\r\n" then "$len\r\nbytes\r\n"
+    // per argument, so the lengths can be trusted.
+    std::string_view rest(payload_);
+    rest.remove_prefix(from);
+    rest.remove_prefix(rest.find("\r\n") + 2);
+    for (std::size_t i = 0;; ++i) {
+        if (rest.empty())
+            return {};
+        auto const eol = rest.find("\r\n");
+        std::size_t len = 0;
+        std::from_chars(rest.data() + 1, rest.data() + eol, len);
+        rest.remove_prefix(eol + 2);
+        if (i == index)
+            return rest.substr(0, len);
+        rest.remove_prefix(len + 2);
+    }
+}
+
+void request::end_command(command_mark mark, std::string_view command, std::size_t args) {
+    reply_shape shape{mark.kind, 0};
+    if (shape.kind != reply_kind::ordinary && shape.kind != reply_kind::unmatchable)
+        shape.channels = args;
+    if (iequals(command, "CLIENT") && args >= 2 && iequals(argument(mark.size, 1), "REPLY") &&
+        (iequals(argument(mark.size, 2), "OFF") || iequals(argument(mark.size, 2), "SKIP")))
+        shape.kind = reply_kind::unmatchable;
+
+    try {
+        // Nothing is recorded until the first command that is not ordinary.
+        if (shape.kind != reply_kind::ordinary || !shapes_.empty()) {
+            shapes_.resize(commands_);
+            shapes_.push_back(shape);
+        }
+        if (shape.kind == reply_kind::unmatchable && unmatchable_.empty()) {
+            unmatchable_ = std::string(command);
+            if (iequals(command, "CLIENT")) // CLIENT REPLY OFF, as the caller wrote it
+                for (std::size_t i = 1; i <= 2; ++i)
+                    (unmatchable_ += ' ') += argument(mark.size, i);
+        }
+    } catch (...) {
+        if (shapes_.size() > commands_)
+            shapes_.resize(commands_);
+        payload_.resize(mark.size);
+        throw;
+    }
+
     ++commands_;
-    switch (kind) {
-    case command_kind::ordinary:
+    if (iequals(command, "MULTI"))
+        in_multi_ = true;
+    else if (iequals(command, "EXEC") || iequals(command, "DISCARD"))
+        in_multi_ = false;
+    switch (shape.kind) {
+    case reply_kind::ordinary:
+    case reply_kind::unmatchable:
         ++expected_replies_;
         break;
-    case command_kind::subscribe:
-        expected_confirmations_ += channels;
+    case reply_kind::subscribe:
+    case reply_kind::psubscribe:
+    case reply_kind::ssubscribe:
+        expected_confirmations_ += args;
         break;
-    case command_kind::unsubscribe:
-        // Without channels Redis confirms once per channel the connection was subscribed to,
-        // and once if none: only the connection knows which, so count the minimum.
-        expected_confirmations_ += channels == 0 ? 1 : channels;
+    case reply_kind::unsubscribe:
+    case reply_kind::punsubscribe:
+    case reply_kind::sunsubscribe:
+        expected_confirmations_ += args == 0 ? 1 : args;
         break;
     }
 }
@@ -89,6 +158,9 @@ void request::clear() noexcept {
     commands_ = 0;
     expected_replies_ = 0;
     expected_confirmations_ = 0;
+    shapes_.clear();
+    unmatchable_.clear();
+    in_multi_ = false;
 }
 
 } // namespace colock::resp3

@@ -93,6 +93,8 @@ TEST_SUITE("resp3.request") {
         r.push("SUBSCRIBE", "a", "b");
         CHECK(r.expected_replies() == 0);
         CHECK(r.expected_confirmations() == 2);
+        REQUIRE(r.shapes().size() == 1);
+        CHECK(r.shape(0) == colock::resp3::reply_shape{colock::resp3::reply_kind::subscribe, 2});
         r.push("psubscribe", "p*");
         CHECK(r.expected_confirmations() == 3);
         r.push("SSubscribe", "s1", "s2", "s3");
@@ -109,6 +111,76 @@ TEST_SUITE("resp3.request") {
         CHECK(r.expected_replies() == 1);
         CHECK(r.commands() == 8);
         CHECK(r.payload().starts_with("*3\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\n$1\r\nb\r\n"));
+    }
+
+    TEST_CASE("each command's reply shape; nothing recorded while all are ordinary") {
+        using colock::resp3::reply_kind;
+        using colock::resp3::reply_shape;
+        request r;
+        r.push("GET", "k");
+        r.push("SET", "k", "v");
+        CHECK(r.shapes().empty());
+        CHECK(r.shape(1) == reply_shape{});
+        r.push("ssubscribe", "s1", "s2");
+        r.push("UNSUBSCRIBE");
+        r.push("PUNSUBSCRIBE", "p*");
+        r.push("PING");
+        REQUIRE(r.shapes().size() == 6);
+        CHECK(r.shape(0) == reply_shape{});
+        CHECK(r.shape(2) == reply_shape{reply_kind::ssubscribe, 2});
+        CHECK(r.shape(3) == reply_shape{reply_kind::unsubscribe, 0});
+        CHECK(r.shape(4) == reply_shape{reply_kind::punsubscribe, 1});
+        CHECK(r.shape(5) == reply_shape{});
+        CHECK(r.unmatchable_command().empty());
+        r.clear();
+        CHECK(r.shapes().empty());
+    }
+
+    TEST_CASE("inside a MULTI of the same request, the subscribe family is answered +QUEUED") {
+        using colock::resp3::reply_kind;
+        request r;
+        r.push("MULTI");
+        r.push("SUBSCRIBE", "a");
+        r.push("EXEC");
+        r.push("SUBSCRIBE", "b");
+        CHECK(r.shape(1).kind == reply_kind::ordinary);
+        CHECK(r.shape(3).kind == reply_kind::subscribe);
+        CHECK(r.expected_replies() == 3);
+        CHECK(r.expected_confirmations() == 1);
+        r.push("multi");
+        r.push("UNSUBSCRIBE");
+        r.push("discard");
+        r.push("UNSUBSCRIBE");
+        CHECK(r.shape(5).kind == reply_kind::ordinary);
+        CHECK(r.shape(7).kind == reply_kind::unsubscribe);
+    }
+
+    TEST_CASE("MONITOR, RESET and CLIENT REPLY OFF|SKIP are unmatchable, and named") {
+        using colock::resp3::reply_kind;
+        request r;
+        r.push("CLIENT", "REPLY", "ON");
+        r.push("CLIENT", "SETNAME", "x");
+        CHECK(r.unmatchable_command().empty());
+        CHECK(r.shapes().empty());
+        r.push("client", "reply", "skip");
+        CHECK(r.shape(2).kind == reply_kind::unmatchable);
+        CHECK(r.unmatchable_command() == "client reply skip");
+        r.push("MONITOR");
+        CHECK(r.unmatchable_command() == "client reply skip"); // the first one
+        CHECK(r.shape(3).kind == reply_kind::unmatchable);
+
+        request m;
+        m.push("monitor");
+        CHECK(m.unmatchable_command() == "monitor");
+        request x;
+        x.push("RESET");
+        CHECK(x.unmatchable_command() == "RESET");
+        request off;
+        off.push_range("CLIENT", std::vector<std::string>{"REPLY", "OFF"});
+        CHECK(off.unmatchable_command() == "CLIENT REPLY OFF");
+        request client;
+        client.push("CLIENT");
+        CHECK(client.unmatchable_command().empty());
     }
 
     TEST_CASE("names that only resemble the subscribe family are ordinary") {

@@ -9,23 +9,57 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 namespace colock::resp3 {
+
+/// How the server answers one command, as far as matching answers to commands is concerned.
+enum class reply_kind : std::uint8_t {
+    /// One reply, which may be an error reply.
+    ordinary,
+    /// One push confirmation per channel ("subscribe", channel, count), or, when the server
+    /// refuses the command (NOPERM, BUSY, ...), one ordinary error reply for all of it.
+    subscribe,
+    psubscribe,
+    ssubscribe,
+    /// One push confirmation per channel named. Without channels: one per channel of its kind
+    /// the connection was subscribed to, or a single one with a null channel when there were
+    /// none. Or one ordinary error reply.
+    unsubscribe,
+    punsubscribe,
+    sunsubscribe,
+    /// MONITOR, RESET, CLIENT REPLY OFF|SKIP: they change how, or whether, the server answers
+    /// the commands after them, so the answers of a shared connection could no longer be
+    /// matched to their callers.
+    unmatchable,
+};
+
+/// The answer a command expects.
+struct reply_shape {
+    reply_kind kind = reply_kind::ordinary;
+    /// Channels (or patterns) the command names, for the subscribe family.
+    std::size_t channels = 0;
+
+    friend bool operator==(reply_shape, reply_shape) noexcept = default;
+};
 
 /// A sequence of Redis commands serialised as RESP arrays of bulk strings, ready to be written.
 /// Arguments are binary safe: any byte, "\r\n" and '\0' included, goes through unchanged.
 ///
-/// Also counts the replies the commands will produce, so a connection can match them. A
-/// subscribe-family command (SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and their UN- forms) is answered
-/// in RESP3 by one push confirmation per channel instead of a reply; those are counted apart.
+/// Also records how each command will be answered (its reply_shape), so a connection can match
+/// the answers to the commands. A subscribe-family command (SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and
+/// their UN- forms) is answered in RESP3 by push confirmations, or by one error reply when the
+/// server refuses it. Inside a MULTI opened earlier in the same request every command is
+/// answered +QUEUED (or an error), so it counts as ordinary there. A request of ordinary commands
+/// only records nothing per command.
 class request {
 public:
     /// Appends one command. Each argument may be anything convertible to std::string_view, or
     /// an integer (written in decimal).
     ///
     /// Throws std::invalid_argument, leaving the request unchanged, for an empty command name
-    /// or a SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE without a channel: Redis would answer the latter
-    /// with an ordinary error instead of a push, and the replies would no longer match.
+    /// or a SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE without a channel (which the server could only
+    /// refuse).
     template <class... Args>
     void push(std::string_view command, Args const&... args) {
         auto const mark = begin_command(command, 1 + sizeof...(Args));
@@ -35,7 +69,7 @@ public:
             payload_.resize(mark.size);
             throw;
         }
-        end_command(mark.kind, sizeof...(Args));
+        end_command(mark, command, sizeof...(Args));
     }
 
     /// Appends one command whose arguments come from a (multi-pass) range of string-like or
@@ -59,7 +93,7 @@ public:
             payload_.resize(mark.size);
             throw;
         }
-        end_command(mark.kind, n);
+        end_command(mark, command, n);
     }
 
     /// The serialised bytes of every command pushed so far.
@@ -76,26 +110,41 @@ public:
     /// Number of commands pushed.
     std::size_t commands() const noexcept { return commands_; }
 
-    /// Number of ordinary replies expected (commands other than the subscribe family).
+    /// Number of commands answered by one ordinary reply (all but the subscribe family).
     std::size_t expected_replies() const noexcept { return expected_replies_; }
 
-    /// Number of push confirmations expected from subscribe-family commands.
+    /// Least number of push confirmations the subscribe-family commands get when the server
+    /// accepts them (an argument-less UN- form counts one).
     std::size_t expected_confirmations() const noexcept { return expected_confirmations_; }
+
+    /// How each command is answered, in order; empty when every command is ordinary.
+    std::vector<reply_shape> const& shapes() const noexcept { return shapes_; }
+
+    /// How command `i` (0-based, below commands()) is answered.
+    reply_shape shape(std::size_t i) const noexcept {
+        return shapes_.empty() ? reply_shape{} : shapes_[i];
+    }
+
+    /// The first command whose kind is reply_kind::unmatchable, as written ("MONITOR",
+    /// "CLIENT REPLY OFF"); empty when there is none.
+    std::string const& unmatchable_command() const noexcept { return unmatchable_; }
 
     bool empty() const noexcept { return commands_ == 0; }
     void clear() noexcept;
     void reserve(std::size_t bytes) { payload_.reserve(bytes); }
 
 private:
-    enum class command_kind : std::uint8_t { ordinary, subscribe, unsubscribe };
     struct command_mark {
         std::size_t size; // payload size before the command, to undo it
-        command_kind kind;
+        reply_kind kind;
     };
 
     // Validates the command and writes the array header and the command name.
     command_mark begin_command(std::string_view command, std::size_t argc);
-    void end_command(command_kind kind, std::size_t channels) noexcept;
+    // Records the command's shape; strong guarantee (undoes the payload if that throws).
+    void end_command(command_mark mark, std::string_view command, std::size_t args);
+    // The argument `index` (0 is the command name) of the command written from `from`.
+    std::string_view argument(std::size_t from, std::size_t index) const noexcept;
     void append_bulk(std::string_view bytes);
 
     template <class T>
@@ -116,6 +165,9 @@ private:
     std::size_t commands_ = 0;
     std::size_t expected_replies_ = 0;
     std::size_t expected_confirmations_ = 0;
+    std::vector<reply_shape> shapes_; // filled from the first command that is not ordinary
+    std::string unmatchable_;
+    bool in_multi_ = false;
 };
 
 } // namespace colock::resp3
