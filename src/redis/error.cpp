@@ -26,6 +26,8 @@ public:
             return "the Redis server sent a reply that was not expected";
         case error::closed:
             return "the Redis connection was closed";
+        case error::unsupported_command:
+            return "the request holds a command that a shared Redis connection cannot send";
         }
         return "unknown colock.redis error " + std::to_string(ev);
     }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -168,6 +169,42 @@ inline asio::awaitable<bool> finishes(bool const& done, std::chrono::millisecond
     while (!done && steady::now() < end)
         co_await sleep_for(std::chrono::milliseconds{5});
     co_return done;
+}
+
+/// The outcome of a request sent with a callback, for requests that stay in flight while the
+/// test does something else.
+struct exec_outcome {
+    bool done = false;
+    boost::system::error_code ec;
+    redis::response replies;
+};
+
+/// Sends `req` on `conn`; `into` receives the outcome.
+inline void exec_into(redis::connection& conn, resp3::request req,
+                      std::shared_ptr<exec_outcome> const& into) {
+    conn.async_exec(std::move(req), [into](boost::system::error_code ec, redis::response r) {
+        into->ec = ec;
+        into->replies = std::move(r);
+        into->done = true;
+    });
+}
+
+/// The text of a string reply, or "<not a string>".
+inline std::string text_of(resp3::value const& v) {
+    auto s = v.as_string();
+    return s ? std::string(*s) : std::string("<not a string>");
+}
+
+/// Waits until `probe()` is true or `limit` has passed; returns the last answer.
+template <class Probe>
+asio::awaitable<bool> finishes_when(Probe probe, std::chrono::milliseconds limit) {
+    auto const end = steady::now() + limit;
+    bool ok = probe();
+    while (!ok && steady::now() < end) {
+        co_await sleep_for(std::chrono::milliseconds{5});
+        ok = probe();
+    }
+    co_return ok;
 }
 
 /// `calls` of one command in INFO commandstats; 0 when the server has not seen it.

@@ -31,7 +31,9 @@ struct config {
     /// PEM file of trusted CAs; empty means the system's default verify paths.
     std::string tls_ca_file;
 
-    /// Budget for resolve + TCP connect + TLS handshake + the HELLO handshake of one attempt.
+    /// Budget for resolve + TCP connect + TLS handshake + the HELLO handshake of one attempt:
+    /// one deadline for all of them. A name resolution still running at the deadline is
+    /// abandoned (getaddrinfo cannot be interrupted; its late result is dropped).
     std::chrono::milliseconds connect_timeout{5000};
     /// A PING is sent this often while connected; a reply that does not come within one more
     /// interval declares the server dead and the connection is re-established. 0 disables it.

@@ -22,7 +22,8 @@
 namespace colock::redis {
 
 /// The replies to one request, one value per command, in command order. A command the server
-/// refused is an error value (`value::is_error()`) holding the server's text.
+/// refused is an error value (`value::is_error()`) holding the server's text; a subscribe-family
+/// command the server accepted has its last push confirmation.
 using response = std::vector<resp3::value>;
 
 /// Thrown by connection::co_exec when the server refuses a command: the code is
@@ -52,9 +53,17 @@ shared_engine const& engine_of(connection const& conn) noexcept;
 void engine_exec(
     shared_engine const& engine, resp3::request req,
     boost::asio::any_completion_handler<void(boost::system::error_code, response)> handler);
-void engine_subscribe(shared_engine const& engine, bool subscribe,
-                      std::vector<std::string> channels,
-                      boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
+// Counted subscriptions (connection::async_subscribe / async_unsubscribe) for colock's own
+// layers. Completes once the server has answered: an empty code when it confirmed, or at once
+// while disconnected (the next handshake subscribes to every counted channel). A refusal
+// completes with error::server_error and the server's text (NOPERM ...); a refused subscribe
+// counts nothing, so nobody believes it is subscribed. error::closed after close(), or the
+// connect error when the connection it started could not be established (nothing counted
+// either). Never cancellable: the counts and the server must agree.
+void engine_change_subscription(
+    shared_engine const& engine, bool subscribe, std::vector<std::string> channels,
+    boost::asio::any_completion_handler<void(boost::system::error_code, std::string server_text)>
+        handler);
 void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_listener> l);
 void engine_remove_listener(shared_engine const& engine, push_listener const* l);
 boost::asio::any_io_executor engine_executor(shared_engine const& engine);
@@ -63,7 +72,9 @@ std::uint64_t engine_server_changes(shared_engine const& engine) noexcept;
 
 /// Receives what the server sends on its own initiative: RESP3 push messages (pub/sub
 /// messages, subscribe confirmations, client-side caching invalidations), and notice that the
-/// connection was (re-)established. Called on the connection's strand; must not block.
+/// connection was (re-)established. Called on the connection's strand; must not block. An
+/// exception thrown by a listener is caught and recorded in connection::last_error_text(); the
+/// connection and the other listeners carry on.
 class push_listener {
 public:
     virtual ~push_listener() = default;
@@ -80,11 +91,13 @@ public:
 /// One connection to one Redis server, shared by any number of coroutines.
 ///
 /// Requests queued while a write is in flight go out together in the next write (automatic
-/// pipelining); replies are matched to requests in order. The connection performs the HELLO 3 /
-/// AUTH / SELECT / CLIENT SETNAME handshake, checks the server's health with PING, and
-/// re-establishes itself with backoff after a loss. A request written before a loss fails with
-/// error::connection_lost and is never re-sent; requests not yet written wait for the next
-/// connection.
+/// pipelining); replies are matched to requests in order, subscribe-family commands included
+/// (their push confirmations, or the one error reply that refuses them). The connection
+/// performs the HELLO 3 / AUTH / SELECT / CLIENT SETNAME handshake, checks the server's health
+/// with PING, and re-establishes itself with backoff after a loss. A request written (all its
+/// bytes handed to the socket) before a loss fails with error::connection_lost and is never
+/// re-sent: it may have run. Requests not yet written, or written only in part (the server runs
+/// whole commands only), wait for the next connection.
 ///
 /// @par Thread safety
 /// All member functions may be called from any thread: the state lives on a strand of the
@@ -124,15 +137,27 @@ public:
             [this](auto handler) { start_connect(std::move(handler)); }, token);
     }
 
-    /// Sends every command of `req` and completes with their replies. Connects lazily when
-    /// async_connect was not called. Subscribe-family commands have no reply of their own
-    /// (their confirmations are push messages); use async_subscribe for subscriptions that
-    /// survive reconnection.
+    /// Sends every command of `req` and completes once each has its answer. Connects lazily
+    /// when async_connect was not called.
+    ///
+    /// Subscribe-family commands (SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and their UN- forms) are
+    /// answered by push confirmations, one per channel, which the push listeners see too; their
+    /// answer in the response is the last confirmation, or the error reply with which the
+    /// server refused the whole command (NOPERM for an ACL user without the channel, BUSY).
+    /// An argument-less UN- form is answered once every subscription of its kind is gone.
+    /// Subscriptions made this way are not renewed after a reconnection and may undo those of
+    /// async_subscribe (an argument-less UNSUBSCRIBE drops them all): use async_subscribe.
+    ///
+    /// Commands that change how the server answers later commands cannot be sent on a shared
+    /// connection: a request holding MONITOR, RESET or CLIENT REPLY OFF|SKIP completes at once
+    /// with error::unsupported_command, nothing written, and its response holds an error value
+    /// naming the command.
     ///
     /// @par Completion signature
-    /// `void(boost::system::error_code, response)`. The code is error::server_error when any
-    /// reply is an error reply (the response still holds every reply), error::connection_lost
-    /// when the connection dropped after the request was written, error::closed after close().
+    /// `void(boost::system::error_code, response)`. The response holds one value per command.
+    /// The code is error::server_error when any answer is an error reply (the response still
+    /// holds every answer), error::connection_lost when the connection dropped after the
+    /// request was written, error::closed after close(), error::unsupported_command as above.
     ///
     /// @par Per-operation cancellation
     /// terminal, partial: a request not yet written is removed from the queue; one already
@@ -150,22 +175,32 @@ public:
     }
 
     /// Awaitable form of async_exec that throws on failure: server_error (with the server's
-    /// text) for an error reply, boost::system::system_error otherwise.
+    /// text) for an error reply, boost::system::system_error otherwise (naming the command for
+    /// error::unsupported_command).
     boost::asio::awaitable<response> co_exec(resp3::request req);
 
     /// Subscribes to channels (SUBSCRIBE) and remembers them, so they are subscribed again on
     /// every reconnection. Subscriptions are counted per channel: each async_subscribe needs its
     /// own async_unsubscribe, and only the first and the last reach the server, so independent
     /// users of one connection do not undo each other's subscriptions. Messages arrive at the push
-    /// listeners. Completes once the command is written; Redis applies commands in order, so a
-    /// later request on this connection runs after the subscription took effect.
+    /// listeners.
+    ///
+    /// Completes once the server has confirmed every channel (including a SUBSCRIBE of the same
+    /// channel already on its way for someone else), or at once while disconnected: the
+    /// reconnection's handshake then subscribes, before any request queued later. When nothing
+    /// runs yet it starts the connection and waits for its handshake. When the server refuses
+    /// (an ACL user without the channel: NOPERM), it completes with error::server_error,
+    /// counts nothing, and last_error_text() holds the server's text; requests around it are
+    /// not disturbed. A channel the server refuses in a reconnection's handshake is dropped
+    /// from the counts (last_error_text() names it) and the connection works on.
     ///
     /// @par Completion signature
-    /// `void(boost::system::error_code)`.
+    /// `void(boost::system::error_code)`: empty, error::server_error, error::closed (close()
+    /// before the answer; nothing counted), or the connect error of the connection it started.
     /// @par Per-operation cancellation
-    /// None: the subscription count and the server must agree. It completes as soon as the
-    /// command is written, or at once while disconnected (the reconnection's handshake then
-    /// subscribes, before any request queued later).
+    /// None: the subscription count and the server must agree.
+    /// @par Thread safety
+    /// As every member function: callable from any thread.
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_subscribe(std::vector<std::string> channels, CompletionToken&& token = {}) {
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
@@ -175,8 +210,12 @@ public:
             token, std::move(channels));
     }
 
-    /// Drops one subscription to each channel; the last one sends UNSUBSCRIBE. Same completion
-    /// and cancellation as async_subscribe.
+    /// Drops one subscription to each channel; the last one sends UNSUBSCRIBE. Completes once
+    /// the server has confirmed, or at once when no UNSUBSCRIBE is needed or the connection is
+    /// down (the next handshake subscribes only to what is still counted). A refused UNSUBSCRIBE
+    /// completes with error::server_error; the count is dropped all the same (the caller has
+    /// let go), and the server's subscription lasts until the next reconnection. No
+    /// cancellation, as async_subscribe.
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_unsubscribe(std::vector<std::string> channels, CompletionToken&& token = {}) {
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
@@ -206,7 +245,8 @@ public:
     /// Number of reconnections that reached another server instance (a different run_id) than
     /// the connection before them. Both run_ids must be known for a change to count.
     std::uint64_t server_change_count() const noexcept;
-    /// Text of the last connection failure (server reason, or the network error), for logs.
+    /// Text of the last failure, for logs: a connection failure (the server's reason, or the
+    /// network error), a subscription the server refused, or a push listener that threw.
     std::string last_error_text() const;
 
 private:

@@ -22,6 +22,10 @@ enum class error {
     unexpected_reply,
     /// close() was called, or the connection object was destroyed.
     closed,
+    /// The request holds a command that would change how the server answers later commands
+    /// (MONITOR, RESET, CLIENT REPLY OFF|SKIP), which a shared connection cannot send. Nothing
+    /// was written; the response names the command.
+    unsupported_command,
 };
 
 boost::system::error_category const& error_category() noexcept;

@@ -1,0 +1,297 @@
+// The engine's bookkeeping: queues, completions, subscriptions, connect and close.
+#include "connection_impl.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace colock::redis::detail {
+
+connection_impl::connection_impl(asio::any_io_executor ex, config cfg)
+    : executor_(std::move(ex))
+    , strand_(asio::make_strand(executor_))
+    , cfg_(std::move(cfg))
+    , backoff_timer_(strand_) {}
+
+std::string connection_impl::run_id() const {
+    std::lock_guard lock(error_mutex_);
+    return server_run_id_;
+}
+
+void connection_impl::set_error_text(std::string text) {
+    std::lock_guard lock(error_mutex_);
+    last_error_text_ = std::move(text);
+}
+
+// ---------------------------------------------------------------- completion
+
+void connection_impl::complete(entry_ptr const& e, error_code ec) {
+    if (e->state == exec_entry::stage::done)
+        return;
+    e->state = exec_entry::stage::done;
+    auto slot = e->slot;
+    if (auto* h = std::get_if<exec_handler>(&e->handler)) {
+        if (!ec && std::any_of(e->replies.begin(), e->replies.end(),
+                               [](resp3::value const& v) { return v.is_error(); }))
+            ec = error::server_error;
+        // Batched: one strand turn delivers every reply parsed from one read.
+        ready_.push_back(ready_exec{std::move(*h), slot, ec, std::move(e->replies)});
+        if (!flush_posted_) {
+            flush_posted_ = true;
+            asio::post(strand_, [self = shared_from_this()] { self->flush_ready(); });
+        }
+    } else if (std::holds_alternative<subscription_command>(e->handler)) {
+        on_subscription_answer(*e, ec);
+    }
+    e->handler = std::monostate{};
+}
+
+// Delivers the batch on the handlers' own executors; inline when that executor runs on this
+// thread (a coroutine on the same io_context), which saves a post per reply.
+void connection_impl::flush_ready() {
+    flush_posted_ = false;
+    std::swap(ready_, flushing_);
+    for (auto& r : flushing_)
+        colock::detail::complete_now(strand_, std::move(r.handler), r.slot, r.ec,
+                                     std::move(r.replies));
+    flushing_.clear();
+}
+
+// Completes everything a session holds. Its requests are never carried over to another
+// socket: written ones may have run, the rest (handshake, PING, subscription commands) only
+// meant something on this one.
+void connection_impl::fail_session(session& s, error_code in_flight_ec, error_code queued_ec) {
+    s.matcher.clear();
+    fail_queued(s.in_flight, in_flight_ec);
+    fail_queued(s.handshake_queue, queued_ec);
+    fail_queued(s.session_queue, queued_ec);
+}
+
+// ---------------------------------------------------------------- requests
+
+entry_ptr connection_impl::make_entry(std::string payload, std::size_t commands,
+                                      std::vector<resp3::reply_shape> shapes) {
+    auto e = std::make_shared<exec_entry>();
+    e->payload = std::move(payload);
+    e->commands = commands;
+    e->shapes = std::move(shapes);
+    return e;
+}
+
+void connection_impl::start_exec(resp3::request req, exec_handler handler) {
+    if (req.empty()) {
+        deliver(std::move(handler), {}, error_code{}, response{});
+        return;
+    }
+    if (!req.unmatchable_command().empty()) {
+        // Refused before anything is written: the caller learns which command, and why.
+        response r(req.commands());
+        for (std::size_t i = 0; i < req.commands(); ++i) {
+            if (req.shape(i).kind != resp3::reply_kind::unmatchable)
+                continue;
+            r[i].type = resp3::type::simple_error;
+            r[i].text = fmt::format("ERR colock: {} cannot be sent on a shared connection: it "
+                                    "changes how the server answers the commands after it",
+                                    req.unmatchable_command());
+            break;
+        }
+        deliver(std::move(handler), {}, error_code(error::unsupported_command), std::move(r));
+        return;
+    }
+    std::size_t const commands = req.commands();
+    auto shapes = req.shapes();
+    auto e = make_entry(req.take_payload(), commands, std::move(shapes));
+    bind_cancellation(e, handler);
+    e->handler = std::move(handler);
+    asio::dispatch(strand_,
+                   [self = shared_from_this(), e]() mutable { self->enqueue_user(std::move(e)); });
+}
+
+void connection_impl::enqueue_user(entry_ptr e) {
+    if (e->state == exec_entry::stage::done)
+        return; // cancelled before it reached the strand
+    user_queue_.push_back(std::move(e));
+    if (!running_)
+        start_run_loop();
+    else
+        wake_writer();
+}
+
+void connection_impl::wake_writer() {
+    if (session_)
+        session_->wakeup.cancel();
+}
+
+void connection_impl::cancel_entry(entry_ptr const& e, asio::cancellation_type type) {
+    if (e->state == exec_entry::stage::done)
+        return;
+    if (e->state == exec_entry::stage::queued) {
+        // Left in its queue; the writer skips entries that are done.
+        complete(e, asio::error::operation_aborted);
+        return;
+    }
+    // Written: the server may have run it. Only terminal and partial cancellation allow
+    // completing without the outcome; the replies are still read and dropped.
+    if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) !=
+        asio::cancellation_type::none) {
+        e->discard = true;
+        complete(e, asio::error::operation_aborted);
+    }
+}
+
+// ---------------------------------------------------------------- subscriptions
+
+void connection_impl::change_subscription(
+    bool subscribe, std::vector<std::string> channels,
+    std::variant<connect_handler, subscription_handler> handler) {
+    // Nothing runs: a subscription waits for the connection it starts, like a request would.
+    bool const wait = subscribe && !running_;
+    auto [op, commands] = book_.change(subscribe, std::move(channels), wait);
+    subscription_ops_.emplace(op, std::move(handler));
+    for (auto const& c : commands)
+        send_subscription_command(c);
+    if (wait && !running_)
+        start_run_loop();
+    deliver_subscriptions();
+}
+
+void connection_impl::send_subscription_command(subscription_book::command const& c) {
+    if (!session_) {
+        // The book only opens a session for session_; if they ever disagree, nothing waits.
+        book_.close_session();
+        return;
+    }
+    resp3::request req;
+    req.push_range(c.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", c.channels);
+    std::size_t const commands = req.commands();
+    auto shapes = req.shapes();
+    auto e = make_entry(req.take_payload(), commands, std::move(shapes));
+    std::string text = c.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE";
+    for (auto const& channel : c.channels)
+        (text += ' ') += channel;
+    e->handler = subscription_command{c.id, std::move(text)};
+    session_->session_queue.push_back(std::move(e));
+    wake_writer();
+}
+
+void connection_impl::on_subscription_answer(exec_entry& e, error_code ec) {
+    auto const& cmd = std::get<subscription_command>(e.handler);
+    if (ec == error::server_error)
+        ec = {}; // the answer is the refusal itself
+    if (ec || e.replies.size() != 1)
+        return; // the socket is gone; closing its session tells the book
+    auto const& answer = e.replies[0];
+    if (answer.is_error())
+        set_error_text(
+            fmt::format("{} refused {}: {}", cfg_.to_redacted_url(), cmd.text, answer.text));
+    book_.on_answer(cmd.id, answer.is_error(), answer.text);
+    deliver_subscriptions();
+}
+
+void connection_impl::deliver_subscriptions() {
+    for (auto& f : book_.take_finished()) {
+        auto node = subscription_ops_.extract(f.op);
+        if (node.empty())
+            continue;
+        if (auto* h = std::get_if<connect_handler>(&node.mapped()))
+            deliver(std::move(*h), {}, f.ec);
+        else
+            deliver(std::move(std::get<subscription_handler>(node.mapped())), {}, f.ec,
+                    std::move(f.server_text));
+    }
+}
+
+// ---------------------------------------------------------------- connect / close
+
+void connection_impl::start_connect(connect_handler handler) {
+    auto w = std::make_shared<connect_waiter>(std::move(handler));
+    if (w->slot.is_connected()) {
+        // Installed on the caller's thread, where the caller emits. Only this wait is
+        // abandoned; the connection is closed too when nobody else is using it.
+        w->slot.assign([weak = weak_from_this(),
+                        weak_w = std::weak_ptr<connect_waiter>(w)](asio::cancellation_type t) {
+            if ((t & asio::cancellation_type::terminal) == asio::cancellation_type::none)
+                return;
+            auto s = weak.lock();
+            auto cw = weak_w.lock();
+            if (s && cw)
+                asio::dispatch(s->strand_, [s, cw] { s->cancel_connect_waiter(cw); });
+        });
+    }
+    asio::dispatch(strand_, [self = shared_from_this(), w]() mutable {
+        if (w->done)
+            return;
+        if (self->session_ && self->session_->ready) {
+            self->finish_connect_waiter(w, {});
+            return;
+        }
+        self->connect_waiters_.push_back(w);
+        if (!self->running_)
+            self->start_run_loop();
+    });
+}
+
+void connection_impl::cancel_connect_waiter(std::shared_ptr<connect_waiter> const& w) {
+    std::erase(connect_waiters_, w);
+    finish_connect_waiter(w, asio::error::operation_aborted);
+    bool const in_use = !connect_waiters_.empty() || !user_queue_.empty() ||
+                        !subscription_ops_.empty() || (session_ && !session_->in_flight.empty());
+    if (!ever_connected_ && running_ && !in_use)
+        close(error::closed);
+}
+
+void connection_impl::finish_connect_waiter(std::shared_ptr<connect_waiter> const& w,
+                                            error_code ec) {
+    if (w->done)
+        return;
+    w->done = true;
+    deliver(std::move(w->handler), w->slot, ec);
+}
+
+void connection_impl::finish_connect_waiters(error_code ec) {
+    auto waiters = std::move(connect_waiters_);
+    connect_waiters_.clear();
+    for (auto& w : waiters)
+        finish_connect_waiter(w, ec);
+}
+
+void connection_impl::close(error_code ec) {
+    ++generation_;
+    ever_connected_ = false;
+    if (run_cancel_)
+        run_cancel_->emit(asio::cancellation_type::terminal);
+    run_cancel_.reset();
+    running_ = false;
+    connected_ = false;
+    backoff_timer_.cancel();
+    if (auto s = std::move(session_)) {
+        // Its writer may still resume (a write that completed just now): it must find that
+        // it has nothing left to do, and take nothing from the queue of the next connection.
+        s->detached = true;
+        error_code ignored;
+        s->socket.close(ignored);
+        fail_session(*s, ec, ec);
+    }
+    book_.close_session(ec);
+    book_.abandon_waiting(ec);
+    deliver_subscriptions();
+    fail_queued(user_queue_, ec);
+    finish_connect_waiters(ec);
+}
+
+void connection_impl::start_run_loop() {
+    running_ = true;
+    run_cancel_ = std::make_shared<asio::cancellation_signal>();
+    asio::co_spawn(strand_, run_loop(shared_from_this(), generation_),
+                   asio::bind_cancellation_slot(
+                       run_cancel_->slot(), [keep = run_cancel_](std::exception_ptr e) {
+                           if (e)
+                               std::rethrow_exception(e); // a bug: let it be seen
+                       }));
+}
+
+} // namespace colock::redis::detail

@@ -1,0 +1,288 @@
+// The connection engine: one run loop per connection object owns the socket; a reader, a writer
+// and a handshake/health coroutine share it while it is up. Everything runs on one strand.
+// Private to the library: connection_impl.cpp keeps the queues, completions and subscriptions,
+// connection_run.cpp does the I/O.
+#pragma once
+
+#include <colock/redis/connection.hpp>
+#include <colock/resp3/parser.hpp>
+
+#include "../detail/completion.hpp"
+#include "reply_matcher.hpp"
+#include "subscription_book.hpp"
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <variant>
+#include <vector>
+
+namespace colock::redis::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using tcp = asio::ip::tcp;
+
+using connect_handler = asio::any_completion_handler<void(error_code)>;
+using exec_handler = asio::any_completion_handler<void(error_code, response)>;
+using subscription_handler = asio::any_completion_handler<void(error_code, std::string)>;
+
+inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+using use_nothrow_t = std::decay_t<decltype(use_nothrow)>;
+
+inline bool is_cancelled(asio::cancellation_state const& cs) {
+    return cs.cancelled() != asio::cancellation_type::none;
+}
+
+// A SUBSCRIBE or UNSUBSCRIBE that the subscription book asked for.
+struct subscription_command {
+    subscription_book::command_id id = 0;
+    std::string text; // "SUBSCRIBE a b", for messages
+};
+
+// One request on its way: queued, then written (awaiting replies), then done.
+struct exec_entry {
+    enum class stage { queued, written, done };
+
+    std::string payload;
+    std::size_t commands = 0;
+    std::vector<resp3::reply_shape> shapes; // empty: every command ordinary
+    response replies;
+    std::variant<std::monostate, exec_handler, subscription_command> handler;
+    asio::cancellation_slot slot;
+    stage state = stage::queued;
+    bool discard = false;      // cancelled after it was written: its replies are read and dropped
+    bool from_user = false;    // taken from the user queue, where it returns if not written
+    std::size_t write_end = 0; // in the session's write buffer, just after its bytes
+};
+
+using entry_ptr = std::shared_ptr<exec_entry>;
+
+// Everything that belongs to one socket. A new session per connection attempt, so a run loop
+// that is winding down never touches its successor's state.
+struct session {
+    explicit session(asio::strand<asio::any_io_executor> const& strand)
+        : socket(strand), wakeup(strand) {}
+
+    tcp::socket socket;
+    std::optional<asio::ssl::stream<tcp::socket&>> tls;
+    asio::steady_timer wakeup; // cancelled to wake the writer
+    // Resolve, connect, TLS and the handshake all end by this time (config::connect_timeout).
+    std::chrono::steady_clock::time_point deadline;
+    std::deque<entry_ptr> in_flight; // written (or being written), in order
+    reply_matcher matcher;           // the answers of in_flight, in step with it
+    std::vector<char> read_buffer = std::vector<char>(64 * 1024);
+    std::size_t read_begin = 0;
+    std::size_t read_end = 0;
+    resp3::parser parser;
+    std::string write_buffer;
+    // Requests that only make sense on this socket: never carried over to the next one.
+    std::deque<entry_ptr> handshake_queue; // written first, before the handshake is done
+    std::deque<entry_ptr> session_queue;   // health-check PINGs and subscription commands
+    bool ready = false;                    // handshake done: user requests may be written
+    bool detached = false;                 // no longer the connection's session: takes nothing more
+    std::string run_id;                    // of the server this session reached; empty when unknown
+};
+
+// The run_id field of an INFO reply; empty when missing or malformed.
+std::string parse_run_id(resp3::value const& info);
+
+class connection_impl : public std::enable_shared_from_this<connection_impl> {
+public:
+    using strand_type = asio::strand<asio::any_io_executor>;
+
+    connection_impl(asio::any_io_executor ex, config cfg);
+
+    asio::any_io_executor executor_;
+    strand_type strand_;
+    config cfg_;
+    std::optional<asio::ssl::context> tls_context_;
+
+    // --- state below is touched on the strand only ---
+    std::deque<entry_ptr> user_queue_; // not yet written; survives reconnections
+    // A pending async_connect. Move-constructed only (Boost 1.81's any_completion_handler
+    // move assignment recurses); `done` makes exactly one outcome complete it.
+    struct connect_waiter {
+        explicit connect_waiter(connect_handler h)
+            : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
+        connect_handler handler;
+        asio::cancellation_slot slot;
+        bool done = false;
+    };
+    std::vector<std::shared_ptr<connect_waiter>> connect_waiters_;
+    std::shared_ptr<session> session_;
+    subscription_book book_;
+    std::map<subscription_book::op_id, std::variant<connect_handler, subscription_handler>>
+        subscription_ops_;
+    std::vector<std::shared_ptr<push_listener>> listeners_;
+    asio::steady_timer backoff_timer_;
+    // Shared with the run loop's completion handler: the signal must outlive the coroutine,
+    // whose pending operations hold slots connected to it.
+    std::shared_ptr<asio::cancellation_signal> run_cancel_;
+    bool running_ = false;
+    bool ever_connected_ = false;
+    std::uint64_t generation_ = 0;
+
+    struct ready_exec {
+        exec_handler handler;
+        asio::cancellation_slot slot;
+        error_code ec;
+        response replies;
+    };
+    std::vector<ready_exec> ready_;
+    std::vector<ready_exec> flushing_;
+    bool flush_posted_ = false;
+
+    // --- readable from any thread ---
+    std::atomic<bool> connected_{false};
+    std::atomic<std::uint64_t> reconnects_{0};
+    // Counts reconnections that reached a different server instance (another run_id) than the
+    // connection before: everything the old instance held may be gone. Bumped on the strand
+    // before the listeners hear of it, so a reader that saw the old value can tell that a reply
+    // it holds came from before the change.
+    std::atomic<std::uint64_t> server_changes_{0};
+    mutable std::mutex error_mutex_; // guards last_error_text_ and server_run_id_
+    std::string last_error_text_;
+    std::string server_run_id_; // from INFO server; empty when the server would not say
+
+    std::string run_id() const;
+    void set_error_text(std::string text);
+
+    // --- completion (connection_impl.cpp) ---
+    void complete(entry_ptr const& e, error_code ec);
+    template <class Handler, class... Args>
+    void deliver(Handler handler, asio::cancellation_slot slot, Args... args);
+    void flush_ready();
+    template <class Queue>
+    void fail_queued(Queue& queue, error_code ec);
+    void fail_session(session& s, error_code in_flight_ec, error_code queued_ec);
+
+    // --- requests ---
+    entry_ptr make_entry(std::string payload, std::size_t commands,
+                         std::vector<resp3::reply_shape> shapes);
+    template <class Handler>
+    void bind_cancellation(entry_ptr const& e, Handler const& handler);
+    void start_exec(resp3::request req, exec_handler handler);
+    void enqueue_user(entry_ptr e);
+    void wake_writer();
+    void cancel_entry(entry_ptr const& e, asio::cancellation_type type);
+    struct cancel_handler;
+
+    // --- subscriptions ---
+    void change_subscription(bool subscribe, std::vector<std::string> channels,
+                             std::variant<connect_handler, subscription_handler> handler);
+    void send_subscription_command(subscription_book::command const& c);
+    void on_subscription_answer(exec_entry& e, error_code ec);
+    void deliver_subscriptions();
+
+    // --- listeners: a listener that throws must not take the connection down ---
+    template <class Call>
+    void notify_listeners(Call call);
+
+    // --- connect / close ---
+    void start_connect(connect_handler handler);
+    void cancel_connect_waiter(std::shared_ptr<connect_waiter> const& w);
+    void finish_connect_waiter(std::shared_ptr<connect_waiter> const& w, error_code ec);
+    void finish_connect_waiters(error_code ec);
+    void close(error_code ec);
+    void start_run_loop();
+
+    // --- the I/O (connection_run.cpp) ---
+    static asio::awaitable<void> run_loop(std::shared_ptr<connection_impl> self,
+                                          std::uint64_t generation);
+    void end_session(std::shared_ptr<session> const& s, error_code ec, bool& keep_running);
+    asio::awaitable<error_code> run_session(std::shared_ptr<session> s);
+    asio::awaitable<std::tuple<error_code, tcp::resolver::results_type>>
+    resolve(std::chrono::steady_clock::time_point deadline);
+    asio::awaitable<error_code> open_transport(std::shared_ptr<session> s,
+                                               tcp::resolver::results_type endpoints);
+    asio::awaitable<error_code> read_loop(std::shared_ptr<session> s);
+    error_code on_value(session& s, resp3::value v);
+    asio::awaitable<error_code> write_loop(std::shared_ptr<session> s);
+    void take_for_write(session& s, std::deque<entry_ptr>& queue, bool from_user);
+    void put_back_unwritten(session& s, std::size_t batch, std::size_t written, error_code ec);
+    asio::awaitable<std::tuple<error_code, response>>
+    internal_exec(session* s, resp3::request const& req, bool handshake);
+    asio::awaitable<error_code> handshake_and_health(std::shared_ptr<session> s);
+    asio::awaitable<error_code> handshake(std::shared_ptr<session> s);
+    bool other_instance(std::string const& new_run_id) const;
+};
+
+// ------------------------------------------------------------------ templates
+
+template <class Handler, class... Args>
+void connection_impl::deliver(Handler handler, asio::cancellation_slot slot, Args... args) {
+    colock::detail::complete_later(strand_, std::move(handler), slot, std::move(args)...);
+}
+
+struct connection_impl::cancel_handler {
+    // A constructor, not an aggregate: clang 14 has no parenthesised aggregate init.
+    cancel_handler(std::weak_ptr<connection_impl> i, std::weak_ptr<exec_entry> e)
+        : impl(std::move(i)), entry(std::move(e)) {}
+
+    std::weak_ptr<connection_impl> impl;
+    std::weak_ptr<exec_entry> entry;
+
+    void operator()(asio::cancellation_type type) const {
+        auto self = impl.lock();
+        auto e = entry.lock();
+        if (!self || !e)
+            return;
+        // dispatch: when the strand is idle the cancellation takes effect at once, before a
+        // writer already scheduled can put the request on the wire.
+        asio::dispatch(self->strand_, [self, e, type] { self->cancel_entry(e, type); });
+    }
+};
+
+// `handler` must be the type-erased handler that will be completed: converting a handler to
+// any_completion_handler replaces what its slot holds.
+template <class Handler>
+void connection_impl::bind_cancellation(entry_ptr const& e, Handler const& handler) {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    if (slot.is_connected()) {
+        e->slot = slot;
+        slot.template emplace<cancel_handler>(weak_from_this(), e);
+    }
+}
+
+template <class Queue>
+void connection_impl::fail_queued(Queue& queue, error_code ec) {
+    auto entries = std::move(queue);
+    queue.clear();
+    for (auto& e : entries)
+        complete(e, ec);
+}
+
+template <class Call>
+void connection_impl::notify_listeners(Call call) {
+    auto listeners = listeners_; // a listener may add or remove listeners
+    for (auto const& l : listeners) {
+        try {
+            call(*l);
+        } catch (std::exception const& e) {
+            set_error_text(std::string("a push listener threw: ") + e.what());
+        } catch (...) {
+            set_error_text("a push listener threw something that is not a std::exception");
+        }
+    }
+}
+
+} // namespace colock::redis::detail

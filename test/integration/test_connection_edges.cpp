@@ -1,0 +1,228 @@
+// Edge cases of the connection's life: close() racing a writer, a drop in the middle of a
+// write, subscription changes while disconnected, one connect_timeout for the whole set-up,
+// a push listener that throws.
+#include <colock/redis/connection.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/fault_proxy.hpp>
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/post.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+
+namespace {
+
+std::int64_t cli_numsub(redis_server& server, std::string const& channel) {
+    auto const out = server.cli(colock::test::strings("PUBSUB", "NUMSUB", channel));
+    return std::stoll(out.substr(out.rfind('\n') + 1));
+}
+
+} // namespace
+
+TEST_CASE("a request made after close() is never taken by the closed connection's writer") {
+    // The old writer may be about to resume (a write of its own just completed) when close()
+    // runs; try the race at every point a few strand turns apart, and with writes of several
+    // sizes.
+    for (std::size_t size : {std::size_t{10}, std::size_t{256 * 1024}, std::size_t{4 << 20}}) {
+        for (int turns = 0; turns < 8; ++turns) {
+            CAPTURE(size);
+            CAPTURE(turns);
+            run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+                redis::connection conn{ctx.get_executor(), shared_server().config()};
+                co_await conn.async_connect(asio::use_awaitable);
+                auto before = std::make_shared<exec_outcome>();
+                exec_into(conn, command("SET", unique_key("before-close"), std::string(size, 'x')),
+                          before);
+                for (int i = 0; i < turns; ++i)
+                    co_await asio::post(ctx.get_executor(), asio::use_awaitable);
+                conn.close();
+                auto after = std::make_shared<exec_outcome>();
+                exec_into(conn, command("ECHO", "after-close"), after);
+                bool const done = co_await finishes(after->done, 5000ms);
+                CHECK(done);
+                if (done) {
+                    CHECK_FALSE(after->ec);
+                    CHECK(text_of(after->replies.at(0)) == "after-close");
+                }
+                CHECK(co_await finishes(before->done, 5000ms));
+                conn.close();
+                co_await finishes(after->done, 5000ms);
+            });
+        }
+    }
+}
+
+TEST_CASE(
+    "a drop in the middle of a write: the requests not written wait for the next connection") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(server);
+        // Long enough for the big write to cross once the server is back, even on a loaded
+        // machine: the health check's PING waits behind it.
+        cfg.health_check_interval = 1000ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        co_await conn.async_connect(asio::use_awaitable);
+        std::string const key = unique_key("big");
+        // More than a stopped reader's socket buffers take (its receive window stays small).
+        std::size_t const big = 16u << 20;
+
+        // A stopped server reads nothing: the write stalls part way through the big value,
+        // with the small request behind it in the same write, and the health check drops it.
+        server.pause();
+        auto large = std::make_shared<exec_outcome>();
+        auto small = std::make_shared<exec_outcome>();
+        exec_into(conn, command("SET", key, std::string(big, 'b')), large);
+        exec_into(conn, command("ECHO", "behind"), small);
+        bool const dropped = co_await finishes_when([&] { return !conn.is_connected(); }, 5000ms);
+        CHECK(dropped);
+        co_await sleep_for(300ms);
+        CHECK_FALSE(large->done);
+        CHECK_FALSE(small->done);
+        server.resume();
+
+        CHECK(co_await finishes(small->done, 10000ms));
+        CHECK(co_await finishes(large->done, 10000ms));
+        INFO("last error: ", conn.last_error_text());
+        CHECK_FALSE(small->ec);
+        CHECK_FALSE(large->ec);
+        if (!small->ec)
+            CHECK(text_of(small->replies.at(0)) == "behind");
+        auto len = co_await conn.co_exec(command("STRLEN", key));
+        CHECK(len.at(0).as_integer() == static_cast<std::int64_t>(big));
+        conn.close();
+    });
+}
+
+TEST_CASE("an UNSUBSCRIBE from before a reconnection never undoes the reconnection's SUBSCRIBE") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(server);
+        cfg.connect_timeout = 5000ms; // a handshake with the stopped server hangs this long
+        redis::connection conn{ctx.get_executor(), cfg};
+        std::string const channel = unique_key("resubscribed");
+        co_await conn.async_subscribe(colock::test::strings(channel), asio::use_awaitable);
+        CHECK(cli_numsub(server, channel) == 1);
+
+        // Lost, and a new attempt stuck in its handshake: the unsubscription meets a
+        // connection being set up ...
+        server.pause();
+        bool const dropped = co_await finishes_when([&] { return !conn.is_connected(); }, 5000ms);
+        CHECK(dropped);
+        co_await sleep_for(300ms);
+        bool unsubscribed = false;
+        conn.async_unsubscribe(colock::test::strings(channel),
+                               [&](error_code) { unsubscribed = true; });
+        co_await sleep_for(100ms);
+        // ... which dies; the subscription comes back while nothing is connected.
+        server.kill();
+        co_await sleep_for(300ms);
+        bool subscribed = false;
+        conn.async_subscribe(colock::test::strings(channel),
+                             [&](error_code) { subscribed = true; });
+        co_await sleep_for(100ms);
+        server.restart();
+
+        CHECK(co_await finishes_when([&] { return conn.is_connected(); }, 10000ms));
+        CHECK(co_await finishes(unsubscribed, 5000ms));
+        CHECK(co_await finishes(subscribed, 5000ms));
+        co_await conn.co_exec(command("PING"));
+        // The count says 1: so must the server, and stay so.
+        CHECK(cli_numsub(server, channel) == 1);
+        co_await sleep_for(300ms);
+        co_await conn.co_exec(command("PING"));
+        CHECK(cli_numsub(server, channel) == 1);
+        conn.close();
+    });
+}
+
+TEST_CASE("connect_timeout bounds the transport and the handshake together") {
+    redis_server_options opts;
+    opts.tls = true;
+    redis_server server(opts);
+    fault_proxy proxy{server.tls_port()};
+    // 200 ms each way: the TLS handshake takes one round trip, HELLO another, so about
+    // 400 ms each and 800 ms together.
+    proxy.set_latency(200ms);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = server.tls_config();
+        cfg.port = proxy.port();
+        cfg.health_check_interval = 0ms;
+        cfg.connect_timeout = 600ms;
+        redis::connection slow{ctx.get_executor(), cfg};
+        auto const started = steady::now();
+        auto [ec] = co_await slow.async_connect(as_tuple);
+        CHECK(ec == redis::error::connect_timeout);
+        CHECK(ms_since(started) < 1500);
+        CHECK_FALSE(slow.is_connected());
+
+        cfg.connect_timeout = 5000ms;
+        redis::connection patient{ctx.get_executor(), cfg};
+        auto [pec] = co_await patient.async_connect(as_tuple);
+        CHECK_FALSE(pec);
+        patient.close();
+    });
+}
+
+namespace {
+struct throwing_listener final : redis::push_listener {
+    int calls = 0;
+    void on_push(resp3::value const&) override {
+        ++calls;
+        throw std::runtime_error("listener failure on purpose");
+    }
+    void on_reconnect() override { throw std::runtime_error("reconnect failure on purpose"); }
+};
+
+struct message_counter final : redis::push_listener {
+    int messages = 0;
+    void on_push(resp3::value const& v) override {
+        if (!v.elements.empty() && v.elements[0].as_string() == "message")
+            ++messages;
+    }
+};
+} // namespace
+
+TEST_CASE("a push listener that throws does not break the connection") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(shared_server())};
+        auto thrower = std::make_shared<throwing_listener>();
+        auto counter = std::make_shared<message_counter>();
+        conn.add_push_listener(thrower);
+        conn.add_push_listener(counter);
+        std::string const channel = unique_key("throwing");
+        co_await conn.async_subscribe(colock::test::strings(channel), asio::use_awaitable);
+        co_await conn.co_exec(command("PING"));
+        shared_server().cli(colock::test::strings("PUBLISH", channel, "one"));
+        shared_server().cli(colock::test::strings("PUBLISH", channel, "two"));
+        CHECK(co_await finishes_when([&] { return counter->messages == 2; }, 3000ms));
+        CHECK(thrower->calls >= 2);
+        CHECK(conn.last_error_text().find("listener failure on purpose") != std::string::npos);
+        auto pong = co_await conn.co_exec(command("PING"));
+        CHECK(text_of(pong.at(0)) == "PONG");
+        CHECK(conn.is_connected());
+        CHECK(conn.reconnect_count() == 0);
+
+        // A listener throwing from on_reconnect does not stop the reconnection either.
+        shared_server().cli(colock::test::strings("CLIENT", "KILL", "TYPE", "pubsub"));
+        CHECK(co_await finishes_when([&] { return conn.reconnect_count() == 1; }, 5000ms));
+        pong = co_await conn.co_exec(command("PING"));
+        CHECK(text_of(pong.at(0)) == "PONG");
+        shared_server().cli(colock::test::strings("PUBLISH", channel, "three"));
+        CHECK(co_await finishes_when([&] { return counter->messages == 3; }, 3000ms));
+        conn.remove_push_listener(thrower.get());
+        conn.remove_push_listener(counter.get());
+        conn.close();
+    });
+}
