@@ -535,8 +535,9 @@ public:
         if (q->waiters.empty()) {
             if (q->subscribed) {
                 // Nobody waits here any more: drop the subscription.
-                redis::detail::engine_subscribe(
-                    engine_, false, std::vector<std::string>(1, channel), [](error_code) {});
+                redis::detail::engine_change_subscription(engine_, false,
+                                                          std::vector<std::string>(1, channel),
+                                                          [](error_code, std::string) {});
             }
             auto it = queues_.find(channel);
             if (it != queues_.end() && it->second == q)
@@ -616,18 +617,19 @@ public:
              lock_options const& opt, asio::cancellation_state cs, clock_type::time_point deadline,
              lock_outcome& out);
 
-    // Completes when the server confirmed the subscription, or refused it (server_error; the
-    // connection has then taken the count back), or the connection could not be made.
-    asio::awaitable<error_code> subscribe(std::string const& channel) {
+    // Completes when the server confirmed the subscription, or refused it (server_error and
+    // the server's text; nothing was counted), or the connection could not be made.
+    asio::awaitable<std::pair<error_code, std::string>> subscribe(std::string const& channel) {
         std::vector<std::string> channels(1, channel);
         auto token = uncancellable();
-        auto [ec] = co_await asio::async_initiate<decltype(token), void(error_code)>(
-            [this, &channels](auto handler) {
-                redis::detail::engine_subscribe(engine_, true, std::move(channels),
-                                                std::move(handler));
-            },
-            token);
-        co_return ec;
+        auto [ec, text] =
+            co_await asio::async_initiate<decltype(token), void(error_code, std::string)>(
+                [this, &channels](auto handler) {
+                    redis::detail::engine_change_subscription(engine_, true, std::move(channels),
+                                                              std::move(handler));
+                },
+                token);
+        co_return std::pair<error_code, std::string>{ec, std::move(text)};
     }
     std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
                                             std::int64_t fence, lock_options const& opt,
@@ -1005,8 +1007,11 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
         if (head && !queue->subscribed && !queue->subscription_refused) {
             // Subscribe, then try: a release published after this attempt reaches us.
             queue->subscribed = true;
-            if (error_code sec = co_await subscribe(keys.channel)) {
-                // Not subscribed (nothing to undo on leaving): poll by the backoff instead.
+            auto [sec, refusal] = co_await subscribe(keys.channel);
+            if (sec) {
+                // Not subscribed (nothing to undo on leaving): poll by the backoff instead. A
+                // refusal (an ACL user without the channel: NOPERM) stands for this queue; the
+                // connection's last_error_text() keeps the server's words.
                 queue->subscribed = false;
                 queue->subscription_refused = sec == redis::error::server_error;
             }

@@ -472,6 +472,54 @@ TEST_CASE("a connection lost for less than the ttl while held: the renewal retri
 
 // ------------------------------------------------------------------------ ACL
 
+TEST_CASE("an ACL user without channel permissions: locks work by polling, and no reply "
+          "goes to the wrong caller") {
+    // Redis 7 gives a new user no channels (acl-pubsub-default resetchannels): the waiter's
+    // SUBSCRIBE and the release's PUBLISH are refused.
+    shared_server().cli(
+        strings("ACL", "SETUSER", "nochannels", "on", ">pw", "~*", "+@all", "resetchannels"));
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = shared_server().config();
+        cfg.username = "nochannels";
+        cfg.password = "pw";
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        std::string const name = unique_key("acl-a");
+        lock_options opt = lease(5000ms);
+        opt.retry.max = 100ms; // polling is all the waiter has
+
+        auto holder = co_await locks.co_lock(name, opt);
+        bool waiter_done = false;
+        std::int64_t waiter_fence = 0;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                auto w = co_await locks.co_lock(name, opt);
+                waiter_fence = w.fence();
+                co_await w.unlock();
+                waiter_done = true;
+            },
+            asio::detached);
+        co_await sleep_for(100ms); // the waiter is queued and its subscription refused
+
+        int unlocked = 0;
+        for (int i = 0; i < 100; ++i) {
+            auto b = co_await locks.co_try_lock(name + ":b" + std::to_string(i), opt);
+            REQUIRE(b.has_value());
+            bool const released = co_await b->unlock();
+            unlocked += released ? 1 : 0;
+        }
+        CHECK(unlocked == 100);
+        bool const released = co_await holder.unlock();
+        CHECK(released);
+        bool const done = co_await finishes(waiter_done, 3000ms);
+        CHECK(done);
+        CHECK(waiter_fence > holder.fence());
+        conn.close();
+    });
+    shared_server().cli(strings("ACL", "DELUSER", "nochannels"));
+}
+
 TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake-up, renew, "
           "extend, unlock") {
     // Keep in step with README.md, "Operations: ACL permissions".
