@@ -37,6 +37,14 @@ struct lock_options {
     /// co_lock gives up with error::timeout after this long. Default: wait until cancelled.
     /// Any length up to milliseconds::max() is accepted and means what it says (no overflow).
     std::optional<std::chrono::milliseconds> wait_timeout;
+    /// How long a waiting co_lock keeps trying to reach a server over a connection that has
+    /// never been established (nothing listens yet, or the handshake times out), within
+    /// wait_timeout: long enough for a service that starts beside its Redis. It then fails
+    /// with the connection's error. A refusal that cannot pass (wrong password, unknown
+    /// database, a certificate that does not verify) fails at once; a connection that has
+    /// worked before and was lost is waited for within wait_timeout alone, since it
+    /// reconnects by itself. co_try_lock makes one attempt and reports the error.
+    std::chrono::milliseconds first_connect_timeout{10'000};
     retry_options retry;
 
     /// The renew interval in effect.
@@ -50,8 +58,8 @@ inline constexpr std::size_t max_lock_name_length = 1024;
 
 /// Throws boost::system::system_error with error::invalid_argument, naming the field, when
 /// `name` or `opt` cannot be used (empty or oversized name, ttl <= 0 or above max_lock_ttl,
-/// renew_interval <= 0 or >= ttl, negative wait_timeout or max_hold, a retry policy that does
-/// not grow).
+/// renew_interval <= 0 or >= ttl, negative wait_timeout, max_hold or first_connect_timeout, a
+/// retry policy that does not grow).
 void validate(std::string_view name, lock_options const& opt);
 
 } // namespace colock

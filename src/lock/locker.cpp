@@ -15,6 +15,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -102,6 +103,9 @@ void validate(std::string_view name, lock_options const& opt) {
     if (opt.wait_timeout && opt.wait_timeout->count() < 0)
         refuse(fmt::format("lock_options.wait_timeout must not be negative (got {} ms)",
                            opt.wait_timeout->count()));
+    if (opt.first_connect_timeout.count() < 0)
+        refuse(fmt::format("lock_options.first_connect_timeout must not be negative (got {} ms)",
+                           opt.first_connect_timeout.count()));
     if (opt.max_hold && opt.max_hold->count() < 0)
         refuse(fmt::format("lock_options.max_hold must not be negative (got {} ms)",
                            opt.max_hold->count()));
@@ -277,8 +281,24 @@ namespace detail {
 bool is_transient(error_code ec, std::string_view server_text = {}) {
     if (ec == redis::error::server_error)
         return is_transient_server_error(server_text);
-    return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout ||
-           ec == redis::error::connect_timeout;
+    return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout;
+}
+
+// A connection that has never been established reports why to the requests it was started
+// for (refused, unreachable, timed out, TLS, the handshake); once it has worked, it keeps
+// requests queued across a loss and reconnects by itself, so these reach no request then.
+bool is_connect_failure(error_code ec) {
+    if (!ec || ec == asio::error::operation_aborted || ec.category() == error_category())
+        return false;
+    if (ec.category() == redis::error_category())
+        return ec == redis::error::connect_timeout || ec == redis::error::handshake_failed;
+    return true; // system, resolver, end of stream, TLS
+}
+
+// Connect failures that trying again cannot mend: the server refused the handshake (wrong
+// password, unknown database, HELLO not permitted) or the TLS peer failed verification.
+bool is_lasting_connect_failure(error_code ec) {
+    return ec == redis::error::handshake_failed || ec.category() == asio::error::get_ssl_category();
 }
 
 // The local FIFO of waiters on one name, sharing one subscription to its wake channel.
@@ -590,15 +610,63 @@ public:
 
     static void set_failure(lock_outcome& out, std::string const& name, error_code ec,
                             std::string const& detail_text) {
-        out.ec = ec;
+        // Without the source location Asio attaches: the message is about the lock, not
+        // about where in Asio the error was noticed.
+        out.ec = error_code(ec.value(), ec.category());
         out.message = detail_text.empty() ? fmt::format("colock: lock '{}'", name)
                                           : fmt::format("colock: lock '{}': {}", name, detail_text);
+    }
+
+    // When a waiting co_lock stops: wait_timeout, and first_connect_timeout while the
+    // connection has never been established.
+    struct wait_deadlines {
+        clock_type::time_point wait;
+        clock_type::time_point first_connect;
+    };
+
+    // Whether a waiting co_lock tries again after an attempt that failed with `ec`.
+    static bool worth_retrying(error_code ec, std::string const& server_text,
+                               wait_deadlines const& deadlines) {
+        if (is_connect_failure(ec))
+            return !is_lasting_connect_failure(ec) && clock_type::now() < deadlines.first_connect;
+        return is_transient(ec, server_text); // the caller checks the wait deadline
+    }
+
+    // What a failure reports after the lock's name: the server's text for its errors, and for
+    // a connection that could not be established, the connection's account of why (endpoint
+    // and cause), which the bare error code lacks.
+    std::string failure_text(error_code ec, std::string const& server_text, lock_options const& opt,
+                             bool waited) const {
+        if (!is_connect_failure(ec))
+            return server_text;
+        std::string why = redis::detail::engine_last_error_text(engine_);
+        if (why.empty())
+            why = ec.message();
+        if (!waited || is_lasting_connect_failure(ec))
+            return fmt::format("no connection to the Redis server: {}", why);
+        auto budget = opt.first_connect_timeout;
+        if (opt.wait_timeout)
+            budget = std::min(budget, *opt.wait_timeout);
+        return fmt::format("no connection to the Redis server within {} ms: {}", budget.count(),
+                           why);
+    }
+
+    // error::timeout's text; names the connection when it is what kept the lock away.
+    std::string timeout_text(lock_options const& opt) const {
+        std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());
+        if (redis::detail::engine_is_connected(engine_))
+            return text;
+        std::string why = redis::detail::engine_last_error_text(engine_);
+        return why.empty() ? text + "; the connection to the Redis server is not established"
+                           : fmt::format("{}; the connection to the Redis server is not "
+                                         "established: {}",
+                                         text, why);
     }
 
     asio::awaitable<void> wait_contended(lock_keys const& keys, std::string const& token,
                                          std::string const& name, lock_options const& opt,
                                          asio::cancellation_state cs,
-                                         clock_type::time_point wait_deadline, milliseconds sleep,
+                                         wait_deadlines const& deadlines, milliseconds sleep,
                                          lock_outcome& out);
 
     static asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
@@ -711,6 +779,31 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     // The renewal (or, without auto_renew, the lease watcher that wait_lost needs) runs.
     bool watching = false;
 
+    // Renewal and extend() take turns at the server: a renewal with the old ttl that reached
+    // it after extend() (one sent while extend() was on its way, or retried after NOSCRIPT)
+    // would shorten the lease extend() has just reported.
+    struct turn_waiter {
+        turn_waiter(guard_state& st) : owner(st), timer(st.locker->strand_) {}
+        turn_waiter(turn_waiter const&) = delete;
+        ~turn_waiter() { std::erase(owner.turn_queue, this); } // a frame destroyed unresumed
+        guard_state& owner;
+        asio::steady_timer timer;
+        bool granted = false;
+    };
+    bool turn_taken = false;
+    std::deque<turn_waiter*> turn_queue;
+
+    void give_turn() {
+        if (turn_queue.empty()) {
+            turn_taken = false;
+            return;
+        }
+        auto* next = turn_queue.front();
+        turn_queue.pop_front();
+        next->granted = true;
+        next->timer.cancel();
+    }
+
     void start_watch();
 
     milliseconds renew_interval() const {
@@ -738,6 +831,38 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
 };
 
 namespace {
+
+// Waits for the guard's turn to send an extend (see guard_state::turn_waiter); false when
+// cancelled first, holding nothing. On the locker's strand.
+asio::awaitable<bool> take_turn(guard_state& st) {
+    if (!st.turn_taken) {
+        st.turn_taken = true;
+        co_return true;
+    }
+    auto cs = co_await asio::this_coro::cancellation_state;
+    guard_state::turn_waiter w(st);
+    w.timer.expires_at(clock_type::time_point::max());
+    st.turn_queue.push_back(&w);
+    co_await w.timer.async_wait(nothrow_awaitable);
+    if (!w.granted)
+        co_return false; // cancelled; the destructor leaves the queue
+    if (cancelled(cs)) {
+        st.give_turn();
+        co_return false;
+    }
+    co_return true;
+}
+
+// Gives the turn back when the sending coroutine is done with it, however it ends.
+struct turn_holder {
+    guard_state* st = nullptr;
+    turn_holder() = default;
+    turn_holder(turn_holder const&) = delete;
+    ~turn_holder() {
+        if (st)
+            st->give_turn();
+    }
+};
 
 asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
     using namespace asio::experimental::awaitable_operators;
@@ -777,6 +902,12 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
                 st->mark_lost(); // no renewal succeeded before the lease ran out
                 co_return;
             }
+            turn_holder turn;
+            if (!co_await take_turn(*st))
+                co_return; // stopped while extend() had the turn
+            turn.st = st.get();
+            if (st->released || st->lost)
+                co_return;
             auto const started = clock_type::now();
             auto const ttl = st->ttl;
             lease_end.expires_at(st->lease_deadline());
@@ -784,6 +915,8 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
                 st->locker->run_script(extend_script(), st->keys.key, st->keys.fence_key, st->token,
                                        std::to_string(ttl.count()), std::nullopt) ||
                 lease_end.async_wait(nothrow_awaitable));
+            turn.st = nullptr;
+            st->give_turn();
             if (cancelled(cs) || st->released)
                 co_return;
             if (outcome.index() == 1)
@@ -823,6 +956,10 @@ asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard
 
 asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_state> st,
                                                           milliseconds ttl) {
+    turn_holder turn;
+    if (!co_await take_turn(*st))
+        co_return std::tuple{error_code(asio::error::operation_aborted), false};
+    turn.st = st.get();
     auto const started = clock_type::now();
     auto [ec, v] =
         co_await st->locker->run_script(extend_script(), st->keys.key, st->keys.fence_key,
@@ -918,16 +1055,17 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 
     lock_keys keys(prefix_, name);
     std::string const token = random_token();
-    auto const wait_deadline = opt.wait_timeout
-                                   ? saturating_add(clock_type::now(), *opt.wait_timeout)
-                                   : clock_type::time_point::max();
+    auto const start = clock_type::now();
+    wait_deadlines deadlines;
+    deadlines.wait =
+        opt.wait_timeout ? saturating_add(start, *opt.wait_timeout) : clock_type::time_point::max();
+    deadlines.first_connect =
+        std::min(deadlines.wait, saturating_add(start, opt.first_connect_timeout));
+    auto const wait_deadline = deadlines.wait;
     lock_outcome out;
 
     auto fail = [&](error_code ec, std::string const& detail_text) {
         set_failure(out, name, ec, detail_text);
-    };
-    auto timeout_text = [&] {
-        return fmt::format("not acquired within {} ms", opt.wait_timeout->count());
     };
 
     bool finished = false;
@@ -947,10 +1085,11 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         if (first->acquired)
             co_return out;
         if (first->ec == error::timeout) {
-            fail(first->ec, timeout_text());
+            fail(first->ec, timeout_text(opt));
             finished = true;
-        } else if (first->ec && !(wait && is_transient(first->ec, first->server_text))) {
-            fail(first->ec, first->server_text);
+        } else if (first->ec &&
+                   !(wait && worth_retrying(first->ec, first->server_text, deadlines))) {
+            fail(first->ec, failure_text(first->ec, first->server_text, opt, wait));
             finished = true;
         } else if (cancelled(cs)) { // requested while the attempt was in flight: reported
             fail(asio::error::operation_aborted, {});
@@ -963,13 +1102,13 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
         }
     }
     if (!finished && clock_type::now() >= wait_deadline) {
-        fail(error::timeout, timeout_text());
+        fail(error::timeout, timeout_text(opt));
         finished = true;
     }
 
     // Contended: its own coroutine, so the uncontended call above keeps a small frame.
     if (!finished)
-        co_await wait_contended(keys, token, name, opt, cs, wait_deadline, sleep, out);
+        co_await wait_contended(keys, token, name, opt, cs, deadlines, sleep, out);
 
     // An attempt that failed after it may have been applied could have left our token in the
     // key: release it (the script checks the token, so this is always safe).
@@ -982,8 +1121,9 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::string const& token,
                                                   std::string const& name, lock_options const& opt,
                                                   asio::cancellation_state cs,
-                                                  clock_type::time_point wait_deadline,
+                                                  wait_deadlines const& deadlines,
                                                   milliseconds sleep, lock_outcome& out) {
+    auto const wait_deadline = deadlines.wait;
     auto fail = [&](error_code ec, std::string const& detail_text) {
         set_failure(out, name, ec, detail_text);
     };
@@ -1034,14 +1174,14 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
                 co_return;
             }
             if (r->ec == error::timeout) {
-                fail(r->ec, fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
+                fail(r->ec, timeout_text(opt));
                 co_return;
             }
             if (r->ec) {
                 // A lost connection leaves the attempt's outcome unknown; the acquire script
                 // is idempotent for our token, so trying again later is safe.
-                if (!is_transient(r->ec, r->server_text) || clock_type::now() >= wait_deadline) {
-                    fail(r->ec, r->server_text);
+                if (!worth_retrying(r->ec, r->server_text, deadlines)) {
+                    fail(r->ec, failure_text(r->ec, r->server_text, opt, true));
                     co_return;
                 }
                 sleep = opt.retry.max;
@@ -1053,8 +1193,7 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
 
         auto const now = clock_type::now();
         if (now >= wait_deadline) {
-            fail(error::timeout,
-                 fmt::format("not acquired within {} ms", opt.wait_timeout->count()));
+            fail(error::timeout, timeout_text(opt));
             co_return;
         }
         if (head && queue->wake_pending)
@@ -1243,10 +1382,11 @@ asio::awaitable<bool> lock_guard::unlock() {
     auto st = state_;
     if (!st || st->released.exchange(true))
         co_return false;
-    if (st->lost) {
-        // Known lost: the answer is false whatever the server says, so do not wait for it
-        // (it may be down). The release still goes out in the background, in case the key
-        // is still ours there.
+    if (st->lost || !st->lease_running()) {
+        // Known lost (as lost() says: marked, or the lease ran out before a renewal that is
+        // still waiting for a stalled connection could mark it): the answer is false whatever
+        // the server says, so do not wait for it (it may be down). The release still goes out
+        // in the background, in case the key is still ours there.
         detail::release_in_background(std::move(st));
         co_return false;
     }

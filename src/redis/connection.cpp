@@ -43,6 +43,15 @@ void engine_remove_listener(shared_engine const& engine, push_listener const* li
     });
 }
 
+std::string engine_last_error_text(shared_engine const& engine) {
+    std::lock_guard lock(engine->error_mutex_);
+    return engine->last_error_text_;
+}
+
+bool engine_is_connected(shared_engine const& engine) noexcept {
+    return engine->connected_;
+}
+
 asio::any_io_executor engine_executor(shared_engine const& engine) {
     return engine->executor_;
 }

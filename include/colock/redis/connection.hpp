@@ -68,6 +68,9 @@ void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_liste
 void engine_remove_listener(shared_engine const& engine, push_listener const* l);
 boost::asio::any_io_executor engine_executor(shared_engine const& engine);
 std::uint64_t engine_server_changes(shared_engine const& engine) noexcept;
+// connection::last_error_text() of the connection behind `engine`.
+std::string engine_last_error_text(shared_engine const& engine);
+bool engine_is_connected(shared_engine const& engine) noexcept;
 } // namespace detail
 
 /// Receives what the server sends on its own initiative: RESP3 push messages (pub/sub

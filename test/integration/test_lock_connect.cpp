@@ -1,0 +1,225 @@
+// co_lock and a connection that has never been established: a service that starts before its
+// Redis gets the lock once the server is up (within first_connect_timeout), a server that
+// accepts and never answers fails co_lock with the connection's account of why, and a refused
+// handshake fails at once. A connection that has worked before is waited for within
+// wait_timeout alone.
+#include <colock/locker.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/fault_proxy.hpp>
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using boost::system::system_error;
+
+namespace {
+
+lock_options lease(std::chrono::milliseconds ttl) {
+    lock_options opt;
+    opt.ttl = ttl;
+    return opt;
+}
+
+// Runs co_lock and returns its error (empty when acquired, then unlocked) and message.
+asio::awaitable<std::pair<error_code, std::string>> lock_outcome(locker& locks, std::string name,
+                                                                 lock_options opt) {
+    try {
+        auto g = co_await locks.co_lock(std::move(name), opt);
+        co_await g.unlock();
+        co_return std::pair<error_code, std::string>{};
+    } catch (system_error const& e) {
+        co_return std::pair<error_code, std::string>{e.code(), e.what()};
+    }
+}
+
+bool contains(std::string const& text, std::string_view part) {
+    return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("a cold start: co_lock keeps trying while nothing listens yet, and gets the lock once "
+          "the server comes up within first_connect_timeout") {
+    redis_server server;
+    server.stop(); // its port is known and free: the server "has not started yet"
+    std::thread starter;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        lock_options opt = lease(5000ms);
+        opt.wait_timeout = 20s;
+        opt.first_connect_timeout = 15s;
+        opt.retry.max = 200ms;
+        auto const start = steady::now();
+        starter = std::thread([&] {
+            std::this_thread::sleep_for(1500ms);
+            server.restart();
+        });
+        auto [ec, what] = co_await lock_outcome(locks, unique_key("cold-start"), opt);
+        MESSAGE("cold start: acquired " << ms_since(start) << " ms after the first attempt");
+        CHECK_MESSAGE(!ec, what);
+        CHECK(ms_since(start) >= 1400);
+        conn.close();
+    });
+    starter.join();
+}
+
+TEST_CASE("a cold start that lasts too long: co_lock fails after first_connect_timeout, naming "
+          "the connection's error") {
+    auto const port = unused_port();
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::config cfg;
+        cfg.port = port;
+        cfg.connect_timeout = 500ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        lock_options opt = lease(5000ms);
+        opt.first_connect_timeout = 800ms; // no wait_timeout: only this bounds the wait
+        opt.retry.max = 100ms;
+        auto const start = steady::now();
+        auto [ec, what] = co_await lock_outcome(locks, unique_key("never-up"), opt);
+        auto const took = ms_since(start);
+        MESSAGE(what);
+        CHECK(ec == boost::system::errc::connection_refused);
+        CHECK(contains(what, "no connection to the Redis server within 800 ms"));
+        CHECK(took >= 700);
+        CHECK(took < 5000);
+        conn.close();
+    });
+}
+
+TEST_CASE("a server that accepts and never answers: co_lock without wait_timeout fails after "
+          "first_connect_timeout instead of hanging") {
+    redis_server server;
+    fault_proxy silent(server.port());
+    silent.set_black_hole(true); // accepts, never answers: as TLS against a plain server does
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = server.config();
+        cfg.port = silent.port();
+        cfg.connect_timeout = 400ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        lock_options opt = lease(5000ms);
+        opt.first_connect_timeout = 1000ms;
+        auto const start = steady::now();
+        auto [ec, what] = co_await lock_outcome(locks, unique_key("silent"), opt);
+        auto const took = ms_since(start);
+        MESSAGE(what);
+        CHECK(ec == redis::error::connect_timeout);
+        CHECK(contains(what, "no connection to the Redis server within 1000 ms"));
+        CHECK(took >= 900);
+        CHECK(took < 4000);
+        conn.close();
+    });
+}
+
+TEST_CASE("wait_timeout shorter than the connection's budget: error::timeout says the "
+          "connection is not established") {
+    redis_server server;
+    fault_proxy silent(server.port());
+    silent.set_black_hole(true);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = server.config();
+        cfg.port = silent.port();
+        cfg.connect_timeout = 400ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        lock_options opt = lease(5000ms);
+        opt.wait_timeout = 1000ms;
+        auto [ec, what] = co_await lock_outcome(locks, unique_key("silent-wait"), opt);
+        MESSAGE(what);
+        CHECK(ec == error::timeout);
+        CHECK(contains(what, "not acquired within 1000 ms"));
+        CHECK(contains(what, "the connection to the Redis server is not established"));
+        conn.close();
+    });
+}
+
+TEST_CASE("a refused handshake (wrong password) fails co_lock at once: no retry can mend it") {
+    redis_server_options with_password;
+    with_password.requirepass = "right";
+    redis_server server(with_password);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = server.config();
+        cfg.password = "wrong";
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        lock_options opt = lease(5000ms);
+        opt.first_connect_timeout = 10s;
+        auto const start = steady::now();
+        auto [ec, what] = co_await lock_outcome(locks, unique_key("wrongpass"), opt);
+        MESSAGE(what);
+        CHECK(ec == redis::error::handshake_failed);
+        CHECK(contains(what, "WRONGPASS"));
+        CHECK(ms_since(start) < 2000);
+        conn.close();
+    });
+}
+
+TEST_CASE("co_try_lock on a connection that cannot be established reports the error at once") {
+    auto const port = unused_port();
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::config cfg;
+        cfg.port = port;
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        auto const start = steady::now();
+        std::string what;
+        error_code ec;
+        try {
+            auto g = co_await locks.co_try_lock(unique_key("try-down"), lease(5000ms));
+        } catch (system_error const& e) {
+            ec = e.code();
+            what = e.what();
+        }
+        MESSAGE(what);
+        CHECK(ec == boost::system::errc::connection_refused);
+        CHECK(contains(what, "no connection to the Redis server"));
+        CHECK(ms_since(start) < 1000);
+        conn.close();
+    });
+}
+
+TEST_CASE("a connection that has worked and is lost: a waiting co_lock waits for it within "
+          "wait_timeout, beyond first_connect_timeout") {
+    redis_server server;
+    std::thread restarter;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        std::string const name = unique_key("lost-then-back");
+        {
+            auto g = co_await locks.co_lock(name, lease(5000ms));
+            co_await g.unlock();
+        }
+        server.kill();
+        restarter = std::thread([&] {
+            std::this_thread::sleep_for(1500ms);
+            server.restart();
+        });
+        lock_options opt = lease(5000ms);
+        opt.wait_timeout = 15s;
+        opt.first_connect_timeout = 300ms; // for a connection that never worked only
+        auto const start = steady::now();
+        auto [ec, what] = co_await lock_outcome(locks, name, opt);
+        CHECK_MESSAGE(!ec, what);
+        CHECK(ms_since(start) >= 1000);
+        conn.close();
+    });
+    restarter.join();
+}
