@@ -108,6 +108,22 @@ asio::awaitable<std::int64_t> fencing(colock::locker& locker, invoice_store& sto
     co_return fence;
 }
 
+//[readme_not_reentrant
+// Takes the account's lock once and hands the guard to the code that needs the lock held.
+asio::awaitable<void> apply_fee(colock::lock_guard const& account) {
+    if (!account.owns_lock()) // lost meanwhile: do not touch the account
+        throw std::runtime_error("apply_fee: the lock on the account is gone");
+    co_return; // ... read and write the account ...
+}
+
+asio::awaitable<void> close_account(colock::locker& locker) {
+    auto account = co_await locker.co_lock("account:42");
+    co_await apply_fee(account); // not a second co_lock("account:42"): it would wait for
+                                 // `account`, which only this coroutine can release
+    co_await account.unlock();
+}
+//]
+
 void check(bool ok, char const* what) {
     if (!ok)
         throw std::runtime_error(std::string("readme snippets: ") + what);
@@ -131,6 +147,11 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     check(late_refused && store.refused == 1 && store.content == "second",
           "the store refuses the earlier holder's late write");
 
+    // Not reentrant: taken once, passed down; afterwards the lock is free again.
+    co_await close_account(locker);
+    std::optional<colock::lock_guard> again = co_await locker.co_try_lock("account:42");
+    check(again.has_value(), "close_account released the lock");
+    co_await again->unlock();
     conn.close();
 }
 
@@ -148,6 +169,6 @@ int run_other_snippets(colock::redis::config const& cfg) {
         std::cerr << "readme snippets: " << e.what() << "\n";
         return 1;
     }
-    std::cout << "readme snippets: fencing: ok\n";
+    std::cout << "readme snippets: fencing, not_reentrant: ok\n";
     return 0;
 }
