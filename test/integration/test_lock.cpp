@@ -1056,3 +1056,39 @@ TEST_CASE("not reentrant: a second co_lock of a held name from the same coroutin
         probe.close();
     });
 }
+
+TEST_CASE("a full server under maxmemory-policy noeviction refuses a new lock with its OOM error, "
+          "while a held lock still extends and releases") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        locker locks{conn};
+        std::string const held_name = unique_key("oom-held");
+        std::string const new_name = unique_key("oom-new");
+        auto held = co_await locks.co_lock(held_name, short_lock());
+
+        CHECK(server.cli(strings("CONFIG", "GET", "maxmemory-policy")) ==
+              "maxmemory-policy\nnoeviction");
+        server.cli(strings("CONFIG", "SET", "maxmemory", "1")); // over the limit from now on
+        error_code code;
+        std::string what;
+        try {
+            co_await locks.co_lock(new_name, short_lock());
+        } catch (system_error const& e) {
+            code = e.code();
+            what = e.what();
+        }
+        INFO(what);
+        CHECK(code == redis::error::server_error);
+        CHECK(contains(what, new_name));
+        CHECK(contains(what, "OOM"));
+
+        // Extend and release write no new data (PEXPIRE, DEL): a full server still runs them.
+        bool const extended = co_await held.extend(6000ms);
+        CHECK(extended);
+        bool const released = co_await held.unlock();
+        CHECK(released);
+        server.cli(strings("CONFIG", "SET", "maxmemory", "0"));
+        conn.close();
+    });
+}
