@@ -2,7 +2,8 @@
 # The full test run, as CI does it (.ci/run):
 #   1. build/asan: GCC, AddressSanitizer + UndefinedBehaviorSanitizer, warnings as errors;
 #      builds everything and runs every ctest (unit, integration against throwaway
-#      redis-servers, examples, the parser fuzzer, the installed-package consumer).
+#      redis-servers, examples, the README's snippets, the parser fuzzer, the installed-package
+#      consumer).
 #   2. build/tsan: GCC, ThreadSanitizer; builds and runs only the multi-threaded test.
 #   3. build/clang: Clang 14, warnings as errors; builds everything, runs the unit tests.
 # Installs the Debian packages it needs first. Exits non-zero on the first failure.

@@ -170,6 +170,13 @@ public:
     /// Awaitable async_lock that throws boost::system::system_error whose message names the
     /// lock (and the server's text for server errors). The name is taken by value, so
     /// `co_spawn(ex, locker.co_lock("job:" + id), ...)` is safe.
+    ///
+    /// Not reentrant: a lock belongs to its guard, not to a coroutine, thread or process. A
+    /// co_lock of a name this program already holds (through this locker or another) waits for
+    /// that guard like any other waiter; from the coroutine that holds it, it waits for itself
+    /// until wait_timeout (error::timeout), or for as long as the guard lives without one. Take
+    /// the lock once and pass the guard to the code that needs it held. co_try_lock of a held
+    /// name returns an empty optional.
     boost::asio::awaitable<lock_guard> co_lock(std::string name, lock_options opt = {});
     /// Awaitable async_try_lock: an empty optional when the lock is held by someone else;
     /// throws like co_lock on real errors.

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -1004,5 +1005,90 @@ TEST_CASE("two lockers sharing one connection: one's waiter leaving does not dro
         conn_h.close();
         shared.close();
         probe.close();
+    });
+}
+
+TEST_CASE("not reentrant: a second co_lock of a held name from the same coroutine waits for "
+          "itself until wait_timeout, and co_try_lock comes back empty") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        locker same_process{conn}; // another part of the same program, on the same connection
+        std::string const name = unique_key("reentrant");
+        auto held = co_await locks.co_lock(name, short_lock());
+
+        // The same coroutine asks again: the lock is held (by itself), so it waits, and only
+        // wait_timeout ends the wait. Without one it would wait for as long as `held` lives.
+        lock_options again = short_lock();
+        again.wait_timeout = 300ms;
+        std::array<locker*, 2> const askers{&locks, &same_process};
+        for (locker* l : askers) {
+            auto const started = steady::now();
+            error_code code;
+            std::string what;
+            try {
+                auto second = co_await l->co_lock(name, again);
+                what = "acquired a second time, fence " + std::to_string(second.fence());
+            } catch (system_error const& e) {
+                code = e.code();
+                what = e.what();
+            }
+            auto const waited = ms_since(started);
+            INFO(what);
+            CHECK(code == error::timeout);
+            CHECK(contains(what, name));
+            CHECK(waited >= 290);
+            CHECK(waited < 2300);
+        }
+
+        // One attempt: empty, as for a lock someone else holds.
+        std::optional<lock_guard> once = co_await locks.co_try_lock(name, short_lock());
+        CHECK_FALSE(once.has_value());
+
+        // The first guard is untouched: it still holds, and the key still has its token.
+        CHECK(held.owns_lock());
+        auto const token = co_await get(probe, lock_key(name));
+        CHECK(token == held.token());
+        bool const released = co_await held.unlock();
+        CHECK(released);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("a full server under maxmemory-policy noeviction refuses a new lock with its OOM error, "
+          "while a held lock still extends and releases") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        locker locks{conn};
+        std::string const held_name = unique_key("oom-held");
+        std::string const new_name = unique_key("oom-new");
+        auto held = co_await locks.co_lock(held_name, short_lock());
+
+        CHECK(server.cli(strings("CONFIG", "GET", "maxmemory-policy")) ==
+              "maxmemory-policy\nnoeviction");
+        server.cli(strings("CONFIG", "SET", "maxmemory", "1")); // over the limit from now on
+        error_code code;
+        std::string what;
+        try {
+            co_await locks.co_lock(new_name, short_lock());
+        } catch (system_error const& e) {
+            code = e.code();
+            what = e.what();
+        }
+        INFO(what);
+        CHECK(code == redis::error::server_error);
+        CHECK(contains(what, new_name));
+        CHECK(contains(what, "OOM"));
+
+        // Extend and release write no new data (PEXPIRE, DEL): a full server still runs them.
+        bool const extended = co_await held.extend(6000ms);
+        CHECK(extended);
+        bool const released = co_await held.unlock();
+        CHECK(released);
+        server.cli(strings("CONFIG", "SET", "maxmemory", "0"));
+        conn.close();
     });
 }

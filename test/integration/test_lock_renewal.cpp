@@ -963,3 +963,51 @@ TEST_CASE("unlock against a server that stopped answering gives up at its own de
         conn.close();
     });
 }
+
+TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is reported lost (new "
+          "run_id); the key blocks others until the old guard's release") {
+    redis_server_options aof;
+    aof.extra_args = strings("--appendonly", "yes", "--appendfsync", "always");
+    redis_server server(aof);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        locker other{conn_b};
+        std::string const name = unique_key("aof-restart");
+        auto g = co_await locks.co_lock(name, lease(10000ms, 3000ms));
+        lost_watch w;
+        watch(g, w);
+
+        server.kill();
+        server.restart();
+        bool const noticed = co_await finishes(w.done, 3000ms);
+        REQUIRE(noticed);
+        CHECK_FALSE(w.ec);
+        CHECK(g.lost());
+        CHECK(conn.server_change_count() == 1);
+
+        // The key came back from the append-only file with the old holder's token, so nobody
+        // else gets the lock while the old holder may still be finishing its work.
+        redis::connection probe{ctx.get_executor(), fast_config(server)};
+        auto const kept = co_await get(probe, lock_key(name));
+        CHECK(kept == g.token());
+        std::optional<lock_guard> meanwhile =
+            co_await other.co_try_lock(name, lease(5000ms, 1000ms));
+        CHECK_FALSE(meanwhile.has_value());
+
+        // unlock() of a lost guard says false at once, and its background release frees the key.
+        bool const released = co_await g.unlock();
+        CHECK_FALSE(released);
+        bool const gone = co_await exists_becomes(probe, lock_key(name), 0, 3000ms) == 0;
+        CHECK(gone);
+        std::optional<lock_guard> after = co_await other.co_try_lock(name, lease(5000ms, 1000ms));
+        REQUIRE(after.has_value());
+        CHECK(after->fence() > g.fence());
+        bool const released_after = co_await after->unlock();
+        CHECK(released_after);
+        conn.close();
+        conn_b.close();
+        probe.close();
+    });
+}

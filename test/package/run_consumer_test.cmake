@@ -1,6 +1,7 @@
 # ctest package_consumer: builds colock alone (Release, no tests/examples/bench, no sanitizers),
 # installs it into a private prefix, then builds and runs a separate project that uses it through
-# find_package(colock). Proves the installed headers, targets and config file are complete.
+# find_package(colock). Proves the installed headers, targets and config file are complete, and
+# that the README's quick start builds as the README says (it runs in ctest readme_snippets_run).
 #
 # Variables: SOURCE_DIR (colock's source tree), WORK_DIR (scratch space), CXX_COMPILER.
 cmake_minimum_required(VERSION 3.25)
@@ -45,12 +46,19 @@ run_step("configure colock"
 run_step("build colock" ${CMAKE_COMMAND} --build "${build_dir}" --parallel)
 run_step("install colock" ${CMAKE_COMMAND} --install "${build_dir}" --prefix "${prefix}")
 
+# The consumer's sources, with the README's quick start as refund.cpp (its CMakeLists.txt builds
+# it exactly as the README says), copied afresh.
+set(consumer_source_dir "${WORK_DIR}/consumer-src")
+file(REMOVE_RECURSE "${consumer_source_dir}")
+file(COPY "${CMAKE_CURRENT_LIST_DIR}/consumer/" DESTINATION "${consumer_source_dir}")
+file(COPY_FILE "${SOURCE_DIR}/test/readme/snippets.cpp" "${consumer_source_dir}/refund.cpp")
+
 set(consumer_generator_args "")
 if(NINJA_EXECUTABLE)
     set(consumer_generator_args -G Ninja)
 endif()
 run_step("configure the consumer"
-    ${CMAKE_COMMAND} -S "${CMAKE_CURRENT_LIST_DIR}/consumer" -B "${consumer_build_dir}"
+    ${CMAKE_COMMAND} -S "${consumer_source_dir}" -B "${consumer_build_dir}"
         ${consumer_generator_args}
         -DCMAKE_BUILD_TYPE=Release
         -DCMAKE_CXX_COMPILER=${CXX_COMPILER}

@@ -1,0 +1,174 @@
+// The C++ snippets of README.md, compiled and run (ctest readme_snippets_run, against a
+// throwaway redis-server through scripts/with-redis.sh). Each README ```cpp block is the
+// marked region of the same name here, `//[name` ... `//]`, with the indentation stripped and
+// the lines between `//<-` and `//->` left out; ctest readme_snippets
+// (test/readme/check_snippets.sh) fails when the two differ. The package_consumer test builds
+// this file as the quick start's refund.cpp against the installed package.
+//
+// One translation unit for all the snippets: the quick start's main() runs it, then (in the
+// hidden lines) the others.
+
+//[readme_quick_start
+#include <colock/colock.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+
+namespace asio = boost::asio;
+using namespace asio::experimental::awaitable_operators; // for ||
+
+asio::awaitable<void> do_refund() { // the work that must not run twice at once
+    asio::steady_timer work{co_await asio::this_coro::executor, std::chrono::milliseconds{100}};
+    co_await work.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> refund(colock::redis::config cfg) {
+    colock::redis::connection conn{co_await asio::this_coro::executor, cfg}; // one for all
+    co_await conn.async_connect(); // or lazily on first use
+
+    colock::locker locker{conn};
+    auto guard = co_await locker.co_lock("refund:acct-42"); // waits, retries, renews
+    co_await (do_refund() || guard.wait_lost());            // work stops if the lease is lost
+    co_await guard.unlock();                                // or let the guard go
+    conn.close(); // ends the connection's background work, so that io.run() returns
+}
+
+//<-
+int run_other_snippets(colock::redis::config const& cfg);
+//->
+int main() {
+    char const* url = std::getenv("COLOCK_REDIS_URL"); // e.g. redis://127.0.0.1:6379/0
+    auto cfg = colock::redis::config::from_url(url ? url : "redis://127.0.0.1:6379/0");
+    asio::io_context io;
+    asio::co_spawn(io, refund(cfg), [](std::exception_ptr e) {
+        if (e)
+            std::rethrow_exception(e); // out of io.run(), into the catch below
+    });
+    try {
+        io.run();
+    } catch (std::exception const& e) {
+        std::cerr << "refund: " << e.what() << "\n";
+        return 1;
+    }
+    std::cout << "refunded\n";
+    //<-
+    return run_other_snippets(cfg);
+    //->
+}
+//]
+
+// ------------------------------------------------------------------------------------------
+// The other snippets, in functions that give them what they use. Nothing below is shown in
+// the README outside a marked region.
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace {
+
+// Stands for the resource a lock protects: it refuses a write with a lower fence than the
+// highest it has seen.
+struct invoice_store {
+    std::int64_t highest = 0;
+    std::string content;
+    int refused = 0;
+
+    asio::awaitable<void> write(std::int64_t fence, std::string data) {
+        if (fence < highest) {
+            ++refused;
+            throw std::runtime_error("invoice_store: refused a write from an earlier holder");
+        }
+        highest = fence;
+        content = std::move(data);
+        co_return;
+    }
+};
+
+asio::awaitable<std::int64_t> fencing(colock::locker& locker, invoice_store& store,
+                                      std::string data) {
+    //[readme_fencing
+    auto guard = co_await locker.co_lock("invoice:42");
+    co_await store.write(guard.fence(), data); // the store: if (fence < highest) refuse;
+                                               //            highest = fence; apply
+    //]
+    auto const fence = guard.fence();
+    co_await guard.unlock();
+    co_return fence;
+}
+
+//[readme_not_reentrant
+// Takes the account's lock once and hands the guard to the code that needs the lock held.
+asio::awaitable<void> apply_fee(colock::lock_guard const& account) {
+    if (!account.owns_lock()) // lost meanwhile: do not touch the account
+        throw std::runtime_error("apply_fee: the lock on the account is gone");
+    co_return; // ... read and write the account ...
+}
+
+asio::awaitable<void> close_account(colock::locker& locker) {
+    auto account = co_await locker.co_lock("account:42");
+    co_await apply_fee(account); // not a second co_lock("account:42"): it would wait for
+                                 // `account`, which only this coroutine can release
+    co_await account.unlock();
+}
+//]
+
+void check(bool ok, char const* what) {
+    if (!ok)
+        throw std::runtime_error(std::string("readme snippets: ") + what);
+}
+
+asio::awaitable<void> other_snippets(colock::redis::config cfg) {
+    colock::redis::connection conn{co_await asio::this_coro::executor, cfg};
+    colock::locker locker{conn};
+
+    // Fencing: two holders one after the other; a late write with the first fence is refused.
+    invoice_store store;
+    auto const first = co_await fencing(locker, store, "first");
+    auto const second = co_await fencing(locker, store, "second");
+    check(second > first, "fences increase");
+    bool late_refused = false;
+    try {
+        co_await store.write(first, "late");
+    } catch (std::runtime_error const&) {
+        late_refused = true;
+    }
+    check(late_refused && store.refused == 1 && store.content == "second",
+          "the store refuses the earlier holder's late write");
+
+    // Not reentrant: taken once, passed down; afterwards the lock is free again.
+    co_await close_account(locker);
+    std::optional<colock::lock_guard> again = co_await locker.co_try_lock("account:42");
+    check(again.has_value(), "close_account released the lock");
+    co_await again->unlock();
+    conn.close();
+}
+
+} // namespace
+
+int run_other_snippets(colock::redis::config const& cfg) {
+    asio::io_context io;
+    asio::co_spawn(io, other_snippets(cfg), [](std::exception_ptr e) {
+        if (e)
+            std::rethrow_exception(e);
+    });
+    try {
+        io.run();
+    } catch (std::exception const& e) {
+        std::cerr << "readme snippets: " << e.what() << "\n";
+        return 1;
+    }
+    std::cout << "readme snippets: fencing, not_reentrant: ok\n";
+    return 0;
+}
