@@ -4,6 +4,7 @@
 #include <colock/locker.hpp>
 
 #include "../detail/completion.hpp"
+#include "../detail/context_shutdown.hpp"
 #include "../detail/spawn.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -311,8 +312,11 @@ struct name_queue {
     bool wake_pending = false; // a wake arrived while the head was not sleeping
 };
 
-class locker_impl : public std::enable_shared_from_this<locker_impl> {
+class locker_impl : public std::enable_shared_from_this<locker_impl>, public holds_handlers {
 public:
+    // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
+    void drop_handlers_at_shutdown() noexcept override;
+
     locker_impl(redis::detail::shared_engine engine, std::string prefix)
         : engine_(std::move(engine))
         , strand_(asio::make_strand(redis::detail::engine_executor(engine_)))
@@ -989,6 +993,14 @@ void release_in_background(std::shared_ptr<guard_state> st) {
 
 } // namespace
 
+void locker_impl::drop_handlers_at_shutdown() noexcept {
+    std::vector<std::shared_ptr<guard_state::lost_waiter>> dropped; // destroyed last
+    for (auto const& weak : held_)
+        if (auto st = weak.lock())
+            for (auto& w : std::exchange(st->lost_waiters, {}))
+                dropped.push_back(std::move(w));
+}
+
 void guard_state::start_watch() {
     if (watching)
         return;
@@ -1445,6 +1457,7 @@ locker::locker(redis::connection& conn, std::string key_prefix)
     listener->impl = impl_;
     impl_->listener_ = listener;
     redis::detail::engine_add_listener(impl_->engine_, listener);
+    detail::context_shutdown::watch(impl_->strand_.get_inner_executor(), impl_);
 }
 
 locker::~locker() {

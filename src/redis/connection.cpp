@@ -66,6 +66,7 @@ std::uint64_t engine_server_changes(shared_engine const& engine) noexcept {
 
 connection::connection(executor_type ex, config cfg)
     : impl_(std::make_shared<detail::connection_impl>(std::move(ex), std::move(cfg))) {
+    colock::detail::context_shutdown::watch(impl_->executor_, impl_);
     auto& c = impl_->cfg_;
     if (c.use_tls) {
         auto& ctx = impl_->tls_context_.emplace(boost::asio::ssl::context::tls_client);

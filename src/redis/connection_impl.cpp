@@ -259,6 +259,35 @@ void connection_impl::finish_connect_waiters(error_code ec) {
         finish_connect_waiter(w, ec);
 }
 
+void connection_impl::drop_handlers_at_shutdown() noexcept {
+    ++generation_;
+    running_ = false;
+    connected_ = false;
+    run_cancel_.reset();
+    // Moved out before anything is destroyed: a handler's destructor may reach this object.
+    std::vector<entry_ptr> entries(user_queue_.begin(), user_queue_.end());
+    user_queue_.clear();
+    if (auto s = std::move(session_)) {
+        s->detached = true;
+        for (auto* q : {&s->in_flight, &s->handshake_queue, &s->session_queue}) {
+            entries.insert(entries.end(), q->begin(), q->end());
+            q->clear();
+        }
+    }
+    auto ready = std::move(ready_);
+    ready_.clear();
+    auto flushing = std::move(flushing_);
+    flushing_.clear();
+    auto waiters = std::move(connect_waiters_);
+    connect_waiters_.clear();
+    auto subscriptions = std::move(subscription_ops_);
+    subscription_ops_.clear();
+    auto listeners = std::move(listeners_);
+    listeners_.clear();
+    for (auto& e : entries)
+        e->handler.emplace<std::monostate>();
+}
+
 void connection_impl::close(error_code ec) {
     ++generation_;
     ever_connected_ = false;

@@ -8,6 +8,7 @@
 #include <colock/resp3/parser.hpp>
 
 #include "../detail/completion.hpp"
+#include "../detail/context_shutdown.hpp"
 #include "reply_matcher.hpp"
 #include "subscription_book.hpp"
 
@@ -105,8 +106,13 @@ struct session {
 // The run_id field of an INFO reply; empty when missing or malformed.
 std::string parse_run_id(resp3::value const& info);
 
-class connection_impl : public std::enable_shared_from_this<connection_impl> {
+class connection_impl : public std::enable_shared_from_this<connection_impl>,
+                        public colock::detail::holds_handlers {
 public:
+    // Requests waiting for replies, completions not yet delivered, connect and subscription
+    // waiters: each may own the coroutine that owns this engine.
+    void drop_handlers_at_shutdown() noexcept override;
+
     using strand_type = asio::strand<asio::any_io_executor>;
 
     connection_impl(asio::any_io_executor ex, config cfg);
