@@ -9,7 +9,9 @@
 namespace colock {
 
 enum class error {
-    /// co_lock gave up: lock_options::wait_timeout passed before the lock was free.
+    /// A deadline passed: co_lock's lock_options::wait_timeout before the lock was free, or
+    /// unlock's release deadline before the server confirmed the release. One code for both,
+    /// whatever the token; the message says which.
     timeout = 1,
     /// The lease was lost: the key expired, or was deleted or overwritten from outside.
     lock_lost,

@@ -95,12 +95,50 @@ public:
     /// token, so this is safe); if the first one had gone through, the repeat reports false.
     /// Not cancelled by the caller's cancellation: a cancelled caller still gives the lock
     /// back (bounded by a short deadline, 5 s). Throws boost::system::system_error only when
-    /// the release could not be done by then (the lease then runs out by its TTL).
+    /// the release could not be done by then: error::timeout (the same code as co_lock's
+    /// wait_timeout), or the connection's error; the lease then runs out by its TTL.
     boost::asio::awaitable<bool> unlock();
+
+    /// unlock() for any completion token (callbacks, futures, deferred operations): the same
+    /// release, not cancelled by the caller, bounded by the same deadline. The guard may go
+    /// away once the operation has started.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool released)`: `released` as unlock() returns it;
+    /// error::timeout when the release was not confirmed by its deadline, or the connection's
+    /// error (the lease then runs out by its TTL).
+    /// @par Per-operation cancellation
+    /// None: a cancelled caller still gives the lock back.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_unlock(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [st = state_](auto handler) { start_unlock(st, std::move(handler)); }, token);
+    }
+
+    /// extend() for any completion token. Refuses a ttl <= 0 or above max_lock_ttl by throwing
+    /// boost::system::system_error(error::invalid_argument) before anything starts.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool extended)`: `extended` as extend() returns it;
+    /// error::not_held when the guard holds nothing; a network error otherwise.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as the connection's async_exec; a cancelled extend may still have run.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
+        validate_extend(ttl);
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [st = state_, ttl](auto handler) { start_extend(st, ttl, std::move(handler)); }, token);
+    }
 
 private:
     friend class detail::locker_impl;
     friend class locker;
+    using result_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
+    static void start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler);
+    static void start_extend(std::shared_ptr<detail::guard_state> st, std::chrono::milliseconds ttl,
+                             result_handler handler);
+    static void validate_extend(std::chrono::milliseconds ttl);
     explicit lock_guard(std::shared_ptr<detail::guard_state> state) noexcept;
     void
     start_wait_lost(boost::asio::any_completion_handler<void(boost::system::error_code)> handler);

@@ -19,6 +19,7 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -55,7 +56,8 @@ public:
     std::string message(int ev) const override {
         switch (static_cast<error>(ev)) {
         case error::timeout:
-            return "gave up waiting for the lock (wait_timeout)";
+            return "the operation's deadline passed (wait_timeout for a lock, the release "
+                   "deadline for unlock)";
         case error::lock_lost:
             return "the lock's lease was lost";
         case error::invalid_argument:
@@ -470,7 +472,7 @@ public:
                 co_return std::tuple{error_code{}, *released};
             }
             if (deadline->fired)
-                co_return std::tuple{error_code(asio::error::timed_out), false};
+                co_return std::tuple{error_code(error::timeout), false};
             if (!is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
                 co_return std::tuple{ec, false};
             asio::steady_timer pause(strand_);
@@ -479,7 +481,7 @@ public:
             co_await pause.async_wait(asio::bind_cancellation_slot(
                 deadline->stop.slot(), asio::as_tuple(asio::use_awaitable)));
             if (deadline->fired)
-                co_return std::tuple{error_code(asio::error::timed_out), false};
+                co_return std::tuple{error_code(error::timeout), false};
         }
     }
 
@@ -1390,6 +1392,82 @@ asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
     co_return ours;
 }
 
+namespace {
+
+// Completes an operation decided at its initiation: never inside the initiating call, on the
+// handler's executor (or `fallback`'s, for a guard that has no locker).
+template <class Handler, class Executor, class... Args>
+void complete_soon(Handler handler, Executor const& fallback, Args... args) {
+    asio::post(fallback, [handler = std::move(handler), fallback,
+                          ... args = std::move(args)]() mutable {
+        auto ex = asio::get_associated_executor(handler, fallback);
+        asio::dispatch(ex, [handler = std::move(handler), ... args = std::move(args)]() mutable {
+            std::move(handler)(std::move(args)...);
+        });
+    });
+}
+
+} // namespace
+
+void lock_guard::validate_extend(std::chrono::milliseconds ttl) {
+    if (ttl.count() <= 0 || ttl > max_lock_ttl)
+        throw system_error(make_error_code(error::invalid_argument),
+                           fmt::format("colock: extend: ttl must be positive and at most "
+                                       "max_lock_ttl ({} ms), got {} ms",
+                                       max_lock_ttl.count(), ttl.count()));
+}
+
+void lock_guard::start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler) {
+    if (!st || st->released.exchange(true)) {
+        auto fallback = st ? st->locker->strand_.get_inner_executor()
+                           : asio::any_io_executor(asio::system_executor());
+        complete_soon(std::move(handler), fallback, error_code{}, false);
+        return;
+    }
+    auto const io_executor = st->locker->strand_.get_inner_executor();
+    if (st->lost || !st->lease_running()) {
+        detail::release_in_background(std::move(st)); // as unlock(): false at once
+        complete_soon(std::move(handler), io_executor, error_code{}, false);
+        return;
+    }
+    auto strand = st->locker->strand_;
+    asio::co_spawn(strand, detail::release_held(std::move(st)),
+                   asio::bind_cancellation_slot(
+                       asio::cancellation_slot(),
+                       [handler = std::move(handler),
+                        io_executor](std::exception_ptr e, std::tuple<error_code, bool> r) mutable {
+                           auto [ec, ours] = r;
+                           if (e)
+                               ec = error::unexpected_reply;
+                           complete_soon(std::move(handler), io_executor,
+                                         error_code(ec.value(), ec.category()), ours);
+                       }));
+}
+
+void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
+                              std::chrono::milliseconds ttl, result_handler handler) {
+    if (!st || st->released) {
+        auto fallback = st ? st->locker->strand_.get_inner_executor()
+                           : asio::any_io_executor(asio::system_executor());
+        complete_soon(std::move(handler), fallback, error_code(error::not_held), false);
+        return;
+    }
+    if (st->lost) {
+        complete_soon(std::move(handler), st->locker->strand_.get_inner_executor(), error_code{},
+                      false);
+        return;
+    }
+    auto strand = st->locker->strand_;
+    using extend_result = std::tuple<error_code, bool>;
+    detail::spawn_cancellable(strand, detail::extend_held(std::move(st), ttl), std::move(handler),
+                              [](result_handler h, std::exception_ptr e, extend_result r) {
+                                  auto [ec, ours] = r;
+                                  if (e)
+                                      ec = error::unexpected_reply;
+                                  std::move(h)(error_code(ec.value(), ec.category()), ours);
+                              });
+}
+
 asio::awaitable<bool> lock_guard::unlock() {
     auto st = state_;
     if (!st || st->released.exchange(true))
@@ -1412,7 +1490,13 @@ asio::awaitable<bool> lock_guard::unlock() {
         std::rethrow_exception(ex);
     auto [ec, ours] = result;
     if (ec)
-        throw system_error(ec, fmt::format("colock: unlock of lock '{}'", st->name));
+        throw system_error(
+            error_code(ec.value(), ec.category()),
+            ec == error::timeout
+                ? fmt::format("colock: unlock of lock '{}': the release was not confirmed within "
+                              "{} ms; the lease ends by its ttl",
+                              st->name, detail::locker_impl::release_timeout.count())
+                : fmt::format("colock: unlock of lock '{}'", st->name));
     co_return ours;
 }
 

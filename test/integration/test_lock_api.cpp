@@ -1,0 +1,119 @@
+// The guard's operations for any completion token: async_unlock and async_extend with plain
+// callbacks, futures and deferred operations, and a guard that goes away once they started.
+#include <colock/locker.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+
+TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a guard destroyed "
+          "right after the call") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    redis::connection probe{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    std::string const name = unique_key("async-unlock");
+    lock_options opt;
+    opt.ttl = 2000ms;
+
+    std::optional<lock_guard> g;
+    locks.async_lock(name, opt, [&](error_code ec, lock_guard got) {
+        REQUIRE_FALSE(ec);
+        g.emplace(std::move(got));
+    });
+    ctx.run_for(3s);
+    ctx.restart();
+    REQUIRE(g.has_value());
+
+    std::optional<std::pair<error_code, bool>> extended;
+    g->async_extend(20'000ms, [&](error_code ec, bool ok) { extended.emplace(ec, ok); });
+    CHECK_FALSE(extended.has_value()); // never inside the initiating call
+    ctx.run_for(2s);
+    ctx.restart();
+    REQUIRE(extended.has_value());
+    CHECK_FALSE(extended->first);
+    CHECK(extended->second);
+    std::int64_t pttl = 0;
+    asio::co_spawn(
+        ctx,
+        [&]() -> asio::awaitable<void> {
+            pttl = co_await integer(probe, command("PTTL", "colock:{" + name + "}"));
+        },
+        asio::detached);
+    ctx.run_for(2s);
+    ctx.restart();
+    CHECK(pttl > 10'000);
+
+    std::optional<std::pair<error_code, bool>> unlocked;
+    g->async_unlock([&](error_code ec, bool ok) { unlocked.emplace(ec, ok); });
+    CHECK_FALSE(unlocked.has_value());
+    g.reset(); // the release goes on without the guard
+    ctx.run_for(2s);
+    ctx.restart();
+    REQUIRE(unlocked.has_value());
+    CHECK_FALSE(unlocked->first);
+    CHECK(unlocked->second);
+
+    // A guard that holds nothing: false at once for unlock, not_held for extend.
+    lock_guard empty;
+    std::optional<std::pair<error_code, bool>> empty_unlock, empty_extend;
+    empty.async_unlock([&](error_code ec, bool ok) { empty_unlock.emplace(ec, ok); });
+    empty.async_extend(1000ms, [&](error_code ec, bool ok) { empty_extend.emplace(ec, ok); });
+    auto const end = steady::now() + 2s;
+    while ((!empty_unlock || !empty_extend) && steady::now() < end)
+        std::this_thread::sleep_for(5ms); // completed on the system executor: no context
+    REQUIRE(empty_unlock.has_value());
+    CHECK_FALSE(empty_unlock->first);
+    CHECK_FALSE(empty_unlock->second);
+    REQUIRE(empty_extend.has_value());
+    CHECK(empty_extend->first == error::not_held);
+    CHECK_THROWS_AS(empty.async_extend(0ms, [](error_code, bool) {}), boost::system::system_error);
+
+    conn.close();
+    probe.close();
+    ctx.run_for(1s);
+}
+
+TEST_CASE("async_unlock with use_future from another thread, and a deferred async_extend") {
+    asio::io_context ctx;
+    auto work = asio::make_work_guard(ctx);
+    std::thread runner([&] { ctx.run(); });
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    std::string const name = unique_key("async-future");
+    lock_options opt;
+    opt.ttl = 2000ms;
+
+    auto g = locks.async_lock(name, opt, asio::use_future).get();
+    REQUIRE(g.owns_lock());
+    auto extend_op = g.async_extend(5000ms, asio::deferred);
+    auto extended = std::move(extend_op)(asio::use_future).get();
+    CHECK(extended);
+    bool const released = g.async_unlock(asio::use_future).get();
+    CHECK(released);
+    bool const again = g.async_unlock(asio::use_future).get();
+    CHECK_FALSE(again);
+
+    conn.close();
+    work.reset();
+    runner.join();
+}
