@@ -1,0 +1,103 @@
+// Connecting and closing: connect waiters, close, and the start of the run loop.
+#include "connection_impl.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+
+#include <algorithm>
+
+namespace colock::redis::detail {
+
+// ---------------------------------------------------------------- connect
+
+void connection_impl::start_connect(connect_handler handler) {
+    auto w = std::make_shared<connect_waiter>(std::move(handler));
+    if (w->slot.is_connected()) {
+        // Installed on the caller's thread, where the caller emits. Only this wait is
+        // abandoned; the connection is closed too when nobody else is using it.
+        w->slot.assign([weak = weak_from_this(),
+                        weak_w = std::weak_ptr<connect_waiter>(w)](asio::cancellation_type t) {
+            if ((t & asio::cancellation_type::terminal) == asio::cancellation_type::none)
+                return;
+            auto s = weak.lock();
+            auto cw = weak_w.lock();
+            if (s && cw)
+                asio::dispatch(s->strand_, [s, cw] { s->cancel_connect_waiter(cw); });
+        });
+    }
+    asio::dispatch(strand_, [self = shared_from_this(), w]() mutable {
+        if (w->done)
+            return;
+        if (self->session_ && self->session_->ready) {
+            self->finish_connect_waiter(w, {});
+            return;
+        }
+        self->connect_waiters_.push_back(w);
+        if (!self->running_)
+            self->start_run_loop();
+    });
+}
+
+void connection_impl::cancel_connect_waiter(std::shared_ptr<connect_waiter> const& w) {
+    std::erase(connect_waiters_, w);
+    finish_connect_waiter(w, asio::error::operation_aborted);
+    bool const in_use = !connect_waiters_.empty() || !user_queue_.empty() ||
+                        !subscription_ops_.empty() || (session_ && !session_->in_flight.empty());
+    if (!ever_connected_ && running_ && !in_use)
+        close(error::closed);
+}
+
+void connection_impl::finish_connect_waiter(std::shared_ptr<connect_waiter> const& w,
+                                            error_code ec) {
+    if (w->done)
+        return;
+    w->done = true;
+    deliver(std::move(w->handler), w->slot, ec);
+}
+
+void connection_impl::finish_connect_waiters(error_code ec) {
+    auto waiters = std::move(connect_waiters_);
+    connect_waiters_.clear();
+    for (auto& w : waiters)
+        finish_connect_waiter(w, ec);
+}
+
+// ---------------------------------------------------------------- close
+
+// At once: stops the run loop, drops the socket and completes everything pending with `ec`.
+void connection_impl::close(error_code ec) {
+    ++generation_;
+    ever_connected_ = false;
+    if (run_cancel_)
+        run_cancel_->emit(asio::cancellation_type::terminal);
+    run_cancel_.reset();
+    running_ = false;
+    connected_ = false;
+    backoff_timer_.cancel();
+    if (auto s = std::move(session_)) {
+        // Its writer may still resume (a write that completed just now): it must find that
+        // it has nothing left to do, and take nothing from the queue of the next connection.
+        s->detached = true;
+        error_code ignored;
+        s->socket.close(ignored);
+        fail_session(*s, ec, ec);
+    }
+    book_.close_session(ec);
+    book_.abandon_waiting(ec);
+    deliver_subscriptions();
+    fail_queued(user_queue_, ec);
+    finish_connect_waiters(ec);
+}
+
+void connection_impl::start_run_loop() {
+    running_ = true;
+    run_cancel_ = std::make_shared<asio::cancellation_signal>();
+    asio::co_spawn(strand_, run_loop(shared_from_this(), generation_),
+                   asio::bind_cancellation_slot(
+                       run_cancel_->slot(), [keep = run_cancel_](std::exception_ptr e) {
+                           if (e)
+                               std::rethrow_exception(e); // a bug: let it be seen
+                       }));
+}
+
+} // namespace colock::redis::detail
