@@ -3,6 +3,7 @@
 #include "connection_impl.hpp"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 
 #include <stdexcept>
 
@@ -92,9 +93,12 @@ connection::connection(executor_type ex, config cfg)
 }
 
 connection::~connection() {
-    boost::asio::dispatch(impl_->strand_, [self = impl_] {
-        self->close(error::closed);
+    // Requests made from now on fail at once; those made before are flushed (post, not dispatch:
+    // see close()).
+    impl_->destroyed_ = true;
+    boost::asio::post(impl_->strand_, [self = impl_] {
         self->listeners_.clear();
+        self->graceful_close(true);
     });
 }
 
@@ -160,7 +164,10 @@ void connection::remove_push_listener(push_listener const* listener) {
 }
 
 void connection::close() {
-    boost::asio::dispatch(impl_->strand_, [self = impl_] { self->close(error::closed); });
+    // post, never dispatch: a request whose async_exec (or engine_exec) happened before this call,
+    // on any thread, reaches the strand first even when close() is called from a handler that runs
+    // on the strand, so the flush takes it.
+    boost::asio::post(impl_->strand_, [self = impl_] { self->graceful_close(false); });
 }
 
 bool connection::is_connected() const noexcept {

@@ -1,4 +1,5 @@
-// Connecting and closing: connect waiters, close, and the start of the run loop.
+// Connecting and closing: connect waiters, the hard close, and the graceful close that first sends
+// what was asked before it.
 #include "connection_impl.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -28,7 +29,7 @@ void connection_impl::start_connect(connect_handler handler) {
     asio::dispatch(strand_, [self = shared_from_this(), w]() mutable {
         if (w->done)
             return;
-        if (self->session_ && self->session_->ready) {
+        if (self->session_ && self->session_->ready && !self->closing_) {
             self->finish_connect_waiter(w, {});
             return;
         }
@@ -66,6 +67,8 @@ void connection_impl::finish_connect_waiters(error_code ec) {
 
 // At once: stops the run loop, drops the socket and completes everything pending with `ec`.
 void connection_impl::close(error_code ec) {
+    closing_ = false;
+    close_timer_.cancel();
     ++generation_;
     ever_connected_ = false;
     if (run_cancel_)
@@ -87,6 +90,70 @@ void connection_impl::close(error_code ec) {
     deliver_subscriptions();
     fail_queued(user_queue_, ec);
     finish_connect_waiters(ec);
+}
+
+// close() and ~connection. Requests made before it (and the replies of those in flight) are sent
+// and read within config::close_timeout when the connection is up; then it closes. A connection
+// that is not up is not started just to flush: what waits fails with error::closed, as before. The
+// order is the strand's: close() posts, so a request whose engine_exec happened before close()
+// reached the strand first and is flushed.
+void connection_impl::graceful_close(bool final) {
+    if (final)
+        final_ = true;
+    if (closing_)
+        return; // a flush is under way; its deadline stands
+    auto const s = session_;
+    bool const pending = s && (!user_queue_.empty() || !s->in_flight.empty());
+    if (cfg_.close_timeout.count() <= 0 || !s || !s->ready || !pending) {
+        close(error::closed);
+        return;
+    }
+    closing_ = true;
+    connected_ = false;
+    s->flushing = true;
+    s->flush_queue = std::move(user_queue_);
+    user_queue_.clear();
+    close_timer_.expires_after(cfg_.close_timeout);
+    // The handler holds the engine until the flush ends (close() cancels the timer), so nothing
+    // keeps the io_context busy after it.
+    close_timer_.async_wait([self = shared_from_this(), s](error_code ec) {
+        if (!ec && self->closing_ && self->session_ == s)
+            self->finish_close();
+    });
+    wake_writer();
+    maybe_finish_flush(); // everything may have been cancelled already
+}
+
+// Finishes the flush once nothing it waits for is left: every request taken from the user queue at
+// close() written and answered (or cancelled), and nothing in flight.
+void connection_impl::maybe_finish_flush() {
+    if (!closing_ || !session_)
+        return;
+    auto const& s = *session_;
+    bool const queued = std::any_of(s.flush_queue.begin(), s.flush_queue.end(), [](auto const& e) {
+        return e->state != exec_entry::stage::done;
+    });
+    if (!queued && s.in_flight.empty())
+        finish_close();
+}
+
+void connection_impl::finish_close() {
+    // Requests and connect waits that came after close() are not this close's business: they start
+    // a new connection, unless the connection object is gone.
+    auto later = std::move(user_queue_);
+    user_queue_.clear();
+    auto waiters = std::move(connect_waiters_);
+    connect_waiters_.clear();
+    close(error::closed);
+    user_queue_ = std::move(later);
+    connect_waiters_ = std::move(waiters);
+    if (final_) {
+        fail_queued(user_queue_, error::closed);
+        finish_connect_waiters(error::closed);
+        return;
+    }
+    if (!user_queue_.empty() || !connect_waiters_.empty())
+        start_run_loop();
 }
 
 void connection_impl::start_run_loop() {

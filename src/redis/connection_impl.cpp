@@ -15,7 +15,8 @@ connection_impl::connection_impl(asio::any_io_executor ex, config cfg)
     : executor_(std::move(ex))
     , strand_(asio::make_strand(executor_))
     , cfg_(std::move(cfg))
-    , backoff_timer_(strand_) {}
+    , backoff_timer_(strand_)
+    , close_timer_(strand_) {}
 
 std::string connection_impl::run_id() const {
     std::lock_guard lock(error_mutex_);
@@ -93,6 +94,7 @@ void connection_impl::flush_ready() {
 void connection_impl::fail_session(session& s, error_code in_flight_ec, error_code queued_ec) {
     s.matcher.clear();
     fail_queued(s.in_flight, in_flight_ec);
+    fail_queued(s.flush_queue, queued_ec);
     fail_queued(s.handshake_queue, queued_ec);
     fail_queued(s.session_queue, queued_ec);
 }
@@ -109,6 +111,10 @@ entry_ptr connection_impl::make_entry(std::string payload, std::size_t commands,
 }
 
 void connection_impl::start_exec(resp3::request req, exec_handler handler) {
+    if (destroyed_) {
+        deliver(std::move(handler), {}, error_code(error::closed), response{});
+        return;
+    }
     if (req.empty()) {
         deliver(std::move(handler), {}, error_code{}, response{});
         return;
@@ -140,7 +146,20 @@ void connection_impl::start_exec(resp3::request req, exec_handler handler) {
 void connection_impl::enqueue_user(entry_ptr e) {
     if (e->state == exec_entry::stage::done)
         return; // cancelled before it reached the strand
+    if (final_) {
+        // The connection object is gone. A request that raced with its destructor still goes out
+        // while the flush runs; nothing starts the connection again.
+        if (closing_ && session_) {
+            session_->flush_queue.push_back(std::move(e));
+            wake_writer();
+        } else {
+            complete(e, error::closed);
+        }
+        return;
+    }
     user_queue_.push_back(std::move(e));
+    if (closing_)
+        return; // made after close(): waits for the flush to end, then starts afresh
     if (!running_)
         start_run_loop();
     else
@@ -158,6 +177,7 @@ void connection_impl::cancel_entry(entry_ptr const& e, asio::cancellation_type t
     if (e->state == exec_entry::stage::queued) {
         // Left in its queue; the writer skips entries that are done.
         complete(e, asio::error::operation_aborted);
+        maybe_finish_flush();
         return;
     }
     // Written: the server may have run it. Only terminal and partial cancellation allow

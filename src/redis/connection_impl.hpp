@@ -117,6 +117,11 @@ struct session {
     // connect, else "TLS handshake", "Redis handshake", "HELLO", ...
     std::string step;
     bool failure_recorded = false; // the reason it could not connect is in last_connect_error_
+    // close() with this session up: it sends the requests made before close() (taken from
+    // flush_queue instead of the user queue) and reads their replies, then the connection closes.
+    // Requests made after close() wait in the user queue for a new connection.
+    bool flushing = false;
+    std::deque<entry_ptr> flush_queue;
 };
 
 // The run_id field of an INFO reply; empty when missing or malformed.
@@ -151,6 +156,9 @@ public:
         subscription_ops_;
     std::vector<std::shared_ptr<push_listener>> listeners_;
     asio::steady_timer backoff_timer_;
+    asio::steady_timer close_timer_; // bounds a flush by config::close_timeout
+    bool closing_ = false;           // close() is flushing session_
+    bool final_ = false;             // the connection object is gone: nothing starts again
     // Shared with the run loop's completion handler: the signal must outlive the coroutine,
     // whose pending operations hold slots connected to it.
     std::shared_ptr<asio::cancellation_signal> run_cancel_;
@@ -170,6 +178,7 @@ public:
 
     // --- readable from any thread ---
     std::atomic<bool> connected_{false};
+    std::atomic<bool> destroyed_{false};       // set by ~connection: new requests fail at once
     std::atomic<bool> ever_handshaken_{false}; // a handshake has completed; never reset
     std::atomic<std::uint64_t> reconnects_{0};
     // Counts reconnections that reached a different server instance (another run_id) than the
@@ -231,6 +240,10 @@ public:
     void finish_connect_waiters(error_code ec);
     void close(error_code ec);
     void start_run_loop();
+    // close() and ~connection: flush what was asked before, within config::close_timeout.
+    void graceful_close(bool final);
+    void maybe_finish_flush();
+    void finish_close();
 
     // --- the I/O (connection_run.cpp) ---
     static asio::awaitable<void> run_loop(std::shared_ptr<connection_impl> self,

@@ -63,6 +63,15 @@ void connection_impl::end_session(std::shared_ptr<session> const& s, error_code 
         keep_running = false;
         return;
     }
+    if (s->flushing) {
+        // close() was flushing when the connection went: what was written may have run, the rest
+        // fails with error::closed, and nothing reconnects for it.
+        s->matcher.clear();
+        fail_queued(s->in_flight, error::connection_lost);
+        finish_close();
+        keep_running = false;
+        return;
+    }
     connected_ = false;
     session_.reset();
     book_.close_session(); // the next handshake subscribes to every counted channel
@@ -251,6 +260,9 @@ error_code connection_impl::on_value(session& s, resp3::value v) {
             e->replies = std::move(answers);
         complete(e, {});
     }
+    maybe_finish_flush(); // may close the connection, and detach this session
+    if (s.detached)
+        return asio::error::operation_aborted;
     return {};
 }
 
@@ -270,7 +282,7 @@ asio::awaitable<error_code> connection_impl::write_loop(std::shared_ptr<session>
         take_for_write(*s, s->handshake_queue, false);
         if (s->ready) {
             take_for_write(*s, s->session_queue, false);
-            take_for_write(*s, user_queue_, true);
+            take_for_write(*s, s->flushing ? s->flush_queue : user_queue_, true);
         }
         if (s->write_buffer.empty()) {
             s->wakeup.expires_at(asio::steady_timer::time_point::max());
@@ -332,7 +344,7 @@ void connection_impl::put_back_unwritten(session& s, std::size_t batch, std::siz
         if (e->from_user) {
             e->state = exec_entry::stage::queued;
             // Newest first: the order is kept.
-            user_queue_.push_front(std::move(e));
+            (s.flushing ? s.flush_queue : user_queue_).push_front(std::move(e));
         } else {
             complete(e, ec); // this socket's own: it goes with it
         }

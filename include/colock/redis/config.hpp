@@ -47,6 +47,10 @@ struct config {
     /// attempt up to `reconnect_max_delay`.
     std::chrono::milliseconds reconnect_initial_delay{50};
     std::chrono::milliseconds reconnect_max_delay{2000};
+    /// How long close() and the connection's destructor may spend sending the requests already made
+    /// and reading the replies of those in flight before they close the socket. 0 closes at once:
+    /// whatever is pending completes with error::closed.
+    std::chrono::milliseconds close_timeout{1000};
 
     /// Parses one of
     ///

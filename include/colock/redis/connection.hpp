@@ -146,8 +146,11 @@ public:
 /// operation.
 ///
 /// @par Lifetime
-/// Destroying the connection closes it: pending operations complete with error::closed.
-/// Internally, state is owned by shared pointers, so no operation touches freed memory.
+/// Destroying the connection closes it as close() does, flush included (the destructor does not
+/// wait: the flush runs on the executor, within config::close_timeout); requests made after the
+/// destructor (colock's own, through the engine) fail with error::closed and nothing starts the
+/// connection again. Internally, state is owned by shared pointers, so no operation touches freed
+/// memory.
 class connection {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -205,7 +208,7 @@ public:
     /// `void(boost::system::error_code, response)`. The response holds one value per command. The
     /// code is error::server_error when any answer is an error reply (the response still holds
     /// every answer), error::connection_lost when the connection dropped after the request was
-    /// written, error::closed after close(),
+    /// written, error::closed when close() could not send it (see close()),
     /// error::unsupported_command as above, or async_connect's code when the connection this
     /// request started could not be established.
     ///
@@ -280,8 +283,21 @@ public:
     void add_push_listener(std::shared_ptr<push_listener> listener);
     void remove_push_listener(push_listener const* listener);
 
-    /// Stops reconnecting, drops the connection and completes every pending operation with
-    /// error::closed. A later async_connect or async_exec starts afresh.
+    /// Closes the connection, first sending what was asked of it before: requests already made
+    /// (async_exec, and colock's own, e.g. the release of a lock_guard that was let go) are written
+    /// and the replies of every request in flight read, for at most config::close_timeout; then the
+    /// socket is closed, reconnection stops, and whatever is still pending completes with
+    /// error::closed. close_timeout 0 closes at once. When the connection is not up at that moment
+    /// (never connected, connecting, or waiting to reconnect), nothing is flushed and pending
+    /// requests fail with error::closed at once: a close does not open a connection just to send
+    /// them.
+    ///
+    /// Returns at once; the flush runs on the connection's executor and holds nothing of it
+    /// afterwards, so io_context::run() returns once the flush is done or its deadline passed.
+    /// "Before" is happens-before: a request made before close() on any thread is flushed. Requests
+    /// made after close() are not sent on the closing connection: they wait for the flush to end
+    /// and then start a new connection, as does a later async_connect (the connection can be used
+    /// again after close()). is_connected() is false from the start of the flush.
     void close();
 
     /// True while a connection is established and its handshake done.
