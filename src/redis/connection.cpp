@@ -96,7 +96,8 @@ connection::~connection() {
     // Requests made from now on fail at once; those made before are flushed (post, not dispatch:
     // see close()).
     impl_->destroyed_ = true;
-    boost::asio::post(impl_->strand_, [self = impl_] {
+    boost::asio::post(impl_->strand_, [guard = detail::close_guard(impl_)]() mutable {
+        auto self = guard.take();
         self->listeners_.clear();
         self->graceful_close(true);
     });
@@ -167,7 +168,9 @@ void connection::close() {
     // post, never dispatch: a request whose async_exec (or engine_exec) happened before this call,
     // on any thread, reaches the strand first even when close() is called from a handler that runs
     // on the strand, so the flush takes it.
-    boost::asio::post(impl_->strand_, [self = impl_] { self->graceful_close(false); });
+    boost::asio::post(impl_->strand_, [guard = detail::close_guard(impl_)]() mutable {
+        guard.take()->graceful_close(false);
+    });
 }
 
 bool connection::is_connected() const noexcept {

@@ -116,7 +116,8 @@ void connection_impl::graceful_close(bool final) {
     close_timer_.expires_after(cfg_.close_timeout);
     // The handler holds the engine until the flush ends (close() cancels the timer), so nothing
     // keeps the io_context busy after it.
-    close_timer_.async_wait([self = shared_from_this(), s](error_code ec) {
+    close_timer_.async_wait([guard = close_guard(shared_from_this()), s](error_code ec) mutable {
+        auto self = guard.take();
         if (!ec && self->closing_ && self->session_ == s)
             self->finish_close();
     });
@@ -154,6 +155,31 @@ void connection_impl::finish_close() {
     }
     if (!user_queue_.empty() || !connect_waiters_.empty())
         start_run_loop();
+}
+
+void connection_impl::abandon() noexcept {
+    // Moved out first: destroying a handler destroys a coroutine frame, which may reach the
+    // engine again (a connection object in it is destroyed); it finds nothing left.
+    auto users = std::move(user_queue_);
+    auto waiters = std::move(connect_waiters_);
+    auto subscriptions = std::move(subscription_ops_);
+    auto ready = std::move(ready_);
+    auto listeners = std::move(listeners_);
+    auto s = std::move(session_);
+    user_queue_.clear();
+    connect_waiters_.clear();
+    subscription_ops_.clear();
+    ready_.clear();
+    listeners_.clear();
+    closing_ = false;
+    if (s) {
+        s->detached = true;
+        s->matcher.clear();
+        auto in_flight = std::move(s->in_flight);
+        auto flush = std::move(s->flush_queue);
+        auto handshake = std::move(s->handshake_queue);
+        auto own = std::move(s->session_queue);
+    }
 }
 
 void connection_impl::start_run_loop() {

@@ -244,6 +244,10 @@ public:
     void graceful_close(bool final);
     void maybe_finish_flush();
     void finish_close();
+    // The io_context is being destroyed with a close still to run: lets go of every handler the
+    // engine holds, uncalled, so that no cycle (engine -> queued handler -> coroutine frame ->
+    // engine) outlives the context.
+    void abandon() noexcept;
 
     // --- the I/O (connection_run.cpp) ---
     static asio::awaitable<void> run_loop(std::shared_ptr<connection_impl> self,
@@ -266,6 +270,24 @@ public:
     asio::awaitable<error_code> handshake_and_health(std::shared_ptr<session> s);
     asio::awaitable<error_code> handshake(std::shared_ptr<session> s);
     bool other_instance(std::string const& new_run_id) const;
+};
+
+// Holds the engine for a close posted to the strand (or the flush's timer). Run, it hands the
+// engine over (take()); destroyed unrun, which happens only when the io_context is destroyed
+// first, it abandons the engine's handlers.
+class close_guard {
+public:
+    explicit close_guard(std::shared_ptr<connection_impl> self) : self_(std::move(self)) {}
+    close_guard(close_guard&& o) noexcept : self_(std::move(o.self_)) {}
+    close_guard& operator=(close_guard&&) = delete;
+    ~close_guard() {
+        if (self_)
+            self_->abandon();
+    }
+    std::shared_ptr<connection_impl> take() noexcept { return std::move(self_); }
+
+private:
+    std::shared_ptr<connection_impl> self_;
 };
 
 // ------------------------------------------------------------------ templates
