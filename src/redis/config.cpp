@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <stdexcept>
 
@@ -57,23 +59,89 @@ std::string percent_encode(std::string_view s) {
     return out;
 }
 
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) ==
+                      std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+// "[[user]:password@]": fills username and password.
+void parse_userinfo(std::string_view url, std::string_view userinfo, config& cfg) {
+    auto const colon = userinfo.find(':');
+    if (colon == std::string_view::npos) {
+        // "redis://secret@host" is how redis-cli reads a password alone.
+        cfg.password = percent_decode(url, userinfo, "password");
+    } else {
+        cfg.username = percent_decode(url, userinfo.substr(0, colon), "user name");
+        cfg.password = percent_decode(url, userinfo.substr(colon + 1), "password");
+    }
+    if (cfg.password.empty() && !cfg.username.empty())
+        refuse(url, "a user name needs a password");
+}
+
+int parse_database(std::string_view url, std::string_view db) {
+    int value = 0;
+    auto const r = std::from_chars(db.data(), db.data() + db.size(), value);
+    if (r.ec != std::errc{} || r.ptr != db.data() + db.size() || value < 0)
+        refuse(url, fmt::format("database '{}' is not a non-negative number", db));
+    return value;
+}
+
+// unix://[[user]:password@]/path/to/redis.sock[?db=N], as redis-py and redis-rs read it.
+config parse_unix(std::string_view url, std::string_view rest) {
+    config cfg;
+    if (rest.find('#') != std::string_view::npos)
+        refuse(url, "fragments are not supported");
+    auto const question = rest.find('?');
+    std::string_view const query =
+        question == std::string_view::npos ? std::string_view{} : rest.substr(question + 1);
+    rest = rest.substr(0, question);
+    // Credentials end at the last '@' before the path; the path starts with '/'.
+    auto const slash = rest.find('/');
+    std::string_view const authority = rest.substr(0, slash);
+    auto const at = authority.rfind('@');
+    if (at != std::string_view::npos)
+        parse_userinfo(url, authority.substr(0, at), cfg);
+    if (!authority.substr(at == std::string_view::npos ? 0 : at + 1).empty())
+        refuse(url, "a unix:// URL takes no host: unix:///path/to/redis.sock");
+    if (slash == std::string_view::npos || rest.size() - slash < 2)
+        refuse(url, "missing socket path (expected unix:///path/to/redis.sock)");
+    cfg.unix_socket = percent_decode(url, rest.substr(slash), "socket path");
+
+    std::string_view q = query;
+    while (!q.empty()) {
+        auto const amp = q.find('&');
+        std::string_view const param = q.substr(0, amp);
+        q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
+        auto const eq = param.find('=');
+        std::string_view const name = param.substr(0, eq);
+        std::string_view const value =
+            eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
+        if (name == "db")
+            cfg.database = parse_database(url, value);
+        else if (!name.empty())
+            refuse(url, fmt::format("unsupported query parameter '{}' (only db is)", name));
+    }
+    return cfg;
+}
+
 } // namespace
 
 config config::from_url(std::string_view url) {
     config cfg;
-    std::string_view rest;
-    if (url.starts_with("redis://")) {
-        rest = url.substr(8);
-    } else if (url.starts_with("rediss://")) {
-        rest = url.substr(9);
+    auto const colon_slashes = url.find("://");
+    if (colon_slashes == std::string_view::npos)
+        refuse(url, "missing scheme (expected redis://, rediss:// or unix://)");
+    std::string_view const scheme = url.substr(0, colon_slashes);
+    std::string_view rest = url.substr(colon_slashes + 3);
+    if (iequals(scheme, "unix") || iequals(scheme, "redis+unix"))
+        return parse_unix(url, rest);
+    if (iequals(scheme, "rediss"))
         cfg.use_tls = true;
-    } else {
-        auto const colon = url.find("://");
-        refuse(url, colon == std::string_view::npos
-                        ? std::string("missing scheme (expected redis:// or rediss://)")
-                        : fmt::format("unsupported scheme '{}' (expected redis or rediss)",
-                                      url.substr(0, colon)));
-    }
+    else if (!iequals(scheme, "redis"))
+        refuse(url,
+               fmt::format("unsupported scheme '{}' (expected redis, rediss or unix)", scheme));
     if (rest.find_first_of("?#") != std::string_view::npos)
         refuse(url, "query parameters and fragments are not supported");
 
@@ -85,18 +153,8 @@ config config::from_url(std::string_view url) {
 
     auto const at = authority.rfind('@');
     if (at != std::string_view::npos) {
-        std::string_view const userinfo = authority.substr(0, at);
+        parse_userinfo(url, authority.substr(0, at), cfg);
         authority = authority.substr(at + 1);
-        auto const colon = userinfo.find(':');
-        if (colon == std::string_view::npos) {
-            // "redis://secret@host" is how redis-cli reads a password alone.
-            cfg.password = percent_decode(url, userinfo, "password");
-        } else {
-            cfg.username = percent_decode(url, userinfo.substr(0, colon), "user name");
-            cfg.password = percent_decode(url, userinfo.substr(colon + 1), "password");
-        }
-        if (cfg.password.empty() && !cfg.username.empty())
-            refuse(url, "a user name needs a password");
     }
 
     std::string_view host;
@@ -140,23 +198,26 @@ config config::from_url(std::string_view url) {
         cfg.port = static_cast<std::uint16_t>(value);
     }
 
-    if (path.size() > 1) {
-        std::string_view const db = path.substr(1);
-        int value = 0;
-        auto const r = std::from_chars(db.data(), db.data() + db.size(), value);
-        if (r.ec != std::errc{} || r.ptr != db.data() + db.size() || value < 0)
-            refuse(url, fmt::format("database '{}' is not a non-negative number", db));
-        cfg.database = value;
-    }
+    if (path.size() > 1)
+        cfg.database = parse_database(url, path.substr(1));
     return cfg;
 }
 
 std::string config::to_redacted_url() const {
-    std::string out = use_tls ? "rediss://" : "redis://";
-    if (!password.empty()) {
-        out += percent_encode(username);
-        out += ":***@";
+    std::string credentials;
+    if (!password.empty())
+        credentials = percent_encode(username) + ":***@";
+    if (!unix_socket.empty()) {
+        std::string path;
+        for (char c : unix_socket)
+            path += c == '/' ? std::string("/") : percent_encode(std::string_view(&c, 1));
+        std::string out = "unix://" + credentials + path;
+        if (database != 0)
+            out += fmt::format("?db={}", database);
+        return out;
     }
+    std::string out = use_tls ? "rediss://" : "redis://";
+    out += credentials;
     if (host.find(':') != std::string::npos)
         out += fmt::format("[{}]", host);
     else
@@ -165,6 +226,14 @@ std::string config::to_redacted_url() const {
     if (database != 0)
         out += fmt::format("/{}", database);
     return out;
+}
+
+std::string config::endpoint_text() const {
+    if (!unix_socket.empty())
+        return unix_socket;
+    if (host.find(':') != std::string::npos)
+        return fmt::format("[{}]:{}", host, port);
+    return fmt::format("{}:{}", host, port);
 }
 
 } // namespace colock::redis

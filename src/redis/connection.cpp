@@ -3,6 +3,9 @@
 #include "connection_impl.hpp"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+
+#include <stdexcept>
 
 namespace colock::redis {
 namespace detail {
@@ -43,11 +46,6 @@ void engine_remove_listener(shared_engine const& engine, push_listener const* li
     });
 }
 
-std::string engine_last_error_text(shared_engine const& engine) {
-    std::lock_guard lock(engine->error_mutex_);
-    return engine->last_error_text_;
-}
-
 bool engine_is_connected(shared_engine const& engine) noexcept {
     return engine->connected_;
 }
@@ -60,14 +58,31 @@ std::uint64_t engine_server_changes(shared_engine const& engine) noexcept {
     return engine->server_changes_;
 }
 
+std::string engine_connect_failure(shared_engine const& engine, boost::system::error_code ec) {
+    return engine->connect_failure_text(ec);
+}
+
+bool engine_ever_connected(shared_engine const& engine) noexcept {
+    return engine->ever_handshaken_;
+}
+
+std::string engine_last_error_text(shared_engine const& engine) {
+    std::lock_guard lock(engine->error_mutex_);
+    return engine->last_error_text_;
+}
+
 } // namespace detail
 
-// -------------------------------------------------------------------- connection
+// --------------------------------------------------------------------
+// connection
 
 connection::connection(executor_type ex, config cfg)
     : impl_(std::make_shared<detail::connection_impl>(std::move(ex), std::move(cfg))) {
     colock::detail::context_shutdown::watch(impl_->executor_, impl_);
     auto& c = impl_->cfg_;
+    if (c.use_tls && !c.unix_socket.empty())
+        throw std::invalid_argument("colock::redis::connection: TLS over a unix socket is not "
+                                    "supported (config has both use_tls and unix_socket)");
     if (c.use_tls) {
         auto& ctx = impl_->tls_context_.emplace(boost::asio::ssl::context::tls_client);
         if (c.tls_verify_peer) {
@@ -83,9 +98,13 @@ connection::connection(executor_type ex, config cfg)
 }
 
 connection::~connection() {
-    boost::asio::dispatch(impl_->strand_, [self = impl_] {
-        self->close(error::closed);
+    // Requests made from now on fail at once; those made before are flushed (post, not dispatch:
+    // see close()).
+    impl_->destroyed_ = true;
+    boost::asio::post(impl_->strand_, [guard = detail::close_guard(impl_)]() mutable {
+        auto self = guard.take();
         self->listeners_.clear();
+        self->graceful_close(true);
     });
 }
 
@@ -120,6 +139,14 @@ void connection::start_subscription(bool subscribe, std::vector<std::string> cha
     });
 }
 
+boost::asio::awaitable<void> connection::co_connect() {
+    auto [ec] = co_await async_connect(boost::asio::as_tuple(boost::asio::use_awaitable));
+    if (detail::is_connect_failure(ec))
+        throw connect_error(ec, impl_->connect_failure_text(ec));
+    if (ec)
+        throw boost::system::system_error(ec);
+}
+
 boost::asio::awaitable<response> connection::co_exec(resp3::request req) {
     auto [ec, resp] =
         co_await async_exec(std::move(req), boost::asio::as_tuple(boost::asio::use_awaitable));
@@ -127,6 +154,8 @@ boost::asio::awaitable<response> connection::co_exec(resp3::request req) {
         throw server_error(first_error_text(resp));
     if (ec == error::unsupported_command)
         throw boost::system::system_error(ec, first_error_text(resp));
+    if (detail::is_connect_failure(ec))
+        throw connect_error(ec, impl_->connect_failure_text(ec));
     if (ec)
         throw boost::system::system_error(ec);
     co_return std::move(resp);
@@ -141,7 +170,12 @@ void connection::remove_push_listener(push_listener const* listener) {
 }
 
 void connection::close() {
-    boost::asio::dispatch(impl_->strand_, [self = impl_] { self->close(error::closed); });
+    // post, never dispatch: a request whose async_exec (or engine_exec) happened before this call,
+    // on any thread, reaches the strand first even when close() is called from a handler that runs
+    // on the strand, so the flush takes it.
+    boost::asio::post(impl_->strand_, [guard = detail::close_guard(impl_)]() mutable {
+        guard.take()->graceful_close(false);
+    });
 }
 
 bool connection::is_connected() const noexcept {

@@ -1,4 +1,4 @@
-// The engine's bookkeeping: queues, completions, subscriptions, connect and close.
+// The engine's bookkeeping: queues, completions and subscriptions.
 #include "connection_impl.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -15,7 +15,8 @@ connection_impl::connection_impl(asio::any_io_executor ex, config cfg)
     : executor_(std::move(ex))
     , strand_(asio::make_strand(executor_))
     , cfg_(std::move(cfg))
-    , backoff_timer_(strand_) {}
+    , backoff_timer_(strand_)
+    , close_timer_(strand_) {}
 
 std::string connection_impl::run_id() const {
     std::lock_guard lock(error_mutex_);
@@ -25,6 +26,32 @@ std::string connection_impl::run_id() const {
 void connection_impl::set_error_text(std::string text) {
     std::lock_guard lock(error_mutex_);
     last_error_text_ = std::move(text);
+}
+
+error_code connection_impl::connect_failed(session& s, error_code ec, std::string cause) {
+    // Asio records where it noticed an error (a file of its own); the caller needs what and where
+    // to, so the code goes on without the location and the message names the endpoint.
+    ec = error_code(ec.value(), ec.category());
+    if (cause.empty())
+        cause = ec.message();
+    std::string text = fmt::format("connecting to {}{}: {}", cfg_.endpoint_text(),
+                                   s.step.empty() ? std::string() : " (" + s.step + ")", cause);
+    s.failure_recorded = true;
+    std::lock_guard lock(error_mutex_);
+    last_connect_ec_ = ec;
+    last_connect_error_ = text;
+    last_error_text_ = std::move(text);
+    return ec;
+}
+
+std::string connection_impl::connect_failure_text(error_code ec) const {
+    if (!is_connect_failure(ec))
+        return {};
+    std::lock_guard lock(error_mutex_);
+    if (ec == last_connect_ec_ && !last_connect_error_.empty())
+        return last_connect_error_;
+    return fmt::format("connecting to {}: {}", cfg_.endpoint_text(),
+                       error_code(ec.value(), ec.category()).message());
 }
 
 // ---------------------------------------------------------------- completion
@@ -67,6 +94,7 @@ void connection_impl::flush_ready() {
 void connection_impl::fail_session(session& s, error_code in_flight_ec, error_code queued_ec) {
     s.matcher.clear();
     fail_queued(s.in_flight, in_flight_ec);
+    fail_queued(s.flush_queue, queued_ec);
     fail_queued(s.handshake_queue, queued_ec);
     fail_queued(s.session_queue, queued_ec);
 }
@@ -83,6 +111,10 @@ entry_ptr connection_impl::make_entry(std::string payload, std::size_t commands,
 }
 
 void connection_impl::start_exec(resp3::request req, exec_handler handler) {
+    if (destroyed_) {
+        deliver(std::move(handler), {}, error_code(error::closed), response{});
+        return;
+    }
     if (req.empty()) {
         deliver(std::move(handler), {}, error_code{}, response{});
         return;
@@ -114,7 +146,20 @@ void connection_impl::start_exec(resp3::request req, exec_handler handler) {
 void connection_impl::enqueue_user(entry_ptr e) {
     if (e->state == exec_entry::stage::done)
         return; // cancelled before it reached the strand
+    if (final_) {
+        // The connection object is gone. A request that raced with its destructor still goes out
+        // while the flush runs; nothing starts the connection again.
+        if (closing_ && session_) {
+            session_->flush_queue.push_back(std::move(e));
+            wake_writer();
+        } else {
+            complete(e, error::closed);
+        }
+        return;
+    }
     user_queue_.push_back(std::move(e));
+    if (closing_)
+        return; // made after close(): waits for the flush to end, then starts afresh
     if (!running_)
         start_run_loop();
     else
@@ -132,6 +177,7 @@ void connection_impl::cancel_entry(entry_ptr const& e, asio::cancellation_type t
     if (e->state == exec_entry::stage::queued) {
         // Left in its queue; the writer skips entries that are done.
         complete(e, asio::error::operation_aborted);
+        maybe_finish_flush();
         return;
     }
     // Written: the server may have run it. Only terminal and partial cancellation allow
@@ -143,7 +189,8 @@ void connection_impl::cancel_entry(entry_ptr const& e, asio::cancellation_type t
     }
 }
 
-// ---------------------------------------------------------------- subscriptions
+// ----------------------------------------------------------------
+// subscriptions
 
 void connection_impl::change_subscription(
     bool subscribe, std::vector<std::string> channels,
@@ -205,122 +252,14 @@ void connection_impl::deliver_subscriptions() {
     }
 }
 
-// ---------------------------------------------------------------- connect / close
-
-void connection_impl::start_connect(connect_handler handler) {
-    auto w = std::make_shared<connect_waiter>(std::move(handler));
-    if (w->slot.is_connected()) {
-        // Installed on the caller's thread, where the caller emits. Only this wait is
-        // abandoned; the connection is closed too when nobody else is using it.
-        w->slot.assign([weak = weak_from_this(),
-                        weak_w = std::weak_ptr<connect_waiter>(w)](asio::cancellation_type t) {
-            if ((t & asio::cancellation_type::terminal) == asio::cancellation_type::none)
-                return;
-            auto s = weak.lock();
-            auto cw = weak_w.lock();
-            if (s && cw)
-                asio::dispatch(s->strand_, [s, cw] { s->cancel_connect_waiter(cw); });
-        });
-    }
-    asio::dispatch(strand_, [self = shared_from_this(), w]() mutable {
-        if (w->done)
-            return;
-        if (self->session_ && self->session_->ready) {
-            self->finish_connect_waiter(w, {});
-            return;
-        }
-        self->connect_waiters_.push_back(w);
-        if (!self->running_)
-            self->start_run_loop();
-    });
-}
-
-void connection_impl::cancel_connect_waiter(std::shared_ptr<connect_waiter> const& w) {
-    std::erase(connect_waiters_, w);
-    finish_connect_waiter(w, asio::error::operation_aborted);
-    bool const in_use = !connect_waiters_.empty() || !user_queue_.empty() ||
-                        !subscription_ops_.empty() || (session_ && !session_->in_flight.empty());
-    if (!ever_connected_ && running_ && !in_use)
-        close(error::closed);
-}
-
-void connection_impl::finish_connect_waiter(std::shared_ptr<connect_waiter> const& w,
-                                            error_code ec) {
-    if (w->done)
-        return;
-    w->done = true;
-    deliver(std::move(w->handler), w->slot, ec);
-}
-
-void connection_impl::finish_connect_waiters(error_code ec) {
-    auto waiters = std::move(connect_waiters_);
-    connect_waiters_.clear();
-    for (auto& w : waiters)
-        finish_connect_waiter(w, ec);
-}
-
 void connection_impl::drop_handlers_at_shutdown() noexcept {
     ++generation_;
     running_ = false;
     connected_ = false;
     run_cancel_.reset();
-    // Moved out before anything is destroyed: a handler's destructor may reach this object.
-    std::vector<entry_ptr> entries(user_queue_.begin(), user_queue_.end());
-    user_queue_.clear();
-    if (auto s = std::move(session_)) {
-        s->detached = true;
-        for (auto* q : {&s->in_flight, &s->handshake_queue, &s->session_queue}) {
-            entries.insert(entries.end(), q->begin(), q->end());
-            q->clear();
-        }
-    }
-    auto ready = std::move(ready_);
-    ready_.clear();
-    auto flushing = std::move(flushing_);
+    auto flushing = std::move(flushing_); // destroyed last, as abandon()'s
     flushing_.clear();
-    auto waiters = std::move(connect_waiters_);
-    connect_waiters_.clear();
-    auto subscriptions = std::move(subscription_ops_);
-    subscription_ops_.clear();
-    auto listeners = std::move(listeners_);
-    listeners_.clear();
-    for (auto& e : entries)
-        e->handler.emplace<std::monostate>();
-}
-
-void connection_impl::close(error_code ec) {
-    ++generation_;
-    ever_connected_ = false;
-    if (run_cancel_)
-        run_cancel_->emit(asio::cancellation_type::terminal);
-    run_cancel_.reset();
-    running_ = false;
-    connected_ = false;
-    backoff_timer_.cancel();
-    if (auto s = std::move(session_)) {
-        // Its writer may still resume (a write that completed just now): it must find that
-        // it has nothing left to do, and take nothing from the queue of the next connection.
-        s->detached = true;
-        error_code ignored;
-        s->socket.close(ignored);
-        fail_session(*s, ec, ec);
-    }
-    book_.close_session(ec);
-    book_.abandon_waiting(ec);
-    deliver_subscriptions();
-    fail_queued(user_queue_, ec);
-    finish_connect_waiters(ec);
-}
-
-void connection_impl::start_run_loop() {
-    running_ = true;
-    run_cancel_ = std::make_shared<asio::cancellation_signal>();
-    asio::co_spawn(strand_, run_loop(shared_from_this(), generation_),
-                   asio::bind_cancellation_slot(
-                       run_cancel_->slot(), [keep = run_cancel_](std::exception_ptr e) {
-                           if (e)
-                               std::rethrow_exception(e); // a bug: let it be seen
-                       }));
+    abandon();
 }
 
 } // namespace colock::redis::detail

@@ -1,7 +1,8 @@
-// The connection engine: one run loop per connection object owns the socket; a reader, a writer
-// and a handshake/health coroutine share it while it is up. Everything runs on one strand.
-// Private to the library: connection_impl.cpp keeps the queues, completions and subscriptions,
-// connection_run.cpp does the I/O.
+// The connection engine: one run loop per connection object owns the socket; a reader, a writer and
+// a handshake/health coroutine share it while it is up. Everything runs on one strand. Private to
+// the library: connection_impl.cpp keeps the queues, completions and subscriptions,
+// connection_close.cpp connects and closes, connection_run.cpp does the I/O and
+// connection_handshake.cpp the handshake and health checks.
 #pragma once
 
 #include <colock/redis/connection.hpp>
@@ -17,6 +18,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -41,6 +43,9 @@ namespace colock::redis::detail {
 namespace asio = boost::asio;
 using boost::system::error_code;
 using tcp = asio::ip::tcp;
+// TCP and unix domain sockets alike.
+using stream_socket = asio::generic::stream_protocol::socket;
+using stream_endpoint = asio::generic::stream_protocol::endpoint;
 
 using connect_handler = asio::any_completion_handler<void(error_code)>;
 using exec_handler = asio::any_completion_handler<void(error_code, response)>;
@@ -48,6 +53,14 @@ using subscription_handler = asio::any_completion_handler<void(error_code, std::
 
 inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 using use_nothrow_t = std::decay_t<decltype(use_nothrow)>;
+
+// Whether a request (or async_connect) failed because the connection it needed could not be
+// established, rather than for a reason of its own.
+inline bool is_connect_failure(error_code ec) {
+    return ec && ec != error::server_error && ec != error::unsupported_command &&
+           ec != error::connection_lost && ec != error::closed &&
+           ec != asio::error::operation_aborted;
+}
 
 inline bool is_cancelled(asio::cancellation_state const& cs) {
     return cs.cancelled() != asio::cancellation_type::none;
@@ -83,8 +96,8 @@ struct session {
     explicit session(asio::strand<asio::any_io_executor> const& strand)
         : socket(strand), wakeup(strand) {}
 
-    tcp::socket socket;
-    std::optional<asio::ssl::stream<tcp::socket&>> tls;
+    stream_socket socket;
+    std::optional<asio::ssl::stream<stream_socket&>> tls;
     asio::steady_timer wakeup; // cancelled to wake the writer
     // Resolve, connect, TLS and the handshake all end by this time (config::connect_timeout).
     std::chrono::steady_clock::time_point deadline;
@@ -101,6 +114,15 @@ struct session {
     bool ready = false;                    // handshake done: user requests may be written
     bool detached = false;                 // no longer the connection's session: takes nothing more
     std::string run_id;                    // of the server this session reached; empty when unknown
+    // Which step of connecting this session is at, for messages: empty for the TCP (or unix socket)
+    // connect, else "TLS handshake", "Redis handshake", "HELLO", ...
+    std::string step;
+    bool failure_recorded = false; // the reason it could not connect is in last_connect_error_
+    // close() with this session up: it sends the requests made before close() (taken from
+    // flush_queue instead of the user queue) and reads their replies, then the connection closes.
+    // Requests made after close() wait in the user queue for a new connection.
+    bool flushing = false;
+    std::deque<entry_ptr> flush_queue;
 };
 
 // The run_id field of an INFO reply; empty when missing or malformed.
@@ -140,6 +162,9 @@ public:
         subscription_ops_;
     std::vector<std::shared_ptr<push_listener>> listeners_;
     asio::steady_timer backoff_timer_;
+    asio::steady_timer close_timer_; // bounds a flush by config::close_timeout
+    bool closing_ = false;           // close() is flushing session_
+    bool final_ = false;             // the connection object is gone: nothing starts again
     // Shared with the run loop's completion handler: the signal must outlive the coroutine,
     // whose pending operations hold slots connected to it.
     std::shared_ptr<asio::cancellation_signal> run_cancel_;
@@ -159,18 +184,29 @@ public:
 
     // --- readable from any thread ---
     std::atomic<bool> connected_{false};
+    std::atomic<bool> destroyed_{false};       // set by ~connection: new requests fail at once
+    std::atomic<bool> ever_handshaken_{false}; // a handshake has completed; never reset
     std::atomic<std::uint64_t> reconnects_{0};
     // Counts reconnections that reached a different server instance (another run_id) than the
     // connection before: everything the old instance held may be gone. Bumped on the strand
     // before the listeners hear of it, so a reader that saw the old value can tell that a reply
     // it holds came from before the change.
     std::atomic<std::uint64_t> server_changes_{0};
-    mutable std::mutex error_mutex_; // guards last_error_text_ and server_run_id_
+    mutable std::mutex error_mutex_; // guards the texts below and server_run_id_
     std::string last_error_text_;
+    // The most recent attempt to connect that failed: its code and "connecting to ...: why".
+    error_code last_connect_ec_;
+    std::string last_connect_error_;
     std::string server_run_id_; // from INFO server; empty when the server would not say
 
     std::string run_id() const;
     void set_error_text(std::string text);
+    // Records why session `s` could not connect (at s.step) and returns `ec` without a source
+    // location; `cause` defaults to ec.message().
+    error_code connect_failed(session& s, error_code ec, std::string cause = {});
+    // "connecting to host:port (step): cause" when `ec` is a failure to establish the connection,
+    // else empty.
+    std::string connect_failure_text(error_code ec) const;
 
     // --- completion (connection_impl.cpp) ---
     void complete(entry_ptr const& e, error_code ec);
@@ -210,6 +246,14 @@ public:
     void finish_connect_waiters(error_code ec);
     void close(error_code ec);
     void start_run_loop();
+    // close() and ~connection: flush what was asked before, within config::close_timeout.
+    void graceful_close(bool final);
+    void maybe_finish_flush();
+    void finish_close();
+    // The io_context is being destroyed with a close still to run: lets go of every handler the
+    // engine holds, uncalled, so that no cycle (engine -> queued handler -> coroutine frame ->
+    // engine) outlives the context.
+    void abandon() noexcept;
 
     // --- the I/O (connection_run.cpp) ---
     static asio::awaitable<void> run_loop(std::shared_ptr<connection_impl> self,
@@ -219,7 +263,7 @@ public:
     asio::awaitable<std::tuple<error_code, tcp::resolver::results_type>>
     resolve(std::chrono::steady_clock::time_point deadline);
     asio::awaitable<error_code> open_transport(std::shared_ptr<session> s,
-                                               tcp::resolver::results_type endpoints);
+                                               std::vector<stream_endpoint> endpoints);
     asio::awaitable<error_code> read_loop(std::shared_ptr<session> s);
     error_code on_value(session& s, resp3::value v);
     asio::awaitable<error_code> write_loop(std::shared_ptr<session> s);
@@ -227,9 +271,29 @@ public:
     void put_back_unwritten(session& s, std::size_t batch, std::size_t written, error_code ec);
     asio::awaitable<std::tuple<error_code, response>>
     internal_exec(session* s, resp3::request const& req, bool handshake);
+
+    // --- handshake and health checks (connection_handshake.cpp) ---
     asio::awaitable<error_code> handshake_and_health(std::shared_ptr<session> s);
     asio::awaitable<error_code> handshake(std::shared_ptr<session> s);
     bool other_instance(std::string const& new_run_id) const;
+};
+
+// Holds the engine for a close posted to the strand (or the flush's timer). Run, it hands the
+// engine over (take()); destroyed unrun, which happens only when the io_context is destroyed
+// first, it abandons the engine's handlers.
+class close_guard {
+public:
+    explicit close_guard(std::shared_ptr<connection_impl> self) : self_(std::move(self)) {}
+    close_guard(close_guard&& o) noexcept : self_(std::move(o.self_)) {}
+    close_guard& operator=(close_guard&&) = delete;
+    ~close_guard() {
+        if (self_)
+            self_->abandon();
+    }
+    std::shared_ptr<connection_impl> take() noexcept { return std::move(self_); }
+
+private:
+    std::shared_ptr<connection_impl> self_;
 };
 
 // ------------------------------------------------------------------ templates

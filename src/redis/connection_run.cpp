@@ -1,47 +1,22 @@
-// The engine's I/O: the run loop, one session per socket (resolve, connect, TLS, handshake,
-// health checks) and the reader and writer that share the socket.
+// The engine's I/O: the run loop, one session per socket (resolve, connect, TLS; the handshake and
+// health checks are in connection_handshake.cpp) and the reader and writer that share the socket.
 #include "connection_impl.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
-#include <string_view>
+#include <stdexcept>
 
 namespace colock::redis::detail {
 
 using namespace asio::experimental::awaitable_operators;
 using steady_clock = std::chrono::steady_clock;
-
-std::string parse_run_id(resp3::value const& info) {
-    // "run_id:<40 hex digits>" on a line of its own.
-    auto const text = info.as_string();
-    if (!text)
-        return {};
-    constexpr std::string_view field = "run_id:";
-    std::size_t pos = 0;
-    while (pos < text->size()) {
-        std::size_t const end = std::min(text->find('\n', pos), text->size());
-        std::string_view line = text->substr(pos, end - pos);
-        if (!line.empty() && line.back() == '\r')
-            line.remove_suffix(1);
-        if (line.starts_with(field)) {
-            line.remove_prefix(field.size());
-            bool const hex = !line.empty() && line.size() <= 64 &&
-                             std::all_of(line.begin(), line.end(), [](char c) {
-                                 return std::isxdigit(static_cast<unsigned char>(c)) != 0;
-                             });
-            return hex ? std::string(line) : std::string();
-        }
-        pos = end + 1;
-    }
-    return {};
-}
 
 // ---------------------------------------------------------------- the run loop
 
@@ -88,6 +63,15 @@ void connection_impl::end_session(std::shared_ptr<session> const& s, error_code 
         keep_running = false;
         return;
     }
+    if (s->flushing) {
+        // close() was flushing when the connection went: what was written may have run, the rest
+        // fails with error::closed, and nothing reconnects for it.
+        s->matcher.clear();
+        fail_queued(s->in_flight, error::connection_lost);
+        finish_close();
+        keep_running = false;
+        return;
+    }
     connected_ = false;
     session_.reset();
     book_.close_session(); // the next handshake subscribes to every counted channel
@@ -108,34 +92,46 @@ void connection_impl::end_session(std::shared_ptr<session> const& s, error_code 
 }
 
 asio::awaitable<error_code> connection_impl::run_session(std::shared_ptr<session> s) {
-    auto resolved = co_await resolve(s->deadline);
-    error_code const rec = std::get<0>(resolved);
-    if (rec) {
-        set_error_text(
-            rec == error::connect_timeout
-                ? fmt::format("resolving {} took longer than connect_timeout",
-                              cfg_.to_redacted_url())
-                : fmt::format("cannot resolve {}: {}", cfg_.to_redacted_url(), rec.message()));
-        co_return rec;
+    auto const timed_out = [this] {
+        return fmt::format("timed out after {} ms", cfg_.connect_timeout.count());
+    };
+    std::vector<stream_endpoint> endpoints;
+    if (cfg_.unix_socket.empty()) {
+        s->step = "resolving the host name";
+        auto resolved = co_await resolve(s->deadline);
+        error_code const rec = std::get<0>(resolved);
+        if (rec == error::connect_timeout)
+            co_return connect_failed(*s, rec, timed_out());
+        if (rec)
+            co_return connect_failed(*s, rec);
+        for (auto const& entry : std::get<1>(resolved))
+            endpoints.emplace_back(entry.endpoint());
+    } else {
+        try {
+            endpoints.emplace_back(asio::local::stream_protocol::endpoint(cfg_.unix_socket));
+        } catch (std::exception const&) { // longer than a sockaddr_un holds
+            co_return connect_failed(*s, asio::error::name_too_long,
+                                     "the socket path is too long for a unix socket address");
+        }
     }
+    s->step.clear();
     asio::steady_timer deadline(strand_);
     deadline.expires_at(s->deadline);
-    auto opened = co_await (open_transport(s, std::move(std::get<1>(resolved))) ||
-                            deadline.async_wait(use_nothrow));
-    if (opened.index() == 1) {
-        set_error_text(fmt::format("connecting to {} took longer than connect_timeout",
-                                   cfg_.to_redacted_url()));
-        co_return error::connect_timeout;
-    }
-    if (error_code ec = std::get<0>(opened)) {
-        set_error_text(
-            fmt::format("cannot connect to {}: {}", cfg_.to_redacted_url(), ec.message()));
-        co_return ec;
-    }
+    auto opened =
+        co_await (open_transport(s, std::move(endpoints)) || deadline.async_wait(use_nothrow));
+    if (opened.index() == 1)
+        co_return connect_failed(*s, error::connect_timeout, timed_out());
+    if (error_code ec = std::get<0>(opened))
+        co_return connect_failed(*s, ec);
     if (s->detached)
         co_return asio::error::operation_aborted;
+    s->step = "Redis handshake";
     auto result = co_await (read_loop(s) || write_loop(s) || handshake_and_health(s));
-    co_return std::visit([](error_code ec) { return ec; }, result);
+    error_code ec = std::visit([](error_code e) { return e; }, result);
+    // The socket failed before the handshake was done (the handshake records its own refusals).
+    if (ec && !s->ready && !s->failure_recorded && !s->detached)
+        ec = connect_failed(*s, ec);
+    co_return ec;
 }
 
 asio::awaitable<std::tuple<error_code, tcp::resolver::results_type>>
@@ -172,14 +168,17 @@ connection_impl::resolve(steady_clock::time_point deadline) {
     co_return std::make_tuple(ec, tcp::resolver::results_type{});
 }
 
-asio::awaitable<error_code> connection_impl::open_transport(std::shared_ptr<session> s,
-                                                            tcp::resolver::results_type endpoints) {
+asio::awaitable<error_code>
+connection_impl::open_transport(std::shared_ptr<session> s,
+                                std::vector<stream_endpoint> endpoints) {
     co_await asio::this_coro::throw_if_cancelled(false);
     auto [cec, ep] = co_await asio::async_connect(s->socket, endpoints, use_nothrow);
     if (cec)
         co_return cec;
-    s->socket.set_option(tcp::no_delay(true), cec);
+    if (cfg_.unix_socket.empty())
+        s->socket.set_option(tcp::no_delay(true), cec);
     if (cfg_.use_tls) {
+        s->step = "TLS handshake";
         s->tls.emplace(s->socket, *tls_context_);
         // SNI; the macro SSL_set_tlsext_host_name hides an old-style cast.
         if (!::SSL_ctrl(s->tls->native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME,
@@ -261,6 +260,9 @@ error_code connection_impl::on_value(session& s, resp3::value v) {
             e->replies = std::move(answers);
         complete(e, {});
     }
+    maybe_finish_flush(); // may close the connection, and detach this session
+    if (s.detached)
+        return asio::error::operation_aborted;
     return {};
 }
 
@@ -280,7 +282,7 @@ asio::awaitable<error_code> connection_impl::write_loop(std::shared_ptr<session>
         take_for_write(*s, s->handshake_queue, false);
         if (s->ready) {
             take_for_write(*s, s->session_queue, false);
-            take_for_write(*s, user_queue_, true);
+            take_for_write(*s, s->flushing ? s->flush_queue : user_queue_, true);
         }
         if (s->write_buffer.empty()) {
             s->wakeup.expires_at(asio::steady_timer::time_point::max());
@@ -341,7 +343,8 @@ void connection_impl::put_back_unwritten(session& s, std::size_t batch, std::siz
             continue; // cancelled meanwhile
         if (e->from_user) {
             e->state = exec_entry::stage::queued;
-            user_queue_.push_front(std::move(e)); // newest first: the order is kept
+            // Newest first: the order is kept.
+            (s.flushing ? s.flush_queue : user_queue_).push_front(std::move(e));
         } else {
             complete(e, ec); // this socket's own: it goes with it
         }
@@ -369,147 +372,6 @@ connection_impl::internal_exec(session* s, resp3::request const& req, bool hands
             s->wakeup.cancel();
         },
         use_nothrow);
-}
-
-// ---------------------------------------------------------------- handshake and health
-
-asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_ptr<session> s) {
-    co_await asio::this_coro::throw_if_cancelled(false);
-    asio::steady_timer timer(strand_);
-    timer.expires_at(s->deadline); // what resolve, connect and TLS left of connect_timeout
-    auto shaken = co_await (handshake(s) || timer.async_wait(use_nothrow));
-    if (shaken.index() == 1) {
-        set_error_text(fmt::format("handshake with {} did not finish within connect_timeout",
-                                   cfg_.to_redacted_url()));
-        co_return error::connect_timeout;
-    }
-    if (error_code ec = std::get<0>(shaken))
-        co_return ec;
-    if (s->detached)
-        co_return asio::error::operation_aborted;
-
-    s->ready = true;
-    bool const reconnected = ever_connected_;
-    ever_connected_ = true;
-    bool const other_server = reconnected && other_instance(s->run_id);
-    {
-        std::lock_guard lock(error_mutex_);
-        server_run_id_ = s->run_id;
-    }
-    if (other_server)
-        ++server_changes_;
-    connected_ = true;
-    finish_connect_waiters({});
-    s->wakeup.cancel();
-    if (reconnected) {
-        ++reconnects_;
-        if (other_server)
-            notify_listeners([](push_listener& l) { l.on_server_change(); });
-        notify_listeners([](push_listener& l) { l.on_reconnect(); });
-    }
-
-    if (cfg_.health_check_interval.count() <= 0) {
-        timer.expires_at(asio::steady_timer::time_point::max());
-        co_await timer.async_wait(use_nothrow);
-        co_return asio::error::operation_aborted;
-    }
-    resp3::request ping;
-    ping.push("PING");
-    for (;;) {
-        timer.expires_after(cfg_.health_check_interval);
-        auto [tec] = co_await timer.async_wait(use_nothrow);
-        if (tec)
-            co_return tec;
-        timer.expires_after(cfg_.health_check_interval);
-        auto pong = co_await (internal_exec(s.get(), ping, false) || timer.async_wait(use_nothrow));
-        if (pong.index() == 1) {
-            set_error_text(fmt::format("{} did not answer PING within {} ms",
-                                       cfg_.to_redacted_url(), cfg_.health_check_interval.count()));
-            co_return error::health_check_timeout;
-        }
-        if (auto [ec, r] = std::get<0>(pong); ec && ec != error::server_error)
-            co_return ec;
-    }
-}
-
-// Whether a reconnection reached another server instance than the previous connection.
-// An unknown run_id (INFO refused) on either side counts as the same instance: the lock
-// layer then finds out by asking for its keys, as it does after every reconnection.
-bool connection_impl::other_instance(std::string const& new_run_id) const {
-    std::lock_guard lock(error_mutex_);
-    return !server_run_id_.empty() && !new_run_id.empty() && server_run_id_ != new_run_id;
-}
-
-asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> s) {
-    co_await asio::this_coro::throw_if_cancelled(false);
-    if (s->detached || session_ != s)
-        co_return asio::error::operation_aborted;
-    resp3::request req;
-    std::vector<std::string> hello(1, "3");
-    if (!cfg_.password.empty()) {
-        hello.push_back("AUTH");
-        hello.push_back(cfg_.username.empty() ? std::string("default") : cfg_.username);
-        hello.push_back(cfg_.password);
-    }
-    if (!cfg_.client_name.empty()) {
-        hello.push_back("SETNAME");
-        hello.push_back(cfg_.client_name);
-    }
-    req.push_range("HELLO", hello);
-    if (cfg_.database != 0)
-        req.push("SELECT", cfg_.database);
-    // The server's run_id tells a restarted server (which lost its keys) from the same one
-    // reached again. A refusal (ACL, renamed command) leaves the instance unknown.
-    req.push("INFO", "server");
-    std::size_t const info_index = cfg_.database != 0 ? 2 : 1;
-    // One SUBSCRIBE per counted channel: a refusal costs that channel only.
-    auto const subscriptions = book_.open_session();
-    for (auto const& c : subscriptions)
-        req.push_range("SUBSCRIBE", c.channels);
-
-    auto [ec, replies] = co_await internal_exec(s.get(), req, true);
-    if (ec && ec != error::server_error)
-        co_return ec;
-    if (replies.size() != req.commands()) {
-        set_error_text(fmt::format("{} answered the handshake with {} replies for {} commands",
-                                   cfg_.to_redacted_url(), replies.size(), req.commands()));
-        co_return error::unexpected_reply;
-    }
-    auto const setup_end = replies.begin() + static_cast<std::ptrdiff_t>(info_index);
-    auto const refused = std::find_if(replies.begin(), setup_end,
-                                      [](resp3::value const& v) { return v.is_error(); });
-    if (refused != setup_end) {
-        set_error_text(fmt::format("{} refused the handshake: {}", cfg_.to_redacted_url(),
-                                   refused->text.empty() ? "(empty error reply)" : refused->text));
-        co_return error::handshake_failed;
-    }
-    if (replies[0].type != resp3::type::map) {
-        set_error_text(fmt::format("{} did not answer HELLO 3 with a map (RESP3 needs Redis 6 "
-                                   "or later)",
-                                   cfg_.to_redacted_url()));
-        co_return error::handshake_failed;
-    }
-    s->run_id.clear();
-    if (!replies[info_index].is_error())
-        s->run_id = parse_run_id(replies[info_index]);
-
-    // A refused SUBSCRIBE does not fail the connection: the channel is dropped from the
-    // counts (its subscribers were told of success long ago and cannot be told now), and
-    // last_error_text says which.
-    std::string dropped;
-    for (std::size_t i = 0; i < subscriptions.size(); ++i) {
-        auto const& answer = replies[info_index + 1 + i];
-        book_.on_answer(subscriptions[i].id, answer.is_error(), answer.text);
-        if (answer.is_error())
-            dropped += fmt::format("{}{} ({})", dropped.empty() ? "" : ", ",
-                                   subscriptions[i].channels.at(0), answer.text);
-    }
-    deliver_subscriptions();
-    if (!dropped.empty())
-        set_error_text(fmt::format("{} refused SUBSCRIBE in the handshake; no longer subscribed "
-                                   "to: {}",
-                                   cfg_.to_redacted_url(), dropped));
-    co_return error_code{};
 }
 
 } // namespace colock::redis::detail

@@ -19,7 +19,8 @@ public:
         case error::handshake_failed:
             return "the Redis server refused the connection handshake";
         case error::connection_lost:
-            return "the connection to the Redis server was lost after the request was sent";
+            return "the connection to the Redis server was lost after the request "
+                   "was sent";
         case error::health_check_timeout:
             return "the Redis server did not answer the health-check PING in time";
         case error::unexpected_reply:
@@ -27,7 +28,8 @@ public:
         case error::closed:
             return "the Redis connection was closed";
         case error::unsupported_command:
-            return "the request holds a command that a shared Redis connection cannot send";
+            return "the request holds a command that a shared Redis connection "
+                   "cannot send";
         }
         return "unknown colock.redis error " + std::to_string(ev);
     }
@@ -43,6 +45,15 @@ boost::system::error_category const& error_category() noexcept {
 server_error::server_error(std::string const& server_message)
     : boost::system::system_error(make_error_code(error::server_error), server_message)
     , server_message_(server_message) {}
+
+connect_error::connect_error(boost::system::error_code ec, std::string message)
+    // Without a source location: what the code says is the cause, not where Asio noticed it.
+    : boost::system::system_error(boost::system::error_code(ec.value(), ec.category()), message)
+    , message_(std::move(message)) {}
+
+char const* connect_error::what() const noexcept {
+    return message_.c_str();
+}
 
 std::string first_error_text(response const& resp) {
     for (auto const& v : resp)

@@ -1,4 +1,5 @@
-// The handshake: ACL users, passwords, database selection, client name, TLS.
+// The handshake and the transports: ACL users, passwords, database selection, client name, TLS,
+// unix domain sockets.
 #include <colock/redis/connection.hpp>
 
 #include "test_util.hpp"
@@ -8,10 +9,16 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
 using namespace colock;
 using namespace colock::test;
 namespace asio = boost::asio;
 using boost::system::error_code;
+using namespace std::chrono_literals;
 
 TEST_CASE("AUTH with an ACL user: the right password connects, a wrong one is refused") {
     redis_server_options opts;
@@ -105,4 +112,64 @@ TEST_CASE("TLS: a verified connection to a server with a self-signed CA") {
         auto [pec] = co_await confused.async_connect(as_tuple);
         CHECK(pec);
     });
+}
+
+TEST_CASE("a unix domain socket: commands, and a reconnect after the server restarts") {
+    redis_server_options opts;
+    opts.unix_socket = true;
+    redis_server server(opts);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const url = "unix://" + server.unix_socket_path() + "?db=2";
+        auto cfg = redis::config::from_url(url);
+        CHECK(cfg.unix_socket == server.unix_socket_path());
+        CHECK(cfg.to_redacted_url() == url);
+        // Host and port are ignored: nothing listens on this port.
+        cfg.port = unused_port();
+        cfg.connect_timeout = 1000ms;
+        cfg.health_check_interval = 200ms;
+        cfg.reconnect_initial_delay = 20ms;
+        cfg.reconnect_max_delay = 200ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        co_await conn.co_connect();
+        co_await conn.co_exec(command("SET", "over-unix", "yes"));
+        auto info = co_await conn.co_exec(command("CLIENT", "INFO"));
+        // Redis shows a unix client's address as the socket's path.
+        CHECK(text_of(info.at(0)).find("laddr=" + server.unix_socket_path()) != std::string::npos);
+        CHECK(text_of(info.at(0)).find(" db=2 ") != std::string::npos);
+
+        server.restart();
+        auto [ec, replies] = co_await conn.async_exec(command("GET", "over-unix"), as_tuple);
+        if (ec == redis::error::connection_lost) // the first request may meet the dead socket
+            std::tie(ec, replies) = co_await conn.async_exec(command("GET", "over-unix"), as_tuple);
+        INFO("last error: ", conn.last_error_text());
+        CHECK_FALSE(ec);
+        if (!ec)
+            CHECK(replies.at(0).is_null()); // a fresh server
+        CHECK(conn.reconnect_count() >= 1);
+        co_await conn.co_exec(command("SET", "after-restart", "yes"));
+        conn.close();
+    });
+    CHECK(server.cli(strings("-n", "2", "GET", "after-restart")) == "yes");
+}
+
+TEST_CASE("a unix socket that is not there, and TLS over a unix socket") {
+    redis_server_options opts;
+    opts.unix_socket = true;
+    redis_server server(opts);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::config cfg;
+        cfg.unix_socket = server.unix_socket_path() + ".missing";
+        redis::connection conn{ctx.get_executor(), cfg};
+        std::string what = "no exception";
+        try {
+            co_await conn.co_connect();
+        } catch (redis::connect_error const& e) {
+            what = e.what();
+        }
+        CHECK(what == "connecting to " + cfg.unix_socket + ": No such file or directory");
+    });
+    auto cfg = server.unix_config();
+    cfg.use_tls = true;
+    asio::io_context ctx;
+    CHECK_THROWS_AS(redis::connection(ctx.get_executor(), cfg), std::invalid_argument);
 }

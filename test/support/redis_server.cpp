@@ -537,6 +537,8 @@ std::vector<std::string> redis_server::server_args() const {
                            dir_ + "/server.crt", "--tls-key-file", dir_ + "/server.key",
                            "--tls-ca-cert-file", ca_file_, "--tls-auth-clients", "no"});
     }
+    if (opts_.unix_socket)
+        a.insert(a.end(), {"--unixsocket", unix_socket_path(), "--unixsocketperm", "700"});
     a.insert(a.end(), opts_.extra_args.begin(), opts_.extra_args.end());
     return a;
 }
@@ -690,6 +692,19 @@ colock::redis::config redis_server::tls_config() const {
     cfg.use_tls = true;
     cfg.tls_verify_peer = true;
     cfg.tls_ca_file = ca_file_;
+    return cfg;
+}
+
+std::string redis_server::unix_socket_path() const {
+    return opts_.unix_socket ? dir_ + "/redis.sock" : std::string();
+}
+
+colock::redis::config redis_server::unix_config() const {
+    if (!opts_.unix_socket)
+        throw std::logic_error(
+            "redis_server::unix_config: the server was started without a unix socket");
+    colock::redis::config cfg = config();
+    cfg.unix_socket = unix_socket_path();
     return cfg;
 }
 

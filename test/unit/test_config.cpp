@@ -87,3 +87,55 @@ TEST_CASE("to_redacted_url hides the password and round-trips the rest") {
     auto const back = config::from_url("redis://h:1234");
     CHECK(config::from_url(back.to_redacted_url()).port == 1234);
 }
+
+TEST_CASE("URL schemes are case-insensitive") {
+    auto const upper = config::from_url("REDIS://h:7000");
+    CHECK(upper.host == "h");
+    CHECK(upper.port == 7000);
+    CHECK_FALSE(upper.use_tls);
+    CHECK(config::from_url("Rediss://h").use_tls);
+    CHECK(config::from_url("rEdIsS://h").use_tls);
+    // The host keeps its case; only the scheme is folded.
+    CHECK(config::from_url("REDIS://MyHost").host == "MyHost");
+}
+
+TEST_CASE("unix:// URLs name a local socket, with optional credentials and database") {
+    auto const plain = config::from_url("unix:///var/run/redis/redis.sock");
+    CHECK(plain.unix_socket == "/var/run/redis/redis.sock");
+    CHECK(plain.database == 0);
+    CHECK(plain.password.empty());
+    CHECK_FALSE(plain.use_tls);
+
+    auto const full = config::from_url("UNIX://alice:s%40cret@/run/r.sock?db=3");
+    CHECK(full.unix_socket == "/run/r.sock");
+    CHECK(full.username == "alice");
+    CHECK(full.password == "s@cret");
+    CHECK(full.database == 3);
+
+    auto const password_only = config::from_url("unix://:pw@/r.sock");
+    CHECK(password_only.username.empty());
+    CHECK(password_only.password == "pw");
+
+    // redis-rs spells it redis+unix; a percent-encoded path is decoded.
+    auto const alias = config::from_url("redis+unix:///tmp%20dir/r.sock?db=2");
+    CHECK(alias.unix_socket == "/tmp dir/r.sock");
+    CHECK(alias.database == 2);
+
+    CHECK(refusal("unix://").find("missing socket path") != std::string::npos);
+    CHECK(refusal("unix://host/r.sock").find("no host") != std::string::npos);
+    CHECK(refusal("unix:///r.sock?db=x").find("database 'x'") != std::string::npos);
+    CHECK(refusal("unix:///r.sock?timeout=3").find("unsupported query parameter 'timeout'") !=
+          std::string::npos);
+    CHECK(refusal("unix:///r.sock#frag").find("fragment") != std::string::npos);
+}
+
+TEST_CASE("to_redacted_url round-trips unix sockets") {
+    auto const c = config::from_url("unix://bob:topsecret@/run/my%20redis.sock?db=5");
+    std::string const url = c.to_redacted_url();
+    CHECK(url == "unix://bob:***@/run/my%20redis.sock?db=5");
+    auto const back = config::from_url(url);
+    CHECK(back.unix_socket == "/run/my redis.sock");
+    CHECK(back.username == "bob");
+    CHECK(back.database == 5);
+    CHECK(config::from_url("unix:///r.sock").to_redacted_url() == "unix:///r.sock");
+}

@@ -13,6 +13,11 @@ namespace colock::redis {
 struct config {
     std::string host = "127.0.0.1";
     std::uint16_t port = 6379;
+    /// Path of the server's unix domain socket (redis.conf `unixsocket`). When not empty the
+    /// connection uses it and ignores `host` and `port`. TLS over a unix socket is not supported: a
+    /// connection whose config has both this and `use_tls` refuses to be constructed
+    /// (std::invalid_argument).
+    std::string unix_socket;
 
     /// ACL user name; empty means the "default" user. Only sent when `password` is set.
     std::string username;
@@ -42,14 +47,31 @@ struct config {
     /// attempt up to `reconnect_max_delay`.
     std::chrono::milliseconds reconnect_initial_delay{50};
     std::chrono::milliseconds reconnect_max_delay{2000};
+    /// How long close() and the connection's destructor may spend sending the requests already made
+    /// and reading the replies of those in flight before they close the socket. 0 closes at once:
+    /// whatever is pending completes with error::closed.
+    std::chrono::milliseconds close_timeout{1000};
 
-    /// Parses `redis://[[user]:password@]host[:port][/db]` or `rediss://...` (TLS). User and
-    /// password may be percent-encoded; an IPv6 host goes in brackets. Query parameters are not
-    /// supported. Throws std::invalid_argument whose message names the part that is wrong.
+    /// Parses one of
+    ///
+    ///     redis://[[user]:password@]host[:port][/db]
+    ///     rediss://[[user]:password@]host[:port][/db]        (TLS)
+    ///     unix://[[user]:password@]/path/to/redis.sock[?db=N] (a unix domain socket)
+    ///
+    /// The scheme is case-insensitive; `redis+unix://` is accepted for `unix://` (redis-rs's
+    /// spelling). `redis://secret@host` is a password alone, as redis-cli reads it. User, password
+    /// and socket path may be percent-encoded (a '/', '@' or '?' in them must be); an IPv6 host
+    /// goes in brackets. A unix:// URL has an empty host (three slashes) and takes only the `db`
+    /// query parameter, as redis-py and redis-rs do; other URLs take no query. Throws
+    /// std::invalid_argument whose message names the part that is wrong (never the password).
     static config from_url(std::string_view url);
 
-    /// The settings as a URL, with the password replaced by "***" (safe for logs).
+    /// The settings as a URL of the form from_url reads (unix:// when `unix_socket` is set), with
+    /// the password replaced by "***" (safe for logs).
     std::string to_redacted_url() const;
+    /// Where the connection goes, for messages: "host:port" ("[::1]:6379" for IPv6), or the socket
+    /// path.
+    std::string endpoint_text() const;
 };
 
 } // namespace colock::redis

@@ -37,6 +37,27 @@ private:
     std::string server_message_;
 };
 
+/// Thrown by connection::co_connect, and by co_exec when the connection its request needed could
+/// not be established. what() names the endpoint, the step and the cause:
+///
+///     connecting to 127.0.0.1:6390: Connection refused
+///     connecting to 127.0.0.1:6390 (TLS handshake): timed out after 5000 ms
+///     connecting to 127.0.0.1:6390 (HELLO): WRONGPASS invalid username-password pair or ...
+///     connecting to 127.0.0.1:6390 (SELECT 16): ERR DB index is out of range
+///     connecting to /run/redis/redis.sock: No such file or directory
+///
+/// code() is the same error_code async_connect completes with: the network's (e.g.
+/// asio::error::connection_refused), error::connect_timeout or error::handshake_failed; it carries
+/// no source location, so code().what() is the cause and its category only.
+class connect_error : public boost::system::system_error {
+public:
+    connect_error(boost::system::error_code ec, std::string message);
+    char const* what() const noexcept override;
+
+private:
+    std::string message_;
+};
+
 /// The first server error text in `resp`, or an empty string when every reply succeeded.
 std::string first_error_text(response const& resp);
 
@@ -68,7 +89,16 @@ void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_liste
 void engine_remove_listener(shared_engine const& engine, push_listener const* l);
 boost::asio::any_io_executor engine_executor(shared_engine const& engine);
 std::uint64_t engine_server_changes(shared_engine const& engine) noexcept;
-// connection::last_error_text() of the connection behind `engine`.
+// For a code a request (engine_exec) or async_connect completed with: when it is a failure to
+// establish the connection (anything but server_error, unsupported_command, connection_lost, closed
+// and operation_aborted), the message connect_error would carry, "connecting to 127.0.0.1:6390:
+// Connection refused" (the text recorded by the most recent failed attempt when it failed with this
+// code, else built from the code); otherwise an empty string. Callable from any thread.
+std::string engine_connect_failure(shared_engine const& engine, boost::system::error_code ec);
+// Whether a connection of this engine has ever completed its handshake (since construction; close()
+// does not reset it). Callable from any thread.
+bool engine_ever_connected(shared_engine const& engine) noexcept;
+// connection::last_error_text(), for holders of the engine only.
 std::string engine_last_error_text(shared_engine const& engine);
 bool engine_is_connected(shared_engine const& engine) noexcept;
 } // namespace detail
@@ -102,6 +132,14 @@ public:
 /// re-sent: it may have run. Requests not yet written, or written only in part (the server runs
 /// whole commands only), wait for the next connection.
 ///
+/// The server is reached over TCP (`host`, `port`), TLS over TCP (`use_tls`), or a unix domain
+/// socket (`config::unix_socket`); TLS over a unix socket is refused at construction.
+///
+/// @par Errors
+/// A failure to connect completes async_connect, and every request that was waiting for that first
+/// connection, with the cause's code, free of Boost source locations; last_error_text() then reads
+/// "connecting to HOST:PORT (step): cause". co_connect and co_exec throw that as a connect_error.
+///
 /// @par Thread safety
 /// All member functions may be called from any thread: the state lives on a strand of the
 /// executor given at construction, and completion handlers run on their own associated
@@ -109,8 +147,11 @@ public:
 /// operation.
 ///
 /// @par Lifetime
-/// Destroying the connection closes it: pending operations complete with error::closed.
-/// Internally, state is owned by shared pointers, so no operation touches freed memory.
+/// Destroying the connection closes it as close() does, flush included (the destructor does not
+/// wait: the flush runs on the executor, within config::close_timeout); requests made after the
+/// destructor (colock's own, through the engine) fail with error::closed and nothing starts the
+/// connection again. Internally, state is owned by shared pointers, so no operation touches freed
+/// memory.
 class connection {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -128,8 +169,11 @@ public:
     /// operation completes with its error and nothing keeps running.
     ///
     /// @par Completion signature
-    /// `void(boost::system::error_code)`. Handshake failures carry error::handshake_failed;
-    /// last_error_text() then holds the server's reason (WRONGPASS ...).
+    /// `void(boost::system::error_code)`: the network's code (connection_refused, host_not_found,
+    /// ...), error::connect_timeout (config::connect_timeout passed), error::handshake_failed (the
+    /// server refused HELLO or SELECT), or error::closed (close() meanwhile). The code carries no
+    /// source location; last_error_text() holds the whole story, "connecting to 127.0.0.1:6390
+    /// (HELLO): WRONGPASS ...". Use co_connect to have it thrown as a connect_error.
     ///
     /// @par Per-operation cancellation
     /// terminal: the attempt is abandoned and the connection closed; completes with
@@ -139,6 +183,11 @@ public:
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
             [this](auto handler) { start_connect(std::move(handler)); }, token);
     }
+
+    /// Awaitable form of async_connect that throws on failure: connect_error (what() as
+    /// last_error_text(), code() as async_connect's) when the connection could not be established,
+    /// boost::system::system_error for error::closed or operation_aborted.
+    boost::asio::awaitable<void> co_connect();
 
     /// Sends every command of `req` and completes once each has its answer. Connects lazily
     /// when async_connect was not called.
@@ -157,10 +206,12 @@ public:
     /// naming the command.
     ///
     /// @par Completion signature
-    /// `void(boost::system::error_code, response)`. The response holds one value per command.
-    /// The code is error::server_error when any answer is an error reply (the response still
-    /// holds every answer), error::connection_lost when the connection dropped after the
-    /// request was written, error::closed after close(), error::unsupported_command as above.
+    /// `void(boost::system::error_code, response)`. The response holds one value per command. The
+    /// code is error::server_error when any answer is an error reply (the response still holds
+    /// every answer), error::connection_lost when the connection dropped after the request was
+    /// written, error::closed when close() could not send it (see close()),
+    /// error::unsupported_command as above, or async_connect's code when the connection this
+    /// request started could not be established.
     ///
     /// @par Per-operation cancellation
     /// terminal, partial: a request not yet written is removed from the queue; one already
@@ -177,9 +228,9 @@ public:
             token, std::move(req));
     }
 
-    /// Awaitable form of async_exec that throws on failure: server_error (with the server's
-    /// text) for an error reply, boost::system::system_error otherwise (naming the command for
-    /// error::unsupported_command).
+    /// Awaitable form of async_exec that throws on failure: server_error (with the server's text)
+    /// for an error reply, connect_error when the connection could not be established,
+    /// boost::system::system_error otherwise (naming the command for error::unsupported_command).
     boost::asio::awaitable<response> co_exec(resp3::request req);
 
     /// Subscribes to channels (SUBSCRIBE) and remembers them, so they are subscribed again on
@@ -233,8 +284,21 @@ public:
     void add_push_listener(std::shared_ptr<push_listener> listener);
     void remove_push_listener(push_listener const* listener);
 
-    /// Stops reconnecting, drops the connection and completes every pending operation with
-    /// error::closed. A later async_connect or async_exec starts afresh.
+    /// Closes the connection, first sending what was asked of it before: requests already made
+    /// (async_exec, and colock's own, e.g. the release of a lock_guard that was let go) are written
+    /// and the replies of every request in flight read, for at most config::close_timeout; then the
+    /// socket is closed, reconnection stops, and whatever is still pending completes with
+    /// error::closed. close_timeout 0 closes at once. When the connection is not up at that moment
+    /// (never connected, connecting, or waiting to reconnect), nothing is flushed and pending
+    /// requests fail with error::closed at once: a close does not open a connection just to send
+    /// them.
+    ///
+    /// Returns at once; the flush runs on the connection's executor and holds nothing of it
+    /// afterwards, so io_context::run() returns once the flush is done or its deadline passed.
+    /// "Before" is happens-before: a request made before close() on any thread is flushed. Requests
+    /// made after close() are not sent on the closing connection: they wait for the flush to end
+    /// and then start a new connection, as does a later async_connect (the connection can be used
+    /// again after close()). is_connected() is false from the start of the flush.
     void close();
 
     /// True while a connection is established and its handshake done.
@@ -248,8 +312,9 @@ public:
     /// Number of reconnections that reached another server instance (a different run_id) than
     /// the connection before them. Both run_ids must be known for a change to count.
     std::uint64_t server_change_count() const noexcept;
-    /// Text of the last failure, for logs: a connection failure (the server's reason, or the
-    /// network error), a subscription the server refused, or a push listener that threw.
+    /// Text of the last failure, for logs: a connection failure ("connecting to 127.0.0.1:6390:
+    /// Connection refused", as connect_error::what()), a subscription the server refused, a health
+    /// check or protocol failure, or a push listener that threw.
     std::string last_error_text() const;
 
 private:

@@ -23,6 +23,9 @@ struct redis_server_options {
     /// An extra ACL user with every permission (`user X on >pass ~* &* +@all`), if set.
     std::string acl_user;
     std::string acl_password;
+    /// Also listen on a unix domain socket, `redis.sock` in the server's temporary directory
+    /// (`--unixsocket ... --unixsocketperm 700`), removed with the directory.
+    bool unix_socket = false;
     /// More redis-server arguments, e.g. {"--maxclients", "50"}.
     std::vector<std::string> extra_args;
 };
@@ -63,6 +66,12 @@ public:
     /// Host 127.0.0.1, the TLS port, use_tls, tls_verify_peer and tls_ca_file = the generated CA;
     /// password = requirepass when set. Throws std::logic_error unless options.tls.
     colock::redis::config tls_config() const;
+    /// Path of the unix domain socket; empty unless options.unix_socket.
+    std::string unix_socket_path() const;
+    /// unix_socket = unix_socket_path(); password = requirepass when set. Host and port are
+    /// those of the plain port, which the connection ignores. Throws std::logic_error unless
+    /// options.unix_socket.
+    colock::redis::config unix_config() const;
     /// PEM file of the CA that signed the server's certificate (empty unless options.tls).
     std::string const& ca_file() const noexcept { return ca_file_; }
 

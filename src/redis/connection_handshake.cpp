@@ -1,0 +1,190 @@
+// The handshake (HELLO 3, AUTH, SELECT, SETNAME, INFO and the counted subscriptions) and the health
+// checks of a session.
+#include "connection_impl.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+
+namespace colock::redis::detail {
+
+using namespace asio::experimental::awaitable_operators;
+
+namespace {
+
+std::string error_text(resp3::value const& v) {
+    return v.text.empty() ? std::string("(empty error reply)") : v.text;
+}
+
+} // namespace
+
+std::string parse_run_id(resp3::value const& info) {
+    // "run_id:<40 hex digits>" on a line of its own.
+    auto const text = info.as_string();
+    if (!text)
+        return {};
+    constexpr std::string_view field = "run_id:";
+    std::size_t pos = 0;
+    while (pos < text->size()) {
+        std::size_t const end = std::min(text->find('\n', pos), text->size());
+        std::string_view line = text->substr(pos, end - pos);
+        if (!line.empty() && line.back() == '\r')
+            line.remove_suffix(1);
+        if (line.starts_with(field)) {
+            line.remove_prefix(field.size());
+            bool const hex = !line.empty() && line.size() <= 64 &&
+                             std::all_of(line.begin(), line.end(), [](char c) {
+                                 return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+                             });
+            return hex ? std::string(line) : std::string();
+        }
+        pos = end + 1;
+    }
+    return {};
+}
+
+asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_ptr<session> s) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    asio::steady_timer timer(strand_);
+    timer.expires_at(s->deadline); // what resolve, connect and TLS left of connect_timeout
+    auto shaken = co_await (handshake(s) || timer.async_wait(use_nothrow));
+    if (shaken.index() == 1)
+        co_return connect_failed(
+            *s, error::connect_timeout,
+            fmt::format("timed out after {} ms", cfg_.connect_timeout.count()));
+    if (error_code ec = std::get<0>(shaken))
+        co_return ec;
+    if (s->detached)
+        co_return asio::error::operation_aborted;
+
+    s->ready = true;
+    bool const reconnected = ever_connected_;
+    ever_connected_ = true;
+    ever_handshaken_ = true;
+    bool const other_server = reconnected && other_instance(s->run_id);
+    {
+        std::lock_guard lock(error_mutex_);
+        server_run_id_ = s->run_id;
+    }
+    if (other_server)
+        ++server_changes_;
+    connected_ = true;
+    finish_connect_waiters({});
+    s->wakeup.cancel();
+    if (reconnected) {
+        ++reconnects_;
+        if (other_server)
+            notify_listeners([](push_listener& l) { l.on_server_change(); });
+        notify_listeners([](push_listener& l) { l.on_reconnect(); });
+    }
+
+    if (cfg_.health_check_interval.count() <= 0) {
+        timer.expires_at(asio::steady_timer::time_point::max());
+        co_await timer.async_wait(use_nothrow);
+        co_return asio::error::operation_aborted;
+    }
+    resp3::request ping;
+    ping.push("PING");
+    for (;;) {
+        timer.expires_after(cfg_.health_check_interval);
+        auto [tec] = co_await timer.async_wait(use_nothrow);
+        if (tec)
+            co_return tec;
+        timer.expires_after(cfg_.health_check_interval);
+        auto pong = co_await (internal_exec(s.get(), ping, false) || timer.async_wait(use_nothrow));
+        if (pong.index() == 1) {
+            set_error_text(fmt::format("{} did not answer PING within {} ms",
+                                       cfg_.to_redacted_url(), cfg_.health_check_interval.count()));
+            co_return error::health_check_timeout;
+        }
+        if (auto [ec, r] = std::get<0>(pong); ec && ec != error::server_error)
+            co_return ec;
+    }
+}
+
+// Whether a reconnection reached another server instance than the previous connection.
+// An unknown run_id (INFO refused) on either side counts as the same instance: the lock
+// layer then finds out by asking for its keys, as it does after every reconnection.
+bool connection_impl::other_instance(std::string const& new_run_id) const {
+    std::lock_guard lock(error_mutex_);
+    return !server_run_id_.empty() && !new_run_id.empty() && server_run_id_ != new_run_id;
+}
+
+asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> s) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    if (s->detached || session_ != s)
+        co_return asio::error::operation_aborted;
+    resp3::request req;
+    std::vector<std::string> hello(1, "3");
+    if (!cfg_.password.empty()) {
+        hello.push_back("AUTH");
+        hello.push_back(cfg_.username.empty() ? std::string("default") : cfg_.username);
+        hello.push_back(cfg_.password);
+    }
+    if (!cfg_.client_name.empty()) {
+        hello.push_back("SETNAME");
+        hello.push_back(cfg_.client_name);
+    }
+    req.push_range("HELLO", hello);
+    if (cfg_.database != 0)
+        req.push("SELECT", cfg_.database);
+    // The server's run_id tells a restarted server (which lost its keys) from the same one
+    // reached again. A refusal (ACL, renamed command) leaves the instance unknown.
+    req.push("INFO", "server");
+    std::size_t const info_index = cfg_.database != 0 ? 2 : 1;
+    // One SUBSCRIBE per counted channel: a refusal costs that channel only.
+    auto const subscriptions = book_.open_session();
+    for (auto const& c : subscriptions)
+        req.push_range("SUBSCRIBE", c.channels);
+
+    auto [ec, replies] = co_await internal_exec(s.get(), req, true);
+    if (ec && ec != error::server_error)
+        co_return ec;
+    if (replies.size() != req.commands())
+        co_return connect_failed(
+            *s, error::unexpected_reply,
+            fmt::format("{} replies for {} commands", replies.size(), req.commands()));
+    // The step that failed, named in the message: "HELLO" (never with its arguments: they hold the
+    // password) or "SELECT n".
+    if (replies[0].is_error()) {
+        s->step = "HELLO";
+        co_return connect_failed(*s, error::handshake_failed, error_text(replies[0]));
+    }
+    if (cfg_.database != 0 && replies[1].is_error()) {
+        s->step = fmt::format("SELECT {}", cfg_.database);
+        co_return connect_failed(*s, error::handshake_failed, error_text(replies[1]));
+    }
+    if (replies[0].type != resp3::type::map) {
+        s->step = "HELLO";
+        co_return connect_failed(*s, error::handshake_failed,
+                                 "the answer is not a map (RESP3 needs Redis 6 or later)");
+    }
+    s->run_id.clear();
+    if (!replies[info_index].is_error())
+        s->run_id = parse_run_id(replies[info_index]);
+
+    // A refused SUBSCRIBE does not fail the connection: the channel is dropped from the
+    // counts (its subscribers were told of success long ago and cannot be told now), and
+    // last_error_text says which.
+    std::string dropped;
+    for (std::size_t i = 0; i < subscriptions.size(); ++i) {
+        auto const& answer = replies[info_index + 1 + i];
+        book_.on_answer(subscriptions[i].id, answer.is_error(), answer.text);
+        if (answer.is_error())
+            dropped += fmt::format("{}{} ({})", dropped.empty() ? "" : ", ",
+                                   subscriptions[i].channels.at(0), answer.text);
+    }
+    deliver_subscriptions();
+    if (!dropped.empty())
+        set_error_text(fmt::format("{} refused SUBSCRIBE in the handshake; no longer subscribed "
+                                   "to: {}",
+                                   cfg_.to_redacted_url(), dropped));
+    co_return error_code{};
+}
+
+} // namespace colock::redis::detail
