@@ -148,8 +148,10 @@ reply_matcher::route reply_matcher::feed(resp3::value& v) {
             p->advance();
         return route::answer_and_listeners;
     }
-    if (cmd.kind == reply_kind::ordinary || v.is_error()) {
+    if (cmd.kind == reply_kind::ordinary || cmd.kind == reply_kind::unmatchable || v.is_error()) {
         // An ordinary reply, or the one error that refuses a subscribe-family command whole.
+        // An unmatchable command is answered by one reply too: only the connection's own
+        // handshake HELLO gets here (users' requests holding one are refused unwritten).
         p->answers[p->next] = std::move(v);
         p->advance();
         return route::answer;

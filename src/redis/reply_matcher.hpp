@@ -32,8 +32,9 @@ resp3::reply_kind confirmation_kind(resp3::value const& v) noexcept;
 /// - A confirmation of that command's kind counts towards it; the command is answered by the
 ///   last one (a named command by as many as it has channels; an argument-less UN- form when no
 ///   subscription of its kind is left, or by its single "none" push).
-/// - A value that is not a push answers it when it is ordinary, or when it is an error and the
-///   command, of the subscribe family, has no confirmation yet. Anything else is a protocol
+/// - A value that is not a push answers it when it is ordinary (or unmatchable: the connection's
+///   own HELLO), or when it is an error and the command, of the subscribe family, has no
+///   confirmation yet. Anything else is a protocol
 ///   violation (route::unexpected).
 /// - A subscribe-family command that has confirmations and meets a value that cannot be one
 ///   more of them is over (the server has moved on); the value is matched to what follows.

@@ -410,6 +410,20 @@ TEST_SUITE("redis.reply_matcher") {
         CHECK(s.unexpected == 1);
     }
 
+    TEST_CASE("the handshake's own HELLO, unmatchable for users, is answered by one reply") {
+        harness h;
+        request r;
+        r.push("HELLO", "3");
+        r.push("PING");
+        REQUIRE(r.shape(0).kind == reply_kind::unmatchable);
+        int const hello = h.add(r);
+        h.feed("%1\r\n" + bulk("proto") + ":3\r\n" + "+PONG\r\n");
+        REQUIRE(h.done(hello));
+        CHECK(h.answer(hello, 0).type == colock::resp3::type::map);
+        CHECK(text(h.answer(hello, 1)) == "PONG");
+        CHECK(h.unexpected == 0);
+    }
+
     TEST_CASE("drop_back forgets the newest request; clear forgets all and the counts") {
         reply_matcher m;
         m.add(1, {});

@@ -149,9 +149,10 @@ public:
     /// async_subscribe (an argument-less UNSUBSCRIBE drops them all): use async_subscribe.
     ///
     /// Commands that change how the server answers later commands cannot be sent on a shared
-    /// connection: a request holding MONITOR, RESET or CLIENT REPLY OFF|SKIP completes at once
-    /// with error::unsupported_command, nothing written, and its response holds an error value
-    /// naming the command.
+    /// connection: a request holding MONITOR, RESET, HELLO (any HELLO: HELLO 2 would switch the
+    /// connection to RESP2; the connection sends its own HELLO 3 in the handshake) or CLIENT
+    /// REPLY OFF|SKIP completes at once with error::unsupported_command, nothing written, and
+    /// its response holds an error value naming the command.
     ///
     /// @par Completion signature
     /// `void(boost::system::error_code, response)`. The response holds one value per command.
