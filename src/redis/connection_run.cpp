@@ -309,11 +309,11 @@ void connection_impl::take_for_write(session& s, std::deque<entry_ptr>& queue, b
             continue; // cancelled while queued
         e->state = exec_entry::stage::written;
         e->from_user = from_user;
+        // Registered before the write is issued: replies may be read before it completes.
+        s.matcher.add(e->commands, e->shapes, e->payload);
         s.write_buffer += e->payload;
         e->payload = std::string();
         e->write_end = s.write_buffer.size();
-        // Registered before the write is issued: replies may be read before it completes.
-        s.matcher.add(e->commands, e->shapes);
         s.in_flight.push_back(std::move(e));
     }
 }
