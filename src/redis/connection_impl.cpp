@@ -193,6 +193,8 @@ void connection_impl::on_subscription_answer(exec_entry& e, error_code ec) {
 }
 
 void connection_impl::deliver_subscriptions() {
+    for (auto const& c : book_.take_commands())
+        send_subscription_command(c);
     for (auto& f : book_.take_finished()) {
         auto node = subscription_ops_.extract(f.op);
         if (node.empty())

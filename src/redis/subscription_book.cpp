@@ -148,6 +148,7 @@ void subscription_book::on_answer(command_id id, bool refused, std::string_view 
 
 void subscription_book::close_session(boost::system::error_code ec) {
     session_open_ = false;
+    outbox_.clear(); // commands of a closed session never go out
     auto commands = std::move(commands_);
     commands_.clear();
     for (auto it = channels_.begin(); it != channels_.end();) {
@@ -185,14 +186,22 @@ void subscription_book::finish(op_id op) {
     auto node = ops_.extract(op);
     auto& o = node.mapped();
     if (o.ec && o.subscribe) {
+        std::vector<std::string> left_on_server;
         for (auto const& c : o.counted) {
             auto it = channels_.find(c);
             if (it == channels_.end())
                 continue;
             if (it->second.count > 0)
                 --it->second.count;
-            forget_if_idle(it);
+            // Subscribed for this operation (a handshake SUBSCRIBE of another of its channels
+            // was refused, this one's accepted) and counted by nobody else now.
+            if (session_open_ && it->second.count == 0 && it->second.on_server)
+                add_once(left_on_server, c);
+            else
+                forget_if_idle(it);
         }
+        if (!left_on_server.empty())
+            new_command(false, false, std::move(left_on_server), outbox_);
     }
     finished_.push_back(finished{op, o.ec, std::move(o.server_text)});
 }
@@ -206,6 +215,12 @@ void subscription_book::forget_if_idle(channel_map::iterator it) {
 std::vector<subscription_book::finished> subscription_book::take_finished() {
     auto out = std::move(finished_);
     finished_.clear();
+    return out;
+}
+
+std::vector<subscription_book::command> subscription_book::take_commands() {
+    auto out = std::move(outbox_);
+    outbox_.clear();
     return out;
 }
 

@@ -32,7 +32,10 @@ namespace colock::redis::detail {
 ///
 /// A refused SUBSCRIBE fails each operation waiting for it with error::server_error and the
 /// server's text, and each such subscribe operation takes back what it counted up: nothing
-/// believes it is subscribed to a channel the server refused. A refused handshake SUBSCRIBE
+/// believes it is subscribed to a channel the server refused. A channel such an operation
+/// leaves subscribed on the server with nobody counting it (in a handshake, one command per
+/// channel: another of its channels was refused) is unsubscribed (take_commands). A refused
+/// handshake SUBSCRIBE
 /// (one command per channel, so that one refusal does not cost the others) drops its channel
 /// from the counts altogether. A refused UNSUBSCRIBE fails its operation but takes nothing
 /// back: its caller has let go either way, and a subscription left on the server only brings
@@ -85,6 +88,11 @@ public:
     /// Operations finished since the last call, in the order they finished.
     std::vector<finished> take_finished();
 
+    /// Commands to write on the open session that no change() returned, in order: an
+    /// UNSUBSCRIBE for a channel that a failed subscribe operation left on the server with
+    /// nobody counting it. Nobody waits for their answers.
+    std::vector<command> take_commands();
+
     bool session_open() const noexcept { return session_open_; }
     /// The number of subscribers counted for `channel`.
     std::size_t count(std::string_view channel) const;
@@ -125,6 +133,7 @@ private:
     std::map<command_id, command_state> commands_;
     std::map<op_id, op_state> ops_;
     std::vector<finished> finished_;
+    std::vector<command> outbox_; // for take_commands()
     op_id next_op_ = 1;
     command_id next_command_ = 1;
     bool session_open_ = false;

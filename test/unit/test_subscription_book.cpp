@@ -206,6 +206,51 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(done[0].ec == colock::redis::error::server_error);
     }
 
+    TEST_CASE("a subscribe rolled back while a channel of it stays on the server unsubscribes it") {
+        // [a, b] waits for the first handshake, which subscribes to each apart: a refused, b
+        // accepted. The operation fails and takes both back; the server must not keep b.
+        book b;
+        auto [op, none] = b.change(true, names("a", "b"), true);
+        CHECK(none.empty());
+        auto handshake = b.open_session();
+        REQUIRE(handshake.size() == 2);
+        b.on_answer(handshake[0].id, true, "NOPERM");
+        b.on_answer(handshake[1].id, false, "");
+        auto const rolled_back = b.take_finished();
+        auto const* failed = outcome(rolled_back, op);
+        REQUIRE(failed);
+        CHECK(failed->ec == colock::redis::error::server_error);
+        CHECK(b.count("a") == 0);
+        CHECK(b.count("b") == 0);
+        auto unsub = b.take_commands();
+        REQUIRE(unsub.size() == 1);
+        CHECK_FALSE(unsub[0].subscribe);
+        CHECK(unsub[0].channels == names("b"));
+        CHECK_FALSE(b.on_server("b"));
+        b.on_answer(unsub[0].id, false, "");
+        CHECK(b.take_finished().empty()); // nobody waited for it
+        CHECK(b.counted().empty());
+        CHECK_FALSE(b.on_server("b"));
+    }
+
+    TEST_CASE("a rolled-back channel another subscriber still counts stays subscribed") {
+        book b;
+        b.open_session();
+        auto [first, sub] = b.change(true, names("b"));
+        REQUIRE(sub.size() == 1);
+        // [a, b]: a goes out now; b rides on the SUBSCRIBE already on its way.
+        auto [op, sub_a] = b.change(true, names("a", "b"));
+        REQUIRE(sub_a.size() == 1);
+        b.on_answer(sub[0].id, false, "");
+        b.on_answer(sub_a[0].id, true, "NOPERM");
+        auto done = b.take_finished();
+        REQUIRE(outcome(done, op));
+        CHECK(outcome(done, op)->ec == colock::redis::error::server_error);
+        CHECK(b.count("b") == 1);
+        CHECK(b.on_server("b"));
+        CHECK(b.take_commands().empty());
+    }
+
     TEST_CASE("waiting for a session: for its handshake, or failing with the connect error") {
         book b;
         auto [op, none] = b.change(true, names("a"), true);
