@@ -493,9 +493,9 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     if (!replies[info_index].is_error())
         s->run_id = parse_run_id(replies[info_index]);
 
-    // A refused SUBSCRIBE does not fail the connection: the channel is dropped from the
-    // counts (its subscribers were told of success long ago and cannot be told now), and
-    // last_error_text says which.
+    // A refused SUBSCRIBE does not fail the connection: the channel is not subscribed (its
+    // subscribers were told of success long ago and cannot be told now; they keep their
+    // counts), and last_error_text says which.
     std::string dropped;
     for (std::size_t i = 0; i < subscriptions.size(); ++i) {
         auto const& answer = replies[info_index + 1 + i];

@@ -126,13 +126,10 @@ void subscription_book::on_answer(command_id id, bool refused, std::string_view 
             if (refused)
                 st.on_server = !cmd.subscribe; // the server did not change
         }
-        if (refused && cmd.subscribe && cmd.handshake) {
-            // Subscribers counted before this session cannot be told: the channel goes, so
-            // that the counts say what the server does. Operations still waiting lose it too.
-            st.count = 0;
-            for (auto& [op, o] : ops_)
-                std::erase(o.counted, c);
-        }
+        // A handshake SUBSCRIBE refused: subscribers counted before this session were told of
+        // success and will unsubscribe some day, so their counts stay (with the channel off
+        // the server) and their unsubscriptions never take a newer subscriber's count. The
+        // operations waiting for this command fail below and take back their own.
         forget_if_idle(it);
     }
     for (auto op : cmd.waiters) {
