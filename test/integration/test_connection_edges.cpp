@@ -105,6 +105,47 @@ TEST_CASE(
     });
 }
 
+TEST_CASE("async_subscribe while the first attempt is still connecting waits for its outcome") {
+    redis_server server;
+    fault_proxy proxy{server.port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(server);
+        cfg.port = proxy.port();
+        cfg.connect_timeout = 500ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        std::string const channel = unique_key("subscribed-while-connecting");
+        // The proxy accepts and answers nothing: the first attempt times out in its handshake.
+        proxy.set_black_hole(true);
+        bool connect_done = false;
+        bool subscribe_done = false;
+        error_code connect_ec = redis::error::closed;
+        error_code subscribe_ec = redis::error::closed;
+        conn.async_connect([&](error_code ec) {
+            connect_ec = ec;
+            connect_done = true;
+        });
+        conn.async_subscribe(strings(channel), [&](error_code ec) {
+            subscribe_ec = ec;
+            subscribe_done = true;
+        });
+        bool const finished7 = co_await finishes(connect_done, 5000ms);
+        CHECK(finished7);
+        bool const finished8 = co_await finishes(subscribe_done, 5000ms);
+        CHECK(finished8);
+        CHECK(connect_ec == redis::error::connect_timeout);
+        CHECK(subscribe_ec == redis::error::connect_timeout);
+        CHECK_FALSE(conn.is_connected());
+
+        // Nothing was counted: the next connection subscribes to nothing.
+        proxy.set_black_hole(false);
+        auto [cec] = co_await conn.async_connect(as_tuple);
+        REQUIRE_FALSE(cec);
+        auto const subscribers = co_await numsub_becomes(conn, channel, 0);
+        CHECK(subscribers == 0);
+        conn.close();
+    });
+}
+
 TEST_CASE("an UNSUBSCRIBE from before a reconnection never undoes the reconnection's SUBSCRIBE") {
     redis_server server;
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
