@@ -278,7 +278,7 @@ asio::awaitable<error_code> connection_impl::write_loop(std::shared_ptr<session>
         if (s->detached || is_cancelled(cs))
             co_return asio::error::operation_aborted;
         s->write_buffer.clear();
-        std::size_t const batch = s->in_flight.size();
+        std::uint64_t const write = ++s->writes;
         take_for_write(*s, s->handshake_queue, false);
         if (s->ready) {
             take_for_write(*s, s->session_queue, false);
@@ -297,7 +297,7 @@ asio::awaitable<error_code> connection_impl::write_loop(std::shared_ptr<session>
                 co_await asio::async_write(s->socket, asio::buffer(s->write_buffer), use_nothrow);
         auto [ec, n] = wrote;
         if (ec) {
-            put_back_unwritten(*s, batch, n, ec);
+            put_back_unwritten(*s, write, n, ec);
             co_return ec;
         }
     }
@@ -311,6 +311,8 @@ void connection_impl::take_for_write(session& s, std::deque<entry_ptr>& queue, b
             continue; // cancelled while queued
         e->state = exec_entry::stage::written;
         e->from_user = from_user;
+        e->write = s.writes;
+        e->write_begin = s.write_buffer.size();
         // Registered before the write is issued: replies may be read before it completes.
         s.matcher.add(e->commands, e->shapes, e->payload);
         s.write_buffer += e->payload;
@@ -320,28 +322,23 @@ void connection_impl::take_for_write(session& s, std::deque<entry_ptr>& queue, b
     }
 }
 
-// After a failed write of which `written` bytes left: the requests whose bytes did not all
-// leave cannot have run (the server runs only whole commands, and this socket is done), so a
-// user's request goes back to the front of the queue for the next connection. Only requests
-// written whole fail with connection_lost.
-void connection_impl::put_back_unwritten(session& s, std::size_t batch, std::size_t written,
+// After write number `write` failed with `written` bytes gone: the requests whose bytes did
+// not all leave cannot have run (the server runs only whole commands, and this socket is
+// done), so a user's request goes back to the front of the queue for the next connection,
+// with its own bytes. Only requests written whole fail with connection_lost. The write's
+// requests are found by the marks it left on them, not by position: meanwhile the reader
+// takes answered requests from the front of in_flight, and close() empties it.
+void connection_impl::put_back_unwritten(session& s, std::uint64_t write, std::size_t written,
                                          error_code ec) {
-    if (s.in_flight.size() <= batch)
-        return; // close() has failed them already
-    for (std::size_t i = s.in_flight.size(); i > batch; --i) {
-        auto& e = s.in_flight[i - 1];
-        if (e->write_end <= written)
-            break;
-        std::size_t const begin = i - 1 > batch ? s.in_flight[i - 2]->write_end : 0;
-        e->payload = s.write_buffer.substr(begin, e->write_end - begin);
-    }
-    while (s.in_flight.size() > batch && s.in_flight.back()->write_end > written) {
+    while (!s.in_flight.empty() && s.in_flight.back()->write == write &&
+           s.in_flight.back()->write_end > written) {
         entry_ptr e = std::move(s.in_flight.back());
         s.in_flight.pop_back();
         s.matcher.drop_back();
         if (e->state == exec_entry::stage::done)
             continue; // cancelled meanwhile
         if (e->from_user) {
+            e->payload = s.write_buffer.substr(e->write_begin, e->write_end - e->write_begin);
             e->state = exec_entry::stage::queued;
             user_queue_.push_front(std::move(e)); // newest first: the order is kept
         } else {
