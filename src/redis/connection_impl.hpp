@@ -72,9 +72,10 @@ struct exec_entry {
     bool discard = false;   // cancelled after it was written: its replies are read and dropped
     bool from_user = false; // taken from the user queue, where it returns if not written
     // Where it went: the session's write that took it (session::writes), and in that write's
-    // buffer, where its bytes begin and just after them.
+    // buffer, where its bytes begin, where its first command ends, and just after its bytes.
     std::uint64_t write = 0;
     std::size_t write_begin = 0;
+    std::size_t first_command_end = 0;
     std::size_t write_end = 0;
 };
 

@@ -94,8 +94,8 @@ void connection_impl::end_session(std::shared_ptr<session> const& s, error_code 
     // operations waiting for this session's commands learn that it failed, and count nothing.
     book_.close_session(ever_connected_ ? error_code() : ec);
     deliver_subscriptions();
-    // Written requests may have run: they fail, and are never re-sent. Requests not written
-    // are back in the user queue (put_back_unwritten) and wait for the next connection.
+    // Requests with a command written whole may have run: they fail, and are never re-sent.
+    // The others are back in the user queue (put_back_unwritten) for the next connection.
     fail_session(*s, s->ready || ever_connected_ ? error_code(error::connection_lost) : ec, ec);
     if (!ever_connected_) {
         // Nobody has seen this connection work: report instead of retrying.
@@ -313,6 +313,8 @@ void connection_impl::take_for_write(session& s, std::deque<entry_ptr>& queue, b
         e->from_user = from_user;
         e->write = s.writes;
         e->write_begin = s.write_buffer.size();
+        std::size_t const first = first_command(e->payload);
+        e->first_command_end = e->write_begin + (first == 0 ? e->payload.size() : first);
         // Registered before the write is issued: replies may be read before it completes.
         s.matcher.add(e->commands, e->shapes, e->payload);
         s.write_buffer += e->payload;
@@ -322,16 +324,17 @@ void connection_impl::take_for_write(session& s, std::deque<entry_ptr>& queue, b
     }
 }
 
-// After write number `write` failed with `written` bytes gone: the requests whose bytes did
-// not all leave cannot have run (the server runs only whole commands, and this socket is
-// done), so a user's request goes back to the front of the queue for the next connection,
-// with its own bytes. Only requests written whole fail with connection_lost. The write's
-// requests are found by the marks it left on them, not by position: meanwhile the reader
-// takes answered requests from the front of in_flight, and close() empties it.
+// After write number `write` failed with `written` bytes gone. The server runs whole commands
+// only, and this socket is done: a request whose first command did not leave whole cannot have
+// run, so a user's goes back to the front of the queue for the next connection, with its own
+// bytes. A request with a command written whole may have run it: it stays in flight and fails
+// with connection_lost, never re-sent. The write's requests are found by the marks it left on
+// them, not by position: meanwhile the reader takes answered requests from the front of
+// in_flight, and close() empties it.
 void connection_impl::put_back_unwritten(session& s, std::uint64_t write, std::size_t written,
                                          error_code ec) {
     while (!s.in_flight.empty() && s.in_flight.back()->write == write &&
-           s.in_flight.back()->write_end > written) {
+           s.in_flight.back()->first_command_end > written) {
         entry_ptr e = std::move(s.in_flight.back());
         s.in_flight.pop_back();
         s.matcher.drop_back();

@@ -234,6 +234,43 @@ TEST_CASE("a drop mid-write after an earlier reply: requests none of whose bytes
     });
 }
 
+TEST_CASE("a drop mid-write: a request whose first command was written whole fails, and is "
+          "never run again") {
+    redis_server server;
+    fault_proxy proxy{server.port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), through_proxy(server, proxy)};
+        redis::connection direct{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        std::string const counter = unique_key("counter");
+        std::string const key = unique_key("big");
+        // One request: INCR written whole, the SET behind it only in part. The INCR may have
+        // run (it did), so the request cannot be sent again.
+        resp3::request both;
+        both.push("INCR", counter);
+        both.push("SET", key, std::string(slow_value_size, 'v'));
+        auto out = co_await drop_during_slow_write(conn, direct, proxy, false, std::move(both),
+                                                   command("ECHO", "behind"));
+
+        bool const finished5 = co_await finishes(out.first->done, 10000ms);
+        CHECK(finished5);
+        bool const finished6 = co_await finishes(out.second->done, 10000ms);
+        CHECK(finished6);
+        INFO("last error: ", conn.last_error_text());
+        CHECK(out.first->ec == redis::error::connection_lost);
+        // Nothing of it had reached the server whole: it waits for the next connection.
+        CHECK_FALSE(out.second->ec);
+        if (!out.second->ec)
+            CHECK(text_of(out.second->replies.at(0)) == "behind");
+        auto const n = co_await get(direct, counter);
+        CHECK(n == std::optional<std::string>("1"));
+        auto const exists = co_await integer(direct, command("EXISTS", key));
+        CHECK(exists == 0);
+        conn.close();
+        direct.close();
+    });
+}
+
 TEST_CASE("async_subscribe while the first attempt is still connecting waits for its outcome") {
     redis_server server;
     fault_proxy proxy{server.port()};

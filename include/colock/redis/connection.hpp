@@ -95,10 +95,11 @@ public:
 /// pipelining); replies are matched to requests in order, subscribe-family commands included
 /// (their push confirmations, or the one error reply that refuses them). The connection
 /// performs the HELLO 3 / AUTH / SELECT / CLIENT SETNAME handshake, checks the server's health
-/// with PING, and re-establishes itself with backoff after a loss. A request written (all its
-/// bytes handed to the socket) before a loss fails with error::connection_lost and is never
-/// re-sent: it may have run. Requests not yet written, or written only in part (the server runs
-/// whole commands only), wait for the next connection.
+/// with PING, and re-establishes itself with backoff after a loss. A request of which at least
+/// one command was written whole (all its bytes handed to the socket) before a loss fails with
+/// error::connection_lost and is never re-sent: that command may have run. A request none of
+/// whose commands was written whole (nothing of it written, or its first command only in part:
+/// the server runs whole commands only) waits for the next connection, and is sent again whole.
 ///
 /// @par Thread safety
 /// All member functions may be called from any thread: the state lives on a strand of the
