@@ -137,10 +137,8 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     // reached again. A refusal (ACL, renamed command) leaves the instance unknown.
     req.push("INFO", "server");
     std::size_t const info_index = cfg_.database != 0 ? 2 : 1;
-    // One SUBSCRIBE per counted channel: a refusal costs that channel only.
+    // The session is open from here: subscription changes wait for its handshake.
     auto const subscriptions = book_.open_session();
-    for (auto const& c : subscriptions)
-        req.push_range("SUBSCRIBE", c.channels);
 
     auto [ec, replies] = co_await internal_exec(s.get(), req, true);
     if (ec && ec != error::server_error)
@@ -168,12 +166,30 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     if (!replies[info_index].is_error())
         s->run_id = parse_run_id(replies[info_index]);
 
-    // A refused SUBSCRIBE does not fail the connection: the channel is dropped from the
-    // counts (its subscribers were told of success long ago and cannot be told now), and
-    // last_error_text says which.
+    if (subscriptions.empty())
+        co_return error_code{};
+    // One SUBSCRIBE per counted channel, so that a refusal costs that channel only. Sent once
+    // the setup has succeeded, not behind it: a connection whose HELLO was refused still
+    // speaks RESP2 (as the default user, when that one needs no password), and would confirm
+    // with arrays that are no pushes, which no matcher can take for confirmations.
+    resp3::request subscribe;
+    for (auto const& c : subscriptions)
+        subscribe.push_range("SUBSCRIBE", c.channels);
+    auto [sec, answers] = co_await internal_exec(s.get(), subscribe, true);
+    if (sec && sec != error::server_error)
+        co_return sec;
+    if (answers.size() != subscribe.commands()) {
+        s->step = "SUBSCRIBE";
+        co_return connect_failed(
+            *s, error::unexpected_reply,
+            fmt::format("{} replies for {} commands", answers.size(), subscribe.commands()));
+    }
+    // A refused SUBSCRIBE does not fail the connection: the channel is not subscribed (its
+    // subscribers were told of success long ago and cannot be told now; they keep their
+    // counts), and last_error_text says which.
     std::string dropped;
     for (std::size_t i = 0; i < subscriptions.size(); ++i) {
-        auto const& answer = replies[info_index + 1 + i];
+        auto const& answer = answers[i];
         book_.on_answer(subscriptions[i].id, answer.is_error(), answer.text);
         if (answer.is_error())
             dropped += fmt::format("{}{} ({})", dropped.empty() ? "" : ", ",

@@ -195,8 +195,10 @@ void connection_impl::cancel_entry(entry_ptr const& e, asio::cancellation_type t
 void connection_impl::change_subscription(
     bool subscribe, std::vector<std::string> channels,
     std::variant<connect_handler, subscription_handler> handler) {
-    // Nothing runs: a subscription waits for the connection it starts, like a request would.
-    bool const wait = subscribe && !running_;
+    // Until a connection has once completed its handshake, a subscription waits for the
+    // outcome of the attempt (started here if nothing runs): when that attempt fails, the
+    // subscription fails with its error and counts nothing.
+    bool const wait = subscribe && !ever_connected_;
     auto [op, commands] = book_.change(subscribe, std::move(channels), wait);
     subscription_ops_.emplace(op, std::move(handler));
     for (auto const& c : commands)
@@ -240,6 +242,8 @@ void connection_impl::on_subscription_answer(exec_entry& e, error_code ec) {
 }
 
 void connection_impl::deliver_subscriptions() {
+    for (auto const& c : book_.take_commands())
+        send_subscription_command(c);
     for (auto& f : book_.take_finished()) {
         auto node = subscription_ops_.extract(f.op);
         if (node.empty())

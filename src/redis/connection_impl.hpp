@@ -83,9 +83,14 @@ struct exec_entry {
     std::variant<std::monostate, exec_handler, subscription_command> handler;
     asio::cancellation_slot slot;
     stage state = stage::queued;
-    bool discard = false;      // cancelled after it was written: its replies are read and dropped
-    bool from_user = false;    // taken from the user queue, where it returns if not written
-    std::size_t write_end = 0; // in the session's write buffer, just after its bytes
+    bool discard = false;   // cancelled after it was written: its replies are read and dropped
+    bool from_user = false; // taken from the user queue, where it returns if not written
+    // Where it went: the session's write that took it (session::writes), and in that write's
+    // buffer, where its bytes begin, where its first command ends, and just after its bytes.
+    std::uint64_t write = 0;
+    std::size_t write_begin = 0;
+    std::size_t first_command_end = 0;
+    std::size_t write_end = 0;
 };
 
 using entry_ptr = std::shared_ptr<exec_entry>;
@@ -108,6 +113,7 @@ struct session {
     std::size_t read_end = 0;
     resp3::parser parser;
     std::string write_buffer;
+    std::uint64_t writes = 0; // numbers the writes: the current one's, once it is taken
     // Requests that only make sense on this socket: never carried over to the next one.
     std::deque<entry_ptr> handshake_queue; // written first, before the handshake is done
     std::deque<entry_ptr> session_queue;   // health-check PINGs and subscription commands
@@ -268,7 +274,7 @@ public:
     error_code on_value(session& s, resp3::value v);
     asio::awaitable<error_code> write_loop(std::shared_ptr<session> s);
     void take_for_write(session& s, std::deque<entry_ptr>& queue, bool from_user);
-    void put_back_unwritten(session& s, std::size_t batch, std::size_t written, error_code ec);
+    void put_back_unwritten(session& s, std::uint64_t write, std::size_t written, error_code ec);
     asio::awaitable<std::tuple<error_code, response>>
     internal_exec(session* s, resp3::request const& req, bool handshake);
 

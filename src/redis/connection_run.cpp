@@ -74,10 +74,12 @@ void connection_impl::end_session(std::shared_ptr<session> const& s, error_code 
     }
     connected_ = false;
     session_.reset();
-    book_.close_session(); // the next handshake subscribes to every counted channel
+    // The next handshake subscribes to every counted channel. Until a connection has worked,
+    // operations waiting for this session's commands learn that it failed, and count nothing.
+    book_.close_session(ever_connected_ ? error_code() : ec);
     deliver_subscriptions();
-    // Written requests may have run: they fail, and are never re-sent. Requests not written
-    // are back in the user queue (put_back_unwritten) and wait for the next connection.
+    // Requests with a command written whole may have run: they fail, and are never re-sent.
+    // The others are back in the user queue (put_back_unwritten) for the next connection.
     fail_session(*s, s->ready || ever_connected_ ? error_code(error::connection_lost) : ec, ec);
     if (!ever_connected_) {
         // Nobody has seen this connection work: report instead of retrying.
@@ -278,7 +280,7 @@ asio::awaitable<error_code> connection_impl::write_loop(std::shared_ptr<session>
         if (s->detached || is_cancelled(cs))
             co_return asio::error::operation_aborted;
         s->write_buffer.clear();
-        std::size_t const batch = s->in_flight.size();
+        std::uint64_t const write = ++s->writes;
         take_for_write(*s, s->handshake_queue, false);
         if (s->ready) {
             take_for_write(*s, s->session_queue, false);
@@ -297,7 +299,7 @@ asio::awaitable<error_code> connection_impl::write_loop(std::shared_ptr<session>
                 co_await asio::async_write(s->socket, asio::buffer(s->write_buffer), use_nothrow);
         auto [ec, n] = wrote;
         if (ec) {
-            put_back_unwritten(*s, batch, n, ec);
+            put_back_unwritten(*s, write, n, ec);
             co_return ec;
         }
     }
@@ -311,37 +313,37 @@ void connection_impl::take_for_write(session& s, std::deque<entry_ptr>& queue, b
             continue; // cancelled while queued
         e->state = exec_entry::stage::written;
         e->from_user = from_user;
+        e->write = s.writes;
+        e->write_begin = s.write_buffer.size();
+        std::size_t const first = first_command(e->payload);
+        e->first_command_end = e->write_begin + (first == 0 ? e->payload.size() : first);
+        // Registered before the write is issued: replies may be read before it completes.
+        s.matcher.add(e->commands, e->shapes, e->payload);
         s.write_buffer += e->payload;
         e->payload = std::string();
         e->write_end = s.write_buffer.size();
-        // Registered before the write is issued: replies may be read before it completes.
-        s.matcher.add(e->commands, e->shapes);
         s.in_flight.push_back(std::move(e));
     }
 }
 
-// After a failed write of which `written` bytes left: the requests whose bytes did not all
-// leave cannot have run (the server runs only whole commands, and this socket is done), so a
-// user's request goes back to the front of the queue for the next connection. Only requests
-// written whole fail with connection_lost.
-void connection_impl::put_back_unwritten(session& s, std::size_t batch, std::size_t written,
+// After write number `write` failed with `written` bytes gone. The server runs whole commands
+// only, and this socket is done: a request whose first command did not leave whole cannot have
+// run, so a user's goes back to the front of the queue for the next connection, with its own
+// bytes. A request with a command written whole may have run it: it stays in flight and fails
+// with connection_lost, never re-sent. The write's requests are found by the marks it left on
+// them, not by position: meanwhile the reader takes answered requests from the front of
+// in_flight, and close() empties it.
+void connection_impl::put_back_unwritten(session& s, std::uint64_t write, std::size_t written,
                                          error_code ec) {
-    if (s.in_flight.size() <= batch)
-        return; // close() has failed them already
-    for (std::size_t i = s.in_flight.size(); i > batch; --i) {
-        auto& e = s.in_flight[i - 1];
-        if (e->write_end <= written)
-            break;
-        std::size_t const begin = i - 1 > batch ? s.in_flight[i - 2]->write_end : 0;
-        e->payload = s.write_buffer.substr(begin, e->write_end - begin);
-    }
-    while (s.in_flight.size() > batch && s.in_flight.back()->write_end > written) {
+    while (!s.in_flight.empty() && s.in_flight.back()->write == write &&
+           s.in_flight.back()->first_command_end > written) {
         entry_ptr e = std::move(s.in_flight.back());
         s.in_flight.pop_back();
         s.matcher.drop_back();
         if (e->state == exec_entry::stage::done)
             continue; // cancelled meanwhile
         if (e->from_user) {
+            e->payload = s.write_buffer.substr(e->write_begin, e->write_end - e->write_begin);
             e->state = exec_entry::stage::queued;
             // Newest first: the order is kept.
             (s.flushing ? s.flush_queue : user_queue_).push_front(std::move(e));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
 #include <string_view>
 #include <utility>
 
@@ -37,14 +38,67 @@ bool names_no_channel(resp3::value const& confirmation) noexcept {
     return confirmation.elements[1].is_null();
 }
 
+// "<prefix><decimal>\r\n" at the front of `in`: the number, and `in` moved past it.
+bool take_header(std::string_view& in, char prefix, std::size_t& n) noexcept {
+    if (in.empty() || in.front() != prefix)
+        return false;
+    auto const eol = in.find("\r\n");
+    if (eol == std::string_view::npos)
+        return false;
+    auto const r = std::from_chars(in.data() + 1, in.data() + eol, n);
+    if (r.ec != std::errc{} || r.ptr != in.data() + eol)
+        return false;
+    in.remove_prefix(eol + 2);
+    return true;
+}
+
 } // namespace
 
-void reply_matcher::add(std::size_t commands, std::vector<resp3::reply_shape> shapes) {
+std::size_t first_command(std::string_view payload, std::vector<std::string_view>* arguments) {
+    std::string_view in = payload;
+    std::size_t argc = 0;
+    if (!take_header(in, '*', argc) || argc == 0)
+        return 0;
+    if (arguments)
+        arguments->clear();
+    for (std::size_t i = 0; i < argc; ++i) {
+        std::size_t len = 0;
+        if (!take_header(in, '$', len) || in.size() < len + 2)
+            return 0;
+        if (arguments && i > 0)
+            arguments->push_back(in.substr(0, len));
+        in.remove_prefix(len + 2);
+    }
+    return payload.size() - in.size();
+}
+
+void reply_matcher::add(std::size_t commands, std::vector<resp3::reply_shape> shapes,
+                        std::string_view payload) {
     assert(shapes.empty() || shapes.size() == commands);
     pending p;
     p.commands = commands;
     p.shapes = std::move(shapes);
     p.answers.resize(commands);
+    bool const named = std::any_of(p.shapes.begin(), p.shapes.end(), [](resp3::reply_shape s) {
+        return s.kind != reply_kind::ordinary && s.kind != reply_kind::unmatchable &&
+               s.channels > 0;
+    });
+    if (named && !payload.empty()) {
+        p.names.resize(commands);
+        std::vector<std::string_view> arguments;
+        for (std::size_t i = 0; i < commands; ++i) {
+            std::size_t const size = first_command(payload, &arguments);
+            if (size == 0) { // not the bytes of these commands: count, as without them
+                p.names.clear();
+                break;
+            }
+            payload.remove_prefix(size);
+            auto const shape = p.shapes[i];
+            if (shape.kind != reply_kind::ordinary && shape.kind != reply_kind::unmatchable &&
+                shape.channels > 0 && arguments.size() == shape.channels)
+                p.names[i].assign(arguments.begin(), arguments.end());
+        }
+    }
     pending_.push_back(std::move(p));
 }
 
@@ -142,14 +196,27 @@ reply_matcher::route reply_matcher::feed(resp3::value& v) {
     if (is_push) {
         if (cmd.kind == reply_kind::ordinary || kind != cmd.kind)
             return route::listeners; // a message, or a confirmation nobody here asked for
+        if (!p->names.empty() && !p->names[p->next].empty()) {
+            // A named command: only its own channels confirm it. Another one of the same kind
+            // is the server's own doing (a shard channel's slot moved).
+            auto& waiting = p->names[p->next];
+            auto const channel = v.elements[1].as_string();
+            auto const it =
+                channel ? std::find(waiting.begin(), waiting.end(), *channel) : waiting.end();
+            if (it == waiting.end())
+                return route::listeners;
+            waiting.erase(it);
+        }
         ++p->confirmations;
         p->answers[p->next] = v;
         if (completes(*p, v))
             p->advance();
         return route::answer_and_listeners;
     }
-    if (cmd.kind == reply_kind::ordinary || v.is_error()) {
+    if (cmd.kind == reply_kind::ordinary || cmd.kind == reply_kind::unmatchable || v.is_error()) {
         // An ordinary reply, or the one error that refuses a subscribe-family command whole.
+        // An unmatchable command is answered by one reply too: only the connection's own
+        // handshake HELLO gets here (users' requests holding one are refused unwritten).
         p->answers[p->next] = std::move(v);
         p->advance();
         return route::answer;

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace colock::redis::detail {
@@ -16,6 +18,12 @@ namespace colock::redis::detail {
 /// server names them), or reply_kind::ordinary when `v` is not such a confirmation (a message,
 /// an invalidation, anything else, or not a push at all).
 resp3::reply_kind confirmation_kind(resp3::value const& v) noexcept;
+
+/// The size in bytes of the first command of `payload`, commands as resp3::request writes them
+/// (an array of bulk strings); 0 when `payload` does not start with a whole command. When
+/// `arguments` is given, it receives the command's arguments after its name.
+std::size_t first_command(std::string_view payload,
+                          std::vector<std::string_view>* arguments = nullptr);
 
 /// Matches the values read from one connection to the requests written on it.
 ///
@@ -31,9 +39,13 @@ resp3::reply_kind confirmation_kind(resp3::value const& v) noexcept;
 /// - A push that is not a confirmation of that command's kind answers nothing.
 /// - A confirmation of that command's kind counts towards it; the command is answered by the
 ///   last one (a named command by as many as it has channels; an argument-less UN- form when no
-///   subscription of its kind is left, or by its single "none" push).
-/// - A value that is not a push answers it when it is ordinary, or when it is an error and the
-///   command, of the subscribe family, has no confirmation yet. Anything else is a protocol
+///   subscription of its kind is left, or by its single "none" push). When the request's bytes
+///   were given, a named command counts only confirmations of the channels it names, each as
+///   often as named: the server's own "sunsubscribe" of another shard channel (its slot moved)
+///   answers nothing.
+/// - A value that is not a push answers it when it is ordinary (or unmatchable: the connection's
+///   own HELLO), or when it is an error and the command, of the subscribe family, has no
+///   confirmation yet. Anything else is a protocol
 ///   violation (route::unexpected).
 /// - A subscribe-family command that has confirmations and meets a value that cannot be one
 ///   more of them is over (the server has moved on); the value is matched to what follows.
@@ -60,8 +72,11 @@ public:
     };
 
     /// Adds a request whose bytes are on their way to the server, behind those added before.
-    /// `shapes` is empty when every command is ordinary (resp3::request::shapes()).
-    void add(std::size_t commands, std::vector<resp3::reply_shape> shapes);
+    /// `shapes` is empty when every command is ordinary (resp3::request::shapes()). `payload`,
+    /// the request's bytes, names the channels whose confirmations its named subscribe-family
+    /// commands wait for; without it they count confirmations of any channel.
+    void add(std::size_t commands, std::vector<resp3::reply_shape> shapes,
+             std::string_view payload = {});
 
     /// Routes one value read from the server. An answer is stored with its request: moved out
     /// of `v` when it is an ordinary reply, copied when it is a push (the listeners see it).
@@ -91,8 +106,11 @@ private:
         std::size_t commands = 0;
         std::vector<resp3::reply_shape> shapes; // empty: all ordinary
         std::vector<resp3::value> answers;      // one per command
-        std::size_t next = 0;                   // first command without its whole answer
-        std::size_t confirmations = 0;          // pushes the command `next` has had so far
+        // Per command (empty when none is named or unknown): channels whose confirmation it
+        // still waits for.
+        std::vector<std::vector<std::string>> names;
+        std::size_t next = 0;          // first command without its whole answer
+        std::size_t confirmations = 0; // pushes the command `next` has had so far
 
         resp3::reply_shape current() const noexcept {
             return shapes.empty() ? resp3::reply_shape{} : shapes[next];

@@ -126,13 +126,10 @@ void subscription_book::on_answer(command_id id, bool refused, std::string_view 
             if (refused)
                 st.on_server = !cmd.subscribe; // the server did not change
         }
-        if (refused && cmd.subscribe && cmd.handshake) {
-            // Subscribers counted before this session cannot be told: the channel goes, so
-            // that the counts say what the server does. Operations still waiting lose it too.
-            st.count = 0;
-            for (auto& [op, o] : ops_)
-                std::erase(o.counted, c);
-        }
+        // A handshake SUBSCRIBE refused: subscribers counted before this session were told of
+        // success and will unsubscribe some day, so their counts stay (with the channel off
+        // the server) and their unsubscriptions never take a newer subscriber's count. The
+        // operations waiting for this command fail below and take back their own.
         forget_if_idle(it);
     }
     for (auto op : cmd.waiters) {
@@ -148,6 +145,7 @@ void subscription_book::on_answer(command_id id, bool refused, std::string_view 
 
 void subscription_book::close_session(boost::system::error_code ec) {
     session_open_ = false;
+    outbox_.clear(); // commands of a closed session never go out
     auto commands = std::move(commands_);
     commands_.clear();
     for (auto it = channels_.begin(); it != channels_.end();) {
@@ -185,14 +183,22 @@ void subscription_book::finish(op_id op) {
     auto node = ops_.extract(op);
     auto& o = node.mapped();
     if (o.ec && o.subscribe) {
+        std::vector<std::string> left_on_server;
         for (auto const& c : o.counted) {
             auto it = channels_.find(c);
             if (it == channels_.end())
                 continue;
             if (it->second.count > 0)
                 --it->second.count;
-            forget_if_idle(it);
+            // Subscribed for this operation (a handshake SUBSCRIBE of another of its channels
+            // was refused, this one's accepted) and counted by nobody else now.
+            if (session_open_ && it->second.count == 0 && it->second.on_server)
+                add_once(left_on_server, c);
+            else
+                forget_if_idle(it);
         }
+        if (!left_on_server.empty())
+            new_command(false, false, std::move(left_on_server), outbox_);
     }
     finished_.push_back(finished{op, o.ec, std::move(o.server_text)});
 }
@@ -206,6 +212,12 @@ void subscription_book::forget_if_idle(channel_map::iterator it) {
 std::vector<subscription_book::finished> subscription_book::take_finished() {
     auto out = std::move(finished_);
     finished_.clear();
+    return out;
+}
+
+std::vector<subscription_book::command> subscription_book::take_commands() {
+    auto out = std::move(outbox_);
+    outbox_.clear();
     return out;
 }
 

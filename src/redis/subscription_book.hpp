@@ -32,14 +32,20 @@ namespace colock::redis::detail {
 ///
 /// A refused SUBSCRIBE fails each operation waiting for it with error::server_error and the
 /// server's text, and each such subscribe operation takes back what it counted up: nothing
-/// believes it is subscribed to a channel the server refused. A refused handshake SUBSCRIBE
-/// (one command per channel, so that one refusal does not cost the others) drops its channel
-/// from the counts altogether. A refused UNSUBSCRIBE fails its operation but takes nothing
-/// back: its caller has let go either way, and a subscription left on the server only brings
-/// messages nobody asked for, until the next session.
+/// that waits for the server believes it is subscribed to a channel the server refused. A
+/// channel such an operation leaves subscribed on the server with nobody counting it (in a
+/// handshake, one command per channel: another of its channels was refused) is unsubscribed
+/// (take_commands). A refused handshake SUBSCRIBE (one command per channel, so that one
+/// refusal does not cost the others) keeps the counts of the subscribers told of success
+/// before the session: the channel is not subscribed on the server, their unsubscriptions
+/// count down without UNSUBSCRIBE and never take a newer subscriber's count, and a newer
+/// subscriber, or the next handshake, asks the server again. A refused UNSUBSCRIBE fails its
+/// operation but takes nothing back: its caller has let go either way, and a subscription left
+/// on the server only brings messages nobody asked for, until the next session.
 ///
 /// Invariant: a channel with a count above zero is subscribed on the open session, or its
-/// SUBSCRIBE is on its way and some operation still waits for the answer.
+/// SUBSCRIBE is on its way and some operation still waits for the answer, or the open
+/// session's handshake SUBSCRIBE of it was refused.
 class subscription_book {
 public:
     using op_id = std::uint64_t;
@@ -85,6 +91,11 @@ public:
     /// Operations finished since the last call, in the order they finished.
     std::vector<finished> take_finished();
 
+    /// Commands to write on the open session that no change() returned, in order: an
+    /// UNSUBSCRIBE for a channel that a failed subscribe operation left on the server with
+    /// nobody counting it. Nobody waits for their answers.
+    std::vector<command> take_commands();
+
     bool session_open() const noexcept { return session_open_; }
     /// The number of subscribers counted for `channel`.
     std::size_t count(std::string_view channel) const;
@@ -125,6 +136,7 @@ private:
     std::map<command_id, command_state> commands_;
     std::map<op_id, op_state> ops_;
     std::vector<finished> finished_;
+    std::vector<command> outbox_; // for take_commands()
     op_id next_op_ = 1;
     command_id next_command_ = 1;
     bool session_open_ = false;

@@ -38,7 +38,9 @@ reply_kind kind_by_name(std::string_view command) noexcept {
         return reply_kind::punsubscribe;
     if (iequals(command, "SUNSUBSCRIBE"))
         return reply_kind::sunsubscribe;
-    if (iequals(command, "MONITOR") || iequals(command, "RESET"))
+    // HELLO may switch the connection to RESP2 (HELLO 2), where pushes come as ordinary arrays
+    // and would be taken for replies; any HELLO re-authenticates and renames the client too.
+    if (iequals(command, "MONITOR") || iequals(command, "RESET") || iequals(command, "HELLO"))
         return reply_kind::unmatchable;
     return reply_kind::ordinary;
 }

@@ -63,6 +63,37 @@ TEST_CASE("AUTH with an ACL user: the right password connects, a wrong one is re
     });
 }
 
+TEST_CASE("async_subscribe whose connection is refused in the handshake: the error, nothing "
+          "counted") {
+    redis_server_options opts;
+    opts.acl_user = "app";
+    opts.acl_password = "app-secret";
+    redis_server server(opts);
+
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = server.config();
+        cfg.username = "app";
+        cfg.password = "not-yet";
+        redis::connection conn{ctx.get_executor(), cfg};
+        std::string const channel = unique_key("refused-at-connect");
+        // The subscription starts the connection, whose handshake is refused (WRONGPASS).
+        auto [ec] = co_await conn.async_subscribe(strings(channel), as_tuple);
+        CHECK(ec == redis::error::handshake_failed);
+        CHECK(conn.last_error_text().find("WRONGPASS") != std::string::npos);
+        CHECK_FALSE(conn.is_connected());
+
+        // The password becomes right: the same connection connects now, and its handshake must
+        // not subscribe to the channel of the failed subscription.
+        CHECK(server.cli(strings("ACL", "SETUSER", "app", ">not-yet")) == "OK");
+        auto [cec] = co_await conn.async_connect(as_tuple);
+        INFO("connect failure: ", conn.last_error_text());
+        REQUIRE_FALSE(cec);
+        auto const subscribers = co_await numsub(conn, channel);
+        CHECK(subscribers == 0);
+        conn.close();
+    });
+}
+
 TEST_CASE("SELECT and CLIENT SETNAME are part of the handshake") {
     redis_server server;
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {

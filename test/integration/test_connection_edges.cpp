@@ -105,6 +105,213 @@ TEST_CASE(
     });
 }
 
+namespace {
+
+struct slow_write_outcomes {
+    std::shared_ptr<exec_outcome> earlier = std::make_shared<exec_outcome>();
+    std::shared_ptr<exec_outcome> first = std::make_shared<exec_outcome>();
+    std::shared_ptr<exec_outcome> second = std::make_shared<exec_outcome>();
+};
+
+// `first` and `second` go out in one write, made slow by the proxy's latency (its queue takes
+// 4 MiB per latency period, and a big value takes many). With `earlier`, a BLPOP is in flight
+// before that write and its reply arrives while the write is pending. Then the proxy drops
+// the connection, part way through the write.
+asio::awaitable<slow_write_outcomes>
+drop_during_slow_write(redis::connection& conn, redis::connection& direct, fault_proxy& proxy,
+                       bool earlier, resp3::request first, resp3::request second) {
+    slow_write_outcomes out;
+    std::string const list = unique_key("unblocks");
+    if (earlier) {
+        exec_into(conn, command("BLPOP", list, "10"), out.earlier);
+        co_await sleep_for(100ms); // written: the server blocks on it
+    }
+    proxy.set_latency(300ms);
+    exec_into(conn, std::move(first), out.first);
+    exec_into(conn, std::move(second), out.second);
+    co_await sleep_for(50ms);
+    if (earlier) {
+        co_await direct.co_exec(command("LPUSH", list, "x"));
+        bool const answered = co_await finishes(out.earlier->done, 5000ms);
+        CHECK(answered);
+        CHECK_FALSE(out.earlier->ec);
+    } else {
+        co_await sleep_for(400ms);
+    }
+    CHECK_FALSE(out.first->done);
+    CHECK_FALSE(out.second->done);
+    proxy.drop_connections();
+    proxy.set_latency(0ms);
+    co_return out;
+}
+
+redis::config through_proxy(redis_server const& server, fault_proxy const& proxy) {
+    auto cfg = fast_config(server);
+    cfg.port = proxy.port();
+    // A PING would wait behind the slow write and drop the connection by itself.
+    cfg.health_check_interval = 0ms;
+    cfg.connect_timeout = 5000ms;
+    return cfg;
+}
+
+std::size_t const slow_value_size = 48u << 20;
+
+} // namespace
+
+TEST_CASE("a drop mid-write after an earlier reply: the written request fails, the partial one "
+          "is sent again alone") {
+    redis_server server;
+    fault_proxy proxy{server.port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), through_proxy(server, proxy)};
+        redis::connection direct{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        std::string const counter = unique_key("counter");
+        std::string const key = unique_key("big");
+        // The INCR is written whole, the SET only in part when the connection drops.
+        auto out =
+            co_await drop_during_slow_write(conn, direct, proxy, true, command("INCR", counter),
+                                            command("SET", key, std::string(slow_value_size, 'v')));
+
+        bool const finished1 = co_await finishes(out.first->done, 10000ms);
+        CHECK(finished1);
+        bool const finished2 = co_await finishes(out.second->done, 20000ms);
+        CHECK(finished2);
+        INFO("last error: ", conn.last_error_text());
+        CHECK(out.first->ec == redis::error::connection_lost);
+        CHECK_FALSE(out.second->ec);
+        if (!out.second->ec)
+            CHECK(text_of(out.second->replies.at(0)) == "OK");
+        // The INCR ran once: it is never sent again, alone or inside another request.
+        auto const n = co_await get(direct, counter);
+        CHECK(n == std::optional<std::string>("1"));
+        auto const length = co_await integer(direct, command("STRLEN", key));
+        CHECK(length == static_cast<std::int64_t>(slow_value_size));
+        // The stream is in step: the next request gets its own reply.
+        auto [ec, echoed] = co_await conn.async_exec(command("ECHO", "in step"), as_tuple);
+        CHECK_FALSE(ec);
+        if (!ec)
+            CHECK(text_of(echoed.at(0)) == "in step");
+        conn.close();
+        direct.close();
+    });
+}
+
+TEST_CASE("a drop mid-write after an earlier reply: requests none of whose bytes were whole "
+          "wait for the next connection, each with its own bytes") {
+    redis_server server;
+    fault_proxy proxy{server.port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), through_proxy(server, proxy)};
+        redis::connection direct{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        std::string const key = unique_key("big");
+        std::string const small = unique_key("small");
+        // The connection drops inside the big value: neither SET has reached the server whole.
+        auto out = co_await drop_during_slow_write(
+            conn, direct, proxy, true, command("SET", key, std::string(slow_value_size, 'v')),
+            command("SET", small, "behind"));
+
+        bool const finished3 = co_await finishes(out.first->done, 20000ms);
+        CHECK(finished3);
+        bool const finished4 = co_await finishes(out.second->done, 20000ms);
+        CHECK(finished4);
+        INFO("last error: ", conn.last_error_text());
+        CHECK_FALSE(out.first->ec);
+        CHECK_FALSE(out.second->ec);
+        CHECK(out.first->replies.size() == 1);
+        CHECK(out.second->replies.size() == 1);
+        auto const length = co_await integer(direct, command("STRLEN", key));
+        CHECK(length == static_cast<std::int64_t>(slow_value_size));
+        auto const behind = co_await get(direct, small);
+        CHECK(behind == std::optional<std::string>("behind"));
+        auto [ec, echoed] = co_await conn.async_exec(command("ECHO", "in step"), as_tuple);
+        CHECK_FALSE(ec);
+        if (!ec)
+            CHECK(text_of(echoed.at(0)) == "in step");
+        conn.close();
+        direct.close();
+    });
+}
+
+TEST_CASE("a drop mid-write: a request whose first command was written whole fails, and is "
+          "never run again") {
+    redis_server server;
+    fault_proxy proxy{server.port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), through_proxy(server, proxy)};
+        redis::connection direct{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        std::string const counter = unique_key("counter");
+        std::string const key = unique_key("big");
+        // One request: INCR written whole, the SET behind it only in part. The INCR may have
+        // run (it did), so the request cannot be sent again.
+        resp3::request both;
+        both.push("INCR", counter);
+        both.push("SET", key, std::string(slow_value_size, 'v'));
+        auto out = co_await drop_during_slow_write(conn, direct, proxy, false, std::move(both),
+                                                   command("ECHO", "behind"));
+
+        bool const finished5 = co_await finishes(out.first->done, 10000ms);
+        CHECK(finished5);
+        bool const finished6 = co_await finishes(out.second->done, 10000ms);
+        CHECK(finished6);
+        INFO("last error: ", conn.last_error_text());
+        CHECK(out.first->ec == redis::error::connection_lost);
+        // Nothing of it had reached the server whole: it waits for the next connection.
+        CHECK_FALSE(out.second->ec);
+        if (!out.second->ec)
+            CHECK(text_of(out.second->replies.at(0)) == "behind");
+        auto const n = co_await get(direct, counter);
+        CHECK(n == std::optional<std::string>("1"));
+        auto const exists = co_await integer(direct, command("EXISTS", key));
+        CHECK(exists == 0);
+        conn.close();
+        direct.close();
+    });
+}
+
+TEST_CASE("async_subscribe while the first attempt is still connecting waits for its outcome") {
+    redis_server server;
+    fault_proxy proxy{server.port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(server);
+        cfg.port = proxy.port();
+        cfg.connect_timeout = 500ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        std::string const channel = unique_key("subscribed-while-connecting");
+        // The proxy accepts and answers nothing: the first attempt times out in its handshake.
+        proxy.set_black_hole(true);
+        bool connect_done = false;
+        bool subscribe_done = false;
+        error_code connect_ec = redis::error::closed;
+        error_code subscribe_ec = redis::error::closed;
+        conn.async_connect([&](error_code ec) {
+            connect_ec = ec;
+            connect_done = true;
+        });
+        conn.async_subscribe(strings(channel), [&](error_code ec) {
+            subscribe_ec = ec;
+            subscribe_done = true;
+        });
+        bool const finished7 = co_await finishes(connect_done, 5000ms);
+        CHECK(finished7);
+        bool const finished8 = co_await finishes(subscribe_done, 5000ms);
+        CHECK(finished8);
+        CHECK(connect_ec == redis::error::connect_timeout);
+        CHECK(subscribe_ec == redis::error::connect_timeout);
+        CHECK_FALSE(conn.is_connected());
+
+        // Nothing was counted: the next connection subscribes to nothing.
+        proxy.set_black_hole(false);
+        auto [cec] = co_await conn.async_connect(as_tuple);
+        REQUIRE_FALSE(cec);
+        auto const subscribers = co_await numsub_becomes(conn, channel, 0);
+        CHECK(subscribers == 0);
+        conn.close();
+    });
+}
+
 TEST_CASE("an UNSUBSCRIBE from before a reconnection never undoes the reconnection's SUBSCRIBE") {
     redis_server server;
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {

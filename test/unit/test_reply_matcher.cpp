@@ -65,7 +65,7 @@ struct harness {
     int next = 0;
 
     int add(request const& r) {
-        matcher.add(r.commands(), r.shapes());
+        matcher.add(r.commands(), r.shapes(), r.payload());
         in_flight.push_back(next);
         return next++;
     }
@@ -228,6 +228,38 @@ TEST_SUITE("redis.reply_matcher") {
         CHECK(h.pushes.size() == 1);
         h.feed(bulk("v"));
         CHECK(text(h.answer(get)) == "v");
+    }
+
+    TEST_CASE("an unsolicited sunsubscribe of another channel does not confirm a SUNSUBSCRIBE") {
+        // s2's slot moves (Redis Cluster) while SUNSUBSCRIBE s1 waits: the server drops s2 on
+        // its own, with a push of the same kind as the confirmation s1 waits for.
+        harness h;
+        int const ssub = h.add(command("SSUBSCRIBE", "s1", "s2"));
+        h.feed(confirm("ssubscribe", "s1", 1) + confirm("ssubscribe", "s2", 2));
+        CHECK(h.done(ssub));
+        int const sunsub = h.add(command("SUNSUBSCRIBE", "s1"));
+        int const get = h.add(command("GET", "k"));
+        h.feed(confirm("sunsubscribe", "s2", 1));
+        CHECK_FALSE(h.done(sunsub));
+        h.feed(confirm("sunsubscribe", "s1", 0));
+        REQUIRE(h.done(sunsub));
+        CHECK(is_confirmation(h.answer(sunsub), "sunsubscribe", "s1"));
+        CHECK_FALSE(h.done(get));
+        h.feed(bulk("v"));
+        REQUIRE(h.done(get));
+        CHECK(text(h.answer(get)) == "v");
+        CHECK(h.unexpected == 0);
+        CHECK(h.pushes.size() == 4); // the listeners see every push, the unsolicited one too
+    }
+
+    TEST_CASE("confirmations of a named command are matched by channel, repeats included") {
+        harness h;
+        int const ssub = h.add(command("SSUBSCRIBE", "s1", "s1", "s2"));
+        h.feed(confirm("ssubscribe", "s1", 1) + confirm("ssubscribe", "s1", 1));
+        CHECK_FALSE(h.done(ssub));
+        h.feed(confirm("ssubscribe", "s2", 2));
+        REQUIRE(h.done(ssub));
+        CHECK(is_confirmation(h.answer(ssub), "ssubscribe", "s2"));
     }
 
     TEST_CASE("an argument-less UNSUBSCRIBE: one push per channel, done when none is left") {
@@ -408,6 +440,39 @@ TEST_SUITE("redis.reply_matcher") {
         s.add(command("SUBSCRIBE", "a"));
         s.feed("+OK\r\n");
         CHECK(s.unexpected == 1);
+    }
+
+    TEST_CASE("the handshake's own HELLO, unmatchable for users, is answered by one reply") {
+        harness h;
+        request r;
+        r.push("HELLO", "3");
+        r.push("PING");
+        REQUIRE(r.shape(0).kind == reply_kind::unmatchable);
+        int const hello = h.add(r);
+        h.feed("%1\r\n" + bulk("proto") + ":3\r\n" + "+PONG\r\n");
+        REQUIRE(h.done(hello));
+        CHECK(h.answer(hello, 0).type == colock::resp3::type::map);
+        CHECK(text(h.answer(hello, 1)) == "PONG");
+        CHECK(h.unexpected == 0);
+    }
+
+    TEST_CASE("first_command: the bytes of the first command, and its arguments") {
+        using colock::redis::detail::first_command;
+        request r;
+        r.push("SET", "k", std::string("a\r\nb"));
+        r.push("GET", "k");
+        auto const payload = r.payload();
+        std::vector<std::string_view> args;
+        std::size_t const size = first_command(payload, &args);
+        request const get = command("GET", "k");
+        CHECK(payload.substr(size) == get.payload());
+        REQUIRE(args.size() == 2);
+        CHECK(args[0] == "k");
+        CHECK(args[1] == "a\r\nb");
+        CHECK(first_command(payload.substr(size)) == payload.size() - size);
+        // Cut anywhere inside, it is no whole command.
+        for (std::size_t cut = 0; cut < size; ++cut)
+            CHECK(first_command(payload.substr(0, cut)) == 0);
     }
 
     TEST_CASE("drop_back forgets the newest request; clear forgets all and the counts") {

@@ -183,6 +183,25 @@ TEST_SUITE("resp3.request") {
         CHECK(client.unmatchable_command().empty());
     }
 
+    TEST_CASE("HELLO is unmatchable: HELLO 2 would switch the shared connection to RESP2") {
+        using colock::resp3::reply_kind;
+        request two;
+        two.push("PING");
+        two.push("hello", "2");
+        CHECK(two.shape(1).kind == reply_kind::unmatchable);
+        CHECK(two.unmatchable_command() == "hello");
+        // Any HELLO, even one that keeps RESP3: it may re-authenticate or rename the client.
+        request three;
+        three.push("HELLO", "3");
+        CHECK(three.unmatchable_command() == "HELLO");
+        request bare;
+        bare.push("HELLO");
+        CHECK(bare.unmatchable_command() == "HELLO");
+        request helloish;
+        helloish.push("HELLOS");
+        CHECK(helloish.unmatchable_command().empty());
+    }
+
     TEST_CASE("names that only resemble the subscribe family are ordinary") {
         request r;
         r.push("SUBSCRIBES", "a");

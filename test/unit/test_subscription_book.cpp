@@ -186,7 +186,7 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(outcome(b.take_finished(), more));
     }
 
-    TEST_CASE("a SUBSCRIBE refused in the handshake drops the channel from the counts") {
+    TEST_CASE("a SUBSCRIBE refused in the handshake: the counts of earlier subscribers stay") {
         book b;
         b.change(true, names("kept", "revoked"));
         b.change(true, names("revoked"));
@@ -198,12 +198,103 @@ TEST_SUITE("redis.subscription_book") {
         b.on_answer(handshake[0].id, false, "");
         b.on_answer(handshake[1].id, true, "NOPERM");
         CHECK(b.count("kept") == 1);
-        CHECK(b.count("revoked") == 0);
-        CHECK(b.counted() == names("kept"));
+        // The two subscribers told of success while disconnected will still unsubscribe; the
+        // one that waited for the handshake is told of the refusal and counts nothing.
+        CHECK(b.count("revoked") == 2);
+        CHECK_FALSE(b.on_server("revoked"));
         auto done = b.take_finished();
         REQUIRE(done.size() == 1);
         CHECK(done[0].op == waiting);
         CHECK(done[0].ec == colock::redis::error::server_error);
+        CHECK(b.take_commands().empty());
+    }
+
+    TEST_CASE("after a handshake refusal, an earlier subscriber's unsubscribe keeps a newer one") {
+        book b;
+        b.change(true, names("a")); // told of success while disconnected
+        b.take_finished();
+        auto handshake = b.open_session();
+        b.on_answer(handshake.at(0).id, true, "NOPERM");
+        CHECK_FALSE(b.on_server("a"));
+        // A newer subscriber, once the server allows the channel again.
+        auto [newer, sub] = b.change(true, names("a"));
+        REQUIRE(sub.size() == 1);
+        CHECK(sub[0].subscribe);
+        b.on_answer(sub[0].id, false, "");
+        auto const subscribed = b.take_finished();
+        auto const* ok = outcome(subscribed, newer);
+        REQUIRE(ok);
+        CHECK_FALSE(ok->ec);
+        CHECK(b.on_server("a"));
+        // The earlier subscriber lets go: the newer one keeps its subscription.
+        auto [gone, unsub] = b.change(false, names("a"));
+        CHECK(unsub.empty());
+        CHECK(outcome(b.take_finished(), gone));
+        CHECK(b.count("a") == 1);
+        CHECK(b.on_server("a"));
+        // The newer one lets go: now the server hears of it.
+        auto [last, unsub2] = b.change(false, names("a"));
+        REQUIRE(unsub2.size() == 1);
+        CHECK_FALSE(unsub2[0].subscribe);
+        CHECK(b.count("a") == 0);
+    }
+
+    TEST_CASE("a refused channel keeps its count down to zero without UNSUBSCRIBE") {
+        book b;
+        b.change(true, names("a"));
+        b.take_finished();
+        auto handshake = b.open_session();
+        b.on_answer(handshake.at(0).id, true, "NOPERM");
+        auto [gone, unsub] = b.change(false, names("a"));
+        CHECK(unsub.empty()); // the server never had it
+        CHECK(outcome(b.take_finished(), gone));
+        CHECK(b.counted().empty());
+        CHECK(b.take_commands().empty());
+    }
+
+    TEST_CASE("a subscribe rolled back while a channel of it stays on the server unsubscribes it") {
+        // [a, b] waits for the first handshake, which subscribes to each apart: a refused, b
+        // accepted. The operation fails and takes both back; the server must not keep b.
+        book b;
+        auto [op, none] = b.change(true, names("a", "b"), true);
+        CHECK(none.empty());
+        auto handshake = b.open_session();
+        REQUIRE(handshake.size() == 2);
+        b.on_answer(handshake[0].id, true, "NOPERM");
+        b.on_answer(handshake[1].id, false, "");
+        auto const rolled_back = b.take_finished();
+        auto const* failed = outcome(rolled_back, op);
+        REQUIRE(failed);
+        CHECK(failed->ec == colock::redis::error::server_error);
+        CHECK(b.count("a") == 0);
+        CHECK(b.count("b") == 0);
+        auto unsub = b.take_commands();
+        REQUIRE(unsub.size() == 1);
+        CHECK_FALSE(unsub[0].subscribe);
+        CHECK(unsub[0].channels == names("b"));
+        CHECK_FALSE(b.on_server("b"));
+        b.on_answer(unsub[0].id, false, "");
+        CHECK(b.take_finished().empty()); // nobody waited for it
+        CHECK(b.counted().empty());
+        CHECK_FALSE(b.on_server("b"));
+    }
+
+    TEST_CASE("a rolled-back channel another subscriber still counts stays subscribed") {
+        book b;
+        b.open_session();
+        auto [first, sub] = b.change(true, names("b"));
+        REQUIRE(sub.size() == 1);
+        // [a, b]: a goes out now; b rides on the SUBSCRIBE already on its way.
+        auto [op, sub_a] = b.change(true, names("a", "b"));
+        REQUIRE(sub_a.size() == 1);
+        b.on_answer(sub[0].id, false, "");
+        b.on_answer(sub_a[0].id, true, "NOPERM");
+        auto done = b.take_finished();
+        REQUIRE(outcome(done, op));
+        CHECK(outcome(done, op)->ec == colock::redis::error::server_error);
+        CHECK(b.count("b") == 1);
+        CHECK(b.on_server("b"));
+        CHECK(b.take_commands().empty());
     }
 
     TEST_CASE("waiting for a session: for its handshake, or failing with the connect error") {

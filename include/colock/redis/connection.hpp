@@ -76,11 +76,12 @@ void engine_exec(
     boost::asio::any_completion_handler<void(boost::system::error_code, response)> handler);
 // Counted subscriptions (connection::async_subscribe / async_unsubscribe) for colock's own
 // layers. Completes once the server has answered: an empty code when it confirmed, or at once
-// while disconnected (the next handshake subscribes to every counted channel). A refusal
-// completes with error::server_error and the server's text (NOPERM ...); a refused subscribe
-// counts nothing, so nobody believes it is subscribed. error::closed after close(), or the
-// connect error when the connection it started could not be established (nothing counted
-// either). Never cancellable: the counts and the server must agree.
+// while disconnected after a connection has worked (the next handshake subscribes to every
+// counted channel). A refusal completes with error::server_error and the server's text
+// (NOPERM ...); a refused subscribe counts nothing, so nobody believes it is subscribed.
+// error::closed after close(), or, until a connection has worked, the connect error of the
+// attempt it waited for (nothing counted either). Never cancellable: the counts and the server
+// must agree.
 void engine_change_subscription(
     shared_engine const& engine, bool subscribe, std::vector<std::string> channels,
     boost::asio::any_completion_handler<void(boost::system::error_code, std::string server_text)>
@@ -127,10 +128,11 @@ public:
 /// pipelining); replies are matched to requests in order, subscribe-family commands included
 /// (their push confirmations, or the one error reply that refuses them). The connection
 /// performs the HELLO 3 / AUTH / SELECT / CLIENT SETNAME handshake, checks the server's health
-/// with PING, and re-establishes itself with backoff after a loss. A request written (all its
-/// bytes handed to the socket) before a loss fails with error::connection_lost and is never
-/// re-sent: it may have run. Requests not yet written, or written only in part (the server runs
-/// whole commands only), wait for the next connection.
+/// with PING, and re-establishes itself with backoff after a loss. A request of which at least
+/// one command was written whole (all its bytes handed to the socket) before a loss fails with
+/// error::connection_lost and is never re-sent: that command may have run. A request none of
+/// whose commands was written whole (nothing of it written, or its first command only in part:
+/// the server runs whole commands only) waits for the next connection, and is sent again whole.
 ///
 /// The server is reached over TCP (`host`, `port`), TLS over TCP (`use_tls`), or a unix domain
 /// socket (`config::unix_socket`); TLS over a unix socket is refused at construction.
@@ -201,9 +203,10 @@ public:
     /// async_subscribe (an argument-less UNSUBSCRIBE drops them all): use async_subscribe.
     ///
     /// Commands that change how the server answers later commands cannot be sent on a shared
-    /// connection: a request holding MONITOR, RESET or CLIENT REPLY OFF|SKIP completes at once
-    /// with error::unsupported_command, nothing written, and its response holds an error value
-    /// naming the command.
+    /// connection: a request holding MONITOR, RESET, HELLO (any HELLO: HELLO 2 would switch the
+    /// connection to RESP2; the connection sends its own HELLO 3 in the handshake) or CLIENT
+    /// REPLY OFF|SKIP completes at once with error::unsupported_command, nothing written, and
+    /// its response holds an error value naming the command.
     ///
     /// @par Completion signature
     /// `void(boost::system::error_code, response)`. The response holds one value per command. The
@@ -240,17 +243,22 @@ public:
     /// listeners.
     ///
     /// Completes once the server has confirmed every channel (including a SUBSCRIBE of the same
-    /// channel already on its way for someone else), or at once while disconnected: the
-    /// reconnection's handshake then subscribes, before any request queued later. When nothing
-    /// runs yet it starts the connection and waits for its handshake. When the server refuses
-    /// (an ACL user without the channel: NOPERM), it completes with error::server_error,
-    /// counts nothing, and last_error_text() holds the server's text; requests around it are
-    /// not disturbed. A channel the server refuses in a reconnection's handshake is dropped
-    /// from the counts (last_error_text() names it) and the connection works on.
+    /// channel already on its way for someone else), or at once while disconnected after a
+    /// connection has worked: the reconnection's handshake then subscribes, before any request
+    /// queued later. Until the connection has once completed its handshake (since construction
+    /// or close()), it waits for the outcome of the attempt, which it starts when nothing runs:
+    /// when that attempt fails, it completes with the attempt's error and counts nothing. When
+    /// the server refuses (an ACL user without the channel: NOPERM), it completes with
+    /// error::server_error, counts nothing, and last_error_text() holds the server's text;
+    /// requests around it are not disturbed. A channel the server refuses in a reconnection's
+    /// handshake is not subscribed (last_error_text() names it) and the connection works on;
+    /// the subscriptions counted before stay counted, so that each async_unsubscribe still
+    /// drops its own, and a later subscriber or reconnection asks the server again.
     ///
     /// @par Completion signature
     /// `void(boost::system::error_code)`: empty, error::server_error, error::closed (close()
-    /// before the answer; nothing counted), or the connect error of the connection it started.
+    /// before the answer; nothing counted), or the error of the attempt it waited for before
+    /// any connection had worked (nothing counted).
     /// @par Per-operation cancellation
     /// None: the subscription count and the server must agree.
     /// @par Thread safety

@@ -28,9 +28,10 @@ enum class reply_kind : std::uint8_t {
     unsubscribe,
     punsubscribe,
     sunsubscribe,
-    /// MONITOR, RESET, CLIENT REPLY OFF|SKIP: they change how, or whether, the server answers
-    /// the commands after them, so the answers of a shared connection could no longer be
-    /// matched to their callers.
+    /// MONITOR, RESET, HELLO, CLIENT REPLY OFF|SKIP: they change how, or whether, the server
+    /// answers the commands after them (HELLO 2 switches to RESP2, where pushes look like
+    /// replies), so the answers of a shared connection could no longer be matched to their
+    /// callers. Each is answered by one reply.
     unmatchable,
 };
 
@@ -126,7 +127,7 @@ public:
     }
 
     /// The first command whose kind is reply_kind::unmatchable, as written ("MONITOR",
-    /// "CLIENT REPLY OFF"); empty when there is none.
+    /// "HELLO", "CLIENT REPLY OFF"); empty when there is none.
     std::string const& unmatchable_command() const noexcept { return unmatchable_; }
 
     bool empty() const noexcept { return commands_ == 0; }
