@@ -89,8 +89,9 @@ public:
 
     /// Stops renewal, then releases the lock. Returns true when the lock was still ours and
     /// is now free; false when it was lost, already released, or this guard never held one.
-    /// A guard already known lost (lost() is true) returns false at once, without waiting
-    /// for the server; its release is still sent in the background.
+    /// A guard whose loss has been reported (wait_lost completed: the server said so, the
+    /// renewal's deadline passed, or the server was replaced) returns false at once, without
+    /// waiting for the server; its release is still sent in the background.
     /// A release whose reply a lost connection swallowed is sent again (the script checks the
     /// token, so this is safe); if the first one had gone through, the repeat reports false.
     /// Not cancelled by the caller's cancellation: a cancelled caller still gives the lock

@@ -985,12 +985,26 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
     co_return std::tuple{error_code{}, still_ours};
 }
 
-// Releases in the background for a guard that went away while holding.
+// Releases in the background, for a guard that went away while holding or whose loss is known.
+// The first attempt is handed to the connection here, on the caller's thread, so that it is
+// queued before anything the caller does next: a close() right after still sends it, and
+// nothing reopens the connection later. A passing error (a lost connection, BUSY, LOADING)
+// hands the release to the retrying one on the strand. EVAL rather than EVALSHA: no NOSCRIPT.
 void release_in_background(std::shared_ptr<guard_state> st) {
-    asio::dispatch(st->locker->strand_, [st] {
-        st->stop();
-        asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
-    });
+    asio::dispatch(st->locker->strand_, [st] { st->stop(); });
+    resp3::request req;
+    req.push("EVAL", release_script().source, 1, st->keys.key, st->token, st->keys.channel);
+    auto const engine = st->locker->engine_;
+    redis::detail::engine_exec(
+        engine, std::move(req), [st = std::move(st)](error_code ec, redis::response resp) {
+            std::string const text =
+                ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
+            if (!is_transient(ec, text))
+                return;
+            asio::dispatch(st->locker->strand_, [st] {
+                asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
+            });
+        });
 }
 
 } // namespace
@@ -1425,7 +1439,7 @@ void lock_guard::start_unlock(std::shared_ptr<detail::guard_state> st, result_ha
         return;
     }
     auto const io_executor = st->locker->strand_.get_inner_executor();
-    if (st->lost || !st->lease_running()) {
+    if (st->lost) {
         detail::release_in_background(std::move(st)); // as unlock(): false at once
         complete_soon(std::move(handler), io_executor, error_code{}, false);
         return;
@@ -1472,11 +1486,10 @@ asio::awaitable<bool> lock_guard::unlock() {
     auto st = state_;
     if (!st || st->released.exchange(true))
         co_return false;
-    if (st->lost || !st->lease_running()) {
-        // Known lost (as lost() says: marked, or the lease ran out before a renewal that is
-        // still waiting for a stalled connection could mark it): the answer is false whatever
-        // the server says, so do not wait for it (it may be down). The release still goes out
-        // in the background, in case the key is still ours there.
+    if (st->lost) {
+        // Known lost: the answer is false whatever the server says, so do not wait for it
+        // (it may be down). The release still goes out in the background, in case the key
+        // is still ours there.
         detail::release_in_background(std::move(st));
         co_return false;
     }
