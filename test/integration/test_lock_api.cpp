@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -116,4 +117,31 @@ TEST_CASE("async_unlock with use_future from another thread, and a deferred asyn
     conn.close();
     work.reset();
     runner.join();
+}
+
+TEST_CASE("a guard let go right before its connection is destroyed gives the lock back (the "
+          "README's \"or let the guard go\")") {
+    std::string const name = unique_key("let-go");
+    {
+        asio::io_context ctx;
+        auto conn =
+            std::make_unique<redis::connection>(ctx.get_executor(), shared_server().config());
+        locker locks{*conn};
+        lock_options opt;
+        opt.ttl = 30'000ms; // held for 30 s unless the release really goes out
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                {
+                    auto g = co_await locks.co_lock(name, opt);
+                }             // let go: released in the background
+                conn.reset(); // and the connection destroyed at once
+            },
+            asio::detached);
+        auto const start = steady::now();
+        ctx.run_for(10s);
+        CHECK(ms_since(start) < 3000); // run() returned: nothing kept the context alive
+    }
+    auto const exists = shared_server().cli(strings("EXISTS", "colock:{" + name + "}"));
+    CHECK(exists == "0");
 }
