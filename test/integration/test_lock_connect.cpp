@@ -71,9 +71,10 @@ TEST_CASE("a cold start: co_lock keeps trying while nothing listens yet, and get
             std::this_thread::sleep_for(1500ms);
             server.restart();
         });
-        auto [ec, what] = co_await lock_outcome(locks, unique_key("cold-start"), opt);
+        // Not a structured binding: Clang 14 cannot capture one in CHECK_MESSAGE's lambda.
+        auto const outcome = co_await lock_outcome(locks, unique_key("cold-start"), opt);
         MESSAGE("cold start: acquired " << ms_since(start) << " ms after the first attempt");
-        CHECK_MESSAGE(!ec, what);
+        CHECK_MESSAGE(!outcome.first, outcome.second);
         CHECK(ms_since(start) >= 1400);
         conn.close();
     });
@@ -217,8 +218,8 @@ TEST_CASE("a connection that has worked and is lost: a waiting co_lock waits for
         opt.wait_timeout = 15s;
         opt.first_connect_timeout = 300ms; // for a connection that never worked only
         auto const start = steady::now();
-        auto [ec, what] = co_await lock_outcome(locks, name, opt);
-        CHECK_MESSAGE(!ec, what);
+        auto const outcome = co_await lock_outcome(locks, name, opt);
+        CHECK_MESSAGE(!outcome.first, outcome.second);
         CHECK(ms_since(start) >= 1000);
         conn.close();
     });
