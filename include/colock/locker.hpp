@@ -158,14 +158,23 @@ private:
 /// @par Thread safety
 /// Any member function may be called from any thread; the locker's state lives on a strand.
 /// The connection must outlive the locker; guards keep what they need alive themselves.
+///
+/// @par Completion
+/// Handlers run on their associated executor, or on get_executor() (the connection's) when
+/// they have none; never inside a turn of the library's strands, so a handler that computes
+/// for a while delays neither the connection's reads nor the renewals.
 class locker {
 public:
+    using executor_type = boost::asio::any_io_executor;
+
     explicit locker(redis::connection& conn, std::string key_prefix = "colock:");
     ~locker();
     locker(locker const&) = delete;
     locker& operator=(locker const&) = delete;
 
     std::string const& key_prefix() const noexcept;
+    /// The connection's executor: where handlers without an executor of their own complete.
+    executor_type get_executor() const noexcept;
 
     /// Waits until the lock is acquired, then starts the renewal. Refuses bad arguments by
     /// throwing boost::system::system_error(error::invalid_argument) before any I/O. The name
@@ -173,7 +182,9 @@ public:
     ///
     /// @par Completion signature
     /// `void(boost::system::error_code, lock_guard)`: error::timeout when wait_timeout
-    /// passed; a network error or redis::error::server_error otherwise. Transient server
+    /// passed; a network error or redis::error::server_error otherwise. The code cannot name
+    /// the lock: for a future whose exception does, use
+    /// `co_spawn(ex, locker.co_lock(name), use_future)`. Transient server
     /// states (see is_transient_server_error) are waited out within wait_timeout.
     /// @par Per-operation cancellation
     /// terminal, partial: a sleeping waiter returns at once; with an attempt in flight, its

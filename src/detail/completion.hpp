@@ -11,30 +11,40 @@
 
 namespace colock::detail {
 
-/// Completes `handler(args...)` on its own executor (inline when that executor runs on this
-/// thread), clearing its cancellation slot there, where the user emits. For a caller already
-/// in a fresh turn of `strand`, outside its own loops.
+/// Completes `handler(args...)` on its associated executor, or on `io_executor` (the I/O
+/// object's) when it has none, clearing its cancellation slot there, where the user emits.
+/// Posted to `io_executor` first, then dispatched (inline when the handler's executor runs on
+/// that thread): user code never runs inside a turn of the library's strands, where it would
+/// hold up the connection's reads and the renewals, nor inside the loop that decided the
+/// outcome. (A type-erased handler's executor cannot be posted to directly: it does not
+/// offer blocking.never.)
+template <class IoExecutor, class Handler, class... Args>
+void post_completion(IoExecutor const& io_executor, Handler handler,
+                     boost::asio::cancellation_slot slot, Args... args) {
+    boost::asio::post(io_executor, [io_executor, handler = std::move(handler), slot,
+                                    ... args = std::move(args)]() mutable {
+        auto ex = boost::asio::get_associated_executor(handler, io_executor);
+        boost::asio::dispatch(
+            ex, [handler = std::move(handler), slot, ... args = std::move(args)]() mutable {
+                slot.clear();
+                std::move(handler)(std::move(args)...);
+            });
+    });
+}
+
+/// post_completion on the executor `strand` runs on.
 template <class Strand, class Handler, class... Args>
 void complete_now(Strand const& strand, Handler handler, boost::asio::cancellation_slot slot,
                   Args... args) {
-    auto ex = boost::asio::get_associated_executor(handler, strand);
-    boost::asio::dispatch(
-        ex, [handler = std::move(handler), slot, ... args = std::move(args)]() mutable {
-            slot.clear();
-            std::move(handler)(std::move(args)...);
-        });
+    post_completion(strand.get_inner_executor(), std::move(handler), slot, std::move(args)...);
 }
 
-/// Runs `handler(args...)` outside whatever loop decided the outcome: first a fresh turn of
-/// `strand`, then the handler's own executor (inline when that executor runs on this thread).
-/// The handler's cancellation slot is cleared there, on the executor where the user emits.
+/// As complete_now, for a caller inside one of its own loops (the post keeps the handler out of
+/// them).
 template <class Strand, class Handler, class... Args>
 void complete_later(Strand const& strand, Handler handler, boost::asio::cancellation_slot slot,
                     Args... args) {
-    boost::asio::post(
-        strand, [strand, handler = std::move(handler), slot, ... args = std::move(args)]() mutable {
-            complete_now(strand, std::move(handler), slot, std::move(args)...);
-        });
+    complete_now(strand, std::move(handler), slot, std::move(args)...);
 }
 
 } // namespace colock::detail

@@ -9,6 +9,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 
 #include <exception>
 #include <memory>
@@ -17,8 +18,9 @@
 namespace colock::detail {
 
 /// Runs `op` on `strand`; when it finishes, calls `finish(std::move(handler), exception, value)`
-/// on the handler's associated executor (the strand by default), after clearing the handler's
-/// cancellation slot there.
+/// on the handler's associated executor (the I/O object's, `strand`'s inner one, by default),
+/// after clearing the handler's cancellation slot there; posted out of the strand's turn first,
+/// as post_completion does.
 ///
 /// The caller's cancellation reaches the coroutine through a signal of our own that is emitted
 /// on the strand only, and never once the coroutine has finished. (Boost 1.81's co_spawn,
@@ -52,13 +54,19 @@ void spawn_cancellable(Strand const& strand, boost::asio::awaitable<T> op, Handl
                        [state, strand, slot, handler = std::move(handler),
                         finish = std::move(finish)](std::exception_ptr e, T value) mutable {
                            state->done = true;
-                           auto ex = asio::get_associated_executor(handler, strand);
-                           asio::dispatch(ex,
-                                          [handler = std::move(handler), finish = std::move(finish),
-                                           slot, e, value = std::move(value)]() mutable {
-                                              slot.clear();
-                                              finish(std::move(handler), e, std::move(value));
-                                          });
+                           // As post_completion: out of the strand's turn first.
+                           auto io_executor = strand.get_inner_executor();
+                           asio::post(io_executor, [io_executor, handler = std::move(handler),
+                                                    finish = std::move(finish), slot, e,
+                                                    value = std::move(value)]() mutable {
+                               auto ex = asio::get_associated_executor(handler, io_executor);
+                               asio::dispatch(ex, [handler = std::move(handler),
+                                                   finish = std::move(finish), slot, e,
+                                                   value = std::move(value)]() mutable {
+                                   slot.clear();
+                                   finish(std::move(handler), e, std::move(value));
+                               });
+                           });
                        }));
 }
 

@@ -1561,6 +1561,10 @@ locker::~locker() {
     redis::detail::engine_remove_listener(impl_->engine_, impl_->listener_.get());
 }
 
+locker::executor_type locker::get_executor() const noexcept {
+    return impl_->strand_.get_inner_executor();
+}
+
 std::string const& locker::key_prefix() const noexcept {
     return impl_->prefix_;
 }

@@ -77,15 +77,23 @@ void connection_impl::complete(entry_ptr const& e, error_code ec) {
     e->handler = std::monostate{};
 }
 
-// Delivers the batch on the handlers' own executors; inline when that executor runs on this
-// thread (a coroutine on the same io_context), which saves a post per reply.
+// Delivers the batch outside the strand: one post to the connection's executor, from where
+// each handler is dispatched to its own executor (inline when that executor runs on this
+// thread, as a coroutine on the same io_context does), which saves a post per reply. User code
+// never runs inside a strand turn, where it would hold up reads and health checks.
 void connection_impl::flush_ready() {
     flush_posted_ = false;
-    std::swap(ready_, flushing_);
-    for (auto& r : flushing_)
-        colock::detail::complete_now(strand_, std::move(r.handler), r.slot, r.ec,
-                                     std::move(r.replies));
-    flushing_.clear();
+    auto io_executor = strand_.get_inner_executor();
+    asio::post(io_executor, [batch = std::move(ready_), io_executor]() mutable {
+        for (auto& r : batch) {
+            auto ex = asio::get_associated_executor(r.handler, io_executor);
+            asio::dispatch(ex, [r = std::move(r)]() mutable {
+                r.slot.clear();
+                std::move(r.handler)(r.ec, std::move(r.replies));
+            });
+        }
+    });
+    ready_.clear();
 }
 
 // Completes everything a session holds. Its requests are never carried over to another
@@ -261,8 +269,6 @@ void connection_impl::drop_handlers_at_shutdown() noexcept {
     running_ = false;
     connected_ = false;
     run_cancel_.reset();
-    auto flushing = std::move(flushing_); // destroyed last, as abandon()'s
-    flushing_.clear();
     abandon();
 }
 

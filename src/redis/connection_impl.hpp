@@ -185,7 +185,6 @@ public:
         response replies;
     };
     std::vector<ready_exec> ready_;
-    std::vector<ready_exec> flushing_;
     bool flush_posted_ = false;
 
     // --- readable from any thread ---

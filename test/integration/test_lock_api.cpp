@@ -5,9 +5,11 @@
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 
@@ -144,4 +146,119 @@ TEST_CASE("a guard let go right before its connection is destroyed gives the loc
     }
     auto const exists = shared_server().cli(strings("EXISTS", "colock:{" + name + "}"));
     CHECK(exists == "0");
+}
+
+namespace {
+
+// Runs `ctx` on two threads until the returned guard is destroyed.
+struct two_runners {
+    explicit two_runners(asio::io_context& ctx) : work(asio::make_work_guard(ctx)) {
+        for (auto& t : threads)
+            t = std::thread([&ctx] { ctx.run(); });
+    }
+    ~two_runners() {
+        work.reset();
+        for (auto& t : threads)
+            t.join();
+    }
+    asio::executor_work_guard<asio::io_context::executor_type> work;
+    std::thread threads[2];
+};
+
+constexpr auto busy_handler_time = 1500ms;
+
+} // namespace
+
+TEST_CASE("a connection's handler without an executor of its own runs on the connection's "
+          "executor, outside its strand: one that computes holds up no other request") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    two_runners runners{ctx};
+    std::promise<void> busy_started;
+    std::promise<void> busy_done;
+    conn.async_exec(command("PING"), [&](error_code ec, redis::response) {
+        CHECK_FALSE(ec);
+        busy_started.set_value();
+        std::this_thread::sleep_for(busy_handler_time); // user code that computes
+        busy_done.set_value();
+    });
+    busy_started.get_future().wait();
+    auto const start = steady::now();
+    auto replies = conn.async_exec(command("ECHO", "meanwhile"), asio::use_future).get();
+    auto const took = ms_since(start);
+    MESSAGE("a request beside a busy handler took " << took << " ms");
+    CHECK(took < 700); // inside the strand's turn it waited out the whole busy handler
+    REQUIRE(replies.size() == 1);
+    CHECK(replies[0].as_string() == "meanwhile");
+    busy_done.get_future().wait();
+    conn.close();
+}
+
+TEST_CASE("a locker's handler without an executor of its own runs on get_executor(), outside "
+          "the locker's strand; one with an executor runs there") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    CHECK(locks.get_executor() == conn.get_executor());
+    two_runners runners{ctx};
+    lock_options opt;
+    opt.ttl = 5000ms;
+
+    std::promise<void> busy_started;
+    std::promise<void> busy_done;
+    std::optional<lock_guard> first;
+    locks.async_try_lock(unique_key("busy-handler"), opt,
+                         [&](error_code ec, std::optional<lock_guard> g) {
+                             CHECK_FALSE(ec);
+                             first = std::move(g);
+                             busy_started.set_value();
+                             std::this_thread::sleep_for(busy_handler_time);
+                             busy_done.set_value();
+                         });
+    busy_started.get_future().wait();
+    auto const start = steady::now();
+    auto second = locks.async_try_lock(unique_key("beside-busy"), opt, asio::use_future).get();
+    auto const took = ms_since(start);
+    MESSAGE("a try_lock beside a busy handler took " << took << " ms");
+    CHECK(took < 700);
+    REQUIRE(second.has_value());
+    CHECK(second->async_unlock(asio::use_future).get());
+    busy_done.get_future().wait();
+    REQUIRE(first.has_value());
+    CHECK(first->async_unlock(asio::use_future).get());
+
+    // A handler bound to the user's strand runs on it.
+    auto user_strand = asio::make_strand(ctx);
+    std::promise<bool> on_user_strand;
+    locks.async_try_lock(
+        unique_key("user-strand"), opt,
+        asio::bind_executor(user_strand, [&](error_code ec, std::optional<lock_guard> g) {
+            CHECK_FALSE(ec);
+            CHECK(g.has_value()); // let go here: released in the background
+            on_user_strand.set_value(user_strand.running_in_this_thread());
+        }));
+    CHECK(on_user_strand.get_future().get());
+    conn.close();
+}
+
+TEST_CASE("a future whose exception names the lock: co_spawn of co_lock with use_future") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    two_runners runners{ctx};
+    std::string const name = unique_key("named-future");
+    lock_options opt;
+    opt.ttl = 5000ms;
+    auto held = locks.async_lock(name, opt, asio::use_future).get();
+    opt.wait_timeout = 200ms;
+    auto waiting = asio::co_spawn(ctx, locks.co_lock(name, opt), asio::use_future);
+    try {
+        waiting.get();
+        FAIL("acquired a lock that is held");
+    } catch (boost::system::system_error const& e) {
+        CHECK(e.code() == error::timeout);
+        CHECK(std::string(e.what()).find(name) != std::string::npos);
+    }
+    CHECK(held.async_unlock(asio::use_future).get());
+    conn.close();
 }

@@ -145,8 +145,9 @@ public:
 /// @par Thread safety
 /// All member functions may be called from any thread: the state lives on a strand of the
 /// executor given at construction, and completion handlers run on their own associated
-/// executor. Cancellation signals must be emitted from the handler's executor, as for any Asio
-/// operation.
+/// executor, or on get_executor() when they have none; never inside a turn of that strand, so
+/// a handler that computes for a while holds up no reads. Cancellation signals must be emitted from
+/// the handler's executor, as for any Asio operation.
 ///
 /// @par Lifetime
 /// Destroying the connection closes it as close() does, flush included (the destructor does not
