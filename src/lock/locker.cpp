@@ -1,11 +1,14 @@
-// The lock algorithm: acquire / release / extend scripts, local FIFO wait queues sharing one
-// subscription per name, the renewal coroutine, and the guard's background release.
-#include <colock/detail/lock_scripts.hpp>
+// The lock algorithm: acquire / release / extend through the scripts, local FIFO wait queues
+// sharing one subscription per name, the renewal coroutine, and the guard's background release.
 #include <colock/locker.hpp>
 
 #include "../detail/completion.hpp"
 #include "../detail/context_shutdown.hpp"
 #include "../detail/spawn.hpp"
+#include "common.hpp"
+#include "errors.hpp"
+#include "scripts.hpp"
+#include "token.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -16,7 +19,6 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
@@ -24,18 +26,13 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
-#include <pthread.h>
-#include <sys/random.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <deque>
 #include <list>
 #include <random>
-#include <system_error>
 #include <unordered_map>
 
 namespace colock {
@@ -46,181 +43,14 @@ using boost::system::system_error;
 using clock_type = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// -------------------------------------------------------------------- errors and validation
-
-namespace {
-
-class lock_category final : public boost::system::error_category {
-public:
-    char const* name() const noexcept override { return "colock"; }
-    std::string message(int ev) const override {
-        switch (static_cast<error>(ev)) {
-        case error::timeout:
-            return "the operation's deadline passed (wait_timeout for a lock, the release "
-                   "deadline for unlock)";
-        case error::lock_lost:
-            return "the lock's lease was lost";
-        case error::invalid_argument:
-            return "invalid argument";
-        case error::unexpected_reply:
-            return "unexpected reply from a lock script";
-        case error::not_held:
-            return "the guard does not hold a lock";
-        }
-        return "unknown colock error " + std::to_string(ev);
-    }
-};
-
-[[noreturn]] void refuse(std::string const& what) {
-    throw system_error(make_error_code(error::invalid_argument), "colock: " + what);
-}
-
-} // namespace
-
-boost::system::error_category const& error_category() noexcept {
-    static lock_category const instance;
-    return instance;
-}
-
-void validate(std::string_view name, lock_options const& opt) {
-    if (name.empty())
-        refuse("lock name is empty");
-    if (name.size() > max_lock_name_length)
-        refuse(fmt::format("lock name is {} bytes, over the limit of {}", name.size(),
-                           max_lock_name_length));
-    if (opt.ttl.count() <= 0)
-        refuse(fmt::format("lock_options.ttl must be positive (got {} ms)", opt.ttl.count()));
-    if (opt.ttl > max_lock_ttl)
-        refuse(fmt::format("lock_options.ttl ({} ms) is above max_lock_ttl ({} ms)",
-                           opt.ttl.count(), max_lock_ttl.count()));
-    if (opt.renew_interval) {
-        if (opt.renew_interval->count() <= 0)
-            refuse(fmt::format("lock_options.renew_interval must be positive (got {} ms)",
-                               opt.renew_interval->count()));
-        if (*opt.renew_interval >= opt.ttl)
-            refuse(fmt::format("lock_options.renew_interval ({} ms) must be below ttl ({} ms)",
-                               opt.renew_interval->count(), opt.ttl.count()));
-    } else if (opt.effective_renew_interval().count() <= 0) {
-        refuse(fmt::format("lock_options.ttl ({} ms) is too short to renew", opt.ttl.count()));
-    }
-    if (opt.wait_timeout && opt.wait_timeout->count() < 0)
-        refuse(fmt::format("lock_options.wait_timeout must not be negative (got {} ms)",
-                           opt.wait_timeout->count()));
-    if (opt.first_connect_timeout.count() < 0)
-        refuse(fmt::format("lock_options.first_connect_timeout must not be negative (got {} ms)",
-                           opt.first_connect_timeout.count()));
-    if (opt.max_hold && opt.max_hold->count() < 0)
-        refuse(fmt::format("lock_options.max_hold must not be negative (got {} ms)",
-                           opt.max_hold->count()));
-    if (opt.retry.initial.count() <= 0)
-        refuse("lock_options.retry.initial must be positive");
-    if (opt.retry.max < opt.retry.initial)
-        refuse("lock_options.retry.max must not be below retry.initial");
-    if (!(opt.retry.multiplier >= 1.0) || !std::isfinite(opt.retry.multiplier))
-        refuse("lock_options.retry.multiplier must be a finite number >= 1");
-}
-
 namespace detail {
 
-// -------------------------------------------------------------------- scripts
-
 namespace {
-
-std::string sha1_hex(std::string_view text) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    if (EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha1(), nullptr) != 1)
-        throw std::runtime_error("colock: SHA-1 of a lock script failed");
-    std::string out;
-    for (unsigned i = 0; i < length; ++i)
-        out += fmt::format("{:02x}", digest[i]);
-    return out;
-}
-
-struct script {
-    std::string_view source;
-    std::string sha;
-};
-
-script const& acquire_script() {
-    static script const s{acquire_source, sha1_hex(acquire_source)};
-    return s;
-}
-script const& release_script() {
-    static script const s{release_source, sha1_hex(release_source)};
-    return s;
-}
-script const& extend_script() {
-    static script const s{extend_source, sha1_hex(extend_source)};
-    return s;
-}
-
-// 16 bytes from the OS random source, drawn from a per-thread buffer refilled by getrandom 4 KiB
-// at a time: one system call per 256 tokens instead of one per lock call.
-std::atomic<unsigned> fork_generation{0};
-
-std::string random_token() {
-    struct pool {
-        unsigned char bytes[4096];
-        std::size_t used = sizeof bytes;
-        unsigned generation = 0;
-    };
-    // A forked child must not hand out its parent's remaining bytes: that would give two
-    // processes the same tokens, and the acquire script treats a matching token as ours.
-    static bool const at_fork_registered = [] {
-        ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1); });
-        return true;
-    }();
-    (void)at_fork_registered;
-    thread_local pool random;
-    unsigned const generation = fork_generation.load(std::memory_order_relaxed);
-    if (random.used + 16 > sizeof random.bytes || random.generation != generation) {
-        random.generation = generation;
-        std::size_t got = 0;
-        while (got < sizeof random.bytes) {
-            ssize_t const n = ::getrandom(random.bytes + got, sizeof random.bytes - got, 0);
-            if (n < 0) {
-                if (errno == EINTR)
-                    continue;
-                throw std::system_error(errno, std::generic_category(),
-                                        "colock: reading the OS random source");
-            }
-            got += static_cast<std::size_t>(n);
-        }
-        random.used = 0;
-    }
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out(32, '0');
-    for (std::size_t i = 0; i < 16; ++i) {
-        unsigned char const b = random.bytes[random.used + i];
-        out[2 * i] = hex[b >> 4];
-        out[2 * i + 1] = hex[b & 0x0f];
-        random.bytes[random.used + i] = 0; // a token is never handed out twice
-    }
-    random.used += 16;
-    return out;
-}
-
-constexpr auto nothrow_awaitable = asio::as_tuple(asio::use_awaitable);
-
-// t + d, saturated at the clock's end: a very long wait or hold must never wrap round into the
-// past. (Adding milliseconds::max() to a time point overflows even before the addition: the
-// conversion to the clock's nanoseconds does.)
-clock_type::time_point saturating_add(clock_type::time_point t, milliseconds d) {
-    if (d.count() <= 0)
-        return t;
-    auto const room = std::chrono::duration_cast<milliseconds>(clock_type::time_point::max() - t);
-    return d >= room ? clock_type::time_point::max() : t + d;
-}
 
 // An operation that the caller's cancellation does not reach: its outcome must be known.
 auto uncancellable() {
     return asio::bind_cancellation_slot(asio::cancellation_slot(),
                                         asio::as_tuple(asio::use_awaitable));
-}
-
-bool cancelled(asio::cancellation_state const& cs) {
-    return cs.cancelled() != asio::cancellation_type::none;
 }
 
 } // namespace
@@ -262,46 +92,6 @@ std::optional<bool> script_flag(resp3::value const& v) {
     if (v.as_integer() == 0)
         return false;
     return std::nullopt;
-}
-
-} // namespace detail
-
-bool is_transient_server_error(std::string_view server_text) noexcept {
-    // The error's first word; "BUSYKEY" (RESTORE's) must not pass for "BUSY".
-    auto const word = server_text.substr(0, server_text.find(' '));
-    for (std::string_view passing :
-         {"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN"})
-        if (word == passing)
-            return true;
-    return false;
-}
-
-namespace detail {
-
-// Errors after which a waiting co_lock, a renewal or a release tries again (within its
-// deadline): the connection was lost or is being re-established, or the server refused for
-// a passing reason. A connection that never worked, or was closed, is a real error.
-bool is_transient(error_code ec, std::string_view server_text = {}) {
-    if (ec == redis::error::server_error)
-        return is_transient_server_error(server_text);
-    return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout;
-}
-
-// A connection that has never been established reports why to the requests it was started
-// for (refused, unreachable, timed out, TLS, the handshake); once it has worked, it keeps
-// requests queued across a loss and reconnects by itself, so these reach no request then.
-bool is_connect_failure(error_code ec) {
-    if (!ec || ec == asio::error::operation_aborted || ec.category() == error_category())
-        return false;
-    if (ec.category() == redis::error_category())
-        return ec == redis::error::connect_timeout || ec == redis::error::handshake_failed;
-    return true; // system, resolver, end of stream, TLS
-}
-
-// Connect failures that trying again cannot mend: the server refused the handshake (wrong
-// password, unknown database, HELLO not permitted) or the TLS peer failed verification.
-bool is_lasting_connect_failure(error_code ec) {
-    return ec == redis::error::handshake_failed || ec.category() == asio::error::get_ssl_category();
 }
 
 // The local FIFO of waiters on one name, sharing one subscription to its wake channel.
