@@ -1,5 +1,5 @@
-// The lock algorithm: acquire / release / extend through the scripts, local FIFO wait queues
-// sharing one subscription per name, the renewal coroutine, and the guard's background release.
+// The lock algorithm over a lease store: local FIFO wait queues sharing one subscription per
+// name, the renewal coroutine, and the guard's background release.
 #include <colock/locker.hpp>
 
 #include "../detail/completion.hpp"
@@ -7,7 +7,8 @@
 #include "../detail/spawn.hpp"
 #include "common.hpp"
 #include "errors.hpp"
-#include "scripts.hpp"
+#include "lease_store.hpp"
+#include "single_connection_store.hpp"
 #include "token.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -45,27 +46,6 @@ using std::chrono::milliseconds;
 
 namespace detail {
 
-namespace {
-
-// An operation that the caller's cancellation does not reach: its outcome must be known.
-auto uncancellable() {
-    return asio::bind_cancellation_slot(asio::cancellation_slot(),
-                                        asio::as_tuple(asio::use_awaitable));
-}
-
-} // namespace
-
-struct lock_keys {
-    std::string key;
-    std::string fence_key;
-    std::string channel;
-
-    lock_keys(std::string const& prefix, std::string_view name)
-        : key(fmt::format("{}{{{}}}", prefix, name))
-        , fence_key(key + ":fence")
-        , channel(key + ":wake") {}
-};
-
 // -------------------------------------------------------------------- locker state
 
 // One local waiter of a contended co_lock; lives in its coroutine's frame.
@@ -82,18 +62,6 @@ struct waiter {
     std::list<waiter*>::iterator position; // in its name_queue
 };
 
-// The 1 / 0 answer of the release and extend scripts; nothing for any other reply, which a
-// broken proxy or server could send and which must never be read as "done" or "not ours".
-std::optional<bool> script_flag(resp3::value const& v) {
-    if (v.type != resp3::type::number)
-        return std::nullopt;
-    if (v.as_integer() == 1)
-        return true;
-    if (v.as_integer() == 0)
-        return false;
-    return std::nullopt;
-}
-
 // The local FIFO of waiters on one name, sharing one subscription to its wake channel.
 struct name_queue {
     std::list<waiter*> waiters; // a list: leaving from the middle is O(1)
@@ -104,21 +72,22 @@ struct name_queue {
     bool wake_pending = false; // a wake arrived while the head was not sleeping
 };
 
-class locker_impl : public std::enable_shared_from_this<locker_impl>, public holds_handlers {
+class locker_impl : public std::enable_shared_from_this<locker_impl>,
+                    public holds_handlers,
+                    public lease_events {
 public:
     // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
     void drop_handlers_at_shutdown() noexcept override;
 
-    locker_impl(redis::detail::shared_engine engine, std::string prefix)
-        : engine_(std::move(engine))
-        , strand_(asio::make_strand(redis::detail::engine_executor(engine_)))
+    locker_impl(std::shared_ptr<lease_store> store, std::string prefix)
+        : store_(std::move(store))
+        , strand_(store_->strand())
         , prefix_(std::move(prefix))
         , rng_(std::random_device{}()) {}
 
-    redis::detail::shared_engine engine_;
-    asio::strand<asio::any_io_executor> strand_;
-    std::string prefix_;
-    std::shared_ptr<redis::push_listener> listener_;
+    std::shared_ptr<lease_store> const store_;
+    asio::strand<asio::any_io_executor> const strand_; // the store's
+    std::string const prefix_;
     // On the strand:
     std::unordered_map<std::string, std::shared_ptr<name_queue>> queues_; // by channel
     std::minstd_rand rng_;
@@ -126,68 +95,12 @@ public:
     // leases at once and a server change can mark them lost. Entries leave in guard_state::stop.
     std::list<std::weak_ptr<guard_state>> held_;
 
-    // ---------------------------------------------------------------- Redis calls
-
-    template <class Token>
-    auto exec(resp3::request req, Token token) {
-        return asio::async_initiate<Token, void(error_code, redis::response)>(
-            [this](auto handler, resp3::request r) {
-                redis::detail::engine_exec(engine_, std::move(r), std::move(handler));
-            },
-            token, std::move(req));
-    }
-
-    asio::awaitable<std::tuple<error_code, resp3::value>>
-    run_script(script const& s, std::string_view key1, std::string_view key2, std::string_view arg1,
-               std::string_view arg2, std::optional<asio::cancellation_slot> cancel_by) {
-        auto make = [&](bool load) {
-            resp3::request req;
-            if (load)
-                req.push("SCRIPT", "LOAD", s.source);
-            if (key2.empty())
-                req.push("EVALSHA", s.sha, 1, key1, arg1, arg2);
-            else
-                req.push("EVALSHA", s.sha, 2, key1, key2, arg1, arg2);
-            return req;
-        };
-        for (int round = 0; round < 2; ++round) {
-            auto req = make(round == 1);
-            // Not a ?: of two co_awaits: GCC 12 destroys that temporary too early.
-            std::tuple<error_code, redis::response> reply;
-            if (!cancel_by)
-                reply = co_await exec(std::move(req), nothrow_awaitable); // the caller's
-            else
-                reply = co_await exec(
-                    std::move(req),
-                    asio::bind_cancellation_slot(*cancel_by, asio::as_tuple(asio::use_awaitable)));
-            auto& [ec, resp] = reply;
-            if (ec == redis::error::server_error && round == 0 && !resp.empty() &&
-                resp.back().text.starts_with("NOSCRIPT"))
-                continue; // server restarted or SCRIPT FLUSH: load it and call again, once
-            if (ec && ec != redis::error::server_error)
-                co_return std::tuple{ec, resp3::value{}};
-            if (resp.empty())
-                co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
-            co_return std::tuple{ec, std::move(resp.back())};
-        }
-        co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
-    }
-
-    struct attempt_result {
-        error_code ec;
-        std::string server_text;
-        bool acquired = false;
-        std::int64_t fence = 0;
-        milliseconds holder_ttl{0};
-    };
-
     // One acquire. The caller's cancellation and the wait deadline reach it as *total*
-    // cancellation, which the connection honours only while the request is unwritten (a
-    // connection being re-established); once written, its reply is always read, so a lock it
-    // grants is never lost track of.
-    asio::awaitable<attempt_result> attempt(lock_keys const& keys, std::string const& token,
-                                            milliseconds ttl, asio::cancellation_state cs,
-                                            clock_type::time_point deadline) {
+    // cancellation, which the store honours only while the request is unsent; once sent, its
+    // reply is always read, so a lock it grants is never lost track of.
+    asio::awaitable<grant_result> attempt(lock_keys const& keys, std::string const& token,
+                                          milliseconds ttl, asio::cancellation_state cs,
+                                          clock_type::time_point deadline) {
         auto stop = std::make_shared<asio::cancellation_signal>();
         auto caller_slot = cs.slot();
         if (caller_slot.is_connected())
@@ -202,137 +115,13 @@ public:
                     stop->emit(asio::cancellation_type::total);
             });
         }
-        auto [ec, v] = co_await run_script(acquire_script(), keys.key, keys.fence_key, token,
-                                           std::to_string(ttl.count()), stop->slot());
+        auto r = co_await store_->grant(keys, token, ttl, stop->slot());
         if (caller_slot.is_connected())
             caller_slot.clear();
         if (deadline_timer)
             deadline_timer->cancel();
-        attempt_result r;
-        if (ec) {
-            r.ec = ec;
-            if (ec == redis::error::server_error)
-                r.server_text = v.text;
-            co_return r;
-        }
-        if (v.elements.size() != 2 || !v.elements[0].as_integer() || !v.elements[1].as_integer()) {
-            r.ec = error::unexpected_reply;
-            r.server_text = resp3::to_debug_string(v);
-            co_return r;
-        }
-        r.acquired = *v.elements[0].as_integer() == 1;
-        if (r.acquired)
-            r.fence = *v.elements[1].as_integer();
-        else if (auto const pttl = *v.elements[1].as_integer(); pttl >= 0)
-            r.holder_ttl = milliseconds(pttl);
-        else if (pttl == -1)
-            r.holder_ttl = milliseconds::max(); // set without expiry by hand: back off only
-        else
-            r.holder_ttl = milliseconds(0); // gone meanwhile: try again at once
         co_return r;
     }
-
-    // Releases with `token`; never cancelled by the caller, bounded by its own deadline.
-    // The deadlines of all releases share one timer (they are all release_timeout long, so
-    // they expire in the order they were set): no timer per unlock on the hot path.
-    asio::awaitable<std::tuple<error_code, bool>> release(lock_keys const& keys,
-                                                          std::string const& token) {
-        auto deadline = std::make_shared<release_deadline>();
-        watch_release(deadline);
-        // When it ends, the shared timer stops if no other release needs it: an armed timer
-        // would keep the io_context running for the whole deadline after the work is done.
-        struct unwatch_on_exit {
-            locker_impl* self;
-            std::shared_ptr<release_deadline>& watched;
-            ~unwatch_on_exit() {
-                watched.reset();
-                self->release_finished();
-            }
-        } unwatch{this, deadline};
-        // A connection lost before the reply leaves the outcome unknown: send it again until
-        // the deadline. The script checks the token, so a repeat is harmless (it answers 0 if
-        // the first one went through, so `true` is only reported when known).
-        for (int round = 0;; ++round) {
-            auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
-                                               deadline->stop.slot());
-            if (!ec) {
-                auto const released = script_flag(v);
-                if (!released)
-                    co_return std::tuple{error_code(error::unexpected_reply), false};
-                co_return std::tuple{error_code{}, *released};
-            }
-            if (deadline->fired)
-                co_return std::tuple{error_code(error::timeout), false};
-            if (!is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
-                co_return std::tuple{ec, false};
-            asio::steady_timer pause(strand_);
-            pause.expires_after(
-                std::min(milliseconds{20} * (1 << std::min(round, 4)), milliseconds{250}));
-            co_await pause.async_wait(asio::bind_cancellation_slot(
-                deadline->stop.slot(), asio::as_tuple(asio::use_awaitable)));
-            if (deadline->fired)
-                co_return std::tuple{error_code(error::timeout), false};
-        }
-    }
-
-    struct release_deadline {
-        asio::cancellation_signal stop;
-        bool fired = false;
-    };
-    struct watched_release {
-        clock_type::time_point deadline;
-        std::weak_ptr<release_deadline> release;
-    };
-    std::deque<watched_release> release_watch_; // on the strand, in deadline order
-    std::optional<asio::steady_timer> release_timer_;
-    bool release_timer_armed_ = false;
-
-    void watch_release(std::shared_ptr<release_deadline> const& d) {
-        // Releases finish in about the order they start: drop the finished ones up front.
-        while (!release_watch_.empty() && release_watch_.front().release.expired())
-            release_watch_.pop_front();
-        release_watch_.push_back({clock_type::now() + release_timeout, d});
-        if (!release_timer_armed_)
-            arm_release_timer();
-    }
-
-    void release_finished() {
-        while (!release_watch_.empty() && release_watch_.front().release.expired())
-            release_watch_.pop_front();
-        if (release_watch_.empty() && release_timer_armed_) {
-            release_timer_armed_ = false;
-            release_timer_->cancel();
-        }
-    }
-
-    void arm_release_timer() {
-        while (!release_watch_.empty() && release_watch_.front().release.expired())
-            release_watch_.pop_front();
-        if (release_watch_.empty()) {
-            release_timer_armed_ = false;
-            return;
-        }
-        release_timer_armed_ = true;
-        if (!release_timer_)
-            release_timer_.emplace(strand_);
-        release_timer_->expires_at(release_watch_.front().deadline);
-        release_timer_->async_wait([weak = weak_from_this()](error_code ec) {
-            auto self = weak.lock();
-            if (ec || !self)
-                return;
-            auto const now = clock_type::now();
-            while (!self->release_watch_.empty() && self->release_watch_.front().deadline <= now) {
-                if (auto d = self->release_watch_.front().release.lock()) {
-                    d->fired = true;
-                    d->stop.emit(asio::cancellation_type::terminal);
-                }
-                self->release_watch_.pop_front();
-            }
-            self->arm_release_timer();
-        });
-    }
-
-    static constexpr milliseconds release_timeout{5000};
 
     // ---------------------------------------------------------------- waiting
 
@@ -349,12 +138,8 @@ public:
         bool const was_head = q->waiters.front() == &w;
         q->waiters.erase(w.position);
         if (q->waiters.empty()) {
-            if (q->subscribed) {
-                // Nobody waits here any more: drop the subscription.
-                redis::detail::engine_change_subscription(engine_, false,
-                                                          std::vector<std::string>(1, channel),
-                                                          [](error_code, std::string) {});
-            }
+            if (q->subscribed)
+                store_->unsubscribe(channel); // nobody waits here any more
             auto it = queues_.find(channel);
             if (it != queues_.end() && it->second == q)
                 queues_.erase(it);
@@ -369,7 +154,7 @@ public:
         w.timer.cancel();
     }
 
-    void on_wake_message(std::string const& channel) {
+    void on_wake(std::string const& channel) override {
         auto it = queues_.find(channel);
         if (it == queues_.end())
             return;
@@ -381,8 +166,8 @@ public:
         wake(*q.waiters.front());
     }
 
-    void on_reconnect();
-    void on_server_change();
+    void on_reconnect() override;
+    void on_server_change() override;
 
     milliseconds backoff(retry_options const& retry, int attempt) {
         // Capped well inside int64 so the conversion back cannot overflow; 2^62 ms is still
@@ -435,7 +220,7 @@ public:
                              bool waited) const {
         if (!is_connect_failure(ec))
             return server_text;
-        std::string why = redis::detail::engine_last_error_text(engine_);
+        std::string why = store_->last_error_text();
         if (why.empty())
             why = ec.message();
         if (!waited || is_lasting_connect_failure(ec))
@@ -450,9 +235,9 @@ public:
     // error::timeout's text; names the connection when it is what kept the lock away.
     std::string timeout_text(lock_options const& opt) const {
         std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());
-        if (redis::detail::engine_is_connected(engine_))
+        if (store_->is_connected())
             return text;
-        std::string why = redis::detail::engine_last_error_text(engine_);
+        std::string why = store_->last_error_text();
         return why.empty() ? text + "; the connection to the Redis server is not established"
                            : fmt::format("{}; the connection to the Redis server is not "
                                          "established: {}",
@@ -467,7 +252,7 @@ public:
 
     static asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
                                                   std::string token) {
-        co_await self->release(keys, token);
+        co_await self->store_->release(keys, token);
     }
 
     // `keep_alive` holds the locker for as long as the coroutine runs.
@@ -476,25 +261,11 @@ public:
 
     // Runs one attempt; on success builds the guard into `out`. A cancellation that arrived
     // meanwhile wins, and a lock granted to it is given back first.
-    asio::awaitable<std::optional<attempt_result>>
+    asio::awaitable<std::optional<grant_result>>
     try_once(lock_keys const& keys, std::string const& token, std::string const& name,
              lock_options const& opt, asio::cancellation_state cs, clock_type::time_point deadline,
              lock_outcome& out);
 
-    // Completes when the server confirmed the subscription, or refused it (server_error and
-    // the server's text; nothing was counted), or the connection could not be made.
-    asio::awaitable<std::pair<error_code, std::string>> subscribe(std::string const& channel) {
-        std::vector<std::string> channels(1, channel);
-        auto token = uncancellable();
-        auto [ec, text] =
-            co_await asio::async_initiate<decltype(token), void(error_code, std::string)>(
-                [this, &channels](auto handler) {
-                    redis::detail::engine_change_subscription(engine_, true, std::move(channels),
-                                                              std::move(handler));
-                },
-                token);
-        co_return std::pair<error_code, std::string>{ec, std::move(text)};
-    }
     std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
                                             std::int64_t fence, lock_options const& opt,
                                             clock_type::time_point attempt_start);
@@ -664,6 +435,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
     using namespace asio::experimental::awaitable_operators;
     auto cs = co_await asio::this_coro::cancellation_state;
     auto& timer = st->renew_timer; // st owns it and outlives this frame
+    auto& store = *st->locker->store_;
     asio::steady_timer lease_end(st->locker->strand_);
     for (;;) {
         auto next = clock_type::now() + st->renew_interval();
@@ -707,22 +479,18 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             auto const started = clock_type::now();
             auto const ttl = st->ttl;
             lease_end.expires_at(st->lease_deadline());
-            auto outcome = co_await (
-                st->locker->run_script(extend_script(), st->keys.key, st->keys.fence_key, st->token,
-                                       std::to_string(ttl.count()), std::nullopt) ||
-                lease_end.async_wait(nothrow_awaitable));
+            auto outcome = co_await (store.extend(st->keys, st->token, ttl) ||
+                                     lease_end.async_wait(nothrow_awaitable));
             turn.st = nullptr;
             st->give_turn();
             if (cancelled(cs) || st->released)
                 co_return;
             if (outcome.index() == 1)
                 continue; // no answer by the deadline: lost, unless extend() moved it
-            auto [ec, v] = std::get<0>(outcome);
-            auto const extended = ec ? std::nullopt : script_flag(v);
-            if (!ec && !extended)
-                ec = error::unexpected_reply; // unreadable: retried as a network error is
-            if (!ec) {
-                if (*extended) {
+            auto const reply = std::get<0>(outcome);
+            // An unreadable reply (unexpected_reply) is retried as a network error is.
+            if (!reply.ec) {
+                if (reply.ours) {
                     st->set_lease_deadline(started + ttl);
                     if (st->ttl != ttl)
                         continue; // extend() changed the lease meanwhile: apply it again now
@@ -747,7 +515,8 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
 // Stops renewal, then releases. On the locker's strand.
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
     st->stop();
-    co_return co_await st->locker->release(st->keys, st->token);
+    auto const reply = co_await st->locker->store_->release(st->keys, st->token);
+    co_return std::tuple{reply.ec, reply.ours};
 }
 
 asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_state> st,
@@ -757,44 +526,31 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
         co_return std::tuple{error_code(asio::error::operation_aborted), false};
     turn.st = st.get();
     auto const started = clock_type::now();
-    auto [ec, v] =
-        co_await st->locker->run_script(extend_script(), st->keys.key, st->keys.fence_key,
-                                        st->token, std::to_string(ttl.count()), std::nullopt);
-    if (ec)
-        co_return std::tuple{ec, false};
-    auto const flag = script_flag(v);
-    if (!flag)
-        co_return std::tuple{error_code(error::unexpected_reply), false};
-    bool const still_ours = *flag;
-    if (still_ours) {
+    auto const reply = co_await st->locker->store_->extend(st->keys, st->token, ttl);
+    if (reply.ec)
+        co_return std::tuple{reply.ec, false};
+    if (reply.ours) {
         st->ttl = ttl;
         st->set_lease_deadline(started + ttl);
     } else {
         st->mark_lost();
     }
-    co_return std::tuple{error_code{}, still_ours};
+    co_return std::tuple{error_code{}, reply.ours};
 }
 
 // Releases in the background, for a guard that went away while holding or whose loss is known.
-// The first attempt is handed to the connection here, on the caller's thread, so that it is
-// queued before anything the caller does next: a close() right after still sends it, and
-// nothing reopens the connection later. A passing error (a lost connection, BUSY, LOADING)
-// hands the release to the retrying one on the strand. EVAL rather than EVALSHA: no NOSCRIPT.
+// The first attempt is handed to the store here, on the caller's thread, so that it is queued
+// before anything the caller does next: a close() right after still sends it, and nothing
+// reopens the connection later. A passing error (a lost connection, BUSY, LOADING) hands the
+// release to the retrying one on the strand.
 void release_in_background(std::shared_ptr<guard_state> st) {
     asio::dispatch(st->locker->strand_, [st] { st->stop(); });
-    resp3::request req;
-    req.push("EVAL", release_script().source, 1, st->keys.key, st->token, st->keys.channel);
-    auto const engine = st->locker->engine_;
-    redis::detail::engine_exec(
-        engine, std::move(req), [st = std::move(st)](error_code ec, redis::response resp) {
-            std::string const text =
-                ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
-            if (!is_transient(ec, text))
-                return;
-            asio::dispatch(st->locker->strand_, [st] {
-                asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
-            });
-        });
+    auto const store = st->locker->store_;
+    auto const& keys = st->keys;
+    auto const& token = st->token;
+    store->release_in_background(keys, token, [st = std::move(st)] {
+        asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
+    });
 }
 
 } // namespace
@@ -829,37 +585,38 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
     return st;
 }
 
-asio::awaitable<std::optional<locker_impl::attempt_result>>
+asio::awaitable<std::optional<grant_result>>
 locker_impl::try_once(lock_keys const& keys, std::string const& token, std::string const& name,
                       lock_options const& opt, asio::cancellation_state cs,
                       clock_type::time_point deadline, lock_outcome& out) {
     auto started = clock_type::now();
-    auto server_changes = redis::detail::engine_server_changes(engine_);
-    attempt_result r = co_await attempt(keys, token, opt.ttl, cs, deadline);
+    auto server_changes = store_->server_changes();
+    grant_result r = co_await attempt(keys, token, opt.ttl, cs, deadline);
     // Granted by a server instance that has been replaced since (its keys may be gone, and the
     // guards it granted were marked lost): ask the new one. Same token, so this is idempotent.
-    for (int rounds = 0; !r.ec && r.acquired && !cancelled(cs) && rounds < 3 &&
-                         redis::detail::engine_server_changes(engine_) != server_changes;
+    for (int rounds = 0; !r.ec && r.granted && !cancelled(cs) && rounds < 3 &&
+                         store_->server_changes() != server_changes;
          ++rounds) {
         started = clock_type::now();
-        server_changes = redis::detail::engine_server_changes(engine_);
+        server_changes = store_->server_changes();
         r = co_await attempt(keys, token, opt.ttl, cs, deadline);
     }
-    if (!r.ec && r.acquired && redis::detail::engine_server_changes(engine_) != server_changes)
+    if (!r.ec && r.granted && store_->server_changes() != server_changes) {
         r.ec = redis::error::connection_lost; // the server keeps changing: give up this attempt
-    // A garbled reply (unexpected_reply) came from a script that did run: unknown as well.
-    if (r.ec && r.ec != redis::error::server_error && r.ec != asio::error::operation_aborted)
+        r.outcome_unknown = true;
+    }
+    if (r.outcome_unknown)
         out.outcome_unknown = true; // it may have been applied: release on the way out
-    if (!r.ec && r.acquired && cancelled(cs)) {
-        auto [rec, released] = co_await release(keys, token);
-        if (rec)
+    if (!r.ec && r.granted && cancelled(cs)) {
+        auto const released = co_await store_->release(keys, token);
+        if (released.ec)
             out.outcome_unknown = true; // try once more on the way out
-        r.acquired = false;
+        r.granted = false;
         r.ec = asio::error::operation_aborted;
     }
     if (r.ec == asio::error::operation_aborted && !cancelled(cs))
         r.ec = error::timeout; // stopped by the wait deadline before it was sent
-    if (!r.ec && r.acquired)
+    if (!r.ec && r.granted)
         out.state = make_guard(name, keys, token, r.fence, opt, started);
     co_return r;
 }
@@ -900,7 +657,7 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     milliseconds sleep = opt.ttl;
     if (!finished && !others_waiting) {
         auto first = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
-        if (first->acquired)
+        if (first->granted)
             co_return out;
         if (first->ec == error::timeout) {
             fail(first->ec, timeout_text(opt));
@@ -965,7 +722,7 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
         if (head && !queue->subscribed && !queue->subscription_refused) {
             // Subscribe, then try: a release published after this attempt reaches us.
             queue->subscribed = true;
-            auto [sec, refusal] = co_await subscribe(keys.channel);
+            auto [sec, refusal] = co_await store_->subscribe(keys.channel);
             if (sec) {
                 // Not subscribed (nothing to undo on leaving): poll by the backoff instead. A
                 // refusal (an ACL user without the channel: NOPERM) stands for this queue; the
@@ -983,7 +740,7 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
             queue->wake_pending = false;
             auto r = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
             ++attempts;
-            if (r->acquired) {
+            if (r->granted) {
                 leave_guard.acquired = true;
                 co_return;
             }
@@ -1298,57 +1055,22 @@ asio::awaitable<bool> lock_guard::unlock() {
             ec == error::timeout
                 ? fmt::format("colock: unlock of lock '{}': the release was not confirmed within "
                               "{} ms; the lease ends by its ttl",
-                              st->name, detail::locker_impl::release_timeout.count())
+                              st->name, detail::release_timeout.count())
                 : fmt::format("colock: unlock of lock '{}'", st->name));
     co_return ours;
 }
 
 // -------------------------------------------------------------------- locker
 
-namespace {
-
-struct wake_listener final : redis::push_listener {
-    std::weak_ptr<detail::locker_impl> impl;
-
-    void on_push(resp3::value const& push) override {
-        // ["message", channel, payload]
-        if (push.elements.size() != 3 || push.elements[0].as_string() != "message")
-            return;
-        auto self = impl.lock();
-        if (!self)
-            return;
-        auto channel = push.elements[1].as_string();
-        if (!channel || !channel->starts_with(self->prefix_))
-            return;
-        asio::dispatch(self->strand_,
-                       [self, c = std::string(*channel)] { self->on_wake_message(c); });
-    }
-
-    void on_reconnect() override {
-        if (auto self = impl.lock())
-            asio::dispatch(self->strand_, [self] { self->on_reconnect(); });
-    }
-
-    void on_server_change() override {
-        if (auto self = impl.lock())
-            asio::dispatch(self->strand_, [self] { self->on_server_change(); });
-    }
-};
-
-} // namespace
-
 locker::locker(redis::connection& conn, std::string key_prefix)
-    : impl_(std::make_shared<detail::locker_impl>(redis::detail::engine_of(conn),
+    : impl_(std::make_shared<detail::locker_impl>(detail::make_single_connection_store(conn),
                                                   std::move(key_prefix))) {
-    auto listener = std::make_shared<wake_listener>();
-    listener->impl = impl_;
-    impl_->listener_ = listener;
-    redis::detail::engine_add_listener(impl_->engine_, listener);
+    impl_->store_->listen(impl_, impl_->prefix_);
     detail::context_shutdown::watch(impl_->strand_.get_inner_executor(), impl_);
 }
 
 locker::~locker() {
-    redis::detail::engine_remove_listener(impl_->engine_, impl_->listener_.get());
+    impl_->store_->stop_listening();
 }
 
 std::string const& locker::key_prefix() const noexcept {
