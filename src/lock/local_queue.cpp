@@ -11,7 +11,6 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/this_coro.hpp>
 
-#include <algorithm>
 #include <vector>
 
 namespace colock::detail {
@@ -82,6 +81,7 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
     auto fail = [&](boost::system::error_code ec, std::string const& detail_text) {
         set_failure(out, name, ec, detail_text);
     };
+    attempt_context const context{true, true, deadlines, opt.retry.max};
     // Contended: queue locally. The head subscribes (once per name) and retries; the others
     // sleep until they become the head.
     waiter self_waiter(strand_);
@@ -120,28 +120,24 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
             queue->wake_pending = false;
             auto r = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
             ++attempts;
-            if (r->granted) {
+            auto const next = decide_after_attempt(*r, context, cancelled(cs), clock_type::now());
+            switch (next.step) {
+            case next_step::acquired:
                 leave_guard.acquired = true;
                 co_return;
-            }
-            if (cancelled(cs)) { // arrived while the attempt was in flight
+            case next_step::aborted:
                 fail(asio::error::operation_aborted, {});
                 co_return;
-            }
-            if (r->ec == error::timeout) {
+            case next_step::fail_timeout:
                 fail(r->ec, timeout_text(opt));
                 co_return;
-            }
-            if (r->ec) {
-                // A lost connection leaves the attempt's outcome unknown; the acquire script
-                // is idempotent for our token, so trying again later is safe.
-                if (!worth_retrying(r->ec, r->server_text, deadlines)) {
-                    fail(r->ec, failure_text(r->ec, r->server_text, opt, true));
-                    co_return;
-                }
-                sleep = opt.retry.max;
-            } else {
-                sleep = r->holder_ttl;
+            case next_step::fail:
+                fail(r->ec, failure_text(r->ec, r->server_text, opt, true));
+                co_return;
+            case next_step::not_acquired: // co_try_lock does not queue
+            case next_step::wait:
+                sleep = next.sleep;
+                break;
             }
         }
         need_attempt = true;
@@ -154,10 +150,9 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
         if (head && queue->wake_pending)
             continue; // released while we were busy: try again at once
         auto until = wait_deadline;
-        if (head) {
-            auto const nap = std::min(sleep, backoff(opt.retry, attempts - 1));
-            until = std::min(until, saturating_add(now, std::max(nap, milliseconds{1})));
-        }
+        if (head)
+            until =
+                head_wakes_at(now, wait_deadline, sleep, backoff(opt.retry, attempts - 1, rng_));
         self_waiter.wake = wake_reason::none;
         self_waiter.timer.expires_at(until);
         co_await self_waiter.timer.async_wait(nothrow_awaitable);

@@ -22,7 +22,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 namespace colock {
 
@@ -95,24 +94,6 @@ asio::awaitable<grant_result> locker_impl::attempt(lock_keys const& keys, std::s
     if (deadline_timer)
         deadline_timer->cancel();
     co_return r;
-}
-
-bool locker_impl::worth_retrying(error_code ec, std::string const& server_text,
-                                 wait_deadlines const& deadlines) {
-    if (is_connect_failure(ec))
-        return !is_lasting_connect_failure(ec) && clock_type::now() < deadlines.first_connect;
-    return is_transient(ec, server_text); // the caller checks the wait deadline
-}
-
-milliseconds locker_impl::backoff(retry_options const& retry, int attempt) {
-    // Capped well inside int64 so the conversion back cannot overflow; 2^62 ms is still
-    // "very long" (146 million years), and the caller saturates the sleep's end.
-    constexpr double cap = 4611686018427387904.0; // 2^62
-    double ceiling = static_cast<double>(retry.initial.count()) *
-                     std::pow(retry.multiplier, std::min(attempt, 60));
-    ceiling = std::min({ceiling, static_cast<double>(retry.max.count()), cap});
-    std::uniform_real_distribution<double> jitter(0.0, ceiling);
-    return milliseconds(static_cast<std::int64_t>(jitter(rng_)) + 1);
 }
 
 void locker_impl::set_failure(lock_outcome& out, std::string const& name, error_code ec,
@@ -249,23 +230,27 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     milliseconds sleep = opt.ttl;
     if (!finished && !others_waiting) {
         auto first = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
-        if (first->granted)
+        attempt_context const context{wait, false, deadlines, opt.retry.max};
+        auto const next = decide_after_attempt(*first, context, cancelled(cs), clock_type::now());
+        switch (next.step) {
+        case next_step::acquired:
+        case next_step::not_acquired: // held by someone else: an empty result
             co_return out;
-        if (first->ec == error::timeout) {
+        case next_step::fail_timeout:
             fail(first->ec, timeout_text(opt));
             finished = true;
-        } else if (first->ec &&
-                   !(wait && worth_retrying(first->ec, first->server_text, deadlines))) {
+            break;
+        case next_step::fail:
             fail(first->ec, failure_text(first->ec, first->server_text, opt, wait));
             finished = true;
-        } else if (cancelled(cs)) { // requested while the attempt was in flight: reported
+            break;
+        case next_step::aborted:
             fail(asio::error::operation_aborted, {});
             finished = true;
-        } else if (!wait) {
-            co_return out; // held by someone else: an empty result
-        } else {
-            // Held, or the connection was lost (then try again after a backoff).
-            sleep = first->ec ? opt.retry.max : first->holder_ttl;
+            break;
+        case next_step::wait:
+            sleep = next.sleep;
+            break;
         }
     }
     if (!finished && clock_type::now() >= wait_deadline) {

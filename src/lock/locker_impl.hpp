@@ -4,6 +4,7 @@
 #pragma once
 
 #include "../detail/context_shutdown.hpp"
+#include "acquire_policy.hpp"
 #include "common.hpp"
 #include "lease_store.hpp"
 #include "local_queue.hpp"
@@ -26,13 +27,6 @@
 namespace colock::detail {
 
 struct guard_state;
-
-// When a waiting co_lock stops: wait_timeout, and first_connect_timeout while the connection
-// has never been established.
-struct wait_deadlines {
-    clock_type::time_point wait;
-    clock_type::time_point first_connect;
-};
 
 class locker_impl : public std::enable_shared_from_this<locker_impl>,
                     public holds_handlers,
@@ -91,11 +85,6 @@ private:
                                                 boost::asio::cancellation_state cs,
                                                 wait_deadlines const& deadlines,
                                                 std::chrono::milliseconds sleep, lock_outcome& out);
-
-    // Whether a waiting co_lock tries again after an attempt that failed with `ec`.
-    static bool worth_retrying(boost::system::error_code ec, std::string const& server_text,
-                               wait_deadlines const& deadlines);
-    std::chrono::milliseconds backoff(retry_options const& retry, int attempt);
 
     static void set_failure(lock_outcome& out, std::string const& name,
                             boost::system::error_code ec, std::string const& detail_text);
