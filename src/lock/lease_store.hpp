@@ -80,9 +80,9 @@ protected:
     ~lease_events() = default;
 };
 
-// Every member is called on strand(), except release_in_background and the connection facts,
-// which any thread may call. The awaitables take what they are given by reference: the caller
-// awaits them at once and keeps the arguments alive meanwhile.
+// The awaitables and unsubscribe() are called on strand(); strand(), release_in_background,
+// listen, stop_listening and the connection facts from any thread. The awaitables take what
+// they are given by reference: the caller awaits them at once and keeps the arguments alive.
 class lease_store {
 public:
     virtual ~lease_store() = default;
