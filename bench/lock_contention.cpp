@@ -72,9 +72,9 @@ constexpr auto memory_phase_limit = std::chrono::seconds{120};
 constexpr std::size_t uncontended_keys = 64;
 constexpr std::size_t limit_pipeline = 16;
 
-// The lock scripts exactly as src/lock/locker.cpp sends them: the server's limit is measured
-// for the very same Lua. The bench checks that the server ends up with no other copy of them
-// (see same_scripts below).
+// The lock scripts exactly as src/lock/single_connection_store.cpp sends them: the server's
+// limit is measured for the very same Lua. The bench checks that the server ends up with no
+// other copy of them (see same_scripts below).
 using colock::detail::acquire_source;
 using colock::detail::release_source;
 

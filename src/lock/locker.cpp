@@ -1,1013 +1,43 @@
-// The lock algorithm: acquire / release / extend scripts, local FIFO wait queues sharing one
-// subscription per name, the renewal coroutine, and the guard's background release.
-#include <colock/detail/lock_scripts.hpp>
+// The locker: options and validation at the call, then the acquire orchestration on the
+// locker's strand (an attempt through the lease store; the uncontended path; the contended
+// wait in the local queue, local_queue.cpp), and the guard made on success.
+#include "locker_impl.hpp"
+
+#include "../detail/spawn.hpp"
+#include "errors.hpp"
+#include "guard.hpp"
+#include "single_connection_store.hpp"
+#include "token.hpp"
+
 #include <colock/locker.hpp>
 
-#include "../detail/completion.hpp"
-#include "../detail/context_shutdown.hpp"
-#include "../detail/spawn.hpp"
-
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/system_executor.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
-#include <pthread.h>
-#include <sys/random.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cmath>
-#include <deque>
-#include <list>
-#include <random>
-#include <system_error>
-#include <unordered_map>
 
 namespace colock {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
 using boost::system::system_error;
-using clock_type = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// -------------------------------------------------------------------- errors and validation
-
-namespace {
-
-class lock_category final : public boost::system::error_category {
-public:
-    char const* name() const noexcept override { return "colock"; }
-    std::string message(int ev) const override {
-        switch (static_cast<error>(ev)) {
-        case error::timeout:
-            return "the operation's deadline passed (wait_timeout for a lock, the release "
-                   "deadline for unlock)";
-        case error::lock_lost:
-            return "the lock's lease was lost";
-        case error::invalid_argument:
-            return "invalid argument";
-        case error::unexpected_reply:
-            return "unexpected reply from a lock script";
-        case error::not_held:
-            return "the guard does not hold a lock";
-        }
-        return "unknown colock error " + std::to_string(ev);
-    }
-};
-
-[[noreturn]] void refuse(std::string const& what) {
-    throw system_error(make_error_code(error::invalid_argument), "colock: " + what);
-}
-
-} // namespace
-
-boost::system::error_category const& error_category() noexcept {
-    static lock_category const instance;
-    return instance;
-}
-
-void validate(std::string_view name, lock_options const& opt) {
-    if (name.empty())
-        refuse("lock name is empty");
-    if (name.size() > max_lock_name_length)
-        refuse(fmt::format("lock name is {} bytes, over the limit of {}", name.size(),
-                           max_lock_name_length));
-    if (opt.ttl.count() <= 0)
-        refuse(fmt::format("lock_options.ttl must be positive (got {} ms)", opt.ttl.count()));
-    if (opt.ttl > max_lock_ttl)
-        refuse(fmt::format("lock_options.ttl ({} ms) is above max_lock_ttl ({} ms)",
-                           opt.ttl.count(), max_lock_ttl.count()));
-    if (opt.renew_interval) {
-        if (opt.renew_interval->count() <= 0)
-            refuse(fmt::format("lock_options.renew_interval must be positive (got {} ms)",
-                               opt.renew_interval->count()));
-        if (*opt.renew_interval >= opt.ttl)
-            refuse(fmt::format("lock_options.renew_interval ({} ms) must be below ttl ({} ms)",
-                               opt.renew_interval->count(), opt.ttl.count()));
-    } else if (opt.effective_renew_interval().count() <= 0) {
-        refuse(fmt::format("lock_options.ttl ({} ms) is too short to renew", opt.ttl.count()));
-    }
-    if (opt.wait_timeout && opt.wait_timeout->count() < 0)
-        refuse(fmt::format("lock_options.wait_timeout must not be negative (got {} ms)",
-                           opt.wait_timeout->count()));
-    if (opt.first_connect_timeout.count() < 0)
-        refuse(fmt::format("lock_options.first_connect_timeout must not be negative (got {} ms)",
-                           opt.first_connect_timeout.count()));
-    if (opt.max_hold && opt.max_hold->count() < 0)
-        refuse(fmt::format("lock_options.max_hold must not be negative (got {} ms)",
-                           opt.max_hold->count()));
-    if (opt.retry.initial.count() <= 0)
-        refuse("lock_options.retry.initial must be positive");
-    if (opt.retry.max < opt.retry.initial)
-        refuse("lock_options.retry.max must not be below retry.initial");
-    if (!(opt.retry.multiplier >= 1.0) || !std::isfinite(opt.retry.multiplier))
-        refuse("lock_options.retry.multiplier must be a finite number >= 1");
-}
-
 namespace detail {
 
-// -------------------------------------------------------------------- scripts
-
-namespace {
-
-std::string sha1_hex(std::string_view text) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    if (EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha1(), nullptr) != 1)
-        throw std::runtime_error("colock: SHA-1 of a lock script failed");
-    std::string out;
-    for (unsigned i = 0; i < length; ++i)
-        out += fmt::format("{:02x}", digest[i]);
-    return out;
-}
-
-struct script {
-    std::string_view source;
-    std::string sha;
-};
-
-script const& acquire_script() {
-    static script const s{acquire_source, sha1_hex(acquire_source)};
-    return s;
-}
-script const& release_script() {
-    static script const s{release_source, sha1_hex(release_source)};
-    return s;
-}
-script const& extend_script() {
-    static script const s{extend_source, sha1_hex(extend_source)};
-    return s;
-}
-
-// 16 bytes from the OS random source, drawn from a per-thread buffer refilled by getrandom 4 KiB
-// at a time: one system call per 256 tokens instead of one per lock call.
-std::atomic<unsigned> fork_generation{0};
-
-std::string random_token() {
-    struct pool {
-        unsigned char bytes[4096];
-        std::size_t used = sizeof bytes;
-        unsigned generation = 0;
-    };
-    // A forked child must not hand out its parent's remaining bytes: that would give two
-    // processes the same tokens, and the acquire script treats a matching token as ours.
-    static bool const at_fork_registered = [] {
-        ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1); });
-        return true;
-    }();
-    (void)at_fork_registered;
-    thread_local pool random;
-    unsigned const generation = fork_generation.load(std::memory_order_relaxed);
-    if (random.used + 16 > sizeof random.bytes || random.generation != generation) {
-        random.generation = generation;
-        std::size_t got = 0;
-        while (got < sizeof random.bytes) {
-            ssize_t const n = ::getrandom(random.bytes + got, sizeof random.bytes - got, 0);
-            if (n < 0) {
-                if (errno == EINTR)
-                    continue;
-                throw std::system_error(errno, std::generic_category(),
-                                        "colock: reading the OS random source");
-            }
-            got += static_cast<std::size_t>(n);
-        }
-        random.used = 0;
-    }
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out(32, '0');
-    for (std::size_t i = 0; i < 16; ++i) {
-        unsigned char const b = random.bytes[random.used + i];
-        out[2 * i] = hex[b >> 4];
-        out[2 * i + 1] = hex[b & 0x0f];
-        random.bytes[random.used + i] = 0; // a token is never handed out twice
-    }
-    random.used += 16;
-    return out;
-}
-
-constexpr auto nothrow_awaitable = asio::as_tuple(asio::use_awaitable);
-
-// t + d, saturated at the clock's end: a very long wait or hold must never wrap round into the
-// past. (Adding milliseconds::max() to a time point overflows even before the addition: the
-// conversion to the clock's nanoseconds does.)
-clock_type::time_point saturating_add(clock_type::time_point t, milliseconds d) {
-    if (d.count() <= 0)
-        return t;
-    auto const room = std::chrono::duration_cast<milliseconds>(clock_type::time_point::max() - t);
-    return d >= room ? clock_type::time_point::max() : t + d;
-}
-
-// An operation that the caller's cancellation does not reach: its outcome must be known.
-auto uncancellable() {
-    return asio::bind_cancellation_slot(asio::cancellation_slot(),
-                                        asio::as_tuple(asio::use_awaitable));
-}
-
-bool cancelled(asio::cancellation_state const& cs) {
-    return cs.cancelled() != asio::cancellation_type::none;
-}
-
-} // namespace
-
-struct lock_keys {
-    std::string key;
-    std::string fence_key;
-    std::string channel;
-
-    lock_keys(std::string const& prefix, std::string_view name)
-        : key(fmt::format("{}{{{}}}", prefix, name))
-        , fence_key(key + ":fence")
-        , channel(key + ":wake") {}
-};
-
-// -------------------------------------------------------------------- locker state
-
-// One local waiter of a contended co_lock; lives in its coroutine's frame.
-enum class wake_reason {
-    none,                   // the timer ran out
-    woken,                  // a release was published, or the head before it gave up
-    promoted_after_acquire, // the head before it took the lock: no point in asking at once
-};
-
-struct waiter {
-    explicit waiter(asio::any_io_executor const& ex) : timer(ex) {}
-    asio::steady_timer timer;
-    wake_reason wake = wake_reason::none;
-    std::list<waiter*>::iterator position; // in its name_queue
-};
-
-// The 1 / 0 answer of the release and extend scripts; nothing for any other reply, which a
-// broken proxy or server could send and which must never be read as "done" or "not ours".
-std::optional<bool> script_flag(resp3::value const& v) {
-    if (v.type != resp3::type::number)
-        return std::nullopt;
-    if (v.as_integer() == 1)
-        return true;
-    if (v.as_integer() == 0)
-        return false;
-    return std::nullopt;
-}
-
-} // namespace detail
-
-bool is_transient_server_error(std::string_view server_text) noexcept {
-    // The error's first word; "BUSYKEY" (RESTORE's) must not pass for "BUSY".
-    auto const word = server_text.substr(0, server_text.find(' '));
-    for (std::string_view passing :
-         {"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN"})
-        if (word == passing)
-            return true;
-    return false;
-}
-
-namespace detail {
-
-// Errors after which a waiting co_lock, a renewal or a release tries again (within its
-// deadline): the connection was lost or is being re-established, or the server refused for
-// a passing reason. A connection that never worked, or was closed, is a real error.
-bool is_transient(error_code ec, std::string_view server_text = {}) {
-    if (ec == redis::error::server_error)
-        return is_transient_server_error(server_text);
-    return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout;
-}
-
-// A connection that has never been established reports why to the requests it was started
-// for (refused, unreachable, timed out, TLS, the handshake); once it has worked, it keeps
-// requests queued across a loss and reconnects by itself, so these reach no request then.
-bool is_connect_failure(error_code ec) {
-    if (!ec || ec == asio::error::operation_aborted || ec.category() == error_category())
-        return false;
-    if (ec.category() == redis::error_category())
-        return ec == redis::error::connect_timeout || ec == redis::error::handshake_failed;
-    return true; // system, resolver, end of stream, TLS
-}
-
-// Connect failures that trying again cannot mend: the server refused the handshake (wrong
-// password, unknown database, HELLO not permitted) or the TLS peer failed verification.
-bool is_lasting_connect_failure(error_code ec) {
-    return ec == redis::error::handshake_failed || ec.category() == asio::error::get_ssl_category();
-}
-
-// The local FIFO of waiters on one name, sharing one subscription to its wake channel.
-struct name_queue {
-    std::list<waiter*> waiters; // a list: leaving from the middle is O(1)
-    bool subscribed = false;
-    // The server refused the subscription (an ACL user without the channel, or BUSY): the
-    // waiters poll, by their backoff, for as long as this queue lives.
-    bool subscription_refused = false;
-    bool wake_pending = false; // a wake arrived while the head was not sleeping
-};
-
-class locker_impl : public std::enable_shared_from_this<locker_impl>, public holds_handlers {
-public:
-    // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
-    void drop_handlers_at_shutdown() noexcept override;
-
-    locker_impl(redis::detail::shared_engine engine, std::string prefix)
-        : engine_(std::move(engine))
-        , strand_(asio::make_strand(redis::detail::engine_executor(engine_)))
-        , prefix_(std::move(prefix))
-        , rng_(std::random_device{}()) {}
-
-    redis::detail::shared_engine engine_;
-    asio::strand<asio::any_io_executor> strand_;
-    std::string prefix_;
-    std::shared_ptr<redis::push_listener> listener_;
-    // On the strand:
-    std::unordered_map<std::string, std::shared_ptr<name_queue>> queues_; // by channel
-    std::minstd_rand rng_;
-    // Guards that hold a lock taken through this locker, so a reconnection can check their
-    // leases at once and a server change can mark them lost. Entries leave in guard_state::stop.
-    std::list<std::weak_ptr<guard_state>> held_;
-
-    // ---------------------------------------------------------------- Redis calls
-
-    template <class Token>
-    auto exec(resp3::request req, Token token) {
-        return asio::async_initiate<Token, void(error_code, redis::response)>(
-            [this](auto handler, resp3::request r) {
-                redis::detail::engine_exec(engine_, std::move(r), std::move(handler));
-            },
-            token, std::move(req));
-    }
-
-    asio::awaitable<std::tuple<error_code, resp3::value>>
-    run_script(script const& s, std::string_view key1, std::string_view key2, std::string_view arg1,
-               std::string_view arg2, std::optional<asio::cancellation_slot> cancel_by) {
-        auto make = [&](bool load) {
-            resp3::request req;
-            if (load)
-                req.push("SCRIPT", "LOAD", s.source);
-            if (key2.empty())
-                req.push("EVALSHA", s.sha, 1, key1, arg1, arg2);
-            else
-                req.push("EVALSHA", s.sha, 2, key1, key2, arg1, arg2);
-            return req;
-        };
-        for (int round = 0; round < 2; ++round) {
-            auto req = make(round == 1);
-            // Not a ?: of two co_awaits: GCC 12 destroys that temporary too early.
-            std::tuple<error_code, redis::response> reply;
-            if (!cancel_by)
-                reply = co_await exec(std::move(req), nothrow_awaitable); // the caller's
-            else
-                reply = co_await exec(
-                    std::move(req),
-                    asio::bind_cancellation_slot(*cancel_by, asio::as_tuple(asio::use_awaitable)));
-            auto& [ec, resp] = reply;
-            if (ec == redis::error::server_error && round == 0 && !resp.empty() &&
-                resp.back().text.starts_with("NOSCRIPT"))
-                continue; // server restarted or SCRIPT FLUSH: load it and call again, once
-            if (ec && ec != redis::error::server_error)
-                co_return std::tuple{ec, resp3::value{}};
-            if (resp.empty())
-                co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
-            co_return std::tuple{ec, std::move(resp.back())};
-        }
-        co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
-    }
-
-    struct attempt_result {
-        error_code ec;
-        std::string server_text;
-        bool acquired = false;
-        std::int64_t fence = 0;
-        milliseconds holder_ttl{0};
-    };
-
-    // One acquire. The caller's cancellation and the wait deadline reach it as *total*
-    // cancellation, which the connection honours only while the request is unwritten (a
-    // connection being re-established); once written, its reply is always read, so a lock it
-    // grants is never lost track of.
-    asio::awaitable<attempt_result> attempt(lock_keys const& keys, std::string const& token,
-                                            milliseconds ttl, asio::cancellation_state cs,
-                                            clock_type::time_point deadline) {
-        auto stop = std::make_shared<asio::cancellation_signal>();
-        auto caller_slot = cs.slot();
-        if (caller_slot.is_connected())
-            caller_slot.assign(
-                [stop](asio::cancellation_type) { stop->emit(asio::cancellation_type::total); });
-        std::optional<asio::steady_timer> deadline_timer;
-        if (deadline != clock_type::time_point::max()) {
-            deadline_timer.emplace(strand_);
-            deadline_timer->expires_at(deadline);
-            deadline_timer->async_wait([stop](error_code ec) {
-                if (!ec)
-                    stop->emit(asio::cancellation_type::total);
-            });
-        }
-        auto [ec, v] = co_await run_script(acquire_script(), keys.key, keys.fence_key, token,
-                                           std::to_string(ttl.count()), stop->slot());
-        if (caller_slot.is_connected())
-            caller_slot.clear();
-        if (deadline_timer)
-            deadline_timer->cancel();
-        attempt_result r;
-        if (ec) {
-            r.ec = ec;
-            if (ec == redis::error::server_error)
-                r.server_text = v.text;
-            co_return r;
-        }
-        if (v.elements.size() != 2 || !v.elements[0].as_integer() || !v.elements[1].as_integer()) {
-            r.ec = error::unexpected_reply;
-            r.server_text = resp3::to_debug_string(v);
-            co_return r;
-        }
-        r.acquired = *v.elements[0].as_integer() == 1;
-        if (r.acquired)
-            r.fence = *v.elements[1].as_integer();
-        else if (auto const pttl = *v.elements[1].as_integer(); pttl >= 0)
-            r.holder_ttl = milliseconds(pttl);
-        else if (pttl == -1)
-            r.holder_ttl = milliseconds::max(); // set without expiry by hand: back off only
-        else
-            r.holder_ttl = milliseconds(0); // gone meanwhile: try again at once
-        co_return r;
-    }
-
-    // Releases with `token`; never cancelled by the caller, bounded by its own deadline.
-    // The deadlines of all releases share one timer (they are all release_timeout long, so
-    // they expire in the order they were set): no timer per unlock on the hot path.
-    asio::awaitable<std::tuple<error_code, bool>> release(lock_keys const& keys,
-                                                          std::string const& token) {
-        auto deadline = std::make_shared<release_deadline>();
-        watch_release(deadline);
-        // When it ends, the shared timer stops if no other release needs it: an armed timer
-        // would keep the io_context running for the whole deadline after the work is done.
-        struct unwatch_on_exit {
-            locker_impl* self;
-            std::shared_ptr<release_deadline>& watched;
-            ~unwatch_on_exit() {
-                watched.reset();
-                self->release_finished();
-            }
-        } unwatch{this, deadline};
-        // A connection lost before the reply leaves the outcome unknown: send it again until
-        // the deadline. The script checks the token, so a repeat is harmless (it answers 0 if
-        // the first one went through, so `true` is only reported when known).
-        for (int round = 0;; ++round) {
-            auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
-                                               deadline->stop.slot());
-            if (!ec) {
-                auto const released = script_flag(v);
-                if (!released)
-                    co_return std::tuple{error_code(error::unexpected_reply), false};
-                co_return std::tuple{error_code{}, *released};
-            }
-            if (deadline->fired)
-                co_return std::tuple{error_code(error::timeout), false};
-            if (!is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
-                co_return std::tuple{ec, false};
-            asio::steady_timer pause(strand_);
-            pause.expires_after(
-                std::min(milliseconds{20} * (1 << std::min(round, 4)), milliseconds{250}));
-            co_await pause.async_wait(asio::bind_cancellation_slot(
-                deadline->stop.slot(), asio::as_tuple(asio::use_awaitable)));
-            if (deadline->fired)
-                co_return std::tuple{error_code(error::timeout), false};
-        }
-    }
-
-    struct release_deadline {
-        asio::cancellation_signal stop;
-        bool fired = false;
-    };
-    struct watched_release {
-        clock_type::time_point deadline;
-        std::weak_ptr<release_deadline> release;
-    };
-    std::deque<watched_release> release_watch_; // on the strand, in deadline order
-    std::optional<asio::steady_timer> release_timer_;
-    bool release_timer_armed_ = false;
-
-    void watch_release(std::shared_ptr<release_deadline> const& d) {
-        // Releases finish in about the order they start: drop the finished ones up front.
-        while (!release_watch_.empty() && release_watch_.front().release.expired())
-            release_watch_.pop_front();
-        release_watch_.push_back({clock_type::now() + release_timeout, d});
-        if (!release_timer_armed_)
-            arm_release_timer();
-    }
-
-    void release_finished() {
-        while (!release_watch_.empty() && release_watch_.front().release.expired())
-            release_watch_.pop_front();
-        if (release_watch_.empty() && release_timer_armed_) {
-            release_timer_armed_ = false;
-            release_timer_->cancel();
-        }
-    }
-
-    void arm_release_timer() {
-        while (!release_watch_.empty() && release_watch_.front().release.expired())
-            release_watch_.pop_front();
-        if (release_watch_.empty()) {
-            release_timer_armed_ = false;
-            return;
-        }
-        release_timer_armed_ = true;
-        if (!release_timer_)
-            release_timer_.emplace(strand_);
-        release_timer_->expires_at(release_watch_.front().deadline);
-        release_timer_->async_wait([weak = weak_from_this()](error_code ec) {
-            auto self = weak.lock();
-            if (ec || !self)
-                return;
-            auto const now = clock_type::now();
-            while (!self->release_watch_.empty() && self->release_watch_.front().deadline <= now) {
-                if (auto d = self->release_watch_.front().release.lock()) {
-                    d->fired = true;
-                    d->stop.emit(asio::cancellation_type::terminal);
-                }
-                self->release_watch_.pop_front();
-            }
-            self->arm_release_timer();
-        });
-    }
-
-    static constexpr milliseconds release_timeout{5000};
-
-    // ---------------------------------------------------------------- waiting
-
-    std::shared_ptr<name_queue> join(std::string const& channel, waiter& w) {
-        auto& q = queues_[channel];
-        if (!q)
-            q = std::make_shared<name_queue>();
-        w.position = q->waiters.insert(q->waiters.end(), &w);
-        return q;
-    }
-
-    void leave(std::string const& channel, std::shared_ptr<name_queue> const& q, waiter& w,
-               bool acquired) {
-        bool const was_head = q->waiters.front() == &w;
-        q->waiters.erase(w.position);
-        if (q->waiters.empty()) {
-            if (q->subscribed) {
-                // Nobody waits here any more: drop the subscription.
-                redis::detail::engine_change_subscription(engine_, false,
-                                                          std::vector<std::string>(1, channel),
-                                                          [](error_code, std::string) {});
-            }
-            auto it = queues_.find(channel);
-            if (it != queues_.end() && it->second == q)
-                queues_.erase(it);
-        } else if (was_head) {
-            wake(*q->waiters.front(),
-                 acquired ? wake_reason::promoted_after_acquire : wake_reason::woken);
-        }
-    }
-
-    static void wake(waiter& w, wake_reason why = wake_reason::woken) {
-        w.wake = why;
-        w.timer.cancel();
-    }
-
-    void on_wake_message(std::string const& channel) {
-        auto it = queues_.find(channel);
-        if (it == queues_.end())
-            return;
-        auto& q = *it->second;
-        if (q.waiters.empty())
-            return;
-        // One local waiter, not a herd: the head tries, the rest stay asleep.
-        q.wake_pending = true;
-        wake(*q.waiters.front());
-    }
-
-    void on_reconnect();
-    void on_server_change();
-
-    milliseconds backoff(retry_options const& retry, int attempt) {
-        // Capped well inside int64 so the conversion back cannot overflow; 2^62 ms is still
-        // "very long" (146 million years), and the caller saturates the sleep's end.
-        constexpr double cap = 4611686018427387904.0; // 2^62
-        double ceiling = static_cast<double>(retry.initial.count()) *
-                         std::pow(retry.multiplier, std::min(attempt, 60));
-        ceiling = std::min({ceiling, static_cast<double>(retry.max.count()), cap});
-        std::uniform_real_distribution<double> jitter(0.0, ceiling);
-        return milliseconds(static_cast<std::int64_t>(jitter(rng_)) + 1);
-    }
-
-    // ---------------------------------------------------------------- lock
-
-    struct lock_outcome {
-        bool outcome_unknown = false; // an attempt failed after it may have been applied
-        error_code ec;
-        std::string message; // names the lock; the server's text for server errors
-        std::shared_ptr<guard_state> state;
-    };
-
-    static void set_failure(lock_outcome& out, std::string const& name, error_code ec,
-                            std::string const& detail_text) {
-        // Without the source location Asio attaches: the message is about the lock, not
-        // about where in Asio the error was noticed.
-        out.ec = error_code(ec.value(), ec.category());
-        out.message = detail_text.empty() ? fmt::format("colock: lock '{}'", name)
-                                          : fmt::format("colock: lock '{}': {}", name, detail_text);
-    }
-
-    // When a waiting co_lock stops: wait_timeout, and first_connect_timeout while the
-    // connection has never been established.
-    struct wait_deadlines {
-        clock_type::time_point wait;
-        clock_type::time_point first_connect;
-    };
-
-    // Whether a waiting co_lock tries again after an attempt that failed with `ec`.
-    static bool worth_retrying(error_code ec, std::string const& server_text,
-                               wait_deadlines const& deadlines) {
-        if (is_connect_failure(ec))
-            return !is_lasting_connect_failure(ec) && clock_type::now() < deadlines.first_connect;
-        return is_transient(ec, server_text); // the caller checks the wait deadline
-    }
-
-    // What a failure reports after the lock's name: the server's text for its errors, and for
-    // a connection that could not be established, the connection's account of why (endpoint
-    // and cause), which the bare error code lacks.
-    std::string failure_text(error_code ec, std::string const& server_text, lock_options const& opt,
-                             bool waited) const {
-        if (!is_connect_failure(ec))
-            return server_text;
-        std::string why = redis::detail::engine_last_error_text(engine_);
-        if (why.empty())
-            why = ec.message();
-        if (!waited || is_lasting_connect_failure(ec))
-            return fmt::format("no connection to the Redis server: {}", why);
-        auto budget = opt.first_connect_timeout;
-        if (opt.wait_timeout)
-            budget = std::min(budget, *opt.wait_timeout);
-        return fmt::format("no connection to the Redis server within {} ms: {}", budget.count(),
-                           why);
-    }
-
-    // error::timeout's text; names the connection when it is what kept the lock away.
-    std::string timeout_text(lock_options const& opt) const {
-        std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());
-        if (redis::detail::engine_is_connected(engine_))
-            return text;
-        std::string why = redis::detail::engine_last_error_text(engine_);
-        return why.empty() ? text + "; the connection to the Redis server is not established"
-                           : fmt::format("{}; the connection to the Redis server is not "
-                                         "established: {}",
-                                         text, why);
-    }
-
-    asio::awaitable<void> wait_contended(lock_keys const& keys, std::string const& token,
-                                         std::string const& name, lock_options const& opt,
-                                         asio::cancellation_state cs,
-                                         wait_deadlines const& deadlines, milliseconds sleep,
-                                         lock_outcome& out);
-
-    static asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
-                                                  std::string token) {
-        co_await self->release(keys, token);
-    }
-
-    // `keep_alive` holds the locker for as long as the coroutine runs.
-    asio::awaitable<lock_outcome> lock(std::shared_ptr<locker_impl> keep_alive, std::string name,
-                                       lock_options opt, bool wait);
-
-    // Runs one attempt; on success builds the guard into `out`. A cancellation that arrived
-    // meanwhile wins, and a lock granted to it is given back first.
-    asio::awaitable<std::optional<attempt_result>>
-    try_once(lock_keys const& keys, std::string const& token, std::string const& name,
-             lock_options const& opt, asio::cancellation_state cs, clock_type::time_point deadline,
-             lock_outcome& out);
-
-    // Completes when the server confirmed the subscription, or refused it (server_error and
-    // the server's text; nothing was counted), or the connection could not be made.
-    asio::awaitable<std::pair<error_code, std::string>> subscribe(std::string const& channel) {
-        std::vector<std::string> channels(1, channel);
-        auto token = uncancellable();
-        auto [ec, text] =
-            co_await asio::async_initiate<decltype(token), void(error_code, std::string)>(
-                [this, &channels](auto handler) {
-                    redis::detail::engine_change_subscription(engine_, true, std::move(channels),
-                                                              std::move(handler));
-                },
-                token);
-        co_return std::pair<error_code, std::string>{ec, std::move(text)};
-    }
-    std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
-                                            std::int64_t fence, lock_options const& opt,
-                                            clock_type::time_point attempt_start);
-};
-
-// -------------------------------------------------------------------- guard state
-
-struct guard_state : std::enable_shared_from_this<guard_state> {
-    guard_state(std::shared_ptr<locker_impl> owner, std::string lock_name, lock_keys lock_keys_,
-                std::string lock_token, std::int64_t fence_value, lock_options const& options)
-        : locker(std::move(owner))
-        , name(std::move(lock_name))
-        , keys(std::move(lock_keys_))
-        , token(std::move(lock_token))
-        , fence(fence_value)
-        , opt(options)
-        , ttl(options.ttl)
-        , renew_timer(locker->strand_) {}
-
-    std::shared_ptr<locker_impl> locker;
-    std::string const name;
-    lock_keys const keys;
-    std::string const token;
-    std::int64_t const fence;
-    lock_options const opt;
-    std::atomic<bool> lost{false};
-    std::atomic<bool> released{false};
-
-    // On the locker's strand:
-    milliseconds ttl;
-    clock_type::time_point acquired_at;
-    // Local bound of the lease: start of the last successful acquire or extend + its ttl. The
-    // server's expiry is never earlier, since the server started counting later. Atomic so
-    // owns_lock() can check it from any thread.
-    std::atomic<clock_type::rep> lease_deadline_ticks{0};
-
-    clock_type::time_point lease_deadline() const {
-        return clock_type::time_point(clock_type::duration(lease_deadline_ticks.load()));
-    }
-    void set_lease_deadline(clock_type::time_point t) {
-        lease_deadline_ticks = t.time_since_epoch().count();
-    }
-    bool lease_running() const { return clock_type::now() < lease_deadline(); }
-    asio::cancellation_signal renew_stop; // emitted (on the strand) to end the renewal
-    // The renewal's sleep; cancelled (not the renewal itself) to make it check the lease now.
-    asio::steady_timer renew_timer;
-    // This guard's entry in locker->held_, while it holds.
-    std::optional<std::list<std::weak_ptr<guard_state>>::iterator> registration;
-
-    // A pending wait_lost. Its cancellation handler is installed on the caller's thread
-    // before anything is posted, so no cancellation can be missed; `done` makes sure exactly
-    // one of (lost, let go, cancelled) completes it.
-    struct lost_waiter {
-        // Move-constructed only: Boost 1.81's any_completion_handler move *assignment*
-        // recurses forever (it copies from an lvalue through its converting constructor).
-        explicit lost_waiter(asio::any_completion_handler<void(error_code)> h)
-            : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
-
-        asio::any_completion_handler<void(error_code)> handler;
-        asio::cancellation_slot slot;
-        bool done = false;
-    };
-    std::vector<std::shared_ptr<lost_waiter>> lost_waiters;
-
-    void finish_waiter(std::shared_ptr<lost_waiter> const& w, error_code ec) {
-        if (w->done)
-            return;
-        w->done = true;
-        complete_later(locker->strand_, std::move(w->handler), w->slot, ec);
-    }
-
-    void finish_waiters() {
-        auto waiters = std::move(lost_waiters);
-        lost_waiters.clear();
-        for (auto& w : waiters)
-            finish_waiter(w, lost ? error_code{} : error_code(error::not_held));
-    }
-    // The renewal (or, without auto_renew, the lease watcher that wait_lost needs) runs.
-    bool watching = false;
-
-    // Renewal and extend() take turns at the server: a renewal with the old ttl that reached
-    // it after extend() (one sent while extend() was on its way, or retried after NOSCRIPT)
-    // would shorten the lease extend() has just reported.
-    struct turn_waiter {
-        turn_waiter(guard_state& st) : owner(st), timer(st.locker->strand_) {}
-        turn_waiter(turn_waiter const&) = delete;
-        ~turn_waiter() { std::erase(owner.turn_queue, this); } // a frame destroyed unresumed
-        guard_state& owner;
-        asio::steady_timer timer;
-        bool granted = false;
-    };
-    bool turn_taken = false;
-    std::deque<turn_waiter*> turn_queue;
-
-    void give_turn() {
-        if (turn_queue.empty()) {
-            turn_taken = false;
-            return;
-        }
-        auto* next = turn_queue.front();
-        turn_queue.pop_front();
-        next->granted = true;
-        next->timer.cancel();
-    }
-
-    void start_watch();
-
-    milliseconds renew_interval() const {
-        auto const configured = opt.effective_renew_interval();
-        return configured < ttl ? configured : ttl / 3;
-    }
-
-    void mark_lost() {
-        if (released)
-            return;
-        lost = true;
-        finish_waiters();
-    }
-
-    // Stops renewal and wakes wait_lost. On the strand; before any release is sent, so no
-    // renewal can be queued behind the release and revive the lock.
-    void stop() {
-        renew_stop.emit(asio::cancellation_type::terminal);
-        finish_waiters();
-        if (registration) {
-            locker->held_.erase(*registration);
-            registration.reset();
-        }
-    }
-};
-
-namespace {
-
-// Waits for the guard's turn to send an extend (see guard_state::turn_waiter); false when
-// cancelled first, holding nothing. On the locker's strand.
-asio::awaitable<bool> take_turn(guard_state& st) {
-    if (!st.turn_taken) {
-        st.turn_taken = true;
-        co_return true;
-    }
-    auto cs = co_await asio::this_coro::cancellation_state;
-    guard_state::turn_waiter w(st);
-    w.timer.expires_at(clock_type::time_point::max());
-    st.turn_queue.push_back(&w);
-    co_await w.timer.async_wait(nothrow_awaitable);
-    if (!w.granted)
-        co_return false; // cancelled; the destructor leaves the queue
-    if (cancelled(cs)) {
-        st.give_turn();
-        co_return false;
-    }
-    co_return true;
-}
-
-// Gives the turn back when the sending coroutine is done with it, however it ends.
-struct turn_holder {
-    guard_state* st = nullptr;
-    turn_holder() = default;
-    turn_holder(turn_holder const&) = delete;
-    ~turn_holder() {
-        if (st)
-            st->give_turn();
-    }
-};
-
-asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
-    using namespace asio::experimental::awaitable_operators;
-    auto cs = co_await asio::this_coro::cancellation_state;
-    auto& timer = st->renew_timer; // st owns it and outlives this frame
-    asio::steady_timer lease_end(st->locker->strand_);
-    for (;;) {
-        auto next = clock_type::now() + st->renew_interval();
-        if (!st->opt.auto_renew ||
-            (st->opt.max_hold && next >= saturating_add(st->acquired_at, *st->opt.max_hold))) {
-            // Not (or no longer) renewing, only watching for wait_lost: the lease ends at its
-            // deadline, which an explicit extend() may still move.
-            for (;;) {
-                timer.expires_at(st->lease_deadline());
-                co_await timer.async_wait(nothrow_awaitable);
-                if (cancelled(cs) || st->released || st->lost)
-                    co_return;
-                if (!st->lease_running()) {
-                    st->mark_lost();
-                    co_return;
-                }
-            }
-        }
-        timer.expires_at(next);
-        co_await timer.async_wait(nothrow_awaitable);
-        if (cancelled(cs) || st->released || st->lost)
-            co_return;
-
-        // Extend; on an error retry quickly. Either way the lease is ours only until its local
-        // deadline: a stalled connection must not let us believe otherwise. That deadline is
-        // read afresh each time, since extend() may move it; and a wake-up before it (a
-        // reconnection cancels the timer) means "try now", never "give up".
-        for (;;) {
-            if (st->lost)
-                co_return; // marked from outside (server change)
-            if (!st->lease_running()) {
-                st->mark_lost(); // no renewal succeeded before the lease ran out
-                co_return;
-            }
-            turn_holder turn;
-            if (!co_await take_turn(*st))
-                co_return; // stopped while extend() had the turn
-            turn.st = st.get();
-            if (st->released || st->lost)
-                co_return;
-            auto const started = clock_type::now();
-            auto const ttl = st->ttl;
-            lease_end.expires_at(st->lease_deadline());
-            auto outcome = co_await (
-                st->locker->run_script(extend_script(), st->keys.key, st->keys.fence_key, st->token,
-                                       std::to_string(ttl.count()), std::nullopt) ||
-                lease_end.async_wait(nothrow_awaitable));
-            turn.st = nullptr;
-            st->give_turn();
-            if (cancelled(cs) || st->released)
-                co_return;
-            if (outcome.index() == 1)
-                continue; // no answer by the deadline: lost, unless extend() moved it
-            auto [ec, v] = std::get<0>(outcome);
-            auto const extended = ec ? std::nullopt : script_flag(v);
-            if (!ec && !extended)
-                ec = error::unexpected_reply; // unreadable: retried as a network error is
-            if (!ec) {
-                if (*extended) {
-                    st->set_lease_deadline(started + ttl);
-                    if (st->ttl != ttl)
-                        continue; // extend() changed the lease meanwhile: apply it again now
-                    break;
-                }
-                st->mark_lost(); // deleted, expired or taken over
-                co_return;
-            }
-            auto const retry_at =
-                clock_type::now() + std::min(st->renew_interval() / 4, milliseconds{250});
-            timer.expires_at(std::min(retry_at, st->lease_deadline()));
-            co_await timer.async_wait(nothrow_awaitable);
-            if (cancelled(cs) || st->released)
-                co_return;
-        }
-    }
-}
-
-// Coroutines take what they use by value: lambdas with captures that outlive their first
-// suspension are a classic source of dangling references.
-
-// Stops renewal, then releases. On the locker's strand.
-asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
-    st->stop();
-    co_return co_await st->locker->release(st->keys, st->token);
-}
-
-asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_state> st,
-                                                          milliseconds ttl) {
-    turn_holder turn;
-    if (!co_await take_turn(*st))
-        co_return std::tuple{error_code(asio::error::operation_aborted), false};
-    turn.st = st.get();
-    auto const started = clock_type::now();
-    auto [ec, v] =
-        co_await st->locker->run_script(extend_script(), st->keys.key, st->keys.fence_key,
-                                        st->token, std::to_string(ttl.count()), std::nullopt);
-    if (ec)
-        co_return std::tuple{ec, false};
-    auto const flag = script_flag(v);
-    if (!flag)
-        co_return std::tuple{error_code(error::unexpected_reply), false};
-    bool const still_ours = *flag;
-    if (still_ours) {
-        st->ttl = ttl;
-        st->set_lease_deadline(started + ttl);
-    } else {
-        st->mark_lost();
-    }
-    co_return std::tuple{error_code{}, still_ours};
-}
-
-// Releases in the background, for a guard that went away while holding or whose loss is known.
-// The first attempt is handed to the connection here, on the caller's thread, so that it is
-// queued before anything the caller does next: a close() right after still sends it, and
-// nothing reopens the connection later. A passing error (a lost connection, BUSY, LOADING)
-// hands the release to the retrying one on the strand. EVAL rather than EVALSHA: no NOSCRIPT.
-void release_in_background(std::shared_ptr<guard_state> st) {
-    asio::dispatch(st->locker->strand_, [st] { st->stop(); });
-    resp3::request req;
-    req.push("EVAL", release_script().source, 1, st->keys.key, st->token, st->keys.channel);
-    auto const engine = st->locker->engine_;
-    redis::detail::engine_exec(
-        engine, std::move(req), [st = std::move(st)](error_code ec, redis::response resp) {
-            std::string const text =
-                ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
-            if (!is_transient(ec, text))
-                return;
-            asio::dispatch(st->locker->strand_, [st] {
-                asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
-            });
-        });
-}
-
-} // namespace
+locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix)
+    : store_(std::move(store))
+    , strand_(store_->strand())
+    , prefix_(std::move(prefix))
+    , queues_(*store_)
+    , rng_(std::random_device{}()) {}
 
 void locker_impl::drop_handlers_at_shutdown() noexcept {
     std::vector<std::shared_ptr<guard_state::lost_waiter>> dropped; // destroyed last
@@ -1017,12 +47,91 @@ void locker_impl::drop_handlers_at_shutdown() noexcept {
                 dropped.push_back(std::move(w));
 }
 
-void guard_state::start_watch() {
-    if (watching)
-        return;
-    watching = true;
-    asio::co_spawn(locker->strand_, renew_loop(shared_from_this()),
-                   asio::bind_cancellation_slot(renew_stop.slot(), asio::detached));
+void locker_impl::on_wake(std::string const& channel) {
+    queues_.on_wake(channel);
+}
+
+void locker_impl::on_reconnect() {
+    // Messages published while the connection was down were missed: let every head look.
+    queues_.wake_heads();
+    // The outage may have outlasted a lease, or the server may have lost its keys: renew now
+    // rather than at the next interval, so a loss is known one round trip after reconnecting.
+    for (auto const& weak : held_)
+        if (auto st = weak.lock(); st && st->opt.auto_renew)
+            st->renew_timer.cancel();
+}
+
+void locker_impl::on_server_change() {
+    // Another server instance: the locks we held were on the old one. A restart without
+    // persistence lost them, so someone else may already hold them; say so at once.
+    for (auto const& weak : held_)
+        if (auto st = weak.lock()) {
+            st->mark_lost();
+            st->renew_timer.cancel();
+        }
+}
+
+asio::awaitable<grant_result> locker_impl::attempt(lock_keys const& keys, std::string const& token,
+                                                   milliseconds ttl, asio::cancellation_state cs,
+                                                   clock_type::time_point deadline) {
+    auto stop = std::make_shared<asio::cancellation_signal>();
+    auto caller_slot = cs.slot();
+    if (caller_slot.is_connected())
+        caller_slot.assign(
+            [stop](asio::cancellation_type) { stop->emit(asio::cancellation_type::total); });
+    std::optional<asio::steady_timer> deadline_timer;
+    if (deadline != clock_type::time_point::max()) {
+        deadline_timer.emplace(strand_);
+        deadline_timer->expires_at(deadline);
+        deadline_timer->async_wait([stop](error_code ec) {
+            if (!ec)
+                stop->emit(asio::cancellation_type::total);
+        });
+    }
+    auto r = co_await store_->grant(keys, token, ttl, stop->slot());
+    if (caller_slot.is_connected())
+        caller_slot.clear();
+    if (deadline_timer)
+        deadline_timer->cancel();
+    co_return r;
+}
+
+void locker_impl::set_failure(lock_outcome& out, std::string const& name, error_code ec,
+                              std::string const& detail_text) {
+    // Without the source location Asio attaches: the message is about the lock, not about
+    // where in Asio the error was noticed.
+    out.ec = error_code(ec.value(), ec.category());
+    out.message = detail_text.empty() ? fmt::format("colock: lock '{}'", name)
+                                      : fmt::format("colock: lock '{}': {}", name, detail_text);
+}
+
+// The server's text for its errors, and for a connection that could not be established, the
+// connection's account of why (endpoint and cause), which the bare error code lacks.
+std::string locker_impl::failure_text(error_code ec, std::string const& server_text,
+                                      lock_options const& opt, bool waited) const {
+    if (!is_connect_failure(ec))
+        return server_text;
+    std::string why = store_->last_error_text();
+    if (why.empty())
+        why = ec.message();
+    if (!waited || is_lasting_connect_failure(ec))
+        return fmt::format("no connection to the Redis server: {}", why);
+    auto budget = opt.first_connect_timeout;
+    if (opt.wait_timeout)
+        budget = std::min(budget, *opt.wait_timeout);
+    return fmt::format("no connection to the Redis server within {} ms: {}", budget.count(), why);
+}
+
+// Names the connection when it is what kept the lock away.
+std::string locker_impl::timeout_text(lock_options const& opt) const {
+    std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());
+    if (store_->is_connected())
+        return text;
+    std::string why = store_->last_error_text();
+    return why.empty() ? text + "; the connection to the Redis server is not established"
+                       : fmt::format("{}; the connection to the Redis server is not "
+                                     "established: {}",
+                                     text, why);
 }
 
 std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys keys,
@@ -1039,40 +148,52 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
     return st;
 }
 
-asio::awaitable<std::optional<locker_impl::attempt_result>>
+asio::awaitable<std::optional<grant_result>>
 locker_impl::try_once(lock_keys const& keys, std::string const& token, std::string const& name,
                       lock_options const& opt, asio::cancellation_state cs,
                       clock_type::time_point deadline, lock_outcome& out) {
     auto started = clock_type::now();
-    auto server_changes = redis::detail::engine_server_changes(engine_);
-    attempt_result r = co_await attempt(keys, token, opt.ttl, cs, deadline);
+    auto server_changes = store_->server_changes();
+    grant_result r = co_await attempt(keys, token, opt.ttl, cs, deadline);
     // Granted by a server instance that has been replaced since (its keys may be gone, and the
     // guards it granted were marked lost): ask the new one. Same token, so this is idempotent.
-    for (int rounds = 0; !r.ec && r.acquired && !cancelled(cs) && rounds < 3 &&
-                         redis::detail::engine_server_changes(engine_) != server_changes;
+    for (int rounds = 0; !r.ec && r.granted && !cancelled(cs) && rounds < 3 &&
+                         store_->server_changes() != server_changes;
          ++rounds) {
         started = clock_type::now();
-        server_changes = redis::detail::engine_server_changes(engine_);
+        server_changes = store_->server_changes();
         r = co_await attempt(keys, token, opt.ttl, cs, deadline);
     }
-    if (!r.ec && r.acquired && redis::detail::engine_server_changes(engine_) != server_changes)
+    if (!r.ec && r.granted && store_->server_changes() != server_changes) {
         r.ec = redis::error::connection_lost; // the server keeps changing: give up this attempt
-    // A garbled reply (unexpected_reply) came from a script that did run: unknown as well.
-    if (r.ec && r.ec != redis::error::server_error && r.ec != asio::error::operation_aborted)
+        r.outcome_unknown = true;
+    }
+    if (r.outcome_unknown)
         out.outcome_unknown = true; // it may have been applied: release on the way out
-    if (!r.ec && r.acquired && cancelled(cs)) {
-        auto [rec, released] = co_await release(keys, token);
-        if (rec)
+    if (!r.ec && r.granted && cancelled(cs)) {
+        auto const released = co_await store_->release(keys, token);
+        if (released.ec)
             out.outcome_unknown = true; // try once more on the way out
-        r.acquired = false;
+        r.granted = false;
         r.ec = asio::error::operation_aborted;
     }
     if (r.ec == asio::error::operation_aborted && !cancelled(cs))
         r.ec = error::timeout; // stopped by the wait deadline before it was sent
-    if (!r.ec && r.acquired)
+    if (!r.ec && r.granted)
         out.state = make_guard(name, keys, token, r.fence, opt, started);
     co_return r;
 }
+
+namespace {
+
+// After an attempt whose outcome is unknown, in the background: the connection may be down,
+// and the caller should not wait for it. `self` holds the locker meanwhile.
+asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
+                                       std::string token) {
+    co_await self->store_->release(keys, token);
+}
+
+} // namespace
 
 asio::awaitable<locker_impl::lock_outcome>
 locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, lock_options opt,
@@ -1105,28 +226,31 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     // The uncontended path: one command, no subscription. A co_lock that finds others of
     // this process already waiting on the name queues behind them instead: FIFO, and no
     // attempt that would fail anyway.
-    auto const queued = queues_.find(keys.channel);
-    bool const others_waiting = wait && queued != queues_.end() && !queued->second->waiters.empty();
+    bool const others_waiting = wait && queues_.has_waiters(keys.channel);
     milliseconds sleep = opt.ttl;
     if (!finished && !others_waiting) {
         auto first = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
-        if (first->acquired)
+        attempt_context const context{wait, false, deadlines, opt.retry.max};
+        auto const next = decide_after_attempt(*first, context, cancelled(cs), clock_type::now());
+        switch (next.step) {
+        case next_step::acquired:
+        case next_step::not_acquired: // held by someone else: an empty result
             co_return out;
-        if (first->ec == error::timeout) {
+        case next_step::fail_timeout:
             fail(first->ec, timeout_text(opt));
             finished = true;
-        } else if (first->ec &&
-                   !(wait && worth_retrying(first->ec, first->server_text, deadlines))) {
+            break;
+        case next_step::fail:
             fail(first->ec, failure_text(first->ec, first->server_text, opt, wait));
             finished = true;
-        } else if (cancelled(cs)) { // requested while the attempt was in flight: reported
+            break;
+        case next_step::aborted:
             fail(asio::error::operation_aborted, {});
             finished = true;
-        } else if (!wait) {
-            co_return out; // held by someone else: an empty result
-        } else {
-            // Held, or the connection was lost (then try again after a backoff).
-            sleep = first->ec ? opt.retry.max : first->holder_ttl;
+            break;
+        case next_step::wait:
+            sleep = next.sleep;
+            break;
         }
     }
     if (!finished && clock_type::now() >= wait_deadline) {
@@ -1140,425 +264,24 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 
     // An attempt that failed after it may have been applied could have left our token in the
     // key: release it (the script checks the token, so this is always safe).
-    // In the background: the connection may be down, and the caller should not wait for it.
     if (out.ec && out.outcome_unknown)
         asio::co_spawn(strand_, release_detached(keep_alive, keys, token), asio::detached);
     co_return out;
 }
 
-asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::string const& token,
-                                                  std::string const& name, lock_options const& opt,
-                                                  asio::cancellation_state cs,
-                                                  wait_deadlines const& deadlines,
-                                                  milliseconds sleep, lock_outcome& out) {
-    auto const wait_deadline = deadlines.wait;
-    auto fail = [&](error_code ec, std::string const& detail_text) {
-        set_failure(out, name, ec, detail_text);
-    };
-    // Contended: queue locally. The head subscribes (once per name) and retries; the others
-    // sleep until they become the head.
-    waiter self_waiter(strand_);
-    auto queue = join(keys.channel, self_waiter);
-    struct leave_on_exit {
-        locker_impl* impl;
-        std::string const& channel;
-        std::shared_ptr<name_queue> const& q;
-        waiter& w;
-        bool acquired = false;
-        ~leave_on_exit() { impl->leave(channel, q, w, acquired); }
-    } leave_guard{this, keys.channel, queue, self_waiter};
-
-    int attempts = 1;
-    bool need_attempt = false; // the first attempt's answer still stands
-    for (;;) {
-        bool const head = queue->waiters.front() == &self_waiter;
-        if (head && !queue->subscribed && !queue->subscription_refused) {
-            // Subscribe, then try: a release published after this attempt reaches us.
-            queue->subscribed = true;
-            auto [sec, refusal] = co_await subscribe(keys.channel);
-            if (sec) {
-                // Not subscribed (nothing to undo on leaving): poll by the backoff instead. A
-                // refusal (an ACL user without the channel: NOPERM) stands for this queue; the
-                // connection's last_error_text() keeps the server's words.
-                queue->subscribed = false;
-                queue->subscription_refused = sec == redis::error::server_error;
-            }
-            need_attempt = true;
-            if (cancelled(cs)) {
-                fail(asio::error::operation_aborted, {});
-                co_return;
-            }
-        }
-        if (head && need_attempt) {
-            queue->wake_pending = false;
-            auto r = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
-            ++attempts;
-            if (r->acquired) {
-                leave_guard.acquired = true;
-                co_return;
-            }
-            if (cancelled(cs)) { // arrived while the attempt was in flight
-                fail(asio::error::operation_aborted, {});
-                co_return;
-            }
-            if (r->ec == error::timeout) {
-                fail(r->ec, timeout_text(opt));
-                co_return;
-            }
-            if (r->ec) {
-                // A lost connection leaves the attempt's outcome unknown; the acquire script
-                // is idempotent for our token, so trying again later is safe.
-                if (!worth_retrying(r->ec, r->server_text, deadlines)) {
-                    fail(r->ec, failure_text(r->ec, r->server_text, opt, true));
-                    co_return;
-                }
-                sleep = opt.retry.max;
-            } else {
-                sleep = r->holder_ttl;
-            }
-        }
-        need_attempt = true;
-
-        auto const now = clock_type::now();
-        if (now >= wait_deadline) {
-            fail(error::timeout, timeout_text(opt));
-            co_return;
-        }
-        if (head && queue->wake_pending)
-            continue; // released while we were busy: try again at once
-        auto until = wait_deadline;
-        if (head) {
-            auto const nap = std::min(sleep, backoff(opt.retry, attempts - 1));
-            until = std::min(until, saturating_add(now, std::max(nap, milliseconds{1})));
-        }
-        self_waiter.wake = wake_reason::none;
-        self_waiter.timer.expires_at(until);
-        co_await self_waiter.timer.async_wait(nothrow_awaitable);
-        if (cancelled(cs)) {
-            fail(asio::error::operation_aborted, {});
-            co_return;
-        }
-        if (self_waiter.wake == wake_reason::promoted_after_acquire) {
-            // The previous head took the lock: wait for its release rather than ask now.
-            need_attempt = false;
-            sleep = opt.ttl;
-        } else if (!head && self_waiter.wake == wake_reason::none) {
-            need_attempt = false; // woken by the wait deadline only; checked above
-        }
-    }
-}
-
 } // namespace detail
-
-void detail::locker_impl::on_reconnect() {
-    // Messages published while the connection was down were missed: let every head look.
-    for (auto& [channel, q] : queues_)
-        if (!q->waiters.empty()) {
-            q->wake_pending = true;
-            wake(*q->waiters.front());
-        }
-    // The outage may have outlasted a lease, or the server may have lost its keys: renew now
-    // rather than at the next interval, so a loss is known one round trip after reconnecting.
-    for (auto const& weak : held_)
-        if (auto st = weak.lock(); st && st->opt.auto_renew)
-            st->renew_timer.cancel();
-}
-
-void detail::locker_impl::on_server_change() {
-    // Another server instance: the locks we held were on the old one. A restart without
-    // persistence lost them, so someone else may already hold them; say so at once.
-    for (auto const& weak : held_)
-        if (auto st = weak.lock()) {
-            st->mark_lost();
-            st->renew_timer.cancel();
-        }
-}
-
-// -------------------------------------------------------------------- lock_guard
-
-lock_guard::lock_guard() noexcept = default;
-lock_guard::lock_guard(std::shared_ptr<detail::guard_state> state) noexcept
-    : state_(std::move(state)) {}
-lock_guard::lock_guard(lock_guard&& other) noexcept : state_(std::move(other.state_)) {}
-
-lock_guard& lock_guard::operator=(lock_guard&& other) noexcept {
-    if (this != &other) {
-        abandon();
-        state_ = std::move(other.state_);
-    }
-    return *this;
-}
-
-lock_guard::~lock_guard() {
-    abandon();
-}
-
-void lock_guard::abandon() noexcept {
-    if (!state_)
-        return;
-    auto st = std::move(state_);
-    if (st->released.exchange(true))
-        return;
-    try {
-        detail::release_in_background(std::move(st));
-    } catch (...) {
-        // Out of memory while posting: the lease runs out by its TTL.
-    }
-}
-
-namespace {
-std::string const empty_string;
-}
-
-std::string const& lock_guard::name() const noexcept {
-    return state_ ? state_->name : empty_string;
-}
-std::string const& lock_guard::token() const noexcept {
-    return state_ ? state_->token : empty_string;
-}
-std::int64_t lock_guard::fence() const noexcept {
-    return state_ ? state_->fence : 0;
-}
-bool lock_guard::owns_lock() const noexcept {
-    return state_ && !state_->lost && !state_->released && state_->lease_running();
-}
-std::chrono::steady_clock::time_point lock_guard::lease_expiry() const noexcept {
-    return state_ ? state_->lease_deadline() : std::chrono::steady_clock::time_point{};
-}
-bool lock_guard::lost() const noexcept {
-    // Without renewal nobody marks the end of the lease: it is lost when it runs out.
-    return state_ && (state_->lost || (!state_->released && !state_->lease_running()));
-}
-
-void lock_guard::start_wait_lost(
-    boost::asio::any_completion_handler<void(boost::system::error_code)> handler) {
-    auto st = state_;
-    if (!st) {
-        auto ex = asio::get_associated_executor(handler);
-        asio::dispatch(ex, [h = std::move(handler)]() mutable {
-            std::move(h)(make_error_code(error::not_held));
-        });
-        return;
-    }
-    using waiter_type = detail::guard_state::lost_waiter;
-    auto w = std::make_shared<waiter_type>(std::move(handler));
-    if (w->slot.is_connected()) {
-        // Installed here, on the caller's thread, where the caller emits.
-        w->slot.assign([weak_w = std::weak_ptr<waiter_type>(w),
-                        weak_st = std::weak_ptr<detail::guard_state>(st)](asio::cancellation_type) {
-            auto cw = weak_w.lock();
-            auto cst = weak_st.lock();
-            if (!cw || !cst)
-                return;
-            asio::dispatch(cst->locker->strand_, [cw, cst] {
-                std::erase(cst->lost_waiters, cw);
-                cst->finish_waiter(cw, asio::error::operation_aborted);
-            });
-        });
-    }
-    asio::dispatch(st->locker->strand_, [st, w] {
-        if (w->done)
-            return; // cancelled already
-        if (st->lost || st->released) {
-            st->finish_waiter(w, st->lost ? error_code{} : error_code(error::not_held));
-            return;
-        }
-        st->start_watch(); // without auto_renew, someone must notice the lease's end
-        st->lost_waiters.push_back(w);
-    });
-}
-
-asio::awaitable<void> lock_guard::wait_lost() {
-    auto [ec] = co_await async_wait_lost(asio::as_tuple(asio::use_awaitable));
-    if (ec == asio::error::operation_aborted)
-        throw system_error(ec, "colock: wait_lost");
-}
-
-asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
-    auto st = state_;
-    if (!st || st->released)
-        throw system_error(make_error_code(error::not_held), "colock: extend");
-    if (ttl.count() <= 0 || ttl > max_lock_ttl)
-        throw system_error(make_error_code(error::invalid_argument),
-                           fmt::format("colock: extend of lock '{}': ttl must be positive and at "
-                                       "most max_lock_ttl ({} ms), got {} ms",
-                                       st->name, max_lock_ttl.count(), ttl.count()));
-    if (st->lost)
-        co_return false;
-    // On the locker's strand, where the renewal reads ttl and lease_deadline.
-    using extend_result = std::tuple<error_code, bool>;
-    // Named, capturing no destructor (see run_lock); `st` keeps the state alive meanwhile.
-    auto initiation = [raw = st.get(), ttl](auto handler) {
-        auto state = raw->shared_from_this();
-        auto strand = state->locker->strand_;
-        detail::spawn_cancellable(
-            strand, detail::extend_held(std::move(state), ttl), std::move(handler),
-            [](auto h, std::exception_ptr e, extend_result r) { std::move(h)(e, std::move(r)); });
-    };
-    auto [ex, result] = co_await asio::async_initiate<decltype(detail::nothrow_awaitable) const,
-                                                      void(std::exception_ptr, extend_result)>(
-        std::move(initiation), detail::nothrow_awaitable);
-    if (ex)
-        std::rethrow_exception(ex);
-    auto [ec, ours] = result;
-    if (ec)
-        throw system_error(ec, fmt::format("colock: extend of lock '{}'", st->name));
-    co_return ours;
-}
-
-namespace {
-
-// Completes an operation decided at its initiation: never inside the initiating call, on the
-// handler's executor (or `fallback`'s, for a guard that has no locker).
-template <class Handler, class Executor, class... Args>
-void complete_soon(Handler handler, Executor const& fallback, Args... args) {
-    asio::post(fallback, [handler = std::move(handler), fallback,
-                          ... args = std::move(args)]() mutable {
-        auto ex = asio::get_associated_executor(handler, fallback);
-        asio::dispatch(ex, [handler = std::move(handler), ... args = std::move(args)]() mutable {
-            std::move(handler)(std::move(args)...);
-        });
-    });
-}
-
-} // namespace
-
-void lock_guard::validate_extend(std::chrono::milliseconds ttl) {
-    if (ttl.count() <= 0 || ttl > max_lock_ttl)
-        throw system_error(make_error_code(error::invalid_argument),
-                           fmt::format("colock: extend: ttl must be positive and at most "
-                                       "max_lock_ttl ({} ms), got {} ms",
-                                       max_lock_ttl.count(), ttl.count()));
-}
-
-void lock_guard::start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler) {
-    if (!st || st->released.exchange(true)) {
-        auto fallback = st ? st->locker->strand_.get_inner_executor()
-                           : asio::any_io_executor(asio::system_executor());
-        complete_soon(std::move(handler), fallback, error_code{}, false);
-        return;
-    }
-    auto const io_executor = st->locker->strand_.get_inner_executor();
-    if (st->lost) {
-        detail::release_in_background(std::move(st)); // as unlock(): false at once
-        complete_soon(std::move(handler), io_executor, error_code{}, false);
-        return;
-    }
-    auto strand = st->locker->strand_;
-    asio::co_spawn(strand, detail::release_held(std::move(st)),
-                   asio::bind_cancellation_slot(
-                       asio::cancellation_slot(),
-                       [handler = std::move(handler),
-                        io_executor](std::exception_ptr e, std::tuple<error_code, bool> r) mutable {
-                           auto [ec, ours] = r;
-                           if (e)
-                               ec = error::unexpected_reply;
-                           complete_soon(std::move(handler), io_executor,
-                                         error_code(ec.value(), ec.category()), ours);
-                       }));
-}
-
-void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
-                              std::chrono::milliseconds ttl, result_handler handler) {
-    if (!st || st->released) {
-        auto fallback = st ? st->locker->strand_.get_inner_executor()
-                           : asio::any_io_executor(asio::system_executor());
-        complete_soon(std::move(handler), fallback, error_code(error::not_held), false);
-        return;
-    }
-    if (st->lost) {
-        complete_soon(std::move(handler), st->locker->strand_.get_inner_executor(), error_code{},
-                      false);
-        return;
-    }
-    auto strand = st->locker->strand_;
-    using extend_result = std::tuple<error_code, bool>;
-    detail::spawn_cancellable(strand, detail::extend_held(std::move(st), ttl), std::move(handler),
-                              [](result_handler h, std::exception_ptr e, extend_result r) {
-                                  auto [ec, ours] = r;
-                                  if (e)
-                                      ec = error::unexpected_reply;
-                                  std::move(h)(error_code(ec.value(), ec.category()), ours);
-                              });
-}
-
-asio::awaitable<bool> lock_guard::unlock() {
-    auto st = state_;
-    if (!st || st->released.exchange(true))
-        co_return false;
-    if (st->lost) {
-        // Known lost: the answer is false whatever the server says, so do not wait for it
-        // (it may be down). The release still goes out in the background, in case the key
-        // is still ours there.
-        detail::release_in_background(std::move(st));
-        co_return false;
-    }
-    // Its own coroutine on the locker's strand, not reachable by our caller's cancellation:
-    // a cancelled caller still gives the lock back.
-    auto [ex, result] =
-        co_await asio::co_spawn(st->locker->strand_, detail::release_held(st),
-                                asio::bind_cancellation_slot(asio::cancellation_slot(),
-                                                             asio::as_tuple(asio::use_awaitable)));
-    if (ex)
-        std::rethrow_exception(ex);
-    auto [ec, ours] = result;
-    if (ec)
-        throw system_error(
-            error_code(ec.value(), ec.category()),
-            ec == error::timeout
-                ? fmt::format("colock: unlock of lock '{}': the release was not confirmed within "
-                              "{} ms; the lease ends by its ttl",
-                              st->name, detail::locker_impl::release_timeout.count())
-                : fmt::format("colock: unlock of lock '{}'", st->name));
-    co_return ours;
-}
 
 // -------------------------------------------------------------------- locker
 
-namespace {
-
-struct wake_listener final : redis::push_listener {
-    std::weak_ptr<detail::locker_impl> impl;
-
-    void on_push(resp3::value const& push) override {
-        // ["message", channel, payload]
-        if (push.elements.size() != 3 || push.elements[0].as_string() != "message")
-            return;
-        auto self = impl.lock();
-        if (!self)
-            return;
-        auto channel = push.elements[1].as_string();
-        if (!channel || !channel->starts_with(self->prefix_))
-            return;
-        asio::dispatch(self->strand_,
-                       [self, c = std::string(*channel)] { self->on_wake_message(c); });
-    }
-
-    void on_reconnect() override {
-        if (auto self = impl.lock())
-            asio::dispatch(self->strand_, [self] { self->on_reconnect(); });
-    }
-
-    void on_server_change() override {
-        if (auto self = impl.lock())
-            asio::dispatch(self->strand_, [self] { self->on_server_change(); });
-    }
-};
-
-} // namespace
-
 locker::locker(redis::connection& conn, std::string key_prefix)
-    : impl_(std::make_shared<detail::locker_impl>(redis::detail::engine_of(conn),
+    : impl_(std::make_shared<detail::locker_impl>(detail::make_single_connection_store(conn),
                                                   std::move(key_prefix))) {
-    auto listener = std::make_shared<wake_listener>();
-    listener->impl = impl_;
-    impl_->listener_ = listener;
-    redis::detail::engine_add_listener(impl_->engine_, listener);
+    impl_->store_->listen(impl_, impl_->prefix_);
     detail::context_shutdown::watch(impl_->strand_.get_inner_executor(), impl_);
 }
 
 locker::~locker() {
-    redis::detail::engine_remove_listener(impl_->engine_, impl_->listener_.get());
+    impl_->store_->stop_listening();
 }
 
 locker::executor_type locker::get_executor() const noexcept {

@@ -1,0 +1,59 @@
+#include "acquire_policy.hpp"
+
+#include "errors.hpp"
+
+#include <colock/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace colock::detail {
+
+using std::chrono::milliseconds;
+
+bool worth_retrying(boost::system::error_code ec, std::string_view server_text,
+                    wait_deadlines const& deadlines, clock_type::time_point now) {
+    if (is_connect_failure(ec))
+        return !is_lasting_connect_failure(ec) && now < deadlines.first_connect;
+    return is_transient(ec, server_text);
+}
+
+acquire_decision decide_after_attempt(grant_result const& r, attempt_context const& ctx,
+                                      bool cancelled, clock_type::time_point now) {
+    if (r.granted)
+        return {next_step::acquired};
+    if (ctx.queued && cancelled) // arrived while the attempt was in flight
+        return {next_step::aborted};
+    if (r.ec == error::timeout)
+        return {next_step::fail_timeout};
+    if (r.ec && !(ctx.wait && worth_retrying(r.ec, r.server_text, ctx.deadlines, now)))
+        return {next_step::fail};
+    if (cancelled) // requested while the attempt was in flight: reported
+        return {next_step::aborted};
+    if (!ctx.wait)
+        return {next_step::not_acquired}; // held by someone else
+    // Held, or the connection was lost: a lost connection leaves the attempt's outcome
+    // unknown, but the acquire script is idempotent for our token, so asking again is safe.
+    return {next_step::wait, r.ec ? ctx.retry_max : r.holder_ttl};
+}
+
+milliseconds backoff(retry_options const& retry, int attempt, std::minstd_rand& rng) {
+    // Capped well inside int64 so the conversion back cannot overflow; 2^62 ms is still
+    // "very long" (146 million years), and the caller saturates the sleep's end.
+    constexpr double cap = 4611686018427387904.0; // 2^62
+    double ceiling = static_cast<double>(retry.initial.count()) *
+                     std::pow(retry.multiplier, std::min(attempt, 60));
+    ceiling = std::min({ceiling, static_cast<double>(retry.max.count()), cap});
+    std::uniform_real_distribution<double> jitter(0.0, ceiling);
+    return milliseconds(static_cast<std::int64_t>(jitter(rng)) + 1);
+}
+
+clock_type::time_point head_wakes_at(clock_type::time_point now,
+                                     clock_type::time_point wait_deadline, milliseconds sleep,
+                                     milliseconds backoff) {
+    auto const nap = std::min(sleep, backoff);
+    return std::min(wait_deadline, saturating_add(now, std::max(nap, milliseconds{1})));
+}
+
+} // namespace colock::detail

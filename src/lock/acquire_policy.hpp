@@ -1,0 +1,69 @@
+// The acquire–wait–retry decisions of co_lock and co_try_lock, sans I/O: what to do after one
+// attempt's outcome, how long a queue's head sleeps before asking again. Private to the
+// library's sources; tested without a server in test/unit/test_acquire_policy.cpp.
+#pragma once
+
+#include "common.hpp"
+#include "lease_store.hpp"
+
+#include <colock/lock_options.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <random>
+#include <string_view>
+
+namespace colock::detail {
+
+// When a waiting co_lock stops: wait_timeout, and first_connect_timeout while the connection
+// has never been established.
+struct wait_deadlines {
+    clock_type::time_point wait;
+    clock_type::time_point first_connect;
+};
+
+// Whether a waiting co_lock tries again after an attempt that failed with `ec` at `now`. The
+// wait deadline is the caller's to check.
+bool worth_retrying(boost::system::error_code ec, std::string_view server_text,
+                    wait_deadlines const& deadlines, clock_type::time_point now);
+
+enum class next_step {
+    acquired,     // done: the lease is ours
+    not_acquired, // done (co_try_lock): held by someone else, an empty result
+    fail,         // done: report the attempt's error
+    fail_timeout, // done: error::timeout (the wait deadline stopped the attempt)
+    aborted,      // done: operation_aborted (the caller cancelled)
+    wait,         // sleep up to `sleep` (capped by the backoff), then ask again
+};
+
+struct acquire_decision {
+    next_step step;
+    std::chrono::milliseconds sleep{0}; // for next_step::wait
+};
+
+struct attempt_context {
+    bool wait;   // co_lock; co_try_lock makes this one attempt only
+    bool queued; // the attempt of a local queue's head: a cancellation is reported before
+                 // the attempt's own error (the first attempt reports the error first)
+    wait_deadlines deadlines;
+    std::chrono::milliseconds retry_max; // the sleep after a passing error
+};
+
+// What to do after an attempt ended with `r`. `cancelled`: the caller's cancellation has
+// arrived (a lease granted to it has already been given back: r.granted is false).
+acquire_decision decide_after_attempt(grant_result const& r, attempt_context const& ctx,
+                                      bool cancelled, clock_type::time_point now);
+
+// The n-th backoff (n from 0): uniform in [1, min(max, initial * multiplier^n) + 1] ms.
+std::chrono::milliseconds backoff(retry_options const& retry, int attempt, std::minstd_rand& rng);
+
+// When a queue's head wakes up to ask again: after `sleep` (the holder's remaining lease, or
+// retry.max after an error) or the backoff, whichever is first, at least 1 ms from now, and
+// never after the wait deadline.
+clock_type::time_point head_wakes_at(clock_type::time_point now,
+                                     clock_type::time_point wait_deadline,
+                                     std::chrono::milliseconds sleep,
+                                     std::chrono::milliseconds backoff);
+
+} // namespace colock::detail

@@ -1,0 +1,25 @@
+// How the lock layer sorts the errors an attempt, a renewal or a release can end with.
+// Private to the library's sources.
+#pragma once
+
+#include <boost/system/error_code.hpp>
+
+#include <string_view>
+
+namespace colock::detail {
+
+// Errors after which a waiting co_lock, a renewal or a release tries again (within its
+// deadline): the connection was lost or is being re-established, or the server refused for
+// a passing reason. A connection that never worked, or was closed, is a real error.
+bool is_transient(boost::system::error_code ec, std::string_view server_text = {});
+
+// A connection that has never been established reports why to the requests it was started
+// for (refused, unreachable, timed out, TLS, the handshake); once it has worked, it keeps
+// requests queued across a loss and reconnects by itself, so these reach no request then.
+bool is_connect_failure(boost::system::error_code ec);
+
+// Connect failures that trying again cannot mend: the server refused the handshake (wrong
+// password, unknown database, HELLO not permitted) or the TLS peer failed verification.
+bool is_lasting_connect_failure(boost::system::error_code ec);
+
+} // namespace colock::detail

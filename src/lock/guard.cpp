@@ -1,0 +1,291 @@
+// lock_guard: the user's handle on a lease. Its destructor only signals; the release runs in
+// the background.
+#include "guard.hpp"
+
+#include "../detail/spawn.hpp"
+
+#include <colock/locker.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <fmt/format.h>
+
+namespace colock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using boost::system::system_error;
+
+namespace detail {
+
+// Coroutines take what they use by value: lambdas with captures that outlive their first
+// suspension are a classic source of dangling references.
+
+asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
+    st->stop();
+    auto const reply = co_await st->locker->store_->release(st->keys, st->token);
+    co_return std::tuple{reply.ec, reply.ours};
+}
+
+// The first attempt is handed to the store here, on the caller's thread, so that it is
+// queued before anything the caller does next: a close() right after still sends it, and
+// nothing reopens the connection later. A passing error (a lost connection, BUSY, LOADING)
+// hands the release to the retrying one on the strand.
+void release_in_background(std::shared_ptr<guard_state> st) {
+    asio::dispatch(st->locker->strand_, [st] { st->stop(); });
+    auto const store = st->locker->store_;
+    auto const& keys = st->keys;
+    auto const& token = st->token;
+    store->release_in_background(keys, token, [st = std::move(st)] {
+        asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
+    });
+}
+
+} // namespace detail
+
+lock_guard::lock_guard() noexcept = default;
+lock_guard::lock_guard(std::shared_ptr<detail::guard_state> state) noexcept
+    : state_(std::move(state)) {}
+lock_guard::lock_guard(lock_guard&& other) noexcept : state_(std::move(other.state_)) {}
+
+lock_guard& lock_guard::operator=(lock_guard&& other) noexcept {
+    if (this != &other) {
+        abandon();
+        state_ = std::move(other.state_);
+    }
+    return *this;
+}
+
+lock_guard::~lock_guard() {
+    abandon();
+}
+
+void lock_guard::abandon() noexcept {
+    if (!state_)
+        return;
+    auto st = std::move(state_);
+    if (st->released.exchange(true))
+        return;
+    try {
+        detail::release_in_background(std::move(st));
+    } catch (...) {
+        // Out of memory while posting: the lease runs out by its TTL.
+    }
+}
+
+namespace {
+std::string const empty_string;
+}
+
+std::string const& lock_guard::name() const noexcept {
+    return state_ ? state_->name : empty_string;
+}
+std::string const& lock_guard::token() const noexcept {
+    return state_ ? state_->token : empty_string;
+}
+std::int64_t lock_guard::fence() const noexcept {
+    return state_ ? state_->fence : 0;
+}
+bool lock_guard::owns_lock() const noexcept {
+    return state_ && !state_->lost && !state_->released && state_->lease_running();
+}
+std::chrono::steady_clock::time_point lock_guard::lease_expiry() const noexcept {
+    return state_ ? state_->lease_deadline() : std::chrono::steady_clock::time_point{};
+}
+bool lock_guard::lost() const noexcept {
+    // Without renewal nobody marks the end of the lease: it is lost when it runs out.
+    return state_ && (state_->lost || (!state_->released && !state_->lease_running()));
+}
+
+void lock_guard::start_wait_lost(
+    boost::asio::any_completion_handler<void(boost::system::error_code)> handler) {
+    auto st = state_;
+    if (!st) {
+        auto ex = asio::get_associated_executor(handler);
+        asio::dispatch(ex, [h = std::move(handler)]() mutable {
+            std::move(h)(make_error_code(error::not_held));
+        });
+        return;
+    }
+    using waiter_type = detail::guard_state::lost_waiter;
+    auto w = std::make_shared<waiter_type>(std::move(handler));
+    if (w->slot.is_connected()) {
+        // Installed here, on the caller's thread, where the caller emits.
+        w->slot.assign([weak_w = std::weak_ptr<waiter_type>(w),
+                        weak_st = std::weak_ptr<detail::guard_state>(st)](asio::cancellation_type) {
+            auto cw = weak_w.lock();
+            auto cst = weak_st.lock();
+            if (!cw || !cst)
+                return;
+            asio::dispatch(cst->locker->strand_, [cw, cst] {
+                std::erase(cst->lost_waiters, cw);
+                cst->finish_waiter(cw, asio::error::operation_aborted);
+            });
+        });
+    }
+    asio::dispatch(st->locker->strand_, [st, w] {
+        if (w->done)
+            return; // cancelled already
+        if (st->lost || st->released) {
+            st->finish_waiter(w, st->lost ? error_code{} : error_code(error::not_held));
+            return;
+        }
+        st->start_watch(); // without auto_renew, someone must notice the lease's end
+        st->lost_waiters.push_back(w);
+    });
+}
+
+asio::awaitable<void> lock_guard::wait_lost() {
+    auto [ec] = co_await async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted)
+        throw system_error(ec, "colock: wait_lost");
+}
+
+asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
+    auto st = state_;
+    if (!st || st->released)
+        throw system_error(make_error_code(error::not_held), "colock: extend");
+    if (ttl.count() <= 0 || ttl > max_lock_ttl)
+        throw system_error(make_error_code(error::invalid_argument),
+                           fmt::format("colock: extend of lock '{}': ttl must be positive and at "
+                                       "most max_lock_ttl ({} ms), got {} ms",
+                                       st->name, max_lock_ttl.count(), ttl.count()));
+    if (st->lost)
+        co_return false;
+    // On the locker's strand, where the renewal reads ttl and lease_deadline.
+    using extend_result = std::tuple<error_code, bool>;
+    // Named, capturing no destructor (see run_lock); `st` keeps the state alive meanwhile.
+    auto initiation = [raw = st.get(), ttl](auto handler) {
+        auto state = raw->shared_from_this();
+        auto strand = state->locker->strand_;
+        detail::spawn_cancellable(
+            strand, detail::extend_held(std::move(state), ttl), std::move(handler),
+            [](auto h, std::exception_ptr e, extend_result r) { std::move(h)(e, std::move(r)); });
+    };
+    auto [ex, result] = co_await asio::async_initiate<decltype(detail::nothrow_awaitable) const,
+                                                      void(std::exception_ptr, extend_result)>(
+        std::move(initiation), detail::nothrow_awaitable);
+    if (ex)
+        std::rethrow_exception(ex);
+    auto [ec, ours] = result;
+    if (ec)
+        throw system_error(ec, fmt::format("colock: extend of lock '{}'", st->name));
+    co_return ours;
+}
+
+namespace {
+
+// Completes an operation decided at its initiation: never inside the initiating call, on the
+// handler's executor (or `fallback`'s, for a guard that has no locker).
+template <class Handler, class Executor, class... Args>
+void complete_soon(Handler handler, Executor const& fallback, Args... args) {
+    asio::post(fallback, [handler = std::move(handler), fallback,
+                          ... args = std::move(args)]() mutable {
+        auto ex = asio::get_associated_executor(handler, fallback);
+        asio::dispatch(ex, [handler = std::move(handler), ... args = std::move(args)]() mutable {
+            std::move(handler)(std::move(args)...);
+        });
+    });
+}
+
+} // namespace
+
+void lock_guard::validate_extend(std::chrono::milliseconds ttl) {
+    if (ttl.count() <= 0 || ttl > max_lock_ttl)
+        throw system_error(make_error_code(error::invalid_argument),
+                           fmt::format("colock: extend: ttl must be positive and at most "
+                                       "max_lock_ttl ({} ms), got {} ms",
+                                       max_lock_ttl.count(), ttl.count()));
+}
+
+void lock_guard::start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler) {
+    if (!st || st->released.exchange(true)) {
+        auto fallback = st ? st->locker->strand_.get_inner_executor()
+                           : asio::any_io_executor(asio::system_executor());
+        complete_soon(std::move(handler), fallback, error_code{}, false);
+        return;
+    }
+    auto const io_executor = st->locker->strand_.get_inner_executor();
+    if (st->lost) {
+        detail::release_in_background(std::move(st)); // as unlock(): false at once
+        complete_soon(std::move(handler), io_executor, error_code{}, false);
+        return;
+    }
+    auto strand = st->locker->strand_;
+    asio::co_spawn(strand, detail::release_held(std::move(st)),
+                   asio::bind_cancellation_slot(
+                       asio::cancellation_slot(),
+                       [handler = std::move(handler),
+                        io_executor](std::exception_ptr e, std::tuple<error_code, bool> r) mutable {
+                           auto [ec, ours] = r;
+                           if (e)
+                               ec = error::unexpected_reply;
+                           complete_soon(std::move(handler), io_executor,
+                                         error_code(ec.value(), ec.category()), ours);
+                       }));
+}
+
+void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
+                              std::chrono::milliseconds ttl, result_handler handler) {
+    if (!st || st->released) {
+        auto fallback = st ? st->locker->strand_.get_inner_executor()
+                           : asio::any_io_executor(asio::system_executor());
+        complete_soon(std::move(handler), fallback, error_code(error::not_held), false);
+        return;
+    }
+    if (st->lost) {
+        complete_soon(std::move(handler), st->locker->strand_.get_inner_executor(), error_code{},
+                      false);
+        return;
+    }
+    auto strand = st->locker->strand_;
+    using extend_result = std::tuple<error_code, bool>;
+    detail::spawn_cancellable(strand, detail::extend_held(std::move(st), ttl), std::move(handler),
+                              [](result_handler h, std::exception_ptr e, extend_result r) {
+                                  auto [ec, ours] = r;
+                                  if (e)
+                                      ec = error::unexpected_reply;
+                                  std::move(h)(error_code(ec.value(), ec.category()), ours);
+                              });
+}
+
+asio::awaitable<bool> lock_guard::unlock() {
+    auto st = state_;
+    if (!st || st->released.exchange(true))
+        co_return false;
+    if (st->lost) {
+        // Known lost: the answer is false whatever the server says, so do not wait for it
+        // (it may be down). The release still goes out in the background, in case the key
+        // is still ours there.
+        detail::release_in_background(std::move(st));
+        co_return false;
+    }
+    // Its own coroutine on the locker's strand, not reachable by our caller's cancellation:
+    // a cancelled caller still gives the lock back.
+    auto [ex, result] =
+        co_await asio::co_spawn(st->locker->strand_, detail::release_held(st),
+                                asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                                             asio::as_tuple(asio::use_awaitable)));
+    if (ex)
+        std::rethrow_exception(ex);
+    auto [ec, ours] = result;
+    if (ec)
+        throw system_error(
+            error_code(ec.value(), ec.category()),
+            ec == error::timeout
+                ? fmt::format("colock: unlock of lock '{}': the release was not confirmed within "
+                              "{} ms; the lease ends by its ttl",
+                              st->name, detail::release_timeout.count())
+                : fmt::format("colock: unlock of lock '{}'", st->name));
+    co_return ours;
+}
+
+} // namespace colock

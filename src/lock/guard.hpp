@@ -1,0 +1,143 @@
+// What a lock_guard holds: the lease's identity, its local deadline, the renewal's controls
+// and the pending wait_lost handlers. Shared by the guard, its renewal and its background
+// release; private to the library's sources.
+#pragma once
+
+#include "../detail/completion.hpp"
+#include "common.hpp"
+#include "lease_store.hpp"
+#include "locker_impl.hpp"
+#include "renewal.hpp"
+
+#include <colock/error.hpp>
+#include <colock/lock_options.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace colock::detail {
+
+struct guard_state : std::enable_shared_from_this<guard_state> {
+    guard_state(std::shared_ptr<locker_impl> owner, std::string lock_name, lock_keys lock_keys_,
+                std::string lock_token, std::int64_t fence_value, lock_options const& options)
+        : locker(std::move(owner))
+        , name(std::move(lock_name))
+        , keys(std::move(lock_keys_))
+        , token(std::move(lock_token))
+        , fence(fence_value)
+        , opt(options)
+        , ttl(options.ttl)
+        , renew_timer(locker->strand_)
+        , turns(locker->strand_) {}
+
+    std::shared_ptr<locker_impl> locker;
+    std::string const name;
+    lock_keys const keys;
+    std::string const token;
+    std::int64_t const fence;
+    lock_options const opt;
+    std::atomic<bool> lost{false};
+    std::atomic<bool> released{false};
+
+    // On the locker's strand:
+    std::chrono::milliseconds ttl;
+    clock_type::time_point acquired_at;
+    // Local bound of the lease: start of the last successful acquire or extend + its ttl. The
+    // server's expiry is never earlier, since the server started counting later. Atomic so
+    // owns_lock() can check it from any thread.
+    std::atomic<clock_type::rep> lease_deadline_ticks{0};
+
+    clock_type::time_point lease_deadline() const {
+        return clock_type::time_point(clock_type::duration(lease_deadline_ticks.load()));
+    }
+    void set_lease_deadline(clock_type::time_point t) {
+        lease_deadline_ticks = t.time_since_epoch().count();
+    }
+    bool lease_running() const { return clock_type::now() < lease_deadline(); }
+    boost::asio::cancellation_signal renew_stop; // emitted (on the strand) to end the renewal
+    // The renewal's sleep; cancelled (not the renewal itself) to make it check the lease now.
+    boost::asio::steady_timer renew_timer;
+    // This guard's entry in locker->held_, while it holds.
+    std::optional<std::list<std::weak_ptr<guard_state>>::iterator> registration;
+
+    // A pending wait_lost. Its cancellation handler is installed on the caller's thread
+    // before anything is posted, so no cancellation can be missed; `done` makes sure exactly
+    // one of (lost, let go, cancelled) completes it.
+    struct lost_waiter {
+        // Move-constructed only: Boost 1.81's any_completion_handler move *assignment*
+        // recurses forever (it copies from an lvalue through its converting constructor).
+        explicit lost_waiter(boost::asio::any_completion_handler<void(boost::system::error_code)> h)
+            : handler(std::move(h)), slot(boost::asio::get_associated_cancellation_slot(handler)) {}
+
+        boost::asio::any_completion_handler<void(boost::system::error_code)> handler;
+        boost::asio::cancellation_slot slot;
+        bool done = false;
+    };
+    std::vector<std::shared_ptr<lost_waiter>> lost_waiters;
+
+    void finish_waiter(std::shared_ptr<lost_waiter> const& w, boost::system::error_code ec) {
+        if (w->done)
+            return;
+        w->done = true;
+        complete_later(locker->strand_, std::move(w->handler), w->slot, ec);
+    }
+
+    void finish_waiters() {
+        auto waiters = std::move(lost_waiters);
+        lost_waiters.clear();
+        for (auto& w : waiters)
+            finish_waiter(w, lost ? boost::system::error_code{}
+                                  : boost::system::error_code(error::not_held));
+    }
+    // The renewal (or, without auto_renew, the lease watcher that wait_lost needs) runs.
+    bool watching = false;
+    extend_turns turns;
+
+    // Starts the renewal (renewal.cpp), once.
+    void start_watch();
+
+    std::chrono::milliseconds renew_interval() const {
+        auto const configured = opt.effective_renew_interval();
+        return configured < ttl ? configured : ttl / 3;
+    }
+
+    void mark_lost() {
+        if (released)
+            return;
+        lost = true;
+        finish_waiters();
+    }
+
+    // Stops renewal and wakes wait_lost. On the strand; before any release is sent, so no
+    // renewal can be queued behind the release and revive the lock.
+    void stop() {
+        renew_stop.emit(boost::asio::cancellation_type::terminal);
+        finish_waiters();
+        if (registration) {
+            locker->held_.erase(*registration);
+            registration.reset();
+        }
+    }
+};
+
+// Stops renewal, then releases. On the locker's strand.
+boost::asio::awaitable<std::tuple<boost::system::error_code, bool>>
+release_held(std::shared_ptr<guard_state> st);
+
+// Releases in the background, for a guard that went away while holding or whose loss is
+// known; never blocks.
+void release_in_background(std::shared_ptr<guard_state> st);
+
+} // namespace colock::detail

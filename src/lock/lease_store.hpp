@@ -1,0 +1,141 @@
+// The seam between the lock algorithm and the Redis deployment it runs on: how a lease is
+// granted, extended, released and waited for. The locker, its local queues, the renewal and
+// the guard go through this interface only; a store does the I/O. Today there is one store, a
+// single connection (single_connection_store); a quorum of independent primaries (Redlock)
+// is meant to be a second one, leaving the algorithm as it is. Private to the library's
+// sources.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace colock::detail {
+
+// The keys of lock `name` under a prefix, all in the hash slot of `{name}`.
+struct lock_keys {
+    std::string key;       // the holder's token
+    std::string fence_key; // the last fence
+    std::string channel;   // where a release is published
+
+    lock_keys(std::string const& prefix, std::string_view name)
+        : key(fmt::format("{}{{{}}}", prefix, name))
+        , fence_key(key + ":fence")
+        , channel(key + ":wake") {}
+};
+
+// The answer to one request for a lease.
+struct grant_result {
+    // Empty when the deployment answered; else why not: the network's code, one of
+    // redis::error (server_error with `server_text`), error::unexpected_reply (a reply of the
+    // wrong shape, shown in `server_text`), or operation_aborted (stopped before it was sent).
+    boost::system::error_code ec;
+    std::string server_text;
+    bool granted = false;
+    std::int64_t fence = 0; // when granted
+    // When held by another: its remaining lease (0: gone meanwhile, try at once; max: set
+    // without expiry by hand, so back off only).
+    std::chrono::milliseconds holder_ttl{0};
+    // The request failed after it may have been applied: our token may be in the key, so it
+    // must be released on the way out (the release checks the token).
+    bool outcome_unknown = false;
+};
+
+// The answer to an extend or a release: `ours` is whether the lease was still ours (and is
+// now extended, or released). Meaningless when `ec` is set.
+struct lease_reply {
+    boost::system::error_code ec;
+    bool ours = false;
+};
+
+// How long a release is tried (again, over lost connections) before it fails with
+// error::timeout and the lease is left to run out by its ttl.
+inline constexpr std::chrono::milliseconds release_timeout{5000};
+
+// What a store tells the lock layer; always called on the store's strand.
+class lease_events {
+public:
+    // A release was published on `channel` (one of the listened prefix).
+    virtual void on_wake(std::string const& channel) = 0;
+    // The deployment is reachable again after a loss: wake-ups may have been missed, and a
+    // lease may have lapsed meanwhile.
+    virtual void on_reconnect() = 0;
+    // The deployment was replaced (a restart, a failover), just before on_reconnect(): the
+    // leases granted before are gone.
+    virtual void on_server_change() = 0;
+
+protected:
+    ~lease_events() = default;
+};
+
+// The awaitables and unsubscribe() are called on strand(); strand(), release_in_background,
+// listen, stop_listening and the connection facts from any thread. The awaitables take what
+// they are given by reference: the caller awaits them at once and keeps the arguments alive.
+class lease_store {
+public:
+    virtual ~lease_store() = default;
+
+    // Where the lock layer's state lives: one strand for the locker, its queues and guards.
+    virtual boost::asio::strand<boost::asio::any_io_executor> const& strand() const = 0;
+
+    // Asks for the lease on `keys` for `token`, for `ttl`; idempotent for the same token (a
+    // retry after a lost reply gets the lease it was granted). `stop` emits total
+    // cancellation: honoured only while the request is unsent, so a grant is never lost track
+    // of. The awaiting coroutine's own cancellation does not reach the request.
+    virtual boost::asio::awaitable<grant_result> grant(lock_keys const& keys,
+                                                       std::string const& token,
+                                                       std::chrono::milliseconds ttl,
+                                                       boost::asio::cancellation_slot stop) = 0;
+
+    // Sets the lease of `token` to `ttl` from now, if it is still ours. Cancelled by the
+    // awaiting coroutine's cancellation, as the connection's requests are.
+    virtual boost::asio::awaitable<lease_reply>
+    extend(lock_keys const& keys, std::string const& token, std::chrono::milliseconds ttl) = 0;
+
+    // Gives the lease of `token` back and wakes a waiter. Not cancellable; sent again over
+    // passing errors until release_timeout, then error::timeout. `ours` is reported only when
+    // known: a repeat of a release that went through answers false.
+    virtual boost::asio::awaitable<lease_reply> release(lock_keys const& keys,
+                                                        std::string const& token) = 0;
+
+    // Hands a release to the deployment now, on the caller's thread, so that it goes out
+    // before anything the caller does next (a close() right after still sends it). When it
+    // fails for a passing reason, `retry` runs on the strand, to go on with release().
+    virtual void release_in_background(lock_keys const& keys, std::string const& token,
+                                       std::function<void()> retry) = 0;
+
+    // Starts listening for wake-ups on `channel`. Completes when the deployment confirmed, or
+    // refused (redis::error::server_error and its text: nothing to undo), or could not be
+    // reached. Not cancellable.
+    virtual boost::asio::awaitable<std::pair<boost::system::error_code, std::string>>
+    subscribe(std::string const& channel) = 0;
+    // Stops listening on `channel`; fire and forget.
+    virtual void unsubscribe(std::string const& channel) = 0;
+
+    // Sends wake-ups on channels starting with `channel_prefix`, reconnections and server
+    // changes to `events`, until stop_listening().
+    virtual void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) = 0;
+    virtual void stop_listening() = 0;
+
+    // Connection facts the algorithm's decisions and messages consult.
+    virtual bool is_connected() const noexcept = 0;
+    // The last failure's account (endpoint and cause), or an empty string.
+    virtual std::string last_error_text() const = 0;
+    // Counts replacements of the deployment: a grant that saw it change was made on a server
+    // that is gone.
+    virtual std::uint64_t server_changes() const noexcept = 0;
+};
+
+} // namespace colock::detail

@@ -1,0 +1,102 @@
+// The locker's state and the acquire orchestration: an attempt through the lease store, the
+// uncontended path, the contended wait in the local queue, the guard made on success.
+// Private to the library's sources.
+#pragma once
+
+#include "../detail/context_shutdown.hpp"
+#include "acquire_policy.hpp"
+#include "common.hpp"
+#include "lease_store.hpp"
+#include "local_queue.hpp"
+
+#include <colock/lock_options.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+namespace colock::detail {
+
+struct guard_state;
+
+class locker_impl : public std::enable_shared_from_this<locker_impl>,
+                    public holds_handlers,
+                    public lease_events {
+public:
+    locker_impl(std::shared_ptr<lease_store> store, std::string prefix);
+
+    // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
+    void drop_handlers_at_shutdown() noexcept override;
+
+    void on_wake(std::string const& channel) override;
+    void on_reconnect() override;
+    void on_server_change() override;
+
+    std::shared_ptr<lease_store> const store_;
+    boost::asio::strand<boost::asio::any_io_executor> const strand_; // the store's
+    std::string const prefix_;
+    // On the strand:
+    local_queues queues_;
+    std::minstd_rand rng_;
+    // Guards that hold a lock taken through this locker, so a reconnection can check their
+    // leases at once and a server change can mark them lost. Entries leave in guard_state::stop.
+    std::list<std::weak_ptr<guard_state>> held_;
+
+    struct lock_outcome {
+        bool outcome_unknown = false; // an attempt failed after it may have been applied
+        boost::system::error_code ec;
+        std::string message; // names the lock; the server's text for server errors
+        std::shared_ptr<guard_state> state;
+    };
+
+    // co_lock (`wait`) or co_try_lock. `keep_alive` holds the locker for as long as the
+    // coroutine runs.
+    boost::asio::awaitable<lock_outcome> lock(std::shared_ptr<locker_impl> keep_alive,
+                                              std::string name, lock_options opt, bool wait);
+
+private:
+    // One acquire. The caller's cancellation and the wait deadline reach it as *total*
+    // cancellation, which the store honours only while the request is unsent; once sent, its
+    // reply is always read, so a lock it grants is never lost track of.
+    boost::asio::awaitable<grant_result> attempt(lock_keys const& keys, std::string const& token,
+                                                 std::chrono::milliseconds ttl,
+                                                 boost::asio::cancellation_state cs,
+                                                 clock_type::time_point deadline);
+
+    // Runs one attempt; on success builds the guard into `out`. A cancellation that arrived
+    // meanwhile wins, and a lock granted to it is given back first.
+    boost::asio::awaitable<std::optional<grant_result>>
+    try_once(lock_keys const& keys, std::string const& token, std::string const& name,
+             lock_options const& opt, boost::asio::cancellation_state cs,
+             clock_type::time_point deadline, lock_outcome& out);
+
+    // The contended wait, in this process's queue for the name (local_queue.cpp).
+    boost::asio::awaitable<void> wait_contended(lock_keys const& keys, std::string const& token,
+                                                std::string const& name, lock_options const& opt,
+                                                boost::asio::cancellation_state cs,
+                                                wait_deadlines const& deadlines,
+                                                std::chrono::milliseconds sleep, lock_outcome& out);
+
+    static void set_failure(lock_outcome& out, std::string const& name,
+                            boost::system::error_code ec, std::string const& detail_text);
+    // What a failure reports after the lock's name.
+    std::string failure_text(boost::system::error_code ec, std::string const& server_text,
+                             lock_options const& opt, bool waited) const;
+    // error::timeout's text.
+    std::string timeout_text(lock_options const& opt) const;
+
+    std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
+                                            std::int64_t fence, lock_options const& opt,
+                                            clock_type::time_point attempt_start);
+};
+
+} // namespace colock::detail

@@ -1,0 +1,162 @@
+// The renewal coroutine, extend(), and the turns they take at the server.
+#include "renewal.hpp"
+
+#include "guard.hpp"
+
+#include <colock/error.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <algorithm>
+
+namespace colock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using std::chrono::milliseconds;
+
+extend_turns::waiter::~waiter() {
+    std::erase(owner.queue_, this);
+}
+
+asio::awaitable<bool> extend_turns::take() {
+    if (!taken_) {
+        taken_ = true;
+        co_return true;
+    }
+    auto cs = co_await asio::this_coro::cancellation_state;
+    waiter w(*this);
+    w.timer.expires_at(clock_type::time_point::max());
+    queue_.push_back(&w);
+    co_await w.timer.async_wait(nothrow_awaitable);
+    if (!w.granted)
+        co_return false; // cancelled; the destructor leaves the queue
+    if (cancelled(cs)) {
+        give();
+        co_return false;
+    }
+    co_return true;
+}
+
+void extend_turns::give() {
+    if (queue_.empty()) {
+        taken_ = false;
+        return;
+    }
+    auto* next = queue_.front();
+    queue_.pop_front();
+    next->granted = true;
+    next->timer.cancel();
+}
+
+void guard_state::start_watch() {
+    if (watching)
+        return;
+    watching = true;
+    asio::co_spawn(locker->strand_, renew_loop(shared_from_this()),
+                   asio::bind_cancellation_slot(renew_stop.slot(), asio::detached));
+}
+
+asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
+    using namespace asio::experimental::awaitable_operators;
+    auto cs = co_await asio::this_coro::cancellation_state;
+    auto& timer = st->renew_timer; // st owns it and outlives this frame
+    auto& store = *st->locker->store_;
+    asio::steady_timer lease_end(st->locker->strand_);
+    for (;;) {
+        auto next = clock_type::now() + st->renew_interval();
+        if (!st->opt.auto_renew ||
+            (st->opt.max_hold && next >= saturating_add(st->acquired_at, *st->opt.max_hold))) {
+            // Not (or no longer) renewing, only watching for wait_lost: the lease ends at its
+            // deadline, which an explicit extend() may still move.
+            for (;;) {
+                timer.expires_at(st->lease_deadline());
+                co_await timer.async_wait(nothrow_awaitable);
+                if (cancelled(cs) || st->released || st->lost)
+                    co_return;
+                if (!st->lease_running()) {
+                    st->mark_lost();
+                    co_return;
+                }
+            }
+        }
+        timer.expires_at(next);
+        co_await timer.async_wait(nothrow_awaitable);
+        if (cancelled(cs) || st->released || st->lost)
+            co_return;
+
+        // Extend; on an error retry quickly. Either way the lease is ours only until its local
+        // deadline: a stalled connection must not let us believe otherwise. That deadline is
+        // read afresh each time, since extend() may move it; and a wake-up before it (a
+        // reconnection cancels the timer) means "try now", never "give up".
+        for (;;) {
+            if (st->lost)
+                co_return; // marked from outside (server change)
+            if (!st->lease_running()) {
+                st->mark_lost(); // no renewal succeeded before the lease ran out
+                co_return;
+            }
+            turn_holder turn;
+            if (!co_await st->turns.take())
+                co_return; // stopped while extend() had the turn
+            turn.turns = &st->turns;
+            if (st->released || st->lost)
+                co_return;
+            auto const started = clock_type::now();
+            auto const ttl = st->ttl;
+            lease_end.expires_at(st->lease_deadline());
+            auto outcome = co_await (store.extend(st->keys, st->token, ttl) ||
+                                     lease_end.async_wait(nothrow_awaitable));
+            turn.turns = nullptr;
+            st->turns.give();
+            if (cancelled(cs) || st->released)
+                co_return;
+            if (outcome.index() == 1)
+                continue; // no answer by the deadline: lost, unless extend() moved it
+            auto const reply = std::get<0>(outcome);
+            // An unreadable reply (unexpected_reply) is retried as a network error is.
+            if (!reply.ec) {
+                if (reply.ours) {
+                    st->set_lease_deadline(started + ttl);
+                    if (st->ttl != ttl)
+                        continue; // extend() changed the lease meanwhile: apply it again now
+                    break;
+                }
+                st->mark_lost(); // deleted, expired or taken over
+                co_return;
+            }
+            auto const retry_at =
+                clock_type::now() + std::min(st->renew_interval() / 4, milliseconds{250});
+            timer.expires_at(std::min(retry_at, st->lease_deadline()));
+            co_await timer.async_wait(nothrow_awaitable);
+            if (cancelled(cs) || st->released)
+                co_return;
+        }
+    }
+}
+
+asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_state> st,
+                                                          milliseconds ttl) {
+    turn_holder turn;
+    if (!co_await st->turns.take())
+        co_return std::tuple{error_code(asio::error::operation_aborted), false};
+    turn.turns = &st->turns;
+    auto const started = clock_type::now();
+    auto const reply = co_await st->locker->store_->extend(st->keys, st->token, ttl);
+    if (reply.ec)
+        co_return std::tuple{reply.ec, false};
+    if (reply.ours) {
+        st->ttl = ttl;
+        st->set_lease_deadline(started + ttl);
+    } else {
+        st->mark_lost();
+    }
+    co_return std::tuple{error_code{}, reply.ours};
+}
+
+} // namespace colock::detail

@@ -1,0 +1,356 @@
+// The lease store over one connection: the lock scripts by SHA (NOSCRIPT: load and call
+// again), the release's retries under one shared deadline timer, the wake channel's
+// subscription and pushes. The only unit of the lock layer that talks to the connection's
+// engine.
+#include "single_connection_store.hpp"
+
+#include "errors.hpp"
+#include "scripts.hpp"
+
+#include <colock/error.hpp>
+#include <colock/resp3/value.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <tuple>
+
+namespace colock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr auto nothrow_awaitable = asio::as_tuple(asio::use_awaitable);
+
+// An operation that the caller's cancellation does not reach: its outcome must be known.
+auto uncancellable() {
+    return asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                        asio::as_tuple(asio::use_awaitable));
+}
+
+// The 1 / 0 answer of the release and extend scripts; nothing for any other reply, which a
+// broken proxy or server could send and which must never be read as "done" or "not ours".
+std::optional<bool> script_flag(resp3::value const& v) {
+    if (v.type != resp3::type::number)
+        return std::nullopt;
+    if (v.as_integer() == 1)
+        return true;
+    if (v.as_integer() == 0)
+        return false;
+    return std::nullopt;
+}
+
+// Wake-ups and connection events, from the connection's strand to the lock layer's.
+struct wake_listener final : redis::push_listener {
+    wake_listener(std::weak_ptr<lease_events> e, std::string prefix,
+                  asio::strand<asio::any_io_executor> s)
+        : events(std::move(e)), channel_prefix(std::move(prefix)), strand(std::move(s)) {}
+
+    std::weak_ptr<lease_events> events;
+    std::string const channel_prefix;
+    asio::strand<asio::any_io_executor> const strand;
+
+    void on_push(resp3::value const& push) override {
+        // ["message", channel, payload]
+        if (push.elements.size() != 3 || push.elements[0].as_string() != "message")
+            return;
+        auto self = events.lock();
+        if (!self)
+            return;
+        auto channel = push.elements[1].as_string();
+        if (!channel || !channel->starts_with(channel_prefix))
+            return;
+        asio::dispatch(strand, [self, c = std::string(*channel)] { self->on_wake(c); });
+    }
+
+    void on_reconnect() override {
+        if (auto self = events.lock())
+            asio::dispatch(strand, [self] { self->on_reconnect(); });
+    }
+
+    void on_server_change() override {
+        if (auto self = events.lock())
+            asio::dispatch(strand, [self] { self->on_server_change(); });
+    }
+};
+
+class single_connection_store final : public lease_store,
+                                      public std::enable_shared_from_this<single_connection_store> {
+public:
+    explicit single_connection_store(redis::detail::shared_engine engine)
+        : engine_(std::move(engine))
+        , strand_(asio::make_strand(redis::detail::engine_executor(engine_))) {}
+
+    asio::strand<asio::any_io_executor> const& strand() const override { return strand_; }
+
+    asio::awaitable<grant_result> grant(lock_keys const& keys, std::string const& token,
+                                        milliseconds ttl, asio::cancellation_slot stop) override {
+        auto const ttl_text = std::to_string(ttl.count());
+        auto [ec, v] =
+            co_await run_script(acquire_script(), keys.key, keys.fence_key, token, ttl_text, stop);
+        grant_result r;
+        if (ec) {
+            r.ec = ec;
+            if (ec == redis::error::server_error)
+                r.server_text = v.text;
+            // Refused by the server, or stopped before it was sent: it did not run.
+            r.outcome_unknown =
+                ec != redis::error::server_error && ec != asio::error::operation_aborted;
+            co_return r;
+        }
+        if (v.elements.size() != 2 || !v.elements[0].as_integer() || !v.elements[1].as_integer()) {
+            r.ec = error::unexpected_reply;
+            r.server_text = resp3::to_debug_string(v);
+            r.outcome_unknown = true; // a garbled reply came from a script that did run
+            co_return r;
+        }
+        r.granted = *v.elements[0].as_integer() == 1;
+        if (r.granted)
+            r.fence = *v.elements[1].as_integer();
+        else if (auto const pttl = *v.elements[1].as_integer(); pttl >= 0)
+            r.holder_ttl = milliseconds(pttl);
+        else if (pttl == -1)
+            r.holder_ttl = milliseconds::max(); // set without expiry by hand: back off only
+        else
+            r.holder_ttl = milliseconds(0); // gone meanwhile: try again at once
+        co_return r;
+    }
+
+    asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
+                                        milliseconds ttl) override {
+        auto const ttl_text = std::to_string(ttl.count());
+        auto [ec, v] = co_await run_script(extend_script(), keys.key, keys.fence_key, token,
+                                           ttl_text, std::nullopt);
+        if (ec)
+            co_return lease_reply{ec, false};
+        auto const flag = script_flag(v);
+        if (!flag)
+            co_return lease_reply{error::unexpected_reply, false};
+        co_return lease_reply{error_code{}, *flag};
+    }
+
+    // The deadlines of all releases share one timer (they are all release_timeout long, so
+    // they expire in the order they were set): no timer per unlock on the hot path.
+    asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token) override {
+        auto deadline = std::make_shared<release_deadline>();
+        watch_release(deadline);
+        // When it ends, the shared timer stops if no other release needs it: an armed timer
+        // would keep the io_context running for the whole deadline after the work is done.
+        struct unwatch_on_exit {
+            single_connection_store* self;
+            std::shared_ptr<release_deadline>& watched;
+            ~unwatch_on_exit() {
+                watched.reset();
+                self->release_finished();
+            }
+        } unwatch{this, deadline};
+        // A connection lost before the reply leaves the outcome unknown: send it again until
+        // the deadline. The script checks the token, so a repeat is harmless (it answers 0 if
+        // the first one went through, so `true` is only reported when known).
+        for (int round = 0;; ++round) {
+            auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
+                                               deadline->stop.slot());
+            if (!ec) {
+                auto const released = script_flag(v);
+                if (!released)
+                    co_return lease_reply{error::unexpected_reply, false};
+                co_return lease_reply{error_code{}, *released};
+            }
+            if (deadline->fired)
+                co_return lease_reply{error::timeout, false};
+            if (!is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
+                co_return lease_reply{ec, false};
+            asio::steady_timer pause(strand_);
+            pause.expires_after(
+                std::min(milliseconds{20} * (1 << std::min(round, 4)), milliseconds{250}));
+            co_await pause.async_wait(asio::bind_cancellation_slot(
+                deadline->stop.slot(), asio::as_tuple(asio::use_awaitable)));
+            if (deadline->fired)
+                co_return lease_reply{error::timeout, false};
+        }
+    }
+
+    // EVAL rather than EVALSHA: no NOSCRIPT, so the one request is all it takes.
+    void release_in_background(lock_keys const& keys, std::string const& token,
+                               std::function<void()> retry) override {
+        resp3::request req;
+        req.push("EVAL", release_script().source, 1, keys.key, token, keys.channel);
+        redis::detail::engine_exec(
+            engine_, std::move(req),
+            [strand = strand_, retry = std::move(retry)](error_code ec, redis::response resp) {
+                std::string const text =
+                    ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
+                if (!is_transient(ec, text))
+                    return;
+                asio::dispatch(strand, std::move(retry));
+            });
+    }
+
+    asio::awaitable<std::pair<error_code, std::string>>
+    subscribe(std::string const& channel) override {
+        std::vector<std::string> channels(1, channel);
+        auto token = uncancellable();
+        auto [ec, text] =
+            co_await asio::async_initiate<decltype(token), void(error_code, std::string)>(
+                [this, &channels](auto handler) {
+                    redis::detail::engine_change_subscription(engine_, true, std::move(channels),
+                                                              std::move(handler));
+                },
+                token);
+        co_return std::pair<error_code, std::string>{ec, std::move(text)};
+    }
+
+    void unsubscribe(std::string const& channel) override {
+        redis::detail::engine_change_subscription(
+            engine_, false, std::vector<std::string>(1, channel), [](error_code, std::string) {});
+    }
+
+    void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) override {
+        listener_ =
+            std::make_shared<wake_listener>(std::move(events), std::move(channel_prefix), strand_);
+        redis::detail::engine_add_listener(engine_, listener_);
+    }
+
+    void stop_listening() override {
+        if (listener_)
+            redis::detail::engine_remove_listener(engine_, listener_.get());
+    }
+
+    bool is_connected() const noexcept override {
+        return redis::detail::engine_is_connected(engine_);
+    }
+    std::string last_error_text() const override {
+        return redis::detail::engine_last_error_text(engine_);
+    }
+    std::uint64_t server_changes() const noexcept override {
+        return redis::detail::engine_server_changes(engine_);
+    }
+
+private:
+    template <class Token>
+    auto exec(resp3::request req, Token token) {
+        return asio::async_initiate<Token, void(error_code, redis::response)>(
+            [this](auto handler, resp3::request r) {
+                redis::detail::engine_exec(engine_, std::move(r), std::move(handler));
+            },
+            token, std::move(req));
+    }
+
+    // One script by SHA: through `cancel_by` when given, else the awaiting coroutine's own
+    // cancellation.
+    asio::awaitable<std::tuple<error_code, resp3::value>>
+    run_script(script const& s, std::string_view key1, std::string_view key2, std::string_view arg1,
+               std::string_view arg2, std::optional<asio::cancellation_slot> cancel_by) {
+        auto make = [&](bool load) {
+            resp3::request req;
+            if (load)
+                req.push("SCRIPT", "LOAD", s.source);
+            if (key2.empty())
+                req.push("EVALSHA", s.sha, 1, key1, arg1, arg2);
+            else
+                req.push("EVALSHA", s.sha, 2, key1, key2, arg1, arg2);
+            return req;
+        };
+        for (int round = 0; round < 2; ++round) {
+            auto req = make(round == 1);
+            // Not a ?: of two co_awaits: GCC 12 destroys that temporary too early.
+            std::tuple<error_code, redis::response> reply;
+            if (!cancel_by)
+                reply = co_await exec(std::move(req), nothrow_awaitable); // the caller's
+            else
+                reply = co_await exec(
+                    std::move(req),
+                    asio::bind_cancellation_slot(*cancel_by, asio::as_tuple(asio::use_awaitable)));
+            auto& [ec, resp] = reply;
+            if (ec == redis::error::server_error && round == 0 && !resp.empty() &&
+                resp.back().text.starts_with("NOSCRIPT"))
+                continue; // server restarted or SCRIPT FLUSH: load it and call again, once
+            if (ec && ec != redis::error::server_error)
+                co_return std::tuple{ec, resp3::value{}};
+            if (resp.empty())
+                co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
+            co_return std::tuple{ec, std::move(resp.back())};
+        }
+        co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
+    }
+
+    struct release_deadline {
+        asio::cancellation_signal stop;
+        bool fired = false;
+    };
+    struct watched_release {
+        clock_type::time_point deadline;
+        std::weak_ptr<release_deadline> release;
+    };
+
+    void watch_release(std::shared_ptr<release_deadline> const& d) {
+        // Releases finish in about the order they start: drop the finished ones up front.
+        while (!release_watch_.empty() && release_watch_.front().release.expired())
+            release_watch_.pop_front();
+        release_watch_.push_back({clock_type::now() + release_timeout, d});
+        if (!release_timer_armed_)
+            arm_release_timer();
+    }
+
+    void release_finished() {
+        while (!release_watch_.empty() && release_watch_.front().release.expired())
+            release_watch_.pop_front();
+        if (release_watch_.empty() && release_timer_armed_) {
+            release_timer_armed_ = false;
+            release_timer_->cancel();
+        }
+    }
+
+    void arm_release_timer() {
+        while (!release_watch_.empty() && release_watch_.front().release.expired())
+            release_watch_.pop_front();
+        if (release_watch_.empty()) {
+            release_timer_armed_ = false;
+            return;
+        }
+        release_timer_armed_ = true;
+        if (!release_timer_)
+            release_timer_.emplace(strand_);
+        release_timer_->expires_at(release_watch_.front().deadline);
+        release_timer_->async_wait([weak = weak_from_this()](error_code ec) {
+            auto self = weak.lock();
+            if (ec || !self)
+                return;
+            auto const now = clock_type::now();
+            while (!self->release_watch_.empty() && self->release_watch_.front().deadline <= now) {
+                if (auto d = self->release_watch_.front().release.lock()) {
+                    d->fired = true;
+                    d->stop.emit(asio::cancellation_type::terminal);
+                }
+                self->release_watch_.pop_front();
+            }
+            self->arm_release_timer();
+        });
+    }
+
+    redis::detail::shared_engine const engine_;
+    asio::strand<asio::any_io_executor> const strand_;
+    std::shared_ptr<wake_listener> listener_;
+    // On the strand:
+    std::deque<watched_release> release_watch_; // in deadline order
+    std::optional<asio::steady_timer> release_timer_;
+    bool release_timer_armed_ = false;
+};
+
+} // namespace
+
+std::shared_ptr<lease_store> make_single_connection_store(redis::connection& conn) {
+    return std::make_shared<single_connection_store>(redis::detail::engine_of(conn));
+}
+
+} // namespace colock::detail
