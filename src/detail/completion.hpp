@@ -39,12 +39,4 @@ void complete_now(Strand const& strand, Handler handler, boost::asio::cancellati
     post_completion(strand.get_inner_executor(), std::move(handler), slot, std::move(args)...);
 }
 
-/// As complete_now, for a caller inside one of its own loops (the post keeps the handler out of
-/// them).
-template <class Strand, class Handler, class... Args>
-void complete_later(Strand const& strand, Handler handler, boost::asio::cancellation_slot slot,
-                    Args... args) {
-    complete_now(strand, std::move(handler), slot, std::move(args)...);
-}
-
 } // namespace colock::detail

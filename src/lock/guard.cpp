@@ -2,6 +2,7 @@
 // the background.
 #include "guard.hpp"
 
+#include "../detail/completion.hpp"
 #include "../detail/spawn.hpp"
 
 #include <colock/locker.hpp>
@@ -10,8 +11,6 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
@@ -187,13 +186,8 @@ namespace {
 // handler's executor (or `fallback`'s, for a guard that has no locker).
 template <class Handler, class Executor, class... Args>
 void complete_soon(Handler handler, Executor const& fallback, Args... args) {
-    asio::post(fallback, [handler = std::move(handler), fallback,
-                          ... args = std::move(args)]() mutable {
-        auto ex = asio::get_associated_executor(handler, fallback);
-        asio::dispatch(ex, [handler = std::move(handler), ... args = std::move(args)]() mutable {
-            std::move(handler)(std::move(args)...);
-        });
-    });
+    detail::post_completion(fallback, std::move(handler), asio::cancellation_slot(),
+                            std::move(args)...);
 }
 
 } // namespace

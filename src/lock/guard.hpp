@@ -91,7 +91,7 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         if (w->done)
             return;
         w->done = true;
-        complete_later(locker->strand_, std::move(w->handler), w->slot, ec);
+        complete_now(locker->strand_, std::move(w->handler), w->slot, ec);
     }
 
     void finish_waiters() {

@@ -305,7 +305,7 @@ private:
 
 template <class Handler, class... Args>
 void connection_impl::deliver(Handler handler, asio::cancellation_slot slot, Args... args) {
-    colock::detail::complete_later(strand_, std::move(handler), slot, std::move(args)...);
+    colock::detail::complete_now(strand_, std::move(handler), slot, std::move(args)...);
 }
 
 struct connection_impl::cancel_handler {

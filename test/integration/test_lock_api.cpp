@@ -172,8 +172,8 @@ constexpr auto busy_handler_time = 1500ms;
 TEST_CASE("a connection's handler without an executor of its own runs on the connection's "
           "executor, outside its strand: one that computes holds up no other request") {
     asio::io_context ctx;
+    two_runners runners{ctx}; // joined last, once the connection is gone
     redis::connection conn{ctx.get_executor(), shared_server().config()};
-    two_runners runners{ctx};
     std::promise<void> busy_started;
     std::promise<void> busy_done;
     conn.async_exec(command("PING"), [&](error_code ec, redis::response) {
@@ -197,10 +197,10 @@ TEST_CASE("a connection's handler without an executor of its own runs on the con
 TEST_CASE("a locker's handler without an executor of its own runs on get_executor(), outside "
           "the locker's strand; one with an executor runs there") {
     asio::io_context ctx;
+    two_runners runners{ctx}; // joined last, once the connection is gone
     redis::connection conn{ctx.get_executor(), shared_server().config()};
     locker locks{conn};
     CHECK(locks.get_executor() == conn.get_executor());
-    two_runners runners{ctx};
     lock_options opt;
     opt.ttl = 5000ms;
 
@@ -230,22 +230,27 @@ TEST_CASE("a locker's handler without an executor of its own runs on get_executo
     // A handler bound to the user's strand runs on it.
     auto user_strand = asio::make_strand(ctx);
     std::promise<bool> on_user_strand;
+    std::optional<lock_guard> third;
     locks.async_try_lock(
         unique_key("user-strand"), opt,
         asio::bind_executor(user_strand, [&](error_code ec, std::optional<lock_guard> g) {
             CHECK_FALSE(ec);
-            CHECK(g.has_value()); // let go here: released in the background
+            // Kept, not let go here: a release sent after close() would open the connection
+            // again.
+            third = std::move(g);
             on_user_strand.set_value(user_strand.running_in_this_thread());
         }));
     CHECK(on_user_strand.get_future().get());
+    REQUIRE(third.has_value());
+    CHECK(third->async_unlock(asio::use_future).get());
     conn.close();
 }
 
 TEST_CASE("a future whose exception names the lock: co_spawn of co_lock with use_future") {
     asio::io_context ctx;
+    two_runners runners{ctx}; // joined last, once the connection is gone
     redis::connection conn{ctx.get_executor(), shared_server().config()};
     locker locks{conn};
-    two_runners runners{ctx};
     std::string const name = unique_key("named-future");
     lock_options opt;
     opt.ttl = 5000ms;
