@@ -139,7 +139,7 @@ private:
     static void start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler);
     static void start_extend(std::shared_ptr<detail::guard_state> st, std::chrono::milliseconds ttl,
                              result_handler handler);
-    static void validate_extend(std::chrono::milliseconds ttl);
+    void validate_extend(std::chrono::milliseconds ttl) const;
     explicit lock_guard(std::shared_ptr<detail::guard_state> state) noexcept;
     void
     start_wait_lost(boost::asio::any_completion_handler<void(boost::system::error_code)> handler);

@@ -152,11 +152,7 @@ asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
     auto st = state_;
     if (!st || st->released)
         throw system_error(make_error_code(error::not_held), "colock: extend");
-    if (ttl.count() <= 0 || ttl > max_lock_ttl)
-        throw system_error(make_error_code(error::invalid_argument),
-                           fmt::format("colock: extend of lock '{}': ttl must be positive and at "
-                                       "most max_lock_ttl ({} ms), got {} ms",
-                                       st->name, max_lock_ttl.count(), ttl.count()));
+    validate_extend(ttl);
     if (st->lost)
         co_return false;
     // On the locker's strand, where the renewal reads ttl and lease_deadline.
@@ -192,12 +188,12 @@ void complete_soon(Handler handler, Executor const& fallback, Args... args) {
 
 } // namespace
 
-void lock_guard::validate_extend(std::chrono::milliseconds ttl) {
+void lock_guard::validate_extend(std::chrono::milliseconds ttl) const {
     if (ttl.count() <= 0 || ttl > max_lock_ttl)
         throw system_error(make_error_code(error::invalid_argument),
-                           fmt::format("colock: extend: ttl must be positive and at most "
-                                       "max_lock_ttl ({} ms), got {} ms",
-                                       max_lock_ttl.count(), ttl.count()));
+                           fmt::format("colock: extend of lock '{}': ttl must be positive and at "
+                                       "most max_lock_ttl ({} ms), got {} ms",
+                                       name(), max_lock_ttl.count(), ttl.count()));
 }
 
 void lock_guard::start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler) {

@@ -165,7 +165,10 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
         r = co_await attempt(keys, token, opt.ttl, cs, deadline);
     }
     if (!r.ec && r.granted && store_->server_changes() != server_changes) {
-        r.ec = redis::error::connection_lost; // the server keeps changing: give up this attempt
+        // The server keeps changing: give up this attempt, as one whose reply was lost (a
+        // passing error, so co_lock tries again), and release on the way out.
+        r.ec = redis::error::connection_lost;
+        r.granted = false;
         r.outcome_unknown = true;
     }
     if (r.outcome_unknown)

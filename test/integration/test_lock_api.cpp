@@ -47,6 +47,13 @@ TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a 
     ctx.restart();
     REQUIRE(g.has_value());
 
+    try { // a bad ttl is refused before any I/O, naming the lock
+        g->async_extend(0ms, [](error_code, bool) {});
+        FAIL("async_extend took a zero ttl");
+    } catch (boost::system::system_error const& e) {
+        CHECK(e.code() == error::invalid_argument);
+        CHECK(std::string(e.what()).find("extend of lock '" + name + "'") != std::string::npos);
+    }
     std::optional<std::pair<error_code, bool>> extended;
     g->async_extend(20'000ms, [&](error_code ec, bool ok) { extended.emplace(ec, ok); });
     CHECK_FALSE(extended.has_value()); // never inside the initiating call
