@@ -11,25 +11,34 @@
 
 namespace colock::detail {
 
-/// Completes `handler(args...)` on its associated executor, or on `io_executor` (the I/O
-/// object's) when it has none, clearing its cancellation slot there, where the user emits.
-/// Posted to `io_executor` first, then dispatched (inline when the handler's executor runs on
-/// that thread): user code never runs inside a turn of the library's strands, where it would
-/// hold up the connection's reads and the renewals, nor inside the loop that decided the
-/// outcome. (A type-erased handler's executor cannot be posted to directly: it does not
-/// offer blocking.never.)
+/// Calls `invoke(std::move(handler))` on the handler's associated executor, or on
+/// `io_executor` (the I/O object's) when it has none, clearing its cancellation slot there,
+/// where the user emits. Posted to `io_executor` first, then dispatched (inline when the
+/// handler's executor runs on that thread): user code never runs inside a turn of the library's
+/// strands, where it would hold up the connection's reads and the renewals, nor inside the loop
+/// that decided the outcome. (A type-erased handler's executor cannot be posted to directly: it
+/// does not offer blocking.never.)
+template <class IoExecutor, class Handler, class Invoke>
+void post_invocation(IoExecutor const& io_executor, Handler handler,
+                     boost::asio::cancellation_slot slot, Invoke invoke) {
+    boost::asio::post(io_executor, [io_executor, handler = std::move(handler), slot,
+                                    invoke = std::move(invoke)]() mutable {
+        auto ex = boost::asio::get_associated_executor(handler, io_executor);
+        boost::asio::dispatch(
+            ex, [handler = std::move(handler), slot, invoke = std::move(invoke)]() mutable {
+                slot.clear();
+                std::move(invoke)(std::move(handler));
+            });
+    });
+}
+
+/// Completes `handler(args...)` as post_invocation does.
 template <class IoExecutor, class Handler, class... Args>
 void post_completion(IoExecutor const& io_executor, Handler handler,
                      boost::asio::cancellation_slot slot, Args... args) {
-    boost::asio::post(io_executor, [io_executor, handler = std::move(handler), slot,
-                                    ... args = std::move(args)]() mutable {
-        auto ex = boost::asio::get_associated_executor(handler, io_executor);
-        boost::asio::dispatch(
-            ex, [handler = std::move(handler), slot, ... args = std::move(args)]() mutable {
-                slot.clear();
-                std::move(handler)(std::move(args)...);
-            });
-    });
+    post_invocation(
+        io_executor, std::move(handler), slot,
+        [... args = std::move(args)](Handler h) mutable { std::move(h)(std::move(args)...); });
 }
 
 /// post_completion on the executor `strand` runs on.

@@ -2,6 +2,8 @@
 // it from another thread. Private to the library's sources.
 #pragma once
 
+#include "completion.hpp"
+
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -9,7 +11,6 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
-#include <boost/asio/post.hpp>
 
 #include <exception>
 #include <memory>
@@ -20,7 +21,7 @@ namespace colock::detail {
 /// Runs `op` on `strand`; when it finishes, calls `finish(std::move(handler), exception, value)`
 /// on the handler's associated executor (the I/O object's, `strand`'s inner one, by default),
 /// after clearing the handler's cancellation slot there; posted out of the strand's turn first,
-/// as post_completion does.
+/// as post_invocation does.
 ///
 /// The caller's cancellation reaches the coroutine through a signal of our own that is emitted
 /// on the strand only, and never once the coroutine has finished. (Boost 1.81's co_spawn,
@@ -54,19 +55,11 @@ void spawn_cancellable(Strand const& strand, boost::asio::awaitable<T> op, Handl
                        [state, strand, slot, handler = std::move(handler),
                         finish = std::move(finish)](std::exception_ptr e, T value) mutable {
                            state->done = true;
-                           // As post_completion: out of the strand's turn first.
-                           auto io_executor = strand.get_inner_executor();
-                           asio::post(io_executor, [io_executor, handler = std::move(handler),
-                                                    finish = std::move(finish), slot, e,
-                                                    value = std::move(value)]() mutable {
-                               auto ex = asio::get_associated_executor(handler, io_executor);
-                               asio::dispatch(ex, [handler = std::move(handler),
-                                                   finish = std::move(finish), slot, e,
-                                                   value = std::move(value)]() mutable {
-                                   slot.clear();
-                                   finish(std::move(handler), e, std::move(value));
-                               });
-                           });
+                           post_invocation(strand.get_inner_executor(), std::move(handler), slot,
+                                           [finish = std::move(finish), e,
+                                            value = std::move(value)](Handler h) mutable {
+                                               finish(std::move(h), e, std::move(value));
+                                           });
                        }));
 }
 
