@@ -156,6 +156,24 @@ redis::config through_proxy(redis_server const& server, fault_proxy const& proxy
 
 std::size_t const slow_value_size = 48u << 20;
 
+// Both requests of a drop_during_slow_write have completed, each within its limit.
+asio::awaitable<void> check_both_finish(slow_write_outcomes const& out,
+                                        std::chrono::milliseconds first_limit,
+                                        std::chrono::milliseconds second_limit) {
+    bool const first_finished = co_await finishes(out.first->done, first_limit);
+    CHECK(first_finished);
+    bool const second_finished = co_await finishes(out.second->done, second_limit);
+    CHECK(second_finished);
+}
+
+// The stream is in step: the next request gets its own reply.
+asio::awaitable<void> check_in_step(redis::connection& conn) {
+    auto [ec, echoed] = co_await conn.async_exec(command("ECHO", "in step"), as_tuple);
+    CHECK_FALSE(ec);
+    if (!ec)
+        CHECK(text_of(echoed.at(0)) == "in step");
+}
+
 } // namespace
 
 TEST_CASE("a drop mid-write after an earlier reply: the written request fails, the partial one "
@@ -173,10 +191,7 @@ TEST_CASE("a drop mid-write after an earlier reply: the written request fails, t
             co_await drop_during_slow_write(conn, direct, proxy, true, command("INCR", counter),
                                             command("SET", key, std::string(slow_value_size, 'v')));
 
-        bool const finished1 = co_await finishes(out.first->done, 10000ms);
-        CHECK(finished1);
-        bool const finished2 = co_await finishes(out.second->done, 20000ms);
-        CHECK(finished2);
+        co_await check_both_finish(out, 10000ms, 20000ms);
         INFO("last error: ", conn.last_error_text());
         CHECK(out.first->ec == redis::error::connection_lost);
         CHECK_FALSE(out.second->ec);
@@ -187,11 +202,7 @@ TEST_CASE("a drop mid-write after an earlier reply: the written request fails, t
         CHECK(n == std::optional<std::string>("1"));
         auto const length = co_await integer(direct, command("STRLEN", key));
         CHECK(length == static_cast<std::int64_t>(slow_value_size));
-        // The stream is in step: the next request gets its own reply.
-        auto [ec, echoed] = co_await conn.async_exec(command("ECHO", "in step"), as_tuple);
-        CHECK_FALSE(ec);
-        if (!ec)
-            CHECK(text_of(echoed.at(0)) == "in step");
+        co_await check_in_step(conn);
         conn.close();
         direct.close();
     });
@@ -212,10 +223,7 @@ TEST_CASE("a drop mid-write after an earlier reply: requests none of whose bytes
             conn, direct, proxy, true, command("SET", key, std::string(slow_value_size, 'v')),
             command("SET", small, "behind"));
 
-        bool const finished3 = co_await finishes(out.first->done, 20000ms);
-        CHECK(finished3);
-        bool const finished4 = co_await finishes(out.second->done, 20000ms);
-        CHECK(finished4);
+        co_await check_both_finish(out, 20000ms, 20000ms);
         INFO("last error: ", conn.last_error_text());
         CHECK_FALSE(out.first->ec);
         CHECK_FALSE(out.second->ec);
@@ -225,10 +233,7 @@ TEST_CASE("a drop mid-write after an earlier reply: requests none of whose bytes
         CHECK(length == static_cast<std::int64_t>(slow_value_size));
         auto const behind = co_await get(direct, small);
         CHECK(behind == std::optional<std::string>("behind"));
-        auto [ec, echoed] = co_await conn.async_exec(command("ECHO", "in step"), as_tuple);
-        CHECK_FALSE(ec);
-        if (!ec)
-            CHECK(text_of(echoed.at(0)) == "in step");
+        co_await check_in_step(conn);
         conn.close();
         direct.close();
     });
@@ -252,10 +257,7 @@ TEST_CASE("a drop mid-write: a request whose first command was written whole fai
         auto out = co_await drop_during_slow_write(conn, direct, proxy, false, std::move(both),
                                                    command("ECHO", "behind"));
 
-        bool const finished5 = co_await finishes(out.first->done, 10000ms);
-        CHECK(finished5);
-        bool const finished6 = co_await finishes(out.second->done, 10000ms);
-        CHECK(finished6);
+        co_await check_both_finish(out, 10000ms, 10000ms);
         INFO("last error: ", conn.last_error_text());
         CHECK(out.first->ec == redis::error::connection_lost);
         // Nothing of it had reached the server whole: it waits for the next connection.
