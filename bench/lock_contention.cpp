@@ -310,6 +310,13 @@ asio::awaitable<std::shared_ptr<redis::connection>> open(redis::config cfg) {
     co_return conn;
 }
 
+/// The keys of the lock whose key is `key`: the lock and its queue of waiting processes.
+void add_lock_keys(std::vector<std::string>& keys, std::string const& key) {
+    keys.push_back(key);
+    keys.push_back(key + ":q");
+    keys.push_back(key + ":qd");
+}
+
 asio::awaitable<void> delete_keys(redis::connection& conn, std::vector<std::string> keys) {
     resp3::request req;
     req.push_range("DEL", keys);
@@ -439,10 +446,8 @@ asio::awaitable<uncontended_result> measure_uncontended(redis::config cfg,
     r.reconnects = conn->reconnect_count();
 
     std::vector<std::string> keys;
-    for (std::size_t i = 0; i < uncontended_keys; ++i) {
-        keys.push_back(fmt::format("{}{{key:{}}}", locker->key_prefix(), i));
-        keys.push_back(keys.back() + ":fence");
-    }
+    for (std::size_t i = 0; i < uncontended_keys; ++i)
+        add_lock_keys(keys, fmt::format("{}{{key:{}}}", locker->key_prefix(), i));
     co_await delete_keys(*conn, keys);
     conn->close();
     co_return r;
@@ -452,10 +457,8 @@ asio::awaitable<uncontended_result> measure_uncontended(redis::config cfg,
 asio::awaitable<int> delete_limit_keys(redis::config cfg) {
     auto conn = co_await open(cfg);
     std::vector<std::string> keys;
-    for (std::size_t i = 0; i < uncontended_keys; ++i) {
-        keys.push_back(fmt::format("colock:bench:limit:{{{:012}}}", i));
-        keys.push_back(keys.back() + ":fence");
-    }
+    for (std::size_t i = 0; i < uncontended_keys; ++i)
+        add_lock_keys(keys, fmt::format("colock:bench:limit:{{{:012}}}", i));
     co_await delete_keys(*conn, keys);
     conn->close();
     co_return 0;
@@ -463,22 +466,17 @@ asio::awaitable<int> delete_limit_keys(redis::config cfg) {
 
 void measure_script_limit(std::string const& program, redis::config const& cfg,
                           uncontended_result& r, double seconds) {
-    // The same arguments the locker sends: 2 keys + token + ttl, and 1 key + token + channel.
-    std::vector<std::string> acquire;
-    acquire.emplace_back("EVALSHA");
-    acquire.push_back(r.acquire_sha);
-    acquire.emplace_back("2");
-    acquire.emplace_back("colock:bench:limit:{__rand_int__}");
-    acquire.emplace_back("colock:bench:limit:{__rand_int__}:fence");
-    acquire.emplace_back("0123456789abcdef0123456789abcdef");
-    acquire.emplace_back("30000");
-    std::vector<std::string> release;
-    release.emplace_back("EVALSHA");
-    release.push_back(r.release_sha);
-    release.emplace_back("1");
-    release.emplace_back("colock:bench:limit:{__rand_int__}");
-    release.emplace_back("0123456789abcdef0123456789abcdef");
-    release.emplace_back("colock:bench:limit:{__rand_int__}:wake");
+    // The same arguments the locker sends: the lock and its queue keys, then for acquire token,
+    // ttl, owner, queueing ("0": never, as co_try_lock) and the queue entry's lifetime; for
+    // release token, wake channel prefix, claim and "" (the leaving locker, unused here).
+    std::string const key = "colock:bench:limit:{__rand_int__}";
+    std::string const token = "0123456789abcdef0123456789abcdef";
+    std::vector<std::string> const acquire = {"EVALSHA",  r.acquire_sha, "3",   key,
+                                              key + ":q", key + ":qd",   token, "30000",
+                                              "bench",    "0",           "3000"};
+    std::vector<std::string> const release = {
+        "EVALSHA",   r.release_sha, "3",         key,    key + ":q",
+        key + ":qd", token,         key + ":w:", "1000", ""};
     r.acquire_rps = measure_command_rate(program, cfg, acquire, seconds / 2);
     r.release_rps = measure_command_rate(program, cfg, release, seconds / 2);
 }
@@ -643,10 +641,8 @@ asio::awaitable<handoff_result> measure_handoff(redis::config cfg, std::chrono::
     r.max_per_worker = *std::max_element(state->per_worker.begin(), state->per_worker.end());
     r.reconnects = conn->reconnect_count();
 
-    auto const key = fmt::format("{}{{{}}}", locker->key_prefix(), name);
     std::vector<std::string> keys;
-    keys.push_back(key);
-    keys.push_back(key + ":fence");
+    add_lock_keys(keys, fmt::format("{}{{{}}}", locker->key_prefix(), name));
     co_await delete_keys(*conn, keys);
     conn->close();
     co_return r;
@@ -744,12 +740,38 @@ struct memory_result {
     }
 };
 
-asio::awaitable<std::int64_t> integer_reply(redis::connection& conn, resp3::request req) {
+/// Keys of the lock `key` that would stay: the lock still held or handed off ("H ..." or
+/// "R ..."), or a key without an expiry. The free lock ("F <fence>") and the queue lapse.
+asio::awaitable<std::int64_t> lock_keys_left(redis::connection& conn, std::string const& key) {
+    std::vector<std::string> keys;
+    add_lock_keys(keys, key);
+    resp3::request req;
+    req.push("GET", key);
+    for (auto const& k : keys)
+        req.push("PTTL", k);
     auto const resp = co_await conn.co_exec(std::move(req));
-    auto const n = resp.empty() ? std::nullopt : resp.back().as_integer();
-    if (!n)
-        throw std::runtime_error("expected an integer reply");
-    co_return *n;
+    auto const value = resp.at(0).as_string().value_or("");
+    std::int64_t left = value.starts_with("H ") || value.starts_with("R ") ? 1 : 0;
+    for (std::size_t i = 1; i < resp.size(); ++i)
+        left += resp[i].as_integer() == -1 ? 1 : 0;
+    co_return left;
+}
+
+/// Subscribers of the wake channels of the lock `key`, one channel per waiting locker.
+asio::awaitable<std::int64_t> wake_subscribers(redis::connection& conn, std::string const& key) {
+    resp3::request list;
+    list.push("PUBSUB", "CHANNELS", key + ":w:*");
+    auto const channels = co_await conn.co_exec(std::move(list));
+    std::int64_t total = 0;
+    for (auto const& channel : channels.at(0).elements) {
+        resp3::request numsub;
+        numsub.push("PUBSUB", "NUMSUB", channel.as_string().value_or(""));
+        auto const reply = co_await conn.co_exec(std::move(numsub));
+        total += reply.at(0).elements.size() == 2
+                     ? reply.at(0).elements[1].as_integer().value_or(-1)
+                     : -1;
+    }
+    co_return total;
 }
 
 asio::awaitable<void> bare_waiter(std::shared_ptr<memory_state> state) {
@@ -859,18 +881,11 @@ asio::awaitable<memory_result> measure_memory(redis::config cfg, std::size_t wai
     r.failed = state->failed;
 
     co_await sleep_for(std::chrono::milliseconds{200}); // the unsubscribe is fire-and-forget
-    resp3::request exists;
-    exists.push("EXISTS", key);
-    r.keys_left = co_await integer_reply(*conn, std::move(exists));
-    resp3::request numsub;
-    numsub.push("PUBSUB", "NUMSUB", key + ":wake");
-    auto const numsub_reply = co_await conn->co_exec(std::move(numsub));
-    if (!numsub_reply.empty() && numsub_reply.front().elements.size() == 2)
-        r.subscribers_left = numsub_reply.front().elements[1].as_integer().value_or(-1);
+    r.keys_left = co_await lock_keys_left(*conn, key);
+    r.subscribers_left = co_await wake_subscribers(*conn, key);
 
     std::vector<std::string> keys;
-    keys.push_back(key);
-    keys.push_back(key + ":fence");
+    add_lock_keys(keys, key);
     co_await delete_keys(*conn, keys);
     conn->close();
     co_return r;

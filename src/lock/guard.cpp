@@ -30,7 +30,8 @@ namespace detail {
 
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
     st->stop();
-    auto const reply = co_await st->locker->store_->release(st->keys, st->token);
+    auto const reply =
+        co_await st->locker->store_->release(st->keys, st->token, handoff_claim(st->opt.ttl));
     co_return std::tuple{reply.ec, reply.ours};
 }
 
@@ -43,7 +44,8 @@ void release_in_background(std::shared_ptr<guard_state> st) {
     auto const store = st->locker->store_;
     auto const& keys = st->keys;
     auto const& token = st->token;
-    store->release_in_background(keys, token, [st = std::move(st)] {
+    auto const claim = handoff_claim(st->opt.ttl);
+    store->release_in_background(keys, token, claim, [st = std::move(st)] {
         asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
     });
 }

@@ -14,27 +14,68 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 
 namespace colock::detail {
 
-// The keys of lock `name` under a prefix, all in the hash slot of `{name}`.
+// The keys of lock `name` under a prefix, all in the hash slot of `{name}` (the layout is in
+// colock/detail/lock_scripts.hpp), and this locker's wake channel for it.
 struct lock_keys {
-    std::string key;       // the holder's token
-    std::string fence_key; // the last fence
-    std::string channel;   // where a release is published
+    std::string key;            // the lock: holder, fence, whether a process is queued
+    std::string queue_key;      // the processes waiting, in arrival order
+    std::string deadlines_key;  // each queued process's deadline
+    std::string channel_prefix; // + a locker's owner id: where it is told of a hand-off
+    std::string owner;          // this locker's id
+    std::string channel;        // this locker's wake channel
 
-    lock_keys(std::string const& prefix, std::string_view name)
-        : key(fmt::format("{}{{{}}}", prefix, name))
-        , fence_key(key + ":fence")
-        , channel(key + ":wake") {}
+    lock_keys(std::string const& prefix, std::string_view name, std::string_view owner_id)
+        : lock_keys(fmt::format("{}{{{}}}", prefix, name), owner_id) {}
+
+    // From the lock's key itself (`prefix{name}`).
+    lock_keys(std::string lock_key, std::string_view owner_id)
+        : key(std::move(lock_key))
+        , queue_key(key + ":q")
+        , deadlines_key(key + ":qd")
+        , channel_prefix(key + ":w:")
+        , owner(owner_id)
+        , channel(channel_prefix + owner) {}
+
+    // The lock key of a wake channel of `owner_id`, or nothing when it is not one.
+    static std::optional<std::string> key_of_channel(std::string_view channel,
+                                                     std::string_view owner_id) {
+        auto const suffix = fmt::format(":w:{}", owner_id);
+        if (channel.size() <= suffix.size() || !channel.ends_with(suffix))
+            return std::nullopt;
+        return std::string(channel.substr(0, channel.size() - suffix.size()));
+    }
 };
+
+// How an attempt treats the queue of waiting processes when the lock is held.
+enum class queueing {
+    never,           // co_try_lock: one attempt, nothing left behind
+    when_held,       // a waiting co_lock: queue this locker if the lock is held
+    stay_after_grant // as when_held, and stay queued after a grant: more local waiters follow
+};
+
+// A queue entry lapses this long after the waiting process last refreshed it (every attempt
+// does); a waiting process asks again at least every queue_refresh_interval.
+inline constexpr std::chrono::milliseconds queue_entry_ttl{3000};
+inline constexpr std::chrono::milliseconds queue_refresh_interval{1000};
+// How long a hand-off is kept for the process it went to: a process that died right after
+// queueing holds the lock up this long at most (or the lock's ttl, when shorter).
+inline constexpr std::chrono::milliseconds max_handoff_claim{1000};
+
+inline std::chrono::milliseconds handoff_claim(std::chrono::milliseconds ttl) {
+    return std::min(ttl, max_handoff_claim);
+}
 
 // The answer to one request for a lease.
 struct grant_result {
@@ -91,30 +132,37 @@ public:
     virtual boost::asio::strand<boost::asio::any_io_executor> const& strand() const = 0;
 
     // Asks for the lease on `keys` for `token`, for `ttl`; idempotent for the same token (a
-    // retry after a lost reply gets the lease it was granted). `stop` emits total
-    // cancellation: honoured only while the request is unsent, so a grant is never lost track
-    // of. The awaiting coroutine's own cancellation does not reach the request.
-    virtual boost::asio::awaitable<grant_result> grant(lock_keys const& keys,
-                                                       std::string const& token,
-                                                       std::chrono::milliseconds ttl,
-                                                       boost::asio::cancellation_slot stop) = 0;
+    // retry after a lost reply gets the lease it was granted). When the lock is held,
+    // `queue` says whether this locker joins the queue of waiting processes. `stop` emits
+    // total cancellation: honoured only while the request is unsent, so a grant is never lost
+    // track of. The awaiting coroutine's own cancellation does not reach the request.
+    virtual boost::asio::awaitable<grant_result>
+    grant(lock_keys const& keys, std::string const& token, std::chrono::milliseconds ttl,
+          queueing queue, boost::asio::cancellation_slot stop) = 0;
 
     // Sets the lease of `token` to `ttl` from now, if it is still ours. Cancelled by the
     // awaiting coroutine's cancellation, as the connection's requests are.
     virtual boost::asio::awaitable<lease_reply>
     extend(lock_keys const& keys, std::string const& token, std::chrono::milliseconds ttl) = 0;
 
-    // Gives the lease of `token` back and wakes a waiter. Not cancellable; sent again over
-    // passing errors until release_timeout, then error::timeout. `ours` is reported only when
-    // known: a repeat of a release that went through answers false.
-    virtual boost::asio::awaitable<lease_reply> release(lock_keys const& keys,
-                                                        std::string const& token) = 0;
+    // Gives the lease of `token` back: to the first queued process (kept for it for `claim`),
+    // or free. Not cancellable; sent again over passing errors until release_timeout, then
+    // error::timeout. `ours` is reported only when known: a repeat of a release that went
+    // through answers false.
+    virtual boost::asio::awaitable<lease_reply>
+    release(lock_keys const& keys, std::string const& token, std::chrono::milliseconds claim) = 0;
 
     // Hands a release to the deployment now, on the caller's thread, so that it goes out
     // before anything the caller does next (a close() right after still sends it). When it
     // fails for a passing reason, `retry` runs on the strand, to go on with release().
     virtual void release_in_background(lock_keys const& keys, std::string const& token,
+                                       std::chrono::milliseconds claim,
                                        std::function<void()> retry) = 0;
+
+    // Takes this locker (keys.owner) out of the queue of waiting processes, and passes on a
+    // hand-off it was given meanwhile; in the background. Should it fail, the entry lapses
+    // after queue_entry_ttl and the hand-off after its claim.
+    virtual void leave_queue(lock_keys const& keys, std::chrono::milliseconds claim) = 0;
 
     // Starts listening for wake-ups on `channel`. Completes when the deployment confirmed, or
     // refused (redis::error::server_error and its text: nothing to undo), or could not be

@@ -1,6 +1,7 @@
-// The local queues, and how a contended co_lock waits in one: the head subscribes to the
-// name's wake channel (once per name) and asks the server again when woken, when the holder's
-// lease should have run out, or after its backoff; the others sleep until they are the head.
+// The local queues, and how a contended co_lock waits in one: the head subscribes to this
+// locker's wake channel for the name (once per name) and asks the server again when handed
+// the lock, when the holder's lease should have run out, after its backoff, or to refresh its
+// entry in the server's queue; the others sleep until they are the head.
 #include "local_queue.hpp"
 
 #include "locker_impl.hpp"
@@ -18,43 +19,51 @@ namespace colock::detail {
 namespace asio = boost::asio;
 using std::chrono::milliseconds;
 
-std::shared_ptr<name_queue> local_queues::join(std::string const& channel, waiter& w) {
-    auto& q = queues_[channel];
+std::shared_ptr<name_queue> local_queues::join(lock_keys const& keys, waiter& w) {
+    auto& q = queues_[keys.channel];
     if (!q)
-        q = std::make_shared<name_queue>();
+        q = std::make_shared<name_queue>(keys);
     w.position = q->waiters.insert(q->waiters.end(), &w);
     return q;
 }
 
-void local_queues::leave(std::string const& channel, std::shared_ptr<name_queue> const& q,
-                         waiter& w, bool acquired) {
+void local_queues::leave(std::shared_ptr<name_queue> const& q, waiter& w, bool acquired,
+                         milliseconds claim) {
     bool const was_head = q->waiters.front() == &w;
     q->waiters.erase(w.position);
     if (q->waiters.empty()) {
         if (q->subscribed)
-            store_.unsubscribe(channel); // nobody waits here any more
-        auto it = queues_.find(channel);
+            store_.unsubscribe(q->keys.channel); // nobody waits here any more
+        if (q->queued_at_server)
+            store_.leave_queue(q->keys, claim);
+        auto it = queues_.find(q->keys.channel);
         if (it != queues_.end() && it->second == q)
             queues_.erase(it);
     } else if (was_head) {
-        wake(*q->waiters.front(),
-             acquired ? wake_reason::promoted_after_acquire : wake_reason::woken);
+        // A head that took the lock with the next in line kept this locker queued: the next
+        // waits for the hand-off. Otherwise it asks at once (and queues).
+        wake(*q->waiters.front(), acquired && q->queued_at_server
+                                      ? wake_reason::promoted_after_acquire
+                                      : wake_reason::woken);
     }
 }
 
-bool local_queues::has_waiters(std::string const& channel) const {
-    auto const it = queues_.find(channel);
+bool local_queues::has_waiters(lock_keys const& keys) const {
+    auto const it = queues_.find(keys.channel);
     return it != queues_.end() && !it->second->waiters.empty();
 }
 
 void local_queues::on_wake(std::string const& channel) {
     auto it = queues_.find(channel);
-    if (it == queues_.end())
+    if (it == queues_.end() || it->second->waiters.empty()) {
+        // Handed to us after our last waiter left (its leave_queue crossed the hand-off):
+        // pass it on now rather than after the claim.
+        if (auto key = lock_keys::key_of_channel(channel, owner_))
+            store_.leave_queue(lock_keys(std::move(*key), owner_), max_handoff_claim);
         return;
+    }
     auto& q = *it->second;
-    if (q.waiters.empty())
-        return;
-    // One local waiter, not a herd: the head tries, the rest stay asleep.
+    // One local waiter, not a herd: the head takes it, the rest stay asleep.
     q.wake_pending = true;
     wake(*q.waiters.front());
 }
@@ -76,7 +85,8 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
                                                   std::string const& name, lock_options const& opt,
                                                   asio::cancellation_state cs,
                                                   wait_deadlines const& deadlines,
-                                                  milliseconds sleep, lock_outcome& out) {
+                                                  milliseconds sleep, bool queued_at_server,
+                                                  lock_outcome& out) {
     auto const wait_deadline = deadlines.wait;
     auto fail = [&](boost::system::error_code ec, std::string const& detail_text) {
         set_failure(out, name, ec, detail_text);
@@ -85,15 +95,16 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
     // Contended: queue locally. The head subscribes (once per name) and retries; the others
     // sleep until they become the head.
     waiter self_waiter(strand_);
-    auto queue = queues_.join(keys.channel, self_waiter);
+    auto queue = queues_.join(keys, self_waiter);
+    queue->queued_at_server = queue->queued_at_server || queued_at_server;
     struct leave_on_exit {
         local_queues& queues;
-        std::string const& channel;
         std::shared_ptr<name_queue> const& q;
         waiter& w;
+        milliseconds claim;
         bool acquired = false;
-        ~leave_on_exit() { queues.leave(channel, q, w, acquired); }
-    } leave_guard{queues_, keys.channel, queue, self_waiter};
+        ~leave_on_exit() { queues.leave(q, w, acquired, claim); }
+    } leave_guard{queues_, queue, self_waiter, handoff_claim(opt.ttl)};
 
     int attempts = 1;
     bool need_attempt = false; // the first attempt's answer still stands
@@ -102,7 +113,7 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
         if (head && !queue->subscribed && !queue->subscription_refused) {
             // Subscribe, then try: a release published after this attempt reaches us.
             queue->subscribed = true;
-            auto [sec, refusal] = co_await store_->subscribe(keys.channel);
+            auto [sec, refusal] = co_await store_->subscribe(queue->keys.channel);
             if (sec) {
                 // Not subscribed (nothing to undo on leaving): poll by the backoff instead. A
                 // refusal (an ACL user without the channel: NOPERM) stands for this queue; the
@@ -118,8 +129,16 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
         }
         if (head && need_attempt) {
             queue->wake_pending = false;
-            auto r = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
+            // With more waiters here behind this one, this locker stays queued at the server
+            // after a grant, so the lock comes back to them in turn.
+            auto const mode =
+                queue->waiters.size() > 1 ? queueing::stay_after_grant : queueing::when_held;
+            auto r = co_await try_once(keys, token, name, opt, mode, cs, wait_deadline, out);
             ++attempts;
+            if (r->granted)
+                queue->queued_at_server = mode == queueing::stay_after_grant;
+            else if (!r->ec || r->outcome_unknown)
+                queue->queued_at_server = true;
             auto const next = decide_after_attempt(*r, context, cancelled(cs), clock_type::now());
             switch (next.step) {
             case next_step::acquired:
@@ -150,9 +169,9 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
         if (head && queue->wake_pending)
             continue; // released while we were busy: try again at once
         auto until = wait_deadline;
-        if (head)
-            until =
-                head_wakes_at(now, wait_deadline, sleep, backoff(opt.retry, attempts - 1, rng_));
+        if (head) // asks again at least every queue_refresh_interval, keeping its entry alive
+            until = head_wakes_at(now, wait_deadline, std::min(sleep, queue_refresh_interval),
+                                  backoff(opt.retry, attempts - 1, rng_));
         self_waiter.wake = wake_reason::none;
         self_waiter.timer.expires_at(until);
         co_await self_waiter.timer.async_wait(nothrow_awaitable);

@@ -36,7 +36,8 @@ locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix)
     : store_(std::move(store))
     , strand_(store_->strand())
     , prefix_(std::move(prefix))
-    , queues_(*store_)
+    , owner_(random_token().substr(0, 16))
+    , queues_(*store_, owner_)
     , rng_(std::random_device{}()) {}
 
 void locker_impl::drop_handlers_at_shutdown() noexcept {
@@ -72,7 +73,8 @@ void locker_impl::on_server_change() {
 }
 
 asio::awaitable<grant_result> locker_impl::attempt(lock_keys const& keys, std::string const& token,
-                                                   milliseconds ttl, asio::cancellation_state cs,
+                                                   milliseconds ttl, queueing queue,
+                                                   asio::cancellation_state cs,
                                                    clock_type::time_point deadline) {
     auto stop = std::make_shared<asio::cancellation_signal>();
     auto caller_slot = cs.slot();
@@ -88,7 +90,7 @@ asio::awaitable<grant_result> locker_impl::attempt(lock_keys const& keys, std::s
                 stop->emit(asio::cancellation_type::total);
         });
     }
-    auto r = co_await store_->grant(keys, token, ttl, stop->slot());
+    auto r = co_await store_->grant(keys, token, ttl, queue, stop->slot());
     if (caller_slot.is_connected())
         caller_slot.clear();
     if (deadline_timer)
@@ -150,11 +152,11 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
 
 asio::awaitable<std::optional<grant_result>>
 locker_impl::try_once(lock_keys const& keys, std::string const& token, std::string const& name,
-                      lock_options const& opt, asio::cancellation_state cs,
+                      lock_options const& opt, queueing queue, asio::cancellation_state cs,
                       clock_type::time_point deadline, lock_outcome& out) {
     auto started = clock_type::now();
     auto server_changes = store_->server_changes();
-    grant_result r = co_await attempt(keys, token, opt.ttl, cs, deadline);
+    grant_result r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline);
     // Granted by a server instance that has been replaced since (its keys may be gone, and the
     // guards it granted were marked lost): ask the new one. Same token, so this is idempotent.
     for (int rounds = 0; !r.ec && r.granted && !cancelled(cs) && rounds < 3 &&
@@ -162,7 +164,7 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
          ++rounds) {
         started = clock_type::now();
         server_changes = store_->server_changes();
-        r = co_await attempt(keys, token, opt.ttl, cs, deadline);
+        r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline);
     }
     if (!r.ec && r.granted && store_->server_changes() != server_changes) {
         // The server keeps changing: give up this attempt, as one whose reply was lost (a
@@ -174,7 +176,7 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
     if (r.outcome_unknown)
         out.outcome_unknown = true; // it may have been applied: release on the way out
     if (!r.ec && r.granted && cancelled(cs)) {
-        auto const released = co_await store_->release(keys, token);
+        auto const released = co_await store_->release(keys, token, handoff_claim(opt.ttl));
         if (released.ec)
             out.outcome_unknown = true; // try once more on the way out
         r.granted = false;
@@ -192,8 +194,8 @@ namespace {
 // After an attempt whose outcome is unknown, in the background: the connection may be down,
 // and the caller should not wait for it. `self` holds the locker meanwhile.
 asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
-                                       std::string token) {
-    co_await self->store_->release(keys, token);
+                                       std::string token, milliseconds claim) {
+    co_await self->store_->release(keys, token, claim);
 }
 
 } // namespace
@@ -205,7 +207,7 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     co_await asio::this_coro::throw_if_cancelled(false);
     auto cs = co_await asio::this_coro::cancellation_state;
 
-    lock_keys keys(prefix_, name);
+    lock_keys keys(prefix_, name, owner_);
     std::string const token = random_token();
     auto const start = clock_type::now();
     wait_deadlines deadlines;
@@ -229,10 +231,15 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     // The uncontended path: one command, no subscription. A co_lock that finds others of
     // this process already waiting on the name queues behind them instead: FIFO, and no
     // attempt that would fail anyway.
-    bool const others_waiting = wait && queues_.has_waiters(keys.channel);
+    bool const others_waiting = wait && queues_.has_waiters(keys);
     milliseconds sleep = opt.ttl;
+    // Whether this locker may have an entry in the server's queue that nobody here will
+    // take out: a first attempt that found the lock held queued it.
+    bool queued_at_server = false;
     if (!finished && !others_waiting) {
-        auto first = co_await try_once(keys, token, name, opt, cs, wait_deadline, out);
+        auto const queue = wait ? queueing::when_held : queueing::never;
+        auto first = co_await try_once(keys, token, name, opt, queue, cs, wait_deadline, out);
+        queued_at_server = wait && !first->granted && (!first->ec || first->outcome_unknown);
         attempt_context const context{wait, false, deadlines, opt.retry.max};
         auto const next = decide_after_attempt(*first, context, cancelled(cs), clock_type::now());
         switch (next.step) {
@@ -262,13 +269,19 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     }
 
     // Contended: its own coroutine, so the uncontended call above keeps a small frame.
-    if (!finished)
-        co_await wait_contended(keys, token, name, opt, cs, deadlines, sleep, out);
+    if (!finished) {
+        co_await wait_contended(keys, token, name, opt, cs, deadlines, sleep, queued_at_server,
+                                out);
+        queued_at_server = false; // the local queue took it over
+    }
+    if (queued_at_server)
+        store_->leave_queue(keys, handoff_claim(opt.ttl));
 
     // An attempt that failed after it may have been applied could have left our token in the
     // key: release it (the script checks the token, so this is always safe).
     if (out.ec && out.outcome_unknown)
-        asio::co_spawn(strand_, release_detached(keep_alive, keys, token), asio::detached);
+        asio::co_spawn(strand_, release_detached(keep_alive, keys, token, handoff_claim(opt.ttl)),
+                       asio::detached);
     co_return out;
 }
 

@@ -44,6 +44,8 @@ public:
     std::shared_ptr<lease_store> const store_;
     boost::asio::strand<boost::asio::any_io_executor> const strand_; // the store's
     std::string const prefix_;
+    // This locker's id in the server's queues and its wake channels: random, 64 bits.
+    std::string const owner_;
     // On the strand:
     local_queues queues_;
     std::minstd_rand rng_;
@@ -68,7 +70,7 @@ private:
     // cancellation, which the store honours only while the request is unsent; once sent, its
     // reply is always read, so a lock it grants is never lost track of.
     boost::asio::awaitable<grant_result> attempt(lock_keys const& keys, std::string const& token,
-                                                 std::chrono::milliseconds ttl,
+                                                 std::chrono::milliseconds ttl, queueing queue,
                                                  boost::asio::cancellation_state cs,
                                                  clock_type::time_point deadline);
 
@@ -76,15 +78,17 @@ private:
     // meanwhile wins, and a lock granted to it is given back first.
     boost::asio::awaitable<std::optional<grant_result>>
     try_once(lock_keys const& keys, std::string const& token, std::string const& name,
-             lock_options const& opt, boost::asio::cancellation_state cs,
+             lock_options const& opt, queueing queue, boost::asio::cancellation_state cs,
              clock_type::time_point deadline, lock_outcome& out);
 
     // The contended wait, in this process's queue for the name (local_queue.cpp).
+    // `queued_at_server`: the first attempt may have queued this locker at the server.
     boost::asio::awaitable<void> wait_contended(lock_keys const& keys, std::string const& token,
                                                 std::string const& name, lock_options const& opt,
                                                 boost::asio::cancellation_state cs,
                                                 wait_deadlines const& deadlines,
-                                                std::chrono::milliseconds sleep, lock_outcome& out);
+                                                std::chrono::milliseconds sleep,
+                                                bool queued_at_server, lock_outcome& out);
 
     static void set_failure(lock_outcome& out, std::string const& name,
                             boost::system::error_code ec, std::string const& detail_text);

@@ -12,6 +12,8 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -94,10 +96,16 @@ public:
     asio::strand<asio::any_io_executor> const& strand() const override { return strand_; }
 
     asio::awaitable<grant_result> grant(lock_keys const& keys, std::string const& token,
-                                        milliseconds ttl, asio::cancellation_slot stop) override {
+                                        milliseconds ttl, queueing queue,
+                                        asio::cancellation_slot stop) override {
         auto const ttl_text = std::to_string(ttl.count());
-        auto [ec, v] =
-            co_await run_script(acquire_script(), keys.key, keys.fence_key, token, ttl_text, stop);
+        std::string_view const queue_text = queue == queueing::never       ? "0"
+                                            : queue == queueing::when_held ? "1"
+                                                                           : "2";
+        auto const entry_ttl_text = std::to_string(queue_entry_ttl.count());
+        auto [ec, v] = co_await run_script(acquire_script(), stop, keys.key, keys.queue_key,
+                                           keys.deadlines_key, token, ttl_text, keys.owner,
+                                           queue_text, entry_ttl_text);
         grant_result r;
         if (ec) {
             r.ec = ec;
@@ -129,8 +137,8 @@ public:
     asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
                                         milliseconds ttl) override {
         auto const ttl_text = std::to_string(ttl.count());
-        auto [ec, v] = co_await run_script(extend_script(), keys.key, keys.fence_key, token,
-                                           ttl_text, std::nullopt);
+        auto [ec, v] =
+            co_await run_script(extend_script(), std::nullopt, keys.key, "", "", token, ttl_text);
         if (ec)
             co_return lease_reply{ec, false};
         auto const flag = script_flag(v);
@@ -141,7 +149,9 @@ public:
 
     // The deadlines of all releases share one timer (they are all release_timeout long, so
     // they expire in the order they were set): no timer per unlock on the hot path.
-    asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token) override {
+    asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
+                                         milliseconds claim) override {
+        auto const claim_text = std::to_string(claim.count());
         auto deadline = std::make_shared<release_deadline>();
         watch_release(deadline);
         // When it ends, the shared timer stops if no other release needs it: an armed timer
@@ -158,8 +168,9 @@ public:
         // the deadline. The script checks the token, so a repeat is harmless (it answers 0 if
         // the first one went through, so `true` is only reported when known).
         for (int round = 0;; ++round) {
-            auto [ec, v] = co_await run_script(release_script(), keys.key, {}, token, keys.channel,
-                                               deadline->stop.slot());
+            auto [ec, v] = co_await run_script(release_script(), deadline->stop.slot(), keys.key,
+                                               keys.queue_key, keys.deadlines_key, token,
+                                               keys.channel_prefix, claim_text, "");
             if (!ec) {
                 auto const released = script_flag(v);
                 if (!released)
@@ -181,10 +192,11 @@ public:
     }
 
     // EVAL rather than EVALSHA: no NOSCRIPT, so the one request is all it takes.
-    void release_in_background(lock_keys const& keys, std::string const& token,
+    void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
                                std::function<void()> retry) override {
         resp3::request req;
-        req.push("EVAL", release_script().source, 1, keys.key, token, keys.channel);
+        req.push("EVAL", release_script().source, 3, keys.key, keys.queue_key, keys.deadlines_key,
+                 token, keys.channel_prefix, claim.count(), "");
         redis::detail::engine_exec(
             engine_, std::move(req),
             [strand = strand_, retry = std::move(retry)](error_code ec, redis::response resp) {
@@ -194,6 +206,10 @@ public:
                     return;
                 asio::dispatch(strand, std::move(retry));
             });
+    }
+
+    void leave_queue(lock_keys const& keys, milliseconds claim) override {
+        asio::co_spawn(strand_, leave(shared_from_this(), keys, claim), asio::detached);
     }
 
     asio::awaitable<std::pair<error_code, std::string>>
@@ -246,19 +262,21 @@ private:
             token, std::move(req));
     }
 
-    // One script by SHA: through `cancel_by` when given, else the awaiting coroutine's own
-    // cancellation.
+    // One script by SHA (three keys, "" for those it does not use), through `cancel_by` when
+    // given, else the awaiting coroutine's own cancellation. The arguments are views of the
+    // caller's locals, which outlive the call.
+    template <class... Args>
     asio::awaitable<std::tuple<error_code, resp3::value>>
-    run_script(script const& s, std::string_view key1, std::string_view key2, std::string_view arg1,
-               std::string_view arg2, std::optional<asio::cancellation_slot> cancel_by) {
+    run_script(script const& s, std::optional<asio::cancellation_slot> cancel_by,
+               std::string_view key1, std::string_view key2, std::string_view key3, Args... args) {
         auto make = [&](bool load) {
             resp3::request req;
             if (load)
                 req.push("SCRIPT", "LOAD", s.source);
             if (key2.empty())
-                req.push("EVALSHA", s.sha, 1, key1, arg1, arg2);
+                req.push("EVALSHA", s.sha, 1, key1, args...);
             else
-                req.push("EVALSHA", s.sha, 2, key1, key2, arg1, arg2);
+                req.push("EVALSHA", s.sha, 3, key1, key2, key3, args...);
             return req;
         };
         for (int round = 0; round < 2; ++round) {
@@ -282,6 +300,23 @@ private:
             co_return std::tuple{ec, std::move(resp.back())};
         }
         co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
+    }
+
+    // Out of the queue, passing on a hand-off; a few tries over passing errors, no more: the
+    // entry and the claim lapse by themselves.
+    static asio::awaitable<void> leave(std::shared_ptr<single_connection_store> self,
+                                       lock_keys keys, milliseconds claim) {
+        auto const claim_text = std::to_string(claim.count());
+        for (int round = 0; round < 3; ++round) {
+            auto [ec, v] = co_await self->run_script(
+                release_script(), asio::cancellation_slot(), keys.key, keys.queue_key,
+                keys.deadlines_key, "", keys.channel_prefix, claim_text, keys.owner);
+            if (!ec || !is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
+                co_return;
+            asio::steady_timer pause(self->strand_);
+            pause.expires_after(milliseconds{50 << round});
+            co_await pause.async_wait(nothrow_awaitable);
+        }
     }
 
     struct release_deadline {

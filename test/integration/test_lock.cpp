@@ -54,7 +54,7 @@ lock_options short_lock() {
 
 } // namespace
 
-TEST_CASE("co_lock and unlock: the key holds the token while held and is gone after") {
+TEST_CASE("co_lock and unlock: the key holds the token while held, and is free after") {
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
         redis::connection conn{ctx.get_executor(), shared_server().config()};
         redis::connection probe{ctx.get_executor(), shared_server().config()};
@@ -71,8 +71,12 @@ TEST_CASE("co_lock and unlock: the key holds the token while held and is gone af
         CHECK(g.token().find_first_not_of("0123456789abcdef") == std::string::npos);
         CHECK(g.fence() >= 1);
 
-        auto const held = co_await get(probe, lock_key(name));
-        CHECK(held == g.token());
+        auto const held = co_await read_lock(probe, name);
+        CHECK(held.kind == 'H');
+        CHECK(held.token == g.token());
+        CHECK(held.fence == g.fence());
+        CHECK(held.owner.size() == 16);
+        CHECK_FALSE(held.queued);
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(pttl > 20'000); // default ttl 30 s
         CHECK(pttl <= 30'000);
@@ -81,16 +85,21 @@ TEST_CASE("co_lock and unlock: the key holds the token while held and is gone af
         CHECK(released);
         CHECK_FALSE(g.owns_lock());
         CHECK_FALSE(g.lost());
-        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-        CHECK(exists == 0);
+        // Free, keeping the last fence for the rest of the lease, so the key still expires.
+        auto const freed = co_await read_lock(probe, name);
+        CHECK(freed.kind == 'F');
+        CHECK(freed.fence == g.fence());
+        auto const freed_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        CHECK(freed_pttl > 0);
+        CHECK(freed_pttl <= 30'000);
         bool const again = co_await g.unlock();
         CHECK_FALSE(again);
 
         // Every co_lock draws a fresh token.
         auto g2 = co_await locks.co_lock(name);
         CHECK(g2.token() != g.token());
-        CHECK(g2.fence() > g.fence());
-        auto const held2 = co_await get(probe, lock_key(name));
+        CHECK(g2.fence() == g.fence() + 1); // one more than the free key's
+        auto const held2 = co_await held_by(probe, name);
         CHECK(held2 == g2.token());
         bool const released2 = co_await g2.unlock();
         CHECK(released2);
@@ -129,7 +138,7 @@ TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never sto
         CHECK(waited == error::timeout);
 
         // Still the first holder's key, with its lease.
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == first->token());
         CHECK(first->owns_lock());
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
@@ -140,7 +149,7 @@ TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never sto
         auto next = co_await b.co_try_lock(name, short_lock());
         REQUIRE(next.has_value());
         CHECK(next->fence() > first->fence());
-        auto const held_next = co_await get(probe, lock_key(name));
+        auto const held_next = co_await held_by(probe, name);
         CHECK(held_next == next->token());
         bool const released_next = co_await next->unlock();
         CHECK(released_next);
@@ -165,8 +174,8 @@ TEST_CASE("fences strictly increase across successive holders of one name") {
             auto g = co_await who.co_lock(name, short_lock());
             CHECK(g.fence() > last);
             last = g.fence();
-            auto const stored = co_await get(probe, lock_key(name) + ":fence");
-            CHECK(stored == std::to_string(g.fence()));
+            auto const stored = co_await read_lock(probe, name);
+            CHECK(stored.fence == g.fence());
             bool const released = co_await g.unlock();
             CHECK(released);
         }
@@ -192,8 +201,8 @@ TEST_CASE("fences strictly increase across successive holders of one name") {
     });
 }
 
-TEST_CASE("keys and the wake channel use the hash-tag scheme: p{name}, p{name}:fence, "
-          "p{name}:wake") {
+TEST_CASE("keys and wake channels use the hash-tag scheme: p{name}, p{name}:q, p{name}:qd, "
+          "p{name}:w:<locker>; a release with nobody queued publishes nothing") {
     struct wake_counter final : redis::push_listener {
         std::string channel;
         int messages = 0;
@@ -216,15 +225,12 @@ TEST_CASE("keys and the wake channel use the hash-tag scheme: p{name}, p{name}:f
         auto g = co_await a.co_lock(name, short_lock());
         auto r = co_await probe.co_exec(command("TYPE", key));
         CHECK(r.at(0).as_string() == "string");
-        r = co_await probe.co_exec(command("TYPE", key + ":fence"));
-        CHECK(r.at(0).as_string() == "string");
-        auto const fence = co_await get(probe, key + ":fence");
-        CHECK(fence == std::to_string(g.fence()));
-        // Nothing else carries the tag.
+        // Uncontended, nothing else carries the tag.
         r = co_await probe.co_exec(command("KEYS", "*{" + name + "}*"));
-        CHECK(r.at(0).elements.size() == 2);
+        CHECK(r.at(0).elements.size() == 1);
 
-        // A waiter on another connection subscribes to p{name}:wake.
+        // A waiter on another connection queues its locker (p{name}:q, p{name}:qd, both
+        // expiring) and subscribes to its own channel p{name}:w:<its locker>.
         bool waiter_done = false;
         std::int64_t waiter_fence = 0;
         asio::co_spawn(
@@ -236,22 +242,41 @@ TEST_CASE("keys and the wake channel use the hash-tag scheme: p{name}, p{name}:f
                 waiter_done = true;
             },
             asio::detached);
-        auto const subscribers = co_await numsub_becomes(probe, key + ":wake", 1);
+        auto const subscribers = co_await numsub_becomes(probe, key + ":w:*", 1);
         CHECK(subscribers == 1);
+        r = co_await probe.co_exec(command("PUBSUB", "CHANNELS", key + ":w:*"));
+        REQUIRE(r.at(0).elements.size() == 1);
+        std::string const channel(r.at(0).elements[0].as_string().value_or(""));
+        auto const queued = co_await probe.co_exec(command("LRANGE", key + ":q", 0, -1));
+        REQUIRE(queued.at(0).elements.size() == 1);
+        std::string const waiting_locker(queued.at(0).elements[0].as_string().value_or("?"));
+        CHECK(channel == key + ":w:" + waiting_locker);
+        auto const queue_pttl = co_await integer(probe, command("PTTL", key + ":q"));
+        CHECK(queue_pttl > 0);
+        CHECK(queue_pttl <= 3000);
+        auto const deadlines_pttl = co_await integer(probe, command("PTTL", key + ":qd"));
+        CHECK(deadlines_pttl > 0);
+        CHECK(deadlines_pttl <= 3000);
+        auto const marked = co_await read_lock(probe, name);
+        CHECK(marked.queued);
 
-        // The release publishes on that channel.
+        // The release hands the lock to that locker and publishes on its channel; the
+        // waiter's own release, with nobody queued, publishes nothing.
         auto counter = std::make_shared<wake_counter>();
-        counter->channel = key + ":wake";
+        counter->channel = channel;
         listener_conn.add_push_listener(counter);
-        co_await listener_conn.async_subscribe(strings(key + ":wake"), asio::use_awaitable);
+        co_await listener_conn.async_subscribe(strings(channel), asio::use_awaitable);
         co_await listener_conn.co_exec(command("PING"));
         bool const released = co_await g.unlock();
         CHECK(released);
-        for (int i = 0; i < 200 && (!waiter_done || counter->messages < 2); ++i)
+        for (int i = 0; i < 200 && !waiter_done; ++i)
             co_await sleep_for(10ms);
+        co_await listener_conn.co_exec(command("PING"));
         CHECK(waiter_done);
-        CHECK(waiter_fence > g.fence());
-        CHECK(counter->messages == 2); // one release each
+        CHECK(waiter_fence == g.fence() + 1);
+        CHECK(counter->messages == 1);
+        r = co_await probe.co_exec(command("KEYS", "*{" + name + "}*"));
+        CHECK(r.at(0).elements.size() == 1); // the free lock key only: the queue is gone
         conn_a.close();
         conn_b.close();
         probe.close();
@@ -269,24 +294,23 @@ TEST_CASE("a custom key prefix names the keys, and separates lockers") {
         std::string const name = unique_key("prefix");
 
         auto g = co_await mine.co_lock(name, short_lock());
-        auto const held = co_await get(probe, "myapp:locks:{" + name + "}");
-        CHECK(held == g.token());
-        auto const fence = co_await get(probe, "myapp:locks:{" + name + "}:fence");
-        CHECK(fence == std::to_string(g.fence()));
+        auto const held = co_await read_lock(probe, name, "myapp:locks:");
+        CHECK(held.token == g.token());
+        CHECK(held.fence == g.fence());
         auto const plain_key = co_await integer(probe, command("EXISTS", lock_key(name)));
         CHECK(plain_key == 0);
 
         // Same name, other prefix: another lock.
         auto other = co_await plain.co_try_lock(name, short_lock());
         REQUIRE(other.has_value());
-        auto const held_plain = co_await get(probe, lock_key(name));
+        auto const held_plain = co_await held_by(probe, name);
         CHECK(held_plain == other->token());
         bool const r1 = co_await other->unlock();
         bool const r2 = co_await g.unlock();
         CHECK(r1);
         CHECK(r2);
-        auto const gone = co_await integer(probe, command("EXISTS", "myapp:locks:{" + name + "}"));
-        CHECK(gone == 0);
+        auto const free = co_await lock_free(probe, name, "myapp:locks:");
+        CHECK(free);
         conn.close();
         probe.close();
     });
@@ -314,7 +338,7 @@ TEST_CASE("SCRIPT FLUSH while locks are in use: lock, renew, extend and unlock r
         co_await sleep_for(1000ms);
         CHECK(g.owns_lock());
         CHECK_FALSE(g.lost());
-        auto held = co_await get(probe, lock_key(name));
+        auto held = co_await held_by(probe, name);
         CHECK(held == g.token());
 
         flush();
@@ -330,8 +354,8 @@ TEST_CASE("SCRIPT FLUSH while locks are in use: lock, renew, extend and unlock r
         flush();
         bool const released = co_await g.unlock();
         CHECK(released);
-        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-        CHECK(exists == 0);
+        auto const free = co_await lock_free(probe, name);
+        CHECK(free);
 
         flush();
         auto g2 = co_await other.co_lock(name, opt);
@@ -365,7 +389,7 @@ TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_
         REQUIRE(done);
         CHECK_FALSE(result);
         CHECK(guard.owns_lock());
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == guard.token());
 
         // One attempt on a held lock: success, with nothing in it.
@@ -654,7 +678,7 @@ TEST_CASE("wait_timeout: co_lock gives up with error::timeout and a message nami
         CHECK(code == error::timeout);
 
         CHECK(holder.owns_lock());
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == holder.token());
         auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
         CHECK(subscribers == 0);
@@ -803,8 +827,7 @@ TEST_CASE("mutual exclusion: a read-modify-write counter under contention from s
     CHECK(rec->increments.load() == expected);
     auto const counter = shared_server().cli(strings("GET", counter_key));
     CHECK(counter == std::to_string(expected));
-    auto const left = shared_server().cli(strings("EXISTS", lock_key(name)));
-    CHECK(left == "0");
+    CHECK(lock_key_free(shared_server(), lock_key(name)));
     rec->~exclusion_record();
     ::munmap(mem, sizeof(exclusion_record));
 }
@@ -1048,7 +1071,7 @@ TEST_CASE("not reentrant: a second co_lock of a held name from the same coroutin
 
         // The first guard is untouched: it still holds, and the key still has its token.
         CHECK(held.owns_lock());
-        auto const token = co_await get(probe, lock_key(name));
+        auto const token = co_await held_by(probe, name);
         CHECK(token == held.token());
         bool const released = co_await held.unlock();
         CHECK(released);

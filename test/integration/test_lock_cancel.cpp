@@ -120,7 +120,7 @@ TEST_CASE("a sleeping waiter cancelled (terminal, partial) returns at once with 
 
             // The holder was not disturbed; and a new waiter on the same locker queues,
             // subscribes and is woken as if nothing had happened.
-            auto const held = co_await get(probe, lock_key(name));
+            auto const held = co_await held_by(probe, name);
             CHECK(held == holder.token());
             lock_result next;
             locks.async_lock(name, patient(), record(next));
@@ -165,7 +165,7 @@ TEST_CASE("co_lock raced with a timer (||): the timer wins promptly and the wait
         CHECK(took < 800);
         auto const none = co_await numsub_becomes(probe, wake_channel(name), 0);
         CHECK(none == 0);
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == holder.token());
 
         // The other way round: a free lock wins against a long timer, and the guard is ours.
@@ -177,7 +177,7 @@ TEST_CASE("co_lock raced with a timer (||): the timer wins promptly and the wait
         REQUIRE(won.index() == 0);
         auto& g = std::get<0>(won);
         CHECK(g.owns_lock());
-        auto const held_now = co_await get(probe, lock_key(name));
+        auto const held_now = co_await held_by(probe, name);
         CHECK(held_now == g.token());
         bool const released_g = co_await g.unlock();
         CHECK(released_g);
@@ -224,7 +224,7 @@ TEST_CASE("cancelled with an acquire in flight on a free lock: the granted lock 
                         timer.expires_after(100ms);
                         auto r = co_await (locks.co_lock(name, patient()) ||
                                            timer.async_wait(asio::use_awaitable));
-                        key_at_completion = co_await get(probe, lock_key(name));
+                        key_at_completion = co_await held_by(probe, name);
                         on_done(r.index() == 1 ? error_code(asio::error::operation_aborted)
                                                : error_code{},
                                 r.index() == 0);
@@ -257,10 +257,9 @@ TEST_CASE("cancelled with an acquire in flight on a free lock: the granted lock 
             CHECK(ms_since(paused_at) >= 450);
             // The server did grant it (a fence was issued), and it was given back before the
             // operation completed.
-            auto const fence = co_await get(probe, lock_key(name) + ":fence");
-            CHECK(fence.has_value());
-            auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-            CHECK(exists == 0);
+            auto const after = co_await read_lock(probe, name);
+            CHECK(after.kind == 'F');
+            CHECK(after.fence > 0);
             if (way == how::timer_or)
                 CHECK_FALSE(key_at_completion.has_value());
             auto const none = co_await numsub(probe, wake_channel(name));
@@ -306,8 +305,8 @@ TEST_CASE("cancelled in the same turn as async_lock on a free lock: operation_ab
             REQUIRE(finished);
             CHECK(ec == asio::error::operation_aborted);
             CHECK_FALSE(got_guard);
-            auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-            CHECK(exists == 0);
+            auto const free = co_await lock_free(probe, name);
+            CHECK(free);
             conn.close();
             probe.close();
         });
@@ -396,7 +395,7 @@ TEST_CASE("the head waiter cancelled while its retry is in flight returns prompt
             CHECK(took < 1200);
             auto const none = co_await numsub_becomes(probe, wake_channel(name), 0);
             CHECK(none == 0);
-            auto const held = co_await get(probe, lock_key(name));
+            auto const held = co_await held_by(probe, name);
             CHECK(held == holder.token());
             co_await holder.unlock();
             conn_h.close();
@@ -491,8 +490,8 @@ TEST_CASE("a storm of 2000 waiters with random deadlines: every one returns, not
             CHECK(timed_out > 0);
             CHECK(raced_out > 0);
 
-            auto const key_left = co_await exists_becomes(probe, lock_key(name), 0);
-            CHECK(key_left == 0);
+            auto const key_free = co_await free_becomes(probe, name);
+            CHECK(key_free);
             auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
             CHECK(subscribers == 0);
             // And the locker still works for this name.

@@ -82,24 +82,21 @@ TEST_CASE("every key a lock writes expires: 200 names leave no key without a TTL
         std::string const prefix = unique_key("expiry") + ":";
         locker locks{conn, prefix};
         auto const opt = lease(1500ms);
-        int fence_keys_with_ttl = 0;
+        int free_keys_with_ttl = 0;
         for (int i = 0; i < 200; ++i) {
             std::string const name = "invoice:" + std::to_string(i);
             auto g = co_await locks.co_lock(name, opt);
             bool const released = co_await g.unlock();
             CHECK(released);
-            // Right after the release: the lock key is gone, the fence key expires within the
-            // lease (checked per name, so a slow machine cannot let one lapse unseen).
-            resp3::request pttls;
-            pttls.push("PTTL", prefix + "{" + name + "}");
-            pttls.push("PTTL", prefix + "{" + name + "}:fence");
-            auto const replies = co_await conn.co_exec(std::move(pttls));
-            CHECK(replies.at(0).as_integer() == -2);
-            auto const fence_pttl = replies.at(1).as_integer().value_or(-3);
-            CHECK(fence_pttl <= 1500);
-            fence_keys_with_ttl += fence_pttl > 0 ? 1 : 0;
+            // Right after the release: the lock key is free, and expires within the lease
+            // (checked per name, so a slow machine cannot let one lapse unseen).
+            auto const freed = co_await read_lock(conn, name, prefix);
+            CHECK(freed.kind == 'F');
+            auto const pttl = co_await integer(conn, command("PTTL", prefix + "{" + name + "}"));
+            CHECK(pttl <= 1500);
+            free_keys_with_ttl += pttl > 0 ? 1 : 0;
         }
-        CHECK(fence_keys_with_ttl == 200);
+        CHECK(free_keys_with_ttl == 200);
         // Nothing else under the prefix has been written without a ttl.
         auto const keys = lines(shared_server().cli(strings("KEYS", prefix + "*")));
         resp3::request pttls;
@@ -119,40 +116,49 @@ TEST_CASE("every key a lock writes expires: 200 names leave no key without a TTL
     });
 }
 
-TEST_CASE("the fence key lives as long as the lease, and fences keep increasing after it "
-          "lapsed") {
+TEST_CASE("the free key keeps the last fence for the rest of the lease, and fences keep "
+          "increasing after it lapsed") {
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
         redis::connection conn{ctx.get_executor(), shared_server().config()};
         redis::connection probe{ctx.get_executor(), shared_server().config()};
         locker locks{conn};
         std::string const name = unique_key("fence-expiry");
-        std::string const fence_key = lock_key(name) + ":fence";
 
         lock_options opt = lease(300ms);
         opt.renew_interval = 100ms;
         auto g = co_await locks.co_lock(name, opt);
         auto const first = g.fence();
-        // Renewed for three leases: the fence key is renewed with the lock key.
+        // Renewed for three leases; extend() moves the lease too.
         co_await sleep_for(900ms);
         CHECK(g.owns_lock());
         auto const lock_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
-        auto const fence_pttl = co_await integer(probe, command("PTTL", fence_key));
         CHECK(lock_pttl > 0);
-        CHECK(fence_pttl > 0);
-        CHECK(fence_pttl <= 300);
-        // extend() moves both.
+        CHECK(lock_pttl <= 300);
         bool const extended = co_await g.extend(5000ms);
         CHECK(extended);
-        auto const extended_pttl = co_await integer(probe, command("PTTL", fence_key));
+        auto const extended_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(extended_pttl > 4000);
         bool const released = co_await g.unlock();
         CHECK(released);
+        // Free with the rest of that lease: the next holder's fence is one more.
+        auto const freed = co_await read_lock(probe, name);
+        CHECK(freed.kind == 'F');
+        CHECK(freed.fence == first);
+        auto const free_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        CHECK(free_pttl > 4000);
+        CHECK(free_pttl <= 5000);
+        auto second = co_await locks.co_lock(name, opt);
+        CHECK(second.fence() == first + 1);
+        bool const released_second = co_await second.unlock();
+        CHECK(released_second);
+        co_await probe.co_exec(command("PEXPIRE", lock_key(name), 200));
 
-        // The fence key lapses with the lease it numbered; the next fence still grows.
-        bool const gone = co_await exists_becomes(probe, fence_key, 0, 6000ms) == 0;
+        // Once the key has lapsed, the next fence comes from the server's clock, which is
+        // past every earlier fence.
+        bool const gone = co_await exists_becomes(probe, lock_key(name), 0, 6000ms) == 0;
         CHECK(gone);
         auto next = co_await locks.co_lock(name, lease(300ms));
-        CHECK(next.fence() > first);
+        CHECK(next.fence() > first + 1);
         bool const released_next = co_await next.unlock();
         CHECK(released_next);
         conn.close();
@@ -470,7 +476,7 @@ TEST_CASE("a connection lost for less than the ttl while held: the renewal retri
         CHECK_FALSE(g.lost());
         CHECK(g.owns_lock());
         CHECK(g.lease_expiry() > deadline);
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == g.token());
         CHECK(conn.reconnect_count() >= 1);
         bool const released_6 = co_await g.unlock();
@@ -536,7 +542,8 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
     shared_server().cli(strings("ACL", "SETUSER", "lockuser", "reset", "on", ">pw", "~colock:*",
                                 "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+script|load",
                                 "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
-                                "+del", "+time", "+publish"));
+                                "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel",
+                                "+rpush", "+lpop", "+lrem"));
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = shared_server().config();
         cfg.username = "lockuser";

@@ -164,7 +164,7 @@ TEST_CASE("renewal: a 300 ms lease held for 1.5 s stays ours") {
         CHECK(g.owns_lock());
         CHECK_FALSE(g.lost());
         CHECK_FALSE(w.done);
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == g.token());
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(pttl > 0);
@@ -400,11 +400,11 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
             co_await sleep_for(150ms);
         }
         redis::connection probe{ctx.get_executor(), fast_config(server)};
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == g2.token());
         bool const released_old = co_await g.unlock();
         CHECK_FALSE(released_old);
-        auto const still = co_await get(probe, lock_key(name));
+        auto const still = co_await held_by(probe, name);
         CHECK(still == g2.token());
         bool const released = co_await g2.unlock();
         CHECK(released);
@@ -545,8 +545,8 @@ TEST_CASE("a release whose connection is lost before the reply is sent again") {
         bool const finished = co_await finishes(done, 4000ms);
         REQUIRE(finished);
         CHECK(released); // the killed client's command never ran, so the repeat freed it
-        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-        CHECK(exists == 0);
+        auto const free = co_await lock_free(probe, name);
+        CHECK(free);
         CHECK(conn.reconnect_count() == 1);
         conn.close();
         probe.close();
@@ -594,8 +594,8 @@ TEST_CASE("destroying the guard stops renewal and releases in the background") {
             co_await sleep_for(250ms); // a couple of renewals
         }
         auto const dropped_at = steady::now();
-        auto const gone = co_await exists_becomes(probe, lock_key(name), 0, 1000ms);
-        CHECK(gone == 0);
+        auto const gone = co_await free_becomes(probe, name, 1000ms);
+        CHECK(gone);
         MESSAGE("released " << ms_since(dropped_at) << " ms after the guard went");
         bool const ended = co_await finishes(w.done, 1000ms);
         CHECK(ended);
@@ -641,8 +641,8 @@ TEST_CASE("unlock() from a cancelled caller still releases") {
             CHECK(ms_since(started) >= 300);
             REQUIRE(unlocked.has_value());
             CHECK(*unlocked);
-            auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-            CHECK(exists == 0);
+            auto const free = co_await lock_free(probe, name);
+            CHECK(free);
             CHECK_FALSE(g.owns_lock());
         }
 
@@ -670,8 +670,8 @@ TEST_CASE("unlock() from a cancelled caller still releases") {
             REQUIRE(finished);
             REQUIRE(unlocked.has_value());
             CHECK(*unlocked);
-            auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-            CHECK(exists == 0);
+            auto const free = co_await lock_free(probe, name);
+            CHECK(free);
         }
         conn.close();
         probe.close();
@@ -746,14 +746,14 @@ TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
         // wait_lost on a released guard: at once, not_held.
         auto [ec] = co_await g.async_wait_lost(as_tuple);
         CHECK(ec == error::not_held);
-        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-        CHECK(exists == 0);
+        auto const free = co_await lock_free(probe, name);
+        CHECK(free);
 
         // Unlocking an old guard never touches a later holder's key.
         auto g2 = co_await locks.co_lock(name, lease(2000ms, 500ms));
         bool const third = co_await g.unlock();
         CHECK_FALSE(third);
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == g2.token());
         bool const released = co_await g2.unlock();
         CHECK(released);
@@ -796,7 +796,7 @@ TEST_CASE("use after move: the moved-from guard holds nothing; move-assignment r
         CHECK(moved.name() == name_a);
         CHECK(moved.token() == token_a);
         co_await sleep_for(900ms); // past the 600 ms ttl: only renewal keeps it
-        auto const held = co_await get(probe, lock_key(name_a));
+        auto const held = co_await held_by(probe, name_a);
         CHECK(held == token_a);
 
         // Move-assigning over a holding guard releases what it held.
@@ -804,9 +804,9 @@ TEST_CASE("use after move: the moved-from guard holds nothing; move-assignment r
         b = std::move(moved);
         CHECK(b.name() == name_a);
         CHECK(b.owns_lock());
-        auto const b_gone = co_await exists_becomes(probe, lock_key(name_b), 0, 1000ms);
-        CHECK(b_gone == 0);
-        auto const a_held = co_await get(probe, lock_key(name_a));
+        auto const b_gone = co_await free_becomes(probe, name_b, 1000ms);
+        CHECK(b_gone);
+        auto const a_held = co_await held_by(probe, name_a);
         CHECK(a_held == token_a);
         bool const released = co_await b.unlock();
         CHECK(released);
@@ -880,12 +880,12 @@ TEST_CASE("a guard outlives its locker: renewal and unlock still work") {
         }
         co_await sleep_for(700ms); // past the ttl: renewal still runs
         CHECK(g.owns_lock());
-        auto const held = co_await get(probe, lock_key(name));
+        auto const held = co_await held_by(probe, name);
         CHECK(held == g.token());
         bool const released = co_await g.unlock();
         CHECK(released);
-        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-        CHECK(exists == 0);
+        auto const free = co_await lock_free(probe, name);
+        CHECK(free);
         conn.close();
         probe.close();
     });
@@ -990,7 +990,7 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
         // The key came back from the append-only file with the old holder's token, so nobody
         // else gets the lock while the old holder may still be finishing its work.
         redis::connection probe{ctx.get_executor(), fast_config(server)};
-        auto const kept = co_await get(probe, lock_key(name));
+        auto const kept = co_await held_by(probe, name);
         CHECK(kept == g.token());
         std::optional<lock_guard> meanwhile =
             co_await other.co_try_lock(name, lease(5000ms, 1000ms));
@@ -999,7 +999,7 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
         // unlock() of a lost guard says false at once, and its background release frees the key.
         bool const released = co_await g.unlock();
         CHECK_FALSE(released);
-        bool const gone = co_await exists_becomes(probe, lock_key(name), 0, 3000ms) == 0;
+        bool const gone = co_await free_becomes(probe, name, 3000ms);
         CHECK(gone);
         std::optional<lock_guard> after = co_await other.co_try_lock(name, lease(5000ms, 1000ms));
         REQUIRE(after.has_value());

@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -81,13 +82,13 @@ inline std::string unique_key(std::string_view what) {
     return "test:" + std::string(what) + ":" + std::to_string(++counter);
 }
 
-/// The lock's key for `name`, and the channel its releases publish on.
+/// The lock's key for `name`, and the pattern of its wake channels (one per waiting locker).
 inline std::string lock_key(std::string const& name, std::string const& prefix = "colock:") {
     return prefix + "{" + name + "}";
 }
 
 inline std::string wake_channel(std::string const& name) {
-    return lock_key(name) + ":wake";
+    return lock_key(name) + ":w:*";
 }
 
 inline long long ms_between(steady::time_point from, steady::time_point to) {
@@ -125,16 +126,93 @@ inline asio::awaitable<std::optional<std::string>> get(redis::connection& c,
     co_return std::string(r.at(0).as_string().value_or("?"));
 }
 
+/// What the lock key of `name` says (the layout is in colock/detail/lock_scripts.hpp).
+struct lock_record {
+    char kind = 0;          // 'H' held, 'R' handed to a locker, 'F' free; 0: no key
+    std::int64_t fence = 0; // the last fence given
+    std::string owner;      // 'H', 'R': the locker
+    std::string token;      // 'H': the holder's token
+    bool queued = false;    // 'H': a process is queued behind it
+};
+
+inline lock_record parse_lock_record(std::optional<std::string> const& value) {
+    lock_record r;
+    if (!value)
+        return r;
+    std::istringstream in(*value);
+    std::string kind;
+    in >> kind >> r.fence;
+    r.kind = kind.size() == 1 ? kind[0] : '?';
+    if (r.kind == 'H' || r.kind == 'R')
+        in >> r.owner;
+    if (r.kind == 'H') {
+        in >> r.token;
+        std::string mark;
+        r.queued = static_cast<bool>(in >> mark) && mark == "w";
+    }
+    return r;
+}
+
+inline asio::awaitable<lock_record> read_lock(redis::connection& c, std::string const& name,
+                                              std::string const& prefix = "colock:") {
+    auto value = co_await get(c, lock_key(name, prefix));
+    co_return parse_lock_record(value);
+}
+
+/// The token holding lock `name`, or nullopt when nobody holds it.
+inline asio::awaitable<std::optional<std::string>>
+held_by(redis::connection& c, std::string const& name, std::string const& prefix = "colock:") {
+    auto const r = co_await read_lock(c, name, prefix);
+    if (r.kind != 'H')
+        co_return std::nullopt;
+    co_return r.token;
+}
+
+/// Whether nobody holds lock `name`, nor was handed it: the key is free or gone.
+inline asio::awaitable<bool> lock_free(redis::connection& c, std::string const& name,
+                                       std::string const& prefix = "colock:") {
+    auto const r = co_await read_lock(c, name, prefix);
+    co_return r.kind == 0 || r.kind == 'F';
+}
+
+/// Polls lock_free until it holds or `limit` has passed; returns the last answer.
+inline asio::awaitable<bool>
+free_becomes(redis::connection& c, std::string const& name,
+             std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
+    auto const end = steady::now() + limit;
+    bool free = co_await lock_free(c, name);
+    while (!free && steady::now() < end) {
+        co_await sleep_for(std::chrono::milliseconds{5});
+        free = co_await lock_free(c, name);
+    }
+    co_return free;
+}
+
+/// As lock_free, through redis-cli: `key` is the lock's key.
+inline bool lock_key_free(redis_server const& server, std::string const& key) {
+    auto const value = server.cli({"GET", key});
+    return value.empty() || value.starts_with("F ");
+}
+
 /// The integer reply of `req`; the smallest int64 when it is not an integer.
 inline asio::awaitable<std::int64_t> integer(redis::connection& c, resp3::request req) {
     auto r = co_await c.co_exec(std::move(req));
     co_return r.at(0).as_integer().value_or(std::numeric_limits<std::int64_t>::min());
 }
 
-/// Subscribers of `channel`.
+/// Subscribers of `channel`, or of all channels matching it when it is a pattern (with '*').
 inline asio::awaitable<std::int64_t> numsub(redis::connection& c, std::string const& channel) {
-    auto r = co_await c.co_exec(command("PUBSUB", "NUMSUB", channel));
-    co_return r.at(0).elements.at(1).as_integer().value_or(-1);
+    if (channel.find('*') == std::string::npos) {
+        auto r = co_await c.co_exec(command("PUBSUB", "NUMSUB", channel));
+        co_return r.at(0).elements.at(1).as_integer().value_or(-1);
+    }
+    auto listed = co_await c.co_exec(command("PUBSUB", "CHANNELS", channel));
+    std::int64_t total = 0;
+    for (auto const& name : listed.at(0).elements) {
+        auto r = co_await c.co_exec(command("PUBSUB", "NUMSUB", name.as_string().value_or("")));
+        total += r.at(0).elements.at(1).as_integer().value_or(0);
+    }
+    co_return total;
 }
 
 /// Polls numsub until it is `expected` or `limit` has passed; returns the last count.
@@ -214,6 +292,15 @@ inline std::int64_t command_calls(std::string_view info, std::string_view name) 
     if (at == std::string_view::npos)
         return 0;
     return std::stoll(std::string(info.substr(at + field.size(), 20)));
+}
+
+/// `calls` of every command in INFO commandstats, summed.
+inline std::int64_t all_calls(std::string_view info) {
+    std::int64_t total = 0;
+    for (auto at = info.find(":calls="); at != std::string_view::npos;
+         at = info.find(":calls=", at + 1))
+        total += std::stoll(std::string(info.substr(at + 7, 20)));
+    return total;
 }
 
 /// INFO commandstats.

@@ -142,7 +142,7 @@ TEST_CASE("locks taken and released from four threads keep mutual exclusion") {
     CHECK(errors == 0);
     CHECK(overlaps == 0);
     CHECK(unguarded_counter == (coroutines / 4) * rounds);
-    CHECK(shared_server().cli(colock::test::strings("EXISTS", "threads-lock:{name-0}")) == "0");
+    CHECK(colock::test::lock_key_free(shared_server(), "threads-lock:{name-0}"));
 }
 
 TEST_CASE("co_lock raced with a timer that fires as the grant arrives, on four threads") {
@@ -214,12 +214,12 @@ TEST_CASE("co_lock raced with a timer that fires as the grant arrives, on four t
     // Every lock a cancelled waiter won was given back (in the background: allow it time).
     for (int n = 0; n < 8; ++n) {
         std::string const key = "threads-race:{race-" + std::to_string(n) + "}";
-        std::string exists = "1";
-        for (int i = 0; i < 100 && exists != "0"; ++i) {
-            exists = shared_server().cli(colock::test::strings("EXISTS", key));
-            if (exists != "0")
+        bool free = false;
+        for (int i = 0; i < 100 && !free; ++i) {
+            free = colock::test::lock_key_free(shared_server(), key);
+            if (!free)
                 std::this_thread::sleep_for(50ms);
         }
-        CHECK(exists == "0");
+        CHECK(free);
     }
 }

@@ -529,23 +529,40 @@ int run_waiters(arguments const& args) {
                     .count();
             poll.expires_after(300ms); // background releases of the last guards
             co_await poll.async_wait(use_tuple);
+            auto const key = locks.key_prefix() + "{" + name + "}";
             resp3::request check;
-            check.push("EXISTS", locks.key_prefix() + "{" + name + "}");
-            check.push("PUBSUB", "NUMSUB", locks.key_prefix() + "{" + name + "}:wake");
-            check.push("PTTL", locks.key_prefix() + "{" + name + "}:fence");
-            auto left = co_await probe.co_exec(check);
-            say(fmt::format(
-                "summary waiters={} served={} cancelled={} failed={} "
-                "bytes_per_waiter={:.0f} queued_s={:.2f} drain_s={:.2f} keys={} "
-                "subscribers={}",
-                count, served, cancelled, failed,
-                static_cast<double>(rss_after - rss_before) / static_cast<double>(count), queued_s,
-                drain_s,
-                // The lock key, plus the fence key if it has no expiry (PTTL -1).
-                left.at(0).as_integer().value_or(-1) +
-                    (left.at(2).as_integer().value_or(0) == -1 ? 1 : 0),
-                left.at(1).elements.size() == 2 ? left.at(1).elements[1].as_integer().value_or(-1)
-                                                : -1));
+            check.push("GET", key);
+            check.push("KEYS", key + "*");
+            check.push("PUBSUB", "CHANNELS", key + ":w:*");
+            auto const found = co_await probe.co_exec(check);
+            // Left: the lock still held or handed off ("H ..." or "R ..."), or a key of the
+            // lock without an expiry. The free lock ("F <fence>") and the queue keys lapse.
+            auto const value = found.at(0).as_string().value_or("");
+            std::int64_t keys = value.starts_with("H ") || value.starts_with("R ") ? 1 : 0;
+            std::int64_t subscribers = 0;
+            // PTTL of each key, then the subscribers of each wake channel (one per locker);
+            // a PING first, so the request is never empty.
+            resp3::request counts;
+            counts.push("PING");
+            for (auto const& k : found.at(1).elements)
+                counts.push("PTTL", k.as_string().value_or(""));
+            for (auto const& c : found.at(2).elements)
+                counts.push("PUBSUB", "NUMSUB", c.as_string().value_or(""));
+            auto const answers = co_await probe.co_exec(counts);
+            std::size_t i = 1;
+            for (std::size_t n = 0; n < found.at(1).elements.size(); ++n)
+                keys += answers.at(i++).as_integer().value_or(0) == -1 ? 1 : 0;
+            for (std::size_t n = 0; n < found.at(2).elements.size(); ++n, ++i)
+                subscribers += answers.at(i).elements.size() == 2
+                                   ? answers.at(i).elements[1].as_integer().value_or(-1)
+                                   : -1;
+            say(fmt::format("summary waiters={} served={} cancelled={} failed={} "
+                            "bytes_per_waiter={:.0f} queued_s={:.2f} drain_s={:.2f} keys={} "
+                            "subscribers={}",
+                            count, served, cancelled, failed,
+                            static_cast<double>(rss_after - rss_before) /
+                                static_cast<double>(count),
+                            queued_s, drain_s, keys, subscribers));
             probe.close();
             conn.close();
         },

@@ -1,59 +1,144 @@
 // The Lua scripts of the lock algorithm. In a header of their own so that tools (the
 // benchmark measuring the server's limit for them) run exactly what the library runs.
+//
+// Keys of lock `name` under prefix p, all in the hash slot of `{name}`:
+//   p{name}      the lock: one string, with the last fence folded in
+//                  "H <fence> <owner> <token>[ w]"  held by `token` of locker `owner`;
+//                                                   " w": a process is queued behind it
+//                  "R <fence> <owner>"              handed to locker `owner`, which is told
+//                                                   and claims it (a short expiry: the claim)
+//                  "F <fence>"                      free; kept for the rest of the last lease
+//                                                   so the next fence is one more
+//   p{name}:q    the processes waiting, one entry per locker, in arrival order (a list)
+//   p{name}:qd   each queued locker's deadline in the server's milliseconds (a hash); a
+//                process refreshes it while it waits, so a dead one's entry lapses
+// Channel p{name}:w:<owner>: the hand-off to locker `owner` ("g"), told to it alone.
+//
+// Fences: the value's fence + 1, or the server's clock in microseconds when the key is absent
+// (never used, or lapsed). Strictly increasing: each fence is the clock at its grant or a few
+// increments above it (one per script run within the same microsecond), and the key lapses
+// at least 1 ms (1000 increments) after the last grant, so by then the clock is past every
+// earlier fence, as long as it does not step back. (Lua numbers are doubles: exact up to 2^53,
+// which microseconds since 1970 stay below for another two centuries.)
 #pragma once
 
 #include <string_view>
 
 namespace colock::detail {
 
-// KEYS[1] lock key, KEYS[2] fence key; ARGV[1] token, ARGV[2] ttl ms.
-// Returns {1, fence} when acquired (or already ours: a retry after a lost reply), else
-// {0, remaining ttl ms of the holder}.
-// The fence is max(last fence + 1, the server's clock in microseconds): strictly increasing,
-// and still larger than every earlier fence after a restart that lost the fence key, as long
-// as the server's clock does not step back. (Lua numbers are doubles: exact up to 2^53, which
-// microseconds since 1970 stay below for another two centuries.)
-// Every key expires: the fence key lives as long as the lock key (extend moves both), so a
-// name that is no longer used leaves nothing behind. Once the fence key has lapsed, the next
-// fence comes from the clock, which by then is past every earlier fence: each fence was the
-// clock at its grant, or at most a few increments above it (one per script run within the
-// same microsecond), and the key lapses at least one ttl (>= 1 ms) after the last grant.
+// KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines.
+// ARGV[1] token, ARGV[2] ttl ms, ARGV[3] owner (the locker), ARGV[4] queueing: "0" never
+// (co_try_lock), "1" queue the owner when held, "2" also keep it queued after a grant (more of
+// its waiters are behind this one), ARGV[5] the queue entry's lifetime in ms.
+// Returns {1, fence} when granted (or already ours: a retry after a lost reply is
+// idempotent), else {0, remaining ms of the holder's lease or of the claim}.
 inline constexpr std::string_view acquire_source = R"lua(
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+local function enqueue()
+  local t = redis.call('TIME')
+  local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
+  if redis.call('HSET', KEYS[3], ARGV[3], string.format('%.0f', deadline)) == 1 then
+    redis.call('RPUSH', KEYS[2], ARGV[3])
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
 end
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  local now = redis.call('TIME')
-  local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1,
-                         tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[2])
+local function grant(fence, waiters)
+  if ARGV[4] == '2' then
+    enqueue()
+    waiters = true
+  end
+  local value = 'H ' .. string.format('%.0f', fence) .. ' ' .. ARGV[3] .. ' ' .. ARGV[1]
+  if waiters then value = value .. ' w' end
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
   return {1, fence}
+end
+local v = redis.call('GET', KEYS[1])
+if not v then
+  local t = redis.call('TIME')
+  local waiters = false
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    if redis.call('HDEL', KEYS[3], ARGV[3]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[3]) end
+    waiters = redis.call('EXISTS', KEYS[2]) == 1
+  end
+  return grant(tonumber(t[1]) * 1000000 + tonumber(t[2]), waiters)
+end
+local kind = string.sub(v, 1, 2)
+if kind == 'F ' then
+  local fence = string.match(v, '^F (%d+)$')
+  if fence then return grant(tonumber(fence) + 1, false) end
+elseif kind == 'R ' then
+  local fence, owner = string.match(v, '^R (%d+) (%S+)$')
+  if fence and owner == ARGV[3] then return grant(tonumber(fence) + 1, true) end
+  if fence and ARGV[4] ~= '0' then enqueue() end
+elseif kind == 'H ' then
+  local fence, token, marked = string.match(v, '^H (%d+) %S+ (%S+)( ?w?)$')
+  if fence and token == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tonumber(fence)}
+  end
+  if fence and ARGV[4] ~= '0' then
+    enqueue()
+    if marked ~= ' w' then redis.call('SET', KEYS[1], v .. ' w', 'KEEPTTL') end
+  end
 end
 return {0, redis.call('PTTL', KEYS[1])}
 )lua";
 
-// KEYS[1] lock key; ARGV[1] token, ARGV[2] wake channel. 1 when released, 0 when not ours.
+// Release and leave. KEYS as for acquire. ARGV[1] the holder's token to release, or "" to take
+// locker ARGV[4] out of the queue (its waiters left), ARGV[2] the channel prefix p{name}:w:,
+// ARGV[3] the claim's length in ms.
+// A release of a lock some process is queued for hands it to the first live entry (its
+// fence stays, the next grant adds one) and tells that process alone; otherwise it leaves the
+// lock free. A leaving locker that was handed the lock passes it on the same way. 1 when
+// released (or left), 0 when the token does not hold the lock.
 // The wake-up is a courtesy: pcall, so that a user without permission for the channel (Redis 7
-// gives a new ACL user none) still releases, and its waiters find out by polling.
+// gives a new ACL user none) still releases; its waiters find their turn by polling.
 inline constexpr std::string_view release_source = R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', ARGV[2], '1')
+-- Writes `value` (with `expiry`) or, on a full server (maxmemory with noeviction refuses the
+-- SET), deletes the key: a release must free the lock even then. The fence then comes from
+-- the clock again.
+local function put(value, ...)
+  if redis.pcall('SET', KEYS[1], value, ...).err then redis.call('DEL', KEYS[1]) end
+end
+local function hand_off(fence)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  while true do
+    local owner = redis.call('LPOP', KEYS[2])
+    if not owner then return false end
+    local deadline = tonumber(redis.call('HGET', KEYS[3], owner) or '0')
+    redis.call('HDEL', KEYS[3], owner)
+    if deadline >= now then
+      put('R ' .. fence .. ' ' .. owner, 'PX', ARGV[3])
+      redis.pcall('PUBLISH', ARGV[2] .. owner, 'g')
+      return true
+    end
+  end
+end
+local v = redis.call('GET', KEYS[1])
+if ARGV[1] == '' then
+  if redis.call('HDEL', KEYS[3], ARGV[4]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[4]) end
+  if not v then return 1 end
+  local fence, owner = string.match(v, '^R (%d+) (%S+)$')
+  if owner == ARGV[4] and not hand_off(fence) then
+    put('F ' .. fence, 'KEEPTTL')
+  end
   return 1
 end
-return 0
+if not v then return 0 end
+local fence, token, marked = string.match(v, '^H (%d+) %S+ (%S+)( ?w?)$')
+if not fence or token ~= ARGV[1] then return 0 end
+if marked ~= ' w' or not hand_off(fence) then
+  put('F ' .. fence, 'KEEPTTL')
+end
+return 1
 )lua";
 
-// KEYS[1] lock key, KEYS[2] fence key; ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when
-// not ours. The fence key's expiry follows the lock's, so it outlives no lease it numbered.
+// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
 inline constexpr std::string_view extend_source = R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v and string.match(v, '^H %d+ %S+ (%S+)') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
   return 1
 end
 return 0
