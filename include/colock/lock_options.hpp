@@ -46,6 +46,12 @@ struct lock_options {
     /// reconnects by itself. co_try_lock makes one attempt and reports the error.
     std::chrono::milliseconds first_connect_timeout{10'000};
     retry_options retry;
+    /// Cohort hand-off: when a holder lets go and a waiter of this process (this locker) is
+    /// next for the name, the lease passes to it without a round trip to Redis, with its own
+    /// guard, token and fence. While a waiter of another process is queued, at most this many
+    /// such hand-offs follow one another before the lock goes to it; with nobody else queued
+    /// there is no limit. 0 turns cohort hand-off off. Read from the releasing holder's options.
+    std::size_t cohort_limit = 16;
 
     /// The renew interval in effect.
     std::chrono::milliseconds effective_renew_interval() const noexcept {

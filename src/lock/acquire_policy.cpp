@@ -38,6 +38,18 @@ acquire_decision decide_after_attempt(grant_result const& r, attempt_context con
     return {next_step::wait, r.ec ? ctx.retry_max : r.holder_ttl};
 }
 
+bool may_hand_off_locally(cohort_facts const& f, clock_type::time_point now) {
+    if (f.cohort_limit == 0 || f.lost)
+        return false;
+    if (now + milliseconds{1} >= f.lease_deadline)
+        return false;
+    if (f.others_queued && f.local_handoffs >= f.cohort_limit)
+        return false;
+    auto const since_grant =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - f.granted_at).count();
+    return f.next_fence - f.lease_fence <= since_grant;
+}
+
 milliseconds backoff(retry_options const& retry, int attempt, std::minstd_rand& rng) {
     // Capped well inside int64 so the conversion back cannot overflow; 2^62 ms is still
     // "very long" (146 million years), and the caller saturates the sleep's end.

@@ -11,6 +11,8 @@
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <random>
 #include <string_view>
 
@@ -57,6 +59,26 @@ acquire_decision decide_after_attempt(grant_result const& r, attempt_context con
 
 // The n-th backoff (n from 0): uniform in [1, min(max, initial * multiplier^n) + 1] ms.
 std::chrono::milliseconds backoff(retry_options const& retry, int attempt, std::minstd_rand& rng);
+
+// What decides whether a holder letting go passes its lease to the next waiter of its own
+// process (cohort hand-off) rather than through Redis.
+struct cohort_facts {
+    std::size_t cohort_limit;   // the releasing holder's lock_options::cohort_limit
+    std::size_t local_handoffs; // made under this lease so far
+    bool others_queued;         // a locker of another process is queued for the lease
+    bool lost;                  // the lease is known lost
+    clock_type::time_point lease_deadline;
+    std::int64_t next_fence;           // the fence the next holder would get
+    std::int64_t lease_fence;          // the fence Redis gave the lease
+    clock_type::time_point granted_at; // when the grant's reply came
+};
+
+// Whether the lease may pass to the next local waiter at `now`: cohorting is on, the lease is
+// still valid (at least 1 ms left), the limit of consecutive local hand-offs is not reached
+// while another process waits, and the fences given locally stay at most one per
+// microsecond since the grant (which keeps fences increasing after the key lapses; see
+// lock_scripts.hpp).
+bool may_hand_off_locally(cohort_facts const& f, clock_type::time_point now);
 
 // When a queue's head wakes up to ask again: after `sleep` (the holder's remaining lease, or
 // retry.max after an error) or the backoff, whichever is first, at least 1 ms from now, and

@@ -28,26 +28,56 @@ namespace detail {
 // Coroutines take what they use by value: lambdas with captures that outlive their first
 // suspension are a classic source of dangling references.
 
-asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
-    st->stop();
-    auto const reply =
-        co_await st->locker->store_->release(st->keys, st->token, handoff_claim(st->opt.ttl));
+namespace {
+
+// The lease back to Redis, with the last fence this process gave under it; a waiter here asks
+// at once if the lock ends up free rather than handed to another process.
+asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<guard_state> st) {
+    auto const reply = co_await st->locker->store_->release(st->keys, st->lease_token,
+                                                            handoff_claim(st->opt.ttl), st->fence);
+    if (reply.ec || !reply.handed)
+        st->locker->wake_local_head(st->keys);
     co_return std::tuple{reply.ec, reply.ours};
 }
 
-// The first attempt is handed to the store here, on the caller's thread, so that it is
-// queued before anything the caller does next: a close() right after still sends it, and
-// nothing reopens the connection later. A passing error (a lost connection, BUSY, LOADING)
-// hands the release to the retrying one on the strand.
-void release_in_background(std::shared_ptr<guard_state> st) {
-    asio::dispatch(st->locker->strand_, [st] { st->stop(); });
+// Hands the release to the store on the caller's thread (see release_in_background).
+void send_release(std::shared_ptr<guard_state> st) {
     auto const store = st->locker->store_;
     auto const& keys = st->keys;
-    auto const& token = st->token;
+    auto const& token = st->lease_token;
     auto const claim = handoff_claim(st->opt.ttl);
-    store->release_in_background(keys, token, claim, [st = std::move(st)] {
-        asio::co_spawn(st->locker->strand_, release_held(st), asio::detached);
+    auto const fence = st->fence;
+    store->release_in_background(keys, token, claim, fence, [st = std::move(st)] {
+        asio::co_spawn(st->locker->strand_, release_to_server(st), asio::detached);
     });
+}
+
+} // namespace
+
+asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
+    st->stop();
+    if (st->locker->hand_off_locally(*st))
+        co_return std::tuple{error_code{}, true};
+    co_return co_await release_to_server(std::move(st));
+}
+
+// With no waiter in this process, the first attempt is handed to the store here, on the
+// caller's thread, so that it is queued before anything the caller does next: a close()
+// right after still sends it, and nothing reopens the connection later. A passing error (a
+// lost connection, BUSY, LOADING) hands the release to the retrying one on the strand. With
+// waiters here, the strand decides first whether the lease goes to one of them.
+void release_in_background(std::shared_ptr<guard_state> st) {
+    if (st->locker->queues_.waiting() > 0) {
+        auto strand = st->locker->strand_;
+        asio::dispatch(strand, [st = std::move(st)]() mutable {
+            st->stop();
+            if (!st->locker->hand_off_locally(*st))
+                send_release(std::move(st));
+        });
+        return;
+    }
+    asio::dispatch(st->locker->strand_, [st] { st->stop(); });
+    send_release(std::move(st));
 }
 
 } // namespace detail

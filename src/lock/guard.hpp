@@ -17,8 +17,10 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -38,6 +40,8 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         , token(std::move(lock_token))
         , fence(fence_value)
         , opt(options)
+        , lease_token(token)
+        , lease_fence(fence_value)
         , ttl(options.ttl)
         , renew_timer(locker->strand_)
         , turns(locker->strand_) {}
@@ -50,6 +54,16 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     lock_options const opt;
     std::atomic<bool> lost{false};
     std::atomic<bool> released{false};
+
+    // The lease in Redis, which a cohort of this process's holders pass on: the token the
+    // key holds (the first holder's), the fence Redis gave it, when its reply came, the
+    // local hand-offs so far, and the store's count of server changes then. Set before the
+    // guard is shared; renewal, extend and release use lease_token.
+    std::string lease_token;
+    std::int64_t lease_fence;
+    clock_type::time_point lease_granted_at;
+    std::size_t local_handoffs = 0;
+    std::uint64_t lease_server_changes = 0;
 
     // On the locker's strand:
     std::chrono::milliseconds ttl;
@@ -111,6 +125,18 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     std::chrono::milliseconds renew_interval() const {
         auto const configured = opt.effective_renew_interval();
         return configured < ttl ? configured : ttl / 3;
+    }
+
+    // When to renew next: one interval from now, or sooner for a lease taken over from a
+    // holder before (its deadline is older), when as little is left of it as a lease renewed
+    // on time would have: ttl - renew_interval.
+    clock_type::time_point next_renewal() const {
+        auto const now = clock_type::now();
+        auto const interval = renew_interval();
+        auto const deadline = lease_deadline();
+        auto const by_lease =
+            deadline - now > ttl - interval ? now + interval : deadline - (ttl - interval);
+        return std::max(now, std::min(now + interval, by_lease));
     }
 
     void mark_lost() {

@@ -92,13 +92,18 @@ struct grant_result {
     // The request failed after it may have been applied: our token may be in the key, so it
     // must be released on the way out (the release checks the token).
     bool outcome_unknown = false;
+    // The lease is (granted) or is held by (not granted) this locker, and another locker is
+    // queued for it: this process's own waiters get at most cohort_limit turns more.
+    bool others_queued = false;
 };
 
 // The answer to an extend or a release: `ours` is whether the lease was still ours (and is
-// now extended, or released). Meaningless when `ec` is set.
+// now extended, or released); `handed`, for a release, whether it went to a queued locker
+// (else the lock is free). Meaningless when `ec` is set.
 struct lease_reply {
     boost::system::error_code ec;
     bool ours = false;
+    bool handed = false;
 };
 
 // How long a release is tried (again, over lost connections) before it fails with
@@ -108,8 +113,9 @@ inline constexpr std::chrono::milliseconds release_timeout{5000};
 // What a store tells the lock layer; always called on the store's strand.
 class lease_events {
 public:
-    // A release was published on `channel` (one of the listened prefix).
-    virtual void on_wake(std::string const& channel) = 0;
+    // A message to this locker on `channel` (one of the listened prefix): "g" the lock was
+    // handed to it, "q" another locker queued behind a lease it holds.
+    virtual void on_message(std::string const& channel, std::string const& payload) = 0;
     // The deployment is reachable again after a loss: wake-ups may have been missed, and a
     // lease may have lapsed meanwhile.
     virtual void on_reconnect() = 0;
@@ -146,17 +152,20 @@ public:
     extend(lock_keys const& keys, std::string const& token, std::chrono::milliseconds ttl) = 0;
 
     // Gives the lease of `token` back: to the first queued process (kept for it for `claim`),
-    // or free. Not cancellable; sent again over passing errors until release_timeout, then
-    // error::timeout. `ours` is reported only when known: a repeat of a release that went
-    // through answers false.
-    virtual boost::asio::awaitable<lease_reply>
-    release(lock_keys const& keys, std::string const& token, std::chrono::milliseconds claim) = 0;
+    // or free; `last_fence` is the last fence this process gave under the lease (its own
+    // waiters' turns). Not cancellable; sent again over passing errors until
+    // release_timeout, then error::timeout. `ours` is reported only when known: a repeat of a
+    // release that went through answers false.
+    virtual boost::asio::awaitable<lease_reply> release(lock_keys const& keys,
+                                                        std::string const& token,
+                                                        std::chrono::milliseconds claim,
+                                                        std::int64_t last_fence) = 0;
 
     // Hands a release to the deployment now, on the caller's thread, so that it goes out
     // before anything the caller does next (a close() right after still sends it). When it
     // fails for a passing reason, `retry` runs on the strand, to go on with release().
     virtual void release_in_background(lock_keys const& keys, std::string const& token,
-                                       std::chrono::milliseconds claim,
+                                       std::chrono::milliseconds claim, std::int64_t last_fence,
                                        std::function<void()> retry) = 0;
 
     // Takes this locker (keys.owner) out of the queue of waiting processes, and passes on a

@@ -24,6 +24,7 @@ std::shared_ptr<name_queue> local_queues::join(lock_keys const& keys, waiter& w)
     if (!q)
         q = std::make_shared<name_queue>(keys);
     w.position = q->waiters.insert(q->waiters.end(), &w);
+    waiting_.fetch_add(1, std::memory_order_relaxed);
     return q;
 }
 
@@ -31,6 +32,7 @@ void local_queues::leave(std::shared_ptr<name_queue> const& q, waiter& w, bool a
                          milliseconds claim) {
     bool const was_head = q->waiters.front() == &w;
     q->waiters.erase(w.position);
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
     if (q->waiters.empty()) {
         if (q->subscribed)
             store_.unsubscribe(q->keys.channel); // nobody waits here any more
@@ -48,13 +50,23 @@ void local_queues::leave(std::shared_ptr<name_queue> const& q, waiter& w, bool a
     }
 }
 
+name_queue* local_queues::find(lock_keys const& keys) {
+    auto const it = queues_.find(keys.channel);
+    return it == queues_.end() || it->second->waiters.empty() ? nullptr : it->second.get();
+}
+
 bool local_queues::has_waiters(lock_keys const& keys) const {
     auto const it = queues_.find(keys.channel);
     return it != queues_.end() && !it->second->waiters.empty();
 }
 
-void local_queues::on_wake(std::string const& channel) {
+void local_queues::on_message(std::string const& channel, std::string const& payload) {
     auto it = queues_.find(channel);
+    if (payload == "q") {
+        if (it != queues_.end())
+            it->second->others_queued = true;
+        return;
+    }
     if (it == queues_.end() || it->second->waiters.empty()) {
         // Handed to us after our last waiter left (its leave_queue crossed the hand-off):
         // pass it on now rather than after the claim.
@@ -85,8 +97,8 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
                                                   std::string const& name, lock_options const& opt,
                                                   asio::cancellation_state cs,
                                                   wait_deadlines const& deadlines,
-                                                  milliseconds sleep, bool queued_at_server,
-                                                  lock_outcome& out) {
+                                                  first_attempt first, lock_outcome& out) {
+    milliseconds sleep = first.sleep;
     auto const wait_deadline = deadlines.wait;
     auto fail = [&](boost::system::error_code ec, std::string const& detail_text) {
         set_failure(out, name, ec, detail_text);
@@ -96,15 +108,34 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
     // sleep until they become the head.
     waiter self_waiter(strand_);
     auto queue = queues_.join(keys, self_waiter);
-    queue->queued_at_server = queue->queued_at_server || queued_at_server;
+    queue->queued_at_server = queue->queued_at_server || first.queued_at_server;
+    queue->others_queued = queue->others_queued || first.others_queued;
+    // Leaving, a waiter that was given a baton and did not take it passes it on.
     struct leave_on_exit {
-        local_queues& queues;
+        locker_impl& locker;
         std::shared_ptr<name_queue> const& q;
         waiter& w;
         milliseconds claim;
         bool acquired = false;
-        ~leave_on_exit() { queues.leave(q, w, acquired, claim); }
-    } leave_guard{queues_, queue, self_waiter, handoff_claim(opt.ttl)};
+        ~leave_on_exit() {
+            auto baton = std::exchange(w.baton, std::nullopt);
+            locker.queues_.leave(q, w, acquired, claim);
+            if (baton)
+                locker.pass_on(q->keys, std::move(*baton), claim);
+        }
+    } leave_guard{*this, queue, self_waiter, handoff_claim(opt.ttl)};
+    // Takes a baton given meanwhile: the lease of a holder of this process, now ours. One
+    // granted to a lease whose server has been replaced since is dropped (it is lost).
+    auto take_baton = [&]() {
+        if (!self_waiter.baton)
+            return false;
+        auto baton = std::exchange(self_waiter.baton, std::nullopt);
+        if (baton->server_changes != store_->server_changes())
+            return false;
+        out.state = make_handed_guard(name, keys, token, std::move(*baton), opt);
+        leave_guard.acquired = true;
+        return true;
+    };
 
     int attempts = 1;
     bool need_attempt = false; // the first attempt's answer still stands
@@ -126,6 +157,8 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
                 fail(asio::error::operation_aborted, {});
                 co_return;
             }
+            if (take_baton())
+                co_return;
         }
         if (head && need_attempt) {
             queue->wake_pending = false;
@@ -139,9 +172,13 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
                 queue->queued_at_server = mode == queueing::stay_after_grant;
             else if (!r->ec || r->outcome_unknown)
                 queue->queued_at_server = true;
+            if (!r->ec)
+                queue->others_queued = r->others_queued;
             auto const next = decide_after_attempt(*r, context, cancelled(cs), clock_type::now());
             switch (next.step) {
             case next_step::acquired:
+                // Redis granted it: a baton given meanwhile was of a lease that is gone.
+                self_waiter.baton.reset();
                 leave_guard.acquired = true;
                 co_return;
             case next_step::aborted:
@@ -158,6 +195,8 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
                 sleep = next.sleep;
                 break;
             }
+            if (take_baton())
+                co_return;
         }
         need_attempt = true;
 
@@ -179,6 +218,8 @@ asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::st
             fail(asio::error::operation_aborted, {});
             co_return;
         }
+        if (take_baton())
+            co_return;
         if (self_waiter.wake == wake_reason::promoted_after_acquire) {
             // The previous head took the lock: wait for its release rather than ask now.
             need_attempt = false;

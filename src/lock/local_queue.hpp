@@ -4,14 +4,19 @@
 // leaves hands the turn to the next. Private to the library's sources; on the locker's strand.
 #pragma once
 
+#include "common.hpp"
 #include "lease_store.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -19,8 +24,20 @@ namespace colock::detail {
 
 enum class wake_reason {
     none,                   // the timer ran out
-    woken,                  // handed the lock, or the head before it gave up
+    woken,                  // handed the lock through Redis, or the head before it gave up
     promoted_after_acquire, // the head before it took the lock: no point in asking at once
+    handed,                 // given the lease by a holder of this process (its baton)
+};
+
+// A lease passed from a holder of this process to the next local waiter (cohort hand-off).
+struct lease_baton {
+    std::string lease_token;           // the token the lock key holds
+    std::int64_t lease_fence;          // the fence Redis gave the lease
+    std::int64_t fence;                // the receiver's
+    clock_type::time_point granted_at; // when Redis's grant came
+    clock_type::time_point deadline;   // the lease's local bound
+    std::size_t local_handoffs;        // this one included
+    std::uint64_t server_changes;      // the store's count when the lease was granted
 };
 
 // One local waiter of a contended co_lock; lives in its coroutine's frame.
@@ -28,6 +45,7 @@ struct waiter {
     explicit waiter(boost::asio::any_io_executor const& ex) : timer(ex) {}
     boost::asio::steady_timer timer;
     wake_reason wake = wake_reason::none;
+    std::optional<lease_baton> baton;      // given by a local holder; taken or passed on
     std::list<waiter*>::iterator position; // in its name_queue
 };
 
@@ -45,6 +63,9 @@ struct name_queue {
     // waiters poll, by their backoff, for as long as this queue lives.
     bool subscription_refused = false;
     bool wake_pending = false; // a hand-off arrived while the head was not sleeping
+    // A locker of another process is queued for the lease this process holds: local
+    // hand-offs are limited to cohort_limit in a row.
+    bool others_queued = false;
 };
 
 class local_queues {
@@ -61,10 +82,15 @@ public:
                std::chrono::milliseconds claim);
     // Whether someone in this process already waits on the lock of `keys`.
     bool has_waiters(lock_keys const& keys) const;
+    // The queue of `keys` when it has waiters, else null.
+    name_queue* find(lock_keys const& keys);
+    // Waiters in all queues; from any thread.
+    std::size_t waiting() const noexcept { return waiting_.load(std::memory_order_relaxed); }
 
-    // The lock was handed to this locker on `channel`: the head takes it, the rest stay
-    // asleep; with nobody left to take it, it is passed on.
-    void on_wake(std::string const& channel);
+    // A message to this locker on `channel`. "g": the lock was handed to it: the head takes
+    // it, the rest stay asleep; with nobody left to take it, it is passed on. "q": another
+    // process queued behind the lease it holds.
+    void on_message(std::string const& channel, std::string const& payload);
     // Messages published while the connection was down were missed: every head looks.
     void wake_heads();
 
@@ -74,6 +100,7 @@ private:
     lease_store& store_;
     std::string const owner_;
     std::unordered_map<std::string, std::shared_ptr<name_queue>> queues_; // by channel
+    std::atomic<std::size_t> waiting_{0};
 };
 
 } // namespace colock::detail

@@ -48,8 +48,8 @@ void locker_impl::drop_handlers_at_shutdown() noexcept {
                 dropped.push_back(std::move(w));
 }
 
-void locker_impl::on_wake(std::string const& channel) {
-    queues_.on_wake(channel);
+void locker_impl::on_message(std::string const& channel, std::string const& payload) {
+    queues_.on_message(channel, payload);
 }
 
 void locker_impl::on_reconnect() {
@@ -144,10 +144,32 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
                                             std::move(token), fence, opt);
     st->acquired_at = attempt_start;
     st->set_lease_deadline(attempt_start + opt.ttl);
-    st->registration = held_.insert(held_.end(), st);
-    if (opt.auto_renew)
-        st->start_watch();
+    st->lease_granted_at = clock_type::now();
+    st->lease_server_changes = store_->server_changes();
+    hold(st);
     return st;
+}
+
+std::shared_ptr<guard_state> locker_impl::make_handed_guard(std::string name, lock_keys keys,
+                                                            std::string token, lease_baton baton,
+                                                            lock_options const& opt) {
+    auto st = std::make_shared<guard_state>(shared_from_this(), std::move(name), std::move(keys),
+                                            std::move(token), baton.fence, opt);
+    st->acquired_at = clock_type::now();
+    st->set_lease_deadline(baton.deadline);
+    st->lease_token = std::move(baton.lease_token);
+    st->lease_fence = baton.lease_fence;
+    st->lease_granted_at = baton.granted_at;
+    st->local_handoffs = baton.local_handoffs;
+    st->lease_server_changes = baton.server_changes;
+    hold(st);
+    return st;
+}
+
+void locker_impl::hold(std::shared_ptr<guard_state> const& st) {
+    st->registration = held_.insert(held_.end(), st);
+    if (st->opt.auto_renew)
+        st->start_watch();
 }
 
 asio::awaitable<std::optional<grant_result>>
@@ -176,7 +198,7 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
     if (r.outcome_unknown)
         out.outcome_unknown = true; // it may have been applied: release on the way out
     if (!r.ec && r.granted && cancelled(cs)) {
-        auto const released = co_await store_->release(keys, token, handoff_claim(opt.ttl));
+        auto const released = co_await store_->release(keys, token, handoff_claim(opt.ttl), 0);
         if (released.ec)
             out.outcome_unknown = true; // try once more on the way out
         r.granted = false;
@@ -194,8 +216,9 @@ namespace {
 // After an attempt whose outcome is unknown, in the background: the connection may be down,
 // and the caller should not wait for it. `self` holds the locker meanwhile.
 asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
-                                       std::string token, milliseconds claim) {
-    co_await self->store_->release(keys, token, claim);
+                                       std::string token, milliseconds claim,
+                                       std::int64_t last_fence) {
+    co_await self->store_->release(keys, token, claim, last_fence);
 }
 
 } // namespace
@@ -236,10 +259,12 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     // Whether this locker may have an entry in the server's queue that nobody here will
     // take out: a first attempt that found the lock held queued it.
     bool queued_at_server = false;
+    bool others_queued = false;
     if (!finished && !others_waiting) {
         auto const queue = wait ? queueing::when_held : queueing::never;
         auto first = co_await try_once(keys, token, name, opt, queue, cs, wait_deadline, out);
         queued_at_server = wait && !first->granted && (!first->ec || first->outcome_unknown);
+        others_queued = !first->ec && first->others_queued;
         attempt_context const context{wait, false, deadlines, opt.retry.max};
         auto const next = decide_after_attempt(*first, context, cancelled(cs), clock_type::now());
         switch (next.step) {
@@ -270,8 +295,8 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
 
     // Contended: its own coroutine, so the uncontended call above keeps a small frame.
     if (!finished) {
-        co_await wait_contended(keys, token, name, opt, cs, deadlines, sleep, queued_at_server,
-                                out);
+        co_await wait_contended(keys, token, name, opt, cs, deadlines,
+                                first_attempt{sleep, queued_at_server, others_queued}, out);
         queued_at_server = false; // the local queue took it over
     }
     if (queued_at_server)
@@ -280,7 +305,8 @@ locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, loc
     // An attempt that failed after it may have been applied could have left our token in the
     // key: release it (the script checks the token, so this is always safe).
     if (out.ec && out.outcome_unknown)
-        asio::co_spawn(strand_, release_detached(keep_alive, keys, token, handoff_claim(opt.ttl)),
+        asio::co_spawn(strand_,
+                       release_detached(keep_alive, keys, token, handoff_claim(opt.ttl), 0),
                        asio::detached);
     co_return out;
 }

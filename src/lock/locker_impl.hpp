@@ -37,7 +37,7 @@ public:
     // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
     void drop_handlers_at_shutdown() noexcept override;
 
-    void on_wake(std::string const& channel) override;
+    void on_message(std::string const& channel, std::string const& payload) override;
     void on_reconnect() override;
     void on_server_change() override;
 
@@ -60,6 +60,16 @@ public:
         std::shared_ptr<guard_state> state;
     };
 
+    // Cohort hand-off (cohort.cpp): passes the lease of `st`, which is letting go, to the next
+    // waiter of this process on its name, if allowed; true when it did.
+    bool hand_off_locally(guard_state& st);
+    // A waiter given a baton leaves without taking it: the lease goes to the next local
+    // waiter, or back to Redis.
+    void pass_on(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
+    // After a release to Redis that did not hand the lock to a queued locker: the first local
+    // waiter on `keys` asks now rather than after its sleep.
+    void wake_local_head(lock_keys const& keys);
+
     // co_lock (`wait`) or co_try_lock. `keep_alive` holds the locker for as long as the
     // coroutine runs.
     boost::asio::awaitable<lock_outcome> lock(std::shared_ptr<locker_impl> keep_alive,
@@ -81,14 +91,19 @@ private:
              lock_options const& opt, queueing queue, boost::asio::cancellation_state cs,
              clock_type::time_point deadline, lock_outcome& out);
 
+    // What the first attempt of a co_lock that goes on to wait learnt.
+    struct first_attempt {
+        std::chrono::milliseconds sleep; // before asking again
+        bool queued_at_server = false;   // it may have queued this locker at the server
+        bool others_queued = false;      // see grant_result
+    };
+
     // The contended wait, in this process's queue for the name (local_queue.cpp).
-    // `queued_at_server`: the first attempt may have queued this locker at the server.
     boost::asio::awaitable<void> wait_contended(lock_keys const& keys, std::string const& token,
                                                 std::string const& name, lock_options const& opt,
                                                 boost::asio::cancellation_state cs,
                                                 wait_deadlines const& deadlines,
-                                                std::chrono::milliseconds sleep,
-                                                bool queued_at_server, lock_outcome& out);
+                                                first_attempt first, lock_outcome& out);
 
     static void set_failure(lock_outcome& out, std::string const& name,
                             boost::system::error_code ec, std::string const& detail_text);
@@ -101,6 +116,12 @@ private:
     std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
                                             std::int64_t fence, lock_options const& opt,
                                             clock_type::time_point attempt_start);
+    // The guard of a waiter that took a baton: the lease goes on, with the waiter's token.
+    std::shared_ptr<guard_state> make_handed_guard(std::string name, lock_keys keys,
+                                                   std::string token, lease_baton baton,
+                                                   lock_options const& opt);
+    // Registers a new guard and starts its renewal.
+    void hold(std::shared_ptr<guard_state> const& st);
 };
 
 } // namespace colock::detail

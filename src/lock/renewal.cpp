@@ -69,7 +69,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
     auto& store = *st->locker->store_;
     asio::steady_timer lease_end(st->locker->strand_);
     for (;;) {
-        auto next = clock_type::now() + st->renew_interval();
+        auto next = st->next_renewal();
         if (!st->opt.auto_renew ||
             (st->opt.max_hold && next >= saturating_add(st->acquired_at, *st->opt.max_hold))) {
             // Not (or no longer) renewing, only watching for wait_lost: the lease ends at its
@@ -110,7 +110,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             auto const started = clock_type::now();
             auto const ttl = st->ttl;
             lease_end.expires_at(st->lease_deadline());
-            auto outcome = co_await (store.extend(st->keys, st->token, ttl) ||
+            auto outcome = co_await (store.extend(st->keys, st->lease_token, ttl) ||
                                      lease_end.async_wait(nothrow_awaitable));
             turn.turns = nullptr;
             st->turns.give();
@@ -147,7 +147,7 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
         co_return std::tuple{error_code(asio::error::operation_aborted), false};
     turn.turns = &st->turns;
     auto const started = clock_type::now();
-    auto const reply = co_await st->locker->store_->extend(st->keys, st->token, ttl);
+    auto const reply = co_await st->locker->store_->extend(st->keys, st->lease_token, ttl);
     if (reply.ec)
         co_return std::tuple{reply.ec, false};
     if (reply.ours) {

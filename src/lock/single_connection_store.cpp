@@ -52,6 +52,16 @@ std::optional<bool> script_flag(resp3::value const& v) {
     return std::nullopt;
 }
 
+// The release script's 2 / 1 / 0 (handed, freed, not ours); nothing for any other reply.
+std::optional<int> release_flag(resp3::value const& v) {
+    if (v.type != resp3::type::number)
+        return std::nullopt;
+    auto const n = v.as_integer();
+    if (!n || *n < 0 || *n > 2)
+        return std::nullopt;
+    return static_cast<int>(*n);
+}
+
 // Wake-ups and connection events, from the connection's strand to the lock layer's.
 struct wake_listener final : redis::push_listener {
     wake_listener(std::weak_ptr<lease_events> e, std::string prefix,
@@ -70,9 +80,12 @@ struct wake_listener final : redis::push_listener {
         if (!self)
             return;
         auto channel = push.elements[1].as_string();
-        if (!channel || !channel->starts_with(channel_prefix))
+        auto payload = push.elements[2].as_string();
+        if (!channel || !payload || !channel->starts_with(channel_prefix))
             return;
-        asio::dispatch(strand, [self, c = std::string(*channel)] { self->on_wake(c); });
+        asio::dispatch(strand, [self, c = std::string(*channel), p = std::string(*payload)] {
+            self->on_message(c, p);
+        });
     }
 
     void on_reconnect() override {
@@ -105,7 +118,7 @@ public:
         auto const entry_ttl_text = std::to_string(queue_entry_ttl.count());
         auto [ec, v] = co_await run_script(acquire_script(), stop, keys.key, keys.queue_key,
                                            keys.deadlines_key, token, ttl_text, keys.owner,
-                                           queue_text, entry_ttl_text);
+                                           queue_text, entry_ttl_text, keys.channel_prefix);
         grant_result r;
         if (ec) {
             r.ec = ec;
@@ -116,13 +129,15 @@ public:
                 ec != redis::error::server_error && ec != asio::error::operation_aborted;
             co_return r;
         }
-        if (v.elements.size() != 2 || !v.elements[0].as_integer() || !v.elements[1].as_integer()) {
+        if (v.elements.size() != 3 || !v.elements[0].as_integer() || !v.elements[1].as_integer() ||
+            !v.elements[2].as_integer()) {
             r.ec = error::unexpected_reply;
             r.server_text = resp3::to_debug_string(v);
             r.outcome_unknown = true; // a garbled reply came from a script that did run
             co_return r;
         }
         r.granted = *v.elements[0].as_integer() == 1;
+        r.others_queued = *v.elements[2].as_integer() == 1;
         if (r.granted)
             r.fence = *v.elements[1].as_integer();
         else if (auto const pttl = *v.elements[1].as_integer(); pttl >= 0)
@@ -150,8 +165,9 @@ public:
     // The deadlines of all releases share one timer (they are all release_timeout long, so
     // they expire in the order they were set): no timer per unlock on the hot path.
     asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
-                                         milliseconds claim) override {
+                                         milliseconds claim, std::int64_t last_fence) override {
         auto const claim_text = std::to_string(claim.count());
+        auto const fence_text = std::to_string(last_fence);
         auto deadline = std::make_shared<release_deadline>();
         watch_release(deadline);
         // When it ends, the shared timer stops if no other release needs it: an armed timer
@@ -170,12 +186,12 @@ public:
         for (int round = 0;; ++round) {
             auto [ec, v] = co_await run_script(release_script(), deadline->stop.slot(), keys.key,
                                                keys.queue_key, keys.deadlines_key, token,
-                                               keys.channel_prefix, claim_text, "");
+                                               keys.channel_prefix, claim_text, "", fence_text);
             if (!ec) {
-                auto const released = script_flag(v);
+                auto const released = release_flag(v);
                 if (!released)
                     co_return lease_reply{error::unexpected_reply, false};
-                co_return lease_reply{error_code{}, *released};
+                co_return lease_reply{error_code{}, *released != 0, *released == 2};
             }
             if (deadline->fired)
                 co_return lease_reply{error::timeout, false};
@@ -193,10 +209,10 @@ public:
 
     // EVAL rather than EVALSHA: no NOSCRIPT, so the one request is all it takes.
     void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
-                               std::function<void()> retry) override {
+                               std::int64_t last_fence, std::function<void()> retry) override {
         resp3::request req;
         req.push("EVAL", release_script().source, 3, keys.key, keys.queue_key, keys.deadlines_key,
-                 token, keys.channel_prefix, claim.count(), "");
+                 token, keys.channel_prefix, claim.count(), "", last_fence);
         redis::detail::engine_exec(
             engine_, std::move(req),
             [strand = strand_, retry = std::move(retry)](error_code ec, redis::response resp) {
@@ -310,7 +326,7 @@ private:
         for (int round = 0; round < 3; ++round) {
             auto [ec, v] = co_await self->run_script(
                 release_script(), asio::cancellation_slot(), keys.key, keys.queue_key,
-                keys.deadlines_key, "", keys.channel_prefix, claim_text, keys.owner);
+                keys.deadlines_key, "", keys.channel_prefix, claim_text, keys.owner, "0");
             if (!ec || !is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
                 co_return;
             asio::steady_timer pause(self->strand_);

@@ -1,7 +1,7 @@
-// Waiting across processes against a real redis-server: the queue of waiting lockers in Redis,
-// the release that hands the lock to the first of them and tells it alone, the bounded delay
-// of a hand-off to a process that died right after it queued, and what an uncontended cycle
-// costs the server.
+// Waiting against a real redis-server: across processes, the queue of waiting lockers in
+// Redis, the release that hands the lock to the first of them and tells it alone, the bounded
+// delay of a hand-off to a process that died right after it queued; inside a process, the
+// cohort hand-off and its limit; and what an uncontended cycle costs the server.
 #include <colock/locker.hpp>
 
 #include "test_util.hpp"
@@ -229,4 +229,212 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
         probe.close();
     });
     ::close(go[1]);
+}
+
+// ------------------------------------------------------------------------ cohort hand-off
+
+TEST_CASE("cohort hand-off: a waiter of the same process gets the lease without a server call, "
+          "with its own guard, token and the next fence") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        locker locks{conn};
+        std::string const name = unique_key("cohort");
+        auto holder = co_await locks.co_lock(name, lease_of(10'000ms));
+
+        constexpr int waiters = 5;
+        struct turn {
+            std::string token;
+            std::int64_t fence = 0;
+            std::optional<std::string> key_token; // what the lock key said meanwhile
+            bool released = false;
+        };
+        std::vector<turn> turns;
+        int done = 0;
+        for (int i = 0; i < waiters; ++i)
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    auto g = co_await locks.co_lock(name, lease_of(10'000ms));
+                    turn t;
+                    t.token = g.token();
+                    t.fence = g.fence();
+                    t.key_token = co_await held_by(probe, name);
+                    t.released = co_await g.unlock();
+                    turns.push_back(t);
+                },
+                [&](std::exception_ptr) { ++done; });
+        auto const subscribed = co_await numsub_becomes(probe, wake_channel(name), 1);
+        REQUIRE(subscribed == 1);
+        co_await sleep_for(100ms); // every waiter queued, the head's attempts made
+
+        auto const before = co_await commandstats(probe);
+        bool const released = co_await holder.unlock();
+        CHECK(released);
+        for (int i = 0; i < 300 && done < waiters; ++i)
+            co_await sleep_for(10ms);
+        REQUIRE(done == waiters);
+        auto const after = co_await commandstats(probe);
+        REQUIRE(turns.size() == waiters);
+        for (std::size_t i = 0; i < turns.size(); ++i) {
+            CHECK(turns[i].fence == holder.fence() + 1 + static_cast<std::int64_t>(i));
+            CHECK(turns[i].token != holder.token());
+            // The lock key still holds the lease's token, the first holder's.
+            CHECK(turns[i].key_token == holder.token());
+            CHECK(turns[i].released);
+            for (std::size_t j = 0; j < i; ++j)
+                CHECK(turns[i].token != turns[j].token);
+        }
+        // Five hand-offs and the last release: one script call for the release, and at most
+        // a couple of the head's periodic attempts; a round trip per hand-off would be 10.
+        auto const scripts = command_calls(after, "evalsha") - command_calls(before, "evalsha");
+        MESSAGE("5 local hand-offs: " << scripts << " EVALSHA");
+        CHECK(scripts <= 3);
+        // The release stored the last fence given: the next holder's is one more.
+        auto const freed = co_await read_lock(probe, name);
+        CHECK(freed.kind == 'F');
+        CHECK(freed.fence == turns.back().fence);
+        auto next = co_await locks.co_lock(name, lease_of(10'000ms));
+        CHECK(next.fence() == turns.back().fence + 1);
+        co_await next.unlock();
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local hand-offs "
+          "in a row, then the other process's turn") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn_a{ctx.get_executor(), server.config()};
+        redis::connection conn_b{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        locker a{conn_a};
+        locker b{conn_b};
+        std::string const name = unique_key("cohort-limit");
+        lock_options opt = lease_of(10'000ms);
+        opt.cohort_limit = 2;
+        auto holder = co_await a.co_lock(name, opt);
+
+        std::vector<char> order;
+        int done = 0;
+        auto contender = [&](locker& l, char who) -> asio::awaitable<void> {
+            auto g = co_await l.co_lock(name, opt);
+            order.push_back(who);
+            co_await sleep_for(5ms);
+            co_await g.unlock();
+        };
+        for (int i = 0; i < 4; ++i)
+            asio::co_spawn(ctx, contender(a, 'a'), [&](std::exception_ptr) { ++done; });
+        auto const a_queued = co_await queue_length_becomes(probe, name, 1);
+        REQUIRE(a_queued == 1);
+        asio::co_spawn(ctx, contender(b, 'b'), [&](std::exception_ptr) { ++done; });
+        auto const b_queued = co_await queue_length_becomes(probe, name, 2);
+        REQUIRE(b_queued == 2);
+        auto const marked = co_await read_lock(probe, name);
+        CHECK(marked.kind == 'H');
+        co_await sleep_for(100ms); // the holder's process is told ("q")
+
+        co_await holder.unlock();
+        for (int i = 0; i < 500 && done < 5; ++i)
+            co_await sleep_for(10ms);
+        REQUIRE(done == 5);
+        // The holder, then two local hand-offs (the limit), then the other process.
+        REQUIRE(order.size() == 5);
+        CHECK(order[0] == 'a');
+        CHECK(order[1] == 'a');
+        CHECK(order[2] == 'b');
+        conn_a.close();
+        conn_b.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("cohort_limit = 0: every waiter of the process goes through Redis") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        locker locks{conn};
+        std::string const name = unique_key("no-cohort");
+        lock_options opt = lease_of(10'000ms);
+        opt.cohort_limit = 0;
+        auto holder = co_await locks.co_lock(name, opt);
+        std::vector<std::optional<std::string>> key_tokens;
+        std::vector<std::string> tokens;
+        int done = 0;
+        for (int i = 0; i < 3; ++i)
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    auto g = co_await locks.co_lock(name, opt);
+                    tokens.push_back(g.token());
+                    key_tokens.push_back(co_await held_by(probe, name));
+                    co_await g.unlock();
+                },
+                [&](std::exception_ptr) { ++done; });
+        co_await sleep_for(200ms);
+        co_await holder.unlock();
+        for (int i = 0; i < 500 && done < 3; ++i)
+            co_await sleep_for(10ms);
+        REQUIRE(done == 3);
+        REQUIRE(tokens.size() == 3);
+        // Each took the key with its own token: a lease of its own from Redis.
+        for (std::size_t i = 0; i < tokens.size(); ++i)
+            CHECK(key_tokens[i] == tokens[i]);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("a cohort's lease lost: the holder is told, and the waiters of its process go back to "
+          "Redis for a lease of their own") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        locker locks{conn};
+        std::string const name = unique_key("cohort-lost");
+        lock_options opt = lease_of(3000ms);
+        opt.renew_interval = 100ms;
+        auto first = co_await locks.co_lock(name, opt);
+        std::optional<lock_guard> second;
+        bool second_done = false;
+        std::optional<lock_guard> third;
+        bool third_done = false;
+        asio::co_spawn(
+            ctx, [&]() -> asio::awaitable<void> { second = co_await locks.co_lock(name, opt); },
+            [&](std::exception_ptr) { second_done = true; });
+        asio::co_spawn(
+            ctx, [&]() -> asio::awaitable<void> { third = co_await locks.co_lock(name, opt); },
+            [&](std::exception_ptr) { third_done = true; });
+        co_await sleep_for(100ms);
+        co_await first.unlock(); // to the second, locally
+        bool const handed = co_await finishes(second_done, 2000ms);
+        REQUIRE(handed);
+        REQUIRE(second.has_value());
+        auto const lease_key = co_await held_by(probe, name);
+        CHECK(lease_key == first.token()); // the lease goes on
+
+        // Deleted from outside: the current holder (the second) finds out at its renewal.
+        co_await probe.co_exec(command("DEL", lock_key(name)));
+        bool lost_seen = false;
+        second->async_wait_lost([&](boost::system::error_code) { lost_seen = true; });
+        bool const noticed = co_await finishes(lost_seen, 2000ms);
+        REQUIRE(noticed);
+        CHECK(second->lost());
+        bool const was_ours = co_await second->unlock();
+        CHECK_FALSE(was_ours);
+        // The third does not get the lost lease: it takes a lease of its own from Redis.
+        bool const acquired = co_await finishes(third_done, 3000ms);
+        REQUIRE(acquired);
+        REQUIRE(third.has_value());
+        auto const key_now = co_await held_by(probe, name);
+        CHECK(key_now == third->token());
+        CHECK(third->fence() > second->fence());
+        co_await third->unlock();
+        conn.close();
+        probe.close();
+    });
 }

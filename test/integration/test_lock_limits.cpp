@@ -543,7 +543,7 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
                                 "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+script|load",
                                 "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
                                 "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel",
-                                "+rpush", "+lpop", "+lrem"));
+                                "+rpush", "+lpop", "+lrem", "+llen"));
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = shared_server().config();
         cfg.username = "lockuser";

@@ -147,8 +147,9 @@ inline lock_record parse_lock_record(std::optional<std::string> const& value) {
         in >> r.owner;
     if (r.kind == 'H') {
         in >> r.token;
-        std::string mark;
-        r.queued = static_cast<bool>(in >> mark) && mark == "w";
+        int queued = 0;
+        in >> queued;
+        r.queued = queued != 0;
     }
     return r;
 }

@@ -226,3 +226,52 @@ TEST_CASE("a queue's head wakes after the shorter of sleep and backoff, within t
     CHECK(head_wakes_at(t0, clock_type::time_point::max(), milliseconds::max(),
                         milliseconds::max()) == clock_type::time_point::max());
 }
+
+TEST_CASE("cohort hand-off: allowed while the lease is valid, up to cohort_limit in a row while "
+          "another process waits, and at most one local fence per microsecond") {
+    cohort_facts f{};
+    f.cohort_limit = 3;
+    f.local_handoffs = 0;
+    f.others_queued = false;
+    f.lost = false;
+    f.lease_deadline = t0 + 10s;
+    f.lease_fence = 1000;
+    f.next_fence = 1001;
+    f.granted_at = t0 - 1s;
+    CHECK(may_hand_off_locally(f, t0));
+
+    // Nobody else waits: no limit.
+    f.local_handoffs = 500;
+    f.next_fence = 1501;
+    CHECK(may_hand_off_locally(f, t0));
+    // Another process queued: at most cohort_limit in a row.
+    f.others_queued = true;
+    CHECK_FALSE(may_hand_off_locally(f, t0));
+    f.local_handoffs = 2;
+    CHECK(may_hand_off_locally(f, t0));
+    f.local_handoffs = 3;
+    CHECK_FALSE(may_hand_off_locally(f, t0));
+    f.local_handoffs = 0;
+
+    // Off.
+    f.cohort_limit = 0;
+    CHECK_FALSE(may_hand_off_locally(f, t0));
+    f.cohort_limit = 3;
+
+    // A lost lease, or one with less than 1 ms left, goes back to Redis.
+    f.lost = true;
+    CHECK_FALSE(may_hand_off_locally(f, t0));
+    f.lost = false;
+    CHECK_FALSE(may_hand_off_locally(f, f.lease_deadline));
+    CHECK_FALSE(may_hand_off_locally(f, f.lease_deadline - 1ms));
+    CHECK(may_hand_off_locally(f, f.lease_deadline - 2ms));
+
+    // Fences: the n-th local one needs n microseconds since the grant.
+    f.granted_at = t0;
+    f.next_fence = 1001;
+    CHECK_FALSE(may_hand_off_locally(f, t0));
+    CHECK(may_hand_off_locally(f, t0 + std::chrono::microseconds{1}));
+    f.next_fence = 1050;
+    CHECK_FALSE(may_hand_off_locally(f, t0 + std::chrono::microseconds{49}));
+    CHECK(may_hand_off_locally(f, t0 + std::chrono::microseconds{50}));
+}

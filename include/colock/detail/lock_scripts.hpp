@@ -3,22 +3,27 @@
 //
 // Keys of lock `name` under prefix p, all in the hash slot of `{name}`:
 //   p{name}      the lock: one string, with the last fence folded in
-//                  "H <fence> <owner> <token>[ w]"  held by `token` of locker `owner`;
-//                                                   " w": a process is queued behind it
-//                  "R <fence> <owner>"              handed to locker `owner`, which is told
-//                                                   and claims it (a short expiry: the claim)
-//                  "F <fence>"                      free; kept for the rest of the last lease
-//                                                   so the next fence is one more
+//                  "H <fence> <owner> <token> <queued>"  held by `token` of locker `owner`;
+//                        <queued>: 0 nobody queued, 1 only the holder's own locker,
+//                        2 another locker (the holder's process is told: "q")
+//                  "R <fence> <owner>"  handed to locker `owner`, which is told and claims
+//                                       it (a short expiry: the claim)
+//                  "F <fence>"          free; kept for the rest of the last lease so the
+//                                       next fence is one more
 //   p{name}:q    the processes waiting, one entry per locker, in arrival order (a list)
 //   p{name}:qd   each queued locker's deadline in the server's milliseconds (a hash); a
 //                process refreshes it while it waits, so a dead one's entry lapses
-// Channel p{name}:w:<owner>: the hand-off to locker `owner` ("g"), told to it alone.
+// Channel p{name}:w:<owner>: messages to locker `owner` alone: "g" the lock was handed to it,
+// "q" another locker queued behind the lease it holds.
 //
 // Fences: the value's fence + 1, or the server's clock in microseconds when the key is absent
-// (never used, or lapsed). Strictly increasing: each fence is the clock at its grant or a few
-// increments above it (one per script run within the same microsecond), and the key lapses
-// at least 1 ms (1000 increments) after the last grant, so by then the clock is past every
-// earlier fence, as long as it does not step back. (Lua numbers are doubles: exact up to 2^53,
+// (never used, or lapsed). A holder's process hands the lease to its own waiters without a
+// script, numbering them on from the lease's fence, and the release stores the last of those.
+// Strictly increasing: each fence is the clock at its grant or a few increments above it (one
+// per script run within the same microsecond; the process gives at most one local fence per
+// microsecond since the grant), and the key lapses at least 1 ms (1000 increments) after the
+// last grant, so by then the clock is past every earlier fence, as long as it does not step
+// back. (Lua numbers are doubles: exact up to 2^53,
 // which microseconds since 1970 stay below for another two centuries.)
 #pragma once
 
@@ -29,9 +34,11 @@ namespace colock::detail {
 // KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines.
 // ARGV[1] token, ARGV[2] ttl ms, ARGV[3] owner (the locker), ARGV[4] queueing: "0" never
 // (co_try_lock), "1" queue the owner when held, "2" also keep it queued after a grant (more of
-// its waiters are behind this one), ARGV[5] the queue entry's lifetime in ms.
-// Returns {1, fence} when granted (or already ours: a retry after a lost reply is
-// idempotent), else {0, remaining ms of the holder's lease or of the claim}.
+// its waiters are behind this one), ARGV[5] the queue entry's lifetime in ms, ARGV[6] the
+// channel prefix p{name}:w:.
+// Returns {1, fence, others} when granted (or already ours: a retry after a lost reply is
+// idempotent), else {0, remaining ms of the holder's lease or of the claim, others}; `others`
+// is 1 when the lease is (or would be) ours and another locker is queued for it.
 inline constexpr std::string_view acquire_source = R"lua(
 local function enqueue()
   local t = redis.call('TIME')
@@ -42,25 +49,29 @@ local function enqueue()
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
   redis.call('PEXPIRE', KEYS[3], ARGV[5])
 end
-local function grant(fence, waiters)
-  if ARGV[4] == '2' then
-    enqueue()
-    waiters = true
+-- `queue_may_exist`: the queue may hold other lockers.
+local function grant(fence, queue_may_exist)
+  local queued = 0
+  if ARGV[4] == '2' then enqueue() end
+  if queue_may_exist then
+    local others = redis.call('LLEN', KEYS[2])
+    if ARGV[4] == '2' then others = others - 1 end
+    if others > 0 then queued = 2 elseif ARGV[4] == '2' then queued = 1 end
+  elseif ARGV[4] == '2' then
+    queued = 1
   end
-  local value = 'H ' .. string.format('%.0f', fence) .. ' ' .. ARGV[3] .. ' ' .. ARGV[1]
-  if waiters then value = value .. ' w' end
-  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-  return {1, fence}
+  redis.call('SET', KEYS[1], 'H ' .. string.format('%.0f', fence) .. ' ' .. ARGV[3] .. ' ' ..
+             ARGV[1] .. ' ' .. queued, 'PX', ARGV[2])
+  return {1, fence, queued == 2 and 1 or 0}
 end
 local v = redis.call('GET', KEYS[1])
 if not v then
   local t = redis.call('TIME')
-  local waiters = false
-  if redis.call('EXISTS', KEYS[2]) == 1 then
-    if redis.call('HDEL', KEYS[3], ARGV[3]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[3]) end
-    waiters = redis.call('EXISTS', KEYS[2]) == 1
+  local queue_exists = redis.call('EXISTS', KEYS[2]) == 1
+  if queue_exists and redis.call('HDEL', KEYS[3], ARGV[3]) == 1 then
+    redis.call('LREM', KEYS[2], 1, ARGV[3])
   end
-  return grant(tonumber(t[1]) * 1000000 + tonumber(t[2]), waiters)
+  return grant(tonumber(t[1]) * 1000000 + tonumber(t[2]), queue_exists)
 end
 local kind = string.sub(v, 1, 2)
 if kind == 'F ' then
@@ -71,26 +82,37 @@ elseif kind == 'R ' then
   if fence and owner == ARGV[3] then return grant(tonumber(fence) + 1, true) end
   if fence and ARGV[4] ~= '0' then enqueue() end
 elseif kind == 'H ' then
-  local fence, token, marked = string.match(v, '^H (%d+) %S+ (%S+)( ?w?)$')
+  local fence, owner, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) (%d)$')
   if fence and token == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tonumber(fence)}
+    return {1, tonumber(fence), queued == '2' and 1 or 0}
   end
   if fence and ARGV[4] ~= '0' then
     enqueue()
-    if marked ~= ' w' then redis.call('SET', KEYS[1], v .. ' w', 'KEEPTTL') end
+    local now_queued = queued
+    if owner ~= ARGV[3] then now_queued = '2' elseif queued == '0' then now_queued = '1' end
+    if now_queued ~= queued then
+      redis.call('SET', KEYS[1], string.sub(v, 1, -2) .. now_queued, 'KEEPTTL')
+      if now_queued == '2' then redis.pcall('PUBLISH', ARGV[6] .. owner, 'q') end
+    end
+    return {0, redis.call('PTTL', KEYS[1]), (owner == ARGV[3] and now_queued == '2') and 1 or 0}
+  end
+  if fence and owner == ARGV[3] then
+    return {0, redis.call('PTTL', KEYS[1]), queued == '2' and 1 or 0}
   end
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), 0}
 )lua";
 
 // Release and leave. KEYS as for acquire. ARGV[1] the holder's token to release, or "" to take
 // locker ARGV[4] out of the queue (its waiters left), ARGV[2] the channel prefix p{name}:w:,
-// ARGV[3] the claim's length in ms.
+// ARGV[3] the claim's length in ms, ARGV[5] the last fence the holder's process gave (its
+// own waiters' turns), stored when larger.
 // A release of a lock some process is queued for hands it to the first live entry (its
-// fence stays, the next grant adds one) and tells that process alone; otherwise it leaves the
-// lock free. A leaving locker that was handed the lock passes it on the same way. 1 when
-// released (or left), 0 when the token does not hold the lock.
+// fence stays, the next grant adds one) and tells that process alone; the releasing process's
+// own entry goes behind the others. Otherwise it leaves the lock free. A leaving locker that
+// was handed the lock passes it on the same way. 2 when handed to a queued locker, 1 when
+// released free (or left), 0 when the token does not hold the lock.
 // The wake-up is a courtesy: pcall, so that a user without permission for the channel (Redis 7
 // gives a new ACL user none) still releases; its waiters find their turn by polling.
 inline constexpr std::string_view release_source = R"lua(
@@ -100,37 +122,54 @@ inline constexpr std::string_view release_source = R"lua(
 local function put(value, ...)
   if redis.pcall('SET', KEYS[1], value, ...).err then redis.call('DEL', KEYS[1]) end
 end
-local function hand_off(fence)
+local function grant_to(fence, owner)
+  redis.call('HDEL', KEYS[3], owner)
+  put('R ' .. fence .. ' ' .. owner, 'PX', ARGV[3])
+  redis.pcall('PUBLISH', ARGV[2] .. owner, 'g')
+end
+-- To the first live entry; the releasing process's own entry (`releasing`) goes behind the
+-- others, so that a cohort giving the lock up is not handed it straight back.
+local function hand_off(fence, releasing)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local deferred = nil
   while true do
     local owner = redis.call('LPOP', KEYS[2])
-    if not owner then return false end
+    if not owner then break end
     local deadline = tonumber(redis.call('HGET', KEYS[3], owner) or '0')
-    redis.call('HDEL', KEYS[3], owner)
-    if deadline >= now then
-      put('R ' .. fence .. ' ' .. owner, 'PX', ARGV[3])
-      redis.pcall('PUBLISH', ARGV[2] .. owner, 'g')
+    if deadline < now then
+      redis.call('HDEL', KEYS[3], owner)
+    elseif owner == releasing and not deferred then
+      deferred = owner
+    else
+      if deferred then redis.call('RPUSH', KEYS[2], deferred) end
+      grant_to(fence, owner)
       return true
     end
   end
+  if deferred then
+    grant_to(fence, deferred)
+    return true
+  end
+  return false
 end
 local v = redis.call('GET', KEYS[1])
 if ARGV[1] == '' then
   if redis.call('HDEL', KEYS[3], ARGV[4]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[4]) end
   if not v then return 1 end
   local fence, owner = string.match(v, '^R (%d+) (%S+)$')
-  if owner == ARGV[4] and not hand_off(fence) then
+  if owner == ARGV[4] and not hand_off(fence, '') then
     put('F ' .. fence, 'KEEPTTL')
   end
   return 1
 end
 if not v then return 0 end
-local fence, token, marked = string.match(v, '^H (%d+) %S+ (%S+)( ?w?)$')
+local fence, holder, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) (%d)$')
 if not fence or token ~= ARGV[1] then return 0 end
-if marked ~= ' w' or not hand_off(fence) then
-  put('F ' .. fence, 'KEEPTTL')
-end
+local last = tonumber(ARGV[5] or '0') or 0
+if last > tonumber(fence) then fence = string.format('%.0f', last) end
+if queued ~= '0' and hand_off(fence, holder) then return 2 end
+put('F ' .. fence, 'KEEPTTL')
 return 1
 )lua";
 

@@ -1,0 +1,76 @@
+// Cohort hand-off: a holder letting go passes the lease to the next waiter of this process on
+// its name, without a round trip to Redis (lock cohorting, Dice, Marathe and Shavit, PPoPP
+// 2012). The lock key keeps the lease's token; each holder gets its own guard, token and the
+// next fence; the release to Redis stores the last fence given. A waiter that leaves with a
+// baton passes it on. On the locker's strand.
+#include "guard.hpp"
+#include "locker_impl.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+namespace colock::detail {
+
+namespace asio = boost::asio;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Gives a lease nobody here takes back to Redis; a waiter here asks at once if the lock ends
+// up free.
+asio::awaitable<void> return_lease(std::shared_ptr<locker_impl> self, lock_keys keys,
+                                   std::string lease_token, milliseconds claim,
+                                   std::int64_t last_fence) {
+    auto const reply = co_await self->store_->release(keys, lease_token, claim, last_fence);
+    if (reply.ec || !reply.handed)
+        self->wake_local_head(keys);
+}
+
+} // namespace
+
+bool locker_impl::hand_off_locally(guard_state& st) {
+    auto* q = queues_.find(st.keys);
+    if (!q)
+        return false;
+    waiter& next = *q->waiters.front();
+    if (next.baton || st.lease_server_changes != store_->server_changes())
+        return false;
+    cohort_facts const facts{st.opt.cohort_limit, st.local_handoffs,   q->others_queued,
+                             st.lost.load(),      st.lease_deadline(), st.fence + 1,
+                             st.lease_fence,      st.lease_granted_at};
+    if (!may_hand_off_locally(facts, clock_type::now()))
+        return false;
+    next.baton = lease_baton{st.lease_token,         st.lease_fence,      st.fence + 1,
+                             st.lease_granted_at,    st.lease_deadline(), st.local_handoffs + 1,
+                             st.lease_server_changes};
+    local_queues::wake(next, wake_reason::handed);
+    return true;
+}
+
+void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds claim) {
+    auto* q = queues_.find(keys);
+    if (q && !q->waiters.front()->baton && baton.server_changes == store_->server_changes() &&
+        clock_type::now() + milliseconds{1} < baton.deadline) {
+        // The same hand-off, to the next in line: its fence was never used.
+        waiter& next = *q->waiters.front();
+        next.baton = std::move(baton);
+        local_queues::wake(next, wake_reason::handed);
+        return;
+    }
+    auto self = weak_from_this().lock();
+    if (!self)
+        return; // the locker is going: the lease runs out by its ttl
+    asio::co_spawn(
+        strand_,
+        return_lease(std::move(self), keys, std::move(baton.lease_token), claim, baton.fence),
+        asio::detached);
+}
+
+void locker_impl::wake_local_head(lock_keys const& keys) {
+    if (auto* q = queues_.find(keys)) {
+        q->wake_pending = true; // seen even if the head is busy asking
+        local_queues::wake(*q->waiters.front());
+    }
+}
+
+} // namespace colock::detail
