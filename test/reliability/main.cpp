@@ -7,7 +7,9 @@
 // Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f] [--seed N]
 //   default: short versions (about a minute, run by scripts/test.sh); --full: the long runs
 //   (scripts/reliability.sh).
-#include "process.hpp"
+//
+// The helpers the scenarios share are in runner.cpp.
+#include "runner.hpp"
 #include "worker.hpp"
 
 #include <colock_test/fault_proxy.hpp>
@@ -16,21 +18,15 @@
 
 #include <fmt/format.h>
 
-#include <fcntl.h>
-#include <stdlib.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -40,202 +36,11 @@
 namespace {
 
 using namespace std::chrono_literals;
-using colock::reliability::worker_process;
+using namespace colock::reliability;
 using colock::test::fault_proxy;
 using colock::test::redis_server;
 using colock::test::steady_now_ns;
 using std::chrono::milliseconds;
-
-// ------------------------------------------------------------------------------- run settings
-
-struct settings {
-    bool full = false;
-    std::set<std::string> only;
-    unsigned seed = 0;
-};
-
-settings opts;
-
-// One scenario's line in the table, and whether its checks held.
-struct result {
-    std::string scenario;
-    std::uint64_t acquisitions = 0;
-    std::uint64_t faults = 0;
-    std::size_t overlaps = 0;
-    std::size_t leaked_keys = 0;
-    std::uint64_t losses = 0;
-    double seconds = 0;
-    std::string figures; // what else was measured
-    std::vector<std::string> failures;
-
-    void check(bool ok, std::string const& what) {
-        if (!ok)
-            failures.push_back(what);
-    }
-};
-
-// ------------------------------------------------------------------------------- helpers
-
-class scratch_dir {
-public:
-    scratch_dir() {
-        std::string templ = (std::filesystem::temp_directory_path() / "colock-rel-XXXXXX").string();
-        if (!mkdtemp(templ.data()))
-            throw std::runtime_error("mkdtemp failed");
-        path_ = templ;
-    }
-    ~scratch_dir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    scratch_dir(scratch_dir const&) = delete;
-    scratch_dir& operator=(scratch_dir const&) = delete;
-    std::string file(std::string const& name) const { return (path_ / name).string(); }
-
-private:
-    std::filesystem::path path_;
-};
-
-void make_counter(std::string const& path) {
-    int const fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
-    std::int64_t const zero = 0;
-    if (fd < 0 || write(fd, &zero, sizeof zero) != static_cast<ssize_t>(sizeof zero))
-        throw std::runtime_error("cannot create the counter file " + path);
-    close(fd);
-}
-
-std::int64_t read_counter(std::string const& path) {
-    int const fd = open(path.c_str(), O_RDONLY);
-    std::int64_t v = -1;
-    if (fd < 0 || pread(fd, &v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
-        throw std::runtime_error("cannot read the counter file " + path);
-    close(fd);
-    return v;
-}
-
-// "summary a=1 b=2" -> {a: 1, b: 2}
-std::map<std::string, double> fields(std::string const& line) {
-    std::map<std::string, double> out;
-    std::istringstream in(line);
-    std::string word;
-    while (in >> word)
-        if (auto eq = word.find('='); eq != std::string::npos)
-            out[word.substr(0, eq)] = std::stod(word.substr(eq + 1));
-    return out;
-}
-
-// "acquired NS FENCE" -> the numbers after the first word.
-std::vector<std::int64_t> numbers(std::string const& line) {
-    std::vector<std::int64_t> out;
-    std::istringstream in(line);
-    std::string word;
-    in >> word;
-    std::int64_t n = 0;
-    while (in >> n)
-        out.push_back(n);
-    return out;
-}
-
-// Keys under the lock prefix that would stay: a lock key of `names` still held or handed off
-// ("H ..." or "R ..."), or any key without an expiry. A free lock key ("F <fence>") and the
-// queue keys lapse by themselves (within a lease, and the queue's entry lifetime).
-std::size_t lock_keys_left(redis_server const& server, std::vector<std::string> const& names) {
-    std::set<std::string> lock_keys;
-    for (auto const& n : names)
-        lock_keys.insert("colock:{" + n + "}");
-    std::size_t left = 0;
-    std::istringstream keys(server.cli({"KEYS", "colock:*"}));
-    for (std::string key; std::getline(keys, key);) {
-        if (key.empty())
-            continue;
-        if (server.cli({"PTTL", key}) == "-1") {
-            ++left;
-        } else if (lock_keys.contains(key)) {
-            auto const value = server.cli({"GET", key});
-            left += value.starts_with("H ") || value.starts_with("R ") ? 1 : 0;
-        }
-    }
-    return left;
-}
-
-double ms(std::int64_t ns) {
-    return static_cast<double>(ns) / 1e6;
-}
-
-// Injects a random fault through the proxy every 100-500 ms until `until`; returns how many.
-// Each fault is short enough that the run makes progress, and some stalls outlast the lease.
-std::uint64_t inject_faults(fault_proxy& proxy, std::chrono::steady_clock::time_point until,
-                            std::mt19937& rng, milliseconds longest_stall) {
-    std::uint64_t faults = 0;
-    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    bool latency_on = false;
-    while (std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(milliseconds(pick(100, 500)));
-        if (latency_on) {
-            proxy.set_latency(0ms);
-            latency_on = false;
-        }
-        switch (pick(0, 4)) {
-        case 0:
-            proxy.set_latency(milliseconds(pick(1, 20)));
-            latency_on = true;
-            break;
-        case 1:
-            proxy.stall_for(milliseconds(pick(50, static_cast<int>(longest_stall.count()))));
-            break;
-        case 2:
-            proxy.drop_connections();
-            break;
-        case 3:
-            proxy.cut_next_reply(static_cast<std::size_t>(pick(1, 30)));
-            break;
-        default:
-            proxy.set_black_hole(true);
-            std::this_thread::sleep_for(milliseconds(pick(100, 800)));
-            proxy.set_black_hole(false);
-            break;
-        }
-        ++faults;
-    }
-    proxy.set_latency(0ms);
-    proxy.set_black_hole(false);
-    return faults;
-}
-
-void check_history(result& r, std::string const& history_file, std::size_t allowed_overlaps = 0) {
-    auto report = colock::test::check_history(colock::test::read_history(history_file));
-    r.overlaps += report.overlaps.size();
-    r.check(report.overlaps.size() <= allowed_overlaps,
-            fmt::format("{} overlapping tenures (allowed {})", report.overlaps.size(),
-                        allowed_overlaps));
-    r.check(report.fence_inversions == 0,
-            fmt::format("{} fences out of acquisition order", report.fence_inversions));
-    if (report.overlaps.size() > allowed_overlaps || report.fence_inversions != 0)
-        for (auto const& p : report.problems)
-            r.failures.push_back("  " + p);
-}
-
-std::vector<std::string> worker_args(std::vector<std::string> args, std::string const& url,
-                                     std::string const& proc) {
-    args.insert(args.end(), {"--url", url, "--proc", proc});
-    return args;
-}
-
-// Waits for every contender and adds up their summaries.
-std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<worker_process>>& ws,
-                                      milliseconds limit) {
-    std::map<std::string, double> total;
-    for (auto& w : ws) {
-        auto line = w->wait_line("summary", limit);
-        auto rc = w->wait_exit(10s);
-        r.check(line.has_value(), fmt::format("worker {} gave no summary", w->pid()));
-        r.check(rc == 0, fmt::format("worker {} exited with {}", w->pid(), rc.value_or(-1)));
-        if (line)
-            for (auto const& [k, v] : fields(*line))
-                total[k] += v;
-    }
-    return total;
-}
 
 // ------------------------------------------------------------------------------- scenarios
 
@@ -666,6 +471,7 @@ int run_all() {
 int main(int argc, char** argv) {
     if (argc >= 2 && std::string_view(argv[1]) == "worker")
         return colock::reliability::worker_main(argc, argv);
+    auto& opts = colock::reliability::opts;
     opts.seed = static_cast<unsigned>(std::random_device{}());
     for (int i = 1; i < argc; ++i) {
         std::string_view const arg = argv[i];

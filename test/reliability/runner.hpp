@@ -1,0 +1,101 @@
+// What the scenarios of the reliability runner share: the run's settings, a scenario's result,
+// scratch files, the counter file, parsing of the workers' lines, and the checks every scenario
+// makes at its end (the history, the keys left in Redis).
+#pragma once
+
+#include "process.hpp"
+
+#include <colock_test/fault_proxy.hpp>
+#include <colock_test/redis_server.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace colock::reliability {
+
+struct settings {
+    bool full = false;
+    std::set<std::string> only;
+    unsigned seed = 0;
+};
+
+extern settings opts;
+
+// One scenario's line in the table, and whether its checks held.
+struct result {
+    std::string scenario;
+    std::uint64_t acquisitions = 0;
+    std::uint64_t faults = 0;
+    std::size_t overlaps = 0;
+    std::size_t leaked_keys = 0;
+    std::uint64_t losses = 0;
+    double seconds = 0;
+    std::string figures; // what else was measured
+    std::vector<std::string> failures;
+
+    void check(bool ok, std::string const& what) {
+        if (!ok)
+            failures.push_back(what);
+    }
+};
+
+// A temporary directory for a scenario's shared files, removed with everything in it.
+class scratch_dir {
+public:
+    scratch_dir();
+    ~scratch_dir();
+    scratch_dir(scratch_dir const&) = delete;
+    scratch_dir& operator=(scratch_dir const&) = delete;
+    std::string file(std::string const& name) const { return (path_ / name).string(); }
+
+private:
+    std::filesystem::path path_;
+};
+
+// The shared counter the contenders increment (worker.cpp, unguarded_counter): 8 bytes.
+void make_counter(std::string const& path);
+std::int64_t read_counter(std::string const& path);
+
+// "summary a=1 b=2" -> {a: 1, b: 2}
+std::map<std::string, double> fields(std::string const& line);
+
+// "acquired NS FENCE" -> the numbers after the first word.
+std::vector<std::int64_t> numbers(std::string const& line);
+
+// Keys under the lock prefix that would stay: a lock key of `names` still held or handed off
+// ("H ..." or "R ..."), or any key without an expiry. A free lock key ("F <fence>") and the
+// queue keys lapse by themselves (within a lease, and the queue's entry lifetime).
+std::size_t lock_keys_left(colock::test::redis_server const& server,
+                           std::vector<std::string> const& names);
+
+inline double ms(std::int64_t ns) {
+    return static_cast<double>(ns) / 1e6;
+}
+
+// Injects a random fault through the proxy every 100-500 ms until `until`; returns how many.
+// Each fault is short enough that the run makes progress, and some stalls outlast the lease.
+std::uint64_t inject_faults(colock::test::fault_proxy& proxy,
+                            std::chrono::steady_clock::time_point until, std::mt19937& rng,
+                            std::chrono::milliseconds longest_stall);
+
+// Reads the history file and fails `r` on overlapping tenures (more than `allowed_overlaps`)
+// and fences out of acquisition order.
+void check_history(result& r, std::string const& history_file, std::size_t allowed_overlaps = 0);
+
+// A worker's arguments with the server's url and the process's name added.
+std::vector<std::string> worker_args(std::vector<std::string> args, std::string const& url,
+                                     std::string const& proc);
+
+// Waits for every contender and adds up their summaries.
+std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<worker_process>>& ws,
+                                      std::chrono::milliseconds limit);
+
+} // namespace colock::reliability
