@@ -168,4 +168,8 @@ void worker_process::continue_process() const {
     kill(pid_, SIGCONT);
 }
 
+void worker_process::kill_process() const {
+    kill(pid_, SIGKILL);
+}
+
 } // namespace colock::reliability

@@ -39,6 +39,7 @@ public:
 
     void stop_process() const;     // SIGSTOP
     void continue_process() const; // SIGCONT
+    void kill_process() const;     // SIGKILL: the process dies with no chance to clean up
 
 private:
     void read_output();

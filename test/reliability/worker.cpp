@@ -4,7 +4,8 @@
 //
 // Modes:
 //   contend  coroutines loop co_lock / read-modify-write of a shared counter file / unlock on one
-//            name until a deadline; prints "summary ..." at the end.
+//            name until a deadline; prints "summary ..." at the end. With --journal FILE, also
+//            keeps a journal (journal.hpp) that survives a SIGKILL.
 //   hold     takes one lock and follows commands from stdin (write VALUE, unlock), printing
 //            "acquired NS FENCE", "lost NS", "write accepted|refused", "released 0|1".
 //   storm    coroutines take locks on a few names, each co_lock raced against a random timer
@@ -13,6 +14,8 @@
 //   waiters  one holder, N coroutines waiting on the same name: memory per waiter, then M are
 //            served in turn and the rest cancelled; prints "summary ...".
 #include "worker.hpp"
+
+#include "journal.hpp"
 
 #include <colock/colock.hpp>
 #include <colock_test/history.hpp>
@@ -207,7 +210,8 @@ struct tally {
 asio::awaitable<void> contender(locker& locks, std::string name, lock_options opt,
                                 std::string holder, steady_clock_deadline until,
                                 std::chrono::microseconds hold, unguarded_counter& counter,
-                                colock::test::history_writer& history, tally& t) {
+                                colock::test::history_writer& history, journal_writer& journal,
+                                tally& t) {
     std::minstd_rand rng(std::hash<std::string>{}(holder));
     while (std::chrono::steady_clock::now() < until) {
         lock_options o = opt;
@@ -229,6 +233,7 @@ asio::awaitable<void> contender(locker& locks, std::string name, lock_options op
         }
         auto const acquired_ns = steady_now_ns();
         ++t.acquisitions;
+        journal.acquired(holder, g.fence(), g.token(), acquired_ns);
         // Read, pause (other holders would get in here if exclusion failed), write back. Only
         // while the lease is known to be ours: owns_lock() checks the local lease deadline.
         if (g.owns_lock()) {
@@ -237,6 +242,7 @@ asio::awaitable<void> contender(locker& locks, std::string name, lock_options op
             if (g.owns_lock()) {
                 counter.write(v + 1);
                 ++t.increments;
+                journal.wrote(holder, v + 1);
             } else {
                 ++t.skipped;
             }
@@ -247,6 +253,7 @@ asio::awaitable<void> contender(locker& locks, std::string name, lock_options op
         if (g.lost())
             ++t.losses;
         history.record(h);
+        journal.released(holder, h.fence);
         try {
             co_await g.unlock();
         } catch (boost::system::system_error const&) {
@@ -267,11 +274,12 @@ int run_contend(arguments const& args) {
     auto const hold = std::chrono::microseconds(args.number_or("hold-us", 500));
     unguarded_counter counter(args.text("counter"));
     colock::test::history_writer history(args.text("history"));
+    journal_writer journal(args.text_or("journal", ""));
     tally t;
     for (std::int64_t i = 0; i < coroutines; ++i)
         asio::co_spawn(ctx,
                        contender(locks, name, opt, fmt::format("p{}/c{}", proc, i), until, hold,
-                                 counter, history, t),
+                                 counter, history, journal, t),
                        [](std::exception_ptr e) {
                            if (e)
                                std::rethrow_exception(e);
