@@ -4,11 +4,12 @@
 // once and for fences out of order. At the end, one table; the exit code is non-zero when any
 // check failed.
 //
-// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f] [--seed N]
-//   default: short versions (about a minute, run by scripts/test.sh); --full: the long runs
-//   (scripts/reliability.sh).
+// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f,g,h] [--seed N]
+//   default: short versions (about a minute and a half, run by scripts/test.sh); --full: the
+//   long runs (scripts/reliability.sh).
 //
-// The helpers the scenarios share are in runner.cpp.
+// Scenarios a-f are here; the helpers they share are in runner.cpp, and g and h (worker
+// processes SIGKILLed) in scenarios_kill.cpp.
 #include "runner.hpp"
 #include "worker.hpp"
 
@@ -429,7 +430,9 @@ int run_all() {
         {"c2", instant_restart},
         {"d", client_pause},
         {"e", cancellation_storm},
-        {"f", many_waiters}};
+        {"f", many_waiters},
+        {"g", killed_in_cohort},
+        {"h", killed_at_queue_head}};
     std::vector<result> results;
     for (auto const& [key, run] : scenarios) {
         if (!opts.only.empty() && !opts.only.contains(key))
@@ -484,7 +487,7 @@ int main(int argc, char** argv) {
         } else if (arg == "--seed" && i + 1 < argc) {
             opts.seed = static_cast<unsigned>(std::stoul(argv[++i]));
         } else {
-            std::fprintf(stderr, "usage: %s [--full] [--only a,b,c1,c2,d,e,f] [--seed N]\n",
+            std::fprintf(stderr, "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h] [--seed N]\n",
                          argv[0]);
             return 2;
         }

@@ -98,4 +98,8 @@ std::vector<std::string> worker_args(std::vector<std::string> args, std::string 
 std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<worker_process>>& ws,
                                       std::chrono::milliseconds limit);
 
+// The scenarios in scenarios_kill.cpp: worker processes SIGKILLed at the worst moments.
+result killed_in_cohort();
+result killed_at_queue_head();
+
 } // namespace colock::reliability
