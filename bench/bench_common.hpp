@@ -63,6 +63,7 @@ struct usage_error : std::runtime_error {
 /// The options every benchmark takes: --url, --json, --help.
 struct common_options {
     std::optional<redis::config> server; // from --url
+    std::string url;                     // --url as given, for child processes
     bool json = false;
     bool help = false;
 };
@@ -141,7 +142,8 @@ void parse_args(int argc, char** argv, Options& opts, Handler handle) {
     for (int i = 1; i < argc; ++i) {
         option_arg arg(argc, argv, i);
         if (arg.name() == "--url") {
-            common.server = parse_url(arg.value());
+            common.url = arg.value();
+            common.server = parse_url(common.url);
         } else if (arg.name() == "--json") {
             arg.no_value();
             common.json = true;
@@ -265,11 +267,12 @@ inline process_result run_process(std::vector<std::string> args) {
     return result;
 }
 
-/// `program -h host -p port -c 1 -P pipeline -n requests -q --csv` plus the server's
+/// `program -h host -p port -c clients -P pipeline -n requests -q --csv` plus the server's
 /// credentials and database: the caller appends what to run.
 inline std::vector<std::string> redis_benchmark_args(std::string const& program,
                                                      redis::config const& cfg, std::size_t pipeline,
-                                                     std::uint64_t requests) {
+                                                     std::uint64_t requests,
+                                                     std::size_t clients = 1) {
     std::vector<std::string> args;
     args.push_back(program);
     args.emplace_back("-h");
@@ -277,7 +280,7 @@ inline std::vector<std::string> redis_benchmark_args(std::string const& program,
     args.emplace_back("-p");
     args.push_back(std::to_string(cfg.port));
     args.emplace_back("-c");
-    args.emplace_back("1");
+    args.push_back(std::to_string(clients));
     args.emplace_back("-P");
     args.push_back(std::to_string(pipeline));
     args.emplace_back("-n");
@@ -481,6 +484,12 @@ inline redis::config pick_server(common_options const& opts,
         return *opts.server;
     own.emplace();
     return own->config();
+}
+
+/// The URL of the server pick_server chose, as from_url reads it (password included).
+inline std::string server_url(common_options const& opts,
+                              std::optional<colock::test::redis_server> const& own) {
+    return own ? own->url() : opts.url;
 }
 
 } // namespace colock::bench

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,14 +26,30 @@ namespace colock::bench::contention {
 inline constexpr auto drain_limit = std::chrono::seconds{20};
 
 struct options : common_options {
-    // Scenarios a, b and c.
-    bool uncontended = true;
-    bool hot_key = true;
-    bool memory = true;
-    double seconds = 3.0;
+    // Which scenarios run (--scenarios).
+    bool uncontended = false, hot_key = false, memory = false; // a, b, c
+    bool s1 = true, s2 = true, s3 = true, s4 = true, sweep = false;
+
+    double seconds = 3.0;       // the measuring window of every timed scenario
+    double limit_seconds = 0.5; // each redis-benchmark run of the limit line
+    // Scenarios b and c.
     std::size_t waiters = 16;
     std::int64_t hold_us = 0;
     std::size_t memory_waiters = 100000;
+    // S1 to S4 and the sweep.
+    bool tuned = false;            // retry.initial = 1 ms, as the peer harness's "tuned" mode
+    std::size_t hot_waiters = 64;  // S3
+    std::size_t processes = 4;     // S4, and the sweep's S4 points
+    std::size_t proc_waiters = 16; // S4, per process
+    std::size_t sweep_max = 256;   // the sweep's largest total of coroutines
+    bool samples = false;          // every wait in the JSON, not only the histogram
+
+    // One S4 process, started by the run's own S4 (--s4-worker, not for people).
+    bool s4_worker = false;
+    std::string prefix;
+    std::size_t proc_id = 0;
+
+    std::string mode() const { return tuned ? "tuned" : "default"; }
 };
 
 // -------------------------------------------------------------------- helpers (support.cpp)
@@ -61,7 +78,7 @@ struct cpu_use {
 
 struct latency_summary {
     std::size_t samples = 0;
-    double mean_us = 0, p50_us = 0, p99_us = 0, max_us = 0;
+    double mean_us = 0, p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0;
 };
 latency_summary summarize(std::vector<double> us);
 
@@ -86,6 +103,45 @@ asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
 
 /// Options for a cycle that is exactly acquire + release: no renewal.
 colock::lock_options no_renewal();
+/// The options S1 to S4 lock with, those of the peer harness's colock driver: the library's
+/// defaults (renewal on) with a 10 s ttl; "tuned" retries after 1 ms instead of 50 ms.
+colock::lock_options peer_lock_options(options const& opts);
+
+asio::awaitable<std::string> script_load(redis::connection& conn, std::string_view source);
+/// Deletes every key matching `pattern` (SCAN and UNLINK).
+asio::awaitable<void> delete_matching(redis::connection& conn, std::string pattern);
+
+/// How redis-benchmark loads the server: `-c clients -P pipeline -r random_keys`.
+struct benchmark_load {
+    std::size_t clients = 1;
+    std::size_t pipeline = 1;
+    std::size_t random_keys = 1000000;
+    std::uint64_t calibration_requests = 2000;
+};
+/// The rate of `command` under `load`, in requests per second, with -n chosen from a short
+/// calibration run so that the measured run takes about `seconds`.
+double benchmark_rate(std::string const& program, redis::config const& cfg,
+                      benchmark_load const& load, std::vector<std::string> const& command,
+                      double seconds);
+
+// -------------------------------------------------------------------- limit and ping lines
+
+/// One lock cycle's worth of server work, SET NX PX then a compare-and-delete EVALSHA, as the
+/// peer harness measures it. The cycle limit is 1 / (1/set + 1/evalsha).
+struct limit_pair {
+    std::size_t clients = 0, pipeline = 0;
+    double set_per_s = 0, evalsha_per_s = 0;
+    double cycles_per_s() const { return 1.0 / (1.0 / set_per_s + 1.0 / evalsha_per_s); }
+};
+struct limits {
+    limit_pair single;    // -c 1 -P 1: one synchronous client's round trips
+    limit_pair pipelined; // -c 50 -P 16: the server's ceiling
+};
+/// Measures and prints the "limit" line (limits.cpp).
+limits run_limits(asio::io_context& io, redis::config const& cfg, std::string const& program,
+                  options const& opts);
+/// Measures and prints the "ping" line: PING round trips on an idle colock connection.
+latency_summary run_ping(asio::io_context& io, redis::config const& cfg, options const& opts);
 
 // -------------------------------------------------------------------- the scenarios
 
@@ -96,5 +152,68 @@ void run_uncontended(asio::io_context& io, redis::config const& cfg, std::string
 void run_handoff(asio::io_context& io, redis::config const& cfg, options const& opts);
 /// c. waiters_memory (memory.cpp). Returns false when the waiters did not all leave cleanly.
 bool run_memory(asio::io_context& io, redis::config const& cfg, options const& opts);
+
+/// S1 (1 coroutine) or S2 (64), each on its own name, next to the single-connection or the
+/// pipelined limit (own_names.cpp).
+void run_own_names(asio::io_context& io, redis::config const& cfg, options const& opts,
+                   std::size_t coroutines, limits const& limit, latency_summary const& ping);
+
+/// One process's share of a hot-name scenario (hot_name.cpp).
+struct hot_share {
+    std::vector<std::uint64_t> per_worker; // acquisitions in the window, per coroutine
+    std::vector<double> wait_us;           // from wanting the lock to holding it, in the window
+    std::uint64_t acquisitions = 0;        // in the window
+    std::uint64_t total = 0;               // warm-up and drain included
+    std::uint64_t overlaps = 0;            // a holder found another one inside
+    std::uint64_t fence_regressions = 0;   // a fence not above this process's previous one
+    std::uint64_t reconnects = 0;
+    double seconds = 0;
+    cpu_use cpu;
+};
+
+/// `workers` coroutines loop co_lock, critical section, unlock on the one name `name`: warm-up,
+/// window, drain. The critical section counts overlaps and then yields once (S3) or, with
+/// `counter`, reads and writes the Redis key `counter_key` non-atomically (S4).
+asio::awaitable<hot_share> run_hot_share(std::shared_ptr<colock::locker> locker,
+                                         redis::connection& conn, redis::connection* counter,
+                                         std::string counter_key, std::string name,
+                                         std::size_t workers, std::chrono::nanoseconds window,
+                                         colock::lock_options opt);
+
+/// S3 or S4 over all processes.
+struct hot_result {
+    std::string scenario;
+    std::string mode;
+    bool sweep = false;
+    std::size_t processes = 1, workers_per_process = 0;
+    std::size_t shares = 0; // processes added so far
+    double seconds_sum = 0; // their windows
+    std::uint64_t acquisitions = 0, total = 0, overlaps = 0, fence_regressions = 0;
+    std::uint64_t reconnects = 0;
+    std::uint64_t per_worker_min = 0, per_worker_max = 0;
+    std::vector<double> wait_us;
+    std::optional<std::int64_t> counter; // S4: the Redis counter afterwards
+    command_calls calls;
+    std::uint64_t section_calls = 0; // S4: the counter's GET and SET
+    cpu_use cpu;                     // client: summed over the processes
+
+    void add(hot_share const& share);
+    /// The mean window over the processes.
+    double seconds() const { return shares == 0 ? 0.0 : seconds_sum / static_cast<double>(shares); }
+    bool ok() const;
+};
+void report_hot(hot_result const& r, options const& opts);
+
+/// S3: `waiters` coroutines in this process on one name. Returns hot_result::ok().
+bool run_hot_in_process(asio::io_context& io, redis::config const& cfg, options const& opts,
+                        std::size_t waiters, bool sweep);
+/// S4: `processes` copies of this program with `per_process` coroutines each, on one name, with
+/// the counter in the critical section (processes.cpp). Returns hot_result::ok().
+bool run_hot_processes(asio::io_context& io, redis::config const& cfg, std::string const& url,
+                       options const& opts, std::size_t processes, std::size_t per_process,
+                       bool sweep);
+/// The body of one S4 process (--s4-worker): prints its hot_share on stdout. Returns the exit
+/// status.
+int run_s4_worker(options const& opts);
 
 } // namespace colock::bench::contention

@@ -1,20 +1,38 @@
-// The lock layer under load, each scenario on ONE connection and ONE locker on a
-// single-threaded io_context, against the same redis-server in the same run.
+// The lock layer under load, on one redis-server per run (a throwaway one unless --url), each
+// scenario on ONE connection and ONE locker per process on a single-threaded io_context.
 //
-// a. uncontended_64_keys: 64 coroutines on 64 names loop co_lock + unlock. Compared with the
-//    server's own limit for the same two scripts (redis-benchmark -c 1 -P 16 EVALSHA ...), and
-//    INFO commandstats shows how many commands one cycle costs.
-// b. hot_key_handoff: K coroutines loop co_lock + unlock on ONE name. Hand-off latency (from a
-//    holder's unlock() call to the next holder's co_lock completion) next to a plain PING's
-//    round trip, and the commands each acquisition costs (wake-ups, not polling).
-// c. waiters_memory: W coroutines wait in co_lock on one held name; resident memory per waiter,
-//    then all are cancelled and must return, leaving no lock and no subscription behind.
+// Every run first prints two reference lines, so that ratios come from the same run:
+//   limit  redis-benchmark of SET NX PX + a compare-and-delete EVALSHA (one lock cycle of the
+//          simplest Redis lock), -c 1 -P 1 and -c 50 -P 16, as the peer harness measures it;
+//   ping   PING round trips on an idle colock connection.
 //
-// Usage: lock_contention [--scenarios a,b,c] [--seconds 3] [--waiters 16]
-//                        [--memory-waiters 100000] [--hold-us 0] [--url redis://...] [--json]
+// The shapes of the peer benchmark harness (DESIGN.md, "Performance targets"), with the options
+// of its colock driver (library defaults, ttl 10 s; --tuned: retry after 1 ms):
+//   S1  one coroutine on its own name: cycles/s next to the single-connection limit, acquire
+//       p50/p99 next to the PING round trip.
+//   S2  64 coroutines on their own names: cycles/s next to the pipelined limit.
+//   S3  N coroutines (--hot-waiters, 64) on one name, critical section inside++ / overlap check /
+//       yield / inside--: acquisitions/s, per-coroutine min/max, wait percentiles and histogram,
+//       server calls per acquisition.
+//   S4  P processes (--processes, 4) x N coroutines (--proc-waiters, 16) on one name, with a
+//       non-atomic GET/SET of a Redis counter in the critical section; the counter must equal
+//       the acquisitions (no lost update).
+//   sweep  S3 at 1, 2, 4, ... --sweep-max (256) coroutines, and S4 with --processes processes at
+//       the same totals from --processes up: one JSON line per point ("sweep":true).
+// And the project's own:
+//   a. uncontended_64_keys: 64 coroutines on 64 names loop co_lock + unlock without renewal,
+//      next to redis-benchmark -c 1 -P 16 of the library's own two scripts.
+//   b. hot_key_handoff: K coroutines on one name; hand-off latency next to a PING round trip.
+//   c. waiters_memory: W coroutines wait on one held name; memory per waiter, then all are
+//      cancelled and must leave nothing behind.
 //
-// The units: main.cpp (options, order of the scenarios), support.cpp (helpers), and one file
-// per scenario: uncontended.cpp (a), handoff.cpp (b), memory.cpp (c).
+// Usage:
+//   lock_contention [--scenarios S1,S2,S3,S4] [--seconds 3] [--json] [--url redis://...]
+//   lock_contention --scenarios sweep --seconds 1 --json > run.jsonl && bench/plot.sh run.jsonl
+//
+// The units: main.cpp (options, order), support.cpp (helpers), limits.cpp (limit and ping
+// lines), own_names.cpp (S1, S2), hot_name.cpp (S3 and each S4 process's loop), processes.cpp
+// (S4's processes), uncontended.cpp (a), handoff.cpp (b), memory.cpp (c).
 #include "lock_contention.hpp"
 
 #include <fmt/format.h>
@@ -35,22 +53,33 @@ using contention::options;
 constexpr std::string_view usage_text =
     R"(usage: lock_contention [options]
 
-  --scenarios LIST      comma-separated, by letter or name (default a,b,c):
+  --scenarios LIST      comma-separated (default S1,S2,S3,S4):
+                          S1, S2, S3, S4 = the peer harness's shapes (see the source's header)
+                          sweep = S3 and S4 at 1, 2, 4, ... --sweep-max coroutines in all
                           a = uncontended_64_keys, b = hot_key_handoff, c = waiters_memory
-  --seconds S           measuring time of a and b, after a 0.5 s warm-up (default 3)
+  --seconds S           measuring time of each timed scenario or sweep point, after a 0.5 s
+                        warm-up (default 3)
+  --tuned               S1-S4: retry after 1 ms instead of the library's 50 ms
+  --hot-waiters N       coroutines on the hot name in S3 (default 64)
+  --processes P         processes in S4 and in the sweep's S4 points (default 4)
+  --proc-waiters N      coroutines per process in S4 (default 16)
+  --sweep-max N         the sweep's largest total of coroutines (default 256)
+  --samples             S3/S4: every wait in the JSON ("wait_us_samples"), besides the histogram
+  --limit-seconds S     each redis-benchmark run of the limit line (default 0.5)
   --waiters K           coroutines competing for the hot key in b (default 16)
   --hold-us U           microseconds each holder in b keeps the lock (default 0)
   --memory-waiters W    coroutines waiting in c (default 100000)
   --url URL             use this Redis server; default: start a throwaway redis-server
-  --json                one JSON object per scenario and line instead of text
+  --json                one JSON object per line ("scenario": "limit", "ping", "S1", ...)
 
-Scenario a's limit is redis-benchmark -c 1 -P 16 running the acquire and release scripts by
-EVALSHA (found on PATH, or COLOCK_REDIS_BENCHMARK). Keys used: colock:bench:<pid>:... (deleted
-afterwards) and colock:bench:limit:{<n>}... for redis-benchmark (deleted afterwards).
+Every run starts with the limit and ping lines. redis-benchmark is found on PATH, or
+COLOCK_REDIS_BENCHMARK. Keys used: colock:bench:<pid>:... (deleted afterwards).
+bench/plot.sh turns a --json run into PNG plots.
 )";
 
 void parse_scenarios(std::string_view text, options& opts) {
     opts.uncontended = opts.hot_key = opts.memory = false;
+    opts.s1 = opts.s2 = opts.s3 = opts.s4 = opts.sweep = false;
     while (true) {
         auto const comma = text.find(',');
         auto const item = text.substr(0, comma);
@@ -60,9 +89,19 @@ void parse_scenarios(std::string_view text, options& opts) {
             opts.hot_key = true;
         else if (item == "c" || item == "waiters_memory")
             opts.memory = true;
+        else if (item == "S1" || item == "s1")
+            opts.s1 = true;
+        else if (item == "S2" || item == "s2")
+            opts.s2 = true;
+        else if (item == "S3" || item == "s3")
+            opts.s3 = true;
+        else if (item == "S4" || item == "s4")
+            opts.s4 = true;
+        else if (item == "sweep")
+            opts.sweep = true;
         else
-            throw usage_error(fmt::format("--scenarios: unknown scenario \"{}\" (use a, b, c or "
-                                          "uncontended_64_keys, hot_key_handoff, waiters_memory)",
+            throw usage_error(fmt::format("--scenarios: unknown scenario \"{}\" (use S1, S2, S3, "
+                                          "S4, sweep, a, b, c)",
                                           item));
         if (comma == std::string_view::npos)
             return;
@@ -72,16 +111,43 @@ void parse_scenarios(std::string_view text, options& opts) {
 
 bool parse_option(options& opts, bench::option_arg& arg) {
     auto const name = arg.name();
+    auto const whole = [&](std::size_t low, std::size_t high) {
+        return bench::parse_whole<std::size_t>(name, arg.value(), low, high);
+    };
+    auto const no_value = [&] {
+        arg.no_value();
+        return true;
+    };
     if (name == "--scenarios")
         parse_scenarios(arg.value(), opts);
     else if (name == "--seconds")
         opts.seconds = bench::parse_seconds(arg.value());
+    else if (name == "--limit-seconds")
+        opts.limit_seconds = bench::parse_seconds(arg.value());
+    else if (name == "--tuned")
+        opts.tuned = no_value();
+    else if (name == "--samples")
+        opts.samples = no_value();
+    else if (name == "--hot-waiters")
+        opts.hot_waiters = whole(1, 10000);
+    else if (name == "--processes")
+        opts.processes = whole(1, 64);
+    else if (name == "--proc-waiters")
+        opts.proc_waiters = whole(1, 10000);
+    else if (name == "--sweep-max")
+        opts.sweep_max = whole(1, 10000);
     else if (name == "--waiters")
-        opts.waiters = bench::parse_whole<std::size_t>(name, arg.value(), 1, 10000);
+        opts.waiters = whole(1, 10000);
     else if (name == "--hold-us")
         opts.hold_us = bench::parse_whole<std::int64_t>(name, arg.value(), 0, 1000000);
     else if (name == "--memory-waiters")
-        opts.memory_waiters = bench::parse_whole<std::size_t>(name, arg.value(), 1, 1000000);
+        opts.memory_waiters = whole(1, 1000000);
+    else if (name == "--s4-worker")
+        opts.s4_worker = no_value();
+    else if (name == "--prefix")
+        opts.prefix = arg.value();
+    else if (name == "--proc-id")
+        opts.proc_id = whole(0, 1000);
     else
         return false;
     return true;
@@ -94,31 +160,52 @@ int main(int argc, char** argv) {
     if (auto const status = bench::parse_command_line("lock_contention", usage_text, argc, argv,
                                                       opts, parse_option))
         return *status;
+    if (opts.s4_worker)
+        return contention::run_s4_worker(opts);
 
-    std::optional<std::string> benchmark_program;
-    if (opts.uncontended) {
-        benchmark_program = bench::require_redis_benchmark("lock_contention");
-        if (!benchmark_program)
-            return 2;
-    }
+    auto const benchmark_program = bench::require_redis_benchmark("lock_contention");
+    if (!benchmark_program)
+        return 2;
 
     try {
         std::optional<colock::test::redis_server> own_server;
         auto const cfg = bench::pick_server(opts, own_server);
+        auto const url = bench::server_url(opts, own_server);
         if (!opts.json)
-            fmt::print("server {}, {} s per timed scenario, one connection and one locker on a "
-                       "single-threaded io_context\n",
+            fmt::print("server {}, {} s per timed scenario, one connection and one locker per "
+                       "process on a single-threaded io_context\n",
                        cfg.to_redacted_url(), opts.seconds);
 
         boost::asio::io_context io{1};
-        int status = 0;
+        auto const limit = contention::run_limits(io, cfg, *benchmark_program, opts);
+        auto const ping = contention::run_ping(io, cfg, opts);
+        bool ok = true;
         if (opts.uncontended)
             contention::run_uncontended(io, cfg, *benchmark_program, opts);
         if (opts.hot_key)
             contention::run_handoff(io, cfg, opts);
-        if (opts.memory && !contention::run_memory(io, cfg, opts))
-            status = 1;
-        return status;
+        if (opts.memory)
+            ok = contention::run_memory(io, cfg, opts) && ok;
+        if (opts.s1)
+            contention::run_own_names(io, cfg, opts, 1, limit, ping);
+        if (opts.s2)
+            contention::run_own_names(io, cfg, opts, 64, limit, ping);
+        if (opts.s3)
+            ok = contention::run_hot_in_process(io, cfg, opts, opts.hot_waiters, false) && ok;
+        if (opts.s4)
+            ok = contention::run_hot_processes(io, cfg, url, opts, opts.processes,
+                                               opts.proc_waiters, false) &&
+                 ok;
+        if (opts.sweep) {
+            for (std::size_t waiters = 1; waiters <= opts.sweep_max; waiters *= 2) {
+                ok = contention::run_hot_in_process(io, cfg, opts, waiters, true) && ok;
+                if (waiters >= opts.processes && waiters % opts.processes == 0)
+                    ok = contention::run_hot_processes(io, cfg, url, opts, opts.processes,
+                                                       waiters / opts.processes, true) &&
+                         ok;
+            }
+        }
+        return ok ? 0 : 1;
     } catch (std::exception const& e) {
         fmt::print(stderr, "lock_contention: {}\n", e.what());
         return 1;

@@ -111,6 +111,7 @@ latency_summary summarize(std::vector<double> us) {
     s.mean_us = sum / static_cast<double>(us.size());
     s.p50_us = at(0.50);
     s.p99_us = at(0.99);
+    s.p999_us = at(0.999);
     s.max_us = us.back();
     return s;
 }
@@ -190,6 +191,78 @@ colock::lock_options no_renewal() {
     colock::lock_options opt;
     opt.auto_renew = false; // a cycle is exactly acquire + release
     return opt;
+}
+
+colock::lock_options peer_lock_options(options const& opts) {
+    colock::lock_options opt;
+    opt.ttl = std::chrono::seconds{10}; // the peer harness's TTL_MS
+    if (opts.tuned)
+        opt.retry.initial = std::chrono::milliseconds{1};
+    return opt;
+}
+
+asio::awaitable<std::string> script_load(redis::connection& conn, std::string_view source) {
+    resp3::request req;
+    req.push("SCRIPT", "LOAD", source);
+    auto const resp = co_await conn.co_exec(std::move(req));
+    auto const sha = resp.empty() ? std::nullopt : resp.front().as_string();
+    if (!sha)
+        throw std::runtime_error("SCRIPT LOAD did not answer with a string");
+    co_return std::string(*sha);
+}
+
+asio::awaitable<void> delete_matching(redis::connection& conn, std::string pattern) {
+    std::string cursor = "0";
+    do {
+        resp3::request scan;
+        scan.push("SCAN", cursor, "MATCH", pattern, "COUNT", 10000);
+        auto const resp = co_await conn.co_exec(std::move(scan));
+        auto const& reply = resp.at(0).elements;
+        if (reply.size() != 2)
+            throw std::runtime_error("SCAN did not answer with a cursor and keys");
+        cursor = std::string(reply[0].as_string().value_or("0"));
+        std::vector<std::string> keys;
+        for (auto const& key : reply[1].elements)
+            keys.emplace_back(key.as_string().value_or(""));
+        if (!keys.empty()) {
+            resp3::request unlink;
+            unlink.push_range("UNLINK", keys);
+            co_await conn.co_exec(std::move(unlink));
+        }
+    } while (cursor != "0");
+}
+
+namespace {
+
+// The first row with a rate: `"EVALSHA ...","123456.78","0.031",...`.
+double first_rate(std::vector<benchmark_row> const& rows) {
+    for (auto const& row : rows)
+        if (row.rps > 0)
+            return row.rps;
+    throw std::runtime_error("no requests-per-second row in redis-benchmark's output");
+}
+
+double benchmark_once(std::string const& program, redis::config const& cfg,
+                      benchmark_load const& load, std::uint64_t requests,
+                      std::vector<std::string> const& command) {
+    auto args = redis_benchmark_args(program, cfg, load.pipeline, requests, load.clients);
+    args.emplace_back("-r");
+    args.push_back(std::to_string(load.random_keys));
+    args.insert(args.end(), command.begin(), command.end());
+    return run_redis_benchmark(std::move(args), command.front(), first_rate);
+}
+
+} // namespace
+
+double benchmark_rate(std::string const& program, redis::config const& cfg,
+                      benchmark_load const& load, std::vector<std::string> const& command,
+                      double seconds) {
+    auto const estimate = benchmark_once(program, cfg, load, load.calibration_requests, command);
+    auto requests = static_cast<std::uint64_t>(estimate * seconds);
+    requests = std::max(requests, load.calibration_requests);
+    auto const batch = static_cast<std::uint64_t>(load.clients * load.pipeline);
+    requests += batch - requests % batch; // whole pipelines only
+    return benchmark_once(program, cfg, load, requests, command);
 }
 
 } // namespace colock::bench::contention

@@ -28,38 +28,6 @@ constexpr std::size_t limit_pipeline = 16;
 using colock::detail::acquire_source;
 using colock::detail::release_source;
 
-// -------------------------------------------------------------------- redis-benchmark
-
-// The first row with a rate: `"EVALSHA ...","123456.78","0.031",...`.
-double first_rate(std::vector<bench::benchmark_row> const& rows) {
-    for (auto const& row : rows)
-        if (row.rps > 0)
-            return row.rps;
-    throw std::runtime_error("no requests-per-second row in redis-benchmark's output");
-}
-
-/// `redis-benchmark -c 1 -P 16 -r 64 -n N -q --csv <command...>`: requests per second.
-double run_redis_benchmark(std::string const& program, redis::config const& cfg,
-                           std::uint64_t requests, std::vector<std::string> const& command) {
-    auto args = bench::redis_benchmark_args(program, cfg, limit_pipeline, requests);
-    args.emplace_back("-r");
-    args.push_back(std::to_string(uncontended_keys));
-    args.insert(args.end(), command.begin(), command.end());
-    return bench::run_redis_benchmark(std::move(args), command.front(), first_rate);
-}
-
-/// The rate of `command`, with -n chosen from a short calibration run so that the measured run
-/// takes about `seconds`.
-double measure_command_rate(std::string const& program, redis::config const& cfg,
-                            std::vector<std::string> const& command, double seconds) {
-    constexpr std::uint64_t calibration_requests = 20000;
-    auto const estimate = run_redis_benchmark(program, cfg, calibration_requests, command);
-    auto requests = static_cast<std::uint64_t>(estimate * seconds);
-    requests = std::max(requests, calibration_requests);
-    requests += limit_pipeline - requests % limit_pipeline; // whole pipelines only
-    return run_redis_benchmark(program, cfg, requests, command);
-}
-
 // -------------------------------------------------------------------- a. uncontended_64_keys
 
 asio::awaitable<void> cycle_worker(std::shared_ptr<colock::locker> locker,
@@ -93,16 +61,6 @@ struct uncontended_result {
         return total_cycles == 0 ? 0.0 : static_cast<double>(n) / static_cast<double>(total_cycles);
     }
 };
-
-asio::awaitable<std::string> script_load(redis::connection& conn, std::string_view source) {
-    resp3::request req;
-    req.push("SCRIPT", "LOAD", source);
-    auto const resp = co_await conn.co_exec(std::move(req));
-    auto const sha = resp.empty() ? std::nullopt : resp.front().as_string();
-    if (!sha)
-        throw std::runtime_error("SCRIPT LOAD did not answer with a string");
-    co_return std::string(*sha);
-}
 
 asio::awaitable<uncontended_result> measure_uncontended(redis::config cfg,
                                                         std::chrono::nanoseconds window) {
@@ -178,8 +136,12 @@ void measure_script_limit(std::string const& program, redis::config const& cfg,
     std::vector<std::string> const release = {
         "EVALSHA",   r.release_sha, "3",         key,    key + ":q",
         key + ":qd", token,         key + ":w:", "1000", ""};
-    r.acquire_rps = measure_command_rate(program, cfg, acquire, seconds / 2);
-    r.release_rps = measure_command_rate(program, cfg, release, seconds / 2);
+    benchmark_load const load{.clients = 1,
+                              .pipeline = limit_pipeline,
+                              .random_keys = uncontended_keys,
+                              .calibration_requests = 20000};
+    r.acquire_rps = benchmark_rate(program, cfg, load, acquire, seconds / 2);
+    r.release_rps = benchmark_rate(program, cfg, load, release, seconds / 2);
 }
 
 void report_uncontended(uncontended_result const& r, bool json) {
