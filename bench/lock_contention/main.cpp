@@ -73,7 +73,8 @@ constexpr std::string_view usage_text =
   --json                one JSON object per line ("scenario": "limit", "ping", "S1", ...)
 
 Every run starts with the limit and ping lines. redis-benchmark is found on PATH, or
-COLOCK_REDIS_BENCHMARK. Keys used: colock:bench:<pid>:... (deleted afterwards).
+COLOCK_REDIS_BENCHMARK. Keys used: colock:bench:<pid>:... and, for scenario a's limit,
+colock:bench:limit:{<n>}... (all deleted afterwards).
 bench/plot.sh turns a --json run into PNG plots.
 )";
 
