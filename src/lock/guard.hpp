@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace colock::detail {
@@ -117,6 +118,9 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     }
     // The renewal (or, without auto_renew, the lease watcher that wait_lost needs) runs.
     bool watching = false;
+    // Until it runs: its place in locker->renewals_due_, and when its first renewal is due.
+    std::optional<locker_impl::renewal_entry> renewal_scheduled;
+    std::optional<clock_type::time_point> first_renewal;
     extend_turns turns;
 
     // Starts the renewal (renewal.cpp), once.
@@ -151,6 +155,8 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     void stop() {
         renew_stop.emit(boost::asio::cancellation_type::terminal);
         finish_waiters();
+        if (renewal_scheduled)
+            locker->unschedule_renewal(*std::exchange(renewal_scheduled, std::nullopt));
         if (registration) {
             locker->held_.erase(*registration);
             registration.reset();

@@ -38,7 +38,8 @@ locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix)
     , prefix_(std::move(prefix))
     , owner_(random_token().substr(0, 16))
     , queues_(*store_, owner_)
-    , rng_(std::random_device{}()) {}
+    , rng_(std::random_device{}())
+    , renewal_timer_(strand_) {}
 
 void locker_impl::drop_handlers_at_shutdown() noexcept {
     std::vector<std::shared_ptr<guard_state::lost_waiter>> dropped; // destroyed last
@@ -58,8 +59,14 @@ void locker_impl::on_reconnect() {
     // The outage may have outlasted a lease, or the server may have lost its keys: renew now
     // rather than at the next interval, so a loss is known one round trip after reconnecting.
     for (auto const& weak : held_)
-        if (auto st = weak.lock(); st && st->opt.auto_renew)
-            st->renew_timer.cancel();
+        if (auto st = weak.lock(); st && st->opt.auto_renew) {
+            if (st->watching) {
+                st->renew_timer.cancel();
+            } else {
+                st->first_renewal = clock_type::now();
+                st->start_watch();
+            }
+        }
 }
 
 void locker_impl::on_server_change() {
@@ -169,7 +176,7 @@ std::shared_ptr<guard_state> locker_impl::make_handed_guard(std::string name, lo
 void locker_impl::hold(std::shared_ptr<guard_state> const& st) {
     st->registration = held_.insert(held_.end(), st);
     if (st->opt.auto_renew)
-        st->start_watch();
+        schedule_renewal(st);
 }
 
 asio::awaitable<std::optional<grant_result>>

@@ -14,11 +14,13 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -52,6 +54,22 @@ public:
     // Guards that hold a lock taken through this locker, so a reconnection can check their
     // leases at once and a server change can mark them lost. Entries leave in guard_state::stop.
     std::list<std::weak_ptr<guard_state>> held_;
+    // Renewals not started yet (renewal.cpp): a guard's renewal coroutine is spawned when its
+    // first renewal is due, so a lock held for less than its renew interval costs no
+    // coroutine and no timer of its own. One timer serves them all.
+    using renewal_entry =
+        std::multimap<clock_type::time_point, std::weak_ptr<guard_state>>::iterator;
+    std::multimap<clock_type::time_point, std::weak_ptr<guard_state>> renewals_due_;
+    boost::asio::steady_timer renewal_timer_;
+    clock_type::time_point renewal_timer_at_ = clock_type::time_point::max();
+    // Schedules the first renewal of `st` (auto_renew) at st.next_renewal().
+    void schedule_renewal(std::shared_ptr<guard_state> const& st);
+    // Starts the renewals that are due, and sets the timer for the next.
+    void start_due_renewals();
+    void set_renewal_timer(clock_type::time_point at);
+    // Takes a renewal off the schedule; with none left, the timer stops, so that it does not
+    // keep io_context::run() from returning.
+    void unschedule_renewal(renewal_entry e);
 
     struct lock_outcome {
         bool outcome_unknown = false; // an attempt failed after it may have been applied

@@ -13,6 +13,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
+#include <utility>
 
 namespace colock::detail {
 
@@ -49,7 +50,7 @@ void extend_turns::give() {
         return;
     }
     auto* next = queue_.front();
-    queue_.pop_front();
+    queue_.erase(queue_.begin());
     next->granted = true;
     next->timer.cancel();
 }
@@ -58,8 +59,49 @@ void guard_state::start_watch() {
     if (watching)
         return;
     watching = true;
+    if (renewal_scheduled)
+        locker->unschedule_renewal(*std::exchange(renewal_scheduled, std::nullopt));
     asio::co_spawn(locker->strand_, renew_loop(shared_from_this()),
                    asio::bind_cancellation_slot(renew_stop.slot(), asio::detached));
+}
+
+void locker_impl::schedule_renewal(std::shared_ptr<guard_state> const& st) {
+    auto const due = st->next_renewal();
+    st->first_renewal = due;
+    st->renewal_scheduled = renewals_due_.emplace(due, st);
+    if (due < renewal_timer_at_)
+        set_renewal_timer(due); // else the timer fires before, and is set again then
+}
+
+void locker_impl::set_renewal_timer(clock_type::time_point at) {
+    renewal_timer_at_ = at;
+    renewal_timer_.expires_at(at);
+    renewal_timer_.async_wait([weak = weak_from_this(), at](error_code) {
+        auto self = weak.lock();
+        if (self && self->renewal_timer_at_ == at)
+            self->start_due_renewals(); // else set again, for another time, meanwhile
+    });
+}
+
+void locker_impl::unschedule_renewal(renewal_entry e) {
+    renewals_due_.erase(e);
+    if (renewals_due_.empty() && renewal_timer_at_ != clock_type::time_point::max()) {
+        renewal_timer_at_ = clock_type::time_point::max();
+        renewal_timer_.cancel();
+    }
+}
+
+void locker_impl::start_due_renewals() {
+    renewal_timer_at_ = clock_type::time_point::max();
+    auto const now = clock_type::now();
+    while (!renewals_due_.empty() && renewals_due_.begin()->first <= now) {
+        if (auto st = renewals_due_.begin()->second.lock())
+            st->start_watch(); // takes it off the schedule
+        else
+            renewals_due_.erase(renewals_due_.begin());
+    }
+    if (!renewals_due_.empty())
+        set_renewal_timer(renewals_due_.begin()->first);
 }
 
 asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
@@ -69,7 +111,9 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
     auto& store = *st->locker->store_;
     asio::steady_timer lease_end(st->locker->strand_);
     for (;;) {
-        auto next = st->next_renewal();
+        // The first renewal is when it was scheduled (see schedule_renewal), which may be now.
+        auto next = st->first_renewal ? *std::exchange(st->first_renewal, std::nullopt)
+                                      : st->next_renewal();
         if (!st->opt.auto_renew ||
             (st->opt.max_hold && next >= saturating_add(st->acquired_at, *st->opt.max_hold))) {
             // Not (or no longer) renewing, only watching for wait_lost: the lease ends at its

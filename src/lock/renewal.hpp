@@ -11,9 +11,9 @@
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 namespace colock::detail {
 
@@ -45,7 +45,7 @@ private:
 
     boost::asio::strand<boost::asio::any_io_executor> strand_;
     bool taken_ = false;
-    std::deque<waiter*> queue_;
+    std::vector<waiter*> queue_; // rarely more than one: no deque, which allocates when empty
 };
 
 // Gives the turn back when the sending coroutine is done with it, however it ends.

@@ -183,6 +183,38 @@ TEST_CASE("renewal: a 300 ms lease held for 1.5 s stays ours") {
     });
 }
 
+TEST_CASE("renewal starts when each guard's first renewal is due, whatever the order: short "
+          "leases taken after a long one, with nobody waiting on wait_lost, stay ours") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const long_name = unique_key("renew-long");
+        std::string const short_name = unique_key("renew-short");
+        std::string const mid_name = unique_key("renew-mid");
+        // First due in 10 s; then one due in 100 ms (sooner than the schedule's timer), then
+        // one due in 300 ms (later than the timer, found when it fires).
+        auto long_guard = co_await locks.co_lock(long_name, lease(30'000ms, 10'000ms));
+        auto short_guard = co_await locks.co_lock(short_name, lease(300ms, 100ms));
+        auto mid_guard = co_await locks.co_lock(mid_name, lease(900ms, 300ms));
+        co_await sleep_for(2000ms); // several times both short ttls
+        CHECK(short_guard.owns_lock());
+        CHECK(mid_guard.owns_lock());
+        CHECK_FALSE(short_guard.lost());
+        CHECK_FALSE(mid_guard.lost());
+        CHECK(co_await held_by(probe, short_name) == short_guard.token());
+        CHECK(co_await held_by(probe, mid_name) == mid_guard.token());
+        auto const pttl = co_await integer(probe, command("PTTL", lock_key(short_name)));
+        CHECK(pttl > 0);
+        CHECK(pttl <= 300);
+        CHECK(co_await short_guard.unlock());
+        CHECK(co_await mid_guard.unlock());
+        CHECK(co_await long_guard.unlock());
+        conn.close();
+        probe.close();
+    });
+}
+
 TEST_CASE("the key deleted from outside: lost() and wait_lost() within about one renew "
           "interval") {
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
