@@ -315,7 +315,8 @@ void connection_impl::take_for_write(session& s, std::deque<entry_ptr>& queue, b
         e->from_user = from_user;
         e->write = s.writes;
         e->write_begin = s.write_buffer.size();
-        std::size_t const first = first_command(e->payload);
+        // One command, the usual case, needs no parsing to know where it ends.
+        std::size_t const first = e->commands == 1 ? e->payload.size() : first_command(e->payload);
         e->first_command_end = e->write_begin + (first == 0 ? e->payload.size() : first);
         // Registered before the write is issued: replies may be read before it completes.
         s.matcher.add(e->commands, e->shapes, e->payload);

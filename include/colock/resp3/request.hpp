@@ -63,6 +63,8 @@ public:
     /// refuse).
     template <class... Args>
     void push(std::string_view command, Args const&... args) {
+        // One allocation for the command, rather than one per doubling as it grows.
+        payload_.reserve(payload_.size() + 16 + command.size() + (0 + ... + encoded_size(args)));
         auto const mark = begin_command(command, 1 + sizeof...(Args));
         try {
             (append_arg(args), ...);
@@ -147,6 +149,15 @@ private:
     // The argument `index` (0 is the command name) of the command written from `from`.
     std::string_view argument(std::size_t from, std::size_t index) const noexcept;
     void append_bulk(std::string_view bytes);
+
+    // At least the bytes append_arg writes for `arg`.
+    template <class T>
+    static std::size_t encoded_size(T const& arg) noexcept {
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, char>)
+            return 32;
+        else
+            return std::string_view(arg).size() + 16;
+    }
 
     template <class T>
     void append_arg(T const& arg) {
