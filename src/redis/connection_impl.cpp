@@ -67,7 +67,7 @@ void connection_impl::complete(entry_ptr const& e, error_code ec) {
             ec = error::server_error;
         // Batched: one strand turn delivers every reply parsed from one read.
         ready_.push_back(ready_exec{std::move(*h), slot, ec, std::move(e->replies)});
-        if (!flush_posted_) {
+        if (!delivering_batch_ && !flush_posted_) {
             flush_posted_ = true;
             asio::post(strand_, [self = shared_from_this()] { self->flush_ready(); });
         }
@@ -83,6 +83,8 @@ void connection_impl::complete(entry_ptr const& e, error_code ec) {
 // never runs inside a strand turn, where it would hold up reads and health checks.
 void connection_impl::flush_ready() {
     flush_posted_ = false;
+    if (ready_.empty())
+        return; // delivered with a read's batch meanwhile
     auto io_executor = strand_.get_inner_executor();
     asio::post(io_executor, [batch = std::move(ready_), io_executor]() mutable {
         for (auto& r : batch) {

@@ -111,6 +111,7 @@ struct session {
     std::vector<char> read_buffer = std::vector<char>(64 * 1024);
     std::size_t read_begin = 0;
     std::size_t read_end = 0;
+    bool socket_drained = false; // the last read took less than it had room for
     resp3::parser parser;
     std::string write_buffer;
     std::uint64_t writes = 0; // numbers the writes: the current one's, once it is taken
@@ -186,6 +187,9 @@ public:
     };
     std::vector<ready_exec> ready_;
     bool flush_posted_ = false;
+    // The reader is handing out the replies of one read: it delivers them when it is done
+    // (one post for all), rather than through another turn of the strand.
+    bool delivering_batch_ = false;
 
     // --- readable from any thread ---
     std::atomic<bool> connected_{false};
