@@ -58,6 +58,9 @@ asio::awaitable<void> memory_waiter(std::shared_ptr<colock::locker> locker,
 struct memory_result {
     std::size_t waiters = 0;
     std::int64_t rss_before = 0, rss_after = 0;
+    // malloc's bytes in use: what the waiters hold, without the pages that the first
+    // attempts' requests and replies (all in flight at once) leave fragmented.
+    std::int64_t heap_before = 0, heap_after = 0;
     double queue_seconds = 0;  // until every waiter had made its first attempt
     double cancel_seconds = 0; // from the cancellation until every waiter returned
     std::size_t aborted = 0, acquired = 0, failed = 0;
@@ -68,6 +71,9 @@ struct memory_result {
 
     double bytes_per_waiter() const {
         return static_cast<double>(rss_after - rss_before) / static_cast<double>(waiters);
+    }
+    double heap_bytes_per_waiter() const {
+        return static_cast<double>(heap_after - heap_before) / static_cast<double>(waiters);
     }
 };
 
@@ -158,6 +164,7 @@ asio::awaitable<memory_result> measure_memory(redis::config cfg, std::size_t wai
     auto const before = co_await read_commandstats(*conn);
     ::malloc_trim(0);
     r.rss_before = resident_bytes();
+    r.heap_before = static_cast<std::int64_t>(::mallinfo2().uordblks);
 
     auto const started = steady::now();
     for (std::size_t i = 0; i < waiters; ++i)
@@ -187,6 +194,7 @@ asio::awaitable<memory_result> measure_memory(redis::config cfg, std::size_t wai
     r.calls = delta(before, co_await read_commandstats(*conn));
     ::malloc_trim(0);
     r.rss_after = resident_bytes();
+    r.heap_after = static_cast<std::int64_t>(::mallinfo2().uordblks);
 
     // Cancel every waiter, then let the holder go: nobody may take the lock after that.
     auto const cancel_started = steady::now();
@@ -233,20 +241,24 @@ void report_memory(memory_result const& r, bool json) {
     };
     if (json) {
         fmt::print("{{\"scenario\":\"waiters_memory\",\"waiters\":{},\"rss_before\":{},"
-                   "\"rss_after\":{},\"bytes_per_waiter\":{:.1f},\"queue_seconds\":{:.3f},"
+                   "\"rss_after\":{},\"bytes_per_waiter\":{:.1f},\"heap_bytes_per_waiter\":{:.1f},"
+                   "\"queue_seconds\":{:.3f},"
                    "\"cancel_seconds\":{:.3f},\"aborted\":{},\"acquired\":{},\"failed\":{},"
                    "\"keys_left\":{},\"subscribers_left\":{},\"calls\":{},"
                    "\"baseline_bytes_per_timer_coroutine\":{:.1f},\"holder_unlock_error\":\"{}\","
                    "\"ok\":{}}}\n",
-                   r.waiters, r.rss_before, r.rss_after, r.bytes_per_waiter(), r.queue_seconds,
-                   r.cancel_seconds, r.aborted, r.acquired, r.failed, r.keys_left,
-                   r.subscribers_left, calls_json(r.calls), r.baseline_bytes, r.holder_unlock_error,
-                   memory_ok(r));
+                   r.waiters, r.rss_before, r.rss_after, r.bytes_per_waiter(),
+                   r.heap_bytes_per_waiter(), r.queue_seconds, r.cancel_seconds, r.aborted,
+                   r.acquired, r.failed, r.keys_left, r.subscribers_left, calls_json(r.calls),
+                   r.baseline_bytes, r.holder_unlock_error, memory_ok(r));
     } else {
         fmt::print("\n== c. waiters_memory: {} co_lock waiters on one held name\n", r.waiters);
         fmt::print("  bytes per waiter    {:>12.0f}   (RSS {:.1f} MiB -> {:.1f} MiB)\n",
                    r.bytes_per_waiter(), static_cast<double>(r.rss_before) / (1 << 20),
                    static_cast<double>(r.rss_after) / (1 << 20));
+        fmt::print("  heap bytes per waiter {:>10.0f}   (malloc's bytes in use; the rest of RSS is "
+                   "pages the first attempts left fragmented)\n",
+                   r.heap_bytes_per_waiter());
         fmt::print("  for comparison      {:>12.0f}   bytes per bare co_spawned coroutine waiting "
                    "on a steady_timer\n",
                    r.baseline_bytes);
