@@ -10,6 +10,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <doctest/doctest.h>
 
@@ -27,6 +29,7 @@ using namespace colock;
 using namespace colock::test;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
+using boost::system::system_error;
 
 namespace {
 
@@ -345,6 +348,74 @@ TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local
         CHECK(order[0] == 'a');
         CHECK(order[1] == 'a');
         CHECK(order[2] == 'b');
+        conn_a.close();
+        conn_b.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("a cohort whose locker missed the \"q\" message still yields: the queued process's "
+          "next attempt tells it again") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn_a{ctx.get_executor(), server.config()};
+        redis::connection conn_b{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        locker a{conn_a};
+        locker b{conn_b};
+        std::string const name = unique_key("cohort-missed");
+        lock_options opt = lease_of(10'000ms);
+        opt.cohort_limit = 2;
+        // Process A: eight coroutines pass the lease among themselves for as long as they run,
+        // each holding it for one turn of the io_context, so that no waiter of A stays at the
+        // head of A's queue long enough to ask Redis again (which would tell it too).
+        bool stop = false;
+        int a_running = 0;
+        for (int i = 0; i < 8; ++i) {
+            ++a_running;
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    while (!stop) {
+                        auto g = co_await a.co_lock(name, opt);
+                        co_await asio::post(ctx, asio::use_awaitable);
+                        co_await g.unlock();
+                    }
+                },
+                [&](std::exception_ptr) { --a_running; });
+        }
+        co_await sleep_for(200ms); // A's cohort is under way
+        // As if a locker had queued and its "q" been lost: the lock says another locker is
+        // queued, and nobody told A.
+        resp3::request mark;
+        mark.push("EVAL",
+                  "local v = redis.call('GET', KEYS[1]) "
+                  "if v and string.sub(v, 1, 2) == 'H ' then "
+                  "redis.call('SET', KEYS[1], string.sub(v, 1, -2) .. '2', 'KEEPTTL') return 1 end "
+                  "return 0",
+                  1, lock_key(name));
+        auto const marked = co_await integer(probe, std::move(mark));
+        REQUIRE(marked == 1);
+
+        // B queues behind A's cohort; its attempts tell A, which gives the lock up after at
+        // most cohort_limit more local hand-offs.
+        lock_options b_opt = opt;
+        b_opt.wait_timeout = 5000ms;
+        auto const started = steady::now();
+        std::optional<lock_guard> got;
+        try {
+            got = co_await b.co_lock(name, b_opt);
+        } catch (system_error const& e) {
+            FAIL_CHECK("B never got the lock from A's cohort: " << std::string(e.what()));
+        }
+        MESSAGE("B's co_lock ended after " << ms_since(started) << " ms");
+        CHECK(got.has_value());
+        if (got)
+            co_await got->unlock();
+        stop = true;
+        for (int i = 0; i < 500 && a_running > 0; ++i)
+            co_await sleep_for(10ms);
+        CHECK(a_running == 0);
         conn_a.close();
         conn_b.close();
         probe.close();

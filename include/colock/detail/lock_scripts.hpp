@@ -5,7 +5,8 @@
 //   p{name}      the lock: one string, with the last fence folded in
 //                  "H <fence> <owner> <token> <queued>"  held by `token` of locker `owner`;
 //                        <queued>: 0 nobody queued, 1 only the holder's own locker,
-//                        2 another locker (the holder's process is told: "q")
+//                        2 another locker (the holder's process is told "q" at each of
+//                        that locker's attempts, at least every queue_refresh_interval)
 //                  "R <fence> <owner>"  handed to locker `owner`, which is told and claims
 //                                       it (a short expiry: the claim)
 //                  "F <fence>"          free; kept for the rest of the last lease so the
@@ -93,8 +94,10 @@ elseif kind == 'H ' then
     if owner ~= ARGV[3] then now_queued = '2' elseif queued == '0' then now_queued = '1' end
     if now_queued ~= queued then
       redis.call('SET', KEYS[1], string.sub(v, 1, -2) .. now_queued, 'KEEPTTL')
-      if now_queued == '2' then redis.pcall('PUBLISH', ARGV[6] .. owner, 'q') end
     end
+    -- At every attempt of another locker, not only the first: a message the holder's locker
+    -- missed (not yet subscribed) would otherwise let its cohort go on for good.
+    if owner ~= ARGV[3] then redis.pcall('PUBLISH', ARGV[6] .. owner, 'q') end
     return {0, redis.call('PTTL', KEYS[1]), (owner == ARGV[3] and now_queued == '2') and 1 or 0}
   end
   if fence and owner == ARGV[3] then
