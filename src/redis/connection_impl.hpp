@@ -111,7 +111,6 @@ struct session {
     std::vector<char> read_buffer = std::vector<char>(64 * 1024);
     std::size_t read_begin = 0;
     std::size_t read_end = 0;
-    bool socket_drained = false; // the last read took less than it had room for
     resp3::parser parser;
     std::string write_buffer;
     std::uint64_t writes = 0; // numbers the writes: the current one's, once it is taken

@@ -179,13 +179,6 @@ connection_impl::open_transport(std::shared_ptr<session> s,
         co_return cec;
     if (cfg_.unix_socket.empty())
         s->socket.set_option(tcp::no_delay(true), cec);
-    // The reader's read_some after a readiness wait must never block the thread (see
-    // read_loop); the asynchronous operations are the same either way.
-    if (!cfg_.use_tls) {
-        s->socket.non_blocking(true, cec);
-        if (cec)
-            co_return cec;
-    }
     if (cfg_.use_tls) {
         s->step = "TLS handshake";
         s->tls.emplace(s->socket, *tls_context_);
@@ -223,27 +216,13 @@ asio::awaitable<error_code> connection_impl::read_loop(std::shared_ptr<session> 
         auto into = asio::buffer(buf.data() + s->read_end, buf.size() - s->read_end);
         // if/else, not ?: of two co_awaits (GCC 12 mishandles that temporary).
         std::tuple<error_code, std::size_t> got;
-        if (s->tls) {
+        if (s->tls)
             got = co_await s->tls->async_read_some(into, use_nothrow);
-        } else if (s->socket_drained) {
-            // The last read took all there was: a read now would only find nothing (a system
-            // call wasted per reply in the request-reply rhythm), so wait for data first.
-            auto [wec] = co_await s->socket.async_wait(stream_socket::wait_read, use_nothrow);
-            if (wec)
-                co_return wec;
-            error_code rec;
-            std::size_t const n = s->socket.read_some(into, rec);
-            if (rec == asio::error::would_block || rec == asio::error::try_again)
-                continue; // woken without data after all
-            got = {rec, n};
-        } else {
+        else
             got = co_await s->socket.async_read_some(into, use_nothrow);
-        }
         auto [ec, n] = got;
         if (ec)
             co_return ec;
-        if (!s->tls)
-            s->socket_drained = n < asio::buffer_size(into);
         s->read_end += n;
         // Every reply parsed from this read is delivered with one post, once they are all in.
         struct deliver_batch {
