@@ -474,18 +474,18 @@ int run_all() {
 int main(int argc, char** argv) {
     if (argc >= 2 && std::string_view(argv[1]) == "worker")
         return colock::reliability::worker_main(argc, argv);
-    auto& opts = colock::reliability::opts;
-    opts.seed = static_cast<unsigned>(std::random_device{}());
+    auto& run_opts = colock::reliability::opts;
+    run_opts.seed = static_cast<unsigned>(std::random_device{}());
     for (int i = 1; i < argc; ++i) {
         std::string_view const arg = argv[i];
         if (arg == "--full") {
-            opts.full = true;
+            run_opts.full = true;
         } else if (arg == "--only" && i + 1 < argc) {
             std::stringstream list(argv[++i]);
             for (std::string key; std::getline(list, key, ',');)
-                opts.only.insert(key);
+                run_opts.only.insert(key);
         } else if (arg == "--seed" && i + 1 < argc) {
-            opts.seed = static_cast<unsigned>(std::stoul(argv[++i]));
+            run_opts.seed = static_cast<unsigned>(std::stoul(argv[++i]));
         } else {
             std::fprintf(stderr, "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h] [--seed N]\n",
                          argv[0]);
