@@ -85,6 +85,27 @@ TEST_CASE("an uncontended lock and unlock cost the server 6 calls (2 EVALSHA, 2 
     });
 }
 
+namespace {
+
+// Every message published on the wake channels of lock `name` (PSUBSCRIBE on a connection of
+// its own), as (channel, payload) in the order the server sent them.
+struct wake_watcher final : redis::push_listener {
+    std::vector<std::pair<std::string, std::string>> messages;
+    void on_push(resp3::value const& push) override {
+        if (push.elements.size() == 4 && text_of(push.elements[0]) == "pmessage")
+            messages.emplace_back(text_of(push.elements[2]), text_of(push.elements[3]));
+    }
+    std::vector<std::string> channels_of(std::string const& payload) const {
+        std::vector<std::string> out;
+        for (auto const& [channel, p] : messages)
+            if (p == payload)
+                out.push_back(channel);
+        return out;
+    }
+};
+
+} // namespace
+
 TEST_CASE("hand-off across processes: each release goes to the first queued locker, first come "
           "first served, and is published to it alone") {
     redis_server server;
@@ -99,6 +120,10 @@ TEST_CASE("hand-off across processes: each release goes to the first queued lock
             lockers.push_back(std::make_unique<locker>(*conns.back()));
         }
         std::string const name = unique_key("handoff");
+        redis::connection watching{ctx.get_executor(), server.config()};
+        auto watcher = std::make_shared<wake_watcher>();
+        watching.add_push_listener(watcher);
+        co_await watching.co_exec(command("PSUBSCRIBE", wake_channel(name)));
         auto holder = co_await lockers[0]->co_lock(name, lease_of(10'000ms));
 
         std::vector<int> order;
@@ -125,6 +150,8 @@ TEST_CASE("hand-off across processes: each release goes to the first queued lock
         auto const marked = co_await read_lock(probe, name);
         CHECK(marked.queued);
 
+        co_await watching.co_exec(command("PING")); // every message sent before is in
+        auto const messages_before = watcher->messages.size();
         auto const before = co_await commandstats(probe);
         co_await holder.unlock();
         for (int i = 0; i < 500 && done < 3; ++i)
@@ -136,9 +163,30 @@ TEST_CASE("hand-off across processes: each release goes to the first queued lock
         CHECK(fences[0] == holder.fence() + 1);
         CHECK(fences[1] == fences[0] + 1);
         CHECK(fences[2] == fences[1] + 1);
-        // One message per hand-off, each to one locker's channel; the last release, with
-        // nobody queued, publishes nothing.
-        CHECK(command_calls(after, "publish") - command_calls(before, "publish") == 3);
+        // Every message sent went to one locker's channel, none to all: one "g" per hand-off,
+        // to lockers 1, 2, 3 in turn, and the last release, with nobody queued, sent none.
+        // ("q" tells a holder's locker that another is queued; every attempt of a waiting
+        // locker sends one, so how many depends on timing.)
+        co_await watching.co_exec(command("PING")); // every message sent before is in
+        auto const published = command_calls(after, "publish") - command_calls(before, "publish");
+        std::vector<std::string> grants;
+        for (std::size_t i = messages_before; i < watcher->messages.size(); ++i) {
+            auto const& [channel, payload] = watcher->messages[i];
+            CHECK((payload == "g" || payload == "q"));
+            CHECK(channel.starts_with(lock_key(name) + ":w:"));
+            if (payload == "g")
+                grants.push_back(channel);
+        }
+        // Nothing else was published meanwhile. (At least: a "q" sent between the watcher's
+        // first PING and the first INFO is seen here without being counted there.)
+        CHECK(static_cast<std::int64_t>(watcher->messages.size() - messages_before) >= published);
+        CHECK(grants.size() == 3);
+        if (grants.size() == 3) {
+            CHECK(grants[0] != grants[1]);
+            CHECK(grants[1] != grants[2]);
+            CHECK(grants[0] != grants[2]);
+        }
+        watching.close();
         auto const queue_left = co_await integer(
             probe, command("EXISTS", lock_key(name) + ":q", lock_key(name) + ":qd"));
         CHECK(queue_left == 0);
