@@ -38,16 +38,6 @@ lock_options lease(std::chrono::milliseconds ttl) {
     return opt;
 }
 
-// The lines of a redis-cli answer.
-std::vector<std::string> lines(std::string const& text) {
-    std::vector<std::string> out;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);)
-        if (!line.empty())
-            out.push_back(line);
-    return out;
-}
-
 // Sends `req` until the server answers it with an error starting with `prefix` (the state the
 // test waits for has begun), for at most `limit`.
 asio::awaitable<bool> server_says(redis::connection& probe, resp3::request const& req,
@@ -98,7 +88,7 @@ TEST_CASE("every key a lock writes expires: 200 names leave no key without a TTL
         }
         CHECK(free_keys_with_ttl == 200);
         // Nothing else under the prefix has been written without a ttl.
-        auto const keys = lines(shared_server().cli(strings("KEYS", prefix + "*")));
+        auto const keys = shared_server().cli_lines(strings("KEYS", prefix + "*"));
         resp3::request pttls;
         pttls.push("PING");
         for (auto const& k : keys)

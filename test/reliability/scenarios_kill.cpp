@@ -46,18 +46,9 @@ std::int64_t ns(std::chrono::nanoseconds d) {
     return d.count();
 }
 
-std::vector<std::string> lines_of(std::string const& text) {
-    std::vector<std::string> out;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);)
-        if (!line.empty())
-            out.push_back(line);
-    return out;
-}
-
 // The server's clock in milliseconds, as the scripts read it (TIME).
 std::int64_t server_ms(redis_server const& server) {
-    auto const t = lines_of(server.cli({"TIME"}));
+    auto const t = server.cli_lines({"TIME"});
     if (t.size() != 2)
         throw std::runtime_error("TIME answered '" + server.cli({"TIME"}) + "'");
     return std::stoll(t[0]) * 1000 + std::stoll(t[1]) / 1000;
@@ -76,7 +67,7 @@ std::vector<std::string> wait_queue(redis_server const& server, std::string cons
                                     std::size_t n, milliseconds limit) {
     auto const until = std::chrono::steady_clock::now() + limit;
     for (;;) {
-        auto entries = lines_of(server.cli({"LRANGE", queue_key, "0", "-1"}));
+        auto entries = server.cli_lines({"LRANGE", queue_key, "0", "-1"});
         if (entries.size() >= n || std::chrono::steady_clock::now() >= until)
             return entries;
         std::this_thread::sleep_for(10ms);

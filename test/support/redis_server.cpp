@@ -728,6 +728,15 @@ std::string redis_server::cli(std::vector<std::string> const& args) const {
     return r.out;
 }
 
+std::vector<std::string> redis_server::cli_lines(std::vector<std::string> const& args) const {
+    std::vector<std::string> out;
+    std::istringstream in(cli(args));
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty())
+            out.push_back(line);
+    return out;
+}
+
 std::string redis_server::log_tail(std::size_t lines) const {
     return last_lines(read_file_from(dir_ + "/redis.log"), lines) +
            last_lines(read_file_from(dir_ + "/redis.out"), lines);

@@ -97,6 +97,8 @@ public:
     /// redis-cli fails, including on an error reply, or takes more than 30 s (a paused server
     /// answers nothing, so do not use it between pause() and resume()).
     std::string cli(std::vector<std::string> const& args) const;
+    /// cli(args) cut into its non-empty lines (one per element of an array reply).
+    std::vector<std::string> cli_lines(std::vector<std::string> const& args) const;
 
     /// The last lines of the server's log file, for failure messages.
     std::string log_tail(std::size_t lines = 20) const;
