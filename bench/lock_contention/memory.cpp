@@ -35,6 +35,8 @@ struct memory_state {
     std::size_t failed = 0;   // anything else
     std::string first_failure;
     asio::steady_timer all_done;
+    // The waiters' cancellation signals, which must outlive them: held by their shared state.
+    std::vector<asio::cancellation_signal> signals;
 };
 
 asio::awaitable<void> memory_waiter(std::shared_ptr<colock::locker> locker,
@@ -158,8 +160,9 @@ asio::awaitable<memory_result> measure_memory(redis::config cfg, std::size_t wai
     r.waiters = waiters;
     r.baseline_bytes = co_await baseline_bytes_per_coroutine(waiters);
     // The bench's own per-waiter bookkeeping (one signal each) is allocated before the baseline.
-    std::vector<asio::cancellation_signal> signals(waiters);
     auto state = std::make_shared<memory_state>(ex);
+    state->signals = std::vector<asio::cancellation_signal>(waiters);
+    auto& signals = state->signals;
     state->running = waiters;
     auto const before = co_await read_commandstats(*conn);
     ::malloc_trim(0);
@@ -170,25 +173,18 @@ asio::awaitable<memory_result> measure_memory(redis::config cfg, std::size_t wai
     for (std::size_t i = 0; i < waiters; ++i)
         asio::co_spawn(ex, memory_waiter(locker, state, name),
                        asio::bind_cancellation_slot(signals[i].slot(), asio::detached));
-    // Every waiter makes one attempt (answered with the holder's PTTL), then queues locally.
-    command_calls now;
-    while (true) {
-        now = co_await read_commandstats(*conn);
-        if (calls_of(now, "pttl") - calls_of(before, "pttl") >= waiters)
-            break;
+    // Each waiter queues behind the held lock at once, with no call to the server: they
+    // queue behind the first, whose attempt finds the lock held by this very locker.
+    while (locker->waiting() < waiters) {
         if (steady::now() - started > memory_phase_limit || state->running < waiters)
             throw std::runtime_error(fmt::format(
-                "waiters did not queue: {} attempts answered in {:.0f} s, {} returned early ({})",
-                calls_of(now, "pttl") - calls_of(before, "pttl"),
+                "waiters did not queue: {} of {} queued in {:.0f} s, {} returned early ({})",
+                locker->waiting(), waiters,
                 std::chrono::duration<double>(steady::now() - started).count(),
                 waiters - state->running, state->first_failure));
         co_await sleep_for(std::chrono::milliseconds{20});
     }
-    // Replies come in order, so after this PING every attempt's reply has been delivered; the
-    // short sleep lets the waiters' coroutines run on to their queue.
-    resp3::request ping;
-    ping.push("PING");
-    co_await conn->co_exec(std::move(ping));
+    // The head's subscription and its attempts settle.
     co_await sleep_for(std::chrono::milliseconds{200});
     r.queue_seconds = std::chrono::duration<double>(steady::now() - started).count();
     r.calls = delta(before, co_await read_commandstats(*conn));

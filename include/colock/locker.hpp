@@ -11,6 +11,7 @@
 #include <boost/asio/deferred.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -148,12 +149,15 @@ private:
     std::shared_ptr<detail::guard_state> state_;
 };
 
-/// Takes distributed locks on one Redis connection. Lock `name` lives in the keys
-/// `<prefix>{name}` (holder's token) and `<prefix>{name}:fence` (fencing counter); releases
-/// publish on `<prefix>{name}:wake`. The braces keep all three in one Redis Cluster slot.
+/// Takes distributed locks on one Redis connection. Lock `name` lives in the key
+/// `<prefix>{name}` (its holder and fence); processes waiting for it queue in
+/// `<prefix>{name}:q` and `<prefix>{name}:qd`, and each is told of its turn on the channel
+/// `<prefix>{name}:w:<locker id>`. The braces keep them all in one Redis Cluster slot.
 ///
 /// Waiting co_lock calls for one name in one process share one subscription and queue in FIFO
-/// order; only the first of them polls Redis, and a release wakes it alone.
+/// order, with no coroutine of their own while they wait; only the first of them asks Redis,
+/// and a release hands the lock to it alone (or, from a holder of this process, without a
+/// round trip: see lock_options::cohort_limit).
 ///
 /// @par Thread safety
 /// Any member function may be called from any thread; the locker's state lives on a strand.
@@ -173,6 +177,9 @@ public:
     locker& operator=(locker const&) = delete;
 
     std::string const& key_prefix() const noexcept;
+    /// How many co_lock calls of this locker are waiting in its local queues now; from any
+    /// thread. For monitoring: the figure may change as soon as it is read.
+    std::size_t waiting() const noexcept;
     /// The connection's executor: where handlers without an executor of their own complete.
     executor_type get_executor() const noexcept;
 

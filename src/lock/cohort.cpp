@@ -40,9 +40,9 @@ bool locker_impl::hand_off_locally(guard_state& st) {
                              st.lease_fence,      st.lease_granted_at};
     if (!may_hand_off_locally(facts, clock_type::now()))
         return false;
-    next.baton = lease_baton{st.lease_token,         st.lease_fence,      st.fence + 1,
-                             st.lease_granted_at,    st.lease_deadline(), st.local_handoffs + 1,
-                             st.lease_server_changes};
+    next.baton = std::make_unique<lease_baton>(
+        lease_baton{st.lease_token, st.lease_fence, st.fence + 1, st.lease_granted_at,
+                    st.lease_deadline(), st.local_handoffs + 1, st.lease_server_changes});
     local_queues::wake(next, wake_reason::handed);
     return true;
 }
@@ -53,7 +53,7 @@ void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds
         clock_type::now() + milliseconds{1} < baton.deadline) {
         // The same hand-off, to the next in line: its fence was never used.
         waiter& next = *q->waiters.front();
-        next.baton = std::move(baton);
+        next.baton = std::make_unique<lease_baton>(std::move(baton));
         local_queues::wake(next, wake_reason::handed);
         return;
     }

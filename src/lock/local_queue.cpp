@@ -1,17 +1,20 @@
-// The local queues, and how a contended co_lock waits in one: the head subscribes to this
-// locker's wake channel for the name (once per name) and asks the server again when handed
-// the lock, when the holder's lease should have run out, after its backoff, or to refresh its
-// entry in the server's queue; the others sleep until they are the head.
+// The local queues, and how a contended co_lock waits in one: parked, with no coroutine,
+// until it is the head or handed the lease; the head subscribes to this locker's wake channel
+// for the name (once per name) and asks the server in turns, parked between them.
 #include "local_queue.hpp"
 
+#include "lock_operation.hpp"
 #include "locker_impl.hpp"
 
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 
+#include <algorithm>
 #include <vector>
 
 namespace colock::detail {
@@ -19,13 +22,22 @@ namespace colock::detail {
 namespace asio = boost::asio;
 using std::chrono::milliseconds;
 
-std::shared_ptr<name_queue> local_queues::join(lock_keys const& keys, waiter& w) {
+std::shared_ptr<name_queue> local_queues::join(lock_keys const& keys, waiter& w,
+                                               bool ahead_of_unasked) {
     auto& q = queues_[keys.channel];
     if (!q)
         q = std::make_shared<name_queue>(keys);
-    w.position = q->waiters.insert(q->waiters.end(), &w);
+    auto const at = ahead_of_unasked && !q->waiters.empty() && !q->waiters.front()->asked
+                        ? q->waiters.begin()
+                        : q->waiters.end();
+    w.position = q->waiters.insert(at, &w);
     waiting_.fetch_add(1, std::memory_order_relaxed);
     return q;
+}
+
+void local_queues::drop(std::shared_ptr<name_queue> const& q, waiter& w) noexcept {
+    q->waiters.erase(w.position);
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void local_queues::leave(std::shared_ptr<name_queue> const& q, waiter& w, bool acquired,
@@ -55,9 +67,20 @@ name_queue* local_queues::find(lock_keys const& keys) {
     return it == queues_.end() || it->second->waiters.empty() ? nullptr : it->second.get();
 }
 
-bool local_queues::has_waiters(lock_keys const& keys) const {
+bool local_queues::busy(lock_keys const& keys) const {
     auto const it = queues_.find(keys.channel);
-    return it != queues_.end() && !it->second->waiters.empty();
+    return (it != queues_.end() && !it->second->waiters.empty()) ||
+           first_attempts_.contains(keys.channel);
+}
+
+void local_queues::begin_first_attempt(lock_keys const& keys) {
+    ++first_attempts_[keys.channel];
+}
+
+void local_queues::end_first_attempt(lock_keys const& keys) {
+    auto const it = first_attempts_.find(keys.channel);
+    if (it != first_attempts_.end() && --it->second == 0)
+        first_attempts_.erase(it);
 }
 
 void local_queues::on_message(std::string const& channel, std::string const& payload) {
@@ -90,143 +113,182 @@ void local_queues::wake_heads() {
 
 void local_queues::wake(waiter& w, wake_reason why) {
     w.wake = why;
-    w.timer.cancel();
+    if (auto end_sleep = std::exchange(w.on_wake, nullptr))
+        end_sleep(w);
 }
 
-asio::awaitable<void> locker_impl::wait_contended(lock_keys const& keys, std::string const& token,
-                                                  std::string const& name, lock_options const& opt,
-                                                  asio::cancellation_state cs,
-                                                  wait_deadlines const& deadlines,
-                                                  first_attempt first, lock_outcome& out) {
-    milliseconds sleep = first.sleep;
-    auto const wait_deadline = deadlines.wait;
-    auto fail = [&](boost::system::error_code ec, std::string const& detail_text) {
-        set_failure(out, name, ec, detail_text);
-    };
-    attempt_context const context{true, true, deadlines, opt.retry.max};
-    // Contended: queue locally. The head subscribes (once per name) and retries; the others
-    // sleep until they become the head.
-    waiter self_waiter(strand_);
-    auto queue = queues_.join(keys, self_waiter);
-    queue->queued_at_server = queue->queued_at_server || first.queued_at_server;
-    queue->others_queued = queue->others_queued || first.others_queued;
-    // Leaving, a waiter that was given a baton and did not take it passes it on.
-    struct leave_on_exit {
-        locker_impl& locker;
-        std::shared_ptr<name_queue> const& q;
-        waiter& w;
-        milliseconds claim;
-        bool acquired = false;
-        ~leave_on_exit() {
-            auto baton = std::exchange(w.baton, std::nullopt);
-            locker.queues_.leave(q, w, acquired, claim);
-            if (baton)
-                locker.pass_on(q->keys, std::move(*baton), claim);
-        }
-    } leave_guard{*this, queue, self_waiter, handoff_claim(opt.ttl)};
-    // Takes a baton given meanwhile: the lease of a holder of this process, now ours. One
-    // granted to a lease whose server has been replaced since is dropped (it is lost).
-    auto take_baton = [&]() {
-        if (!self_waiter.baton)
-            return false;
-        auto baton = std::exchange(self_waiter.baton, std::nullopt);
-        if (baton->server_changes != store_->server_changes())
-            return false;
-        out.state = make_handed_guard(name, keys, token, std::move(*baton), opt);
-        leave_guard.acquired = true;
-        return true;
-    };
+bool locker_impl::take_baton(lock_operation& op) {
+    if (!op.baton)
+        return false;
+    auto baton = std::exchange(op.baton, nullptr);
+    // One granted to a lease whose server has been replaced since is dropped: it is lost.
+    if (baton->server_changes != store_->server_changes())
+        return false;
+    op.out.state =
+        make_handed_guard(op.name, op.keys(), op.holder_token(), std::move(*baton), op.opt);
+    return true;
+}
 
-    int attempts = 1;
-    bool need_attempt = false; // the first attempt's answer still stands
+// A head asks again at least every queue_refresh_interval, keeping its entry alive.
+clock_type::time_point locker_impl::head_sleep_end(lock_operation& op, clock_type::time_point now) {
+    return head_wakes_at(now, op.deadlines.wait, std::min(op.sleep, queue_refresh_interval),
+                         backoff(op.opt.retry, std::max(op.attempts - 1, 0), rng_));
+}
+
+void locker_impl::park(lock_operation& op, clock_type::time_point until) {
+    op.driving = false;
+    op.wake = wake_reason::none;
+    if (until == clock_type::time_point::max()) {
+        // Nothing to wait for but a wake: no timer. It holds itself meanwhile (a cycle that
+        // resume() or finish() ends, or drop_handlers_at_shutdown()).
+        op.parked_self = op.shared_from_this();
+        op.on_wake = [](waiter& w) {
+            auto self = std::move(static_cast<lock_operation&>(w).parked_self);
+            auto const& strand = self->locker->strand_;
+            asio::post(strand, [self = std::move(self)] { self->locker->resume(*self); });
+        };
+        return;
+    }
+    if (!op.timer)
+        op.timer = std::make_unique<asio::steady_timer>(strand_);
+    op.timer->expires_at(until);
+    op.on_wake = [](waiter& w) { static_cast<lock_operation&>(w).timer->cancel(); };
+    op.timer->async_wait(
+        [op = op.shared_from_this()](boost::system::error_code) { op->locker->resume(*op); });
+}
+
+void locker_impl::resume(lock_operation& op) {
+    if (op.finished || op.driving)
+        return;
+    op.on_wake = nullptr; // its timer ran out: nothing to end any more
+    if (take_baton(op)) {
+        finish(op);
+        return;
+    }
+    bool const head = op.queue->waiters.front() == &op;
+    if (op.wake == wake_reason::promoted_after_acquire) {
+        // The previous head took the lock: wait for its release rather than ask now.
+        op.need_attempt = false;
+        op.sleep = op.opt.ttl;
+    } else if (!head && op.wake == wake_reason::none) {
+        op.need_attempt = false; // woken by the wait deadline only; checked below
+    }
+    if (clock_type::now() >= op.deadlines.wait) {
+        fail(op, error::timeout, timeout_text(op.opt));
+        finish(op);
+        return;
+    }
+    if (!head) {
+        park(op, op.deadlines.wait);
+        return;
+    }
+    auto const& queue = *op.queue;
+    if (!op.need_attempt && !queue.wake_pending &&
+        (queue.subscribed || queue.subscription_refused)) {
+        // A head with nothing to ask (the one before it took the lock): sleeps on, as
+        // queue_turns would, without a coroutine.
+        op.need_attempt = true;
+        park(op, head_sleep_end(op, clock_type::now()));
+        return;
+    }
+    spawn(op.shared_from_this());
+}
+
+// The head's turns: it subscribes to this locker's wake channel for the name (once per name)
+// and asks the server when handed the lock, when the holder's lease should have run out, after
+// its backoff, or to refresh its entry in the server's queue; between turns it parks.
+asio::awaitable<void> locker_impl::queue_turns(lock_operation& op, asio::cancellation_state cs) {
+    auto& queue = *op.queue;
+    attempt_context const context{true, true, op.deadlines, op.opt.retry.max};
     for (;;) {
-        bool const head = queue->waiters.front() == &self_waiter;
-        if (head && !queue->subscribed && !queue->subscription_refused) {
+        if (queue.waiters.front() != &op) {
+            park(op, op.deadlines.wait);
+            co_return;
+        }
+        if (!queue.subscribed && !queue.subscription_refused) {
             // Subscribe, then try: a release published after this attempt reaches us.
-            queue->subscribed = true;
-            auto [sec, refusal] = co_await store_->subscribe(queue->keys.channel);
+            queue.subscribed = true;
+            auto [sec, refusal] = co_await store_->subscribe(queue.keys.channel);
             if (sec) {
                 // Not subscribed (nothing to undo on leaving): poll by the backoff instead. A
                 // refusal (an ACL user without the channel: NOPERM) stands for this queue; the
                 // connection's last_error_text() keeps the server's words.
-                queue->subscribed = false;
-                queue->subscription_refused = sec == redis::error::server_error;
+                queue.subscribed = false;
+                queue.subscription_refused = sec == redis::error::server_error;
             }
-            need_attempt = true;
+            op.need_attempt = true;
             if (cancelled(cs)) {
-                fail(asio::error::operation_aborted, {});
+                fail(op, asio::error::operation_aborted, {});
+                finish(op);
                 co_return;
             }
-            if (take_baton())
+            if (take_baton(op)) {
+                finish(op);
                 co_return;
+            }
         }
-        if (head && need_attempt) {
-            queue->wake_pending = false;
+        if (op.need_attempt) {
+            queue.wake_pending = false;
             // With more waiters here behind this one, this locker stays queued at the server
             // after a grant, so the lock comes back to them in turn.
             auto const mode =
-                queue->waiters.size() > 1 ? queueing::stay_after_grant : queueing::when_held;
-            auto r = co_await try_once(keys, token, name, opt, mode, cs, wait_deadline, out);
-            ++attempts;
+                queue.waiters.size() > 1 ? queueing::stay_after_grant : queueing::when_held;
+            op.asked = true;
+            auto r = co_await try_once(op.keys(), op.holder_token(), op.name, op.opt, mode, cs,
+                                       op.deadlines.wait, op.out);
+            ++op.attempts;
             if (r->granted)
-                queue->queued_at_server = mode == queueing::stay_after_grant;
+                queue.queued_at_server = mode == queueing::stay_after_grant;
             else if (!r->ec || r->outcome_unknown)
-                queue->queued_at_server = true;
+                queue.queued_at_server = true;
             if (!r->ec)
-                queue->others_queued = r->others_queued;
+                queue.others_queued = r->others_queued;
             auto const next = decide_after_attempt(*r, context, cancelled(cs), clock_type::now());
             switch (next.step) {
             case next_step::acquired:
                 // Redis granted it: a baton given meanwhile was of a lease that is gone.
-                self_waiter.baton.reset();
-                leave_guard.acquired = true;
+                op.baton.reset();
+                finish(op);
                 co_return;
             case next_step::aborted:
-                fail(asio::error::operation_aborted, {});
+                fail(op, asio::error::operation_aborted, {});
+                finish(op);
                 co_return;
             case next_step::fail_timeout:
-                fail(r->ec, timeout_text(opt));
+                fail(op, r->ec, timeout_text(op.opt));
+                finish(op);
                 co_return;
             case next_step::fail:
-                fail(r->ec, failure_text(r->ec, r->server_text, opt, true));
+                fail(op, r->ec, failure_text(r->ec, r->server_text, op.opt, true));
+                finish(op);
                 co_return;
             case next_step::not_acquired: // co_try_lock does not queue
             case next_step::wait:
-                sleep = next.sleep;
+                op.sleep = next.sleep;
                 break;
             }
-            if (take_baton())
+            if (take_baton(op)) {
+                finish(op);
                 co_return;
+            }
         }
-        need_attempt = true;
+        op.need_attempt = true;
 
         auto const now = clock_type::now();
-        if (now >= wait_deadline) {
-            fail(error::timeout, timeout_text(opt));
+        if (now >= op.deadlines.wait) {
+            fail(op, error::timeout, timeout_text(op.opt));
+            finish(op);
             co_return;
         }
-        if (head && queue->wake_pending)
+        if (queue.wake_pending)
             continue; // released while we were busy: try again at once
-        auto until = wait_deadline;
-        if (head) // asks again at least every queue_refresh_interval, keeping its entry alive
-            until = head_wakes_at(now, wait_deadline, std::min(sleep, queue_refresh_interval),
-                                  backoff(opt.retry, attempts - 1, rng_));
-        self_waiter.wake = wake_reason::none;
-        self_waiter.timer.expires_at(until);
-        co_await self_waiter.timer.async_wait(nothrow_awaitable);
         if (cancelled(cs)) {
-            fail(asio::error::operation_aborted, {});
+            fail(op, asio::error::operation_aborted, {});
+            finish(op);
             co_return;
         }
-        if (take_baton())
-            co_return;
-        if (self_waiter.wake == wake_reason::promoted_after_acquire) {
-            // The previous head took the lock: wait for its release rather than ask now.
-            need_attempt = false;
-            sleep = opt.ttl;
-        } else if (!head && self_waiter.wake == wake_reason::none) {
-            need_attempt = false; // woken by the wait deadline only; checked above
-        }
+        park(op, head_sleep_end(op, now));
+        co_return;
     }
 }
 

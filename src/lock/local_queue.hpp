@@ -8,7 +8,6 @@
 #include "lease_store.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -40,13 +39,17 @@ struct lease_baton {
     std::uint64_t server_changes;      // the store's count when the lease was granted
 };
 
-// One local waiter of a contended co_lock; lives in its coroutine's frame.
+// One local waiter of a contended co_lock: the queue node of its lock_operation.
 struct waiter {
-    explicit waiter(boost::asio::any_io_executor const& ex) : timer(ex) {}
-    boost::asio::steady_timer timer;
     wake_reason wake = wake_reason::none;
-    std::optional<lease_baton> baton;      // given by a local holder; taken or passed on
+    std::unique_ptr<lease_baton> baton;    // given by a local holder; taken or passed on
     std::list<waiter*>::iterator position; // in its name_queue
+    // While it sleeps: what ends the sleep (wake() calls it once); empty while it is busy
+    // asking, when a wake only leaves its reason.
+    void (*on_wake)(waiter&) = nullptr;
+    // Has asked the server since it queued; a waiter that has not, queued behind another
+    // call's first attempt, gives its place to that call when it goes on waiting.
+    bool asked = false;
 };
 
 // The local FIFO of waiters on one name, sharing one subscription to its wake channel.
@@ -73,15 +76,24 @@ public:
     // `store` outlives this (both belong to the locker); `owner` is the locker's id.
     local_queues(lease_store& store, std::string owner) : store_(store), owner_(std::move(owner)) {}
 
-    // Queues `w` last on the queue of `keys`, made on first use.
-    std::shared_ptr<name_queue> join(lock_keys const& keys, waiter& w);
+    // Queues `w` last on the queue of `keys`, made on first use; first instead, when
+    // `ahead_of_unasked` and the head has not asked the server yet (`w` has: its first
+    // attempt, which the others queued behind).
+    std::shared_ptr<name_queue> join(lock_keys const& keys, waiter& w,
+                                     bool ahead_of_unasked = false);
     // Takes `w` out; the last one out drops the subscription and the server-side entry
     // (`claim`: how long a hand-off it passes on is kept), a head going out wakes the next
     // (`acquired`: it took the lock, so the next waits for its hand-off when queued).
     void leave(std::shared_ptr<name_queue> const& q, waiter& w, bool acquired,
                std::chrono::milliseconds claim);
-    // Whether someone in this process already waits on the lock of `keys`.
-    bool has_waiters(lock_keys const& keys) const;
+    // Takes `w` out and nothing else: its operation is destroyed with the io_context.
+    void drop(std::shared_ptr<name_queue> const& q, waiter& w) noexcept;
+    // Whether someone in this process already waits on the lock of `keys`, or is making a
+    // first attempt at it: a co_lock then queues behind them rather than ask too.
+    bool busy(lock_keys const& keys) const;
+    // A co_lock's first attempt at the lock of `keys` begins, and ends.
+    void begin_first_attempt(lock_keys const& keys);
+    void end_first_attempt(lock_keys const& keys);
     // The queue of `keys` when it has waiters, else null.
     name_queue* find(lock_keys const& keys);
     // Waiters in all queues; from any thread.
@@ -96,10 +108,19 @@ public:
 
     static void wake(waiter& w, wake_reason why = wake_reason::woken);
 
+    // Calls f(waiter&) for every waiter; f must not change the queues.
+    template <class F>
+    void for_each_waiter(F f) {
+        for (auto& entry : queues_)
+            for (waiter* w : entry.second->waiters)
+                f(*w);
+    }
+
 private:
     lease_store& store_;
     std::string const owner_;
     std::unordered_map<std::string, std::shared_ptr<name_queue>> queues_; // by channel
+    std::unordered_map<std::string, std::size_t> first_attempts_;         // by channel
     std::atomic<std::size_t> waiting_{0};
 };
 

@@ -3,7 +3,6 @@
 // wait in the local queue, local_queue.cpp), and the guard made on success.
 #include "locker_impl.hpp"
 
-#include "../detail/spawn.hpp"
 #include "errors.hpp"
 #include "guard.hpp"
 #include "single_connection_store.hpp"
@@ -14,6 +13,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -47,6 +47,13 @@ void locker_impl::drop_handlers_at_shutdown() noexcept {
         if (auto st = weak.lock())
             for (auto& w : std::exchange(st->lost_waiters, {}))
                 dropped.push_back(std::move(w));
+    // Calls parked with no timer hold themselves (and their handlers); destroyed after the
+    // walk, as each leaves its queue.
+    std::vector<std::shared_ptr<lock_operation>> parked;
+    queues_.for_each_waiter([&parked](waiter& w) {
+        if (auto& self = static_cast<lock_operation&>(w).parked_self)
+            parked.push_back(std::move(self));
+    });
 }
 
 void locker_impl::on_message(std::string const& channel, std::string const& payload) {
@@ -230,92 +237,186 @@ asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_k
 
 } // namespace
 
-asio::awaitable<locker_impl::lock_outcome>
-locker_impl::lock(std::shared_ptr<locker_impl> keep_alive, std::string name, lock_options opt,
-                  bool wait) {
+// ------------------------------------------------------------------ the call
+
+lock_operation::lock_operation(std::shared_ptr<locker_impl> owner, std::string lock_name,
+                               lock_options options, bool waits)
+    : locker(std::move(owner)), name(std::move(lock_name)), opt(std::move(options)), wait(waits) {}
+
+lock_operation::~lock_operation() {
+    if (queue && !finished)
+        locker->queues_.drop(queue, *this);
+}
+
+asio::any_io_executor lock_operation::io_executor() const {
+    return locker->strand_.get_inner_executor();
+}
+
+std::string const& lock_operation::holder_token() {
+    if (token.empty())
+        token = random_token();
+    return token;
+}
+
+void locker_impl::start(std::shared_ptr<lock_operation> op) {
+    asio::dispatch(strand_, [op = std::move(op)] { op->locker->begin(op); });
+}
+
+void locker_impl::begin(std::shared_ptr<lock_operation> const& op) {
+    if (op->finished)
+        return; // cancelled before it reached the strand
+    auto const start = clock_type::now();
+    op->deadlines.wait = op->opt.wait_timeout ? saturating_add(start, *op->opt.wait_timeout)
+                                              : clock_type::time_point::max();
+    op->deadlines.first_connect =
+        std::min(op->deadlines.wait, saturating_add(start, op->opt.first_connect_timeout));
+    op->own_keys = std::make_unique<lock_keys>(prefix_, op->name, owner_);
+    if (op->wait && queues_.busy(*op->own_keys)) {
+        // Others of this process wait on the name, or ask for it now: queue behind them (FIFO,
+        // and no attempt that would fail anyway), parked until its turn.
+        op->queue = queues_.join(*op->own_keys, *op);
+        op->own_keys.reset();
+        op->sleep = op->opt.ttl;
+        park(*op, op->deadlines.wait);
+        return;
+    }
+    spawn(op);
+}
+
+void locker_impl::spawn(std::shared_ptr<lock_operation> const& op) {
+    op->driving = true;
+    asio::co_spawn(strand_, run(op),
+                   asio::bind_cancellation_slot(op->signal.slot(), [op](std::exception_ptr e) {
+                       if (!e || op->finished)
+                           return;
+                       op->exception = e;
+                       op->locker->finish(*op);
+                   }));
+}
+
+void locker_impl::cancel(lock_operation& op, asio::cancellation_type type) {
+    if (op.finished || (type & (asio::cancellation_type::terminal |
+                                asio::cancellation_type::partial)) == asio::cancellation_type::none)
+        return;
+    if (op.driving) {
+        op.signal.emit(type);
+        return;
+    }
+    // Parked in the queue: nothing of it is at the server but its share of this locker's
+    // entry there, which the last one out takes out.
+    fail(op, asio::error::operation_aborted, {});
+    finish(op);
+}
+
+void locker_impl::fail(lock_operation& op, error_code ec, std::string const& detail_text) {
+    set_failure(op.out, op.name, ec, detail_text);
+}
+
+void locker_impl::finish(lock_operation& op) {
+    if (op.finished)
+        return;
+    op.finished = true;
+    op.driving = false;
+    auto const keep = op.shared_from_this();
+    auto const claim = handoff_claim(op.opt.ttl);
+    // An attempt that failed after it may have been applied could have left our token in the
+    // key: release it (the script checks the token, so this is always safe).
+    if (op.out.ec && op.out.outcome_unknown)
+        asio::co_spawn(strand_, release_detached(shared_from_this(), op.keys(), op.token, claim, 0),
+                       asio::detached);
+    if (auto q = std::exchange(op.queue, nullptr)) {
+        auto baton = std::exchange(op.baton, nullptr);
+        queues_.leave(q, op, op.out.state != nullptr, claim);
+        if (baton)
+            pass_on(q->keys, std::move(*baton), claim);
+    }
+    op.on_wake = nullptr;
+    op.parked_self.reset();
+    if (op.timer)
+        op.timer->cancel();
+    op.deliver();
+}
+
+asio::awaitable<void> locker_impl::run(std::shared_ptr<lock_operation> op) {
     co_await asio::this_coro::reset_cancellation_state(asio::enable_partial_cancellation());
     co_await asio::this_coro::throw_if_cancelled(false);
     auto cs = co_await asio::this_coro::cancellation_state;
+    if (!op->queue && !co_await first_attempt(*op, cs))
+        co_return;
+    co_await queue_turns(*op, cs);
+}
 
-    lock_keys keys(prefix_, name, owner_);
-    std::string const token = random_token();
-    auto const start = clock_type::now();
-    wait_deadlines deadlines;
-    deadlines.wait =
-        opt.wait_timeout ? saturating_add(start, *opt.wait_timeout) : clock_type::time_point::max();
-    deadlines.first_connect =
-        std::min(deadlines.wait, saturating_add(start, opt.first_connect_timeout));
-    auto const wait_deadline = deadlines.wait;
-    lock_outcome out;
-
-    auto fail = [&](error_code ec, std::string const& detail_text) {
-        set_failure(out, name, ec, detail_text);
-    };
-
-    bool finished = false;
+asio::awaitable<bool> locker_impl::first_attempt(lock_operation& op, asio::cancellation_state cs) {
     if (cancelled(cs)) {
-        fail(asio::error::operation_aborted, {});
-        finished = true;
+        fail(op, asio::error::operation_aborted, {});
+        finish(op);
+        co_return false;
     }
-
-    // The uncontended path: one command, no subscription. A co_lock that finds others of
-    // this process already waiting on the name queues behind them instead: FIFO, and no
-    // attempt that would fail anyway.
-    bool const others_waiting = wait && queues_.has_waiters(keys);
-    milliseconds sleep = opt.ttl;
+    // The uncontended path: one command, no subscription. co_lock calls arriving meanwhile
+    // queue behind this one.
+    auto const& keys = *op.own_keys;
+    auto const wait_deadline = op.deadlines.wait;
+    auto const queue_mode = op.wait ? queueing::when_held : queueing::never;
+    if (op.wait)
+        queues_.begin_first_attempt(keys);
+    auto first = co_await try_once(keys, op.holder_token(), op.name, op.opt, queue_mode, cs,
+                                   wait_deadline, op.out);
+    if (op.wait)
+        queues_.end_first_attempt(keys);
+    ++op.attempts;
     // Whether this locker may have an entry in the server's queue that nobody here will
     // take out: a first attempt that found the lock held queued it.
-    bool queued_at_server = false;
-    bool others_queued = false;
-    if (!finished && !others_waiting) {
-        auto const queue = wait ? queueing::when_held : queueing::never;
-        auto first = co_await try_once(keys, token, name, opt, queue, cs, wait_deadline, out);
-        queued_at_server = wait && !first->granted && (!first->ec || first->outcome_unknown);
-        others_queued = !first->ec && first->others_queued;
-        attempt_context const context{wait, false, deadlines, opt.retry.max};
-        auto const next = decide_after_attempt(*first, context, cancelled(cs), clock_type::now());
-        switch (next.step) {
-        case next_step::acquired:
-        case next_step::not_acquired: // held by someone else: an empty result
-            co_return out;
-        case next_step::fail_timeout:
-            fail(first->ec, timeout_text(opt));
-            finished = true;
-            break;
-        case next_step::fail:
-            fail(first->ec, failure_text(first->ec, first->server_text, opt, wait));
-            finished = true;
-            break;
-        case next_step::aborted:
-            fail(asio::error::operation_aborted, {});
-            finished = true;
-            break;
-        case next_step::wait:
-            sleep = next.sleep;
-            break;
+    bool const queued_at_server =
+        op.wait && !first->granted && (!first->ec || first->outcome_unknown);
+    bool const others_queued = !first->ec && first->others_queued;
+    attempt_context const context{op.wait, false, op.deadlines, op.opt.retry.max};
+    auto const next = decide_after_attempt(*first, context, cancelled(cs), clock_type::now());
+    bool goes_on = false;
+    switch (next.step) {
+    case next_step::acquired:
+    case next_step::not_acquired: // held by someone else: an empty result
+        break;
+    case next_step::fail_timeout:
+        fail(op, first->ec, timeout_text(op.opt));
+        break;
+    case next_step::fail:
+        fail(op, first->ec, failure_text(first->ec, first->server_text, op.opt, op.wait));
+        break;
+    case next_step::aborted:
+        fail(op, asio::error::operation_aborted, {});
+        break;
+    case next_step::wait:
+        op.sleep = next.sleep;
+        goes_on = true;
+        if (clock_type::now() >= wait_deadline) {
+            fail(op, error::timeout, timeout_text(op.opt));
+            goes_on = false;
         }
+        break;
     }
-    if (!finished && clock_type::now() >= wait_deadline) {
-        fail(error::timeout, timeout_text(opt));
-        finished = true;
+    if (goes_on) {
+        // Contended: first in the local queue, ahead of calls that queued behind this attempt.
+        auto queue = queues_.join(keys, op, true);
+        op.queue = queue;
+        op.own_keys.reset();
+        op.asked = true;
+        op.need_attempt = false; // the first attempt's answer still stands
+        queue->queued_at_server = queue->queued_at_server || queued_at_server;
+        queue->others_queued = queue->others_queued || others_queued;
+        co_return true;
     }
-
-    // Contended: its own coroutine, so the uncontended call above keeps a small frame.
-    if (!finished) {
-        co_await wait_contended(keys, token, name, opt, cs, deadlines,
-                                first_attempt{sleep, queued_at_server, others_queued}, out);
-        queued_at_server = false; // the local queue took it over
+    // Calls that queued behind this attempt: their head asks now, or, when this one took the
+    // lock, waits for its release. The server-side entry this attempt may have left is theirs.
+    if (auto* q = op.wait ? queues_.find(keys) : nullptr) {
+        q->queued_at_server = q->queued_at_server || queued_at_server;
+        local_queues::wake(*q->waiters.front(), op.out.state && q->queued_at_server
+                                                    ? wake_reason::promoted_after_acquire
+                                                    : wake_reason::woken);
+    } else if (queued_at_server) {
+        store_->leave_queue(keys, handoff_claim(op.opt.ttl));
     }
-    if (queued_at_server)
-        store_->leave_queue(keys, handoff_claim(opt.ttl));
-
-    // An attempt that failed after it may have been applied could have left our token in the
-    // key: release it (the script checks the token, so this is always safe).
-    if (out.ec && out.outcome_unknown)
-        asio::co_spawn(strand_,
-                       release_detached(keep_alive, keys, token, handoff_claim(opt.ttl), 0),
-                       asio::detached);
-    co_return out;
+    finish(op);
+    co_return false;
 }
 
 } // namespace detail
@@ -341,9 +442,37 @@ std::string const& locker::key_prefix() const noexcept {
     return impl_->prefix_;
 }
 
+std::size_t locker::waiting() const noexcept {
+    return impl_->queues_.waiting();
+}
+
 namespace {
 
-using outcome_type = detail::locker_impl::lock_outcome;
+using outcome_type = detail::lock_outcome;
+
+// Starts a call whose handler `finish(handler, exception, outcome)` completes. The caller's
+// cancellation goes to the strand, and to the call only while it has not finished (the slot
+// holds the call weakly: a call that is done is not kept alive by its caller's slot).
+template <class Handler, class Finish>
+void start_operation(std::shared_ptr<detail::locker_impl> const& impl, std::string name,
+                     lock_options opt, bool wait, Handler handler, Finish finish) {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    auto op = std::make_shared<detail::lock_operation_for<Handler, Finish>>(
+        impl, std::move(name), std::move(opt), wait, std::move(handler), std::move(finish));
+    if (slot.is_connected()) {
+        // Installed here, on the caller's thread, where the caller emits.
+        slot.assign(
+            [weak = std::weak_ptr<detail::lock_operation>(op)](asio::cancellation_type type) {
+                if (auto target = weak.lock()) {
+                    auto const& strand = target->locker->strand_;
+                    asio::dispatch(strand, [target = std::move(target), type] {
+                        target->locker->cancel(*target, type);
+                    });
+                }
+            });
+    }
+    impl->start(std::move(op));
+}
 
 // co_lock and co_try_lock complete with the whole outcome, whose message names the lock.
 constexpr auto outcome_awaitable = asio::as_tuple(asio::use_awaitable);
@@ -354,12 +483,10 @@ asio::awaitable<outcome_type> run_lock(detail::locker_impl* impl, std::string na
     // temporary of a co_await expression twice, which for a captured shared_ptr would drop a
     // reference that was never taken. The caller's locker keeps `impl` alive meanwhile.
     auto initiation = [impl, wait](auto handler, std::string n, lock_options o) {
-        auto self = impl->shared_from_this();
-        detail::spawn_cancellable(self->strand_, self->lock(self, std::move(n), std::move(o), wait),
-                                  std::move(handler),
-                                  [](auto h, std::exception_ptr ex, outcome_type result) {
-                                      std::move(h)(ex, std::move(result));
-                                  });
+        start_operation(impl->shared_from_this(), std::move(n), std::move(o), wait,
+                        std::move(handler), [](auto h, std::exception_ptr ex, outcome_type result) {
+                            std::move(h)(ex, std::move(result));
+                        });
     };
     auto [e, out] = co_await asio::async_initiate<decltype(outcome_awaitable) const,
                                                   void(std::exception_ptr, outcome_type)>(
@@ -374,30 +501,28 @@ asio::awaitable<outcome_type> run_lock(detail::locker_impl* impl, std::string na
 } // namespace
 
 void locker::start_lock(std::string name, lock_options opt, lock_handler handler) {
-    detail::spawn_cancellable(
-        impl_->strand_, impl_->lock(impl_, std::move(name), std::move(opt), true),
-        std::move(handler), [](lock_handler h, std::exception_ptr e, outcome_type out) {
-            if (e) {
-                std::move(h)(make_error_code(error::unexpected_reply), lock_guard{});
-                return;
-            }
-            std::move(h)(out.ec, lock_guard(std::move(out.state)));
-        });
+    start_operation(impl_, std::move(name), std::move(opt), true, std::move(handler),
+                    [](lock_handler h, std::exception_ptr e, outcome_type out) {
+                        if (e) {
+                            std::move(h)(make_error_code(error::unexpected_reply), lock_guard{});
+                            return;
+                        }
+                        std::move(h)(out.ec, lock_guard(std::move(out.state)));
+                    });
 }
 
 void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler handler) {
-    detail::spawn_cancellable(
-        impl_->strand_, impl_->lock(impl_, std::move(name), std::move(opt), false),
-        std::move(handler), [](try_lock_handler h, std::exception_ptr e, outcome_type out) {
-            if (e) {
-                std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
-                return;
-            }
-            std::optional<lock_guard> g;
-            if (out.state)
-                g.emplace(lock_guard(std::move(out.state)));
-            std::move(h)(out.ec, std::move(g));
-        });
+    start_operation(impl_, std::move(name), std::move(opt), false, std::move(handler),
+                    [](try_lock_handler h, std::exception_ptr e, outcome_type out) {
+                        if (e) {
+                            std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
+                            return;
+                        }
+                        std::optional<lock_guard> g;
+                        if (out.state)
+                            g.emplace(lock_guard(std::move(out.state)));
+                        std::move(h)(out.ec, std::move(g));
+                    });
 }
 
 asio::awaitable<lock_guard> locker::co_lock(std::string name, lock_options opt) {

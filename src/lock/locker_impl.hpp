@@ -8,6 +8,7 @@
 #include "common.hpp"
 #include "lease_store.hpp"
 #include "local_queue.hpp"
+#include "lock_operation.hpp"
 
 #include <colock/lock_options.hpp>
 
@@ -71,12 +72,7 @@ public:
     // keep io_context::run() from returning.
     void unschedule_renewal(renewal_entry e);
 
-    struct lock_outcome {
-        bool outcome_unknown = false; // an attempt failed after it may have been applied
-        boost::system::error_code ec;
-        std::string message; // names the lock; the server's text for server errors
-        std::shared_ptr<guard_state> state;
-    };
+    using lock_outcome = detail::lock_outcome;
 
     // Cohort hand-off (cohort.cpp): passes the lease of `st`, which is letting go, to the next
     // waiter of this process on its name, if allowed; true when it did.
@@ -88,10 +84,12 @@ public:
     // waiter on `keys` asks now rather than after its sleep.
     void wake_local_head(lock_keys const& keys);
 
-    // co_lock (`wait`) or co_try_lock. `keep_alive` holds the locker for as long as the
-    // coroutine runs.
-    boost::asio::awaitable<lock_outcome> lock(std::shared_ptr<locker_impl> keep_alive,
-                                              std::string name, lock_options opt, bool wait);
+    // Runs a co_lock or co_try_lock call; its handler is completed once, posted out of the
+    // strand. From any thread.
+    void start(std::shared_ptr<lock_operation> op);
+    // The caller's cancellation of `op`, on the strand: terminal and partial end it (a lock
+    // granted meanwhile is given back first); total is ignored, as the call may have asked.
+    void cancel(lock_operation& op, boost::asio::cancellation_type type);
 
 private:
     // One acquire. The caller's cancellation and the wait deadline reach it as *total*
@@ -109,19 +107,29 @@ private:
              lock_options const& opt, queueing queue, boost::asio::cancellation_state cs,
              clock_type::time_point deadline, lock_outcome& out);
 
-    // What the first attempt of a co_lock that goes on to wait learnt.
-    struct first_attempt {
-        std::chrono::milliseconds sleep; // before asking again
-        bool queued_at_server = false;   // it may have queued this locker at the server
-        bool others_queued = false;      // see grant_result
-    };
-
-    // The contended wait, in this process's queue for the name (local_queue.cpp).
-    boost::asio::awaitable<void> wait_contended(lock_keys const& keys, std::string const& token,
-                                                std::string const& name, lock_options const& opt,
-                                                boost::asio::cancellation_state cs,
-                                                wait_deadlines const& deadlines,
-                                                first_attempt first, lock_outcome& out);
+    // On the strand: queues `op` behind this process's waiters on its name (or a first attempt
+    // in flight), or spawns its first attempt.
+    void begin(std::shared_ptr<lock_operation> const& op);
+    // Runs a coroutine for `op`: its first attempt, or a turn of its queue's head.
+    void spawn(std::shared_ptr<lock_operation> const& op);
+    boost::asio::awaitable<void> run(std::shared_ptr<lock_operation> op);
+    // The first attempt; true when the call goes on waiting (it has joined the queue).
+    boost::asio::awaitable<bool> first_attempt(lock_operation& op,
+                                               boost::asio::cancellation_state cs);
+    // The contended wait (local_queue.cpp): the head's turns, each ending in finish() or
+    // park(); park() sleeps with no coroutine until `until` or a wake, then resume().
+    boost::asio::awaitable<void> queue_turns(lock_operation& op,
+                                             boost::asio::cancellation_state cs);
+    void park(lock_operation& op, clock_type::time_point until);
+    // When the head `op` next asks, sleeping from `now`.
+    clock_type::time_point head_sleep_end(lock_operation& op, clock_type::time_point now);
+    void resume(lock_operation& op);
+    // Takes a baton given meanwhile: the lease of a holder of this process, now op's.
+    bool take_baton(lock_operation& op);
+    void fail(lock_operation& op, boost::system::error_code ec, std::string const& detail_text);
+    // Ends the call: out of the queue (passing on a baton it did not take), a lock of unknown
+    // outcome released in the background, the handler completed.
+    void finish(lock_operation& op);
 
     static void set_failure(lock_outcome& out, std::string const& name,
                             boost::system::error_code ec, std::string const& detail_text);

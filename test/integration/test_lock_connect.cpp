@@ -240,8 +240,9 @@ TEST_CASE("an io_context destroyed with locks, waits and requests pending leaks 
         locker locks{conn};
         locker stalled_locks{stalled};
         std::string const name = unique_key("shutdown");
-        // A guard whose wait_lost is pending, a waiter queued behind it, and a co_lock and a
-        // request that the black-holed connection never answers.
+        // A guard whose wait_lost is pending, two waiters queued behind it (the head sleeping
+        // on its timer, the next parked with none), and a co_lock and a request that the
+        // black-holed connection never answers.
         asio::co_spawn(
             ctx,
             [&]() -> asio::awaitable<void> {
@@ -250,13 +251,14 @@ TEST_CASE("an io_context destroyed with locks, waits and requests pending leaks 
                 co_await g.wait_lost();
             },
             asio::detached);
-        asio::co_spawn(
-            ctx,
-            [&]() -> asio::awaitable<void> {
-                auto g = co_await locks.co_lock(name, lease(5000ms));
-                co_await g.wait_lost();
-            },
-            asio::detached);
+        for (int i = 0; i < 2; ++i)
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    auto g = co_await locks.co_lock(name, lease(5000ms));
+                    co_await g.wait_lost();
+                },
+                asio::detached);
         silent.set_black_hole(true);
         asio::co_spawn(
             ctx,

@@ -501,23 +501,13 @@ int run_waiters(arguments const& args) {
                             ++failed;
                         }
                     }));
-            // Queued once each has made its first attempt: EVALSHA count on the server.
+            // Queued: each waits in the locker's queue (behind the first, which asked).
             redis::connection probe{ctx.get_executor(), worker_config(args)};
-            for (;;) {
-                resp3::request req;
-                req.push("INFO", "commandstats");
-                auto r = co_await probe.co_exec(req);
-                auto const info = std::string(r.at(0).as_string().value_or(""));
-                auto const pos = info.find("cmdstat_evalsha:calls=");
-                std::int64_t calls = 0;
-                if (pos != std::string::npos)
-                    calls = std::atoll(info.c_str() + pos + 22);
-                if (calls >= static_cast<std::int64_t>(count) + 1)
-                    break;
+            while (locks.waiting() < count) {
                 poll.expires_after(20ms);
                 co_await poll.async_wait(use_tuple);
             }
-            poll.expires_after(200ms); // the last ones join their queue
+            poll.expires_after(200ms); // the head's subscription and attempts settle
             co_await poll.async_wait(use_tuple);
             auto const queued_s =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - queue_start)

@@ -1,0 +1,115 @@
+// One co_lock or co_try_lock call, from the call until its handler is completed. Waiting in
+// this process's queue for a name, a call is a node there (its `waiter` base) with a timer and
+// no coroutine: a coroutine runs only while the call asks the server (its first attempt, or a
+// turn of the queue's head), so 100,000 waiters cost 100,000 of these and no coroutine frames.
+// On the locker's strand, but for the start and the caller's cancellation, which go there.
+// Private to the library's sources.
+#pragma once
+
+#include "../detail/completion.hpp"
+#include "acquire_policy.hpp"
+#include "common.hpp"
+#include "lease_store.hpp"
+#include "local_queue.hpp"
+
+#include <colock/lock_options.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace colock::detail {
+
+class locker_impl;
+struct guard_state;
+
+// How a call ended.
+struct lock_outcome {
+    bool outcome_unknown = false; // an attempt failed after it may have been applied
+    boost::system::error_code ec;
+    std::string message; // names the lock; the server's text for server errors
+    std::shared_ptr<guard_state> state;
+};
+
+struct lock_operation : waiter, std::enable_shared_from_this<lock_operation> {
+    lock_operation(std::shared_ptr<locker_impl> owner, std::string lock_name, lock_options options,
+                   bool waits);
+    // Destroyed while still queued only when the io_context goes with it parked: it leaves the
+    // queue without a word to the server.
+    virtual ~lock_operation();
+    lock_operation(lock_operation const&) = delete;
+    lock_operation& operator=(lock_operation const&) = delete;
+
+    // Completes the caller's handler with `out` (or `exception`), posted out of the strand.
+    // Once, by locker_impl::finish.
+    virtual void deliver() = 0;
+
+    // Where handlers without an executor of their own complete: the locker's.
+    boost::asio::any_io_executor io_executor() const;
+
+    // The lock's keys: its own until it queues, then its queue's.
+    lock_keys const& keys() const { return queue ? queue->keys : *own_keys; }
+    // The token it holds the lock with, made when first needed (the first attempt, or a
+    // hand-off from a holder of this process).
+    std::string const& holder_token();
+
+    std::shared_ptr<locker_impl> const locker;
+    std::string const name;
+    lock_options const opt;
+    bool const wait; // co_lock; co_try_lock asks once
+    std::string token;
+    std::unique_ptr<lock_keys> own_keys;
+    std::shared_ptr<name_queue> queue; // while in the local queue
+    wait_deadlines deadlines{};
+    // The wait: how long the head sleeps before asking again, attempts made, and whether the
+    // last answer still stands.
+    std::chrono::milliseconds sleep{0};
+    int attempts = 0;
+    bool need_attempt = true;
+
+    // A coroutine runs for it: the caller's cancellation goes to that coroutine (through
+    // `signal`, which each one is spawned with); otherwise it is parked in the queue and a
+    // cancellation ends it there.
+    bool driving = false;
+    bool finished = false;
+    boost::asio::cancellation_signal signal;
+    // Parked: the timer of a sleep with an end (made on first use), or, for one that only a
+    // wake ends, itself (see locker_impl::park).
+    std::unique_ptr<boost::asio::steady_timer> timer;
+    std::shared_ptr<lock_operation> parked_self;
+
+    lock_outcome out;
+    std::exception_ptr exception; // a coroutine of it threw
+};
+
+// The call's handler and what turns the outcome into its arguments.
+template <class Handler, class Finish>
+struct lock_operation_for final : lock_operation {
+    lock_operation_for(std::shared_ptr<locker_impl> owner, std::string lock_name,
+                       lock_options options, bool waits, Handler h, Finish f)
+        : lock_operation(std::move(owner), std::move(lock_name), std::move(options), waits)
+        , slot(boost::asio::get_associated_cancellation_slot(h))
+        , handler(std::move(h))
+        , finish(std::move(f)) {}
+
+    void deliver() override {
+        post_invocation(io_executor(), std::move(handler), slot,
+                        [f = std::move(finish), e = exception, o = std::move(out)](
+                            Handler h) mutable { f(std::move(h), e, std::move(o)); });
+    }
+
+    boost::asio::cancellation_slot slot; // the caller's, where it emits
+    Handler handler;
+    Finish finish;
+};
+
+} // namespace colock::detail
