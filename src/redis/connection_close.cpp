@@ -164,6 +164,11 @@ void connection_impl::abandon() noexcept {
     auto waiters = std::move(connect_waiters_);
     auto subscriptions = std::move(subscription_ops_);
     auto ready = std::move(ready_);
+    std::deque<ready_exec> delivering;
+    {
+        std::lock_guard lock(deliveries_->mutex);
+        delivering.swap(deliveries_->items);
+    }
     auto listeners = std::move(listeners_);
     auto s = std::move(session_);
     user_queue_.clear();

@@ -186,6 +186,20 @@ public:
     };
     std::vector<ready_exec> ready_;
     bool flush_posted_ = false;
+    // Completed requests on their way to their handlers, outside the strand (flush_ready), in
+    // order. Shared with the runners, which may run on other threads.
+    struct delivery_queue {
+        std::mutex mutex;
+        std::deque<ready_exec> items;
+        bool pending = false; // a runner is posted and has not taken its chunk yet
+    };
+    static constexpr std::size_t delivery_chunk = 8; // at least, per turn of the runner
+    struct delivery_runner {
+        std::shared_ptr<delivery_queue> queue;
+        asio::any_io_executor io_executor;
+        void operator()() const;
+    };
+    std::shared_ptr<delivery_queue> deliveries_ = std::make_shared<delivery_queue>();
     // The reader is handing out the replies of one read: it delivers them when it is done
     // (one post for all), rather than through another turn of the strand.
     bool delivering_batch_ = false;

@@ -385,3 +385,33 @@ TEST_CASE("a plain callback works as the completion token") {
     ctx.run();
     CHECK(echoed == "callback");
 }
+
+TEST_CASE("handlers run in the order their requests were made, across reads and chunks of "
+          "delivery; a request made from one of them is answered too") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    // Enough replies (with 2 KB values) to take several reads, whose deliveries overlap.
+    constexpr int requests = 2000;
+    std::string const value(2048, 'v');
+    std::vector<int> order;
+    int follow_ups = 0;
+    for (int i = 0; i < requests; ++i)
+        conn.async_exec(command("ECHO", value), [&, i](error_code ec, redis::response) {
+            CHECK_FALSE(ec);
+            order.push_back(i);
+            if (i == 0) // made while the rest of the batch is being delivered
+                conn.async_exec(command("PING"), [&](error_code pec, redis::response) {
+                    CHECK_FALSE(pec);
+                    ++follow_ups;
+                });
+            if (order.size() == static_cast<std::size_t>(requests))
+                conn.close();
+        });
+    ctx.run();
+    REQUIRE(order.size() == static_cast<std::size_t>(requests));
+    bool in_order = true;
+    for (int i = 0; i < requests; ++i)
+        in_order = in_order && order[static_cast<std::size_t>(i)] == i;
+    CHECK(in_order);
+    CHECK(follow_ups == 1);
+}
