@@ -359,8 +359,19 @@ asio::awaitable<bool> locker_impl::first_attempt(lock_operation& op, asio::cance
     auto const queue_mode = op.wait ? queueing::when_held : queueing::never;
     if (op.wait)
         queues_.begin_first_attempt(keys);
-    auto first = co_await try_once(keys, op.holder_token(), op.name, op.opt, queue_mode, cs,
-                                   wait_deadline, op.out);
+    std::optional<grant_result> first;
+    try {
+        first = co_await try_once(keys, op.holder_token(), op.name, op.opt, queue_mode, cs,
+                                  wait_deadline, op.out);
+    } catch (...) {
+        // Calls queued behind this attempt must not wait for it for good.
+        if (op.wait) {
+            queues_.end_first_attempt(keys);
+            if (auto* q = queues_.find(keys))
+                local_queues::wake(*q->waiters.front());
+        }
+        throw;
+    }
     if (op.wait)
         queues_.end_first_attempt(keys);
     ++op.attempts;
