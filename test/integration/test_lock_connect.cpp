@@ -30,12 +30,6 @@ using boost::system::system_error;
 
 namespace {
 
-lock_options lease(std::chrono::milliseconds ttl) {
-    lock_options opt;
-    opt.ttl = ttl;
-    return opt;
-}
-
 // Runs co_lock and returns its error (empty when acquired, then unlocked) and message.
 asio::awaitable<std::pair<error_code, std::string>> lock_outcome(locker& locks, std::string name,
                                                                  lock_options opt) {

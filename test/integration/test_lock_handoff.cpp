@@ -33,12 +33,6 @@ using boost::system::system_error;
 
 namespace {
 
-lock_options lease_of(std::chrono::milliseconds ttl) {
-    lock_options opt;
-    opt.ttl = ttl;
-    return opt;
-}
-
 // Polls LLEN of the lock's process queue until it is `expected` or `limit` has passed.
 asio::awaitable<std::int64_t> queue_length_becomes(redis::connection& c, std::string const& name,
                                                    std::int64_t expected,
@@ -62,13 +56,13 @@ TEST_CASE("an uncontended lock and unlock cost the server 6 calls (2 EVALSHA, 2 
         redis::connection probe{ctx.get_executor(), server.config()};
         locker locks{conn};
         std::string const name = unique_key("uncontended");
-        auto first = co_await locks.co_lock(name, lease_of(10'000ms)); // loads the scripts
+        auto first = co_await locks.co_lock(name, lease(10'000ms)); // loads the scripts
         co_await first.unlock();
 
         constexpr int cycles = 50;
         auto const before = co_await commandstats(probe);
         for (int i = 0; i < cycles; ++i) {
-            auto g = co_await locks.co_lock(name, lease_of(10'000ms));
+            auto g = co_await locks.co_lock(name, lease(10'000ms));
             bool const released = co_await g.unlock();
             CHECK(released);
         }
@@ -124,7 +118,7 @@ TEST_CASE("hand-off across processes: each release goes to the first queued lock
         auto watcher = std::make_shared<wake_watcher>();
         watching.add_push_listener(watcher);
         co_await watching.co_exec(command("PSUBSCRIBE", wake_channel(name)));
-        auto holder = co_await lockers[0]->co_lock(name, lease_of(10'000ms));
+        auto holder = co_await lockers[0]->co_lock(name, lease(10'000ms));
 
         std::vector<int> order;
         std::vector<std::int64_t> fences;
@@ -134,7 +128,7 @@ TEST_CASE("hand-off across processes: each release goes to the first queued lock
                 ctx,
                 [&, i]() -> asio::awaitable<void> {
                     auto g = co_await lockers[static_cast<std::size_t>(i)]->co_lock(
-                        name, lease_of(10'000ms));
+                        name, lease(10'000ms));
                     order.push_back(i);
                     fences.push_back(g.fence());
                     co_await sleep_for(20ms);
@@ -217,8 +211,7 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
         redis::connection conn{ctx.get_executor(), cfg};
         locker locks{conn};
         asio::co_spawn(
-            ctx,
-            [&]() -> asio::awaitable<void> { co_await locks.co_lock(name, lease_of(10'000ms)); },
+            ctx, [&]() -> asio::awaitable<void> { co_await locks.co_lock(name, lease(10'000ms)); },
             asio::detached);
         ctx.run();
         ::_exit(0);
@@ -231,7 +224,7 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
         redis::connection probe{ctx.get_executor(), cfg};
         locker a{conn_a};
         locker b{conn_b};
-        auto holder = co_await a.co_lock(name, lease_of(10'000ms));
+        auto holder = co_await a.co_lock(name, lease(10'000ms));
         REQUIRE(::write(go[1], "g", 1) == 1);
         auto const queued = co_await queue_length_becomes(probe, name, 1);
         REQUIRE(queued == 1);
@@ -251,7 +244,7 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
         asio::co_spawn(
             ctx,
             [&]() -> asio::awaitable<void> {
-                auto g = co_await b.co_lock(name, lease_of(10'000ms));
+                auto g = co_await b.co_lock(name, lease(10'000ms));
                 acquired_at = steady::now();
                 fence = g.fence();
                 acquired = true;
@@ -292,7 +285,7 @@ TEST_CASE("cohort hand-off: a waiter of the same process gets the lease without 
         redis::connection probe{ctx.get_executor(), server.config()};
         locker locks{conn};
         std::string const name = unique_key("cohort");
-        auto holder = co_await locks.co_lock(name, lease_of(10'000ms));
+        auto holder = co_await locks.co_lock(name, lease(10'000ms));
 
         constexpr int waiters = 5;
         struct turn {
@@ -307,7 +300,7 @@ TEST_CASE("cohort hand-off: a waiter of the same process gets the lease without 
             asio::co_spawn(
                 ctx,
                 [&]() -> asio::awaitable<void> {
-                    auto g = co_await locks.co_lock(name, lease_of(10'000ms));
+                    auto g = co_await locks.co_lock(name, lease(10'000ms));
                     turn t;
                     t.token = g.token();
                     t.fence = g.fence();
@@ -346,7 +339,7 @@ TEST_CASE("cohort hand-off: a waiter of the same process gets the lease without 
         auto const freed = co_await read_lock(probe, name);
         CHECK(freed.kind == 'F');
         CHECK(freed.fence == turns.back().fence);
-        auto next = co_await locks.co_lock(name, lease_of(10'000ms));
+        auto next = co_await locks.co_lock(name, lease(10'000ms));
         CHECK(next.fence() == turns.back().fence + 1);
         co_await next.unlock();
         conn.close();
@@ -364,7 +357,7 @@ TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local
         locker a{conn_a};
         locker b{conn_b};
         std::string const name = unique_key("cohort-limit");
-        lock_options opt = lease_of(10'000ms);
+        lock_options opt = lease(10'000ms);
         opt.cohort_limit = 2;
         auto holder = co_await a.co_lock(name, opt);
 
@@ -412,7 +405,7 @@ TEST_CASE("a cohort whose locker missed the \"q\" message still yields: the queu
         locker a{conn_a};
         locker b{conn_b};
         std::string const name = unique_key("cohort-missed");
-        lock_options opt = lease_of(10'000ms);
+        lock_options opt = lease(10'000ms);
         opt.cohort_limit = 2;
         // Process A: eight coroutines pass the lease among themselves for as long as they run,
         // each holding it for one turn of the io_context, so that no waiter of A stays at the
@@ -477,7 +470,7 @@ TEST_CASE("cohort_limit = 0: every waiter of the process goes through Redis") {
         redis::connection probe{ctx.get_executor(), server.config()};
         locker locks{conn};
         std::string const name = unique_key("no-cohort");
-        lock_options opt = lease_of(10'000ms);
+        lock_options opt = lease(10'000ms);
         opt.cohort_limit = 0;
         auto holder = co_await locks.co_lock(name, opt);
         std::vector<std::optional<std::string>> key_tokens;
@@ -515,7 +508,7 @@ TEST_CASE("a cohort's lease lost: the holder is told, and the waiters of its pro
         redis::connection probe{ctx.get_executor(), server.config()};
         locker locks{conn};
         std::string const name = unique_key("cohort-lost");
-        lock_options opt = lease_of(3000ms);
+        lock_options opt = lease(3000ms);
         opt.renew_interval = 100ms;
         auto first = co_await locks.co_lock(name, opt);
         std::optional<lock_guard> second;

@@ -32,12 +32,6 @@ using boost::system::system_error;
 
 namespace {
 
-lock_options lease(std::chrono::milliseconds ttl) {
-    lock_options opt;
-    opt.ttl = ttl;
-    return opt;
-}
-
 // Sends `req` until the server answers it with an error starting with `prefix` (the state the
 // test waits for has begun), for at most `limit`.
 asio::awaitable<bool> server_says(redis::connection& probe, resp3::request const& req,

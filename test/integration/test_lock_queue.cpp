@@ -27,12 +27,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-lock_options lease_of(std::chrono::milliseconds ttl) {
-    lock_options opt;
-    opt.ttl = ttl;
-    return opt;
-}
-
 // Waits until `locks` has `expected` calls in its local queues, or `limit` has passed.
 asio::awaitable<std::size_t> waiting_becomes(locker const& locks, std::size_t expected,
                                              std::chrono::milliseconds limit = 3000ms) {
@@ -54,7 +48,7 @@ TEST_CASE("co_lock calls made together on a name held by another process: one as
         locker other{other_conn}; // another process, as far as the lock can tell
         locker locks{conn};
         std::string const name = unique_key("queue-order");
-        auto holder = co_await other.co_lock(name, lease_of(10'000ms));
+        auto holder = co_await other.co_lock(name, lease(10'000ms));
 
         constexpr std::size_t calls = 40;
         auto const before = co_await commandstats(probe);
@@ -67,7 +61,7 @@ TEST_CASE("co_lock calls made together on a name held by another process: one as
             asio::co_spawn(
                 ctx,
                 [&, i]() -> asio::awaitable<void> {
-                    auto g = co_await locks.co_lock(name, lease_of(10'000ms));
+                    auto g = co_await locks.co_lock(name, lease(10'000ms));
                     overlapped = overlapped || ++inside != 1;
                     order.push_back(i);
                     fences.push_back(g.fence());
@@ -118,7 +112,7 @@ TEST_CASE("queued co_lock calls: one cancelled and one out of time leave at once
         locker other{other_conn};
         locker locks{conn};
         std::string const name = unique_key("queue-leave");
-        auto holder = co_await other.co_lock(name, lease_of(10'000ms));
+        auto holder = co_await other.co_lock(name, lease(10'000ms));
 
         constexpr std::size_t calls = 5;
         constexpr std::size_t cancelled_call = 2;
@@ -130,7 +124,7 @@ TEST_CASE("queued co_lock calls: one cancelled and one out of time leave at once
         std::size_t done = 0;
         auto const started = steady::now();
         for (std::size_t i = 0; i < calls; ++i) {
-            auto opt = lease_of(10'000ms);
+            auto opt = lease(10'000ms);
             if (i == timed_call)
                 opt.wait_timeout = 300ms;
             auto call = [&, i, opt]() -> asio::awaitable<void> {

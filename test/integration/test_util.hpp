@@ -2,6 +2,7 @@
 // io_context, build requests in one line, name the lock's keys, and probe the server.
 #pragma once
 
+#include <colock/lock_options.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock_test/redis_server.hpp>
 
@@ -97,6 +98,13 @@ inline long long ms_between(steady::time_point from, steady::time_point to) {
 
 inline long long ms_since(steady::time_point t) {
     return ms_between(t, steady::now());
+}
+
+/// Lock options with a ttl of `ttl` and the rest at their defaults.
+inline lock_options lease(std::chrono::milliseconds ttl) {
+    lock_options opt;
+    opt.ttl = ttl;
+    return opt;
 }
 
 /// The server's config with short timeouts, so that losing and regaining it is quick.
