@@ -74,13 +74,13 @@ TEST_CASE("co_lock calls made together on a name held by another process: one as
                     ++done;
                 });
         REQUIRE(co_await waiting_becomes(locks, calls) == calls);
-        co_await sleep_for(200ms); // the head subscribes and asks again
         auto const queued = co_await commandstats(probe);
-        // The first call's attempt and the head's after subscribing (and a periodic one
-        // perhaps); one attempt per call would be 40.
+        // The first call's attempt, the head's after subscribing, and its polls by a jittered
+        // backoff (from 1 ms) for as long as this took: a few, however many calls wait; one
+        // attempt per call would be 40.
         auto const attempts = command_calls(queued, "evalsha") - command_calls(before, "evalsha");
         MESSAGE(calls << " calls queued with " << attempts << " EVALSHA");
-        CHECK(attempts <= 4);
+        CHECK(attempts < static_cast<std::int64_t>(calls / 4));
         CHECK(order.empty());
 
         CHECK(co_await holder.unlock());
@@ -162,7 +162,7 @@ TEST_CASE("queued co_lock calls: one cancelled and one out of time leave at once
         CHECK(results[timed_call] == error::timeout);
         auto const timed_after = ms_between(started, ended[timed_call]);
         CHECK(timed_after >= 300);
-        CHECK(timed_after < 1000);
+        CHECK(timed_after < 2000); // not held up until the holder lets go (10 s)
         CHECK(locks.waiting() == calls - 2);
 
         CHECK(co_await holder.unlock());
