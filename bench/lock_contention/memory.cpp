@@ -42,7 +42,13 @@ struct memory_state {
 asio::awaitable<void> memory_waiter(std::shared_ptr<colock::locker> locker,
                                     std::shared_ptr<memory_state> state, std::string name) {
     auto const opt = no_renewal();
-    auto [ec, guard] = co_await locker->async_lock(name, opt, asio::as_tuple(asio::use_awaitable));
+    boost::system::error_code ec;
+    colock::lock_guard guard;
+    try {
+        guard = co_await locker->co_lock(std::move(name), opt);
+    } catch (boost::system::system_error const& e) {
+        ec = e.code();
+    }
     if (ec == asio::error::operation_aborted) {
         ++state->aborted;
     } else if (!ec) {

@@ -32,7 +32,7 @@ bool locker_impl::hand_off_locally(guard_state& st) {
     auto* q = queues_.find(st.keys);
     if (!q)
         return false;
-    waiter& next = *q->waiters.front();
+    waiter& next = q->waiters.front();
     if (next.baton || st.lease_server_changes != store_->server_changes())
         return false;
     cohort_facts const facts{st.opt.cohort_limit, st.local_handoffs,   q->others_queued,
@@ -49,10 +49,10 @@ bool locker_impl::hand_off_locally(guard_state& st) {
 
 void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds claim) {
     auto* q = queues_.find(keys);
-    if (q && !q->waiters.front()->baton && baton.server_changes == store_->server_changes() &&
+    if (q && !q->waiters.front().baton && baton.server_changes == store_->server_changes() &&
         clock_type::now() + milliseconds{1} < baton.deadline) {
         // The same hand-off, to the next in line: its fence was never used.
-        waiter& next = *q->waiters.front();
+        waiter& next = q->waiters.front();
         next.baton = std::make_unique<lease_baton>(std::move(baton));
         local_queues::wake(next, wake_reason::handed);
         return;
@@ -69,7 +69,7 @@ void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds
 void locker_impl::wake_local_head(lock_keys const& keys) {
     if (auto* q = queues_.find(keys)) {
         q->wake_pending = true; // seen even if the head is busy asking
-        local_queues::wake(*q->waiters.front());
+        local_queues::wake(q->waiters.front());
     }
 }
 

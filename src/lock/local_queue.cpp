@@ -27,23 +27,23 @@ std::shared_ptr<name_queue> local_queues::join(lock_keys const& keys, waiter& w,
     auto& q = queues_[keys.channel];
     if (!q)
         q = std::make_shared<name_queue>(keys);
-    auto const at = ahead_of_unasked && !q->waiters.empty() && !q->waiters.front()->asked
+    auto const at = ahead_of_unasked && !q->waiters.empty() && !q->waiters.front().asked
                         ? q->waiters.begin()
                         : q->waiters.end();
-    w.position = q->waiters.insert(at, &w);
+    q->waiters.insert(at, w);
     waiting_.fetch_add(1, std::memory_order_relaxed);
     return q;
 }
 
 void local_queues::drop(std::shared_ptr<name_queue> const& q, waiter& w) noexcept {
-    q->waiters.erase(w.position);
+    q->waiters.erase(q->waiters.iterator_to(w));
     waiting_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void local_queues::leave(std::shared_ptr<name_queue> const& q, waiter& w, bool acquired,
                          milliseconds claim) {
-    bool const was_head = q->waiters.front() == &w;
-    q->waiters.erase(w.position);
+    bool const was_head = &q->waiters.front() == &w;
+    q->waiters.erase(q->waiters.iterator_to(w));
     waiting_.fetch_sub(1, std::memory_order_relaxed);
     if (q->waiters.empty()) {
         if (q->subscribed)
@@ -56,9 +56,9 @@ void local_queues::leave(std::shared_ptr<name_queue> const& q, waiter& w, bool a
     } else if (was_head) {
         // A head that took the lock with the next in line kept this locker queued: the next
         // waits for the hand-off. Otherwise it asks at once (and queues).
-        wake(*q->waiters.front(), acquired && q->queued_at_server
-                                      ? wake_reason::promoted_after_acquire
-                                      : wake_reason::woken);
+        wake(q->waiters.front(), acquired && q->queued_at_server
+                                     ? wake_reason::promoted_after_acquire
+                                     : wake_reason::woken);
     }
 }
 
@@ -100,14 +100,14 @@ void local_queues::on_message(std::string const& channel, std::string const& pay
     auto& q = *it->second;
     // One local waiter, not a herd: the head takes it, the rest stay asleep.
     q.wake_pending = true;
-    wake(*q.waiters.front());
+    wake(q.waiters.front());
 }
 
 void local_queues::wake_heads() {
     for (auto& [channel, q] : queues_)
         if (!q->waiters.empty()) {
             q->wake_pending = true;
-            wake(*q->waiters.front());
+            wake(q->waiters.front());
         }
 }
 
@@ -165,7 +165,7 @@ void locker_impl::resume(lock_operation& op) {
         finish(op);
         return;
     }
-    bool const head = op.queue->waiters.front() == &op;
+    bool const head = &op.queue->waiters.front() == &op;
     if (op.wake == wake_reason::promoted_after_acquire) {
         // The previous head took the lock: wait for its release rather than ask now.
         op.need_attempt = false;
@@ -201,7 +201,7 @@ asio::awaitable<void> locker_impl::queue_turns(lock_operation& op, asio::cancell
     auto& queue = *op.queue;
     attempt_context const context{true, true, op.deadlines, op.opt.retry.max};
     for (;;) {
-        if (queue.waiters.front() != &op) {
+        if (&queue.waiters.front() != &op) {
             park(op, op.deadlines.wait);
             co_return;
         }

@@ -8,12 +8,12 @@
 #include "lease_store.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/intrusive/list.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,11 +39,12 @@ struct lease_baton {
     std::uint64_t server_changes;      // the store's count when the lease was granted
 };
 
-// One local waiter of a contended co_lock: the queue node of its lock_operation.
-struct waiter {
+// One local waiter of a contended co_lock: the queue node of its lock_operation, linked into
+// its name_queue's list in place (no node of its own to allocate).
+struct waiter
+    : boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::normal_link>> {
     wake_reason wake = wake_reason::none;
-    std::unique_ptr<lease_baton> baton;    // given by a local holder; taken or passed on
-    std::list<waiter*>::iterator position; // in its name_queue
+    std::unique_ptr<lease_baton> baton; // given by a local holder; taken or passed on
     // While it sleeps: what ends the sleep (wake() calls it once); empty while it is busy
     // asking, when a wake only leaves its reason.
     void (*on_wake)(waiter&) = nullptr;
@@ -57,7 +58,7 @@ struct name_queue {
     explicit name_queue(lock_keys k) : keys(std::move(k)) {}
 
     lock_keys const keys;
-    std::list<waiter*> waiters; // a list: leaving from the middle is O(1)
+    boost::intrusive::list<waiter> waiters; // leaving from the middle is O(1)
     // This locker may have an entry in the server's queue for the name: the last one out
     // takes it out (and passes on a hand-off that came meanwhile).
     bool queued_at_server = false;
@@ -112,8 +113,8 @@ public:
     template <class F>
     void for_each_waiter(F f) {
         for (auto& entry : queues_)
-            for (waiter* w : entry.second->waiters)
-                f(*w);
+            for (waiter& w : entry.second->waiters)
+                f(w);
     }
 
 private:

@@ -610,8 +610,10 @@ TEST_CASE("bad arguments are refused at the call, before any I/O, naming the fie
             CAPTURE(c.field);
             error_code code;
             std::string what;
+            // Making the awaitable checks nothing yet; awaiting it does.
+            auto pending = locks.co_lock(c.name, c.opt);
             try {
-                co_await locks.co_lock(c.name, c.opt);
+                co_await std::move(pending);
             } catch (system_error const& e) {
                 code = e.code();
                 what = e.what();
