@@ -2,6 +2,7 @@
 #pragma once
 
 #include <colock/error.hpp>
+#include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/config.hpp>

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <colock/error.hpp>
+#include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/redis/connection.hpp>
 
@@ -182,6 +183,12 @@ public:
     std::size_t waiting() const noexcept;
     /// The connection's executor: where handlers without an executor of their own complete.
     executor_type get_executor() const noexcept;
+    /// Installs `observer` (or, with nullptr, removes the one installed): it is told of every
+    /// acquisition, release, loss, renewal, change of a name's local queue and reconnection
+    /// from then on (see lock_observer). From any thread; it takes effect on the locker's
+    /// strand, so events that are already under way may still go to the one before. The
+    /// locker keeps it alive while installed.
+    void set_observer(std::shared_ptr<lock_observer> observer);
 
     /// Waits until the lock is acquired, then starts the renewal. Refuses bad arguments by
     /// throwing boost::system::system_error(error::invalid_argument) before any I/O. The name

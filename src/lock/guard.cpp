@@ -56,7 +56,9 @@ void send_release(std::shared_ptr<guard_state> st) {
 
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
     st->stop();
-    if (st->locker->hand_off_locally(*st))
+    bool const handed = st->locker->hand_off_locally(*st);
+    st->locker->note_released(*st, handed);
+    if (handed)
         co_return std::tuple{error_code{}, true};
     co_return co_await release_to_server(std::move(st));
 }
@@ -71,12 +73,17 @@ void release_in_background(std::shared_ptr<guard_state> st) {
         auto strand = st->locker->strand_;
         asio::dispatch(strand, [st = std::move(st)]() mutable {
             st->stop();
-            if (!st->locker->hand_off_locally(*st))
+            bool const handed = st->locker->hand_off_locally(*st);
+            st->locker->note_released(*st, handed);
+            if (!handed)
                 send_release(std::move(st));
         });
         return;
     }
-    asio::dispatch(st->locker->strand_, [st] { st->stop(); });
+    asio::dispatch(st->locker->strand_, [st] {
+        st->stop();
+        st->locker->note_released(*st, false);
+    });
     send_release(std::move(st));
 }
 

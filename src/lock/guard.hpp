@@ -143,10 +143,12 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         return std::max(now, std::min(now + interval, by_lease));
     }
 
-    void mark_lost() {
+    // Once: the observer hears of the first loss only.
+    void mark_lost(loss_reason why) {
         if (released)
             return;
-        lost = true;
+        if (!lost.exchange(true))
+            locker->note_lost(*this, why);
         finish_waiters();
     }
 

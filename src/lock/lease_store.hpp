@@ -193,6 +193,8 @@ public:
     // Counts replacements of the deployment: a grant that saw it change was made on a server
     // that is gone.
     virtual std::uint64_t server_changes() const noexcept = 0;
+    // Re-established connections so far, for the observer.
+    virtual std::uint64_t reconnects() const noexcept = 0;
 };
 
 } // namespace colock::detail

@@ -66,6 +66,7 @@ struct lock_operation : waiter, std::enable_shared_from_this<lock_operation> {
     std::string const name;
     lock_options const opt;
     bool const wait; // co_lock; co_try_lock asks once
+    clock_type::time_point const started = clock_type::now();
     std::string token;
     std::unique_ptr<lock_keys> own_keys;
     std::shared_ptr<name_queue> queue; // while in the local queue

@@ -58,11 +58,45 @@ void locker_impl::drop_handlers_at_shutdown() noexcept {
     });
 }
 
+void locker_impl::note_acquired(lock_operation const& op, guard_state const& st,
+                                bool waited) const {
+    if (!observer_)
+        return;
+    auto const how = st.local_handoffs > 0 ? acquired_by::local_handoff
+                     : waited              ? acquired_by::server_after_wait
+                                           : acquired_by::first_attempt;
+    observer_->on_acquired({st.name, st.fence, clock_type::now() - op.started, op.attempts, how});
+}
+
+void locker_impl::note_queue(lock_operation const& op, name_queue const& q) const {
+    if (observer_)
+        observer_->on_queue({op.name, q.waiters.size()});
+}
+
+void locker_impl::note_released(guard_state const& st, bool handed_locally) const {
+    if (observer_ && !st.lost)
+        observer_->on_released(
+            {st.name, st.fence, clock_type::now() - st.acquired_at, handed_locally});
+}
+
+void locker_impl::note_lost(guard_state const& st, loss_reason why) const {
+    if (observer_)
+        observer_->on_lost({st.name, st.fence, why, clock_type::now() - st.acquired_at});
+}
+
+void locker_impl::note_renewal(guard_state const& st, clock_type::duration latency, bool extended,
+                               error_code ec) const {
+    if (observer_)
+        observer_->on_renewal({st.name, st.fence, latency, extended, ec});
+}
+
 void locker_impl::on_message(std::string const& channel, std::string const& payload) {
     queues_.on_message(channel, payload);
 }
 
 void locker_impl::on_reconnect() {
+    if (observer_)
+        observer_->on_reconnect({store_->reconnects()});
     // Messages published while the connection was down were missed: let every head look.
     queues_.wake_heads();
     // The outage may have outlasted a lease, or the server may have lost its keys: renew now
@@ -83,7 +117,7 @@ void locker_impl::on_server_change() {
     // persistence lost them, so someone else may already hold them; say so at once.
     for (auto const& weak : held_)
         if (auto st = weak.lock()) {
-            st->mark_lost();
+            st->mark_lost(loss_reason::server_replaced);
             st->renew_timer.cancel();
         }
 }
@@ -277,6 +311,7 @@ void locker_impl::begin(std::shared_ptr<lock_operation> const& op) {
         // Others of this process wait on the name, or ask for it now: queue behind them (FIFO,
         // and no attempt that would fail anyway), parked until its turn.
         op->queue = queues_.join(*op->own_keys, *op);
+        note_queue(*op, *op->queue);
         op->own_keys.reset();
         op->sleep = op->opt.ttl;
         park(*op, op->deadlines.wait);
@@ -326,9 +361,13 @@ void locker_impl::finish(lock_operation& op) {
     if (op.out.ec && op.out.outcome_unknown)
         asio::co_spawn(strand_, release_detached(shared_from_this(), op.keys(), op.token, claim, 0),
                        asio::detached);
+    bool const waited = op.queue != nullptr;
+    if (op.out.state)
+        note_acquired(op, *op.out.state, waited);
     if (auto q = std::exchange(op.queue, nullptr)) {
         auto baton = std::exchange(op.baton, nullptr);
         queues_.leave(q, op, op.out.state != nullptr, claim);
+        note_queue(op, *q);
         if (baton)
             pass_on(q->keys, std::move(*baton), claim);
     }
@@ -411,6 +450,7 @@ asio::awaitable<bool> locker_impl::first_attempt(lock_operation& op, asio::cance
         // Contended: first in the local queue, ahead of calls that queued behind this attempt.
         auto queue = queues_.join(keys, op, true);
         op.queue = queue;
+        note_queue(op, *queue);
         op.own_keys.reset();
         op.asked = true;
         op.need_attempt = false; // the first attempt's answer still stands
@@ -457,6 +497,12 @@ std::string const& locker::key_prefix() const noexcept {
 
 std::size_t locker::waiting() const noexcept {
     return impl_->queues_.waiting();
+}
+
+void locker::set_observer(std::shared_ptr<lock_observer> observer) {
+    asio::dispatch(impl_->strand_, [impl = impl_, observer = std::move(observer)]() mutable {
+        impl->observer_ = std::move(observer);
+    });
 }
 
 namespace {

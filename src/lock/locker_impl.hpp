@@ -10,6 +10,7 @@
 #include "local_queue.hpp"
 #include "lock_operation.hpp"
 
+#include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -51,6 +52,15 @@ public:
     std::string const owner_;
     // On the strand:
     local_queues queues_;
+    // Told of events when installed (locker::set_observer); each note_* builds its event only
+    // then.
+    std::shared_ptr<lock_observer> observer_;
+    void note_acquired(lock_operation const& op, guard_state const& st, bool waited) const;
+    void note_queue(lock_operation const& op, name_queue const& q) const;
+    void note_released(guard_state const& st, bool handed_locally) const;
+    void note_lost(guard_state const& st, loss_reason why) const;
+    void note_renewal(guard_state const& st, clock_type::duration latency, bool extended,
+                      boost::system::error_code ec) const;
     std::minstd_rand rng_;
     // Guards that hold a lock taken through this locker, so a reconnection can check their
     // leases at once and a server change can mark them lost. Entries leave in guard_state::stop.

@@ -124,7 +124,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
                 if (cancelled(cs) || st->released || st->lost)
                     co_return;
                 if (!st->lease_running()) {
-                    st->mark_lost();
+                    st->mark_lost(loss_reason::expired);
                     co_return;
                 }
             }
@@ -142,7 +142,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             if (st->lost)
                 co_return; // marked from outside (server change)
             if (!st->lease_running()) {
-                st->mark_lost(); // no renewal succeeded before the lease ran out
+                st->mark_lost(loss_reason::expired); // no renewal succeeded in time
                 co_return;
             }
             turn_holder turn;
@@ -160,9 +160,13 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             st->turns.give();
             if (cancelled(cs) || st->released)
                 co_return;
-            if (outcome.index() == 1)
+            if (outcome.index() == 1) {
+                st->locker->note_renewal(*st, clock_type::now() - started, false, error::timeout);
                 continue; // no answer by the deadline: lost, unless extend() moved it
+            }
             auto const reply = std::get<0>(outcome);
+            st->locker->note_renewal(*st, clock_type::now() - started, !reply.ec && reply.ours,
+                                     reply.ec);
             // An unreadable reply (unexpected_reply) is retried as a network error is.
             if (!reply.ec) {
                 if (reply.ours) {
@@ -171,7 +175,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
                         continue; // extend() changed the lease meanwhile: apply it again now
                     break;
                 }
-                st->mark_lost(); // deleted, expired or taken over
+                st->mark_lost(loss_reason::not_ours); // deleted, expired or taken over
                 co_return;
             }
             auto const retry_at =
@@ -198,7 +202,7 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
         st->ttl = ttl;
         st->set_lease_deadline(started + ttl);
     } else {
-        st->mark_lost();
+        st->mark_lost(loss_reason::not_ours);
     }
     co_return std::tuple{error_code{}, reply.ours};
 }

@@ -267,6 +267,9 @@ public:
     std::uint64_t server_changes() const noexcept override {
         return redis::detail::engine_server_changes(engine_);
     }
+    std::uint64_t reconnects() const noexcept override {
+        return redis::detail::engine_reconnects(engine_);
+    }
 
 private:
     template <class Token>

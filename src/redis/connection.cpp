@@ -58,6 +58,10 @@ std::uint64_t engine_server_changes(shared_engine const& engine) noexcept {
     return engine->server_changes_;
 }
 
+std::uint64_t engine_reconnects(shared_engine const& engine) noexcept {
+    return engine->reconnects_;
+}
+
 std::string engine_connect_failure(shared_engine const& engine, boost::system::error_code ec) {
     return engine->connect_failure_text(ec);
 }

@@ -70,7 +70,10 @@ int main() {
 // The other snippets, in functions that give them what they use. Nothing below is shown in
 // the README outside a marked region.
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -124,6 +127,32 @@ asio::awaitable<void> close_account(colock::locker& locker) {
 }
 //]
 
+//[readme_observer
+// Counts for a metrics endpoint. Called on the locker's strand: it only adds.
+struct lock_metrics final : colock::lock_observer {
+    std::atomic<std::uint64_t> acquired{0}, handed_locally{0}, lost{0}, renewal_errors{0};
+    std::atomic<std::int64_t> waited_us{0};
+
+    void on_acquired(colock::acquired_event const& e) override {
+        ++acquired;
+        if (e.how == colock::acquired_by::local_handoff)
+            ++handed_locally;
+        waited_us += std::chrono::duration_cast<std::chrono::microseconds>(e.waited).count();
+    }
+    void on_lost(colock::lost_event const&) override { ++lost; }
+    void on_renewal(colock::renewal_event const& e) override {
+        if (e.error)
+            ++renewal_errors;
+    }
+};
+
+std::shared_ptr<lock_metrics> watch(colock::locker& locker) {
+    auto metrics = std::make_shared<lock_metrics>();
+    locker.set_observer(metrics); // the locker keeps it alive while installed
+    return metrics;
+}
+//]
+
 void check(bool ok, char const* what) {
     if (!ok)
         throw std::runtime_error(std::string("readme snippets: ") + what);
@@ -132,6 +161,7 @@ void check(bool ok, char const* what) {
 asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     colock::redis::connection conn{co_await asio::this_coro::executor, cfg};
     colock::locker locker{conn};
+    auto const metrics = watch(locker);
 
     // Fencing: two holders one after the other; a late write with the first fence is refused.
     invoice_store store;
@@ -152,6 +182,8 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     std::optional<colock::lock_guard> again = co_await locker.co_try_lock("account:42");
     check(again.has_value(), "close_account released the lock");
     co_await again->unlock();
+    // Two fencing holders, close_account's and this one.
+    check(metrics->acquired == 4 && metrics->lost == 0, "the observer counted the acquisitions");
     conn.close();
 }
 

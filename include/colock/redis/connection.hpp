@@ -90,6 +90,8 @@ void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_liste
 void engine_remove_listener(shared_engine const& engine, push_listener const* l);
 boost::asio::any_io_executor engine_executor(shared_engine const& engine);
 std::uint64_t engine_server_changes(shared_engine const& engine) noexcept;
+// connection::reconnect_count(), for holders of the engine only.
+std::uint64_t engine_reconnects(shared_engine const& engine) noexcept;
 // For a code a request (engine_exec) or async_connect completed with: when it is a failure to
 // establish the connection (anything but server_error, unsupported_command, connection_lost, closed
 // and operation_aborted), the message connect_error would carry, "connecting to 127.0.0.1:6390:

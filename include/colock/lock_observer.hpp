@@ -1,0 +1,114 @@
+// What a locker tells an observer: acquisitions, releases, losses, renewals, queue depth and
+// reconnections, for metrics and logs. See locker::set_observer.
+#pragma once
+
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace colock {
+
+/// How an acquisition got the lock.
+enum class acquired_by {
+    /// The call's first attempt: the lock was free.
+    first_attempt,
+    /// The server, after the call waited: typically a release in another locker handed the
+    /// lock to this one, or the holder's lease ran out.
+    server_after_wait,
+    /// A holder of this locker passed its lease on, without a round trip to the server
+    /// (lock_options::cohort_limit).
+    local_handoff,
+};
+
+/// Why a lease was lost.
+enum class loss_reason {
+    /// The server no longer holds it for this holder: it expired there, was deleted from
+    /// outside, or was taken over.
+    not_ours,
+    /// Its local deadline passed with no renewal confirmed (a slow or lost connection), or
+    /// with no renewal at all (auto_renew off, or max_hold reached).
+    expired,
+    /// It was held on a server instance that has been replaced (a restart or failover noticed
+    /// on reconnection).
+    server_replaced,
+};
+
+/// A call of co_lock / co_try_lock / async_lock / async_try_lock got the lock.
+struct acquired_event {
+    std::string_view name;
+    std::int64_t fence = 0;
+    /// From the call to the grant.
+    std::chrono::steady_clock::duration waited{};
+    /// Server attempts the call made (0 for a local hand-off that came before its first).
+    int attempts = 0;
+    acquired_by how = acquired_by::first_attempt;
+};
+
+/// A holder let the lock go (unlock, or its guard went away) while it still held it.
+struct released_event {
+    std::string_view name;
+    std::int64_t fence = 0;
+    /// From the call that acquired the lock to its release.
+    std::chrono::steady_clock::duration held{};
+    /// The lease went to a waiter of this locker, with no round trip; otherwise it was sent
+    /// back to the server.
+    bool handed_locally = false;
+};
+
+/// A holder's lease was lost. wait_lost() completes for it.
+struct lost_event {
+    std::string_view name;
+    std::int64_t fence = 0;
+    loss_reason reason = loss_reason::not_ours;
+    /// From the call that acquired the lock to the loss being noticed.
+    std::chrono::steady_clock::duration held{};
+};
+
+/// A renewal of a lease (the background renewal, not lock_guard::extend) got its answer, or
+/// none by the lease's deadline.
+struct renewal_event {
+    std::string_view name;
+    std::int64_t fence = 0;
+    /// From sending the renewal to its answer.
+    std::chrono::steady_clock::duration latency{};
+    /// The lease was extended. False with no error: it was no longer ours (lost_event
+    /// follows).
+    bool extended = false;
+    /// The request failed (it is retried until the lease's deadline); error::timeout when no
+    /// answer came by the deadline.
+    boost::system::error_code error;
+};
+
+/// The number of this locker's calls waiting on one name changed.
+struct queue_event {
+    std::string_view name;
+    /// Calls waiting on the name now, in this locker.
+    std::size_t depth = 0;
+};
+
+/// The locker's connection was re-established after it had been lost.
+struct reconnect_event {
+    /// Reconnections of the connection so far.
+    std::uint64_t reconnects = 0;
+};
+
+/// Receives a locker's events. Every function is called on the locker's strand, inline, as
+/// the event happens: keep it short (count, record, hand off), never block, and never wait on
+/// the locker from inside it. The string views are valid during the call only. The default
+/// implementations do nothing, so an observer overrides what it needs. A locker without an
+/// observer builds no event at all.
+class lock_observer {
+public:
+    virtual ~lock_observer() = default;
+    virtual void on_acquired(acquired_event const&) {}
+    virtual void on_released(released_event const&) {}
+    virtual void on_lost(lost_event const&) {}
+    virtual void on_renewal(renewal_event const&) {}
+    virtual void on_queue(queue_event const&) {}
+    virtual void on_reconnect(reconnect_event const&) {}
+};
+
+} // namespace colock

@@ -1,0 +1,318 @@
+// locker::set_observer against a real redis-server: what the observer is told, with what
+// figures, and in which order, for each way a lock is taken, given up and lost.
+#include <colock/lock_observer.hpp>
+#include <colock/locker.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+// One event as the observer saw it; the fields an event does not have stay at their defaults.
+struct seen {
+    std::string kind{}; // acquired, released, lost, renewal, queue, reconnect
+    std::string name{};
+    std::int64_t fence = 0;
+    std::chrono::steady_clock::duration took{}; // waited, held or latency
+    int attempts = 0;
+    acquired_by how = acquired_by::first_attempt;
+    bool flag = false; // released: handed_locally; renewal: extended
+    loss_reason reason = loss_reason::not_ours;
+    boost::system::error_code error{};
+    std::size_t count = 0; // queue: depth; reconnect: reconnects
+};
+
+struct recorder final : lock_observer {
+    std::vector<seen> events;
+
+    void on_acquired(acquired_event const& e) override {
+        events.push_back({.kind = "acquired",
+                          .name = std::string(e.name),
+                          .fence = e.fence,
+                          .took = e.waited,
+                          .attempts = e.attempts,
+                          .how = e.how});
+    }
+    void on_released(released_event const& e) override {
+        events.push_back({.kind = "released",
+                          .name = std::string(e.name),
+                          .fence = e.fence,
+                          .took = e.held,
+                          .flag = e.handed_locally});
+    }
+    void on_lost(lost_event const& e) override {
+        events.push_back({.kind = "lost",
+                          .name = std::string(e.name),
+                          .fence = e.fence,
+                          .took = e.held,
+                          .reason = e.reason});
+    }
+    void on_renewal(renewal_event const& e) override {
+        events.push_back({.kind = "renewal",
+                          .name = std::string(e.name),
+                          .fence = e.fence,
+                          .took = e.latency,
+                          .flag = e.extended,
+                          .error = e.error});
+    }
+    void on_queue(queue_event const& e) override {
+        events.push_back({.kind = "queue", .name = std::string(e.name), .count = e.depth});
+    }
+    void on_reconnect(reconnect_event const& e) override {
+        events.push_back({.kind = "reconnect", .count = e.reconnects});
+    }
+
+    std::vector<std::string> kinds(std::string const& except = "") const {
+        std::vector<std::string> out;
+        for (auto const& e : events)
+            if (e.kind != except)
+                out.push_back(e.kind);
+        return out;
+    }
+    std::vector<seen> of(std::string const& kind) const {
+        std::vector<seen> out;
+        for (auto const& e : events)
+            if (e.kind == kind)
+                out.push_back(e);
+        return out;
+    }
+};
+
+asio::awaitable<void> unlock_after(lock_guard g, std::chrono::milliseconds delay) {
+    co_await sleep_for(delay);
+    co_await g.unlock();
+}
+
+long long ms(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+} // namespace
+
+TEST_CASE("observer: an uncontended lock is acquired on the first attempt and released, in that "
+          "order, with its fence and how long it was held") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection other_conn{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        locker other{other_conn};
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+        std::string const name = unique_key("observer-plain");
+
+        auto g = co_await locks.co_lock(name, lease(10'000ms));
+        co_await sleep_for(60ms);
+        CHECK(co_await g.unlock());
+        // The other locker's calls are not this observer's business.
+        auto t = co_await other.co_try_lock(name, lease(10'000ms));
+        REQUIRE(t.has_value());
+        CHECK(co_await t->unlock());
+
+        REQUIRE(seen_by->kinds() == strings("acquired", "released"));
+        auto const acquired = seen_by->events[0];
+        CHECK(acquired.name == name);
+        CHECK(acquired.fence == g.fence());
+        CHECK(acquired.how == acquired_by::first_attempt);
+        CHECK(acquired.attempts == 1);
+        CHECK(ms(acquired.took) < 1000);
+        auto const released = seen_by->events[1];
+        CHECK(released.name == name);
+        CHECK(released.fence == g.fence());
+        CHECK_FALSE(released.flag);
+        CHECK(ms(released.took) >= 60);
+        CHECK(ms(released.took) < 2000);
+
+        // Removed: nothing more is told.
+        locks.set_observer(nullptr);
+        auto again = co_await locks.co_lock(name, lease(10'000ms));
+        CHECK(co_await again.unlock());
+        CHECK(seen_by->events.size() == 2);
+        conn.close();
+        other_conn.close();
+    });
+}
+
+TEST_CASE("observer: a waiter of the same locker is handed the lease locally; the queue depth "
+          "goes up and down around it") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+        std::string const name = unique_key("observer-local");
+
+        auto first = co_await locks.co_lock(name, lease(10'000ms));
+        std::int64_t second_fence = 0;
+        bool second_done = false;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                auto second = co_await locks.co_lock(name, lease(10'000ms));
+                second_fence = second.fence();
+                co_await sleep_for(20ms);
+                CHECK(co_await second.unlock());
+            },
+            [&](std::exception_ptr e) {
+                CHECK_FALSE(e);
+                second_done = true;
+            });
+        for (int i = 0; i < 300 && locks.waiting() == 0; ++i)
+            co_await sleep_for(5ms);
+        REQUIRE(locks.waiting() == 1);
+        co_await sleep_for(100ms);
+        CHECK(co_await first.unlock());
+        for (int i = 0; i < 300 && !second_done; ++i)
+            co_await sleep_for(5ms);
+        REQUIRE(second_done);
+
+        REQUIRE(seen_by->kinds() ==
+                strings("acquired", "queue", "released", "acquired", "queue", "released"));
+        auto const& ev = seen_by->events;
+        CHECK(ev[0].how == acquired_by::first_attempt);
+        CHECK(ev[1].count == 1);
+        CHECK(ev[1].name == name);
+        CHECK(ev[2].fence == first.fence());
+        CHECK(ev[2].flag); // handed to the waiter
+        CHECK(ev[3].how == acquired_by::local_handoff);
+        CHECK(ev[3].fence == second_fence);
+        CHECK(second_fence > first.fence());
+        CHECK(ms(ev[3].took) >= 100); // it waited for the first holder
+        CHECK(ev[4].count == 0);
+        CHECK(ev[5].fence == second_fence);
+        CHECK_FALSE(ev[5].flag); // nobody left here: back to the server
+        conn.close();
+    });
+}
+
+TEST_CASE("observer: a lock released by another locker reaches this one through the server, after "
+          "it waited") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection other_conn{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        locker other{other_conn};
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+        std::string const name = unique_key("observer-remote");
+
+        auto held = co_await other.co_lock(name, lease(10'000ms));
+        asio::co_spawn(ctx, unlock_after(std::move(held), 150ms), asio::detached);
+        auto g = co_await locks.co_lock(name, lease(10'000ms));
+        CHECK(co_await g.unlock());
+
+        REQUIRE(seen_by->kinds() == strings("queue", "acquired", "queue", "released"));
+        auto const& ev = seen_by->events;
+        CHECK(ev[0].count == 1);
+        CHECK(ev[1].how == acquired_by::server_after_wait);
+        CHECK(ev[1].attempts >= 2); // the first found it held
+        CHECK(ms(ev[1].took) >= 150);
+        CHECK(ev[1].fence == g.fence());
+        CHECK(ev[2].count == 0);
+        conn.close();
+        other_conn.close();
+    });
+}
+
+TEST_CASE("observer: renewals with their latency, then a lease deleted from outside is lost as "
+          "no longer ours, and its unlock is no release") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+        std::string const name = unique_key("observer-lost");
+
+        auto opt = lease(3000ms);
+        opt.renew_interval = 200ms;
+        auto g = co_await locks.co_lock(name, opt);
+        co_await sleep_for(700ms); // three renewals or so
+        co_await probe.co_exec(command("DEL", lock_key(name)));
+        co_await g.wait_lost();
+        CHECK(g.lost());
+        CHECK_FALSE(co_await g.unlock());
+
+        auto const kinds = seen_by->kinds("renewal");
+        CHECK(kinds == strings("acquired", "lost"));
+        auto const renewals = seen_by->of("renewal");
+        REQUIRE(renewals.size() >= 3);
+        for (std::size_t i = 0; i + 1 < renewals.size(); ++i) {
+            CAPTURE(i);
+            CHECK(renewals[i].flag);
+            CHECK_FALSE(renewals[i].error);
+            CHECK(renewals[i].fence == g.fence());
+            CHECK(ms(renewals[i].took) < 1000);
+        }
+        CHECK_FALSE(renewals.back().flag); // the one that found the key gone
+        CHECK_FALSE(renewals.back().error);
+        auto const lost = seen_by->of("lost");
+        REQUIRE(lost.size() == 1);
+        CHECK(lost[0].reason == loss_reason::not_ours);
+        CHECK(lost[0].fence == g.fence());
+        CHECK(ms(lost[0].took) >= 700);
+        // The loss comes right after the renewal that found it.
+        CHECK(seen_by->events.back().kind == "lost");
+        CHECK(seen_by->events[seen_by->events.size() - 2].kind == "renewal");
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("observer: a lease that is not renewed is lost as expired at its deadline") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+        std::string const name = unique_key("observer-expired");
+
+        auto opt = lease(300ms);
+        opt.auto_renew = false;
+        auto g = co_await locks.co_lock(name, opt);
+        co_await g.wait_lost();
+        CHECK_FALSE(co_await g.unlock());
+
+        REQUIRE(seen_by->kinds() == strings("acquired", "lost"));
+        CHECK(seen_by->events[1].reason == loss_reason::expired);
+        CHECK(ms(seen_by->events[1].took) >= 300);
+        conn.close();
+    });
+}
+
+TEST_CASE("observer: a reconnection is reported with the connection's count") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto& server = shared_server();
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
+        CHECK(server.cli(strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
+        for (int i = 0; i < 300 && seen_by->events.empty(); ++i)
+            co_await sleep_for(10ms);
+        REQUIRE(seen_by->kinds() == strings("reconnect"));
+        CHECK(seen_by->events[0].count == 1);
+        CHECK(conn.reconnect_count() == 1);
+        conn.close();
+    });
+}
