@@ -5,6 +5,7 @@
 #include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
+#include <colock/log.hpp>
 #include <colock/redis/config.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock/redis/error.hpp>

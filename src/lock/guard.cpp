@@ -37,6 +37,11 @@ asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<
                                                             handoff_claim(st->opt.ttl), st->fence);
     if (reply.ec || !reply.handed)
         st->locker->wake_local_head(st->keys);
+    if (reply.ec && st->locker->store_->logs(log_level::error))
+        st->locker->store_->log(log_level::error,
+                                fmt::format("release of lock '{}' (fence {}) failed: {}; the lease "
+                                            "ends by its ttl",
+                                            st->name, st->fence, reply.ec.message()));
     co_return std::tuple{reply.ec, reply.ours};
 }
 

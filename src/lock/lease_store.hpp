@@ -6,6 +6,8 @@
 // sources.
 #pragma once
 
+#include <colock/log.hpp>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -195,6 +197,10 @@ public:
     virtual std::uint64_t server_changes() const noexcept = 0;
     // Re-established connections so far, for the observer.
     virtual std::uint64_t reconnects() const noexcept = 0;
+    // The deployment's log hook: whether a line of `level` goes out (format it only then), and
+    // sending one.
+    virtual bool logs(log_level level) const noexcept = 0;
+    virtual void log(log_level level, std::string_view line) const noexcept = 0;
 };
 
 } // namespace colock::detail

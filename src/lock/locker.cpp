@@ -80,6 +80,17 @@ void locker_impl::note_released(guard_state const& st, bool handed_locally) cons
 }
 
 void locker_impl::note_lost(guard_state const& st, loss_reason why) const {
+    if (store_->logs(log_level::warning)) {
+        auto const held =
+            std::chrono::duration_cast<milliseconds>(clock_type::now() - st.acquired_at);
+        store_->log(
+            log_level::warning,
+            fmt::format(
+                "lock '{}' (fence {}) lost after {} ms: {}", st.name, st.fence, held.count(),
+                why == loss_reason::not_ours  ? "the server no longer holds it for this holder"
+                : why == loss_reason::expired ? "its lease ran out with no renewal confirmed"
+                                              : "the server instance that held it was replaced"));
+    }
     if (observer_)
         observer_->on_lost({st.name, st.fence, why, clock_type::now() - st.acquired_at});
 }

@@ -12,6 +12,8 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -178,6 +180,10 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
                 st->mark_lost(loss_reason::not_ours); // deleted, expired or taken over
                 co_return;
             }
+            if (store.logs(log_level::debug))
+                store.log(log_level::debug,
+                          fmt::format("renewal of lock '{}' (fence {}) failed: {}; retrying",
+                                      st->name, st->fence, reply.ec.message()));
             auto const retry_at =
                 clock_type::now() + std::min(st->renew_interval() / 4, milliseconds{250});
             timer.expires_at(std::min(retry_at, st->lease_deadline()));

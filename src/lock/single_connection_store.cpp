@@ -270,6 +270,12 @@ public:
     std::uint64_t reconnects() const noexcept override {
         return redis::detail::engine_reconnects(engine_);
     }
+    bool logs(log_level level) const noexcept override {
+        return redis::detail::engine_logs(engine_, level);
+    }
+    void log(log_level level, std::string_view line) const noexcept override {
+        redis::detail::engine_log(engine_, level, line);
+    }
 
 private:
     template <class Token>

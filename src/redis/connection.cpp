@@ -62,6 +62,14 @@ std::uint64_t engine_reconnects(shared_engine const& engine) noexcept {
     return engine->reconnects_;
 }
 
+bool engine_logs(shared_engine const& engine, log_level level) noexcept {
+    return engine->logs(level);
+}
+
+void engine_log(shared_engine const& engine, log_level level, std::string_view line) noexcept {
+    engine->log(level, line);
+}
+
 std::string engine_connect_failure(shared_engine const& engine, boost::system::error_code ec) {
     return engine->connect_failure_text(ec);
 }

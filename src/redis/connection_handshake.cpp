@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include <algorithm>
 #include <cctype>
 #include <string_view>
@@ -67,10 +69,22 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
     ever_connected_ = true;
     ever_handshaken_ = true;
     bool const other_server = reconnected && other_instance(s->run_id);
+    std::string before;
     {
         std::lock_guard lock(error_mutex_);
-        server_run_id_ = s->run_id;
+        before = std::exchange(server_run_id_, s->run_id);
     }
+    if (other_server)
+        log(log_level::warning,
+            fmt::format("{} is another server instance than before (run_id {} -> {}): what was "
+                        "written to the old one may be gone, and locks held there are lost",
+                        cfg_.endpoint_text(), before, s->run_id));
+    if (logs(log_level::info))
+        log(log_level::info, reconnected
+                                 ? fmt::format("reconnected to {} (reconnection {})",
+                                               cfg_.endpoint_text(), reconnects_.load() + 1)
+                                 : fmt::format("connected to {} (run_id {})", cfg_.endpoint_text(),
+                                               s->run_id.empty() ? "unknown" : s->run_id));
     if (other_server)
         ++server_changes_;
     connected_ = true;

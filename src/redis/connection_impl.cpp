@@ -24,8 +24,19 @@ std::string connection_impl::run_id() const {
 }
 
 void connection_impl::set_error_text(std::string text) {
+    log(log_level::warning, text);
     std::lock_guard lock(error_mutex_);
     last_error_text_ = std::move(text);
+}
+
+void connection_impl::log(log_level level, std::string_view line) const noexcept {
+    if (!logs(level))
+        return;
+    try {
+        cfg_.log(level, line);
+    } catch (...) {
+        // A failing log hook must not take the connection down with it.
+    }
 }
 
 error_code connection_impl::connect_failed(session& s, error_code ec, std::string cause) {
@@ -37,6 +48,7 @@ error_code connection_impl::connect_failed(session& s, error_code ec, std::strin
     std::string text = fmt::format("connecting to {}{}: {}", cfg_.endpoint_text(),
                                    s.step.empty() ? std::string() : " (" + s.step + ")", cause);
     s.failure_recorded = true;
+    log(log_level::warning, text);
     std::lock_guard lock(error_mutex_);
     last_connect_ec_ = ec;
     last_connect_error_ = text;

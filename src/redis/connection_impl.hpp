@@ -222,7 +222,12 @@ public:
     std::string server_run_id_; // from INFO server; empty when the server would not say
 
     std::string run_id() const;
+    // Records the text connection::last_error_text() returns, and logs it as a warning.
     void set_error_text(std::string text);
+    // The config's log hook: whether a line of `level` goes out (format it only then), and
+    // sending one.
+    bool logs(log_level level) const noexcept { return cfg_.log && level >= cfg_.min_log_level; }
+    void log(log_level level, std::string_view line) const noexcept;
     // Records why session `s` could not connect (at s.step) and returns `ec` without a source
     // location; `cause` defaults to ec.message().
     error_code connect_failed(session& s, error_code ec, std::string cause = {});

@@ -41,8 +41,13 @@ asio::awaitable<void> connection_impl::run_loop(std::shared_ptr<connection_impl>
         auto cs = co_await asio::this_coro::cancellation_state;
         if (!keep_running || generation != self->generation_ || is_cancelled(cs))
             co_return;
-        if (was_ready)
+        if (was_ready) {
             backoff = self->cfg_.reconnect_initial_delay;
+            if (self->logs(log_level::warning))
+                self->log(log_level::warning,
+                          fmt::format("connection to {} lost ({}); reconnecting in {} ms",
+                                      self->cfg_.endpoint_text(), ec.message(), backoff.count()));
+        }
         self->backoff_timer_.expires_after(backoff);
         co_await self->backoff_timer_.async_wait(use_nothrow);
         if (generation != self->generation_ || is_cancelled(cs))

@@ -1,6 +1,8 @@
 // Where and how a connection reaches its Redis server.
 #pragma once
 
+#include <colock/log.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -51,6 +53,10 @@ struct config {
     /// and reading the replies of those in flight before they close the socket. 0 closes at once:
     /// whatever is pending completes with error::closed.
     std::chrono::milliseconds close_timeout{1000};
+    /// Where this connection, and the lockers on it, log: off when empty. Lines below
+    /// `min_log_level` are not even formatted.
+    log_handler log;
+    log_level min_log_level = log_level::info;
 
     /// Parses one of
     ///

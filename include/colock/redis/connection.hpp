@@ -92,6 +92,10 @@ boost::asio::any_io_executor engine_executor(shared_engine const& engine);
 std::uint64_t engine_server_changes(shared_engine const& engine) noexcept;
 // connection::reconnect_count(), for holders of the engine only.
 std::uint64_t engine_reconnects(shared_engine const& engine) noexcept;
+// The config's log hook, for the layers on the connection: whether a line of `level` goes out
+// (format it only then), and sending one.
+bool engine_logs(shared_engine const& engine, log_level level) noexcept;
+void engine_log(shared_engine const& engine, log_level level, std::string_view line) noexcept;
 // For a code a request (engine_exec) or async_connect completed with: when it is a failure to
 // establish the connection (anything but server_error, unsupported_command, connection_lost, closed
 // and operation_aborted), the message connect_error would carry, "connecting to 127.0.0.1:6390:
