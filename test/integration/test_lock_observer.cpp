@@ -245,7 +245,10 @@ TEST_CASE("observer: renewals with their latency, then a lease deleted from outs
         auto opt = lease(3000ms);
         opt.renew_interval = 200ms;
         auto g = co_await locks.co_lock(name, opt);
-        co_await sleep_for(700ms); // three renewals or so
+        // Two renewals answered (every 200 ms), however slow the machine, before the key goes.
+        for (int i = 0; i < 300 && seen_by->of("renewal").size() < 2; ++i)
+            co_await sleep_for(10ms);
+        REQUIRE(seen_by->of("renewal").size() >= 2);
         co_await probe.co_exec(command("DEL", lock_key(name)));
         co_await g.wait_lost();
         CHECK(g.lost());
@@ -254,7 +257,7 @@ TEST_CASE("observer: renewals with their latency, then a lease deleted from outs
         auto const kinds = seen_by->kinds("renewal");
         CHECK(kinds == strings("acquired", "lost"));
         auto const renewals = seen_by->of("renewal");
-        REQUIRE(renewals.size() >= 3);
+        REQUIRE(renewals.size() >= 3); // two or more extended, then the one that found it gone
         for (std::size_t i = 0; i + 1 < renewals.size(); ++i) {
             CAPTURE(i);
             CHECK(renewals[i].flag);
@@ -268,7 +271,7 @@ TEST_CASE("observer: renewals with their latency, then a lease deleted from outs
         REQUIRE(lost.size() == 1);
         CHECK(lost[0].reason == loss_reason::not_ours);
         CHECK(lost[0].fence == g.fence());
-        CHECK(ms(lost[0].took) >= 700);
+        CHECK(ms(lost[0].took) >= 400);
         // The loss comes right after the renewal that found it.
         CHECK(seen_by->events.back().kind == "lost");
         CHECK(seen_by->events[seen_by->events.size() - 2].kind == "renewal");
