@@ -66,6 +66,8 @@ struct lock_operation : waiter, std::enable_shared_from_this<lock_operation> {
     std::string const name;
     lock_options const opt;
     bool const wait; // co_lock; co_try_lock asks once
+    // When the call was made: its deadlines count from here, and so does the wait an observer
+    // is told of.
     clock_type::time_point const started = clock_type::now();
     std::string token;
     std::unique_ptr<lock_keys> own_keys;

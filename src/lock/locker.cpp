@@ -312,7 +312,7 @@ void locker_impl::start(std::shared_ptr<lock_operation> op) {
 void locker_impl::begin(std::shared_ptr<lock_operation> const& op) {
     if (op->finished)
         return; // cancelled before it reached the strand
-    auto const start = clock_type::now();
+    auto const start = op->started; // the deadlines count from the call
     op->deadlines.wait = op->opt.wait_timeout ? saturating_add(start, *op->opt.wait_timeout)
                                               : clock_type::time_point::max();
     op->deadlines.first_connect =
