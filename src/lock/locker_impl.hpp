@@ -53,7 +53,7 @@ public:
     // On the strand:
     local_queues queues_;
     // Told of events when installed (locker::set_observer); each note_* builds its event only
-    // then.
+    // then. note_lost also writes the warning line of the connection's log hook.
     std::shared_ptr<lock_observer> observer_;
     void note_acquired(lock_operation const& op, guard_state const& st, bool waited) const;
     void note_queue(lock_operation const& op, name_queue const& q) const;
