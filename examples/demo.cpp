@@ -380,7 +380,7 @@ asio::awaitable<int> run_demo(redis::config cfg, options opts) {
         }
 
         auto const holder = co_await exec1(outsider, "GET", lock_key);
-        // The lock key reads "H <fence> <locker> <token> <queued>" while held.
+        // The lock key reads "H <fence> <locker> <token> <since> <queued>" while held.
         auto const value = std::string(holder.at(0).as_string().value_or(""));
         bool const still_a =
             value.starts_with("H ") && value.find(" " + held.token() + " ") != std::string::npos;

@@ -34,6 +34,8 @@ enum class loss_reason {
     /// It was held on a server instance that has been replaced (a restart or failover noticed
     /// on reconnection).
     server_replaced,
+    /// It was ended by locker::co_force_unlock (from any process), and this locker was told.
+    forced,
 };
 
 /// A call of co_lock / co_try_lock / async_lock / async_try_lock got the lock.

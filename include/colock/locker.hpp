@@ -4,6 +4,7 @@
 #include <colock/error.hpp>
 #include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
+#include <colock/lock_status.hpp>
 #include <colock/redis/connection.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -247,7 +248,70 @@ public:
     boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string name,
                                                                   lock_options opt = {});
 
+    /// What the server holds for lock `name` now: free, held or handed over; the holder's
+    /// locker id, token, lease start and record (host, pid, program, client_name); the time
+    /// left; the last fence; how many processes are queued. One script that reads the lock's
+    /// keys and, when someone holds it, one read of the holder's record: no write. Refuses a
+    /// bad name like async_lock. For monitoring: the lock may change as soon as it is read.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, lock_status)`: a network error,
+    /// redis::error::server_error, or error::unexpected_reply for keys that do not read as a
+    /// lock's.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as the connection's async_exec.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_status(std::string name, CompletionToken&& token = {}) {
+        validate(name, lock_options{});
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, lock_status)>(
+            [this](auto handler, std::string n) { start_status(std::move(n), std::move(handler)); },
+            token, std::move(name));
+    }
+
+    /// Awaitable async_status; throws boost::system::system_error naming the lock.
+    boost::asio::awaitable<lock_status> co_status(std::string name);
+
+    /// The last resort for a lock whose holder is stuck: ends the lease of whoever holds
+    /// `name` now, from any process. The holder's locker is told at once (a message on its
+    /// channel `<prefix>locker:<id>`): its guard is marked lost (loss_reason::forced,
+    /// wait_lost completes), it stops renewing and passes the lease on to no one. So that
+    /// it has that moment, the lock stays handed to nobody for up to a second (no longer
+    /// than the lease had left), then anyone may take it, with a fence from the server's
+    /// clock, above any the holder gave. Only a holder that cannot be told (a connection
+    /// that is down) may still think it holds the lock; it finds out at its next renewal,
+    /// and fences are what protect the resource from it. Returns true when a lease was
+    /// ended, false when nobody held the lock.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool ended)`.
+    /// @par Per-operation cancellation
+    /// None: once sent, the lease is ended and the holder told.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_force_unlock(std::string name, CompletionToken&& token = {}) {
+        validate(name, lock_options{});
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [this](auto handler, std::string n) {
+                start_force_unlock(std::move(n), std::move(handler));
+            },
+            token, std::move(name));
+    }
+
+    /// Awaitable async_force_unlock; throws boost::system::system_error naming the lock.
+    boost::asio::awaitable<bool> co_force_unlock(std::string name);
+
+    /// This locker's id: in its queue entries, its wake channels, lock_status::holder_id and
+    /// its holder record.
+    std::string const& id() const noexcept;
+
 private:
+    using status_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, lock_status)>;
+    using force_unlock_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
+    void start_status(std::string name, status_handler handler);
+    void start_force_unlock(std::string name, force_unlock_handler handler);
+
     using lock_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, lock_guard)>;
     using try_lock_handler = boost::asio::any_completion_handler<void(boost::system::error_code,

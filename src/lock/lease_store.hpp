@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace colock::detail {
 
@@ -108,6 +109,36 @@ struct lease_reply {
     bool handed = false;
 };
 
+// A lock's keys as status reads them.
+struct lock_reading {
+    // As grant_result's.
+    boost::system::error_code ec;
+    std::string server_text;
+    std::string value;       // the lock key's value; empty when there is none
+    std::int64_t pttl = -2;  // the key's PTTL: -2 none, -1 no expiry
+    std::int64_t queued = 0; // lockers queued, their entries live
+};
+
+// A record of fields (a hash), as read_record() finds it: empty when there is none.
+struct record_reading {
+    boost::system::error_code ec;
+    std::string server_text;
+    std::vector<std::pair<std::string, std::string>> fields;
+};
+
+// The answer to a forced unlock: whether a lease was ended, and whose.
+struct forced_unlock_result {
+    boost::system::error_code ec;
+    std::string server_text;
+    bool ended = false;
+    std::string owner; // the holder's locker
+    std::string token; // the holder's lease token
+};
+
+// How long a forced unlock leaves the lock to nobody, at most, so that the holder's locker hears
+// of it (one message) before anyone else can take the lock.
+inline constexpr std::chrono::milliseconds forced_unlock_quarantine{1000};
+
 // How long a release is tried (again, over lost connections) before it fails with
 // error::timeout and the lease is left to run out by its ttl.
 inline constexpr std::chrono::milliseconds release_timeout{5000};
@@ -187,6 +218,21 @@ public:
     // changes to `events`, until stop_listening().
     virtual void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) = 0;
     virtual void stop_listening() = 0;
+
+    // Status: the lock's value, its time left and its live queue entries, read at once.
+    virtual boost::asio::awaitable<lock_reading> read(lock_keys const& keys) = 0;
+    // The fields of the record (a hash) at `key`.
+    virtual boost::asio::awaitable<record_reading> read_record(std::string const& key) = 0;
+    // Writes the record at `key` (replacing its fields) to live for `ttl`; in the background.
+    // A failure is logged (a warning), nothing else: the record is for status only.
+    virtual void write_record(std::string const& key,
+                              std::vector<std::pair<std::string, std::string>> const& fields,
+                              std::chrono::milliseconds ttl) = 0;
+    // Ends the lease that holds `keys` now, whoever it is (see force_unlock_source), then
+    // tells the holder's locker on `notify_prefix` + its id: "f <token> <lock key>". The
+    // caller's cancellation does not reach it.
+    virtual boost::asio::awaitable<forced_unlock_result>
+    force_unlock(lock_keys const& keys, std::string const& notify_prefix) = 0;
 
     // Connection facts the algorithm's decisions and messages consult.
     virtual bool is_connected() const noexcept = 0;

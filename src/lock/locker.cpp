@@ -34,11 +34,15 @@ using std::chrono::milliseconds;
 
 namespace detail {
 
-locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix)
+locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix,
+                         std::string client_name)
     : store_(std::move(store))
     , strand_(store_->strand())
     , prefix_(std::move(prefix))
     , owner_(random_token().substr(0, 16))
+    , locker_key_prefix_(prefix_ + "locker:")
+    , record_key_(locker_key_prefix_ + owner_)
+    , record_fields_(holder_record_fields(client_name))
     , queues_(*store_, owner_)
     , rng_(std::random_device{}())
     , renewal_timer_(strand_) {}
@@ -89,6 +93,7 @@ void locker_impl::note_lost(guard_state const& st, loss_reason why) const {
                 "lock '{}' (fence {}) lost after {} ms: {}", st.name, st.fence, held.count(),
                 why == loss_reason::not_ours  ? "the server no longer holds it for this holder"
                 : why == loss_reason::expired ? "its lease ran out with no renewal confirmed"
+                : why == loss_reason::forced  ? "it was ended by a forced unlock"
                                               : "the server instance that held it was replaced"));
     }
     if (observer_)
@@ -102,7 +107,10 @@ void locker_impl::note_renewal(guard_state const& st, clock_type::duration laten
 }
 
 void locker_impl::on_message(std::string const& channel, std::string const& payload) {
-    queues_.on_message(channel, payload);
+    if (channel == record_key_)
+        on_forced(payload);
+    else
+        queues_.on_message(channel, payload);
 }
 
 void locker_impl::on_reconnect() {
@@ -125,7 +133,9 @@ void locker_impl::on_reconnect() {
 
 void locker_impl::on_server_change() {
     // Another server instance: the locks we held were on the old one. A restart without
-    // persistence lost them, so someone else may already hold them; say so at once.
+    // persistence lost them, so someone else may already hold them; say so at once. The holder
+    // record went with them: the next lease writes it again.
+    record_expires_ = clock_type::time_point::min();
     for (auto const& weak : held_)
         if (auto st = weak.lock()) {
             st->mark_lost(loss_reason::server_replaced);
@@ -229,6 +239,7 @@ std::shared_ptr<guard_state> locker_impl::make_handed_guard(std::string name, lo
 
 void locker_impl::hold(std::shared_ptr<guard_state> const& st) {
     st->registration = held_.insert(held_.end(), st);
+    keep_record(st->ttl);
     if (st->opt.auto_renew)
         schedule_renewal(st);
 }
@@ -311,7 +322,7 @@ void locker_impl::start(std::shared_ptr<lock_operation> op) {
 
 void locker_impl::begin(std::shared_ptr<lock_operation> const& op) {
     if (op->finished)
-        return; // cancelled before it reached the strand
+        return;                     // cancelled before it reached the strand
     auto const start = op->started; // the deadlines count from the call
     op->deadlines.wait = op->opt.wait_timeout ? saturating_add(start, *op->opt.wait_timeout)
                                               : clock_type::time_point::max();
@@ -489,13 +500,19 @@ asio::awaitable<bool> locker_impl::first_attempt(lock_operation& op, asio::cance
 
 locker::locker(redis::connection& conn, std::string key_prefix)
     : impl_(std::make_shared<detail::locker_impl>(detail::make_single_connection_store(conn),
-                                                  std::move(key_prefix))) {
+                                                  std::move(key_prefix),
+                                                  conn.get_config().client_name)) {
     impl_->store_->listen(impl_, impl_->prefix_);
     detail::context_shutdown::watch(impl_->strand_.get_inner_executor(), impl_);
 }
 
 locker::~locker() {
     impl_->store_->stop_listening();
+    asio::dispatch(impl_->strand_, [impl = impl_] {
+        impl->closed_ = true;
+        if (impl->subscribed_for_forced_)
+            impl->store_->unsubscribe(impl->record_key_);
+    });
 }
 
 locker::executor_type locker::get_executor() const noexcept {

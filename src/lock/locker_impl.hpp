@@ -27,16 +27,23 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace colock::detail {
 
 struct guard_state;
 
+// The fields of a locker's holder record: host, pid, program, client_name, started.
+std::vector<std::pair<std::string, std::string>>
+holder_record_fields(std::string const& client_name);
+
 class locker_impl : public std::enable_shared_from_this<locker_impl>,
                     public holds_handlers,
                     public lease_events {
 public:
-    locker_impl(std::shared_ptr<lease_store> store, std::string prefix);
+    // `client_name`: the connection's, for the holder record.
+    locker_impl(std::shared_ptr<lease_store> store, std::string prefix, std::string client_name);
 
     // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
     void drop_handlers_at_shutdown() noexcept override;
@@ -50,6 +57,12 @@ public:
     std::string const prefix_;
     // This locker's id in the server's queues and its wake channels: random, 64 bits.
     std::string const owner_;
+    // `<prefix>locker:`: + a locker's id, its holder record (a hash) and the channel where a
+    // forced unlock tells it.
+    std::string const locker_key_prefix_;
+    std::string const record_key_; // this locker's
+    // The fields of this locker's holder record (status.cpp).
+    std::vector<std::pair<std::string, std::string>> const record_fields_;
     // On the strand:
     local_queues queues_;
     // Told of events when installed (locker::set_observer); each note_* builds its event only
@@ -62,6 +75,16 @@ public:
     void note_renewal(guard_state const& st, clock_type::duration latency, bool extended,
                       boost::system::error_code ec) const;
     std::minstd_rand rng_;
+    // Holder record and forced unlocks (status.cpp), on the strand. Called when a lease of
+    // `ttl` is granted or renewed: writes the record when it would not outlive the lease by a
+    // minute, and starts listening for forced unlocks the first time.
+    void keep_record(std::chrono::milliseconds ttl);
+    // "f <token> <lock key>" on record_key_: the lease of `token` was ended from outside.
+    void on_forced(std::string const& payload);
+    clock_type::time_point record_expires_ = clock_type::time_point::min();
+    bool listening_for_forced_ = false;  // the subscription was asked for
+    bool subscribed_for_forced_ = false; // and confirmed
+    bool closed_ = false;                // the locker is gone (its guards may live on)
     // Guards that hold a lock taken through this locker, so a reconnection can check their
     // leases at once and a server change can mark them lost. Entries leave in guard_state::stop.
     std::list<std::weak_ptr<guard_state>> held_;

@@ -173,6 +173,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             if (!reply.ec) {
                 if (reply.ours) {
                     st->set_lease_deadline(started + ttl);
+                    st->locker->keep_record(ttl);
                     if (st->ttl != ttl)
                         continue; // extend() changed the lease meanwhile: apply it again now
                     break;

@@ -36,5 +36,13 @@ script const& extend_script() {
     static script const s{extend_source, sha1_hex(extend_source)};
     return s;
 }
+script const& status_script() {
+    static script const s{status_source, sha1_hex(status_source)};
+    return s;
+}
+script const& force_unlock_script() {
+    static script const s{force_unlock_source, sha1_hex(force_unlock_source)};
+    return s;
+}
 
 } // namespace colock::detail

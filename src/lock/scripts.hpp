@@ -15,5 +15,7 @@ struct script {
 script const& acquire_script();
 script const& release_script();
 script const& extend_script();
+script const& status_script();
+script const& force_unlock_script();
 
 } // namespace colock::detail

@@ -108,6 +108,18 @@ public:
 
     asio::strand<asio::any_io_executor> const& strand() const override { return strand_; }
 
+private:
+    // Declared before the members that await it, so its return type is known to them.
+    template <class Token>
+    auto exec(resp3::request req, Token token) {
+        return asio::async_initiate<Token, void(error_code, redis::response)>(
+            [this](auto handler, resp3::request r) {
+                redis::detail::engine_exec(engine_, std::move(r), std::move(handler));
+            },
+            token, std::move(req));
+    }
+
+public:
     asio::awaitable<grant_result> grant(lock_keys const& keys, std::string const& token,
                                         milliseconds ttl, queueing queue,
                                         asio::cancellation_slot stop) override {
@@ -116,9 +128,13 @@ public:
                                             : queue == queueing::when_held ? "1"
                                                                            : "2";
         auto const entry_ttl_text = std::to_string(queue_entry_ttl.count());
-        auto [ec, v] = co_await run_script(acquire_script(), stop, keys.key, keys.queue_key,
-                                           keys.deadlines_key, token, ttl_text, keys.owner,
-                                           queue_text, entry_ttl_text, keys.channel_prefix);
+        auto const since_text =
+            std::to_string(std::chrono::duration_cast<milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count());
+        auto [ec, v] = co_await run_script(
+            acquire_script(), stop, keys.key, keys.queue_key, keys.deadlines_key, token, ttl_text,
+            keys.owner, queue_text, entry_ttl_text, keys.channel_prefix, since_text);
         grant_result r;
         if (ec) {
             r.ec = ec;
@@ -258,6 +274,116 @@ public:
             redis::detail::engine_remove_listener(engine_, listener_.get());
     }
 
+    asio::awaitable<lock_reading> read(lock_keys const& keys) override {
+        auto [ec, v] = co_await run_script(status_script(), std::nullopt, keys.key, keys.queue_key,
+                                           keys.deadlines_key);
+        lock_reading r;
+        if (ec) {
+            r.ec = ec;
+            r.server_text = ec == redis::error::server_error ? v.text : std::string();
+            co_return r;
+        }
+        auto const value = v.elements.size() == 4 ? v.elements[0].as_string() : std::nullopt;
+        if (!value || !v.elements[1].as_integer() || !v.elements[2].as_integer()) {
+            r.ec = error::unexpected_reply;
+            r.server_text = resp3::to_debug_string(v);
+            co_return r;
+        }
+        r.value = std::string(*value);
+        r.pttl = *v.elements[1].as_integer();
+        r.queued = *v.elements[2].as_integer();
+        co_return r;
+    }
+
+    asio::awaitable<record_reading> read_record(std::string const& key) override {
+        resp3::request req;
+        req.push("HGETALL", key);
+        auto [ec, resp] = co_await exec(std::move(req), nothrow_awaitable);
+        record_reading r;
+        if (!ec && resp.empty())
+            ec = error::unexpected_reply;
+        if (ec) {
+            r.ec = ec;
+            if (ec == redis::error::server_error && !resp.empty())
+                r.server_text = resp.back().text;
+            co_return r;
+        }
+        auto const& v = resp.back();
+        bool well_formed = v.type == resp3::type::map || v.type == resp3::type::array;
+        well_formed = well_formed && v.elements.size() % 2 == 0;
+        for (std::size_t i = 0; well_formed && i < v.elements.size(); i += 2) {
+            auto const field = v.elements[i].as_string();
+            auto const text = v.elements[i + 1].as_string();
+            if (!field || !text)
+                well_formed = false;
+            else
+                r.fields.emplace_back(std::string(*field), std::string(*text));
+        }
+        if (!well_formed) {
+            r.fields.clear();
+            r.ec = error::unexpected_reply;
+            r.server_text = resp3::to_debug_string(v);
+        }
+        co_return r;
+    }
+
+    void write_record(std::string const& key,
+                      std::vector<std::pair<std::string, std::string>> const& fields,
+                      milliseconds ttl) override {
+        resp3::request req;
+        std::vector<std::string_view> args{key};
+        for (auto const& [field, text] : fields) {
+            args.push_back(field);
+            args.push_back(text);
+        }
+        req.push_range("HSET", args);
+        req.push("PEXPIRE", key, ttl.count());
+        redis::detail::engine_exec(
+            engine_, std::move(req),
+            [engine = engine_, key](error_code ec, redis::response const& resp) {
+                if (!ec || !redis::detail::engine_logs(engine, log_level::warning))
+                    return;
+                std::string const text =
+                    ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
+                redis::detail::engine_log(
+                    engine, log_level::warning,
+                    fmt::format("colock: could not write the holder record {} ({}{}{}); status "
+                                "will not show who holds this locker's locks",
+                                key, ec.message(), text.empty() ? "" : ": ", text));
+            });
+    }
+
+    asio::awaitable<forced_unlock_result> force_unlock(lock_keys const& keys,
+                                                       std::string const& notify_prefix) override {
+        auto const quarantine_text = std::to_string(forced_unlock_quarantine.count());
+        auto [ec, v] = co_await run_script(force_unlock_script(), asio::cancellation_slot(),
+                                           keys.key, "", "", quarantine_text);
+        forced_unlock_result r;
+        if (ec) {
+            r.ec = ec;
+            r.server_text = ec == redis::error::server_error ? v.text : std::string();
+            co_return r;
+        }
+        auto const ended = v.elements.empty() ? std::nullopt : v.elements[0].as_integer();
+        if (!ended || (*ended == 1 && (v.elements.size() != 3 || !v.elements[1].as_string() ||
+                                       !v.elements[2].as_string()))) {
+            r.ec = error::unexpected_reply;
+            r.server_text = resp3::to_debug_string(v);
+            co_return r;
+        }
+        if (*ended != 1)
+            co_return r;
+        r.ended = true;
+        r.owner = std::string(*v.elements[1].as_string());
+        r.token = std::string(*v.elements[2].as_string());
+        // The lease is ended whatever happens to the message: a holder that misses it finds
+        // out at its next renewal.
+        resp3::request tell;
+        tell.push("PUBLISH", notify_prefix + r.owner, fmt::format("f {} {}", r.token, keys.key));
+        co_await exec(std::move(tell), uncancellable());
+        co_return r;
+    }
+
     bool is_connected() const noexcept override {
         return redis::detail::engine_is_connected(engine_);
     }
@@ -278,15 +404,6 @@ public:
     }
 
 private:
-    template <class Token>
-    auto exec(resp3::request req, Token token) {
-        return asio::async_initiate<Token, void(error_code, redis::response)>(
-            [this](auto handler, resp3::request r) {
-                redis::detail::engine_exec(engine_, std::move(r), std::move(handler));
-            },
-            token, std::move(req));
-    }
-
     // One script by SHA (three keys, "" for those it does not use), through `cancel_by` when
     // given, else the awaiting coroutine's own cancellation. The arguments are views of the
     // caller's locals, which outlive the call.

@@ -92,10 +92,18 @@ TEST_CASE("every key a lock writes expires: 200 names leave no key without a TTL
         for (std::size_t i = 1; i < replies.size(); ++i)
             without_ttl += replies[i].as_integer().value_or(-3) == -1 ? 1 : 0;
         CHECK(without_ttl == 0);
+        // The locks' keys go with their leases; the locker's holder record lives on for two
+        // minutes after the last lease it covered (it names the holder for status).
         auto const end = steady::now() + 5s;
-        while (!shared_server().cli(strings("KEYS", prefix + "*")).empty() && steady::now() < end)
+        while (!shared_server().cli(strings("KEYS", prefix + "{*")).empty() && steady::now() < end)
             co_await sleep_for(100ms);
-        CHECK(shared_server().cli(strings("KEYS", prefix + "*")).empty());
+        CHECK(shared_server().cli(strings("KEYS", prefix + "{*")).empty());
+        CHECK(shared_server().cli_lines(strings("KEYS", prefix + "*")) ==
+              strings(prefix + "locker:" + locks.id()));
+        auto const record_ttl =
+            co_await integer(conn, command("PTTL", prefix + "locker:" + locks.id()));
+        CHECK(record_ttl > 0);
+        CHECK(record_ttl <= 1500 + 120'000);
         conn.close();
     });
 }
@@ -527,7 +535,7 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
                                 "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+script|load",
                                 "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
                                 "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel",
-                                "+rpush", "+lpop", "+lrem", "+llen"));
+                                "+rpush", "+lpop", "+lrem", "+llen", "+hgetall"));
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = shared_server().config();
         cfg.username = "lockuser";
@@ -561,6 +569,20 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
         CHECK(released);
         bool const done = co_await finishes(waiter_done, 3000ms);
         CHECK(done);
+
+        // Status names the holder (its record was written), and a forced unlock reaches it on
+        // its channel: a 30 s lease is not renewed before the message tells it.
+        auto again = co_await a.co_lock(name, lease(30'000ms));
+        auto const st = co_await b.co_status(name);
+        CHECK(st.held());
+        CHECK(st.holder_id == a.id());
+        REQUIRE(st.holder.has_value());
+        CHECK(st.holder->client_name == cfg.client_name);
+        auto const forced_at = steady::now();
+        bool const ended = co_await b.co_force_unlock(name);
+        CHECK(ended);
+        co_await again.wait_lost();
+        CHECK(ms_since(forced_at) < 2000);
         conn_a.close();
         conn_b.close();
     });

@@ -136,11 +136,12 @@ inline asio::awaitable<std::optional<std::string>> get(redis::connection& c,
 
 /// What the lock key of `name` says (the layout is in colock/detail/lock_scripts.hpp).
 struct lock_record {
-    char kind = 0;          // 'H' held, 'R' handed to a locker, 'F' free; 0: no key
-    std::int64_t fence = 0; // the last fence given
-    std::string owner;      // 'H', 'R': the locker
-    std::string token;      // 'H': the holder's token
-    bool queued = false;    // 'H': a process is queued behind it
+    char kind = 0;             // 'H' held, 'R' handed to a locker, 'F' free; 0: no key
+    std::int64_t fence = 0;    // the last fence given
+    std::string owner;         // 'H', 'R': the locker
+    std::string token;         // 'H': the holder's token
+    std::int64_t since_ms = 0; // 'H': when the lease began, on the holder's clock
+    bool queued = false;       // 'H': a process is queued behind it
 };
 
 inline lock_record parse_lock_record(std::optional<std::string> const& value) {
@@ -154,7 +155,7 @@ inline lock_record parse_lock_record(std::optional<std::string> const& value) {
     if (r.kind == 'H' || r.kind == 'R')
         in >> r.owner;
     if (r.kind == 'H') {
-        in >> r.token;
+        in >> r.token >> r.since_ms;
         int queued = 0;
         in >> queued;
         r.queued = queued != 0;

@@ -79,6 +79,10 @@ int main() {
 #include <string>
 #include <utility>
 
+#include <fmt/format.h>
+
+#include <unistd.h>
+
 namespace {
 
 // Stands for the resource a lock protects: it refuses a write with a lower fence than the
@@ -153,6 +157,21 @@ std::shared_ptr<lock_metrics> watch(colock::locker& locker) {
 }
 //]
 
+//[readme_status
+// Who holds `name`, for a log line or an operator's page.
+asio::awaitable<std::string> who_holds(colock::locker& locker, std::string name) {
+    colock::lock_status const st = co_await locker.co_status(name);
+    if (!st.held())
+        co_return fmt::format("{} is {} (last fence {})", name, colock::to_string(st.state),
+                              st.fence);
+    std::string who = st.holder ? fmt::format("pid {} on {} ({})", st.holder->pid, st.holder->host,
+                                              st.holder->client_name)
+                                : "locker " + st.holder_id;
+    co_return fmt::format("{} is held by {}, fence {}, {} ms left, {} processes queued", name, who,
+                          st.fence, st.ttl.count(), st.queued);
+}
+//]
+
 void check(bool ok, char const* what) {
     if (!ok)
         throw std::runtime_error(std::string("readme snippets: ") + what);
@@ -184,6 +203,22 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     co_await again->unlock();
     // Two fencing holders, close_account's and this one.
     check(metrics->acquired == 4 && metrics->lost == 0, "the observer counted the acquisitions");
+
+    // Status: free, then held by this very process.
+    auto const free_line = co_await who_holds(locker, "report:daily");
+    check(free_line.starts_with("report:daily is free"), "status of a free lock");
+    auto report = co_await locker.co_lock("report:daily");
+    auto const held_line = co_await who_holds(locker, "report:daily");
+    check(held_line.find(fmt::format("pid {} on ", ::getpid())) != std::string::npos,
+          "status names the holder's pid");
+    //[readme_force_unlock
+    // The last resort, from another process: the holder is told at once.
+    bool const ended = co_await locker.co_force_unlock("report:daily");
+    //]
+    check(ended, "the forced unlock ended the lease");
+    co_await report.wait_lost();
+    check(report.lost(), "the holder was told of the forced unlock");
+    co_await report.unlock();
     conn.close();
 }
 

@@ -3,12 +3,14 @@
 //
 // Keys of lock `name` under prefix p, all in the hash slot of `{name}`:
 //   p{name}      the lock: one string, with the last fence folded in
-//                  "H <fence> <owner> <token> <queued>"  held by `token` of locker `owner`;
+//                  "H <fence> <owner> <token> <since> <queued>"  held by `token` of locker
+//                        `owner` since <since> (the holder's clock, ms since 1970, for status);
 //                        <queued>: 0 nobody queued, 1 only the holder's own locker,
 //                        2 another locker (the holder's process is told "q" at each of
 //                        that locker's attempts, at least every queue_refresh_interval)
 //                  "R <fence> <owner>"  handed to locker `owner`, which is told and claims
-//                                       it (a short expiry: the claim)
+//                                       it (a short expiry: the claim); owner "-" after a
+//                                       forced unlock: claimed by nobody, it lapses
 //                  "F <fence>"          free; kept for the rest of the last lease so the
 //                                       next fence is one more
 //   p{name}:q    the processes waiting, one entry per locker, in arrival order (a list)
@@ -16,6 +18,9 @@
 //                process refreshes it while it waits, so a dead one's entry lapses
 // Channel p{name}:w:<owner>: messages to locker `owner` alone: "g" the lock was handed to it,
 // "q" another locker queued behind the lease it holds.
+// Per locker, outside any lock's slot: p locker:<owner> is its record (a hash: host, pid,
+// program, client_name, started), kept while it holds leases, and the channel of the same name
+// tells it "f <token> <lock key>": its lease was ended by a forced unlock.
 //
 // Fences: the value's fence + 1, or the server's clock in microseconds when the key is absent
 // (never used, or lapsed). A holder's process hands the lease to its own waiters without a
@@ -36,7 +41,8 @@ namespace colock::detail {
 // ARGV[1] token, ARGV[2] ttl ms, ARGV[3] owner (the locker), ARGV[4] queueing: "0" never
 // (co_try_lock), "1" queue the owner when held, "2" also keep it queued after a grant (more of
 // its waiters are behind this one), ARGV[5] the queue entry's lifetime in ms, ARGV[6] the
-// channel prefix p{name}:w:.
+// channel prefix p{name}:w:, ARGV[7] the time of the request on the client's clock (ms since
+// 1970), kept in the value for status.
 // Returns {1, fence, others} when granted (or already ours: a retry after a lost reply is
 // idempotent), else {0, remaining ms of the holder's lease or of the claim, others}; `others`
 // is 1 when the lease is (or would be) ours and another locker is queued for it.
@@ -62,7 +68,7 @@ local function grant(fence, queue_may_exist)
     queued = 1
   end
   redis.call('SET', KEYS[1], 'H ' .. string.format('%.0f', fence) .. ' ' .. ARGV[3] .. ' ' ..
-             ARGV[1] .. ' ' .. queued, 'PX', ARGV[2])
+             ARGV[1] .. ' ' .. ARGV[7] .. ' ' .. queued, 'PX', ARGV[2])
   return {1, fence, queued == 2 and 1 or 0}
 end
 local v = redis.call('GET', KEYS[1])
@@ -83,7 +89,7 @@ elseif kind == 'R ' then
   if fence and owner == ARGV[3] then return grant(tonumber(fence) + 1, true) end
   if fence and ARGV[4] ~= '0' then enqueue() end
 elseif kind == 'H ' then
-  local fence, owner, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) (%d)$')
+  local fence, owner, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (%d)$')
   if fence and token == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tonumber(fence), queued == '2' and 1 or 0}
@@ -167,7 +173,7 @@ if ARGV[1] == '' then
   return 1
 end
 if not v then return 0 end
-local fence, holder, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) (%d)$')
+local fence, holder, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (%d)$')
 if not fence or token ~= ARGV[1] then return 0 end
 local last = tonumber(ARGV[5] or '0') or 0
 if last > tonumber(fence) then fence = string.format('%.0f', last) end
@@ -184,6 +190,41 @@ if v and string.match(v, '^H %d+ %S+ (%S+)') == ARGV[1] then
   return 1
 end
 return 0
+)lua";
+
+// Status: reads the lock. KEYS as for acquire. Returns {value or "", its PTTL, the number of
+// queued lockers whose entries are live, the server's time in ms}.
+inline constexpr std::string_view status_source = R"lua(
+local v = redis.call('GET', KEYS[1])
+local pttl = redis.call('PTTL', KEYS[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadlines = redis.call('HGETALL', KEYS[3])
+local live = 0
+for i = 2, #deadlines, 2 do
+  if (tonumber(deadlines[i]) or 0) >= now then live = live + 1 end
+end
+return {v or '', pttl, live, now}
+)lua";
+
+// Forced unlock. KEYS[1] lock; ARGV[1] the longest quarantine in ms.
+// Ends whatever lease holds the lock: the key becomes "R <fence> -", handed to nobody, for the
+// quarantine or what the lease had left, whichever is shorter, so that the holder's locker,
+// told meanwhile, stops handing the lease to its own waiters before anyone else can take the
+// lock; then the key lapses and the next fence comes from the clock, above every fence the
+// holder gave (each at most the clock at its time). Returns {1, owner, token} when a lease was
+// ended, {0} when the lock was not held.
+inline constexpr std::string_view force_unlock_source = R"lua(
+local v = redis.call('GET', KEYS[1])
+if not v then return {0} end
+local fence, owner, token = string.match(v, '^H (%d+) (%S+) (%S+) %d+ %d$')
+if not fence then return {0} end
+local left = redis.call('PTTL', KEYS[1])
+local quarantine = tonumber(ARGV[1])
+if left >= 0 and left < quarantine then quarantine = left end
+if quarantine < 1 then quarantine = 1 end
+redis.call('SET', KEYS[1], 'R ' .. fence .. ' -', 'PX', quarantine)
+return {1, owner, token}
 )lua";
 
 } // namespace colock::detail

@@ -1,0 +1,368 @@
+// Seeing and operating locks from outside their holders: status reads what the server holds
+// for a lock and who holds it; a forced unlock ends a holder's lease and tells its locker at
+// once; and the holder record, which names a locker's process, kept while it holds leases.
+#include "../detail/spawn.hpp"
+#include "errors.hpp"
+#include "guard.hpp"
+#include "locker_impl.hpp"
+
+#include <colock/locker.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <climits>
+#include <exception>
+#include <string_view>
+
+#include <unistd.h>
+
+#if defined(__GLIBC__)
+#include <errno.h> // program_invocation_short_name
+#endif
+
+namespace colock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using boost::system::system_error;
+using std::chrono::milliseconds;
+
+std::string_view to_string(lock_state state) noexcept {
+    switch (state) {
+    case lock_state::free:
+        return "free";
+    case lock_state::held:
+        return "held";
+    case lock_state::handed:
+        return "handed";
+    }
+    return "unknown";
+}
+
+namespace detail {
+
+namespace {
+
+std::string host_name() {
+    char name[HOST_NAME_MAX + 1] = {};
+    if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0')
+        return "unknown";
+    return name;
+}
+
+std::string program_name() {
+#if defined(__GLIBC__)
+    if (program_invocation_short_name && *program_invocation_short_name)
+        return program_invocation_short_name;
+#endif
+    return "unknown";
+}
+
+template <class Int>
+std::optional<Int> parse_integer(std::string_view text) {
+    Int value{};
+    auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc{} || end != text.data() + text.size() || text.empty())
+        return std::nullopt;
+    return value;
+}
+
+// The space-separated words of a lock key's value.
+std::vector<std::string_view> words(std::string_view text) {
+    std::vector<std::string_view> out;
+    while (!text.empty()) {
+        auto const space = text.find(' ');
+        out.push_back(text.substr(0, space));
+        if (space == std::string_view::npos)
+            break;
+        text.remove_prefix(space + 1);
+    }
+    return out;
+}
+
+// Reads the lock key's value and PTTL into `st`; false when they are not a lock's (a key set
+// by hand, or by something else under the prefix).
+bool read_lock_value(lock_reading const& r, lock_status& st) {
+    st.queued = r.queued > 0 ? static_cast<std::size_t>(r.queued) : 0;
+    st.ttl = r.pttl == -1 ? milliseconds::max() : milliseconds(std::max<std::int64_t>(r.pttl, 0));
+    if (r.value.empty()) {
+        st.state = lock_state::free;
+        st.ttl = milliseconds{0};
+        return true;
+    }
+    auto const w = words(r.value);
+    auto const fence = w.size() >= 2 ? parse_integer<std::int64_t>(w[1]) : std::nullopt;
+    if (!fence)
+        return false;
+    st.fence = *fence;
+    if (w[0] == "F" && w.size() == 2) {
+        st.state = lock_state::free;
+        return true;
+    }
+    if (w[0] == "R" && w.size() == 3) {
+        st.state = lock_state::handed;
+        if (w[2] != "-") // "-": a forced unlock, claimed by nobody
+            st.holder_id = std::string(w[2]);
+        return true;
+    }
+    if (w[0] == "H" && w.size() == 6) {
+        auto const since = parse_integer<std::int64_t>(w[4]);
+        if (!since)
+            return false;
+        st.state = lock_state::held;
+        st.holder_id = std::string(w[2]);
+        st.token = std::string(w[3]);
+        st.since = std::chrono::system_clock::time_point(
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(milliseconds(*since)));
+        return true;
+    }
+    return false;
+}
+
+holder_info read_holder(std::vector<std::pair<std::string, std::string>> const& fields) {
+    holder_info h;
+    for (auto const& [field, text] : fields) {
+        if (field == "host")
+            h.host = text;
+        else if (field == "pid")
+            h.pid = parse_integer<std::int64_t>(text).value_or(0);
+        else if (field == "program")
+            h.program = text;
+        else if (field == "client_name")
+            h.client_name = text;
+        else if (field == "started")
+            h.started = std::chrono::system_clock::time_point(
+                std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                    milliseconds(parse_integer<std::int64_t>(text).value_or(0))));
+    }
+    return h;
+}
+
+// What went wrong, naming the lock and the operation; for a connection that could not be
+// established, the connection's account of why.
+std::string failure_message(lease_store const& store, std::string_view what,
+                            std::string const& name, error_code ec,
+                            std::string const& server_text) {
+    std::string why = server_text;
+    if (why.empty() && is_connect_failure(ec))
+        why = store.last_error_text();
+    if (why.empty())
+        why = ec.message();
+    return fmt::format("colock: {} of lock '{}': {}", what, name, why);
+}
+
+struct status_outcome {
+    error_code ec;
+    std::string message;
+    lock_status status;
+};
+
+struct force_unlock_outcome {
+    error_code ec;
+    std::string message;
+    bool ended = false;
+};
+
+asio::awaitable<status_outcome> run_status(std::shared_ptr<locker_impl> self, std::string name) {
+    status_outcome out;
+    lock_keys const keys(self->prefix_, name, self->owner_);
+    auto const reading = co_await self->store_->read(keys);
+    if (reading.ec) {
+        out.ec = reading.ec;
+        out.message =
+            failure_message(*self->store_, "status", name, reading.ec, reading.server_text);
+        co_return out;
+    }
+    out.status.name = name;
+    if (!read_lock_value(reading, out.status)) {
+        out.ec = error::unexpected_reply;
+        out.message = fmt::format("colock: status of lock '{}': its key {} does not read as a "
+                                  "lock's (value \"{}\"); was it set by something else?",
+                                  name, keys.key, reading.value);
+        co_return out;
+    }
+    if (out.status.holder_id.empty())
+        co_return out;
+    auto const record =
+        co_await self->store_->read_record(self->locker_key_prefix_ + out.status.holder_id);
+    if (record.ec) {
+        out.ec = record.ec;
+        out.message = failure_message(*self->store_, "status", name, record.ec, record.server_text);
+        co_return out;
+    }
+    if (!record.fields.empty())
+        out.status.holder = read_holder(record.fields);
+    co_return out;
+}
+
+asio::awaitable<force_unlock_outcome> run_force_unlock(std::shared_ptr<locker_impl> self,
+                                                       std::string name) {
+    force_unlock_outcome out;
+    lock_keys const keys(self->prefix_, name, self->owner_);
+    auto const r = co_await self->store_->force_unlock(keys, self->locker_key_prefix_);
+    if (r.ec) {
+        out.ec = r.ec;
+        out.message = failure_message(*self->store_, "forced unlock", name, r.ec, r.server_text);
+        co_return out;
+    }
+    out.ended = r.ended;
+    if (r.ended && self->store_->logs(log_level::warning))
+        self->store_->log(log_level::warning,
+                          fmt::format("colock: lock '{}' force-unlocked: the lease of locker {} "
+                                      "was ended",
+                                      name, r.owner));
+    co_return out;
+}
+
+asio::awaitable<void> listen_for_forced(std::shared_ptr<locker_impl> self) {
+    auto const [ec, refusal] = co_await self->store_->subscribe(self->record_key_);
+    if (!ec) {
+        self->subscribed_for_forced_ = true;
+        if (self->closed_) // the locker went while the subscription was on its way
+            self->store_->unsubscribe(self->record_key_);
+        co_return;
+    }
+    if (self->store_->logs(log_level::warning))
+        self->store_->log(log_level::warning,
+                          fmt::format("colock: not subscribed to {} ({}); a forced unlock of a "
+                                      "lock this locker holds is noticed at its next renewal",
+                                      self->record_key_, refusal.empty() ? ec.message() : refusal));
+}
+
+// The awaitable of `run(impl, name)`, for co_status and co_force_unlock: the name checked when
+// it is awaited, a failure thrown with its message, completed off the locker's strand.
+template <class Result, class Run, class Take>
+asio::awaitable<Result> await_run(std::shared_ptr<locker_impl> impl, std::string name, Run run,
+                                  Take take) {
+    auto initiation = [impl = std::move(impl), name = std::move(name), run,
+                       take](auto handler) mutable {
+        try {
+            validate(name, lock_options{});
+        } catch (...) {
+            auto const ex =
+                asio::get_associated_executor(handler, impl->strand_.get_inner_executor());
+            asio::post(ex, [h = std::move(handler), e = std::current_exception()]() mutable {
+                std::move(h)(e, Result{});
+            });
+            return;
+        }
+        auto strand = impl->strand_;
+        spawn_cancellable(strand, run(std::move(impl), std::move(name)), std::move(handler),
+                          [take](auto h, std::exception_ptr e, auto out) {
+                              if (!e && out.ec)
+                                  e = std::make_exception_ptr(system_error(out.ec, out.message));
+                              if (e)
+                                  std::move(h)(e, Result{});
+                              else
+                                  std::move(h)(e, take(std::move(out)));
+                          });
+    };
+    return asio::async_initiate<asio::use_awaitable_t<> const, void(std::exception_ptr, Result)>(
+        std::move(initiation), asio::use_awaitable);
+}
+
+} // namespace
+
+std::vector<std::pair<std::string, std::string>>
+holder_record_fields(std::string const& client_name) {
+    auto const started = std::chrono::duration_cast<milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+    return {{"host", host_name()},
+            {"pid", std::to_string(::getpid())},
+            {"program", program_name()},
+            {"client_name", client_name},
+            {"started", std::to_string(started)}};
+}
+
+void locker_impl::keep_record(milliseconds ttl) {
+    if (!listening_for_forced_ && !closed_) {
+        listening_for_forced_ = true;
+        asio::co_spawn(strand_, listen_for_forced(shared_from_this()), asio::detached);
+    }
+    // Written to outlive the lease by two minutes, and again once it would not outlive it by
+    // one: about once a minute while leases keep being granted or renewed.
+    constexpr milliseconds margin{60000};
+    auto const now = clock_type::now();
+    if (now + ttl + margin <= record_expires_)
+        return;
+    record_expires_ = now + ttl + 2 * margin;
+    store_->write_record(record_key_, record_fields_, ttl + 2 * margin);
+}
+
+void locker_impl::on_forced(std::string const& payload) {
+    // "f <token> <lock key>"
+    std::string_view rest(payload);
+    if (!rest.starts_with("f "))
+        return;
+    rest.remove_prefix(2);
+    auto const space = rest.find(' ');
+    if (space == std::string_view::npos)
+        return;
+    auto const token = rest.substr(0, space);
+    auto const key = rest.substr(space + 1);
+    for (auto const& weak : held_)
+        if (auto st = weak.lock(); st && st->keys.key == key && st->lease_token == token) {
+            st->mark_lost(loss_reason::forced);
+            st->renew_timer.cancel();
+        }
+    // A waiter here that a holder of this process handed the lease to must not take it now.
+    if (auto* q = queues_.find(lock_keys(std::string(key), owner_)))
+        for (auto& w : q->waiters)
+            if (w.baton && w.baton->lease_token == token)
+                w.baton.reset();
+}
+
+} // namespace detail
+
+void locker::start_status(std::string name, status_handler handler) {
+    auto strand = impl_->strand_;
+    detail::spawn_cancellable(
+        strand, detail::run_status(impl_, std::move(name)), std::move(handler),
+        [](status_handler h, std::exception_ptr e, detail::status_outcome out) {
+            if (e)
+                out.ec = error::unexpected_reply;
+            std::move(h)(out.ec, std::move(out.status));
+        });
+}
+
+void locker::start_force_unlock(std::string name, force_unlock_handler handler) {
+    auto strand = impl_->strand_;
+    detail::spawn_cancellable(
+        strand, detail::run_force_unlock(impl_, std::move(name)), std::move(handler),
+        [](force_unlock_handler h, std::exception_ptr e, detail::force_unlock_outcome out) {
+            if (e)
+                out.ec = error::unexpected_reply;
+            std::move(h)(out.ec, out.ended);
+        });
+}
+
+asio::awaitable<lock_status> locker::co_status(std::string name) {
+    return detail::await_run<lock_status>(
+        impl_, std::move(name),
+        [](std::shared_ptr<detail::locker_impl> impl, std::string n) {
+            return detail::run_status(std::move(impl), std::move(n));
+        },
+        [](detail::status_outcome out) { return std::move(out.status); });
+}
+
+asio::awaitable<bool> locker::co_force_unlock(std::string name) {
+    return detail::await_run<bool>(
+        impl_, std::move(name),
+        [](std::shared_ptr<detail::locker_impl> impl, std::string n) {
+            return detail::run_force_unlock(std::move(impl), std::move(n));
+        },
+        [](detail::force_unlock_outcome out) { return out.ended; });
+}
+
+std::string const& locker::id() const noexcept {
+    return impl_->owner_;
+}
+
+} // namespace colock
