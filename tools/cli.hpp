@@ -1,0 +1,101 @@
+// The colock command-line tool: its exit codes, its options and the subcommands' entry points.
+#pragma once
+
+#include <colock/locker.hpp>
+#include <colock/redis/connection.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+// CMake passes the project's version; a build without it still compiles.
+#ifndef COLOCK_VERSION
+#define COLOCK_VERSION "unknown"
+#endif
+
+namespace colock::cli {
+
+// Exit codes. 0, 1 and a command's own status are the answer; the 12x codes are above what
+// commands commonly use and below the shell's 126/127 and 128+N.
+inline constexpr int exit_ok = 0;
+/// status: the lock is not held (free or handed over); unlock: nobody held it.
+inline constexpr int exit_no = 1;
+inline constexpr int exit_usage = 2;
+/// exec: the lock was not acquired within --wait.
+inline constexpr int exit_not_acquired = 120;
+/// exec: the lease was lost while the command ran; the command was sent SIGTERM.
+inline constexpr int exit_lost = 121;
+/// The server could not be reached, or Redis or the tool failed.
+inline constexpr int exit_failure = 122;
+/// exec: the command was found but could not be executed (as shells report it).
+inline constexpr int exit_not_executable = 126;
+/// exec: the command was not found (as shells report it).
+inline constexpr int exit_not_found = 127;
+
+enum class subcommand { none, exec, status, list, unlock };
+
+/// The command line, parsed and checked.
+struct options {
+    subcommand cmd = subcommand::none;
+    bool help = false;
+    bool version = false;
+    /// --url, else COLOCK_REDIS_URL, else the default; url_source says which (for messages).
+    std::string url = "redis://127.0.0.1:6379";
+    std::string url_source = "the default URL";
+    std::string prefix = "colock:";
+    bool verbose = false;
+
+    // exec
+    std::chrono::milliseconds ttl{30'000};
+    /// How long to wait for the lock; nullopt: without a limit ("--wait forever").
+    std::optional<std::chrono::milliseconds> wait = std::chrono::milliseconds{10'000};
+    std::chrono::milliseconds grace{10'000};
+    std::vector<std::string> command;
+
+    // exec, status, unlock: the lock; list: the pattern.
+    std::string name;
+    std::string pattern = "*";
+    bool json = false;
+    bool force = false;
+};
+
+/// A command line the tool cannot run: the message names what is wrong; main prints it with
+/// the subcommand's usage line and exits with exit_usage.
+class usage_error : public std::runtime_error {
+public:
+    usage_error(subcommand cmd, std::string const& message)
+        : std::runtime_error(message), cmd_(cmd) {}
+    subcommand cmd() const noexcept { return cmd_; }
+
+private:
+    subcommand cmd_;
+};
+
+/// Parses argv. `env_url` is COLOCK_REDIS_URL (nullptr when unset). Throws usage_error.
+options parse_args(int argc, char const* const* argv, char const* env_url);
+
+/// "500ms", "30s", "2m", "1h", "1.5s"; a bare number is seconds. nullopt when `text` is not
+/// one of those, or too large for milliseconds.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+/// One line: "usage: colock ..." for the subcommand (or for all when none).
+std::string usage_line(subcommand cmd);
+/// The --help text.
+std::string help_text();
+
+// The subcommands. Each returns its exit code; a failure of the server or the connection is
+// thrown (main reports it and exits with exit_failure).
+boost::asio::awaitable<int> run_exec(options const& opt, redis::connection& conn, locker& lk);
+boost::asio::awaitable<int> run_status(options const& opt, locker& lk);
+boost::asio::awaitable<int> run_list(options const& opt, redis::connection& conn, locker& lk);
+boost::asio::awaitable<int> run_unlock(options const& opt, locker& lk);
+
+/// Prints "colock: <message>" to stderr.
+void complain(std::string_view message);
+
+} // namespace colock::cli

@@ -1,0 +1,353 @@
+// The command line: subcommands, options (before or after the subcommand, "--opt value" or
+// "--opt=value"), durations, and the help text.
+#include "cli.hpp"
+
+#include "text.hpp"
+
+#include <colock/lock_options.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+
+namespace colock::cli {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string_view name_of(subcommand cmd) {
+    switch (cmd) {
+    case subcommand::exec:
+        return "exec";
+    case subcommand::status:
+        return "status";
+    case subcommand::list:
+        return "list";
+    case subcommand::unlock:
+        return "unlock";
+    case subcommand::none:
+        break;
+    }
+    return "";
+}
+
+std::optional<subcommand> subcommand_named(std::string_view word) {
+    for (auto cmd : {subcommand::exec, subcommand::status, subcommand::list, subcommand::unlock})
+        if (word == name_of(cmd))
+            return cmd;
+    return std::nullopt;
+}
+
+// Reads the options and operands of one command line, in order.
+class parser {
+public:
+    parser(int argc, char const* const* argv) : args_(argv + 1, argv + (argc > 0 ? argc : 1)) {}
+
+    options parse(char const* env_url) {
+        if (env_url != nullptr && *env_url != '\0') {
+            o_.url = env_url;
+            o_.url_source = "COLOCK_REDIS_URL";
+        }
+        // --help and --version win over everything else on the line (before "--").
+        for (auto const& a : args_) {
+            if (a == "--")
+                break;
+            if (a == "-h" || a == "--help")
+                o_.help = true;
+            else if (a == "--version")
+                o_.version = true;
+        }
+        if (o_.help || o_.version)
+            return o_;
+
+        std::vector<std::string> operands;
+        bool options_ended = false;
+        bool saw_separator = false;
+        for (i_ = 0; i_ < args_.size(); ++i_) {
+            std::string const& a = args_[i_];
+            if (!options_ended && a == "--") {
+                if (o_.cmd == subcommand::exec) {
+                    saw_separator = true;
+                    o_.command.assign(args_.begin() + static_cast<std::ptrdiff_t>(i_ + 1),
+                                      args_.end());
+                    break;
+                }
+                options_ended = true;
+                continue;
+            }
+            if (!options_ended && a.size() > 1 && a[0] == '-') {
+                option(a);
+                continue;
+            }
+            if (o_.cmd == subcommand::none) {
+                auto const cmd = subcommand_named(a);
+                if (!cmd)
+                    throw usage_error(subcommand::none,
+                                      fmt::format("unknown subcommand '{}'", printable(a)));
+                o_.cmd = *cmd;
+                continue;
+            }
+            operands.push_back(a);
+        }
+        finish(std::move(operands), saw_separator);
+        return o_;
+    }
+
+private:
+    [[noreturn]] void refuse(std::string const& message) const {
+        throw usage_error(o_.cmd, o_.cmd == subcommand::none
+                                      ? message
+                                      : fmt::format("{}: {}", name_of(o_.cmd), message));
+    }
+
+    // One option, "--name", "--name=value" or "-h"; takes its value from the next argument
+    // when it needs one and has none inline.
+    void option(std::string const& arg) {
+        std::string name = arg;
+        std::optional<std::string> inline_value;
+        if (arg.starts_with("--"))
+            if (auto eq = arg.find('='); eq != std::string::npos) {
+                name = arg.substr(0, eq);
+                inline_value = arg.substr(eq + 1);
+            }
+        auto value = [&]() -> std::string {
+            if (inline_value)
+                return *inline_value;
+            if (i_ + 1 >= args_.size())
+                refuse(fmt::format("{} needs a value", name));
+            return args_[++i_];
+        };
+        auto flag = [&](bool& target) {
+            if (inline_value)
+                refuse(fmt::format("{} takes no value", name));
+            target = true;
+        };
+        auto const cmd = o_.cmd;
+        if (name == "--url") {
+            o_.url = value();
+            o_.url_source = "--url";
+        } else if (name == "--prefix") {
+            o_.prefix = value();
+        } else if (name == "-v" || name == "--verbose") {
+            flag(o_.verbose);
+        } else if (cmd == subcommand::exec && name == "--ttl") {
+            o_.ttl = duration(name, value());
+        } else if (cmd == subcommand::exec && name == "--wait") {
+            auto const v = value();
+            o_.wait = v == "forever" ? std::nullopt : std::optional{duration(name, v)};
+        } else if (cmd == subcommand::exec && name == "--grace") {
+            o_.grace = duration(name, value());
+        } else if ((cmd == subcommand::status || cmd == subcommand::list) && name == "--json") {
+            flag(o_.json);
+        } else if (cmd == subcommand::unlock && name == "--force") {
+            flag(o_.force);
+        } else if (cmd == subcommand::none) {
+            refuse(fmt::format("unknown option '{}' (subcommand options go after the subcommand)",
+                               printable(name)));
+        } else {
+            refuse(fmt::format("unknown option '{}'", printable(name)));
+        }
+    }
+
+    milliseconds duration(std::string const& option, std::string const& text) const {
+        auto const d = parse_duration(text);
+        if (!d)
+            refuse(fmt::format("{}: bad duration '{}' (use e.g. 500ms, 30s, 2m or 1h; a bare "
+                               "number is seconds)",
+                               option, printable(text)));
+        return *d;
+    }
+
+    void need_name(std::vector<std::string> const& operands, std::string_view what) {
+        if (operands.empty())
+            refuse(fmt::format("missing the {}", what));
+        o_.name = operands.front();
+        if (o_.name.size() > max_lock_name_length)
+            refuse(fmt::format("the lock name is {} bytes, over the limit of {}", o_.name.size(),
+                               max_lock_name_length));
+    }
+
+    void finish(std::vector<std::string> operands, bool saw_separator) {
+        switch (o_.cmd) {
+        case subcommand::none:
+            throw usage_error(subcommand::none, "missing the subcommand");
+        case subcommand::exec:
+            if (!saw_separator)
+                refuse(operands.size() > 1
+                           ? "missing '--' between the lock name and the command"
+                           : "missing '--' and the command to run (NAME -- COMMAND [ARGS...])");
+            if (operands.size() > 1)
+                refuse(fmt::format("one lock name expected before '--', got {}", operands.size()));
+            need_name(operands, "lock name");
+            if (o_.command.empty())
+                refuse("no command after '--'");
+            check_exec_durations();
+            break;
+        case subcommand::status:
+        case subcommand::unlock:
+            if (operands.size() > 1)
+                refuse(fmt::format("one lock name expected, got {}", operands.size()));
+            need_name(operands, "lock name");
+            if (o_.cmd == subcommand::unlock && !o_.force)
+                refuse("refusing without --force: it ends the lease of whoever holds the lock, "
+                       "while that holder may still be at work");
+            break;
+        case subcommand::list:
+            if (operands.size() > 1)
+                refuse(fmt::format("at most one pattern expected, got {}", operands.size()));
+            if (!operands.empty())
+                o_.pattern = operands.front();
+            if (o_.pattern.empty())
+                refuse("the pattern is empty");
+            break;
+        }
+        if (o_.name.empty() && o_.cmd != subcommand::list)
+            refuse("the lock name is empty");
+    }
+
+    void check_exec_durations() const {
+        if (o_.ttl.count() <= 0)
+            refuse("--ttl must be above 0");
+        // The lease is renewed every third of it, which must be at least a millisecond.
+        if (o_.ttl < milliseconds{3})
+            refuse(fmt::format("--ttl {}: too short to renew (at least 3ms)",
+                               format_duration(o_.ttl)));
+        if (o_.ttl > max_lock_ttl)
+            refuse(fmt::format("--ttl {}: above the longest lease, {}", format_duration(o_.ttl),
+                               format_duration(max_lock_ttl)));
+    }
+
+    std::vector<std::string> args_;
+    std::size_t i_ = 0;
+    options o_;
+};
+
+} // namespace
+
+std::optional<milliseconds> parse_duration(std::string_view text) {
+    constexpr auto max = std::numeric_limits<std::int64_t>::max();
+    std::size_t pos = 0;
+    std::int64_t whole = 0;
+    std::size_t whole_digits = 0;
+    for (; pos < text.size() && text[pos] >= '0' && text[pos] <= '9'; ++pos, ++whole_digits) {
+        if (whole > (max - 9) / 10)
+            return std::nullopt;
+        whole = whole * 10 + (text[pos] - '0');
+    }
+    // Up to 9 decimals; more would not change a count of milliseconds anyway.
+    std::int64_t fraction = 0;
+    std::int64_t scale = 1;
+    std::size_t fraction_digits = 0;
+    if (pos < text.size() && text[pos] == '.') {
+        for (++pos; pos < text.size() && text[pos] >= '0' && text[pos] <= '9'; ++pos) {
+            if (++fraction_digits <= 9) {
+                fraction = fraction * 10 + (text[pos] - '0');
+                scale *= 10;
+            }
+        }
+        if (fraction_digits == 0)
+            return std::nullopt;
+    }
+    if (whole_digits == 0)
+        return std::nullopt;
+    auto const unit = text.substr(pos);
+    std::int64_t unit_ms = 0;
+    if (unit.empty() || unit == "s")
+        unit_ms = 1000;
+    else if (unit == "ms")
+        unit_ms = 1;
+    else if (unit == "m")
+        unit_ms = 60'000;
+    else if (unit == "h")
+        unit_ms = 3'600'000;
+    else
+        return std::nullopt;
+    if (whole > max / unit_ms)
+        return std::nullopt;
+    // fraction < 1e9 and unit_ms <= 3.6e6: the product fits; rounded to the nearest ms.
+    auto const extra = (fraction * unit_ms + scale / 2) / scale;
+    if (whole * unit_ms > max - extra)
+        return std::nullopt;
+    return milliseconds{whole * unit_ms + extra};
+}
+
+options parse_args(int argc, char const* const* argv, char const* env_url) {
+    return parser{argc, argv}.parse(env_url);
+}
+
+std::string usage_line(subcommand cmd) {
+    switch (cmd) {
+    case subcommand::exec:
+        return "usage: colock [OPTIONS] exec [--ttl D] [--wait D|forever] [--grace D] NAME -- "
+               "COMMAND [ARGS...]";
+    case subcommand::status:
+        return "usage: colock [OPTIONS] status [--json] NAME";
+    case subcommand::list:
+        return "usage: colock [OPTIONS] list [--json] [PATTERN]";
+    case subcommand::unlock:
+        return "usage: colock [OPTIONS] unlock --force NAME";
+    case subcommand::none:
+        break;
+    }
+    return "usage: colock [--url URL] [--prefix P] {exec|status|list|unlock} ...";
+}
+
+std::string help_text() {
+    return fmt::format(
+        R"(colock {} - run a command under a distributed lock held in Redis, and inspect locks
+
+usage:
+  colock [OPTIONS] exec [--ttl D] [--wait D|forever] [--grace D] NAME -- COMMAND [ARGS...]
+  colock [OPTIONS] status [--json] NAME
+  colock [OPTIONS] list [--json] [PATTERN]
+  colock [OPTIONS] unlock --force NAME
+
+subcommands:
+  exec     Take lock NAME, run COMMAND while the lease is renewed, release the lock when
+           COMMAND exits and exit with its status. If the lease is lost meanwhile, COMMAND
+           gets SIGTERM, then SIGKILL after --grace. SIGTERM and SIGHUP to colock are passed
+           on to COMMAND; so is SIGINT, unless colock runs in the terminal's foreground (the
+           terminal sends it to COMMAND too).
+  status   Show lock NAME: state, holder (locker id, host, pid, program), lease start, time
+           left, fence, queued processes. Exit 0 when held, 1 when free or handed over.
+  list     Show every lock whose name matches PATTERN (a Redis glob; default *), free ones
+           included.
+  unlock   End the lease of whoever holds NAME now. The holder is told at once and stops;
+           its command gets SIGTERM. Needs --force. Exit 0 when a lease was ended, 1 when
+           nobody held the lock.
+
+options (before or after the subcommand; --opt VALUE or --opt=VALUE):
+  --url URL        the Redis server: redis://[[user]:password@]host[:port][/db],
+                   rediss://... (TLS) or unix:///path/to/redis.sock[?db=N]
+                   (default: $COLOCK_REDIS_URL, else redis://127.0.0.1:6379)
+  --prefix P       key prefix of the locks (default colock:)
+  -v, --verbose    print the library's log lines (connections, losses) to stderr
+  --ttl D          exec: the lease, renewed every third of it (default 30s)
+  --wait D         exec: how long to wait for the lock (default 10s; 0: one attempt;
+                   forever: no limit)
+  --grace D        exec: from SIGTERM to SIGKILL when the lease is lost (default 10s)
+  --json           status, list: print JSON
+  --force          unlock: required
+  -h, --help       print this help
+  --version        print the version
+Durations: 500ms, 30s, 2m, 1h, 1.5s; a bare number is seconds.
+
+exit status:
+  0    success; exec: the command's own status (128+N when signal N ended it)
+  1    status: the lock is not held; unlock: nobody held the lock
+  2    usage error
+  120  exec: the lock was not acquired within --wait
+  121  exec: the lease was lost while the command ran (the command was sent SIGTERM)
+  122  the Redis server could not be reached, or a Redis or tool error
+  126  exec: the command could not be executed
+  127  exec: the command was not found
+
+environment:
+  COLOCK_REDIS_URL  the Redis server when --url is not given
+)",
+        COLOCK_VERSION);
+}
+
+} // namespace colock::cli

@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# Usage: colock_test.sh COLOCK_BINARY   (under scripts/with-redis.sh)
+#
+# Checks the colock tool against the server in COLOCK_REDIS_URL: mutual exclusion of two
+# `exec`s, exit statuses passed through, a lock not acquired within --wait, a lease lost to a
+# deleted key and to a forced unlock (the command gets SIGTERM), status, list, usage errors, an
+# unreachable server, and SIGTERM passed on to the command. Every wait polls for its condition
+# with a bound; nothing relies on a fixed sleep being long enough.
+
+# shellcheck disable=SC2016 # single-quoted strings are scripts for sh -c, expanded there
+set -euo pipefail
+
+colock=$1
+: "${COLOCK_REDIS_URL:?run under scripts/with-redis.sh}"
+redis_cli=${COLOCK_REDIS_CLI:-redis-cli}
+work=$(mktemp -d "${TMPDIR:-/tmp}/colock-tool.XXXXXX")
+bg_pids=() # the colock processes started in the background
+
+# shellcheck disable=SC2317 # called from the EXIT trap
+cleanup() {
+    local p f
+    for p in "${bg_pids[@]}"; do
+        { kill -KILL "$p" && wait "$p"; } 2>/dev/null || true
+    done
+    # The commands write their own pid to $work/*.pid: end those that outlived their colock.
+    for f in "$work"/*.pid; do
+        [ -f "$f" ] || continue
+        p=$(cat "$f" 2>/dev/null) || continue
+        if [ -n "$p" ]; then kill -KILL "$p" 2>/dev/null || true; fi
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "colock_test: FAIL: $*" >&2
+    for f in "$work"/*.out "$work"/*.err; do
+        [ -s "$f" ] || continue
+        echo "--- $(basename "$f"):" >&2
+        cat "$f" >&2
+    done
+    exit 1
+}
+pass() { echo "colock_test: ok: $*"; }
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# wait_until SECONDS WHAT COMMAND...: polls COMMAND every 50 ms until it succeeds.
+wait_until() {
+    local limit=$1 what=$2
+    shift 2
+    local deadline=$(($(now_ms) + limit * 1000))
+    until "$@"; do
+        [ "$(now_ms)" -lt "$deadline" ] || fail "no $what within ${limit}s"
+        sleep 0.05
+    done
+}
+
+# wait_exit PID SECONDS: waits for a background process to end, within a bound; sets $s to its
+# exit status. (Not in a $(...) subshell, which could not wait for this shell's children.)
+wait_exit() {
+    local pid=$1 limit=$2
+    wait_until "$limit" "exit of process $pid" eval "! kill -0 $pid 2>/dev/null"
+    s=0
+    wait "$pid" || s=$?
+}
+
+# run_colock NAME ARGS...: runs colock in the foreground, output in $work/NAME.out and .err;
+# sets $status and $took (ms).
+run_colock() {
+    local name=$1
+    shift
+    local start
+    start=$(now_ms)
+    status=0
+    "$colock" "$@" >"$work/$name.out" 2>"$work/$name.err" || status=$?
+    took=$(($(now_ms) - start))
+}
+
+# start_holder NAME ARGS... -- COMMAND: colock in the background; its pid in $holder.
+start_holder() {
+    local name=$1
+    shift
+    "$colock" "$@" >"$work/$name.out" 2>"$work/$name.err" &
+    holder=$!
+    bg_pids+=("$holder")
+}
+
+# A command that records its pid in $1, writes "term" to $2 on SIGTERM and exits with 3, and
+# otherwise runs for at most 60 s.
+trapping_command=(sh -c 'trap "echo term > \"$2\"; exit 3" TERM; echo $$ > "$1"
+    i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done' sh)
+# A command that records its pid in $1 (exec: the pid is the sleep's) and sleeps 60 s.
+sleeping_command=(sh -c 'echo $$ > "$1"; exec sleep 60' sh)
+
+expect_status() { # EXPECTED WHAT
+    [ "$status" = "$1" ] || fail "$2: exit status $status, expected $1"
+}
+
+# --- 8. usage errors: exit 2 and a usage line on stderr -----------------------------------------
+check_usage() { # WHAT ARGS...
+    local what=$1
+    shift
+    run_colock usage "$@"
+    expect_status 2 "$what"
+    grep -q '^usage: colock' "$work/usage.err" || fail "$what: no usage line on stderr"
+    grep -q "^try 'colock --help'" "$work/usage.err" || fail "$what: no 'try colock --help'"
+    grep -q '^colock: ' "$work/usage.err" || fail "$what: no 'colock: ' message"
+}
+check_usage "no arguments"
+check_usage "an unknown subcommand" frobnicate x
+check_usage "exec without --" exec name true
+check_usage "a bad duration" exec --ttl 5x name -- true
+grep -q -- "--ttl.*'5x'" "$work/usage.err" || fail "the bad duration's message names neither option nor value"
+check_usage "a bad duration after =" exec --wait=soon name -- true
+check_usage "unlock without --force" unlock name
+grep -q -- '--force' "$work/usage.err" || fail "unlock without --force: the message does not say why"
+check_usage "an unknown option" status --bogus name
+check_usage "a missing name" status
+check_usage "exec without a command" exec name --
+run_colock help --help
+expect_status 0 "--help"
+grep -q '^exit status:' "$work/help.out" || fail "--help lists no exit codes"
+grep -q '121' "$work/help.out" || fail "--help does not name the lost code"
+run_colock help exec --help
+expect_status 0 "exec --help"
+run_colock version --version
+expect_status 0 "--version"
+grep -qE '^colock [0-9]+\.[0-9]+' "$work/version.out" || fail "--version printed $(cat "$work/version.out")"
+pass "usage errors exit 2 with a usage line; --help and --version exit 0"
+
+# --- 9. an unreachable server: exit 122 naming the endpoint, fast ------------------------------
+for sub in "status x" "exec x -- true"; do
+    # shellcheck disable=SC2086 # the subcommand's words
+    run_colock unreachable --url redis://127.0.0.1:1 $sub
+    expect_status 122 "unreachable server ($sub)"
+    grep -q '127.0.0.1:1' "$work/unreachable.err" || fail "unreachable server: the message does not name the endpoint"
+    [ "$took" -lt 5000 ] || fail "unreachable server: took $took ms"
+done
+pass "an unreachable server gives 122, naming 127.0.0.1:1, in $took ms"
+
+# --- 1. two execs racing for one name: their commands never overlap ----------------------------
+stamps=$work/stamps
+critical='echo "start $(date +%s%N)" >> "$1"; sleep 0.5; echo "end $(date +%s%N)" >> "$1"'
+"$colock" exec --wait 30s race -- sh -c "$critical" sh "$stamps" >"$work/race1.out" 2>"$work/race1.err" &
+p1=$!
+bg_pids+=("$p1")
+"$colock" exec --wait 30s race -- sh -c "$critical" sh "$stamps" >"$work/race2.out" 2>"$work/race2.err" &
+p2=$!
+bg_pids+=("$p2")
+wait_exit "$p1" 60
+s1=$s
+wait_exit "$p2" 60
+s2=$s
+if [ "$s1" != 0 ] || [ "$s2" != 0 ]; then
+    fail "racing execs exited $s1 and $s2, expected 0 and 0"
+fi
+[ "$(awk '{ printf "%s ", $1 }' "$stamps")" = "start end start end " ] ||
+    fail "the two commands overlapped: $(tr '\n' ' ' <"$stamps")"
+awk 'NR > 1 && $2 < prev { exit 1 } { prev = $2 }' "$stamps" ||
+    fail "time stamps out of order: $(tr '\n' ' ' <"$stamps")"
+pass "two racing execs ran one after the other, both exit 0"
+
+# --- 2. exit statuses pass through, and the lock is released after the command -----------------
+run_colock st exec st -- sh -c 'exit 7'
+expect_status 7 "exec of 'exit 7'"
+run_colock st exec st -- sh -c 'kill -KILL $$'
+expect_status 137 "exec of a command killed by SIGKILL"
+run_colock st exec st -- sh -c 'kill -USR1 $$'
+expect_status $((128 + $(kill -l USR1))) "exec of a command killed by SIGUSR1"
+run_colock st status st
+expect_status 1 "status after the command ended (released)"
+run_colock st exec st -- /nonexistent/command
+expect_status 127 "exec of a missing path"
+run_colock st exec st -- colock-no-such-command
+expect_status 127 "exec of a command not in PATH"
+grep -q 'command not found' "$work/st.err" || fail "exec of a missing command: no 'command not found'"
+printf '#!/bin/sh\n' >"$work/not-executable"
+chmod 644 "$work/not-executable"
+run_colock st exec st -- "$work/not-executable"
+expect_status 126 "exec of a file that is not executable"
+run_colock st status st
+expect_status 1 "status after a failed exec (released)"
+pass "exit statuses 7, 137, 128+SIGUSR1, 127, 126 passed through; the lock released each time"
+
+# --- 3. not acquired within --wait: 120, quickly ------------------------------------------------
+start_holder held exec busy -- "${sleeping_command[@]}" "$work/held.pid"
+wait_until 10 "holder command" test -s "$work/held.pid"
+run_colock busy exec --wait 200ms busy -- true
+expect_status 120 "exec --wait 200ms of a held lock"
+[ "$took" -ge 150 ] || fail "exec --wait 200ms gave up after $took ms"
+[ "$took" -lt 3000 ] || fail "exec --wait 200ms took $took ms"
+grep -q 'not acquired within 200ms' "$work/busy.err" || fail "exec --wait 200ms: no 'not acquired' message"
+run_colock busy exec --wait 0 busy -- true
+expect_status 120 "exec --wait 0 of a held lock"
+[ "$took" -lt 3000 ] || fail "exec --wait 0 took $took ms"
+kill -TERM "$holder"
+wait_exit "$holder" 10
+[ "$s" = 143 ] || fail "the holder (sleep) exited $s after SIGTERM, expected 143"
+pass "a held lock: --wait 200ms and --wait 0 exit 120 (in $took ms for --wait 0)"
+
+# --- 3b. a waiter ended by SIGTERM exits 143 and takes its entry out of the queue in Redis ------
+# (Left behind, it would be handed the next release and hold the lock up for a 1 s claim.) The
+# removal is a script the waiter runs after its wait was cancelled; SCRIPT FLUSH makes the server
+# ask for the script first (NOSCRIPT), the slow path that an exit right after the cancellation
+# cuts off. The removal still races the tool's exit, so the check runs several times.
+start_holder qholder exec qn -- "${sleeping_command[@]}" "$work/qholder.pid"
+qholder=$holder
+wait_until 10 "holder command" test -s "$work/qholder.pid"
+qlen() { "$redis_cli" -u "$COLOCK_REDIS_URL" LLEN 'colock:{qn}:q'; }
+for round in 1 2 3 4; do
+    "$redis_cli" -u "$COLOCK_REDIS_URL" SCRIPT FLUSH >/dev/null
+    start_holder qwaiter exec --wait 30s qn -- true
+    wait_until 10 "the waiter's entry in the queue" eval '[ "$(qlen)" -ge 1 ]'
+    # Let its attempt's reply arrive, so that SIGTERM finds it asleep in the queue (the case to
+    # check). A machine too slow for this pause makes the check weaker, never wrongly failed.
+    sleep 0.2
+    kill -TERM "$holder"
+    wait_exit "$holder" 10
+    [ "$s" = 143 ] || fail "a waiter ended by SIGTERM exited $s, expected 143"
+    [ "$(qlen)" = 0 ] || fail "round $round: the departed waiter left its entry in colock:{qn}:q"
+done
+kill -TERM "$qholder"
+wait_exit "$qholder" 10
+pass "a waiter ended by SIGTERM exits 143 and leaves the queue in Redis (4 rounds)"
+
+# --- 4. lease lost (key deleted): the command gets SIGTERM, colock exits 121 --------------------
+start_holder lost exec --ttl=2s --grace 10s lost -- "${trapping_command[@]}" "$work/lost.pid" "$work/lost.term"
+wait_until 10 "holder command" test -s "$work/lost.pid"
+"$redis_cli" -u "$COLOCK_REDIS_URL" DEL 'colock:{lost}' >/dev/null
+deleted=$(now_ms)
+wait_exit "$holder" 10
+took=$(($(now_ms) - deleted))
+[ "$s" = 121 ] || fail "exec whose key was deleted exited $s, expected 121"
+[ -s "$work/lost.term" ] || fail "the command did not get SIGTERM when the lease was lost"
+[ "$took" -lt 5000 ] || fail "the loss took $took ms to act on (renewal every 667 ms)"
+grep -q "lost the lock 'lost'" "$work/lost.err" || fail "no message on the lost lease"
+pass "a deleted key: SIGTERM to the command, exit 121, $took ms after the DEL"
+
+# --- 4b. a command that ignores SIGTERM gets SIGKILL after --grace ------------------------------
+start_holder stubborn exec --ttl 2s --grace 300ms stubborn -- sh -c 'trap "" TERM; echo $$ > "$1"
+    i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done' sh "$work/stubborn.pid"
+wait_until 10 "holder command" test -s "$work/stubborn.pid"
+"$redis_cli" -u "$COLOCK_REDIS_URL" DEL 'colock:{stubborn}' >/dev/null
+wait_exit "$holder" 10
+[ "$s" = 121 ] || fail "exec of a command that ignores SIGTERM exited $s after the loss, expected 121"
+grep -q 'SIGKILL' "$work/stubborn.err" || fail "no SIGKILL reported after --grace"
+kill -0 "$(cat "$work/stubborn.pid")" 2>/dev/null && fail "the command that ignored SIGTERM still runs"
+pass "a command that ignores SIGTERM is killed after --grace"
+
+# --- 5. forced unlock: the holder is told at once -----------------------------------------------
+start_holder forced exec --ttl 30s forced -- "${trapping_command[@]}" "$work/forced.pid" "$work/forced.term"
+wait_until 10 "holder command" test -s "$work/forced.pid"
+run_colock unlock unlock --force forced
+expect_status 0 "unlock --force of a held lock"
+grep -q 'ended the lease' "$work/unlock.out" || fail "unlock --force did not say it ended the lease"
+# Far below the 10 s renewal interval: only the message to the holder's locker explains it.
+wait_until 2 "SIGTERM to the command of the forced-out holder" test -s "$work/forced.term"
+wait_exit "$holder" 10
+[ "$s" = 121 ] || fail "the forced-out holder exited $s, expected 121"
+run_colock unlock unlock --force forced
+expect_status 1 "a second unlock --force"
+pass "unlock --force: exit 0, the holder's command got SIGTERM within 2 s, holder exit 121; again: 1"
+
+# --- 6. status ----------------------------------------------------------------------------------
+start_holder stat exec stat -- "${trapping_command[@]}" "$work/stat.pid" "$work/stat.term"
+stat_holder=$holder
+wait_until 10 "holder command" test -s "$work/stat.pid"
+run_colock status status stat
+expect_status 0 "status of a held lock"
+grep -qx "pid: *$stat_holder" "$work/status.out" || fail "status does not show the holder's pid $stat_holder"
+grep -qx "host: *$(uname -n)" "$work/status.out" || fail "status does not show the host $(uname -n)"
+grep -qx "state: *held" "$work/status.out" || fail "status does not say held"
+run_colock status status --json stat
+expect_status 0 "status --json of a held lock"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["state"] == "held", d
+assert d["name"] == "stat", d
+assert d["holder"]["pid"] == int(sys.argv[2]), d
+assert d["holder"]["client_name"] == "colock-cli", d
+assert d["fence"] > 0 and d["ttl_ms"] > 0, d
+' "$work/status.out" "$stat_holder" || fail "status --json: $(cat "$work/status.out")"
+
+# --- 7. list (while "stat" is held, with a second holder and a free key) ------------------------
+start_holder list2 exec list:b -- "${sleeping_command[@]}" "$work/list2.pid"
+list2_holder=$holder
+wait_until 10 "second holder command" test -s "$work/list2.pid"
+run_colock list exec --ttl 60s list:free -- true
+expect_status 0 "exec of true"
+"$redis_cli" -u "$COLOCK_REDIS_URL" SET 'colock:{list:gone}:qd' decoy >/dev/null
+run_colock list list
+expect_status 0 "list"
+awk '$1 == "stat" && $2 == "held" { f = 1 } END { exit !f }' "$work/list.out" || fail "list does not show 'stat' held"
+awk '$1 == "list:b" && $2 == "held" { f = 1 } END { exit !f }' "$work/list.out" || fail "list does not show 'list:b' held"
+awk '$1 == "list:free" && $2 == "free" { f = 1 } END { exit !f }' "$work/list.out" || fail "list does not show 'list:free' free"
+grep -q ':qd' "$work/list.out" && fail "list shows a queue key as a lock"
+head -n 1 "$work/list.out" | grep -q '^NAME  *STATE  *HOLDER  *PID  *HOST  *TTL  *FENCE  *QUEUED$' ||
+    fail "list has no header line"
+run_colock list list --json
+expect_status 0 "list --json"
+python3 -c '
+import json, sys
+d = {x["name"]: x for x in json.load(open(sys.argv[1]))}
+assert d["stat"]["state"] == "held" and d["list:b"]["state"] == "held", d
+assert d["list:free"]["state"] == "free", d
+' "$work/list.out" || fail "list --json: $(cat "$work/list.out")"
+run_colock list list 'list:*'
+expect_status 0 "list PATTERN"
+awk 'NR > 1 { print $1 }' "$work/list.out" | sort | tr '\n' ' ' | grep -qx 'list:b list:free ' ||
+    fail "list 'list:*' shows $(awk 'NR > 1 { print $1 }' "$work/list.out" | tr '\n' ' ')"
+# A prefix with glob characters matches itself only.
+run_colock list --prefix 'p[1]:' exec --ttl 60s odd -- true
+"$redis_cli" -u "$COLOCK_REDIS_URL" SET 'p1:{decoy}' x >/dev/null
+run_colock list list --prefix 'p[1]:' --json
+python3 -c '
+import json, sys
+assert [x["name"] for x in json.load(open(sys.argv[1]))] == ["odd"]
+' "$work/list.out" || fail "list --prefix 'p[1]:': $(cat "$work/list.out")"
+kill -TERM "$list2_holder"
+wait_exit "$list2_holder" 10
+pass "list shows held and free locks, as a table and as JSON, and filters by pattern"
+
+# --- 10. SIGTERM to colock: passed on to the command, then the lock is released ------------------
+kill -TERM "$stat_holder"
+wait_until 5 "SIGTERM passed on to the command" test -s "$work/stat.term"
+wait_exit "$stat_holder" 10
+[ "$s" = 3 ] || fail "after SIGTERM the holder exited $s, expected the command's 3"
+run_colock status status stat
+expect_status 1 "status after the holder ended"
+grep -qx "state: *free" "$work/status.out" || fail "status after the end does not say free"
+run_colock status status --json stat
+expect_status 1 "status --json of a free lock"
+python3 -c '
+import json, sys
+assert json.load(open(sys.argv[1]))["state"] == "free"
+' "$work/status.out" || fail "status --json of a free lock: $(cat "$work/status.out")"
+pass "status: held (pid, host, JSON) while running, free (exit 1) afterwards"
+pass "SIGTERM to colock reached the command, colock exited with its status 3, the lock is free"
+
+echo "colock_test: all checks passed"
