@@ -21,11 +21,11 @@
 
 #include <signal.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -37,26 +37,22 @@ namespace asio = boost::asio;
 using asio::experimental::make_parallel_group;
 using asio::experimental::wait_for_one;
 
-// Why the lease was lost, as the locker tells its observer (wait_lost does not say). Called on
-// the locker's strand.
-struct loss_recorder final : lock_observer {
-    std::atomic<int> reason{-1};
-    void on_lost(lost_event const& e) override { reason = static_cast<int>(e.reason); }
-
-    std::string text() const {
-        switch (static_cast<loss_reason>(reason.load())) {
-        case loss_reason::not_ours:
-            return "its key expired, was deleted or was taken over on the server";
-        case loss_reason::expired:
-            return "no renewal was confirmed before the lease ran out";
-        case loss_reason::server_replaced:
-            return "the Redis server was replaced (a restart or failover)";
-        case loss_reason::forced:
-            return "ended by a forced unlock";
-        }
+// Why the lease was lost, for the message.
+std::string loss_text(std::optional<loss_reason> why) {
+    if (!why)
         return "the lease ended";
+    switch (*why) {
+    case loss_reason::not_ours:
+        return "its key expired, was deleted or was taken over on the server";
+    case loss_reason::expired:
+        return "no renewal was confirmed before the lease ran out";
+    case loss_reason::server_replaced:
+        return "the Redis server was replaced (a restart or failover)";
+    case loss_reason::forced:
+        return "ended by a forced unlock";
     }
-};
+    return "the lease ended";
+}
 
 // A best-effort account of who holds the lock, for the message of a lock not acquired:
 // " (held by PROGRAM pid N on HOST)", or nothing.
@@ -161,8 +157,7 @@ struct outcome {
 // Until the command exits: passes stop signals on, and on loss of the lease sends SIGTERM, then
 // SIGKILL after the grace period.
 asio::awaitable<outcome> supervise(options const& o, lock_guard& guard, pid_t child,
-                                   asio::signal_set& chld, asio::signal_set& stop,
-                                   loss_recorder const& losses) {
+                                   asio::signal_set& chld, asio::signal_set& stop) {
     asio::steady_timer grace{co_await asio::this_coro::executor};
     outcome out;
     for (;;) {
@@ -185,7 +180,7 @@ asio::awaitable<outcome> supervise(options const& o, lock_guard& guard, pid_t ch
         case event::lost:
             out.lost = true;
             complain(fmt::format("lost the lock '{}': {}; sending SIGTERM to the command (pid {})",
-                                 printable(o.name), losses.text(), child));
+                                 printable(o.name), loss_text(guard.loss()), child));
             send(child, SIGTERM);
             grace.expires_after(o.grace);
             break;
@@ -232,8 +227,6 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
         }
     asio::signal_set chld{ex, SIGCHLD};
     caught.push_back(SIGCHLD);
-    auto losses = std::make_shared<loss_recorder>();
-    lk.set_observer(losses);
 
     acquisition got;
     bool timed_out = false;
@@ -289,7 +282,7 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
         co_return child.exec_error == ENOENT ? exit_not_found : exit_not_executable;
     }
 
-    auto const out = co_await supervise(o, guard, child.pid, chld, stop, *losses);
+    auto const out = co_await supervise(o, guard, child.pid, chld, stop);
     if (out.lost) {
         co_await release(guard, o.name); // returns at once: the loss is known
         co_return exit_lost;
@@ -299,7 +292,7 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
         // while the command ran, unnoticed until now.
         complain(fmt::format("the lock '{}' was lost before the command ended ({}): the command "
                              "may not have run alone",
-                             printable(o.name), losses->text()));
+                             printable(o.name), loss_text(guard.loss())));
         co_return exit_lost;
     }
     co_return exit_code_of(out.wait_status);

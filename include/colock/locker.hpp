@@ -57,6 +57,8 @@ public:
     /// its deadline, or held on a server instance that was replaced (a restart or failover
     /// noticed on reconnection).
     bool lost() const noexcept;
+    /// Why the lease was lost (see loss_reason); empty while lost() is false.
+    std::optional<loss_reason> loss() const noexcept;
     /// The local bound of the lease: when the last successful acquire or extend was sent plus
     /// its ttl, on the steady clock. The server's expiry is never earlier, so until then no one
     /// else can hold the lock (short of a server restart or failover that lost the key).

@@ -143,6 +143,16 @@ bool lock_guard::owns_lock() const noexcept {
 std::chrono::steady_clock::time_point lock_guard::lease_expiry() const noexcept {
     return state_ ? state_->lease_deadline() : std::chrono::steady_clock::time_point{};
 }
+std::optional<loss_reason> lock_guard::loss() const noexcept {
+    if (!state_)
+        return std::nullopt;
+    if (auto const why = state_->loss.load(); why >= 0)
+        return static_cast<loss_reason>(why);
+    if (lost()) // ran out with nobody renewing it
+        return loss_reason::expired;
+    return std::nullopt;
+}
+
 bool lock_guard::lost() const noexcept {
     // Without renewal nobody marks the end of the lease: it is lost when it runs out.
     return state_ && (state_->lost || (!state_->released && !state_->lease_running()));

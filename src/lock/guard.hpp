@@ -54,6 +54,8 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     std::int64_t const fence;
     lock_options const opt;
     std::atomic<bool> lost{false};
+    // Why, as a loss_reason, once mark_lost ran; -1 before. Any thread may read it.
+    std::atomic<int> loss{-1};
     std::atomic<bool> released{false};
 
     // The lease in Redis, which a cohort of this process's holders pass on: the token the
@@ -147,8 +149,11 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     void mark_lost(loss_reason why) {
         if (released)
             return;
-        if (!lost.exchange(true))
+        int none = -1;
+        if (loss.compare_exchange_strong(none, static_cast<int>(why))) {
+            lost = true;
             locker->note_lost(*this, why);
+        }
         finish_waiters();
     }
 

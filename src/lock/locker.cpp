@@ -3,6 +3,7 @@
 // wait in the local queue, local_queue.cpp), and the guard made on success.
 #include "locker_impl.hpp"
 
+#include "awaited_call.hpp"
 #include "errors.hpp"
 #include "guard.hpp"
 #include "single_connection_store.hpp"
@@ -586,25 +587,14 @@ auto await_lock(detail::locker_impl* impl, std::string name, lock_options opt, b
         try {
             validate(n, o);
         } catch (...) {
-            // Refused before any I/O: straight to the awaiting coroutine's executor, which
-            // need not be the locker's (nor running).
-            auto const ex =
-                asio::get_associated_executor(handler, impl->strand_.get_inner_executor());
-            asio::post(ex, [h = std::move(handler), e = std::current_exception()]() mutable {
-                std::move(h)(e, Result{});
-            });
+            detail::refuse_awaited<Result>(std::move(handler), impl->strand_.get_inner_executor());
             return;
         }
-        start_operation(impl->shared_from_this(), std::move(n), std::move(o), wait,
-                        std::move(handler),
-                        [finish](auto h, std::exception_ptr e, outcome_type out) {
-                            if (!e && out.ec)
-                                e = std::make_exception_ptr(system_error(out.ec, out.message));
-                            if (e)
-                                std::move(h)(e, Result{});
-                            else
-                                std::move(h)(e, finish(std::move(out)));
-                        });
+        start_operation(
+            impl->shared_from_this(), std::move(n), std::move(o), wait, std::move(handler),
+            [finish](auto h, std::exception_ptr e, outcome_type out) {
+                detail::complete_awaited<Result>(std::move(h), e, std::move(out), finish);
+            });
     };
     return asio::async_initiate<asio::use_awaitable_t<> const, void(std::exception_ptr, Result)>(
         std::move(initiation), asio::use_awaitable);

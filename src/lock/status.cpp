@@ -2,6 +2,7 @@
 // for a lock and who holds it; a forced unlock ends a holder's lease and tells its locker at
 // once; and the holder record, which names a locker's process, kept while it holds leases.
 #include "../detail/spawn.hpp"
+#include "awaited_call.hpp"
 #include "errors.hpp"
 #include "guard.hpp"
 #include "locker_impl.hpp"
@@ -245,22 +246,13 @@ asio::awaitable<Result> await_run(std::shared_ptr<locker_impl> impl, std::string
         try {
             validate(name, lock_options{});
         } catch (...) {
-            auto const ex =
-                asio::get_associated_executor(handler, impl->strand_.get_inner_executor());
-            asio::post(ex, [h = std::move(handler), e = std::current_exception()]() mutable {
-                std::move(h)(e, Result{});
-            });
+            refuse_awaited<Result>(std::move(handler), impl->strand_.get_inner_executor());
             return;
         }
         auto strand = impl->strand_;
         spawn_cancellable(strand, run(std::move(impl), std::move(name)), std::move(handler),
                           [take](auto h, std::exception_ptr e, auto out) {
-                              if (!e && out.ec)
-                                  e = std::make_exception_ptr(system_error(out.ec, out.message));
-                              if (e)
-                                  std::move(h)(e, Result{});
-                              else
-                                  std::move(h)(e, take(std::move(out)));
+                              complete_awaited<Result>(std::move(h), e, std::move(out), take);
                           });
     };
     return asio::async_initiate<asio::use_awaitable_t<> const, void(std::exception_ptr, Result)>(

@@ -270,6 +270,7 @@ TEST_CASE("observer: renewals with their latency, then a lease deleted from outs
         auto const lost = seen_by->of("lost");
         REQUIRE(lost.size() == 1);
         CHECK(lost[0].reason == loss_reason::not_ours);
+        CHECK(g.loss() == loss_reason::not_ours); // the guard says so too
         CHECK(lost[0].fence == g.fence());
         CHECK(ms(lost[0].took) >= 400);
         // The loss comes right after the renewal that found it.
@@ -291,7 +292,9 @@ TEST_CASE("observer: a lease that is not renewed is lost as expired at its deadl
         auto opt = lease(300ms);
         opt.auto_renew = false;
         auto g = co_await locks.co_lock(name, opt);
+        CHECK_FALSE(g.loss());
         co_await g.wait_lost();
+        CHECK(g.loss() == loss_reason::expired);
         CHECK_FALSE(co_await g.unlock());
 
         REQUIRE(seen_by->kinds() == strings("acquired", "lost"));

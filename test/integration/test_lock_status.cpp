@@ -191,6 +191,7 @@ TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock f
         // A 30 s lease renews every 10 s: only the message can tell the holder within a second.
         auto g = co_await locks.co_lock(name, lease(30'000ms));
         co_await sleep_for(100ms); // its subscription for forced unlocks is confirmed
+        CHECK_FALSE(g.loss());
         auto const forced_at = steady::now();
         CHECK(co_await other.co_force_unlock(name));
         co_await g.wait_lost();
@@ -199,6 +200,7 @@ TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock f
         CHECK_FALSE(g.owns_lock());
         CHECK(seen->losses == 1);
         CHECK(seen->last == loss_reason::forced);
+        CHECK(g.loss() == loss_reason::forced);
 
         // Handed to nobody for a while: a try fails, a wait succeeds after it.
         auto st = co_await other.co_status(name);
