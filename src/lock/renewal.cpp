@@ -208,6 +208,7 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
     if (reply.ours) {
         st->ttl = ttl;
         st->set_lease_deadline(started + ttl);
+        st->locker->keep_record(ttl); // a longer lease than the record was written for
     } else {
         st->mark_lost(loss_reason::not_ours);
     }

@@ -172,6 +172,20 @@ TEST_CASE("status: the holder record is written once for many acquisitions, outl
         CHECK(command_calls(stats_after, "evalsha") - command_calls(stats_before, "evalsha") == 40);
         CHECK(command_calls(stats_after, "hset") == command_calls(stats_before, "hset"));
         CHECK(command_calls(stats_after, "pexpire") - command_calls(stats_before, "pexpire") == 0);
+
+        // extend() to a lease longer than the record was written for: the record outlives it.
+        auto no_renewal = lease(5'000ms);
+        no_renewal.auto_renew = false; // so that only extend() can have written it
+        auto long_held = co_await locks.co_lock(name, no_renewal);
+        CHECK(co_await long_held.extend(3'600'000ms));
+        std::int64_t extended_ttl = 0;
+        for (auto const end = steady::now() + 2000ms;
+             extended_ttl <= 3'600'000 && steady::now() < end;) {
+            co_await sleep_for(5ms);
+            extended_ttl = co_await pttl(probe, record);
+        }
+        CHECK(extended_ttl > 3'600'000);
+        CHECK(co_await long_held.unlock());
         conn.close();
         probe.close();
     });
