@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
     libboost1.81-dev libfmt-dev doctest-dev libssl-dev
-    redis-server redis-tools openssl curl
+    redis-server redis-tools redis-sentinel openssl curl
     ninja-build cmake g++ pkg-config
     clang-14 libclang-rt-14-dev
 )

@@ -1,5 +1,7 @@
 #include <colock/redis/config.hpp>
 
+#include "sentinel.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -88,75 +90,9 @@ int parse_database(std::string_view url, std::string_view db) {
     return value;
 }
 
-// unix://[[user]:password@]/path/to/redis.sock[?db=N], as redis-py and redis-rs read it.
-config parse_unix(std::string_view url, std::string_view rest) {
-    config cfg;
-    if (rest.find('#') != std::string_view::npos)
-        refuse(url, "fragments are not supported");
-    auto const question = rest.find('?');
-    std::string_view const query =
-        question == std::string_view::npos ? std::string_view{} : rest.substr(question + 1);
-    rest = rest.substr(0, question);
-    // Credentials end at the last '@' before the path; the path starts with '/'.
-    auto const slash = rest.find('/');
-    std::string_view const authority = rest.substr(0, slash);
-    auto const at = authority.rfind('@');
-    if (at != std::string_view::npos)
-        parse_userinfo(url, authority.substr(0, at), cfg);
-    if (!authority.substr(at == std::string_view::npos ? 0 : at + 1).empty())
-        refuse(url, "a unix:// URL takes no host: unix:///path/to/redis.sock");
-    if (slash == std::string_view::npos || rest.size() - slash < 2)
-        refuse(url, "missing socket path (expected unix:///path/to/redis.sock)");
-    cfg.unix_socket = percent_decode(url, rest.substr(slash), "socket path");
-
-    std::string_view q = query;
-    while (!q.empty()) {
-        auto const amp = q.find('&');
-        std::string_view const param = q.substr(0, amp);
-        q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
-        auto const eq = param.find('=');
-        std::string_view const name = param.substr(0, eq);
-        std::string_view const value =
-            eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
-        if (name == "db")
-            cfg.database = parse_database(url, value);
-        else if (!name.empty())
-            refuse(url, fmt::format("unsupported query parameter '{}' (only db is)", name));
-    }
-    return cfg;
-}
-
-} // namespace
-
-config config::from_url(std::string_view url) {
-    config cfg;
-    auto const colon_slashes = url.find("://");
-    if (colon_slashes == std::string_view::npos)
-        refuse(url, "missing scheme (expected redis://, rediss:// or unix://)");
-    std::string_view const scheme = url.substr(0, colon_slashes);
-    std::string_view rest = url.substr(colon_slashes + 3);
-    if (iequals(scheme, "unix") || iequals(scheme, "redis+unix"))
-        return parse_unix(url, rest);
-    if (iequals(scheme, "rediss"))
-        cfg.use_tls = true;
-    else if (!iequals(scheme, "redis"))
-        refuse(url,
-               fmt::format("unsupported scheme '{}' (expected redis, rediss or unix)", scheme));
-    if (rest.find_first_of("?#") != std::string_view::npos)
-        refuse(url, "query parameters and fragments are not supported");
-
-    // Authority ends at the first '/' after it; the password may not contain a raw '/'.
-    auto const slash = rest.find('/');
-    std::string_view authority = rest.substr(0, slash);
-    std::string_view path =
-        slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
-
-    auto const at = authority.rfind('@');
-    if (at != std::string_view::npos) {
-        parse_userinfo(url, authority.substr(0, at), cfg);
-        authority = authority.substr(at + 1);
-    }
-
+// "host[:port]" or "[v6]:port"; `default_port` when there is none.
+server_address parse_host_port(std::string_view url, std::string_view authority,
+                               std::uint16_t default_port) {
     std::string_view host;
     std::string_view port;
     if (authority.starts_with('[')) {
@@ -184,10 +120,9 @@ config config::from_url(std::string_view url) {
     if (host.empty())
         refuse(url, "missing host");
     for (char c : host)
-        if (c == ' ' || c == '/' || c == '@' || static_cast<unsigned char>(c) < 0x20)
+        if (c == ' ' || c == '/' || c == '@' || c == ',' || static_cast<unsigned char>(c) < 0x20)
             refuse(url, fmt::format("host contains an invalid character '{}'", c));
-    cfg.host = std::string(host);
-
+    server_address out{std::string(host), default_port};
     if (!port.empty()) {
         unsigned value = 0;
         auto const r = std::from_chars(port.data(), port.data() + port.size(), value);
@@ -195,8 +130,148 @@ config config::from_url(std::string_view url) {
             refuse(url, fmt::format("port '{}' is not a number", port));
         if (value == 0 || value > 65535)
             refuse(url, fmt::format("port {} is out of range 1-65535", port));
-        cfg.port = static_cast<std::uint16_t>(value);
+        out.port = static_cast<std::uint16_t>(value);
     }
+    return out;
+}
+
+// "name=value&name=value", each value percent-decoded.
+template <class OnParameter>
+void parse_query(std::string_view url, std::string_view query, OnParameter on_parameter) {
+    while (!query.empty()) {
+        auto const amp = query.find('&');
+        std::string_view const param = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+        auto const eq = param.find('=');
+        std::string_view const name = param.substr(0, eq);
+        std::string_view const value =
+            eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
+        if (!name.empty())
+            on_parameter(name, percent_decode(url, value, fmt::format("parameter {}", name)));
+    }
+}
+
+// unix://[[user]:password@]/path/to/redis.sock[?db=N], as redis-py and redis-rs read it.
+config parse_unix(std::string_view url, std::string_view rest) {
+    config cfg;
+    if (rest.find('#') != std::string_view::npos)
+        refuse(url, "fragments are not supported");
+    auto const question = rest.find('?');
+    std::string_view const query =
+        question == std::string_view::npos ? std::string_view{} : rest.substr(question + 1);
+    rest = rest.substr(0, question);
+    // Credentials end at the last '@' before the path; the path starts with '/'.
+    auto const slash = rest.find('/');
+    std::string_view const authority = rest.substr(0, slash);
+    auto const at = authority.rfind('@');
+    if (at != std::string_view::npos)
+        parse_userinfo(url, authority.substr(0, at), cfg);
+    if (!authority.substr(at == std::string_view::npos ? 0 : at + 1).empty())
+        refuse(url, "a unix:// URL takes no host: unix:///path/to/redis.sock");
+    if (slash == std::string_view::npos || rest.size() - slash < 2)
+        refuse(url, "missing socket path (expected unix:///path/to/redis.sock)");
+    cfg.unix_socket = percent_decode(url, rest.substr(slash), "socket path");
+
+    parse_query(url, query, [&](std::string_view name, std::string const& value) {
+        if (name == "db")
+            cfg.database = parse_database(url, value);
+        else
+            refuse(url, fmt::format("unsupported query parameter '{}' (only db is)", name));
+    });
+    return cfg;
+}
+
+// redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db]
+//     [?sentinel_username=U&sentinel_password=P]
+config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
+    config cfg;
+    cfg.use_tls = tls;
+    if (rest.find('#') != std::string_view::npos)
+        refuse(url, "fragments are not supported");
+    auto const question = rest.find('?');
+    std::string_view const query =
+        question == std::string_view::npos ? std::string_view{} : rest.substr(question + 1);
+    rest = rest.substr(0, question);
+    auto const slash = rest.find('/');
+    std::string_view authority = rest.substr(0, slash);
+    std::string_view path =
+        slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+
+    auto const at = authority.rfind('@');
+    if (at != std::string_view::npos) {
+        parse_userinfo(url, authority.substr(0, at), cfg);
+        authority = authority.substr(at + 1);
+    }
+    while (!authority.empty() || cfg.sentinel.sentinels.empty()) {
+        auto const comma = authority.find(',');
+        cfg.sentinel.sentinels.push_back(parse_host_port(url, authority.substr(0, comma), 26379));
+        if (comma == std::string_view::npos)
+            break;
+        authority = authority.substr(comma + 1);
+        if (authority.empty())
+            refuse(url, "empty sentinel address after ','");
+    }
+
+    auto const name_end = path.find('/');
+    cfg.sentinel.master_name = percent_decode(url, path.substr(0, name_end), "master name");
+    if (cfg.sentinel.master_name.empty())
+        refuse(url, "missing master name (expected redis-sentinel://host:port/master_name)");
+    if (name_end != std::string_view::npos)
+        cfg.database = parse_database(url, path.substr(name_end + 1));
+
+    parse_query(url, query, [&](std::string_view name, std::string value) {
+        if (name == "sentinel_username")
+            cfg.sentinel.username = std::move(value);
+        else if (name == "sentinel_password")
+            cfg.sentinel.password = std::move(value);
+        else
+            refuse(url, fmt::format("unsupported query parameter '{}' (only sentinel_username "
+                                    "and sentinel_password are)",
+                                    name));
+    });
+    if (cfg.sentinel.password.empty() && !cfg.sentinel.username.empty())
+        refuse(url, "sentinel_username needs a sentinel_password");
+    return cfg;
+}
+
+} // namespace
+
+config config::from_url(std::string_view url) {
+    config cfg;
+    auto const colon_slashes = url.find("://");
+    if (colon_slashes == std::string_view::npos)
+        refuse(url, "missing scheme (expected redis://, rediss://, unix:// or "
+                    "redis-sentinel://)");
+    std::string_view const scheme = url.substr(0, colon_slashes);
+    std::string_view rest = url.substr(colon_slashes + 3);
+    if (iequals(scheme, "unix") || iequals(scheme, "redis+unix"))
+        return parse_unix(url, rest);
+    if (iequals(scheme, "redis-sentinel") || iequals(scheme, "rediss-sentinel"))
+        return parse_sentinel(url, rest, iequals(scheme, "rediss-sentinel"));
+    if (iequals(scheme, "rediss"))
+        cfg.use_tls = true;
+    else if (!iequals(scheme, "redis"))
+        refuse(url, fmt::format("unsupported scheme '{}' (expected redis, rediss, unix, "
+                                "redis-sentinel or rediss-sentinel)",
+                                scheme));
+    if (rest.find_first_of("?#") != std::string_view::npos)
+        refuse(url, "query parameters and fragments are not supported");
+
+    // Authority ends at the first '/' after it; the password may not contain a raw '/'.
+    auto const slash = rest.find('/');
+    std::string_view authority = rest.substr(0, slash);
+    std::string_view path =
+        slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
+
+    auto const at = authority.rfind('@');
+    if (at != std::string_view::npos) {
+        parse_userinfo(url, authority.substr(0, at), cfg);
+        authority = authority.substr(at + 1);
+    }
+
+    auto const address = parse_host_port(url, authority, cfg.port);
+    cfg.host = address.host;
+    cfg.port = address.port;
 
     if (path.size() > 1)
         cfg.database = parse_database(url, path.substr(1));
@@ -216,6 +291,21 @@ std::string config::to_redacted_url() const {
             out += fmt::format("?db={}", database);
         return out;
     }
+    if (uses_sentinel()) {
+        std::string out = use_tls ? "rediss-sentinel://" : "redis-sentinel://";
+        out += credentials;
+        for (std::size_t i = 0; i < sentinel.sentinels.size(); ++i)
+            out += (i == 0 ? "" : ",") + detail::address_text(sentinel.sentinels[i]);
+        out += "/" + percent_encode(sentinel.master_name);
+        if (database != 0)
+            out += fmt::format("/{}", database);
+        if (!sentinel.password.empty())
+            out += sentinel.username.empty()
+                       ? std::string("?sentinel_password=***")
+                       : "?sentinel_username=" + percent_encode(sentinel.username) +
+                             "&sentinel_password=***";
+        return out;
+    }
     std::string out = use_tls ? "rediss://" : "redis://";
     out += credentials;
     if (host.find(':') != std::string::npos)
@@ -229,11 +319,15 @@ std::string config::to_redacted_url() const {
 }
 
 std::string config::endpoint_text() const {
+    if (uses_sentinel()) {
+        std::string out = fmt::format("primary '{}' of sentinels ", sentinel.master_name);
+        for (std::size_t i = 0; i < sentinel.sentinels.size(); ++i)
+            out += (i == 0 ? "" : ",") + detail::address_text(sentinel.sentinels[i]);
+        return out;
+    }
     if (!unix_socket.empty())
         return unix_socket;
-    if (host.find(':') != std::string::npos)
-        return fmt::format("[{}]:{}", host, port);
-    return fmt::format("{}:{}", host, port);
+    return detail::address_text({host, port});
 }
 
 } // namespace colock::redis

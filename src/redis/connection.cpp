@@ -5,6 +5,8 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 
 namespace colock::redis {
@@ -92,6 +94,20 @@ connection::connection(executor_type ex, config cfg)
     : impl_(std::make_shared<detail::connection_impl>(std::move(ex), std::move(cfg))) {
     colock::detail::context_shutdown::watch(impl_->executor_, impl_);
     auto& c = impl_->cfg_;
+    if (c.uses_sentinel()) {
+        if (c.sentinel.master_name.empty())
+            throw std::invalid_argument("colock::redis::connection: config.sentinel has sentinels "
+                                        "but no master_name");
+        if (!c.unix_socket.empty())
+            throw std::invalid_argument("colock::redis::connection: config has both sentinels "
+                                        "and a unix_socket; the sentinels name a TCP address");
+        for (auto const& s : c.sentinel.sentinels)
+            if (s.host.empty() || s.port == 0)
+                throw std::invalid_argument(fmt::format(
+                    "colock::redis::connection: config.sentinel.sentinels has an address "
+                    "without {} ('{}:{}')",
+                    s.host.empty() ? "a host" : "a port", s.host, s.port));
+    }
     if (c.use_tls && !c.unix_socket.empty())
         throw std::invalid_argument("colock::redis::connection: TLS over a unix socket is not "
                                     "supported (config has both use_tls and unix_socket)");

@@ -1,6 +1,7 @@
 // The handshake (HELLO 3, AUTH, SELECT, SETNAME, INFO and the counted subscriptions) and the health
 // checks of a session.
 #include "connection_impl.hpp"
+#include "sentinel.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -78,12 +79,12 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
         log(log_level::warning,
             fmt::format("{} is another server instance than before (run_id {} -> {}): what was "
                         "written to the old one may be gone, and locks held there are lost",
-                        cfg_.endpoint_text(), before, s->run_id));
+                        endpoint_text(), before, s->run_id));
     if (logs(log_level::info))
         log(log_level::info, reconnected
                                  ? fmt::format("reconnected to {} (reconnection {})",
-                                               cfg_.endpoint_text(), reconnects_.load() + 1)
-                                 : fmt::format("connected to {} (run_id {})", cfg_.endpoint_text(),
+                                               endpoint_text(), reconnects_.load() + 1)
+                                 : fmt::format("connected to {} (run_id {})", endpoint_text(),
                                                s->run_id.empty() ? "unknown" : s->run_id));
     if (other_server)
         ++server_changes_;
@@ -97,6 +98,16 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
         notify_listeners([](push_listener& l) { l.on_reconnect(); });
     }
 
+    if (cfg_.uses_sentinel()) {
+        auto ended = co_await (health_loop(s) || watch_primary(s));
+        co_return std::visit([](error_code e) { return e; }, ended);
+    }
+    co_return co_await health_loop(s);
+}
+
+asio::awaitable<error_code> connection_impl::health_loop(std::shared_ptr<session> s) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    asio::steady_timer timer(strand_);
     if (cfg_.health_check_interval.count() <= 0) {
         timer.expires_at(asio::steady_timer::time_point::max());
         co_await timer.async_wait(use_nothrow);
@@ -151,6 +162,11 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     // reached again. A refusal (ACL, renamed command) leaves the instance unknown.
     req.push("INFO", "server");
     std::size_t const info_index = cfg_.database != 0 ? 2 : 1;
+    // Sentinel's answer may be stale (a failover under way): the server itself says whether it
+    // is the primary.
+    bool const check_role = cfg_.uses_sentinel();
+    if (check_role)
+        req.push("ROLE");
     // The session is open from here: subscription changes wait for its handshake.
     auto const subscriptions = book_.open_session();
 
@@ -179,6 +195,20 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     s->run_id.clear();
     if (!replies[info_index].is_error())
         s->run_id = parse_run_id(replies[info_index]);
+    if (check_role) {
+        // A user without the right to ROLE (@admin) cannot tell: then Sentinel's word goes.
+        auto const& role_reply = replies[info_index + 1];
+        std::string const role = read_role(role_reply);
+        if (!role_reply.is_error() && role != "master") {
+            s->step = "ROLE";
+            co_return connect_failed(
+                *s, error::not_primary,
+                fmt::format("the sentinels named it the primary of '{}', but it is {}",
+                            cfg_.sentinel.master_name,
+                            role.empty() ? "not (its ROLE reply is unreadable)"
+                                         : fmt::format("a {}", role)));
+        }
+    }
 
     if (subscriptions.empty())
         co_return error_code{};

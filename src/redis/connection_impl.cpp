@@ -16,11 +16,17 @@ connection_impl::connection_impl(asio::any_io_executor ex, config cfg)
     , strand_(asio::make_strand(executor_))
     , cfg_(std::move(cfg))
     , backoff_timer_(strand_)
-    , close_timer_(strand_) {}
+    , close_timer_(strand_)
+    , endpoint_text_(cfg_.endpoint_text()) {}
 
 std::string connection_impl::run_id() const {
     std::lock_guard lock(error_mutex_);
     return server_run_id_;
+}
+
+std::string connection_impl::endpoint_text() const {
+    std::lock_guard lock(error_mutex_);
+    return endpoint_text_;
 }
 
 void connection_impl::set_error_text(std::string text) {
@@ -45,7 +51,7 @@ error_code connection_impl::connect_failed(session& s, error_code ec, std::strin
     ec = error_code(ec.value(), ec.category());
     if (cause.empty())
         cause = ec.message();
-    std::string text = fmt::format("connecting to {}{}: {}", cfg_.endpoint_text(),
+    std::string text = fmt::format("connecting to {}{}: {}", endpoint_text(),
                                    s.step.empty() ? std::string() : " (" + s.step + ")", cause);
     s.failure_recorded = true;
     log(log_level::warning, text);
@@ -62,7 +68,7 @@ std::string connection_impl::connect_failure_text(error_code ec) const {
     std::lock_guard lock(error_mutex_);
     if (ec == last_connect_ec_ && !last_connect_error_.empty())
         return last_connect_error_;
-    return fmt::format("connecting to {}: {}", cfg_.endpoint_text(),
+    return fmt::format("connecting to {}: {}", endpoint_text_,
                        error_code(ec.value(), ec.category()).message());
 }
 

@@ -11,6 +11,7 @@
 #include "../detail/completion.hpp"
 #include "../detail/context_shutdown.hpp"
 #include "reply_matcher.hpp"
+#include "sentinel.hpp"
 #include "subscription_book.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -120,6 +121,8 @@ struct session {
     bool ready = false;                    // handshake done: user requests may be written
     bool detached = false;                 // no longer the connection's session: takes nothing more
     std::string run_id;                    // of the server this session reached; empty when unknown
+    // Where this session connects: config::host and port, or the primary the sentinels named.
+    server_address target;
     // Which step of connecting this session is at, for messages: empty for the TCP (or unix socket)
     // connect, else "TLS handshake", "Redis handshake", "HELLO", ...
     std::string step;
@@ -220,8 +223,14 @@ public:
     error_code last_connect_ec_;
     std::string last_connect_error_;
     std::string server_run_id_; // from INFO server; empty when the server would not say
+    // Where the connection goes, for messages: config::endpoint_text(), or with Sentinel the
+    // primary's name and its address once known.
+    std::string endpoint_text_;
+    // Sentinel: the index of the sentinel that answered last, asked first (strand only).
+    std::size_t preferred_sentinel_ = 0;
 
     std::string run_id() const;
+    std::string endpoint_text() const;
     // Records the text connection::last_error_text() returns, and logs it as a warning.
     void set_error_text(std::string text);
     // The config's log hook: whether a line of `level` goes out (format it only then), and
@@ -288,7 +297,7 @@ public:
     void end_session(std::shared_ptr<session> const& s, error_code ec, bool& keep_running);
     asio::awaitable<error_code> run_session(std::shared_ptr<session> s);
     asio::awaitable<std::tuple<error_code, tcp::resolver::results_type>>
-    resolve(std::chrono::steady_clock::time_point deadline);
+    resolve(std::string host, std::uint16_t port, std::chrono::steady_clock::time_point deadline);
     asio::awaitable<error_code> open_transport(std::shared_ptr<session> s,
                                                std::vector<stream_endpoint> endpoints);
     asio::awaitable<error_code> read_loop(std::shared_ptr<session> s);
@@ -302,8 +311,32 @@ public:
     // --- handshake and health checks (connection_handshake.cpp) ---
     asio::awaitable<error_code> handshake_and_health(std::shared_ptr<session> s);
     asio::awaitable<error_code> handshake(std::shared_ptr<session> s);
+    asio::awaitable<error_code> health_loop(std::shared_ptr<session> s);
     bool other_instance(std::string const& new_run_id) const;
+
+    // --- Redis Sentinel (connection_sentinel.cpp) ---
+    // Asks the sentinels, in turn, for the primary's address and sets s->target; within
+    // config::connect_timeout for all of them. Records the failure (each sentinel's answer).
+    asio::awaitable<error_code> locate_primary(std::shared_ptr<session> s);
+    // While the session is up: follows +switch-master on one sentinel at a time, and asks it
+    // for the primary every health-check interval. Completes with error::primary_changed when
+    // the primary is no longer s->target, or when the session ends.
+    asio::awaitable<error_code> watch_primary(std::shared_ptr<session> s);
+    // One sentinel, asked within `deadline`.
+    asio::awaitable<primary_answer> ask_sentinel(server_address where,
+                                                 std::chrono::steady_clock::time_point deadline);
+    // Follows one sentinel until it fails or says the primary moved.
+    struct follow_result {
+        bool answered = false; // the sentinel answered at least once
+        std::optional<server_address> moved_to;
+        std::string problem;
+    };
+    asio::awaitable<follow_result> follow_sentinel(std::shared_ptr<session> s,
+                                                   server_address where);
 };
+
+// Sets SNI and, when asked, host name verification on a TLS stream before its handshake.
+bool prepare_tls(asio::ssl::stream<stream_socket&>& tls, std::string const& host, bool verify_peer);
 
 // Holds the engine for a close posted to the strand (or the flush's timer). Run, it hands the
 // engine over (take()); destroyed unrun, which happens only when the io_context is destroyed

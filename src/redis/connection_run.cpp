@@ -46,7 +46,7 @@ asio::awaitable<void> connection_impl::run_loop(std::shared_ptr<connection_impl>
             if (self->logs(log_level::warning))
                 self->log(log_level::warning,
                           fmt::format("connection to {} lost ({}); reconnecting in {} ms",
-                                      self->cfg_.endpoint_text(), ec.message(), backoff.count()));
+                                      self->endpoint_text(), ec.message(), backoff.count()));
         }
         self->backoff_timer_.expires_after(backoff);
         co_await self->backoff_timer_.async_wait(use_nothrow);
@@ -103,9 +103,18 @@ asio::awaitable<error_code> connection_impl::run_session(std::shared_ptr<session
         return fmt::format("timed out after {} ms", cfg_.connect_timeout.count());
     };
     std::vector<stream_endpoint> endpoints;
+    if (cfg_.uses_sentinel()) {
+        s->step = "asking the sentinels for the primary";
+        if (error_code ec = co_await locate_primary(s))
+            co_return ec;
+        // The primary gets a whole connect_timeout of its own.
+        s->deadline = steady_clock::now() + cfg_.connect_timeout;
+    } else {
+        s->target = {cfg_.host, cfg_.port};
+    }
     if (cfg_.unix_socket.empty()) {
         s->step = "resolving the host name";
-        auto resolved = co_await resolve(s->deadline);
+        auto resolved = co_await resolve(s->target.host, s->target.port, s->deadline);
         error_code const rec = std::get<0>(resolved);
         if (rec == error::connect_timeout)
             co_return connect_failed(*s, rec, timed_out());
@@ -142,7 +151,7 @@ asio::awaitable<error_code> connection_impl::run_session(std::shared_ptr<session
 }
 
 asio::awaitable<std::tuple<error_code, tcp::resolver::results_type>>
-connection_impl::resolve(steady_clock::time_point deadline) {
+connection_impl::resolve(std::string host, std::uint16_t port, steady_clock::time_point deadline) {
     // getaddrinfo runs on Asio's resolver thread and cannot be interrupted, and a resolve
     // raced with || would still be waited for. So the attempt waits for a timer that the
     // resolve's completion cancels, and abandons a resolve that is still running at the
@@ -157,7 +166,7 @@ connection_impl::resolve(steady_clock::time_point deadline) {
     };
     auto st = std::make_shared<state>(strand_);
     st->done_signal.expires_at(deadline);
-    st->resolver.async_resolve(cfg_.host, std::to_string(cfg_.port),
+    st->resolver.async_resolve(host, std::to_string(port),
                                [st](error_code ec, tcp::resolver::results_type results) {
                                    st->ec = ec;
                                    st->results = std::move(results);
@@ -175,6 +184,17 @@ connection_impl::resolve(steady_clock::time_point deadline) {
     co_return std::make_tuple(ec, tcp::resolver::results_type{});
 }
 
+bool prepare_tls(asio::ssl::stream<stream_socket&>& tls, std::string const& host,
+                 bool verify_peer) {
+    // SNI; the macro SSL_set_tlsext_host_name hides an old-style cast.
+    if (!::SSL_ctrl(tls.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+                    const_cast<char*>(host.c_str())))
+        return false;
+    if (verify_peer)
+        tls.set_verify_callback(asio::ssl::host_name_verification(host));
+    return true;
+}
+
 asio::awaitable<error_code>
 connection_impl::open_transport(std::shared_ptr<session> s,
                                 std::vector<stream_endpoint> endpoints) {
@@ -187,12 +207,8 @@ connection_impl::open_transport(std::shared_ptr<session> s,
     if (cfg_.use_tls) {
         s->step = "TLS handshake";
         s->tls.emplace(s->socket, *tls_context_);
-        // SNI; the macro SSL_set_tlsext_host_name hides an old-style cast.
-        if (!::SSL_ctrl(s->tls->native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME,
-                        TLSEXT_NAMETYPE_host_name, const_cast<char*>(cfg_.host.c_str())))
+        if (!prepare_tls(*s->tls, s->target.host, cfg_.tls_verify_peer))
             co_return error_code(asio::error::invalid_argument);
-        if (cfg_.tls_verify_peer)
-            s->tls->set_verify_callback(asio::ssl::host_name_verification(cfg_.host));
         auto [hec] = co_await s->tls->async_handshake(asio::ssl::stream_base::client, use_nothrow);
         if (hec)
             co_return hec;

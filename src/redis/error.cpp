@@ -30,6 +30,12 @@ public:
         case error::unsupported_command:
             return "the request holds a command that a shared Redis connection "
                    "cannot send";
+        case error::no_primary_address:
+            return "no Redis sentinel gave the address of the primary";
+        case error::not_primary:
+            return "the Redis server the sentinels named is not a primary";
+        case error::primary_changed:
+            return "the Redis sentinels moved the primary to another server";
         }
         return "unknown colock.redis error " + std::to_string(ev);
     }

@@ -55,6 +55,9 @@ std::string env_or(char const* name, char const* fallback) {
 std::string redis_server_exe() {
     return env_or("COLOCK_REDIS_SERVER", "redis-server");
 }
+std::string redis_sentinel_exe() {
+    return env_or("COLOCK_REDIS_SENTINEL", "redis-sentinel");
+}
 std::string redis_cli_exe() {
     return env_or("COLOCK_REDIS_CLI", "redis-cli");
 }
@@ -430,6 +433,12 @@ redis_server::redis_server(redis_server_options opts) : opts_(std::move(opts)) {
     try {
         if (opts_.tls)
             make_tls_files();
+        if (!opts_.sentinel_master_name.empty()) {
+            std::ofstream conf(dir_ + "/sentinel.conf");
+            conf << "# written by the colock test fixture; the sentinel rewrites it\n";
+            if (!conf)
+                fail("cannot write " + dir_ + "/sentinel.conf");
+        }
         // Another process may take the port between our check and the server's bind: then
         // try another one.
         for (int attempt = 0;; ++attempt) {
@@ -508,6 +517,38 @@ void redis_server::make_tls_files() {
 }
 
 std::vector<std::string> redis_server::server_args() const {
+    if (!opts_.sentinel_master_name.empty()) {
+        // Settings after the file's name override what a sentinel rewrote into it.
+        std::string const& name = opts_.sentinel_master_name;
+        return {redis_sentinel_exe(),
+                dir_ + "/sentinel.conf",
+                "--port",
+                std::to_string(port_),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                dir_,
+                "--daemonize",
+                "no",
+                "--logfile",
+                dir_ + "/redis.log",
+                "--protected-mode",
+                "yes",
+                "--sentinel",
+                "monitor",
+                name,
+                "127.0.0.1",
+                std::to_string(opts_.sentinel_primary_port),
+                std::to_string(opts_.sentinel_quorum),
+                "--sentinel",
+                "down-after-milliseconds",
+                name,
+                std::to_string(opts_.sentinel_down_after_ms),
+                "--sentinel",
+                "failover-timeout",
+                name,
+                std::to_string(opts_.sentinel_failover_timeout_ms)};
+    }
     std::vector<std::string> a = {
         redis_server_exe(),
         "--port",
@@ -569,7 +610,11 @@ bool redis_server::try_start() {
             fail("redis-server exited at start (" + describe_status(status) + "): " + join(args) +
                  "\n" + last_lines(output, 20));
         }
-        if (output_since_start().find("Ready to accept connections") != std::string::npos) {
+        // A sentinel logs no "Ready": it is ready once it monitors its primary.
+        std::string const ready = opts_.sentinel_master_name.empty()
+                                      ? "Ready to accept connections"
+                                      : "+monitor master " + opts_.sentinel_master_name;
+        if (output_since_start().find(ready) != std::string::npos) {
             // The port answers; make sure it is our process that does, not one that won a race
             // for the port.
             try {

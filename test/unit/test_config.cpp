@@ -139,3 +139,64 @@ TEST_CASE("to_redacted_url round-trips unix sockets") {
     CHECK(back.database == 5);
     CHECK(config::from_url("unix:///r.sock").to_redacted_url() == "unix:///r.sock");
 }
+
+TEST_CASE("redis-sentinel:// URLs list the sentinels and name the primary") {
+    auto const c =
+        config::from_url("redis-sentinel://alice:pw@10.0.0.1:26380,10.0.0.2,[::1]:26381/mymaster/2"
+                         "?sentinel_username=watch&sentinel_password=s%26p");
+    CHECK(c.uses_sentinel());
+    REQUIRE(c.sentinel.sentinels.size() == 3);
+    CHECK(c.sentinel.sentinels[0] == colock::redis::server_address{"10.0.0.1", 26380});
+    CHECK(c.sentinel.sentinels[1] == colock::redis::server_address{"10.0.0.2", 26379});
+    CHECK(c.sentinel.sentinels[2] == colock::redis::server_address{"::1", 26381});
+    CHECK(c.sentinel.master_name == "mymaster");
+    CHECK(c.database == 2);
+    // The URL's credentials are the data nodes'; the sentinels' come from the query.
+    CHECK(c.username == "alice");
+    CHECK(c.password == "pw");
+    CHECK(c.sentinel.username == "watch");
+    CHECK(c.sentinel.password == "s&p");
+    CHECK_FALSE(c.use_tls);
+
+    auto const minimal = config::from_url("REDIS-SENTINEL://h/m");
+    REQUIRE(minimal.sentinel.sentinels.size() == 1);
+    CHECK(minimal.sentinel.sentinels[0].port == 26379);
+    CHECK(minimal.sentinel.master_name == "m");
+    CHECK(minimal.database == 0);
+    CHECK(minimal.password.empty());
+    CHECK(minimal.sentinel.password.empty());
+    CHECK(config::from_url("rediss-sentinel://h/m").use_tls);
+
+    CHECK_FALSE(config::from_url("redis://h").uses_sentinel());
+    CHECK(minimal.endpoint_text() == "primary 'm' of sentinels h:26379");
+}
+
+TEST_CASE("bad sentinel URLs are refused with a message naming the fault") {
+    CHECK(refusal("redis-sentinel://h").find("missing master name") != std::string::npos);
+    CHECK(refusal("redis-sentinel://h/").find("missing master name") != std::string::npos);
+    CHECK(refusal("redis-sentinel:///m").find("missing host") != std::string::npos);
+    CHECK(refusal("redis-sentinel://h,/m").find("empty sentinel address") != std::string::npos);
+    CHECK(refusal("redis-sentinel://h,,g/m").find("missing host") != std::string::npos);
+    CHECK(refusal("redis-sentinel://h:0/m").find("out of range") != std::string::npos);
+    CHECK(refusal("redis-sentinel://h/m/x").find("database 'x'") != std::string::npos);
+    CHECK(refusal("redis-sentinel://h/m?db=1").find("unsupported query parameter 'db'") !=
+          std::string::npos);
+    CHECK(refusal("redis-sentinel://h/m?sentinel_username=u").find("needs a sentinel_password") !=
+          std::string::npos);
+    CHECK(refusal("redis-sentinel://h/m#x").find("fragment") != std::string::npos);
+}
+
+TEST_CASE("to_redacted_url hides both passwords of a sentinel URL and round-trips the rest") {
+    auto const c = config::from_url("rediss-sentinel://bob:topsecret@a:1,[::1]:2/my%20master/3"
+                                    "?sentinel_username=s&sentinel_password=alsosecret");
+    std::string const url = c.to_redacted_url();
+    CHECK(url == "rediss-sentinel://bob:***@a:1,[::1]:2/my%20master/3"
+                 "?sentinel_username=s&sentinel_password=***");
+    auto const back = config::from_url(url);
+    CHECK(back.sentinel.sentinels == c.sentinel.sentinels);
+    CHECK(back.sentinel.master_name == "my master");
+    CHECK(back.database == 3);
+    CHECK(back.use_tls);
+    CHECK(config::from_url("redis-sentinel://h/m").to_redacted_url() ==
+          "redis-sentinel://h:26379/m");
+}

@@ -7,8 +7,32 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace colock::redis {
+
+/// Where a server listens: a host name or IP address, and a port.
+struct server_address {
+    std::string host;
+    std::uint16_t port = 26379;
+
+    friend bool operator==(server_address const&, server_address const&) = default;
+};
+
+/// Redis Sentinel: where the sentinels are and which primary to ask them for. The connection
+/// goes to the primary they name, confirms with ROLE that it is one, and follows
+/// `+switch-master` while connected. See config::sentinel.
+struct sentinel_config {
+    /// The sentinels, tried in order on each (re)connection, starting with the one that
+    /// answered last. Empty: no Sentinel; the connection goes to `config::host`.
+    std::vector<server_address> sentinels;
+    /// The name the sentinels monitor the primary under (`sentinel monitor <name> ...`).
+    std::string master_name;
+    /// The sentinels' own credentials, which are separate from the data nodes' (`username`,
+    /// `password` of the config), as in go-redis and Lettuce. `password` empty: no AUTH.
+    std::string username;
+    std::string password;
+};
 
 /// Settings of one connection. Every field has a usable default, so `config{}` reaches a
 /// server on 127.0.0.1:6379 without TLS or authentication.
@@ -29,6 +53,11 @@ struct config {
     int database = 0;
     /// Sent as CLIENT SETNAME when not empty; shows up in CLIENT LIST.
     std::string client_name = "colock";
+
+    /// Redis Sentinel: when `sentinel.sentinels` is not empty, `host`, `port` are ignored and the
+    /// connection goes to the primary the sentinels name. `username`, `password`, `database`,
+    /// `client_name` and the TLS settings apply to it; TLS applies to the sentinels too.
+    sentinel_config sentinel;
 
     /// Connect over TLS (the `rediss://` scheme).
     bool use_tls = false;
@@ -63,21 +92,29 @@ struct config {
     ///     redis://[[user]:password@]host[:port][/db]
     ///     rediss://[[user]:password@]host[:port][/db]        (TLS)
     ///     unix://[[user]:password@]/path/to/redis.sock[?db=N] (a unix domain socket)
+    ///     redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db]
+    ///         [?sentinel_username=U&sentinel_password=P]
+    ///     rediss-sentinel://...                              (the same, over TLS)
     ///
     /// The scheme is case-insensitive; `redis+unix://` is accepted for `unix://` (redis-rs's
     /// spelling). `redis://secret@host` is a password alone, as redis-cli reads it. User, password
     /// and socket path may be percent-encoded (a '/', '@' or '?' in them must be); an IPv6 host
     /// goes in brackets. A unix:// URL has an empty host (three slashes) and takes only the `db`
-    /// query parameter, as redis-py and redis-rs do; other URLs take no query. Throws
+    /// query parameter, as redis-py and redis-rs do. A sentinel URL lists the sentinels (port 26379
+    /// by default) and names the primary in its path, as in Lettuce's `redis-sentinel://`; its user
+    /// and password are the data nodes', and the sentinels' own credentials go in the query
+    /// (they differ in most deployments). Other URLs take no query. Throws
     /// std::invalid_argument whose message names the part that is wrong (never the password).
     static config from_url(std::string_view url);
 
     /// The settings as a URL of the form from_url reads (unix:// when `unix_socket` is set), with
     /// the password replaced by "***" (safe for logs).
     std::string to_redacted_url() const;
-    /// Where the connection goes, for messages: "host:port" ("[::1]:6379" for IPv6), or the socket
-    /// path.
+    /// Where the connection goes, for messages: "host:port" ("[::1]:6379" for IPv6), the socket
+    /// path, or "primary 'name' of sentinels host:port,host:port".
     std::string endpoint_text() const;
+    /// True when the connection goes through Redis Sentinel (`sentinel.sentinels` is not empty).
+    bool uses_sentinel() const noexcept { return !sentinel.sentinels.empty(); }
 };
 
 } // namespace colock::redis

@@ -26,6 +26,15 @@ enum class error {
     /// (MONITOR, RESET, CLIENT REPLY OFF|SKIP), which a shared connection cannot send. Nothing
     /// was written; the response names the command.
     unsupported_command,
+    /// Redis Sentinel: no sentinel gave the address of the primary (none reachable, none knows
+    /// the master name, or all refused). The message says what each sentinel answered.
+    no_primary_address,
+    /// Redis Sentinel: the server the sentinels named says (ROLE) that it is not a primary, as
+    /// during a failover.
+    not_primary,
+    /// Redis Sentinel: the sentinels moved the primary to another server (`+switch-master`);
+    /// the connection went there.
+    primary_changed,
 };
 
 boost::system::error_category const& error_category() noexcept;

@@ -28,6 +28,16 @@ struct redis_server_options {
     bool unix_socket = false;
     /// More redis-server arguments, e.g. {"--maxclients", "50"}.
     std::vector<std::string> extra_args;
+    /// Run as a sentinel (`redis-sentinel`, or COLOCK_REDIS_SENTINEL) that monitors the primary
+    /// on 127.0.0.1:`sentinel_primary_port` under `sentinel_master_name`, when that is set. Its
+    /// configuration file (which a sentinel rewrites) is in its temporary directory.
+    std::string sentinel_master_name;
+    std::uint16_t sentinel_primary_port = 0;
+    int sentinel_quorum = 2;
+    /// How long the primary must be unreachable before a sentinel thinks it down, and the
+    /// failover timeout: short, so that a test's failover takes seconds.
+    int sentinel_down_after_ms = 1000;
+    int sentinel_failover_timeout_ms = 3000;
 };
 
 /// One redis-server process: bound to 127.0.0.1 only, no persistence (`--save ""

@@ -1,0 +1,338 @@
+// Redis Sentinel, the I/O: asking the sentinels where the primary is before each connection,
+// and following +switch-master while connected. What is sent and how the answers are read is in
+// sentinel.cpp.
+#include "connection_impl.hpp"
+#include "sentinel.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace colock::redis::detail {
+
+using namespace asio::experimental::awaitable_operators;
+using steady_clock = std::chrono::steady_clock;
+
+namespace {
+
+// One connection to a sentinel, for the few commands sent to it: what is written at once, read
+// back in order; no reconnection. Used on the connection's strand only.
+class sentinel_link {
+public:
+    sentinel_link(connection_impl::strand_type const& strand, asio::ssl::context* tls)
+        : socket_(strand), tls_context_(tls) {}
+
+    asio::awaitable<error_code> open(std::vector<stream_endpoint> endpoints, std::string host,
+                                     bool verify_peer) {
+        co_await asio::this_coro::throw_if_cancelled(false);
+        auto [ec, ep] = co_await asio::async_connect(socket_, endpoints, use_nothrow);
+        if (ec)
+            co_return ec;
+        socket_.set_option(tcp::no_delay(true), ec);
+        if (tls_context_ == nullptr)
+            co_return error_code{};
+        tls_.emplace(socket_, *tls_context_);
+        if (!prepare_tls(*tls_, host, verify_peer))
+            co_return error_code(asio::error::invalid_argument);
+        auto [hec] = co_await tls_->async_handshake(asio::ssl::stream_base::client, use_nothrow);
+        co_return hec;
+    }
+
+    asio::awaitable<error_code> write(std::string payload) {
+        co_await asio::this_coro::throw_if_cancelled(false);
+        std::tuple<error_code, std::size_t> wrote;
+        if (tls_)
+            wrote = co_await asio::async_write(*tls_, asio::buffer(payload), use_nothrow);
+        else
+            wrote = co_await asio::async_write(socket_, asio::buffer(payload), use_nothrow);
+        co_return std::get<0>(wrote);
+    }
+
+    // The next complete value, push or reply.
+    asio::awaitable<std::tuple<error_code, resp3::value>> read() {
+        co_await asio::this_coro::throw_if_cancelled(false);
+        for (;;) {
+            if (begin_ < buffer_.size()) {
+                error_code pec;
+                std::size_t const used =
+                    parser_.consume(std::string_view(buffer_).substr(begin_), pec);
+                if (pec)
+                    co_return std::make_tuple(pec, resp3::value{});
+                begin_ += used;
+                if (parser_.done())
+                    co_return std::make_tuple(error_code{}, parser_.release());
+            }
+            buffer_.erase(0, begin_);
+            begin_ = 0;
+            std::size_t const old_size = buffer_.size();
+            buffer_.resize(old_size + 4096);
+            auto into = asio::buffer(buffer_.data() + old_size, 4096);
+            std::tuple<error_code, std::size_t> got;
+            if (tls_)
+                got = co_await tls_->async_read_some(into, use_nothrow);
+            else
+                got = co_await socket_.async_read_some(into, use_nothrow);
+            buffer_.resize(old_size + std::get<1>(got));
+            if (std::get<0>(got))
+                co_return std::make_tuple(std::get<0>(got), resp3::value{});
+        }
+    }
+
+    // The next reply, skipping pushes (a link that only asks receives none).
+    asio::awaitable<std::tuple<error_code, resp3::value>> read_reply() {
+        for (;;) {
+            auto got = co_await read();
+            if (std::get<0>(got) || std::get<1>(got).type != resp3::type::push)
+                co_return got;
+        }
+    }
+
+    void close() {
+        error_code ignored;
+        socket_.close(ignored);
+    }
+
+private:
+    stream_socket socket_;
+    asio::ssl::context* tls_context_;
+    std::optional<asio::ssl::stream<stream_socket&>> tls_;
+    std::string buffer_;
+    std::size_t begin_ = 0;
+    resp3::parser parser_;
+};
+
+std::string cause_text(error_code ec) {
+    return error_code(ec.value(), ec.category()).message();
+}
+
+// Open, HELLO, ask: the primary's address or what went wrong.
+asio::awaitable<primary_answer> ask_over(std::shared_ptr<sentinel_link> link,
+                                         std::vector<stream_endpoint> endpoints, std::string host,
+                                         bool verify_peer, std::string payload,
+                                         std::string master_name) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    if (error_code ec = co_await link->open(std::move(endpoints), std::move(host), verify_peer))
+        co_return primary_answer{std::nullopt, cause_text(ec)};
+    if (error_code ec = co_await link->write(std::move(payload)))
+        co_return primary_answer{std::nullopt, cause_text(ec)};
+    auto [hec, hello] = co_await link->read_reply();
+    if (hec)
+        co_return primary_answer{std::nullopt, cause_text(hec)};
+    if (auto problem = read_sentinel_hello(hello); !problem.empty())
+        co_return primary_answer{std::nullopt, std::move(problem)};
+    auto [aec, address] = co_await link->read_reply();
+    if (aec)
+        co_return primary_answer{std::nullopt, cause_text(aec)};
+    co_return read_primary_address(address, master_name);
+}
+
+// Reads what the sentinel sends until the follower says the primary moved or the link failed.
+asio::awaitable<void> follow_reads(std::shared_ptr<sentinel_link> link,
+                                   std::shared_ptr<primary_follower> follower,
+                                   std::shared_ptr<std::string> problem) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    for (;;) {
+        auto [ec, v] = co_await link->read();
+        if (ec) {
+            *problem = cause_text(ec);
+            co_return;
+        }
+        auto const verdict = follower->on_value(v);
+        if (verdict == primary_follower::verdict::failed)
+            *problem = follower->problem();
+        if (verdict != primary_follower::verdict::keep_reading)
+            co_return;
+    }
+}
+
+// Asks again every `interval` (never when 0), and ends the link when an answer is missing: the
+// first after `first_within`, later ones after an interval.
+asio::awaitable<void> follow_asks(std::shared_ptr<sentinel_link> link,
+                                  std::shared_ptr<primary_follower> follower,
+                                  std::shared_ptr<std::string> problem, std::string ask,
+                                  std::chrono::milliseconds first_within,
+                                  std::chrono::milliseconds interval) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    std::uint64_t asked = 1; // with the hello
+    auto wait = first_within;
+    for (;;) {
+        timer.expires_after(wait);
+        if (auto [tec] = co_await timer.async_wait(use_nothrow); tec)
+            co_return;
+        if (follower->answers() < asked) {
+            *problem = fmt::format("no answer to SENTINEL GET-MASTER-ADDR-BY-NAME within {} ms",
+                                   wait.count());
+            co_return;
+        }
+        if (interval.count() <= 0) {
+            timer.expires_at(steady_clock::time_point::max());
+            co_await timer.async_wait(use_nothrow);
+            co_return;
+        }
+        if (error_code ec = co_await link->write(ask)) {
+            *problem = cause_text(ec);
+            co_return;
+        }
+        ++asked;
+        wait = interval;
+    }
+}
+
+} // namespace
+
+asio::awaitable<primary_answer> connection_impl::ask_sentinel(server_address where,
+                                                              steady_clock::time_point deadline) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    auto [rec, resolved] = co_await resolve(where.host, where.port, deadline);
+    if (rec == error::connect_timeout)
+        co_return primary_answer{std::nullopt, "timed out resolving the host name"};
+    if (rec)
+        co_return primary_answer{std::nullopt, cause_text(rec)};
+    std::vector<stream_endpoint> endpoints;
+    for (auto const& entry : resolved)
+        endpoints.emplace_back(entry.endpoint());
+    auto link = std::make_shared<sentinel_link>(strand_, tls_context_ ? &*tls_context_ : nullptr);
+    asio::steady_timer timer(strand_);
+    timer.expires_at(deadline);
+    auto const started = steady_clock::now();
+    auto asked = co_await (ask_over(link, std::move(endpoints), where.host, cfg_.tls_verify_peer,
+                                    std::string(sentinel_hello(cfg_, false).payload()),
+                                    cfg_.sentinel.master_name) ||
+                           timer.async_wait(use_nothrow));
+    link->close();
+    if (asked.index() == 1)
+        co_return primary_answer{
+            std::nullopt,
+            fmt::format(
+                "no answer within {} ms",
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - started).count())};
+    co_return std::get<0>(std::move(asked));
+}
+
+asio::awaitable<error_code> connection_impl::locate_primary(std::shared_ptr<session> s) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    auto cs = co_await asio::this_coro::cancellation_state;
+    auto const& sentinels = cfg_.sentinel.sentinels;
+    std::size_t const n = sentinels.size();
+    std::string answers;
+    for (std::size_t i = 0; i < n; ++i) {
+        std::size_t const index = (preferred_sentinel_ + i) % n;
+        // What is left of connect_timeout, shared among the sentinels not asked yet: a sentinel
+        // that does not answer leaves time for the others.
+        auto const now = steady_clock::now();
+        auto const share = (std::max(s->deadline, now) - now) / static_cast<int>(n - i);
+        auto answer = co_await ask_sentinel(sentinels[index], now + share);
+        if (s->detached || session_ != s || is_cancelled(cs))
+            co_return asio::error::operation_aborted;
+        if (answer.address) {
+            preferred_sentinel_ = index;
+            s->target = *answer.address;
+            std::lock_guard lock(error_mutex_);
+            endpoint_text_ = fmt::format("primary '{}' at {}", cfg_.sentinel.master_name,
+                                         address_text(s->target));
+            co_return error_code{};
+        }
+        answers += fmt::format("{}sentinel {}: {}", answers.empty() ? "" : "; ",
+                               address_text(sentinels[index]), answer.problem);
+    }
+    {
+        std::lock_guard lock(error_mutex_);
+        endpoint_text_ = cfg_.endpoint_text();
+    }
+    co_return connect_failed(*s, error::no_primary_address, answers);
+}
+
+asio::awaitable<connection_impl::follow_result>
+connection_impl::follow_sentinel(std::shared_ptr<session> s, server_address where) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    follow_result result;
+    auto const deadline = steady_clock::now() + cfg_.connect_timeout;
+    auto [rec, resolved] = co_await resolve(where.host, where.port, deadline);
+    if (rec) {
+        result.problem =
+            rec == error::connect_timeout ? "timed out resolving the host name" : cause_text(rec);
+        co_return result;
+    }
+    std::vector<stream_endpoint> endpoints;
+    for (auto const& entry : resolved)
+        endpoints.emplace_back(entry.endpoint());
+    auto link = std::make_shared<sentinel_link>(strand_, tls_context_ ? &*tls_context_ : nullptr);
+    asio::steady_timer timer(strand_);
+    timer.expires_at(deadline);
+    auto opened = co_await (link->open(std::move(endpoints), where.host, cfg_.tls_verify_peer) ||
+                            timer.async_wait(use_nothrow));
+    if (opened.index() == 1 || std::get<0>(opened)) {
+        link->close();
+        result.problem = opened.index() == 1 ? fmt::format("no connection within {} ms",
+                                                           cfg_.connect_timeout.count())
+                                             : cause_text(std::get<0>(opened));
+        co_return result;
+    }
+    auto follower = std::make_shared<primary_follower>(cfg_.sentinel.master_name, s->target);
+    auto problem = std::make_shared<std::string>();
+    if (error_code ec = co_await link->write(std::string(sentinel_hello(cfg_, true).payload()))) {
+        link->close();
+        result.problem = cause_text(ec);
+        co_return result;
+    }
+    co_await (follow_reads(link, follower, problem) ||
+              follow_asks(link, follower, problem,
+                          std::string(sentinel_ask_primary(cfg_).payload()), cfg_.connect_timeout,
+                          cfg_.health_check_interval));
+    link->close();
+    result.answered = follower->answers() > 0;
+    if (problem->empty() && !follower->moved_to().host.empty())
+        result.moved_to = follower->moved_to();
+    result.problem = problem->empty() ? std::string("the session ended") : *problem;
+    co_return result;
+}
+
+asio::awaitable<error_code> connection_impl::watch_primary(std::shared_ptr<session> s) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    auto cs = co_await asio::this_coro::cancellation_state;
+    auto const& sentinels = cfg_.sentinel.sentinels;
+    std::size_t const n = sentinels.size();
+    auto backoff = cfg_.reconnect_initial_delay;
+    asio::steady_timer pause(strand_);
+    for (;;) {
+        std::string problems;
+        for (std::size_t i = 0; i < n; ++i) {
+            std::size_t const index = (preferred_sentinel_ + i) % n;
+            auto followed = co_await follow_sentinel(s, sentinels[index]);
+            if (s->detached || session_ != s || is_cancelled(cs))
+                co_return asio::error::operation_aborted;
+            if (followed.moved_to) {
+                preferred_sentinel_ = index;
+                log(log_level::warning,
+                    fmt::format("sentinel {} says the primary '{}' moved from {} to {}: "
+                                "reconnecting there",
+                                address_text(sentinels[index]), cfg_.sentinel.master_name,
+                                address_text(s->target), address_text(*followed.moved_to)));
+                co_return error::primary_changed;
+            }
+            if (followed.answered)
+                backoff = cfg_.reconnect_initial_delay; // it worked for a while
+            problems += fmt::format("{}sentinel {}: {}", problems.empty() ? "" : "; ",
+                                    address_text(sentinels[index]), followed.problem);
+        }
+        // The primary stays usable; only a failover would go unnoticed until the connection
+        // to the old primary fails.
+        set_error_text(fmt::format("no sentinel to follow failovers of '{}' through ({}); "
+                                   "trying again in {} ms",
+                                   cfg_.sentinel.master_name, problems, backoff.count()));
+        pause.expires_after(backoff);
+        co_await pause.async_wait(use_nothrow);
+        if (s->detached || session_ != s || is_cancelled(cs))
+            co_return asio::error::operation_aborted;
+        backoff = std::min(backoff * 2, cfg_.reconnect_max_delay);
+    }
+}
+
+} // namespace colock::redis::detail

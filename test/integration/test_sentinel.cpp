@@ -1,0 +1,254 @@
+// The connection and the locker through Redis Sentinel, against a real deployment the fixture
+// starts: a primary, a replica and three redis-sentinel processes. Failovers are real:
+// SENTINEL FAILOVER, and a killed primary.
+#include <colock/locker.hpp>
+#include <colock/redis/connection.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+#include <colock_test/sentinel_set.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The set's config with the short timeouts of fast_config.
+redis::config sentinel_config(sentinel_set const& set) {
+    auto cfg = redis::config::from_url(set.url());
+    cfg.connect_timeout = 1000ms;
+    cfg.health_check_interval = 200ms;
+    cfg.reconnect_initial_delay = 20ms;
+    cfg.reconnect_max_delay = 200ms;
+    return cfg;
+}
+
+// Runs a blocking fixture call (failover, kill) on a thread of its own, so that the test's
+// io_context keeps serving the connections meanwhile.
+template <class F>
+asio::awaitable<std::invoke_result_t<F>> off_thread(F f) {
+    auto done = std::async(std::launch::async, std::move(f));
+    while (done.wait_for(0s) != std::future_status::ready)
+        co_await sleep_for(20ms);
+    co_return done.get();
+}
+
+// The port of the server a connection reached, from its own INFO.
+asio::awaitable<int> reached_port(redis::connection& c) {
+    auto [ec, r] = co_await c.async_exec(command("INFO", "server"), as_tuple);
+    REQUIRE_FALSE(ec);
+    auto const text = std::string(r.at(0).as_string().value_or(""));
+    auto const at = text.find("tcp_port:");
+    REQUIRE(at != std::string::npos);
+    co_return std::stoi(text.substr(at + 9));
+}
+
+std::string connect_failure(redis::config cfg) {
+    std::string message;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), cfg};
+        try {
+            co_await conn.co_connect();
+            message = "connected";
+        } catch (redis::connect_error const& e) {
+            message = e.what();
+            CHECK(e.code().category() == redis::error_category());
+        }
+        conn.close();
+    });
+    return message;
+}
+
+} // namespace
+
+TEST_CASE("sentinel: the connection goes to the primary the sentinels name, and locks work "
+          "there") {
+    sentinel_set set;
+    auto const primary_port = set.wait_for_primary(5s);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), sentinel_config(set)};
+        co_await conn.co_connect();
+        CHECK(co_await reached_port(conn) == primary_port);
+        CHECK(conn.last_error_text().empty());
+
+        locker locks{conn};
+        std::string const name = unique_key("sentinel-basic");
+        auto guard = co_await locks.co_lock(name, lease(10s));
+        CHECK(guard.owns_lock());
+        CHECK(guard.fence() > 0);
+        // The lease is on the primary (and replicated to the replica).
+        CHECK_FALSE(lock_key_free(set.node_on(primary_port), lock_key(name)));
+        CHECK(co_await guard.unlock());
+        CHECK(lock_key_free(set.node_on(primary_port), lock_key(name)));
+        conn.close();
+    });
+}
+
+TEST_CASE("sentinel: SENTINEL FAILOVER: a held guard is lost at once, the waiter gets the lock "
+          "on the new primary with a higher fence") {
+    sentinel_set set;
+    auto const old_port = set.wait_for_primary(5s);
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            // Two connections: two processes, each with its own view of the failover.
+            redis::connection conn_a{ctx.get_executor(), sentinel_config(set)};
+            redis::connection conn_b{ctx.get_executor(), sentinel_config(set)};
+            locker a{conn_a};
+            locker b{conn_b};
+            std::string const name = unique_key("sentinel-failover");
+            auto held = co_await a.co_lock(name, lease(30s));
+            auto const held_fence = held.fence();
+
+            struct waiter_result {
+                bool done = false;
+                std::uint64_t fence = 0;
+                std::string error;
+                std::optional<lock_guard> guard;
+            };
+            auto waiting = std::make_shared<waiter_result>();
+            auto opt = lease(30s);
+            opt.wait_timeout = 25s;
+            asio::co_spawn(
+                ctx,
+                [&b, name, opt, waiting]() -> asio::awaitable<void> {
+                    try {
+                        auto g = co_await b.co_lock(name, opt);
+                        waiting->fence = g.fence();
+                        waiting->guard.emplace(std::move(g));
+                    } catch (std::exception const& e) {
+                        waiting->error = e.what();
+                    }
+                    waiting->done = true;
+                },
+                asio::detached);
+            co_await sleep_for(200ms);
+            CHECK_FALSE(waiting->done);
+
+            auto const new_port = co_await off_thread([&] { return set.failover(15s); });
+            auto const switched = steady::now();
+            CHECK(new_port != old_port);
+            // The old primary stays a primary for seconds after the switch; the connection
+            // follows +switch-master rather than waiting for it to be demoted.
+            CHECK(co_await finishes_when([&] { return held.lost(); }, 3000ms));
+            MESSAGE("guard lost " << ms_since(switched) << " ms after the sentinels agreed");
+            CHECK(held.loss() == loss_reason::server_replaced);
+            CHECK(co_await reached_port(conn_a) == new_port);
+
+            // The replica had the lease: the waiter gets it once the lost guard lets go.
+            CHECK_FALSE(co_await held.unlock());
+            CHECK(co_await finishes_when([&] { return waiting->done; }, 10000ms));
+            CHECK(waiting->error.empty());
+            CHECK(waiting->fence > held_fence);
+            CHECK(co_await reached_port(conn_b) == new_port);
+            REQUIRE(waiting->guard);
+            CHECK_FALSE(lock_key_free(set.node_on(new_port), lock_key(name)));
+            CHECK(co_await waiting->guard->unlock());
+            conn_a.close();
+            conn_b.close();
+        },
+        90s);
+}
+
+TEST_CASE("sentinel: a killed primary: the guard is lost after the failover, and new locks work "
+          "on the promoted replica") {
+    sentinel_set set;
+    auto const old_port = set.wait_for_primary(5s);
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn{ctx.get_executor(), sentinel_config(set)};
+            locker locks{conn};
+            std::string const name = unique_key("sentinel-kill");
+            auto held = co_await locks.co_lock(name, lease(30s));
+            auto const held_fence = held.fence();
+            // Let the replica have the lease before the primary goes.
+            co_await sleep_for(100ms);
+
+            co_await off_thread([&] { set.node_on(old_port).kill(); });
+            auto const new_port =
+                co_await off_thread([&] { return set.wait_for_new_primary(old_port, 30s); });
+            CHECK(co_await finishes_when([&] { return held.lost(); }, 5000ms));
+            CHECK(held.loss() == loss_reason::server_replaced);
+            CHECK_FALSE(co_await held.unlock());
+
+            auto opt = lease(10s);
+            opt.wait_timeout = 10s;
+            auto next = co_await locks.co_lock(name, opt);
+            CHECK(next.fence() > held_fence);
+            CHECK(co_await reached_port(conn) == new_port);
+            CHECK(co_await next.unlock());
+            conn.close();
+        },
+        90s);
+}
+
+TEST_CASE("sentinel: failures to find the primary name every sentinel and what it said") {
+    sentinel_set set;
+    SUBCASE("a master name the sentinels do not monitor") {
+        auto cfg = sentinel_config(set);
+        cfg.sentinel.master_name = "nosuch";
+        auto const message = connect_failure(cfg);
+        INFO(message);
+        CHECK(message.find("asking the sentinels") != std::string::npos);
+        for (std::size_t i = 0; i < set.sentinel_count(); ++i)
+            CHECK(message.find("sentinel 127.0.0.1:" + std::to_string(set.sentinel(i).port()) +
+                               ": does not monitor a master named 'nosuch'") != std::string::npos);
+    }
+    SUBCASE("no sentinel reachable") {
+        auto cfg = sentinel_config(set);
+        cfg.sentinel.sentinels = {{"127.0.0.1", unused_port()}, {"127.0.0.1", unused_port()}};
+        auto const message = connect_failure(cfg);
+        INFO(message);
+        CHECK(message.find("sentinel 127.0.0.1:" + std::to_string(cfg.sentinel.sentinels[0].port) +
+                           ": ") != std::string::npos);
+        CHECK(message.find("sentinel 127.0.0.1:" + std::to_string(cfg.sentinel.sentinels[1].port) +
+                           ": ") != std::string::npos);
+    }
+    SUBCASE("a dead sentinel first: the next one answers") {
+        auto cfg = sentinel_config(set);
+        cfg.sentinel.sentinels.insert(cfg.sentinel.sentinels.begin(), {"127.0.0.1", unused_port()});
+        CHECK(connect_failure(cfg) == "connected");
+    }
+    SUBCASE("a sentinel that names a replica: ROLE refuses it") {
+        // A sentinel monitoring the replica under another name answers with the replica's
+        // address; the connection asks the server itself.
+        redis_server_options o;
+        o.sentinel_master_name = "wrong";
+        o.sentinel_primary_port = set.node(1).port();
+        o.sentinel_quorum = 1;
+        redis_server misled{o};
+        auto cfg = sentinel_config(set);
+        cfg.sentinel.sentinels = {{"127.0.0.1", misled.port()}};
+        cfg.sentinel.master_name = "wrong";
+        auto const message = connect_failure(cfg);
+        INFO(message);
+        CHECK(message.find("(ROLE)") != std::string::npos);
+        CHECK(message.find("but it is a slave") != std::string::npos);
+    }
+}
+
+TEST_CASE("sentinel: a config with sentinels but no master name is refused at construction") {
+    asio::io_context ctx;
+    redis::config cfg;
+    cfg.sentinel.sentinels = {{"127.0.0.1", 26379}};
+    CHECK_THROWS_WITH_AS(redis::connection(ctx.get_executor(), cfg),
+                         doctest::Contains("no master_name"), std::invalid_argument);
+    cfg.sentinel.master_name = "m";
+    cfg.unix_socket = "/tmp/redis.sock";
+    CHECK_THROWS_WITH_AS(redis::connection(ctx.get_executor(), cfg),
+                         doctest::Contains("unix_socket"), std::invalid_argument);
+}

@@ -1,0 +1,171 @@
+#include <colock_test/sentinel_set.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
+
+namespace colock::test {
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+[[noreturn]] void fail(std::string const& what) {
+    throw std::runtime_error("sentinel_set: " + what);
+}
+
+// The value of `field:` in an INFO text, or empty.
+std::string info_field(std::string const& info, std::string const& field) {
+    auto const at = info.find(field + ":");
+    if (at == std::string::npos)
+        return {};
+    auto const begin = at + field.size() + 1;
+    auto const end = info.find_first_of("\r\n", begin);
+    return info.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+// Polls `done` every 50 ms until it holds or `within` passes.
+template <class Done>
+bool poll_until(std::chrono::milliseconds within, Done done) {
+    auto const deadline = clock_type::now() + within;
+    for (;;) {
+        try {
+            if (done())
+                return true;
+        } catch (std::runtime_error const&) {
+            // a node or sentinel that is down (killed, restarting) counts as "not yet"
+        }
+        if (clock_type::now() >= deadline)
+            return false;
+        std::this_thread::sleep_for(50ms);
+    }
+}
+
+redis_server_options data_node_options(std::uint16_t primary_port) {
+    redis_server_options o;
+    // A replica syncs at once rather than after the default 5 s diskless delay.
+    o.extra_args = {"--repl-diskless-sync-delay", "0"};
+    if (primary_port != 0)
+        o.extra_args.insert(o.extra_args.end(),
+                            {"--replicaof", "127.0.0.1", std::to_string(primary_port)});
+    return o;
+}
+
+} // namespace
+
+sentinel_set::sentinel_set(std::string master_name) : master_name_(std::move(master_name)) {
+    nodes_.push_back(std::make_unique<redis_server>(data_node_options(0)));
+    nodes_.push_back(std::make_unique<redis_server>(data_node_options(nodes_[0]->port())));
+    // Sentinels that start after the replica is in sync learn of it from their first INFO of
+    // the primary, rather than ten seconds later.
+    if (!poll_until(10s, [&] {
+            return info_field(nodes_[1]->cli({"INFO", "replication"}), "master_link_status") ==
+                   "up";
+        }))
+        fail("the replica did not sync with the primary within 10 s:\n" + logs());
+    for (int i = 0; i < 3; ++i) {
+        redis_server_options o;
+        o.sentinel_master_name = master_name_;
+        o.sentinel_primary_port = nodes_[0]->port();
+        sentinels_.push_back(std::make_unique<redis_server>(o));
+    }
+    // Sentinels find each other through hello messages every 2 s.
+    bool const ready = poll_until(15s, [&] {
+        for (auto const& s : sentinels_) {
+            auto const lines = s->cli_lines({"SENTINEL", "MASTER", master_name_});
+            auto value_of = [&](std::string const& key) {
+                auto const it = std::find(lines.begin(), lines.end(), key);
+                return it == lines.end() || it + 1 == lines.end() ? std::string() : *(it + 1);
+            };
+            if (value_of("num-other-sentinels") != "2" || value_of("num-slaves") != "1")
+                return false;
+        }
+        return true;
+    });
+    if (!ready)
+        fail("the sentinels did not find each other and the replica within 15 s:\n" + logs());
+}
+
+sentinel_set::~sentinel_set() {
+    // Sentinels first, so that none starts a failover while the nodes stop.
+    sentinels_.clear();
+    nodes_.clear();
+}
+
+colock::redis::config sentinel_set::config() const {
+    colock::redis::config cfg;
+    for (auto const& s : sentinels_)
+        cfg.sentinel.sentinels.push_back({"127.0.0.1", s->port()});
+    cfg.sentinel.master_name = master_name_;
+    return cfg;
+}
+
+std::string sentinel_set::url() const {
+    std::string out = "redis-sentinel://";
+    for (std::size_t i = 0; i < sentinels_.size(); ++i)
+        out +=
+            (i == 0 ? "" : ",") + std::string("127.0.0.1:") + std::to_string(sentinels_[i]->port());
+    return out + "/" + master_name_;
+}
+
+redis_server& sentinel_set::node_on(std::uint16_t port) {
+    for (auto& n : nodes_)
+        if (n->port() == port)
+            return *n;
+    fail("no data node on port " + std::to_string(port));
+}
+
+std::uint16_t sentinel_set::agreed_primary() const {
+    std::uint16_t agreed = 0;
+    for (auto const& s : sentinels_) {
+        auto const lines = s->cli_lines({"SENTINEL", "GET-MASTER-ADDR-BY-NAME", master_name_});
+        if (lines.size() != 2)
+            return 0;
+        auto const port = static_cast<std::uint16_t>(std::stoi(lines[1]));
+        if (agreed != 0 && port != agreed)
+            return 0;
+        agreed = port;
+    }
+    return agreed;
+}
+
+std::uint16_t sentinel_set::wait_for_primary(std::chrono::milliseconds within) {
+    return wait_for_new_primary(0, within);
+}
+
+std::uint16_t sentinel_set::wait_for_new_primary(std::uint16_t old_port,
+                                                 std::chrono::milliseconds within) {
+    std::uint16_t found = 0;
+    bool const ok = poll_until(within, [&] {
+        std::uint16_t const port = agreed_primary();
+        if (port == 0 || port == old_port)
+            return false;
+        if (info_field(node_on(port).cli({"INFO", "replication"}), "role") != "master")
+            return false;
+        found = port;
+        return true;
+    });
+    if (!ok)
+        fail("the sentinels did not agree on a new primary within " +
+             std::to_string(within.count()) + " ms:\n" + logs());
+    return found;
+}
+
+std::uint16_t sentinel_set::failover(std::chrono::milliseconds within) {
+    std::uint16_t const old_port = wait_for_primary(within);
+    sentinels_[0]->cli({"SENTINEL", "FAILOVER", master_name_});
+    return wait_for_new_primary(old_port, within);
+}
+
+std::string sentinel_set::logs() const {
+    std::string out;
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+        out += "--- node " + std::to_string(i) + " (port " + std::to_string(nodes_[i]->port()) +
+               ")\n" + nodes_[i]->log_tail(8);
+    for (std::size_t i = 0; i < sentinels_.size(); ++i)
+        out += "--- sentinel " + std::to_string(i) + " (port " +
+               std::to_string(sentinels_[i]->port()) + ")\n" + sentinels_[i]->log_tail(12);
+    return out;
+}
+
+} // namespace colock::test
