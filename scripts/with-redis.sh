@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# Usage: scripts/with-redis.sh <command> [args...]
+# Usage: scripts/with-redis.sh [--sentinel] <command> [args...]
 #
 # Starts a throwaway redis-server on a free port of 127.0.0.1 (no persistence, data in a
 # temporary directory), runs the command with COLOCK_REDIS_URL=redis://127.0.0.1:PORT in its
 # environment, stops the server and returns the command's exit status.
+#
+# --sentinel: a Redis Sentinel deployment instead: a primary, a replica and three sentinels
+# (quorum 2, down-after 1 s) monitoring them as "mymaster", ready for a failover when the command
+# starts; COLOCK_REDIS_URL=redis-sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster.
 set -euo pipefail
 
+sentinel=0
+if [ "${1:-}" = "--sentinel" ]; then
+    sentinel=1
+    shift
+fi
 if [ "$#" -eq 0 ]; then
-    echo "usage: $0 <command> [args...]" >&2
+    echo "usage: $0 [--sentinel] <command> [args...]" >&2
     exit 2
 fi
 
 redis_server=${COLOCK_REDIS_SERVER:-redis-server}
 redis_cli=${COLOCK_REDIS_CLI:-redis-cli}
-for tool in "$redis_server" "$redis_cli"; do
+redis_sentinel=${COLOCK_REDIS_SENTINEL:-redis-sentinel}
+tools=("$redis_server" "$redis_cli")
+[ "$sentinel" -eq 0 ] || tools+=("$redis_sentinel")
+for tool in "${tools[@]}"; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "with-redis: $tool not found (run scripts/install-deps.sh)" >&2
         exit 127
@@ -21,19 +33,28 @@ for tool in "$redis_server" "$redis_cli"; do
 done
 
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/colock-redis.XXXXXX")
-server_pid=
+server_pids=()
 
-# shellcheck disable=SC2317 # called from the EXIT trap
-cleanup() {
-    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -TERM "$server_pid" 2>/dev/null || true
+# shellcheck disable=SC2317 # called from cleanup, from the EXIT trap
+stop_pid() {
+    local pid=$1
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 50); do
-            kill -0 "$server_pid" 2>/dev/null || break
+            kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
         done
-        kill -KILL "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
     fi
+}
+# shellcheck disable=SC2317 # called from the EXIT trap
+cleanup() {
+    # The last started first: sentinels go before the servers they watch.
+    local i
+    for ((i = ${#server_pids[@]} - 1; i >= 0; i--)); do
+        stop_pid "${server_pids[$i]}"
+    done
     rm -rf "$tmpdir"
 }
 trap cleanup EXIT
@@ -66,15 +87,16 @@ pick_port() {
     return 1
 }
 
-# Waits until the server we started answers with its own process id. Returns 1 when it exited
-# (typically: port taken), 2 on timeout.
+# wait_ready PID PORT LOG READY-TEXT: waits until the server we started logs READY-TEXT and
+# answers with its own process id. Returns 1 when it exited (typically: port taken), 2 on timeout.
 wait_ready() {
-    local pid=$1 port=$2 reply
+    local pid=$1 port=$2 log=$3 ready_text=$4 reply
     for _ in $(seq 200); do
         if ! kill -0 "$pid" 2>/dev/null; then
             return 1
         fi
-        if reply=$("$redis_cli" -h 127.0.0.1 -p "$port" INFO server 2>/dev/null) &&
+        if grep -qF -- "$ready_text" "$log" 2>/dev/null &&
+            reply=$("$redis_cli" -h 127.0.0.1 -p "$port" INFO server 2>/dev/null) &&
             printf '%s\n' "$reply" | tr -d '\r' | grep -qx "process_id:$pid"; then
             return 0
         fi
@@ -83,37 +105,101 @@ wait_ready() {
     return 2
 }
 
-port=
-for attempt in 1 2 3 4 5 6 7 8; do
-    candidate=$(pick_port) || { echo "with-redis: no free port found" >&2; exit 1; }
-    "$redis_server" --port "$candidate" --bind 127.0.0.1 --save "" --appendonly no \
-        --dir "$tmpdir" --daemonize no --logfile "$tmpdir/redis.log" --protected-mode yes \
-        >"$tmpdir/redis.out" 2>&1 &
-    server_pid=$!
-    status=0
-    wait_ready "$server_pid" "$candidate" || status=$?
-    if [ "$status" -eq 0 ]; then
-        port=$candidate
-        break
-    fi
-    if [ "$status" -eq 1 ]; then
-        wait "$server_pid" 2>/dev/null || true
-        server_pid=
-        if grep -q 'Address already in use' "$tmpdir/redis.log" 2>/dev/null; then
-            continue # lost a race for the port: try another one
+# start NAME READY-TEXT PROGRAM ARGS...: starts a server on a free port (PROGRAM ARGS... --port P
+# ...) whose log is $tmpdir/NAME.log, and waits until its log shows READY-TEXT and it answers
+# with its own process id. Sets started_port and started_pid.
+start() {
+    local name=$1 ready_text=$2 candidate status attempt
+    shift 2
+    for attempt in 1 2 3 4 5 6 7 8; do
+        candidate=$(pick_port) || { echo "with-redis: no free port found" >&2; exit 1; }
+        "$@" --port "$candidate" --bind 127.0.0.1 --dir "$tmpdir" --daemonize no \
+            --logfile "$tmpdir/$name.log" --protected-mode yes >"$tmpdir/$name.out" 2>&1 &
+        started_pid=$!
+        server_pids+=("$started_pid")
+        status=0
+        wait_ready "$started_pid" "$candidate" "$tmpdir/$name.log" "$ready_text" || status=$?
+        if [ "$status" -eq 0 ]; then
+            started_port=$candidate
+            return 0
         fi
-    fi
-    echo "with-redis: redis-server did not start (attempt $attempt); its log:" >&2
-    tail -n 20 "$tmpdir/redis.log" "$tmpdir/redis.out" >&2 2>/dev/null || true
+        if [ "$status" -eq 1 ]; then
+            wait "$started_pid" 2>/dev/null || true
+            if grep -q 'Address already in use' "$tmpdir/$name.log" 2>/dev/null; then
+                continue # lost a race for the port: try another one
+            fi
+        fi
+        echo "with-redis: $name did not start (attempt $attempt); its log:" >&2
+        tail -n 20 "$tmpdir/$name.log" "$tmpdir/$name.out" >&2 2>/dev/null || true
+        exit 1
+    done
+    echo "with-redis: could not start $name on a free port" >&2
     exit 1
-done
-if [ -z "$port" ]; then
-    echo "with-redis: could not start redis-server on a free port" >&2
+}
+
+# until SECONDS WHAT COMMAND...: runs COMMAND every 0.1 s until it succeeds.
+until_true() {
+    local seconds=$1 what=$2
+    shift 2
+    for _ in $(seq $((seconds * 10))); do
+        if "$@"; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "with-redis: $what within $seconds s; logs:" >&2
+    tail -n 15 "$tmpdir"/*.log >&2 2>/dev/null || true
     exit 1
+}
+
+server_args=(--save "" --appendonly no)
+if [ "$sentinel" -eq 0 ]; then
+    start redis "Ready to accept connections" "$redis_server" "${server_args[@]}"
+    port=$started_port
+    export COLOCK_REDIS_URL="redis://127.0.0.1:$port"
+    echo "with-redis: redis-server pid $started_pid at $COLOCK_REDIS_URL" >&2
+else
+    # A replica syncs at once rather than after the default 5 s diskless delay.
+    server_args+=(--repl-diskless-sync-delay 0)
+    start primary "Ready to accept connections" "$redis_server" "${server_args[@]}"
+    primary_port=$started_port
+    start replica "Ready to accept connections" "$redis_server" "${server_args[@]}" \
+        --replicaof 127.0.0.1 "$primary_port"
+    replica_port=$started_port
+    # shellcheck disable=SC2317 # called through until_true
+    replica_synced() {
+        "$redis_cli" -h 127.0.0.1 -p "$replica_port" INFO replication 2>/dev/null |
+            tr -d '\r' | grep -qx 'master_link_status:up'
+    }
+    until_true 10 "the replica did not sync" replica_synced
+    sentinel_ports=()
+    for i in 1 2 3; do
+        : >"$tmpdir/sentinel$i.conf"
+        start "sentinel$i" "+monitor master mymaster" "$redis_sentinel" "$tmpdir/sentinel$i.conf" \
+            --sentinel monitor mymaster 127.0.0.1 "$primary_port" 2 \
+            --sentinel down-after-milliseconds mymaster 1000 \
+            --sentinel failover-timeout mymaster 3000
+        sentinel_ports+=("$started_port")
+    done
+    # Sentinels find each other through hello messages every 2 s.
+    # shellcheck disable=SC2317 # called through until_true
+    sentinels_ready() {
+        local p
+        for p in "${sentinel_ports[@]}"; do
+            "$redis_cli" -h 127.0.0.1 -p "$p" SENTINEL MASTER mymaster 2>/dev/null |
+                tr -d '\r' | paste - - | grep -qx $'num-other-sentinels\t2' || return 1
+            "$redis_cli" -h 127.0.0.1 -p "$p" SENTINEL MASTER mymaster 2>/dev/null |
+                tr -d '\r' | paste - - | grep -qx $'num-slaves\t1' || return 1
+        done
+    }
+    until_true 15 "the sentinels did not find each other and the replica" sentinels_ready
+    COLOCK_REDIS_URL="redis-sentinel://127.0.0.1:${sentinel_ports[0]},127.0.0.1:${sentinel_ports[1]}"
+    COLOCK_REDIS_URL+=",127.0.0.1:${sentinel_ports[2]}/mymaster"
+    export COLOCK_REDIS_URL
+    echo "with-redis: primary :$primary_port, replica :$replica_port, sentinels at" \
+        "$COLOCK_REDIS_URL" >&2
 fi
 
-export COLOCK_REDIS_URL="redis://127.0.0.1:$port"
-echo "with-redis: redis-server pid $server_pid at $COLOCK_REDIS_URL" >&2
 
 status=0
 "$@" || status=$?
