@@ -177,7 +177,30 @@ void check(bool ok, char const* what) {
         throw std::runtime_error(std::string("readme snippets: ") + what);
 }
 
+void sentinel_configs() {
+    //[readme_sentinel
+    // The sentinels and the name they monitor the primary under. User and password are the data
+    // nodes'; the sentinels' own password goes in the query.
+    auto const from_url = colock::redis::config::from_url(
+        "redis-sentinel://app:data-secret@10.0.0.1:26379,10.0.0.2,10.0.0.3/mymaster"
+        "?sentinel_password=sentinel-secret");
+
+    colock::redis::config by_fields; // the same, field by field
+    by_fields.sentinel.sentinels = {{"10.0.0.1", 26379}, {"10.0.0.2", 26379}, {"10.0.0.3", 26379}};
+    by_fields.sentinel.master_name = "mymaster";
+    by_fields.sentinel.password = "sentinel-secret";
+    by_fields.username = "app";
+    by_fields.password = "data-secret";
+    //]
+    check(from_url.sentinel.sentinels == by_fields.sentinel.sentinels &&
+              from_url.sentinel.master_name == by_fields.sentinel.master_name &&
+              from_url.sentinel.password == by_fields.sentinel.password &&
+              from_url.username == by_fields.username && from_url.password == by_fields.password,
+          "the sentinel URL and the fields say the same");
+}
+
 asio::awaitable<void> other_snippets(colock::redis::config cfg) {
+    sentinel_configs();
     colock::redis::connection conn{co_await asio::this_coro::executor, cfg};
     colock::locker locker{conn};
     auto const metrics = watch(locker);

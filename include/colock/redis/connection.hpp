@@ -143,6 +143,13 @@ public:
 /// The server is reached over TCP (`host`, `port`), TLS over TCP (`use_tls`), or a unix domain
 /// socket (`config::unix_socket`); TLS over a unix socket is refused at construction.
 ///
+/// Through Redis Sentinel (`config::sentinel`), each connection attempt first asks the sentinels
+/// for the primary's address, and the handshake confirms with ROLE that the server is a
+/// primary. While connected the connection follows `+switch-master` on one sentinel (and asks
+/// it again every health-check interval): when the primary moves, the connection is dropped and
+/// made again to the new one, which is another server instance (on_server_change). A config
+/// with sentinels but no master name, or with a unix socket too, is refused at construction.
+///
 /// @par Errors
 /// A failure to connect completes async_connect, and every request that was waiting for that first
 /// connection, with the cause's code, free of Boost source locations; last_error_text() then reads
@@ -180,7 +187,9 @@ public:
     /// @par Completion signature
     /// `void(boost::system::error_code)`: the network's code (connection_refused, host_not_found,
     /// ...), error::connect_timeout (config::connect_timeout passed), error::handshake_failed (the
-    /// server refused HELLO or SELECT), or error::closed (close() meanwhile). The code carries no
+    /// server refused HELLO or SELECT), error::no_primary_address or error::not_primary (through
+    /// Sentinel: no sentinel named the primary, or the server named is not one), or
+    /// error::closed (close() meanwhile). The code carries no
     /// source location; last_error_text() holds the whole story, "connecting to 127.0.0.1:6390
     /// (HELLO): WRONGPASS ...". Use co_connect to have it thrown as a connect_error.
     ///
