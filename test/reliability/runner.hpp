@@ -101,5 +101,7 @@ std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<wor
 // The scenarios in scenarios_kill.cpp: worker processes SIGKILLed at the worst moments.
 result killed_in_cohort();
 result killed_at_queue_head();
+// scenarios_sentinel.cpp: contention through Redis Sentinel across failovers.
+result sentinel_failovers();
 
 } // namespace colock::reliability

@@ -153,7 +153,20 @@ std::uint16_t sentinel_set::wait_for_new_primary(std::uint16_t old_port,
 
 std::uint16_t sentinel_set::failover(std::chrono::milliseconds within) {
     std::uint16_t const old_port = wait_for_primary(within);
-    sentinels_[0]->cli({"SENTINEL", "FAILOVER", master_name_});
+    // Refused (NOGOODSLAVE, INPROG) until the replica is known and in sync, and no failover runs.
+    std::string refusal;
+    bool const started = poll_until(within, [&] {
+        try {
+            sentinels_[0]->cli({"SENTINEL", "FAILOVER", master_name_});
+            return true;
+        } catch (std::runtime_error const& e) {
+            refusal = e.what();
+            throw;
+        }
+    });
+    if (!started)
+        fail("SENTINEL FAILOVER was refused for " + std::to_string(within.count()) +
+             " ms: " + refusal + "\n" + logs());
     return wait_for_new_primary(old_port, within);
 }
 

@@ -42,8 +42,9 @@ public:
     std::uint16_t wait_for_primary(std::chrono::milliseconds within);
     /// The data node on `port`.
     redis_server& node_on(std::uint16_t port);
-    /// SENTINEL FAILOVER, then waits (up to `within`) until every sentinel names the other node
-    /// and it says ROLE master. Returns the new primary's port.
+    /// SENTINEL FAILOVER (asked again while refused: no replica ready yet), then waits (up to
+    /// `within`) until every sentinel names the other node and it says ROLE master. Returns the
+    /// new primary's port.
     std::uint16_t failover(std::chrono::milliseconds within);
     /// Waits until every sentinel names a primary other than `old_port` that says ROLE master
     /// (after a kill, say). Returns its port.
