@@ -15,6 +15,8 @@
 
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <future>
 #include <memory>
@@ -239,6 +241,46 @@ TEST_CASE("sentinel: failures to find the primary name every sentinel and what i
         CHECK(message.find("(ROLE)") != std::string::npos);
         CHECK(message.find("but it is a slave") != std::string::npos);
     }
+}
+
+TEST_CASE("sentinel: the data nodes' password and the sentinels' own, each checked where it "
+          "belongs") {
+    sentinel_set_options o;
+    o.data_password = "data-pw";
+    o.sentinel_password = "sentinel-pw";
+    sentinel_set set{o};
+    auto const primary_port = set.wait_for_primary(5s);
+
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), sentinel_config(set)};
+        co_await conn.co_connect();
+        CHECK(co_await reached_port(conn) == primary_port);
+        locker locks{conn};
+        auto guard = co_await locks.co_lock(unique_key("sentinel-auth"), lease(5s));
+        CHECK(co_await guard.unlock());
+        conn.close();
+    });
+
+    auto wrong_sentinel_password = sentinel_config(set);
+    wrong_sentinel_password.sentinel.password = "nope";
+    auto message = connect_failure(wrong_sentinel_password);
+    INFO(message);
+    for (std::size_t i = 0; i < set.sentinel_count(); ++i)
+        CHECK(message.find("sentinel 127.0.0.1:" + std::to_string(set.sentinel(i).port()) +
+                           ": HELLO refused: WRONGPASS") != std::string::npos);
+    CHECK(message.find("nope") == std::string::npos);
+
+    auto no_sentinel_password = sentinel_config(set);
+    no_sentinel_password.sentinel.password.clear();
+    message = connect_failure(no_sentinel_password);
+    CHECK(message.find("HELLO refused: NOAUTH") != std::string::npos);
+
+    // The sentinels answer; the primary refuses.
+    auto wrong_data_password = sentinel_config(set);
+    wrong_data_password.password = "nope";
+    message = connect_failure(wrong_data_password);
+    CHECK(message.find(fmt::format("primary 'mymaster' at 127.0.0.1:{} (HELLO): WRONGPASS",
+                                   primary_port)) != std::string::npos);
 }
 
 TEST_CASE("sentinel: a config with sentinels but no master name is refused at construction") {

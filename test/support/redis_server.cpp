@@ -520,34 +520,39 @@ std::vector<std::string> redis_server::server_args() const {
     if (!opts_.sentinel_master_name.empty()) {
         // Settings after the file's name override what a sentinel rewrote into it.
         std::string const& name = opts_.sentinel_master_name;
-        return {redis_sentinel_exe(),
-                dir_ + "/sentinel.conf",
-                "--port",
-                std::to_string(port_),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                dir_,
-                "--daemonize",
-                "no",
-                "--logfile",
-                dir_ + "/redis.log",
-                "--protected-mode",
-                "yes",
-                "--sentinel",
-                "monitor",
-                name,
-                "127.0.0.1",
-                std::to_string(opts_.sentinel_primary_port),
-                std::to_string(opts_.sentinel_quorum),
-                "--sentinel",
-                "down-after-milliseconds",
-                name,
-                std::to_string(opts_.sentinel_down_after_ms),
-                "--sentinel",
-                "failover-timeout",
-                name,
-                std::to_string(opts_.sentinel_failover_timeout_ms)};
+        std::vector<std::string> a = {redis_sentinel_exe(),
+                                      dir_ + "/sentinel.conf",
+                                      "--port",
+                                      std::to_string(port_),
+                                      "--bind",
+                                      "127.0.0.1",
+                                      "--dir",
+                                      dir_,
+                                      "--daemonize",
+                                      "no",
+                                      "--logfile",
+                                      dir_ + "/redis.log",
+                                      "--protected-mode",
+                                      "yes",
+                                      "--sentinel",
+                                      "monitor",
+                                      name,
+                                      "127.0.0.1",
+                                      std::to_string(opts_.sentinel_primary_port),
+                                      std::to_string(opts_.sentinel_quorum),
+                                      "--sentinel",
+                                      "down-after-milliseconds",
+                                      name,
+                                      std::to_string(opts_.sentinel_down_after_ms),
+                                      "--sentinel",
+                                      "failover-timeout",
+                                      name,
+                                      std::to_string(opts_.sentinel_failover_timeout_ms)};
+        if (!opts_.sentinel_auth_pass.empty())
+            a.insert(a.end(), {"--sentinel", "auth-pass", name, opts_.sentinel_auth_pass});
+        if (!opts_.requirepass.empty())
+            a.insert(a.end(), {"--requirepass", opts_.requirepass});
+        return a;
     }
     std::vector<std::string> a = {
         redis_server_exe(),

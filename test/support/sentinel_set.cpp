@@ -41,10 +41,13 @@ bool poll_until(std::chrono::milliseconds within, Done done) {
     }
 }
 
-redis_server_options data_node_options(std::uint16_t primary_port) {
+redis_server_options data_node_options(std::uint16_t primary_port, std::string const& password) {
     redis_server_options o;
+    o.requirepass = password;
     // A replica syncs at once rather than after the default 5 s diskless delay.
     o.extra_args = {"--repl-diskless-sync-delay", "0"};
+    if (!password.empty()) // a replica today, maybe: it authenticates to its primary
+        o.extra_args.insert(o.extra_args.end(), {"--masterauth", password});
     if (primary_port != 0)
         o.extra_args.insert(o.extra_args.end(),
                             {"--replicaof", "127.0.0.1", std::to_string(primary_port)});
@@ -53,9 +56,11 @@ redis_server_options data_node_options(std::uint16_t primary_port) {
 
 } // namespace
 
-sentinel_set::sentinel_set(std::string master_name) : master_name_(std::move(master_name)) {
-    nodes_.push_back(std::make_unique<redis_server>(data_node_options(0)));
-    nodes_.push_back(std::make_unique<redis_server>(data_node_options(nodes_[0]->port())));
+sentinel_set::sentinel_set(sentinel_set_options opts)
+    : master_name_(opts.master_name), opts_(std::move(opts)) {
+    nodes_.push_back(std::make_unique<redis_server>(data_node_options(0, opts_.data_password)));
+    nodes_.push_back(
+        std::make_unique<redis_server>(data_node_options(nodes_[0]->port(), opts_.data_password)));
     // Sentinels that start after the replica is in sync learn of it from their first INFO of
     // the primary, rather than ten seconds later.
     if (!poll_until(10s, [&] {
@@ -67,6 +72,8 @@ sentinel_set::sentinel_set(std::string master_name) : master_name_(std::move(mas
         redis_server_options o;
         o.sentinel_master_name = master_name_;
         o.sentinel_primary_port = nodes_[0]->port();
+        o.sentinel_auth_pass = opts_.data_password;
+        o.requirepass = opts_.sentinel_password;
         sentinels_.push_back(std::make_unique<redis_server>(o));
     }
     // Sentinels find each other through hello messages every 2 s.
@@ -97,6 +104,8 @@ colock::redis::config sentinel_set::config() const {
     for (auto const& s : sentinels_)
         cfg.sentinel.sentinels.push_back({"127.0.0.1", s->port()});
     cfg.sentinel.master_name = master_name_;
+    cfg.sentinel.password = opts_.sentinel_password;
+    cfg.password = opts_.data_password;
     return cfg;
 }
 
@@ -105,7 +114,13 @@ std::string sentinel_set::url() const {
     for (std::size_t i = 0; i < sentinels_.size(); ++i)
         out +=
             (i == 0 ? "" : ",") + std::string("127.0.0.1:") + std::to_string(sentinels_[i]->port());
-    return out + "/" + master_name_;
+    // The passwords of the tests are URL-safe.
+    if (!opts_.data_password.empty())
+        out.insert(out.find("://") + 3, ":" + opts_.data_password + "@");
+    out += "/" + master_name_;
+    if (!opts_.sentinel_password.empty())
+        out += "?sentinel_password=" + opts_.sentinel_password;
+    return out;
 }
 
 redis_server& sentinel_set::node_on(std::uint16_t port) {

@@ -38,6 +38,8 @@ struct redis_server_options {
     /// failover timeout: short, so that a test's failover takes seconds.
     int sentinel_down_after_ms = 1000;
     int sentinel_failover_timeout_ms = 3000;
+    /// The password the sentinel gives the data nodes (`sentinel auth-pass`), if they have one.
+    std::string sentinel_auth_pass;
 };
 
 /// One redis-server process: bound to 127.0.0.1 only, no persistence (`--save ""

@@ -20,9 +20,18 @@ namespace colock::test {
 ///
 /// The data nodes are redis_server objects, so tests can kill, pause and restart them. Not
 /// thread-safe.
+struct sentinel_set_options {
+    std::string master_name = "mymaster";
+    /// The data nodes' password (`requirepass`, and `masterauth` for the replica), if any; the
+    /// sentinels are told it (`sentinel auth-pass`).
+    std::string data_password;
+    /// The sentinels' own password (`requirepass` of each sentinel), if any.
+    std::string sentinel_password;
+};
+
 class sentinel_set {
 public:
-    explicit sentinel_set(std::string master_name = "mymaster");
+    explicit sentinel_set(sentinel_set_options opts = {});
     ~sentinel_set();
     sentinel_set(sentinel_set const&) = delete;
     sentinel_set& operator=(sentinel_set const&) = delete;
@@ -32,7 +41,7 @@ public:
     redis_server& sentinel(std::size_t i) { return *sentinels_.at(i); }
     std::size_t sentinel_count() const noexcept { return sentinels_.size(); }
 
-    /// A connection config that goes through the three sentinels.
+    /// A connection config that goes through the three sentinels, with both passwords.
     colock::redis::config config() const;
     /// redis-sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/<master name>
     std::string url() const;
@@ -58,6 +67,7 @@ private:
     std::uint16_t agreed_primary() const;
 
     std::string master_name_;
+    sentinel_set_options opts_;
     std::vector<std::unique_ptr<redis_server>> nodes_;
     std::vector<std::unique_ptr<redis_server>> sentinels_;
 };
