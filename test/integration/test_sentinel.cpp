@@ -283,6 +283,37 @@ TEST_CASE("sentinel: the data nodes' password and the sentinels' own, each check
                                    primary_port)) != std::string::npos);
 }
 
+TEST_CASE("sentinel: over TLS, to the sentinels and to the primary, verified with one CA") {
+    sentinel_set_options o;
+    o.tls = true;
+    sentinel_set set{o};
+    auto const primary_port = set.wait_for_primary(5s);
+    auto cfg = set.config();
+    REQUIRE(cfg.use_tls);
+    REQUIRE(cfg.tls_verify_peer);
+    CHECK(cfg.to_redacted_url().starts_with("rediss-sentinel://"));
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), cfg};
+        co_await conn.co_connect();
+        // The sentinels name the primary's TLS port, so that is where the connection went.
+        CHECK(co_await reached_port(conn) == set.node_on(primary_port).port());
+        CHECK(primary_port == set.node_on(primary_port).tls_port());
+        locker locks{conn};
+        auto guard = co_await locks.co_lock(unique_key("sentinel-tls"), lease(5s));
+        CHECK(co_await guard.unlock());
+        conn.close();
+    });
+    // The system's CAs, which did not sign the sentinels' certificates: every sentinel fails
+    // verification.
+    auto untrusted = cfg;
+    untrusted.tls_ca_file.clear();
+    auto const message = connect_failure(untrusted);
+    INFO(message);
+    for (std::size_t i = 0; i < set.sentinel_count(); ++i)
+        CHECK(message.find("sentinel 127.0.0.1:" + std::to_string(set.sentinel(i).tls_port()) +
+                           ": certificate verify failed") != std::string::npos);
+}
+
 TEST_CASE("sentinel: a config with sentinels but no master name is refused at construction") {
     asio::io_context ctx;
     redis::config cfg;

@@ -431,8 +431,10 @@ redis_server::redis_server(redis_server_options opts) : opts_(std::move(opts)) {
         fail_errno("mkdtemp " + tmpl);
     dir_ = tmpl;
     try {
-        if (opts_.tls)
+        if (opts_.tls && opts_.tls_files_from.empty())
             make_tls_files();
+        else if (opts_.tls)
+            ca_file_ = opts_.tls_files_from + "/ca.crt";
         if (!opts_.sentinel_master_name.empty()) {
             std::ofstream conf(dir_ + "/sentinel.conf");
             conf << "# written by the colock test fixture; the sentinel rewrites it\n";
@@ -548,10 +550,13 @@ std::vector<std::string> redis_server::server_args() const {
                                       "failover-timeout",
                                       name,
                                       std::to_string(opts_.sentinel_failover_timeout_ms)};
+        auto const tls = tls_args();
+        a.insert(a.end(), tls.begin(), tls.end());
         if (!opts_.sentinel_auth_pass.empty())
             a.insert(a.end(), {"--sentinel", "auth-pass", name, opts_.sentinel_auth_pass});
         if (!opts_.requirepass.empty())
             a.insert(a.end(), {"--requirepass", opts_.requirepass});
+        a.insert(a.end(), opts_.extra_args.begin(), opts_.extra_args.end());
         return a;
     }
     std::vector<std::string> a = {
@@ -578,15 +583,29 @@ std::vector<std::string> redis_server::server_args() const {
     if (!opts_.acl_user.empty())
         a.insert(a.end(),
                  {"--user", opts_.acl_user, "on", ">" + opts_.acl_password, "~*", "&*", "+@all"});
-    if (opts_.tls) {
-        a.insert(a.end(), {"--tls-port", std::to_string(tls_port_), "--tls-cert-file",
-                           dir_ + "/server.crt", "--tls-key-file", dir_ + "/server.key",
-                           "--tls-ca-cert-file", ca_file_, "--tls-auth-clients", "no"});
-    }
+    auto const tls = tls_args();
+    a.insert(a.end(), tls.begin(), tls.end());
     if (opts_.unix_socket)
         a.insert(a.end(), {"--unixsocket", unix_socket_path(), "--unixsocketperm", "700"});
     a.insert(a.end(), opts_.extra_args.begin(), opts_.extra_args.end());
     return a;
+}
+
+std::string redis_server::tls_files_dir() const {
+    if (!opts_.tls)
+        return {};
+    return opts_.tls_files_from.empty() ? dir_ : opts_.tls_files_from;
+}
+
+std::vector<std::string> redis_server::tls_args() const {
+    if (!opts_.tls)
+        return {};
+    std::string const files = tls_files_dir();
+    return {"--tls-port",         std::to_string(tls_port_),
+            "--tls-cert-file",    files + "/server.crt",
+            "--tls-key-file",     files + "/server.key",
+            "--tls-ca-cert-file", ca_file_,
+            "--tls-auth-clients", "no"};
 }
 
 bool redis_server::try_start() {

@@ -41,11 +41,16 @@ bool poll_until(std::chrono::milliseconds within, Done done) {
     }
 }
 
-redis_server_options data_node_options(std::uint16_t primary_port, std::string const& password) {
+redis_server_options data_node_options(std::uint16_t primary_port, std::string const& password,
+                                       bool tls, std::string const& tls_files) {
     redis_server_options o;
     o.requirepass = password;
+    o.tls = tls;
+    o.tls_files_from = tls_files;
+    if (tls)
+        o.extra_args = {"--tls-replication", "yes"};
     // A replica syncs at once rather than after the default 5 s diskless delay.
-    o.extra_args = {"--repl-diskless-sync-delay", "0"};
+    o.extra_args.insert(o.extra_args.end(), {"--repl-diskless-sync-delay", "0"});
     if (!password.empty()) // a replica today, maybe: it authenticates to its primary
         o.extra_args.insert(o.extra_args.end(), {"--masterauth", password});
     if (primary_port != 0)
@@ -58,9 +63,14 @@ redis_server_options data_node_options(std::uint16_t primary_port, std::string c
 
 sentinel_set::sentinel_set(sentinel_set_options opts)
     : master_name_(opts.master_name), opts_(std::move(opts)) {
-    nodes_.push_back(std::make_unique<redis_server>(data_node_options(0, opts_.data_password)));
     nodes_.push_back(
-        std::make_unique<redis_server>(data_node_options(nodes_[0]->port(), opts_.data_password)));
+        std::make_unique<redis_server>(data_node_options(0, opts_.data_password, opts_.tls, {})));
+    std::string const tls_files = nodes_[0]->tls_files_dir();
+    // The replica and the sentinels reach the primary on the port clients use: its TLS port
+    // when there is one.
+    auto const primary_port = opts_.tls ? nodes_[0]->tls_port() : nodes_[0]->port();
+    nodes_.push_back(std::make_unique<redis_server>(
+        data_node_options(primary_port, opts_.data_password, opts_.tls, tls_files)));
     // Sentinels that start after the replica is in sync learn of it from their first INFO of
     // the primary, rather than ten seconds later.
     if (!poll_until(10s, [&] {
@@ -71,7 +81,11 @@ sentinel_set::sentinel_set(sentinel_set_options opts)
     for (int i = 0; i < 3; ++i) {
         redis_server_options o;
         o.sentinel_master_name = master_name_;
-        o.sentinel_primary_port = nodes_[0]->port();
+        o.sentinel_primary_port = primary_port;
+        o.tls = opts_.tls;
+        o.tls_files_from = tls_files;
+        if (opts_.tls)
+            o.extra_args = {"--tls-replication", "yes"};
         o.sentinel_auth_pass = opts_.data_password;
         o.requirepass = opts_.sentinel_password;
         sentinels_.push_back(std::make_unique<redis_server>(o));
@@ -102,7 +116,11 @@ sentinel_set::~sentinel_set() {
 colock::redis::config sentinel_set::config() const {
     colock::redis::config cfg;
     for (auto const& s : sentinels_)
-        cfg.sentinel.sentinels.push_back({"127.0.0.1", s->port()});
+        cfg.sentinel.sentinels.push_back({"127.0.0.1", opts_.tls ? s->tls_port() : s->port()});
+    if (opts_.tls) {
+        cfg.use_tls = true;
+        cfg.tls_ca_file = nodes_[0]->ca_file();
+    }
     cfg.sentinel.master_name = master_name_;
     cfg.sentinel.password = opts_.sentinel_password;
     cfg.password = opts_.data_password;
@@ -125,7 +143,7 @@ std::string sentinel_set::url() const {
 
 redis_server& sentinel_set::node_on(std::uint16_t port) {
     for (auto& n : nodes_)
-        if (n->port() == port)
+        if (n->port() == port || (n->tls_port() != 0 && n->tls_port() == port))
             return *n;
     fail("no data node on port " + std::to_string(port));
 }

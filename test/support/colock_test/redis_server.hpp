@@ -18,6 +18,9 @@ struct redis_server_options {
     /// by a throwaway CA that openssl makes in the server's temporary directory. Clients are not
     /// asked for certificates. The plain port stays open too.
     bool tls = false;
+    /// With `tls`: use the CA and certificate that another server made (its tls_files_dir())
+    /// rather than making new ones, so that one CA file verifies several servers.
+    std::string tls_files_from;
     /// Password of the "default" user, if set.
     std::string requirepass;
     /// An extra ACL user with every permission (`user X on >pass ~* &* +@all`), if set.
@@ -86,6 +89,8 @@ public:
     colock::redis::config unix_config() const;
     /// PEM file of the CA that signed the server's certificate (empty unless options.tls).
     std::string const& ca_file() const noexcept { return ca_file_; }
+    /// Where the CA, the certificate and its key are (empty unless options.tls).
+    std::string tls_files_dir() const;
 
     /// SIGKILL and reap: the server vanishes without closing connections gracefully.
     void kill();
@@ -121,6 +126,7 @@ private:
     /// throws on any other failure.
     bool try_start();
     std::vector<std::string> server_args() const;
+    std::vector<std::string> tls_args() const;
     /// Sends `sig` to the server, if it runs.
     void send_signal(int sig) const;
     /// Waits up to `patience_ms` for the server to exit; true when it did (and was reaped).

@@ -27,6 +27,10 @@ struct sentinel_set_options {
     std::string data_password;
     /// The sentinels' own password (`requirepass` of each sentinel), if any.
     std::string sentinel_password;
+    /// Everything over TLS as well: clients, replication and the sentinels' links, with one CA
+    /// (node 0's). The sentinels then name the primary's TLS port, and config() and url() go
+    /// to the sentinels' TLS ports.
+    bool tls = false;
 };
 
 class sentinel_set {
@@ -49,7 +53,7 @@ public:
     /// The port of the primary that the sentinels agree on and that says ROLE master.
     /// Throws std::runtime_error when that does not hold within `within`.
     std::uint16_t wait_for_primary(std::chrono::milliseconds within);
-    /// The data node on `port`.
+    /// The data node on `port` (its plain or its TLS port).
     redis_server& node_on(std::uint16_t port);
     /// SENTINEL FAILOVER (asked again while refused: no replica ready yet), then waits (up to
     /// `within`) until every sentinel names the other node and it says ROLE master. Returns the
