@@ -126,10 +126,15 @@ server_address parse_host_port(std::string_view url, std::string_view authority,
     if (!port.empty()) {
         unsigned value = 0;
         auto const r = std::from_chars(port.data(), port.data() + port.size(), value);
+        // With credentials in the URL, a raw '/' or '?' in the password can leave part of it
+        // where the port is read: then the message does not repeat it.
+        bool const may_be_secret = url.find('@') != std::string_view::npos;
         if (r.ec != std::errc{} || r.ptr != port.data() + port.size())
-            refuse(url, fmt::format("port '{}' is not a number", port));
+            refuse(url, may_be_secret ? std::string("a port is not a number")
+                                      : fmt::format("port '{}' is not a number", port));
         if (value == 0 || value > 65535)
-            refuse(url, fmt::format("port {} is out of range 1-65535", port));
+            refuse(url, may_be_secret ? std::string("a port is out of range 1-65535")
+                                      : fmt::format("port {} is out of range 1-65535", port));
         out.port = static_cast<std::uint16_t>(value);
     }
     return out;
@@ -188,6 +193,13 @@ config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
     cfg.use_tls = tls;
     if (rest.find('#') != std::string_view::npos)
         refuse(url, "fragments are not supported");
+    // Credentials first, up to the last '@' before the path: a password with a raw '?' must
+    // not be read as the query (and then echoed in a message).
+    auto const at = rest.substr(0, rest.find('/')).rfind('@');
+    if (at != std::string_view::npos) {
+        parse_userinfo(url, rest.substr(0, at), cfg);
+        rest = rest.substr(at + 1);
+    }
     auto const question = rest.find('?');
     std::string_view const query =
         question == std::string_view::npos ? std::string_view{} : rest.substr(question + 1);
@@ -197,11 +209,6 @@ config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
     std::string_view path =
         slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
 
-    auto const at = authority.rfind('@');
-    if (at != std::string_view::npos) {
-        parse_userinfo(url, authority.substr(0, at), cfg);
-        authority = authority.substr(at + 1);
-    }
     while (!authority.empty() || cfg.sentinel.sentinels.empty()) {
         auto const comma = authority.find(',');
         cfg.sentinel.sentinels.push_back(parse_host_port(url, authority.substr(0, comma), 26379));
@@ -224,6 +231,10 @@ config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
             cfg.sentinel.username = std::move(value);
         else if (name == "sentinel_password")
             cfg.sentinel.password = std::move(value);
+        else if (query.find("sentinel_password") != std::string_view::npos)
+            // A raw '&' in the password would make its tail a "name": do not echo it.
+            refuse(url, "unsupported query parameter (only sentinel_username and "
+                        "sentinel_password are)");
         else
             refuse(url, fmt::format("unsupported query parameter '{}' (only sentinel_username "
                                     "and sentinel_password are)",

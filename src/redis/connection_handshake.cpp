@@ -203,7 +203,9 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
             s->step = "ROLE";
             co_return connect_failed(
                 *s, error::not_primary,
-                fmt::format("the sentinels named it the primary of '{}', but it is {}",
+                fmt::format("sentinel {} named it the primary of '{}', but it is {}",
+                            s->named_by ? address_text(cfg_.sentinel.sentinels[*s->named_by])
+                                        : std::string("?"),
                             cfg_.sentinel.master_name,
                             role.empty() ? "not (its ROLE reply is unreadable)"
                                          : fmt::format("a {}", role)));

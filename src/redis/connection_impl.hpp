@@ -123,6 +123,8 @@ struct session {
     std::string run_id;                    // of the server this session reached; empty when unknown
     // Where this session connects: config::host and port, or the primary the sentinels named.
     server_address target;
+    // Sentinel: the index of the sentinel that named `target`.
+    std::optional<std::size_t> named_by;
     // Which step of connecting this session is at, for messages: empty for the TCP (or unix socket)
     // connect, else "TLS handshake", "Redis handshake", "HELLO", ...
     std::string step;
@@ -327,12 +329,16 @@ public:
                                                  std::chrono::steady_clock::time_point deadline);
     // Follows one sentinel until it fails or says the primary moved.
     struct follow_result {
-        bool answered = false; // the sentinel answered at least once
-        std::optional<server_address> moved_to;
+        bool answered = false; // the sentinel named an address at least once
+        primary_follower::verdict verdict = primary_follower::verdict::keep_reading;
+        std::optional<server_address> moved_to; // for verdicts moved and disagrees
         std::string problem;
     };
     asio::awaitable<follow_result> follow_sentinel(std::shared_ptr<session> s,
                                                    server_address where);
+    // Whether the session's server says (ROLE) that it is a primary, within connect_timeout;
+    // false when it does not say (ROLE refused, no answer): then the sentinel's word goes.
+    asio::awaitable<bool> still_primary(std::shared_ptr<session> s);
 };
 
 // Sets SNI and, when asked, host name verification on a TLS stream before its handshake.

@@ -59,6 +59,10 @@ asio::awaitable<void> connection_impl::run_loop(std::shared_ptr<connection_impl>
 void connection_impl::end_session(std::shared_ptr<session> const& s, error_code ec,
                                   bool& keep_running) {
     s->detached = true;
+    // The sentinel that named a server that could not be reached, or is no primary, may be
+    // behind the others: the next attempt asks the next one first.
+    if (!s->ready && s->named_by)
+        preferred_sentinel_ = (*s->named_by + 1) % cfg_.sentinel.sentinels.size();
     error_code ignored;
     s->socket.close(ignored);
     if (session_ != s) {
@@ -186,9 +190,12 @@ connection_impl::resolve(std::string host, std::uint16_t port, steady_clock::tim
 
 bool prepare_tls(asio::ssl::stream<stream_socket&>& tls, std::string const& host,
                  bool verify_peer) {
-    // SNI; the macro SSL_set_tlsext_host_name hides an old-style cast.
-    if (!::SSL_ctrl(tls.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
-                    const_cast<char*>(host.c_str())))
+    // SNI names hosts, never IP addresses (RFC 6066); the macro SSL_set_tlsext_host_name hides
+    // an old-style cast. An address is still verified against the certificate's IP SANs.
+    error_code not_an_address;
+    (void)asio::ip::make_address(host, not_an_address);
+    if (not_an_address && !::SSL_ctrl(tls.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME,
+                                      TLSEXT_NAMETYPE_host_name, const_cast<char*>(host.c_str())))
         return false;
     if (verify_peer)
         tls.set_verify_callback(asio::ssl::host_name_verification(host));

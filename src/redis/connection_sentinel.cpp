@@ -86,6 +86,7 @@ public:
 
     // The next reply, skipping pushes (a link that only asks receives none).
     asio::awaitable<std::tuple<error_code, resp3::value>> read_reply() {
+        co_await asio::this_coro::throw_if_cancelled(false);
         for (;;) {
             auto got = co_await read();
             if (std::get<0>(got) || std::get<1>(got).type != resp3::type::push)
@@ -132,7 +133,13 @@ asio::awaitable<primary_answer> ask_over(std::shared_ptr<sentinel_link> link,
     co_return read_primary_address(address, master_name);
 }
 
-// Reads what the sentinel sends until the follower says the primary moved or the link failed.
+// The first reason a link ended wins: the other branch of the ||, cancelled, has nothing to add.
+void note_problem(std::string& problem, error_code ec) {
+    if (problem.empty() && ec != asio::error::operation_aborted)
+        problem = cause_text(ec);
+}
+
+// Reads what the sentinel sends until the follower has a verdict or the link fails.
 asio::awaitable<void> follow_reads(std::shared_ptr<sentinel_link> link,
                                    std::shared_ptr<primary_follower> follower,
                                    std::shared_ptr<std::string> problem) {
@@ -140,19 +147,19 @@ asio::awaitable<void> follow_reads(std::shared_ptr<sentinel_link> link,
     for (;;) {
         auto [ec, v] = co_await link->read();
         if (ec) {
-            *problem = cause_text(ec);
+            note_problem(*problem, ec);
             co_return;
         }
         auto const verdict = follower->on_value(v);
-        if (verdict == primary_follower::verdict::failed)
+        if (verdict == primary_follower::verdict::failed && problem->empty())
             *problem = follower->problem();
         if (verdict != primary_follower::verdict::keep_reading)
             co_return;
     }
 }
 
-// Asks again every `interval` (never when 0), and ends the link when an answer is missing: the
-// first after `first_within`, later ones after an interval.
+// Asks again every `interval`, and ends the link when an answer is missing: the first after
+// `first_within`, later ones after an interval.
 asio::awaitable<void> follow_asks(std::shared_ptr<sentinel_link> link,
                                   std::shared_ptr<primary_follower> follower,
                                   std::shared_ptr<std::string> problem, std::string ask,
@@ -167,17 +174,13 @@ asio::awaitable<void> follow_asks(std::shared_ptr<sentinel_link> link,
         if (auto [tec] = co_await timer.async_wait(use_nothrow); tec)
             co_return;
         if (follower->answers() < asked) {
-            *problem = fmt::format("no answer to SENTINEL GET-MASTER-ADDR-BY-NAME within {} ms",
-                                   wait.count());
-            co_return;
-        }
-        if (interval.count() <= 0) {
-            timer.expires_at(steady_clock::time_point::max());
-            co_await timer.async_wait(use_nothrow);
+            if (problem->empty())
+                *problem = fmt::format("no answer to SENTINEL GET-MASTER-ADDR-BY-NAME within {} ms",
+                                       wait.count());
             co_return;
         }
         if (error_code ec = co_await link->write(ask)) {
-            *problem = cause_text(ec);
+            note_problem(*problem, ec);
             co_return;
         }
         ++asked;
@@ -233,6 +236,7 @@ asio::awaitable<error_code> connection_impl::locate_primary(std::shared_ptr<sess
             co_return asio::error::operation_aborted;
         if (answer.address) {
             preferred_sentinel_ = index;
+            s->named_by = index;
             s->target = *answer.address;
             std::lock_guard lock(error_mutex_);
             endpoint_text_ = fmt::format("primary '{}' at {}", cfg_.sentinel.master_name,
@@ -282,16 +286,39 @@ connection_impl::follow_sentinel(std::shared_ptr<session> s, server_address wher
         result.problem = cause_text(ec);
         co_return result;
     }
+    // Asked again every health-check interval, which finds a silent sentinel; with health
+    // checks off, every connect_timeout all the same: a sentinel link that died unnoticed would
+    // miss every failover.
+    auto const ask_every =
+        cfg_.health_check_interval.count() > 0 ? cfg_.health_check_interval : cfg_.connect_timeout;
     co_await (follow_reads(link, follower, problem) ||
               follow_asks(link, follower, problem,
                           std::string(sentinel_ask_primary(cfg_).payload()), cfg_.connect_timeout,
-                          cfg_.health_check_interval));
+                          ask_every));
     link->close();
     result.answered = follower->answers() > 0;
-    if (problem->empty() && !follower->moved_to().host.empty())
+    result.verdict = follower->outcome();
+    if (result.verdict == primary_follower::verdict::moved ||
+        result.verdict == primary_follower::verdict::disagrees)
         result.moved_to = follower->moved_to();
     result.problem = problem->empty() ? std::string("the session ended") : *problem;
     co_return result;
+}
+
+asio::awaitable<bool> connection_impl::still_primary(std::shared_ptr<session> s) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    resp3::request role;
+    role.push("ROLE");
+    asio::steady_timer timer(strand_);
+    timer.expires_after(cfg_.connect_timeout);
+    auto asked = co_await (internal_exec(s.get(), role, false) || timer.async_wait(use_nothrow));
+    if (asked.index() == 1)
+        co_return false;
+    auto const& [ec, replies] = std::get<0>(asked);
+    if (ec && ec != error::server_error)
+        co_return false;
+    // A user without the right to ROLE cannot tell: the sentinel's word goes.
+    co_return replies.size() == 1 && !replies[0].is_error() && read_role(replies[0]) == "master";
 }
 
 asio::awaitable<error_code> connection_impl::watch_primary(std::shared_ptr<session> s) {
@@ -301,6 +328,7 @@ asio::awaitable<error_code> connection_impl::watch_primary(std::shared_ptr<sessi
     std::size_t const n = sentinels.size();
     auto backoff = cfg_.reconnect_initial_delay;
     asio::steady_timer pause(strand_);
+    std::string last_problems;
     for (;;) {
         std::string problems;
         for (std::size_t i = 0; i < n; ++i) {
@@ -308,25 +336,50 @@ asio::awaitable<error_code> connection_impl::watch_primary(std::shared_ptr<sessi
             auto followed = co_await follow_sentinel(s, sentinels[index]);
             if (s->detached || session_ != s || is_cancelled(cs))
                 co_return asio::error::operation_aborted;
+            std::string const sentinel_text = address_text(sentinels[index]);
+            if (followed.verdict == primary_follower::verdict::disagrees) {
+                // A switch this connection missed, or a sentinel behind the others: the
+                // server itself says which.
+                bool const still = co_await still_primary(s);
+                if (s->detached || session_ != s || is_cancelled(cs))
+                    co_return asio::error::operation_aborted;
+                if (still) {
+                    if (logs(log_level::debug))
+                        log(log_level::debug,
+                            fmt::format("sentinel {} names {} the primary of '{}', but {} still "
+                                        "is one; following another sentinel",
+                                        sentinel_text, address_text(*followed.moved_to),
+                                        cfg_.sentinel.master_name, address_text(s->target)));
+                    problems +=
+                        fmt::format("{}sentinel {}: names {}, which is not what {} says",
+                                    problems.empty() ? "" : "; ", sentinel_text,
+                                    address_text(*followed.moved_to), address_text(s->target));
+                    continue;
+                }
+            }
             if (followed.moved_to) {
                 preferred_sentinel_ = index;
                 log(log_level::warning,
                     fmt::format("sentinel {} says the primary '{}' moved from {} to {}: "
                                 "reconnecting there",
-                                address_text(sentinels[index]), cfg_.sentinel.master_name,
-                                address_text(s->target), address_text(*followed.moved_to)));
+                                sentinel_text, cfg_.sentinel.master_name, address_text(s->target),
+                                address_text(*followed.moved_to)));
                 co_return error::primary_changed;
             }
             if (followed.answered)
                 backoff = cfg_.reconnect_initial_delay; // it worked for a while
             problems += fmt::format("{}sentinel {}: {}", problems.empty() ? "" : "; ",
-                                    address_text(sentinels[index]), followed.problem);
+                                    sentinel_text, followed.problem);
         }
         // The primary stays usable; only a failover would go unnoticed until the connection
-        // to the old primary fails.
-        set_error_text(fmt::format("no sentinel to follow failovers of '{}' through ({}); "
-                                   "trying again in {} ms",
-                                   cfg_.sentinel.master_name, problems, backoff.count()));
+        // to the old primary fails. Said once per change of what went wrong.
+        std::string text = fmt::format("no sentinel to follow failovers of '{}' through ({})",
+                                       cfg_.sentinel.master_name, problems);
+        if (problems != last_problems)
+            set_error_text(text);
+        else if (logs(log_level::debug))
+            log(log_level::debug, text);
+        last_problems = std::move(problems);
         pause.expires_after(backoff);
         co_await pause.async_wait(use_nothrow);
         if (s->detached || session_ != s || is_cancelled(cs))

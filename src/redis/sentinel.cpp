@@ -116,20 +116,20 @@ primary_follower::primary_follower(std::string master_name, server_address curre
 
 primary_follower::verdict primary_follower::fail(std::string problem) {
     problem_ = std::move(problem);
-    return verdict::failed;
+    return outcome_ = verdict::failed;
 }
 
-primary_follower::verdict primary_follower::check(server_address const& now) {
+primary_follower::verdict primary_follower::check(server_address const& now, verdict if_other) {
     if (now == current_)
         return verdict::keep_reading;
     moved_to_ = now;
-    return verdict::moved;
+    return outcome_ = if_other;
 }
 
 primary_follower::verdict primary_follower::on_value(resp3::value const& v) {
     if (v.type == resp3::type::push) {
         if (auto const to = read_switch_master(v, master_name_))
-            return check(*to);
+            return check(*to, verdict::moved);
         if (stage_ == stage::subscription && v.elements.size() == 3 &&
             v.elements[0].as_string() == std::optional<std::string_view>("subscribe"))
             stage_ = stage::addresses;
@@ -148,11 +148,11 @@ primary_follower::verdict primary_follower::on_value(resp3::value const& v) {
     case stage::addresses:
         break;
     }
-    ++answers_;
     auto answer = read_primary_address(v, master_name_);
     if (!answer.address)
         return fail(std::move(answer.problem));
-    return check(*answer.address);
+    ++answers_;
+    return check(*answer.address, verdict::disagrees);
 }
 
 std::string read_role(resp3::value const& reply) {

@@ -41,32 +41,36 @@ std::optional<server_address> read_switch_master(resp3::value const& push,
 /// Reads what a sentinel sends on the link that follows the primary: the answer to HELLO, the
 /// SUBSCRIBE +switch-master confirmation (or its refusal), then the answers to
 /// SENTINEL GET-MASTER-ADDR-BY-NAME (one after the hello, one per later ask) and, at any time,
-/// +switch-master messages. The primary moved when either names another address than
-/// `current`.
+/// +switch-master messages. A +switch-master message names the new primary with authority
+/// (`moved`); an answer naming another address than `current` may come from a sentinel that is
+/// behind the others (`disagrees`), which the caller checks with the server itself.
 class primary_follower {
 public:
-    enum class verdict { keep_reading, moved, failed };
+    enum class verdict { keep_reading, moved, disagrees, failed };
 
     primary_follower(std::string master_name, server_address current);
 
     verdict on_value(resp3::value const& v);
-    /// Set when on_value said `moved`.
+    /// The verdict that ended the reading (keep_reading while none has).
+    verdict outcome() const noexcept { return outcome_; }
+    /// The address that on_value said `moved` or `disagrees` for.
     server_address const& moved_to() const noexcept { return moved_to_; }
     /// Why on_value said `failed`.
     std::string const& problem() const noexcept { return problem_; }
-    /// Answers to GET-MASTER-ADDR-BY-NAME read so far.
+    /// Answers to GET-MASTER-ADDR-BY-NAME read so far that named an address.
     std::uint64_t answers() const noexcept { return answers_; }
 
 private:
     enum class stage { hello, subscription, addresses };
     verdict fail(std::string problem);
-    verdict check(server_address const& now);
+    verdict check(server_address const& now, verdict if_other);
 
     std::string master_name_;
     server_address current_;
     server_address moved_to_;
     std::string problem_;
     stage stage_ = stage::hello;
+    verdict outcome_ = verdict::keep_reading;
     std::uint64_t answers_ = 0;
 };
 

@@ -186,6 +186,22 @@ TEST_CASE("bad sentinel URLs are refused with a message naming the fault") {
     CHECK(refusal("redis-sentinel://h/m#x").find("fragment") != std::string::npos);
 }
 
+TEST_CASE("a malformed URL with credentials never echoes a part of a password") {
+    for (auto const* url :
+         {"redis://u:Xq7/Zr9@h:6379", "redis-sentinel://h/m?sentinel_password=Xq7&Zr9",
+          "redis-sentinel://u:Xq7/Zr9@h/m", "rediss://:Xq7:Zr9@h:99999"}) {
+        std::string const message = refusal(url);
+        INFO(url << " -> " << message);
+        CHECK(message != "accepted");
+        CHECK(message.find("Xq7") == std::string::npos);
+        CHECK(message.find("Zr9") == std::string::npos);
+    }
+    // A raw '?' in a sentinel URL's password is taken as part of it, not as the query.
+    CHECK(config::from_url("redis-sentinel://u:pa?ss@h/m").password == "pa?ss");
+    // Without credentials, the faulty part is named.
+    CHECK(refusal("redis://h:abc").find("port 'abc'") != std::string::npos);
+}
+
 TEST_CASE("to_redacted_url hides both passwords of a sentinel URL and round-trips the rest") {
     auto const c = config::from_url("rediss-sentinel://bob:topsecret@a:1,[::1]:2/my%20master/3"
                                     "?sentinel_username=s&sentinel_password=alsosecret");

@@ -140,14 +140,18 @@ TEST_CASE("primary_follower: hello, subscription, then answers and messages") {
         f.on_value(subscribed());
         CHECK(f.on_value(message("+switch-master", "m 127.0.0.1 7000 127.0.0.1 7001")) ==
               primary_follower::verdict::moved);
+        CHECK(f.outcome() == primary_follower::verdict::moved);
         CHECK(f.moved_to() == server_address{"127.0.0.1", 7001});
     }
-    SUBCASE("an answer naming another address moves it (a switch missed while away)") {
+    SUBCASE("an answer naming another address disagrees: a switch missed while away, or a "
+            "sentinel behind the others") {
         primary_follower f("m", current);
         f.on_value(hello_map());
         f.on_value(subscribed());
-        CHECK(f.on_value(address("127.0.0.1", "7001")) == primary_follower::verdict::moved);
+        CHECK(f.on_value(address("127.0.0.1", "7001")) == primary_follower::verdict::disagrees);
+        CHECK(f.outcome() == primary_follower::verdict::disagrees);
         CHECK(f.moved_to() == server_address{"127.0.0.1", 7001});
+        CHECK(f.answers() == 1);
     }
     SUBCASE("a message before the subscription's confirmation still counts") {
         primary_follower f("m", current);
@@ -173,5 +177,6 @@ TEST_CASE("primary_follower: hello, subscription, then answers and messages") {
         resp3::value null;
         CHECK(forgot.on_value(null) == primary_follower::verdict::failed);
         CHECK(forgot.problem() == "does not monitor a master named 'm'");
+        CHECK(forgot.answers() == 0); // only answers that name an address count
     }
 }

@@ -69,7 +69,8 @@ struct config {
 
     /// Budget for resolve + TCP connect + TLS handshake + the HELLO handshake of one attempt:
     /// one deadline for all of them. A name resolution still running at the deadline is
-    /// abandoned (getaddrinfo cannot be interrupted; its late result is dropped).
+    /// abandoned (getaddrinfo cannot be interrupted; its late result is dropped). Through Sentinel,
+    /// asking the sentinels has a budget of its own, shared among them, before the primary's.
     std::chrono::milliseconds connect_timeout{5000};
     /// A PING is sent this often while connected; a reply that does not come within one more
     /// interval declares the server dead and the connection is re-established. 0 disables it.
