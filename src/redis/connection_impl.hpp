@@ -324,6 +324,9 @@ public:
     // for the primary every health-check interval. Completes with error::primary_changed when
     // the primary is no longer s->target, or when the session ends.
     asio::awaitable<error_code> watch_primary(std::shared_ptr<session> s);
+    // A sentinel's endpoints, or why there are none.
+    asio::awaitable<std::tuple<std::string, std::vector<stream_endpoint>>>
+    resolve_sentinel(server_address where, std::chrono::steady_clock::time_point deadline);
     // One sentinel, asked within `deadline`.
     asio::awaitable<primary_answer> ask_sentinel(server_address where,
                                                  std::chrono::steady_clock::time_point deadline);

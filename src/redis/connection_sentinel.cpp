@@ -190,17 +190,26 @@ asio::awaitable<void> follow_asks(std::shared_ptr<sentinel_link> link,
 
 } // namespace
 
+asio::awaitable<std::tuple<std::string, std::vector<stream_endpoint>>>
+connection_impl::resolve_sentinel(server_address where, steady_clock::time_point deadline) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    std::vector<stream_endpoint> endpoints;
+    auto [ec, resolved] = co_await resolve(where.host, where.port, deadline);
+    if (ec == error::connect_timeout)
+        co_return std::make_tuple(std::string("timed out resolving the host name"), endpoints);
+    if (ec)
+        co_return std::make_tuple(cause_text(ec), endpoints);
+    for (auto const& entry : resolved)
+        endpoints.emplace_back(entry.endpoint());
+    co_return std::make_tuple(std::string(), std::move(endpoints));
+}
+
 asio::awaitable<primary_answer> connection_impl::ask_sentinel(server_address where,
                                                               steady_clock::time_point deadline) {
     co_await asio::this_coro::throw_if_cancelled(false);
-    auto [rec, resolved] = co_await resolve(where.host, where.port, deadline);
-    if (rec == error::connect_timeout)
-        co_return primary_answer{std::nullopt, "timed out resolving the host name"};
-    if (rec)
-        co_return primary_answer{std::nullopt, cause_text(rec)};
-    std::vector<stream_endpoint> endpoints;
-    for (auto const& entry : resolved)
-        endpoints.emplace_back(entry.endpoint());
+    auto [unresolved, endpoints] = co_await resolve_sentinel(where, deadline);
+    if (!unresolved.empty())
+        co_return primary_answer{std::nullopt, std::move(unresolved)};
     auto link = std::make_shared<sentinel_link>(strand_, tls_context_ ? &*tls_context_ : nullptr);
     asio::steady_timer timer(strand_);
     timer.expires_at(deadline);
@@ -258,15 +267,11 @@ connection_impl::follow_sentinel(std::shared_ptr<session> s, server_address wher
     co_await asio::this_coro::throw_if_cancelled(false);
     follow_result result;
     auto const deadline = steady_clock::now() + cfg_.connect_timeout;
-    auto [rec, resolved] = co_await resolve(where.host, where.port, deadline);
-    if (rec) {
-        result.problem =
-            rec == error::connect_timeout ? "timed out resolving the host name" : cause_text(rec);
+    auto [unresolved, endpoints] = co_await resolve_sentinel(where, deadline);
+    if (!unresolved.empty()) {
+        result.problem = std::move(unresolved);
         co_return result;
     }
-    std::vector<stream_endpoint> endpoints;
-    for (auto const& entry : resolved)
-        endpoints.emplace_back(entry.endpoint());
     auto link = std::make_shared<sentinel_link>(strand_, tls_context_ ? &*tls_context_ : nullptr);
     asio::steady_timer timer(strand_);
     timer.expires_at(deadline);

@@ -1,49 +1,26 @@
 #include <colock_test/cluster_set.hpp>
 
+#include "fixture_wait.hpp"
+
 #include <algorithm>
 #include <map>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 namespace colock::test {
 namespace {
 
+using detail::info_field;
+using detail::poll_until;
+
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
 
 [[noreturn]] void fail(std::string const& what) {
     throw std::runtime_error("cluster_set: " + what);
 }
 
-template <class Done>
-bool poll_until(std::chrono::milliseconds within, Done done) {
-    auto const deadline = clock_type::now() + within;
-    for (;;) {
-        try {
-            if (done())
-                return true;
-        } catch (std::runtime_error const&) {
-            // a node down or restarting counts as "not yet"
-        }
-        if (clock_type::now() >= deadline)
-            return false;
-        std::this_thread::sleep_for(50ms);
-    }
-}
-
-std::string info_field(std::string const& info, std::string const& field) {
-    auto const at = info.find(field + ":");
-    if (at == std::string::npos)
-        return {};
-    auto const begin = at + field.size() + 1;
-    auto const end = info.find_first_of("\r\n", begin);
-    return info.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-}
-
-// CLUSTER SLOTS through redis-cli: "first\nlast\nhost\nport\nid\n..." per range, replicas
-// after. Read as ranges of (first, last, primary port) by walking CLUSTER NODES instead, which
-// is one line per node: "<id> <ip:port@cport> <flags> <master> ... <slot ranges...>".
+// One line of CLUSTER NODES: "<id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch>
+// <link> <slot ranges...>", which redis-cli prints as it is (CLUSTER SLOTS it flattens).
 struct node_line {
     std::string id;
     std::uint16_t port = 0;

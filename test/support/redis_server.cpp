@@ -519,65 +519,27 @@ void redis_server::make_tls_files() {
 }
 
 std::vector<std::string> redis_server::server_args() const {
-    if (!opts_.sentinel_master_name.empty()) {
-        // Settings after the file's name override what a sentinel rewrote into it.
+    bool const sentinel = !opts_.sentinel_master_name.empty();
+    std::vector<std::string> a;
+    if (sentinel) // settings after the file's name override what a sentinel rewrote into it
+        a = {redis_sentinel_exe(), dir_ + "/sentinel.conf"};
+    else
+        a = {redis_server_exe(), "--save", "", "--appendonly", "no"};
+    a.insert(a.end(),
+             {"--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir", dir_, "--daemonize",
+              "no", "--logfile", dir_ + "/redis.log", "--protected-mode", "yes"});
+    if (sentinel) {
         std::string const& name = opts_.sentinel_master_name;
-        std::vector<std::string> a = {redis_sentinel_exe(),
-                                      dir_ + "/sentinel.conf",
-                                      "--port",
-                                      std::to_string(port_),
-                                      "--bind",
-                                      "127.0.0.1",
-                                      "--dir",
-                                      dir_,
-                                      "--daemonize",
-                                      "no",
-                                      "--logfile",
-                                      dir_ + "/redis.log",
-                                      "--protected-mode",
-                                      "yes",
-                                      "--sentinel",
-                                      "monitor",
-                                      name,
-                                      "127.0.0.1",
-                                      std::to_string(opts_.sentinel_primary_port),
-                                      std::to_string(opts_.sentinel_quorum),
-                                      "--sentinel",
-                                      "down-after-milliseconds",
-                                      name,
-                                      std::to_string(opts_.sentinel_down_after_ms),
-                                      "--sentinel",
-                                      "failover-timeout",
-                                      name,
-                                      std::to_string(opts_.sentinel_failover_timeout_ms)};
-        auto const tls = tls_args();
-        a.insert(a.end(), tls.begin(), tls.end());
+        a.insert(a.end(), {"--sentinel", "monitor", name, "127.0.0.1",
+                           std::to_string(opts_.sentinel_primary_port),
+                           std::to_string(opts_.sentinel_quorum)});
+        a.insert(a.end(), {"--sentinel", "down-after-milliseconds", name,
+                           std::to_string(opts_.sentinel_down_after_ms)});
+        a.insert(a.end(), {"--sentinel", "failover-timeout", name,
+                           std::to_string(opts_.sentinel_failover_timeout_ms)});
         if (!opts_.sentinel_auth_pass.empty())
             a.insert(a.end(), {"--sentinel", "auth-pass", name, opts_.sentinel_auth_pass});
-        if (!opts_.requirepass.empty())
-            a.insert(a.end(), {"--requirepass", opts_.requirepass});
-        a.insert(a.end(), opts_.extra_args.begin(), opts_.extra_args.end());
-        return a;
     }
-    std::vector<std::string> a = {
-        redis_server_exe(),
-        "--port",
-        std::to_string(port_),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        dir_,
-        "--daemonize",
-        "no",
-        "--logfile",
-        dir_ + "/redis.log",
-        "--protected-mode",
-        "yes",
-    };
     if (!opts_.requirepass.empty())
         a.insert(a.end(), {"--requirepass", opts_.requirepass});
     if (!opts_.acl_user.empty())

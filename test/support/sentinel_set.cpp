@@ -1,44 +1,20 @@
 #include <colock_test/sentinel_set.hpp>
 
+#include "fixture_wait.hpp"
+
 #include <algorithm>
 #include <stdexcept>
-#include <thread>
 
 namespace colock::test {
 namespace {
 
+using detail::info_field;
+using detail::poll_until;
+
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
 
 [[noreturn]] void fail(std::string const& what) {
     throw std::runtime_error("sentinel_set: " + what);
-}
-
-// The value of `field:` in an INFO text, or empty.
-std::string info_field(std::string const& info, std::string const& field) {
-    auto const at = info.find(field + ":");
-    if (at == std::string::npos)
-        return {};
-    auto const begin = at + field.size() + 1;
-    auto const end = info.find_first_of("\r\n", begin);
-    return info.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-}
-
-// Polls `done` every 50 ms until it holds or `within` passes.
-template <class Done>
-bool poll_until(std::chrono::milliseconds within, Done done) {
-    auto const deadline = clock_type::now() + within;
-    for (;;) {
-        try {
-            if (done())
-                return true;
-        } catch (std::runtime_error const&) {
-            // a node or sentinel that is down (killed, restarting) counts as "not yet"
-        }
-        if (clock_type::now() >= deadline)
-            return false;
-        std::this_thread::sleep_for(50ms);
-    }
 }
 
 redis_server_options data_node_options(std::uint16_t primary_port, std::string const& password,

@@ -1,6 +1,7 @@
 // Redis Cluster without sockets: hash slots (against values CLUSTER KEYSLOT gives), routing a
 // request by its keys, the slot map, and redirections, hostile replies included.
 #include "redis/cluster_slots.hpp"
+#include "value_builders.hpp"
 
 #include <doctest/doctest.h>
 
@@ -10,29 +11,9 @@
 using namespace colock;
 using colock::redis::server_address;
 using namespace colock::redis::detail;
+using namespace colock::test;
 
 namespace {
-
-resp3::value blob(std::string text) {
-    resp3::value v;
-    v.type = resp3::type::blob_string;
-    v.text = std::move(text);
-    return v;
-}
-
-resp3::value number(std::int64_t n) {
-    resp3::value v;
-    v.type = resp3::type::number;
-    v.integer = n;
-    return v;
-}
-
-resp3::value array(std::vector<resp3::value> elements) {
-    resp3::value v;
-    v.type = resp3::type::array;
-    v.elements = std::move(elements);
-    return v;
-}
 
 resp3::value range(std::int64_t first, std::int64_t last, std::string host, std::int64_t port) {
     return array(

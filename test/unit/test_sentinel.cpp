@@ -1,6 +1,7 @@
 // Redis Sentinel without sockets: the requests sent to a sentinel and the reading of its
 // answers, hostile ones included.
 #include "redis/sentinel.hpp"
+#include "value_builders.hpp"
 
 #include <doctest/doctest.h>
 
@@ -9,29 +10,9 @@
 using namespace colock;
 using colock::redis::server_address;
 using namespace colock::redis::detail;
+using namespace colock::test;
 
 namespace {
-
-resp3::value blob(std::string text) {
-    resp3::value v;
-    v.type = resp3::type::blob_string;
-    v.text = std::move(text);
-    return v;
-}
-
-resp3::value error_reply(std::string text) {
-    resp3::value v;
-    v.type = resp3::type::simple_error;
-    v.text = std::move(text);
-    return v;
-}
-
-resp3::value aggregate(resp3::type t, std::vector<resp3::value> elements) {
-    resp3::value v;
-    v.type = t;
-    v.elements = std::move(elements);
-    return v;
-}
 
 resp3::value address(std::string host, std::string port) {
     return aggregate(resp3::type::array, {blob(std::move(host)), blob(std::move(port))});
@@ -47,10 +28,7 @@ resp3::value hello_map() {
 }
 
 resp3::value subscribed() {
-    resp3::value count;
-    count.type = resp3::type::number;
-    count.integer = 1;
-    return aggregate(resp3::type::push, {blob("subscribe"), blob("+switch-master"), count});
+    return aggregate(resp3::type::push, {blob("subscribe"), blob("+switch-master"), number(1)});
 }
 
 } // namespace
