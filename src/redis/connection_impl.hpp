@@ -339,9 +339,6 @@ public:
     };
     asio::awaitable<follow_result> follow_sentinel(std::shared_ptr<session> s,
                                                    server_address where);
-    // Whether the session's server says (ROLE) that it is a primary, within connect_timeout;
-    // false when it does not say (ROLE refused, no answer): then the sentinel's word goes.
-    asio::awaitable<bool> still_primary(std::shared_ptr<session> s);
 };
 
 // Sets SNI and, when asked, host name verification on a TLS stream before its handshake.

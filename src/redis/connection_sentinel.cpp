@@ -310,22 +310,6 @@ connection_impl::follow_sentinel(std::shared_ptr<session> s, server_address wher
     co_return result;
 }
 
-asio::awaitable<bool> connection_impl::still_primary(std::shared_ptr<session> s) {
-    co_await asio::this_coro::throw_if_cancelled(false);
-    resp3::request role;
-    role.push("ROLE");
-    asio::steady_timer timer(strand_);
-    timer.expires_after(cfg_.connect_timeout);
-    auto asked = co_await (internal_exec(s.get(), role, false) || timer.async_wait(use_nothrow));
-    if (asked.index() == 1)
-        co_return false;
-    auto const& [ec, replies] = std::get<0>(asked);
-    if (ec && ec != error::server_error)
-        co_return false;
-    // A user without the right to ROLE cannot tell: the sentinel's word goes.
-    co_return replies.size() == 1 && !replies[0].is_error() && read_role(replies[0]) == "master";
-}
-
 asio::awaitable<error_code> connection_impl::watch_primary(std::shared_ptr<session> s) {
     co_await asio::this_coro::throw_if_cancelled(false);
     auto cs = co_await asio::this_coro::cancellation_state;
@@ -342,26 +326,10 @@ asio::awaitable<error_code> connection_impl::watch_primary(std::shared_ptr<sessi
             if (s->detached || session_ != s || is_cancelled(cs))
                 co_return asio::error::operation_aborted;
             std::string const sentinel_text = address_text(sentinels[index]);
-            if (followed.verdict == primary_follower::verdict::disagrees) {
-                // A switch this connection missed, or a sentinel behind the others: the
-                // server itself says which.
-                bool const still = co_await still_primary(s);
-                if (s->detached || session_ != s || is_cancelled(cs))
-                    co_return asio::error::operation_aborted;
-                if (still) {
-                    if (logs(log_level::debug))
-                        log(log_level::debug,
-                            fmt::format("sentinel {} names {} the primary of '{}', but {} still "
-                                        "is one; following another sentinel",
-                                        sentinel_text, address_text(*followed.moved_to),
-                                        cfg_.sentinel.master_name, address_text(s->target)));
-                    problems +=
-                        fmt::format("{}sentinel {}: names {}, which is not what {} says",
-                                    problems.empty() ? "" : "; ", sentinel_text,
-                                    address_text(*followed.moved_to), address_text(s->target));
-                    continue;
-                }
-            }
+            // An answer naming another primary moves the connection as +switch-master does:
+            // the old primary says ROLE master for seconds after a failover, so the server
+            // cannot tell a missed switch from a sentinel that is behind. (Which sentinel is
+            // right is in their config epochs: not read yet.)
             if (followed.moved_to) {
                 preferred_sentinel_ = index;
                 log(log_level::warning,

@@ -243,37 +243,6 @@ TEST_CASE("sentinel: failures to find the primary name every sentinel and what i
     }
 }
 
-TEST_CASE("sentinel: a sentinel that names another primary does not move the connection while "
-          "its server still says it is the primary") {
-    sentinel_set set;
-    auto const primary_port = set.wait_for_primary(5s);
-    // A sentinel behind the others: it monitors "mymaster" at the replica's address.
-    redis_server_options o;
-    o.sentinel_master_name = set.master_name();
-    o.sentinel_primary_port = set.node(1).port();
-    o.sentinel_quorum = 1;
-    redis_server behind{o};
-    auto cfg = sentinel_config(set);
-    cfg.sentinel.sentinels = {{"127.0.0.1", set.sentinel(0).port()}, {"127.0.0.1", behind.port()}};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), cfg};
-        co_await conn.co_connect();
-        CHECK(co_await reached_port(conn) == primary_port);
-        // The good sentinel goes: the connection can follow only the one that is behind.
-        co_await off_thread([&] { set.sentinel(0).stop(); });
-        co_await sleep_for(1500ms);
-        CHECK(co_await reached_port(conn) == primary_port);
-        CHECK(conn.reconnect_count() == 0);
-        auto const text = conn.last_error_text();
-        INFO(text);
-        CHECK(text.find(fmt::format("sentinel 127.0.0.1:{}: names 127.0.0.1:{}, which is not "
-                                    "what 127.0.0.1:{} says",
-                                    behind.port(), set.node(1).port(), primary_port)) !=
-              std::string::npos);
-        conn.close();
-    });
-}
-
 TEST_CASE("sentinel: the data nodes' password and the sentinels' own, each checked where it "
           "belongs") {
     sentinel_set_options o;
