@@ -186,11 +186,22 @@ config parse_unix(std::string_view url, std::string_view rest) {
     return cfg;
 }
 
-// redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db]
-//     [?sentinel_username=U&sentinel_password=P]
-config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
-    config cfg;
-    cfg.use_tls = tls;
+// What follows the scheme of a sentinel or cluster URL:
+// "[[user]:password@]host[:port][,host[:port]...][/path][?query]".
+struct host_list_url {
+    std::vector<server_address> hosts;
+    std::string_view path;  // after the first '/'; empty without one
+    std::string_view query; // after the '?'; empty without one
+    bool has_query = false;
+    // A raw '/' in the password leaves the credentials unsplit, and then a part of the password
+    // may be in the path or query: messages must not repeat them.
+    bool may_be_secret = false;
+};
+
+// Fills the credentials of `cfg`; hosts without a port get `default_port`. `what` names a host
+// in messages ("sentinel", "seed").
+host_list_url parse_host_list_url(std::string_view url, std::string_view rest, config& cfg,
+                                  std::uint16_t default_port, std::string_view what) {
     if (rest.find('#') != std::string_view::npos)
         refuse(url, "fragments are not supported");
     // Credentials first, up to the last '@' before the path: a password with a raw '?' must
@@ -200,24 +211,41 @@ config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
         parse_userinfo(url, rest.substr(0, at), cfg);
         rest = rest.substr(at + 1);
     }
+    host_list_url out;
+    // Credentials always end with an '@', and a host may not hold one.
+    out.may_be_secret = rest.find('@') != std::string_view::npos;
     auto const question = rest.find('?');
-    std::string_view const query =
-        question == std::string_view::npos ? std::string_view{} : rest.substr(question + 1);
+    if (question != std::string_view::npos) {
+        out.has_query = true;
+        out.query = rest.substr(question + 1);
+    }
     rest = rest.substr(0, question);
     auto const slash = rest.find('/');
     std::string_view authority = rest.substr(0, slash);
-    std::string_view path =
-        slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+    if (slash != std::string_view::npos)
+        out.path = rest.substr(slash + 1);
 
-    while (!authority.empty() || cfg.sentinel.sentinels.empty()) {
+    while (!authority.empty() || out.hosts.empty()) {
         auto const comma = authority.find(',');
-        cfg.sentinel.sentinels.push_back(parse_host_port(url, authority.substr(0, comma), 26379));
+        out.hosts.push_back(parse_host_port(url, authority.substr(0, comma), default_port));
         if (comma == std::string_view::npos)
             break;
         authority = authority.substr(comma + 1);
         if (authority.empty())
-            refuse(url, "empty sentinel address after ','");
+            refuse(url, fmt::format("empty {} address after ','", what));
     }
+    return out;
+}
+
+// redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db]
+//     [?sentinel_username=U&sentinel_password=P]
+config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
+    config cfg;
+    cfg.use_tls = tls;
+    auto parts = parse_host_list_url(url, rest, cfg, 26379, "sentinel");
+    cfg.sentinel.sentinels = std::move(parts.hosts);
+    std::string_view const path = parts.path;
+    std::string_view const query = parts.query;
 
     auto const name_end = path.find('/');
     cfg.sentinel.master_name = percent_decode(url, path.substr(0, name_end), "master name");
@@ -245,25 +273,59 @@ config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
     return cfg;
 }
 
+// redis-cluster://[[user]:password@]host[:port][,host[:port]...][/]. No database: a Cluster has
+// only database 0, so a path is a mistake to report rather than ignore.
+config parse_cluster(std::string_view url, std::string_view rest, bool tls) {
+    config cfg;
+    cfg.use_tls = tls;
+    auto parts = parse_host_list_url(url, rest, cfg, 6379, "seed");
+    cfg.cluster.seeds = std::move(parts.hosts);
+    std::string_view const path = parts.path;
+    if (!path.empty()) {
+        int database = 0;
+        auto const r = std::from_chars(path.data(), path.data() + path.size(), database);
+        bool const number = r.ec == std::errc{} && r.ptr == path.data() + path.size();
+        if (number || parts.may_be_secret)
+            refuse(url, "a Redis Cluster URL takes no database: Redis Cluster has only "
+                        "database 0");
+        refuse(url, fmt::format("unexpected path '/{}' (a Redis Cluster URL takes no database: "
+                                "Redis Cluster has only database 0)",
+                                path));
+    }
+    if (parts.has_query) {
+        // Name the first parameter, never a value (which may be a password).
+        std::string_view const name = parts.query.substr(0, parts.query.find_first_of("&="));
+        if (name.empty() || parts.may_be_secret)
+            refuse(url, "a Redis Cluster URL takes no query parameters");
+        refuse(url, fmt::format("unsupported query parameter '{}' (a Redis Cluster URL takes "
+                                "none)",
+                                name));
+    }
+    return cfg;
+}
+
 } // namespace
 
 config config::from_url(std::string_view url) {
     config cfg;
     auto const colon_slashes = url.find("://");
     if (colon_slashes == std::string_view::npos)
-        refuse(url, "missing scheme (expected redis://, rediss://, unix:// or "
-                    "redis-sentinel://)");
+        refuse(url, "missing scheme (expected redis://, rediss://, unix://, redis-sentinel:// "
+                    "or redis-cluster://)");
     std::string_view const scheme = url.substr(0, colon_slashes);
     std::string_view rest = url.substr(colon_slashes + 3);
     if (iequals(scheme, "unix") || iequals(scheme, "redis+unix"))
         return parse_unix(url, rest);
     if (iequals(scheme, "redis-sentinel") || iequals(scheme, "rediss-sentinel"))
         return parse_sentinel(url, rest, iequals(scheme, "rediss-sentinel"));
+    if (iequals(scheme, "redis-cluster") || iequals(scheme, "rediss-cluster"))
+        return parse_cluster(url, rest, iequals(scheme, "rediss-cluster"));
     if (iequals(scheme, "rediss"))
         cfg.use_tls = true;
     else if (!iequals(scheme, "redis"))
         refuse(url, fmt::format("unsupported scheme '{}' (expected redis, rediss, unix, "
-                                "redis-sentinel or rediss-sentinel)",
+                                "redis-sentinel, rediss-sentinel, redis-cluster or "
+                                "rediss-cluster)",
                                 scheme));
     if (rest.find_first_of("?#") != std::string_view::npos)
         refuse(url, "query parameters and fragments are not supported");
@@ -289,10 +351,30 @@ config config::from_url(std::string_view url) {
     return cfg;
 }
 
+namespace {
+
+// "h1:p1,h2:p2", IPv6 hosts in brackets.
+std::string address_list_text(std::vector<server_address> const& addresses) {
+    std::string out;
+    for (std::size_t i = 0; i < addresses.size(); ++i)
+        out += (i == 0 ? "" : ",") + detail::address_text(addresses[i]);
+    return out;
+}
+
+} // namespace
+
 std::string config::to_redacted_url() const {
     std::string credentials;
     if (!password.empty())
         credentials = percent_encode(username) + ":***@";
+    if (uses_cluster()) {
+        std::string out = use_tls ? "rediss-cluster://" : "redis-cluster://";
+        out += credentials + address_list_text(cluster.seeds);
+        // Not a valid Cluster config, but the log should show what was asked for.
+        if (database != 0)
+            out += fmt::format("/{}", database);
+        return out;
+    }
     if (!unix_socket.empty()) {
         std::string path;
         for (char c : unix_socket)
@@ -304,9 +386,7 @@ std::string config::to_redacted_url() const {
     }
     if (uses_sentinel()) {
         std::string out = use_tls ? "rediss-sentinel://" : "redis-sentinel://";
-        out += credentials;
-        for (std::size_t i = 0; i < sentinel.sentinels.size(); ++i)
-            out += (i == 0 ? "" : ",") + detail::address_text(sentinel.sentinels[i]);
+        out += credentials + address_list_text(sentinel.sentinels);
         out += "/" + percent_encode(sentinel.master_name);
         if (database != 0)
             out += fmt::format("/{}", database);
@@ -331,11 +411,11 @@ std::string config::to_redacted_url() const {
 
 std::string config::endpoint_text() const {
     if (uses_sentinel()) {
-        std::string out = fmt::format("primary '{}' of sentinels ", sentinel.master_name);
-        for (std::size_t i = 0; i < sentinel.sentinels.size(); ++i)
-            out += (i == 0 ? "" : ",") + detail::address_text(sentinel.sentinels[i]);
-        return out;
+        return fmt::format("primary '{}' of sentinels {}", sentinel.master_name,
+                           address_list_text(sentinel.sentinels));
     }
+    if (uses_cluster())
+        return "cluster of seeds " + address_list_text(cluster.seeds);
     if (!unix_socket.empty())
         return unix_socket;
     return detail::address_text({host, port});

@@ -216,3 +216,116 @@ TEST_CASE("to_redacted_url hides both passwords of a sentinel URL and round-trip
     CHECK(config::from_url("redis-sentinel://h/m").to_redacted_url() ==
           "redis-sentinel://h:26379/m");
 }
+
+TEST_CASE("redis-cluster:// URLs list the seed nodes") {
+    using colock::redis::server_address;
+    auto const c = config::from_url("redis-cluster://alice:s%40cret@10.0.0.1:7000,10.0.0.2,"
+                                    "[::1]:7002,[fe80::1]");
+    CHECK(c.uses_cluster());
+    CHECK_FALSE(c.uses_sentinel());
+    REQUIRE(c.cluster.seeds.size() == 4);
+    CHECK(c.cluster.seeds[0] == server_address{"10.0.0.1", 7000});
+    // A seed's port defaults to Redis's, not to the sentinels' 26379.
+    CHECK(c.cluster.seeds[1] == server_address{"10.0.0.2", 6379});
+    CHECK(c.cluster.seeds[2] == server_address{"::1", 7002});
+    CHECK(c.cluster.seeds[3] == server_address{"fe80::1", 6379});
+    // The URL's credentials are every node's.
+    CHECK(c.username == "alice");
+    CHECK(c.password == "s@cret");
+    CHECK(c.database == 0);
+    CHECK_FALSE(c.use_tls);
+
+    auto const minimal = config::from_url("REDIS-CLUSTER://h");
+    REQUIRE(minimal.cluster.seeds.size() == 1);
+    CHECK(minimal.cluster.seeds[0] == server_address{"h", 6379});
+    CHECK(minimal.password.empty());
+    CHECK(minimal.username.empty());
+    CHECK(minimal.sentinel.sentinels.empty());
+
+    auto const password_only = config::from_url("redis-cluster://:pw@h:7000,g:7001/");
+    CHECK(password_only.username.empty());
+    CHECK(password_only.password == "pw");
+    CHECK(password_only.cluster.seeds.size() == 2);
+    CHECK(config::from_url("redis-cluster://pw@h").password == "pw");
+
+    auto const tls = config::from_url("rediss-cluster://h:7000/");
+    CHECK(tls.use_tls);
+    REQUIRE(tls.cluster.seeds.size() == 1);
+    CHECK(tls.cluster.seeds[0].port == 7000);
+    CHECK(config::from_url("Rediss-Cluster://h").use_tls);
+    CHECK_FALSE(config::from_url("rEdIs-ClUsTeR://h").use_tls);
+    // The host keeps its case; only the scheme is folded.
+    CHECK(config::from_url("REDIS-CLUSTER://MyHost").cluster.seeds[0].host == "MyHost");
+    // A raw '?' in the password is taken as part of it, not as the query.
+    CHECK(config::from_url("redis-cluster://u:pa?ss@h").password == "pa?ss");
+
+    CHECK_FALSE(config::from_url("redis://h").uses_cluster());
+    CHECK_FALSE(config::from_url("redis-sentinel://h/m").uses_cluster());
+}
+
+TEST_CASE("bad cluster URLs are refused with a message naming the fault") {
+    CHECK(refusal("redis-cluster://").find("missing host") != std::string::npos);
+    CHECK(refusal("redis-cluster:///").find("missing host") != std::string::npos);
+    CHECK(refusal("redis-cluster://u:pw@").find("missing host") != std::string::npos);
+    CHECK(refusal("redis-cluster://h,").find("empty seed address after ','") != std::string::npos);
+    CHECK(refusal("redis-cluster://h,/").find("empty seed address after ','") != std::string::npos);
+    CHECK(refusal("redis-cluster://h,,g").find("missing host") != std::string::npos);
+    CHECK(refusal("redis-cluster://h:").find("empty port") != std::string::npos);
+    CHECK(refusal("redis-cluster://h:abc").find("port 'abc' is not a number") != std::string::npos);
+    CHECK(refusal("redis-cluster://h,g:0").find("out of range") != std::string::npos);
+    CHECK(refusal("redis-cluster://[::1").find("closing ']'") != std::string::npos);
+    CHECK(refusal("redis-cluster://h/2").find("only database 0") != std::string::npos);
+    CHECK(refusal("redis-cluster://h/0").find("only database 0") != std::string::npos);
+    CHECK(refusal("redis-cluster://h/x").find("unexpected path '/x'") != std::string::npos);
+    CHECK(refusal("redis-cluster://h/m/2").find("unexpected path '/m/2'") != std::string::npos);
+    CHECK(refusal("redis-cluster://h?db=1").find("unsupported query parameter 'db'") !=
+          std::string::npos);
+    CHECK(refusal("redis-cluster://h/?timeout").find("unsupported query parameter 'timeout'") !=
+          std::string::npos);
+    CHECK(refusal("redis-cluster://h?").find("no query") != std::string::npos);
+    CHECK(refusal("redis-cluster://h#x").find("fragment") != std::string::npos);
+    CHECK(refusal("redis-cluster://u:%zz@h").find("password has an invalid percent escape") !=
+          std::string::npos);
+    CHECK(refusal("redis-cluster://u:@h").find("needs a password") != std::string::npos);
+    CHECK(refusal("redis-clusters://h").find("unsupported scheme 'redis-clusters'") !=
+          std::string::npos);
+    CHECK(refusal("http://h").find("redis-cluster or rediss-cluster") != std::string::npos);
+}
+
+TEST_CASE("a malformed cluster URL never echoes a part of a password") {
+    for (auto const* url : {"redis-cluster://u:Xq7/Zr9@h", "redis-cluster://Xq7/Zr9@h",
+                            "redis-cluster://:Xq7/Zr9@h:1", "redis-cluster://u:Xq7/Zr9?a@h",
+                            "redis-cluster://Xq7/?Zr9@h", "rediss-cluster://:Xq7:Zr9@h:99999",
+                            "redis-cluster://u:Xq7Zr9@h?password=Xq7Zr9",
+                            "redis-cluster://u:Xq7Zr9@h,g:99999", "redis-cluster://u:Xq7#Zr9@h"}) {
+        std::string const message = refusal(url);
+        INFO(url << " -> " << message);
+        CHECK(message != "accepted");
+        CHECK(message.find("Xq7") == std::string::npos);
+        CHECK(message.find("Zr9") == std::string::npos);
+    }
+}
+
+TEST_CASE("to_redacted_url hides the password of a cluster URL and round-trips the rest") {
+    auto const c = config::from_url("rediss-cluster://bob:topsecret@a:7000,[::1]:7001,b");
+    std::string const url = c.to_redacted_url();
+    CHECK(url == "rediss-cluster://bob:***@a:7000,[::1]:7001,b:6379");
+    CHECK(url.find("topsecret") == std::string::npos);
+    auto const back = config::from_url(url);
+    CHECK(back.cluster.seeds == c.cluster.seeds);
+    CHECK(back.username == "bob");
+    CHECK(back.use_tls);
+    CHECK(config::from_url("redis-cluster://h/").to_redacted_url() == "redis-cluster://h:6379");
+    CHECK(config::from_url("redis-cluster://:pw@h:1").to_redacted_url() ==
+          "redis-cluster://:***@h:1");
+}
+
+TEST_CASE("endpoint_text of a cluster names its seeds") {
+    CHECK(config::from_url("redis-cluster://h:7000,[::1]").endpoint_text() ==
+          "cluster of seeds h:7000,[::1]:6379");
+    config c;
+    c.cluster.seeds = {{"n1", 7000}};
+    CHECK(c.uses_cluster());
+    CHECK(c.endpoint_text() == "cluster of seeds n1:7000");
+    CHECK(c.to_redacted_url() == "redis-cluster://n1:7000");
+}

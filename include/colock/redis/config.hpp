@@ -34,6 +34,15 @@ struct sentinel_config {
     std::string password;
 };
 
+/// Redis Cluster: the seed nodes. The connection asks a seed for the slot map (CLUSTER SLOTS),
+/// keeps one connection per primary and routes each request by its keys' hash slot. See
+/// config::cluster.
+struct cluster_config {
+    /// Nodes asked for the slot map, in order (any node of the cluster will do; the rest is
+    /// discovered). Empty: no Cluster.
+    std::vector<server_address> seeds;
+};
+
 /// Settings of one connection. Every field has a usable default, so `config{}` reaches a
 /// server on 127.0.0.1:6379 without TLS or authentication.
 struct config {
@@ -58,6 +67,13 @@ struct config {
     /// connection goes to the primary the sentinels name. `username`, `password`, `database`,
     /// `client_name` and the TLS settings apply to it; TLS applies to the sentinels too.
     sentinel_config sentinel;
+
+    /// Redis Cluster: when `cluster.seeds` is not empty, `host` and `port` are ignored and the
+    /// connection goes to the primaries of the seeds' slot map. `username`, `password`,
+    /// `client_name` and the TLS settings apply to every node. `database` must be 0: a Cluster has
+    /// only database 0. A config with both seeds and a `unix_socket` refuses to be constructed
+    /// (std::invalid_argument): the slot map names TCP addresses.
+    cluster_config cluster;
 
     /// Connect over TLS (the `rediss://` scheme).
     bool use_tls = false;
@@ -96,6 +112,8 @@ struct config {
     ///     redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db]
     ///         [?sentinel_username=U&sentinel_password=P]
     ///     rediss-sentinel://...                              (the same, over TLS)
+    ///     redis-cluster://[[user]:password@]host[:port][,host[:port]...][/]
+    ///     rediss-cluster://...                               (the same, over TLS)
     ///
     /// The scheme is case-insensitive; `redis+unix://` is accepted for `unix://` (redis-rs's
     /// spelling). `redis://secret@host` is a password alone, as redis-cli reads it. User, password
@@ -104,18 +122,24 @@ struct config {
     /// query parameter, as redis-py and redis-rs do. A sentinel URL lists the sentinels (port 26379
     /// by default) and names the primary in its path, as in Lettuce's `redis-sentinel://`; its user
     /// and password are the data nodes', and the sentinels' own credentials go in the query
-    /// (they differ in most deployments). Other URLs take no query. Throws
+    /// (they differ in most deployments). A cluster URL lists the seed nodes (port 6379 by default)
+    /// and takes no database (a Cluster has only database 0); its user and password are every
+    /// node's. Other URLs take no query. Throws
     /// std::invalid_argument whose message names the part that is wrong (never the password).
     static config from_url(std::string_view url);
 
-    /// The settings as a URL of the form from_url reads (unix:// when `unix_socket` is set), with
-    /// the password replaced by "***" (safe for logs).
+    /// The settings as a URL of the form from_url reads (redis-cluster:// when there are seeds,
+    /// else unix:// when `unix_socket` is set), with the password replaced by "***" (safe for
+    /// logs).
     std::string to_redacted_url() const;
     /// Where the connection goes, for messages: "host:port" ("[::1]:6379" for IPv6), the socket
-    /// path, or "primary 'name' of sentinels host:port,host:port".
+    /// path, "primary 'name' of sentinels host:port,host:port" or "cluster of seeds
+    /// host:port,host:port".
     std::string endpoint_text() const;
     /// True when the connection goes through Redis Sentinel (`sentinel.sentinels` is not empty).
     bool uses_sentinel() const noexcept { return !sentinel.sentinels.empty(); }
+    /// True when the connection goes to a Redis Cluster (`cluster.seeds` is not empty).
+    bool uses_cluster() const noexcept { return !cluster.seeds.empty(); }
 };
 
 } // namespace colock::redis
