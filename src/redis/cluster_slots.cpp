@@ -159,6 +159,33 @@ request_route route_request(std::vector<std::vector<std::string_view>> const& co
     return route;
 }
 
+std::optional<std::vector<std::vector<std::string_view>>> split_commands(std::string_view payload) {
+    std::vector<std::vector<std::string_view>> out;
+    // "<marker><number>\r\n", advancing `payload` past it.
+    auto header = [&payload](char marker) -> std::optional<std::size_t> {
+        auto const end = payload.find("\r\n");
+        if (payload.empty() || payload[0] != marker || end == std::string_view::npos)
+            return std::nullopt;
+        auto n = parse_number<std::size_t>(payload.substr(1, end - 1));
+        payload.remove_prefix(end + 2);
+        return n;
+    };
+    while (!payload.empty()) {
+        auto const count = header('*');
+        if (!count || *count == 0)
+            return std::nullopt;
+        auto& args = out.emplace_back();
+        for (std::size_t i = 0; i < *count; ++i) {
+            auto const size = header('$');
+            if (!size || payload.size() < *size + 2 || payload.substr(*size, 2) != "\r\n")
+                return std::nullopt;
+            args.push_back(payload.substr(0, *size));
+            payload.remove_prefix(*size + 2);
+        }
+    }
+    return out;
+}
+
 slot_map_answer read_cluster_slots(resp3::value const& reply, server_address const& asked) {
     slot_map_answer out;
     auto fail = [&](std::string why) {

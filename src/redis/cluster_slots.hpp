@@ -47,6 +47,10 @@ struct request_route {
 /// hash to one slot: a transaction or a pipeline that spans slots cannot be sent to one node.
 request_route route_request(std::vector<std::vector<std::string_view>> const& commands);
 
+/// The commands of a serialised request (resp3::request::payload(): arrays of bulk strings),
+/// each as its arguments, views into `payload`; nullopt when it is not of that form.
+std::optional<std::vector<std::vector<std::string_view>>> split_commands(std::string_view payload);
+
 /// One range of slots and the primary that serves it.
 struct slot_range {
     std::uint16_t first = 0;

@@ -1,5 +1,6 @@
-// The public connection: a handle on the engine (connection_impl), and the engine's interface
-// for colock's own layers.
+// The public connection: a handle on an engine (engine.hpp), and the engine's interface for
+// colock's own layers. connection_impl implements the engine for one server.
+#include "cluster_engine.hpp"
 #include "connection_impl.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -22,46 +23,33 @@ void engine_exec(shared_engine const& engine, resp3::request req, exec_handler h
 
 void engine_change_subscription(shared_engine const& engine, bool subscribe,
                                 std::vector<std::string> channels, subscription_handler handler) {
-    if (channels.empty()) {
-        engine->deliver(std::move(handler), {}, error_code{}, std::string());
-        return;
-    }
-    // Not cancellable: the count and the server's state must agree.
-    asio::dispatch(engine->strand_, [self = engine, subscribe, channels = std::move(channels),
-                                     handler = std::move(handler)]() mutable {
-        self->change_subscription(
-            subscribe, std::move(channels),
-            std::variant<connect_handler, subscription_handler>(
-                std::in_place_type<subscription_handler>, std::move(handler)));
-    });
+    engine->start_subscription(
+        subscribe, std::move(channels),
+        any_subscription_handler(std::in_place_type<subscription_handler>, std::move(handler)));
 }
 
 void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_listener> l) {
-    asio::dispatch(engine->strand_, [self = engine, l = std::move(l)]() mutable {
-        self->listeners_.push_back(std::move(l));
-    });
+    engine->add_listener(std::move(l));
 }
 
 void engine_remove_listener(shared_engine const& engine, push_listener const* listener) {
-    asio::dispatch(engine->strand_, [self = engine, listener] {
-        std::erase_if(self->listeners_, [listener](auto const& l) { return l.get() == listener; });
-    });
+    engine->remove_listener(listener);
 }
 
 bool engine_is_connected(shared_engine const& engine) noexcept {
-    return engine->connected_;
+    return engine->is_connected();
 }
 
 asio::any_io_executor engine_executor(shared_engine const& engine) {
-    return engine->executor_;
+    return engine->executor();
 }
 
 std::uint64_t engine_server_changes(shared_engine const& engine) noexcept {
-    return engine->server_changes_;
+    return engine->server_changes();
 }
 
 std::uint64_t engine_reconnects(shared_engine const& engine) noexcept {
-    return engine->reconnects_;
+    return engine->reconnects();
 }
 
 bool engine_logs(shared_engine const& engine, log_level level) noexcept {
@@ -77,23 +65,74 @@ std::string engine_connect_failure(shared_engine const& engine, boost::system::e
 }
 
 bool engine_ever_connected(shared_engine const& engine) noexcept {
-    return engine->ever_handshaken_;
+    return engine->ever_connected();
 }
 
 std::string engine_last_error_text(shared_engine const& engine) {
-    std::lock_guard lock(engine->error_mutex_);
-    return engine->last_error_text_;
+    return engine->last_error_text();
 }
 
-} // namespace detail
+// ---------------------------------------------------------------- connection_impl as an engine
 
-// --------------------------------------------------------------------
-// connection
+void connection_impl::start_subscription(bool subscribe, std::vector<std::string> channels,
+                                         any_subscription_handler handler) {
+    if (channels.empty()) {
+        std::visit(
+            [this](auto& h) {
+                using handler_type = std::decay_t<decltype(h)>;
+                if constexpr (std::is_same_v<handler_type, connect_handler>)
+                    deliver(std::move(h), {}, error_code{});
+                else
+                    deliver(std::move(h), {}, error_code{}, std::string());
+            },
+            handler);
+        return;
+    }
+    // Not cancellable: the count and the server's state must agree.
+    asio::dispatch(strand_, [self = shared_from_this(), subscribe, channels = std::move(channels),
+                             handler = std::move(handler)]() mutable {
+        self->change_subscription(subscribe, std::move(channels), std::move(handler));
+    });
+}
 
-connection::connection(executor_type ex, config cfg)
-    : impl_(std::make_shared<detail::connection_impl>(std::move(ex), std::move(cfg))) {
-    colock::detail::context_shutdown::watch(impl_->executor_, impl_);
-    auto& c = impl_->cfg_;
+void connection_impl::add_listener(std::shared_ptr<push_listener> l) {
+    asio::dispatch(strand_, [self = shared_from_this(), l = std::move(l)]() mutable {
+        self->listeners_.push_back(std::move(l));
+    });
+}
+
+void connection_impl::remove_listener(push_listener const* listener) {
+    asio::dispatch(strand_, [self = shared_from_this(), listener] {
+        std::erase_if(self->listeners_, [listener](auto const& l) { return l.get() == listener; });
+    });
+}
+
+void connection_impl::start_close() {
+    // post, never dispatch: a request whose async_exec (or engine_exec) happened before this call,
+    // on any thread, reaches the strand first even when close() is called from a handler that runs
+    // on the strand, so the flush takes it.
+    asio::post(strand_, [guard = close_guard(shared_from_this())]() mutable {
+        guard.take()->graceful_close(false);
+    });
+}
+
+void connection_impl::handle_destroyed() {
+    // Requests made from now on fail at once; those made before are flushed (post, not dispatch:
+    // see start_close()).
+    destroyed_ = true;
+    asio::post(strand_, [guard = close_guard(shared_from_this())]() mutable {
+        auto self = guard.take();
+        self->listeners_.clear();
+        self->graceful_close(true);
+    });
+}
+
+std::string connection_impl::last_error_text() const {
+    std::lock_guard lock(error_mutex_);
+    return last_error_text_;
+}
+
+void check_config(config const& c) {
     if (c.uses_sentinel()) {
         if (c.sentinel.master_name.empty())
             throw std::invalid_argument("colock::redis::connection: config.sentinel has sentinels "
@@ -108,40 +147,57 @@ connection::connection(executor_type ex, config cfg)
                     "without {} ('{}:{}')",
                     s.host.empty() ? "a host" : "a port", s.host, s.port));
     }
+    if (c.uses_cluster()) {
+        if (c.uses_sentinel())
+            throw std::invalid_argument("colock::redis::connection: config has both cluster "
+                                        "seeds and sentinels; a deployment is one or the other");
+        if (!c.unix_socket.empty())
+            throw std::invalid_argument("colock::redis::connection: config has both cluster "
+                                        "seeds and a unix_socket; cluster nodes are TCP addresses");
+        if (c.database != 0)
+            throw std::invalid_argument(fmt::format(
+                "colock::redis::connection: config.database is {}, but Redis Cluster has only "
+                "database 0",
+                c.database));
+        for (auto const& s : c.cluster.seeds)
+            if (s.host.empty() || s.port == 0)
+                throw std::invalid_argument(fmt::format(
+                    "colock::redis::connection: config.cluster.seeds has an address without {} "
+                    "('{}:{}')",
+                    s.host.empty() ? "a host" : "a port", s.host, s.port));
+    }
     if (c.use_tls && !c.unix_socket.empty())
         throw std::invalid_argument("colock::redis::connection: TLS over a unix socket is not "
                                     "supported (config has both use_tls and unix_socket)");
-    if (c.use_tls) {
-        auto& ctx = impl_->tls_context_.emplace(boost::asio::ssl::context::tls_client);
-        if (c.tls_verify_peer) {
-            ctx.set_verify_mode(boost::asio::ssl::verify_peer);
-            if (c.tls_ca_file.empty())
-                ctx.set_default_verify_paths();
-            else
-                ctx.load_verify_file(c.tls_ca_file);
-        } else {
-            ctx.set_verify_mode(boost::asio::ssl::verify_none);
-        }
-    }
 }
 
+std::shared_ptr<engine> make_engine(asio::any_io_executor ex, config cfg) {
+    check_config(cfg);
+    if (cfg.uses_cluster())
+        return make_cluster_engine(std::move(ex), std::move(cfg));
+    auto impl = std::make_shared<connection_impl>(std::move(ex), std::move(cfg));
+    colock::detail::context_shutdown::watch(impl->executor_, impl);
+    return impl;
+}
+
+} // namespace detail
+
+// --------------------------------------------------------------------
+// connection
+
+connection::connection(executor_type ex, config cfg)
+    : impl_(detail::make_engine(std::move(ex), std::move(cfg))) {}
+
 connection::~connection() {
-    // Requests made from now on fail at once; those made before are flushed (post, not dispatch:
-    // see close()).
-    impl_->destroyed_ = true;
-    boost::asio::post(impl_->strand_, [guard = detail::close_guard(impl_)]() mutable {
-        auto self = guard.take();
-        self->listeners_.clear();
-        self->graceful_close(true);
-    });
+    impl_->handle_destroyed();
 }
 
 connection::executor_type connection::get_executor() const noexcept {
-    return impl_->executor_;
+    return impl_->executor();
 }
 
 config const& connection::get_config() const noexcept {
-    return impl_->cfg_;
+    return impl_->settings();
 }
 
 void connection::start_connect(connect_handler handler) {
@@ -149,22 +205,14 @@ void connection::start_connect(connect_handler handler) {
 }
 
 void connection::start_exec(resp3::request req, exec_handler handler) {
-    detail::engine_exec(impl_, std::move(req), std::move(handler));
+    impl_->start_exec(std::move(req), std::move(handler));
 }
 
 void connection::start_subscription(bool subscribe, std::vector<std::string> channels,
                                     connect_handler handler) {
-    if (channels.empty()) {
-        impl_->deliver(std::move(handler), {}, boost::system::error_code{});
-        return;
-    }
-    // Not cancellable: the count and the server's state must agree.
-    boost::asio::dispatch(impl_->strand_, [self = impl_, subscribe, channels = std::move(channels),
-                                           handler = std::move(handler)]() mutable {
-        self->change_subscription(subscribe, std::move(channels),
-                                  std::variant<connect_handler, detail::subscription_handler>(
-                                      std::in_place_type<connect_handler>, std::move(handler)));
-    });
+    impl_->start_subscription(
+        subscribe, std::move(channels),
+        detail::any_subscription_handler(std::in_place_type<connect_handler>, std::move(handler)));
 }
 
 boost::asio::awaitable<void> connection::co_connect() {
@@ -180,7 +228,7 @@ boost::asio::awaitable<response> connection::co_exec(resp3::request req) {
         co_await async_exec(std::move(req), boost::asio::as_tuple(boost::asio::use_awaitable));
     if (ec == error::server_error)
         throw server_error(first_error_text(resp));
-    if (ec == error::unsupported_command)
+    if (ec == error::unsupported_command || ec == error::cross_slot)
         throw boost::system::system_error(ec, first_error_text(resp));
     if (detail::is_connect_failure(ec))
         throw connect_error(ec, impl_->connect_failure_text(ec));
@@ -190,28 +238,23 @@ boost::asio::awaitable<response> connection::co_exec(resp3::request req) {
 }
 
 void connection::add_push_listener(std::shared_ptr<push_listener> listener) {
-    detail::engine_add_listener(impl_, std::move(listener));
+    impl_->add_listener(std::move(listener));
 }
 
 void connection::remove_push_listener(push_listener const* listener) {
-    detail::engine_remove_listener(impl_, listener);
+    impl_->remove_listener(listener);
 }
 
 void connection::close() {
-    // post, never dispatch: a request whose async_exec (or engine_exec) happened before this call,
-    // on any thread, reaches the strand first even when close() is called from a handler that runs
-    // on the strand, so the flush takes it.
-    boost::asio::post(impl_->strand_, [guard = detail::close_guard(impl_)]() mutable {
-        guard.take()->graceful_close(false);
-    });
+    impl_->start_close();
 }
 
 bool connection::is_connected() const noexcept {
-    return impl_->connected_;
+    return impl_->is_connected();
 }
 
 std::uint64_t connection::reconnect_count() const noexcept {
-    return impl_->reconnects_;
+    return impl_->reconnects();
 }
 
 std::string connection::server_run_id() const {
@@ -219,12 +262,11 @@ std::string connection::server_run_id() const {
 }
 
 std::uint64_t connection::server_change_count() const noexcept {
-    return impl_->server_changes_;
+    return impl_->server_changes();
 }
 
 std::string connection::last_error_text() const {
-    std::lock_guard lock(impl_->error_mutex_);
-    return impl_->last_error_text_;
+    return impl_->last_error_text();
 }
 
 } // namespace colock::redis

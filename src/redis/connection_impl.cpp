@@ -11,13 +11,46 @@
 
 namespace colock::redis::detail {
 
-connection_impl::connection_impl(asio::any_io_executor ex, config cfg)
+connection_impl::connection_impl(asio::any_io_executor ex, config cfg,
+                                 std::shared_ptr<asio::ssl::context> tls)
     : executor_(std::move(ex))
     , strand_(asio::make_strand(executor_))
     , cfg_(std::move(cfg))
+    , tls_context_(std::move(tls))
     , backoff_timer_(strand_)
     , close_timer_(strand_)
-    , endpoint_text_(cfg_.endpoint_text()) {}
+    , endpoint_text_(cfg_.endpoint_text()) {
+    if (cfg_.use_tls && !tls_context_)
+        tls_context_ = make_tls_context(cfg_);
+}
+
+response unmatchable_response(resp3::request const& req) {
+    response r(req.commands());
+    for (std::size_t i = 0; i < req.commands(); ++i) {
+        if (req.shape(i).kind != resp3::reply_kind::unmatchable)
+            continue;
+        r[i].type = resp3::type::simple_error;
+        r[i].text = fmt::format("ERR colock: {} cannot be sent on a shared connection: it "
+                                "changes how the server answers the commands after it",
+                                req.unmatchable_command());
+        break;
+    }
+    return r;
+}
+
+std::shared_ptr<asio::ssl::context> make_tls_context(config const& cfg) {
+    auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+    if (cfg.tls_verify_peer) {
+        ctx->set_verify_mode(asio::ssl::verify_peer);
+        if (cfg.tls_ca_file.empty())
+            ctx->set_default_verify_paths();
+        else
+            ctx->load_verify_file(cfg.tls_ca_file);
+    } else {
+        ctx->set_verify_mode(asio::ssl::verify_none);
+    }
+    return ctx;
+}
 
 std::string connection_impl::run_id() const {
     std::lock_guard lock(error_mutex_);
@@ -187,17 +220,8 @@ void connection_impl::start_exec(resp3::request req, exec_handler handler) {
     }
     if (!req.unmatchable_command().empty()) {
         // Refused before anything is written: the caller learns which command, and why.
-        response r(req.commands());
-        for (std::size_t i = 0; i < req.commands(); ++i) {
-            if (req.shape(i).kind != resp3::reply_kind::unmatchable)
-                continue;
-            r[i].type = resp3::type::simple_error;
-            r[i].text = fmt::format("ERR colock: {} cannot be sent on a shared connection: it "
-                                    "changes how the server answers the commands after it",
-                                    req.unmatchable_command());
-            break;
-        }
-        deliver(std::move(handler), {}, error_code(error::unsupported_command), std::move(r));
+        deliver(std::move(handler), {}, error_code(error::unsupported_command),
+                unmatchable_response(req));
         return;
     }
     std::size_t const commands = req.commands();
@@ -258,9 +282,8 @@ void connection_impl::cancel_entry(entry_ptr const& e, asio::cancellation_type t
 // ----------------------------------------------------------------
 // subscriptions
 
-void connection_impl::change_subscription(
-    bool subscribe, std::vector<std::string> channels,
-    std::variant<connect_handler, subscription_handler> handler) {
+void connection_impl::change_subscription(bool subscribe, std::vector<std::string> channels,
+                                          any_subscription_handler handler) {
     // Until a connection has once completed its handshake, a subscription waits for the
     // outcome of the attempt (started here if nothing runs): when that attempt fails, the
     // subscription fails with its error and counts nothing.

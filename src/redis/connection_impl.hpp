@@ -10,6 +10,7 @@
 
 #include "../detail/completion.hpp"
 #include "../detail/context_shutdown.hpp"
+#include "engine.hpp"
 #include "reply_matcher.hpp"
 #include "sentinel.hpp"
 #include "subscription_book.hpp"
@@ -48,10 +49,6 @@ using tcp = asio::ip::tcp;
 using stream_socket = asio::generic::stream_protocol::socket;
 using stream_endpoint = asio::generic::stream_protocol::endpoint;
 
-using connect_handler = asio::any_completion_handler<void(error_code)>;
-using exec_handler = asio::any_completion_handler<void(error_code, response)>;
-using subscription_handler = asio::any_completion_handler<void(error_code, std::string)>;
-
 inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 using use_nothrow_t = std::decay_t<decltype(use_nothrow)>;
 
@@ -59,7 +56,7 @@ using use_nothrow_t = std::decay_t<decltype(use_nothrow)>;
 // established, rather than for a reason of its own.
 inline bool is_connect_failure(error_code ec) {
     return ec && ec != error::server_error && ec != error::unsupported_command &&
-           ec != error::connection_lost && ec != error::closed &&
+           ec != error::cross_slot && ec != error::connection_lost && ec != error::closed &&
            ec != asio::error::operation_aborted;
 }
 
@@ -139,21 +136,40 @@ struct session {
 // The run_id field of an INFO reply; empty when missing or malformed.
 std::string parse_run_id(resp3::value const& info);
 
-class connection_impl : public std::enable_shared_from_this<connection_impl>,
-                        public colock::detail::holds_handlers {
+class connection_impl final : public engine,
+                              public std::enable_shared_from_this<connection_impl>,
+                              public colock::detail::holds_handlers {
 public:
+    // --- the engine's interface (connection.cpp) ---
+    asio::any_io_executor executor() const override { return executor_; }
+    config const& settings() const noexcept override { return cfg_; }
+    void start_subscription(bool subscribe, std::vector<std::string> channels,
+                            any_subscription_handler handler) override;
+    void add_listener(std::shared_ptr<push_listener> listener) override;
+    void remove_listener(push_listener const* listener) override;
+    void start_close() override;
+    void handle_destroyed() override;
+    bool is_connected() const noexcept override { return connected_; }
+    std::uint64_t reconnects() const noexcept override { return reconnects_; }
+    std::uint64_t server_changes() const noexcept override { return server_changes_; }
+    std::string last_error_text() const override;
+    bool ever_connected() const noexcept override { return ever_handshaken_; }
+
     // Requests waiting for replies, completions not yet delivered, connect and subscription
     // waiters: each may own the coroutine that owns this engine.
     void drop_handlers_at_shutdown() noexcept override;
 
     using strand_type = asio::strand<asio::any_io_executor>;
 
-    connection_impl(asio::any_io_executor ex, config cfg);
+    // `tls`: the TLS context to use (shared by a Cluster's nodes); made from `cfg` when null and
+    // config::use_tls is set.
+    connection_impl(asio::any_io_executor ex, config cfg,
+                    std::shared_ptr<asio::ssl::context> tls = nullptr);
 
     asio::any_io_executor executor_;
     strand_type strand_;
     config cfg_;
-    std::optional<asio::ssl::context> tls_context_;
+    std::shared_ptr<asio::ssl::context> tls_context_;
 
     // --- state below is touched on the strand only ---
     std::deque<entry_ptr> user_queue_; // not yet written; survives reconnections
@@ -169,8 +185,7 @@ public:
     std::vector<std::shared_ptr<connect_waiter>> connect_waiters_;
     std::shared_ptr<session> session_;
     subscription_book book_;
-    std::map<subscription_book::op_id, std::variant<connect_handler, subscription_handler>>
-        subscription_ops_;
+    std::map<subscription_book::op_id, any_subscription_handler> subscription_ops_;
     std::vector<std::shared_ptr<push_listener>> listeners_;
     asio::steady_timer backoff_timer_;
     asio::steady_timer close_timer_; // bounds a flush by config::close_timeout
@@ -231,20 +246,22 @@ public:
     // Sentinel: the index of the sentinel that answered last, asked first (strand only).
     std::size_t preferred_sentinel_ = 0;
 
-    std::string run_id() const;
+    std::string run_id() const override;
     std::string endpoint_text() const;
     // Records the text connection::last_error_text() returns, and logs it as a warning.
     void set_error_text(std::string text);
     // The config's log hook: whether a line of `level` goes out (format it only then), and
     // sending one.
-    bool logs(log_level level) const noexcept { return cfg_.log && level >= cfg_.min_log_level; }
-    void log(log_level level, std::string_view line) const noexcept;
+    bool logs(log_level level) const noexcept override {
+        return cfg_.log && level >= cfg_.min_log_level;
+    }
+    void log(log_level level, std::string_view line) const noexcept override;
     // Records why session `s` could not connect (at s.step) and returns `ec` without a source
     // location; `cause` defaults to ec.message().
     error_code connect_failed(session& s, error_code ec, std::string cause = {});
     // "connecting to host:port (step): cause" when `ec` is a failure to establish the connection,
     // else empty.
-    std::string connect_failure_text(error_code ec) const;
+    std::string connect_failure_text(error_code ec) const override;
 
     // --- completion (connection_impl.cpp) ---
     void complete(entry_ptr const& e, error_code ec);
@@ -260,7 +277,7 @@ public:
                          std::vector<resp3::reply_shape> shapes);
     template <class Handler>
     void bind_cancellation(entry_ptr const& e, Handler const& handler);
-    void start_exec(resp3::request req, exec_handler handler);
+    void start_exec(resp3::request req, exec_handler handler) override;
     void enqueue_user(entry_ptr e);
     void wake_writer();
     void cancel_entry(entry_ptr const& e, asio::cancellation_type type);
@@ -268,7 +285,7 @@ public:
 
     // --- subscriptions ---
     void change_subscription(bool subscribe, std::vector<std::string> channels,
-                             std::variant<connect_handler, subscription_handler> handler);
+                             any_subscription_handler handler);
     void send_subscription_command(subscription_book::command const& c);
     void on_subscription_answer(exec_entry& e, error_code ec);
     void deliver_subscriptions();
@@ -278,7 +295,7 @@ public:
     void notify_listeners(Call call);
 
     // --- connect / close ---
-    void start_connect(connect_handler handler);
+    void start_connect(connect_handler handler) override;
     void cancel_connect_waiter(std::shared_ptr<connect_waiter> const& w);
     void finish_connect_waiter(std::shared_ptr<connect_waiter> const& w, error_code ec);
     void finish_connect_waiters(error_code ec);
@@ -340,6 +357,12 @@ public:
     asio::awaitable<follow_result> follow_sentinel(std::shared_ptr<session> s,
                                                    server_address where);
 };
+
+// The answer to a request holding an unmatchable_command(): an error value naming it.
+response unmatchable_response(resp3::request const& req);
+
+// The TLS client context config::use_tls asks for (CA file or the system's, verification).
+std::shared_ptr<asio::ssl::context> make_tls_context(config const& cfg);
 
 // Sets SNI and, when asked, host name verification on a TLS stream before its handshake.
 bool prepare_tls(asio::ssl::stream<stream_socket&>& tls, std::string const& host, bool verify_peer);

@@ -210,7 +210,7 @@ asio::awaitable<primary_answer> connection_impl::ask_sentinel(server_address whe
     auto [unresolved, endpoints] = co_await resolve_sentinel(where, deadline);
     if (!unresolved.empty())
         co_return primary_answer{std::nullopt, std::move(unresolved)};
-    auto link = std::make_shared<sentinel_link>(strand_, tls_context_ ? &*tls_context_ : nullptr);
+    auto link = std::make_shared<sentinel_link>(strand_, tls_context_.get());
     asio::steady_timer timer(strand_);
     timer.expires_at(deadline);
     auto const started = steady_clock::now();
@@ -272,7 +272,7 @@ connection_impl::follow_sentinel(std::shared_ptr<session> s, server_address wher
         result.problem = std::move(unresolved);
         co_return result;
     }
-    auto link = std::make_shared<sentinel_link>(strand_, tls_context_ ? &*tls_context_ : nullptr);
+    auto link = std::make_shared<sentinel_link>(strand_, tls_context_.get());
     asio::steady_timer timer(strand_);
     timer.expires_at(deadline);
     auto opened = co_await (link->open(std::move(endpoints), where.host, cfg_.tls_verify_peer) ||

@@ -36,6 +36,10 @@ public:
             return "the Redis server the sentinels named is not a primary";
         case error::primary_changed:
             return "the Redis sentinels moved the primary to another server";
+        case error::no_slot_map:
+            return "no Redis Cluster node gave the slot map";
+        case error::cross_slot:
+            return "the request's keys hash to more than one Redis Cluster slot";
         }
         return "unknown colock.redis error " + std::to_string(ev);
     }

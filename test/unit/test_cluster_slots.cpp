@@ -2,6 +2,7 @@
 // request by its keys, the slot map, and redirections, hostile replies included.
 #include "redis/cluster_slots.hpp"
 #include "value_builders.hpp"
+#include <colock/resp3/request.hpp>
 
 #include <doctest/doctest.h>
 
@@ -140,4 +141,23 @@ TEST_CASE("read_redirect: MOVED and ASK with their targets; TRYAGAIN and CLUSTER
          {"ERR unknown command", "MOVED", "MOVED 3999", "MOVED x h:1", "MOVED 16384 h:1",
           "MOVED 1 h", "MOVED 1 h:0", "ASK 1 h:99999", "MOVEDX 1 h:1"})
         CHECK(read_redirect(text, current).what == cluster_redirect::kind::none);
+}
+
+TEST_CASE("split_commands: a serialised request back into its commands' arguments") {
+    resp3::request req;
+    req.push("SET", "{t}a", std::string("x\r\ny\0z", 6));
+    req.push("PING");
+    req.push("EVALSHA", "sha", 1, "k", "");
+    auto const split = split_commands(req.payload());
+    REQUIRE(split);
+    REQUIRE(split->size() == 3);
+    CHECK((*split)[0] ==
+          std::vector<std::string_view>{"SET", "{t}a", std::string_view("x\r\ny\0z", 6)});
+    CHECK((*split)[1] == std::vector<std::string_view>{"PING"});
+    CHECK((*split)[2] == std::vector<std::string_view>{"EVALSHA", "sha", "1", "k", ""});
+    CHECK(route_request(*split).slot == hash_slot("t"));
+    CHECK(split_commands("")->empty());
+    for (auto const* bad : {"*1\r\n$3\r\nGET", "*1\r\n$9\r\nGET\r\n", "*0\r\n", "+OK\r\n",
+                            "*2\r\n$3\r\nGET\r\n", "*1\r\n:1\r\n"})
+        CHECK_FALSE(split_commands(bad));
 }

@@ -65,11 +65,11 @@ class connection;
 class push_listener;
 
 namespace detail {
-class connection_impl;
+class engine;
 
 // For colock's own layers: the engine behind a connection, shared so that background work
 // (lock renewal and release) can outlive the connection object safely.
-using shared_engine = std::shared_ptr<connection_impl>;
+using shared_engine = std::shared_ptr<engine>;
 shared_engine const& engine_of(connection const& conn) noexcept;
 void engine_exec(
     shared_engine const& engine, resp3::request req,
@@ -352,7 +352,7 @@ private:
                             connect_handler handler);
 
     friend detail::shared_engine const& detail::engine_of(connection const&) noexcept;
-    std::shared_ptr<detail::connection_impl> impl_;
+    detail::shared_engine impl_;
 };
 
 } // namespace colock::redis

@@ -35,6 +35,12 @@ enum class error {
     /// Redis Sentinel: the sentinels moved the primary to another server (`+switch-master`);
     /// the connection went there.
     primary_changed,
+    /// Redis Cluster: no node gave the slot map (CLUSTER SLOTS): none reachable, none in
+    /// cluster mode, or all refused. The message says what each node answered.
+    no_slot_map,
+    /// Redis Cluster: the request's keys hash to more than one slot, so no node can run it.
+    /// Nothing was written; the response names the keys (put them under one hash tag, {...}).
+    cross_slot,
 };
 
 boost::system::error_category const& error_category() noexcept;

@@ -1,0 +1,443 @@
+// The Cluster engine's map and nodes: discovery from the seeds, refreshes (after MOVED, and while
+// a primary is unreachable), the node connections, and what their listeners report.
+#include "cluster_engine.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace colock::redis::detail {
+
+// Forwards what a node's connection reports to the engine, on the engine's strand.
+class cluster_engine::node_listener final : public push_listener {
+public:
+    explicit node_listener(std::weak_ptr<cluster_engine> engine) : engine_(std::move(engine)) {}
+
+    void on_push(resp3::value const& push) override {
+        if (auto e = engine_.lock())
+            asio::dispatch(e->strand_, [e, push] { e->on_node_push(push); });
+    }
+    void on_reconnect() override {
+        if (auto e = engine_.lock())
+            asio::dispatch(e->strand_, [e] { e->on_node_reconnect(); });
+    }
+    void on_server_change() override {
+        if (auto e = engine_.lock()) {
+            // Counted at once, as connection_impl does, so that a reply read after this call
+            // is known to come from before the change.
+            ++e->server_changes_;
+            asio::dispatch(e->strand_, [e] { e->on_node_server_change(); });
+        }
+    }
+
+private:
+    std::weak_ptr<cluster_engine> engine_;
+};
+
+cluster_engine::cluster_engine(asio::any_io_executor ex, config cfg)
+    : executor_(std::move(ex))
+    , strand_(asio::make_strand(executor_))
+    , cfg_(std::move(cfg))
+    , map_changed_(strand_, std::chrono::steady_clock::time_point::max())
+    , watch_timer_(strand_) {
+    if (cfg_.use_tls)
+        tls_context_ = make_tls_context(cfg_);
+}
+
+std::shared_ptr<engine> make_cluster_engine(asio::any_io_executor ex, config cfg) {
+    auto e = std::make_shared<cluster_engine>(std::move(ex), std::move(cfg));
+    colock::detail::context_shutdown::watch(e->executor(), e);
+    return e;
+}
+
+std::string cluster_engine::run_id() const {
+    std::lock_guard lock(error_mutex_);
+    return run_ids_;
+}
+
+std::string cluster_engine::last_error_text() const {
+    std::lock_guard lock(error_mutex_);
+    return last_error_text_;
+}
+
+void cluster_engine::set_error_text(std::string text) {
+    log(log_level::warning, text);
+    std::lock_guard lock(error_mutex_);
+    last_error_text_ = std::move(text);
+}
+
+std::string cluster_engine::connect_failure_text(error_code ec) const {
+    if (!is_connect_failure(ec))
+        return {};
+    std::lock_guard lock(error_mutex_);
+    if (ec == last_connect_ec_ && !last_connect_error_.empty())
+        return last_connect_error_;
+    return fmt::format("connecting to {}: {}", cfg_.endpoint_text(),
+                       error_code(ec.value(), ec.category()).message());
+}
+
+void cluster_engine::log(log_level level, std::string_view line) const noexcept {
+    if (!logs(level))
+        return;
+    try {
+        cfg_.log(level, line);
+    } catch (...) {
+        // A failing log hook must not take the connection down with it.
+    }
+}
+
+// ---------------------------------------------------------------- the engine's interface
+
+void cluster_engine::start_connect(connect_handler handler) {
+    auto w = std::make_shared<connect_waiter>(std::move(handler));
+    if (w->slot.is_connected()) {
+        w->slot.assign([weak = weak_from_this(),
+                        weak_w = std::weak_ptr<connect_waiter>(w)](asio::cancellation_type t) {
+            if ((t & asio::cancellation_type::terminal) == asio::cancellation_type::none)
+                return;
+            auto self = weak.lock();
+            auto cw = weak_w.lock();
+            if (self && cw)
+                asio::dispatch(self->strand_, [self, cw] {
+                    if (cw->done)
+                        return;
+                    cw->done = true;
+                    colock::detail::complete_now(self->strand_, std::move(cw->handler), cw->slot,
+                                                 error_code(asio::error::operation_aborted));
+                });
+        });
+    }
+    asio::dispatch(strand_, [self = shared_from_this(), w] {
+        if (w->done)
+            return;
+        if (self->final_) {
+            w->done = true;
+            colock::detail::complete_now(self->strand_, std::move(w->handler), w->slot,
+                                         error_code(error::closed));
+            return;
+        }
+        self->closed_ = false;
+        if (self->map_known_ && self->connected_) {
+            w->done = true;
+            colock::detail::complete_now(self->strand_, std::move(w->handler), w->slot,
+                                         error_code{});
+            return;
+        }
+        self->connect_waiters_.push_back(w);
+        self->refresh();
+    });
+}
+
+void cluster_engine::finish_connect_waiters(error_code ec) {
+    auto waiters = std::move(connect_waiters_);
+    connect_waiters_.clear();
+    for (auto& w : waiters) {
+        if (w->done)
+            continue;
+        w->done = true;
+        colock::detail::complete_now(strand_, std::move(w->handler), w->slot, ec);
+    }
+}
+
+void cluster_engine::add_listener(std::shared_ptr<push_listener> l) {
+    asio::dispatch(strand_, [self = shared_from_this(), l = std::move(l)]() mutable {
+        self->listeners_.push_back(std::move(l));
+    });
+}
+
+void cluster_engine::remove_listener(push_listener const* listener) {
+    asio::dispatch(strand_, [self = shared_from_this(), listener] {
+        std::erase_if(self->listeners_, [listener](auto const& l) { return l.get() == listener; });
+    });
+}
+
+void cluster_engine::start_close() {
+    // post, as connection_impl does: what was asked before close() reaches the nodes first.
+    asio::post(strand_, [self = shared_from_this()] {
+        self->closed_ = true;
+        self->connected_ = false;
+        self->watch_timer_.cancel();
+        for (auto const& [name, n] : self->nodes_)
+            n->conn->start_close();
+    });
+}
+
+void cluster_engine::handle_destroyed() {
+    asio::post(strand_, [self = shared_from_this()] {
+        self->final_ = true;
+        self->closed_ = true;
+        self->connected_ = false;
+        self->listeners_.clear();
+        self->watch_timer_.cancel();
+        self->map_changed_.cancel();
+        for (auto const& [name, n] : self->nodes_)
+            n->conn->handle_destroyed();
+        self->nodes_.clear();
+        self->finish_connect_waiters(error::closed);
+    });
+}
+
+void cluster_engine::drop_handlers_at_shutdown() noexcept {
+    // Coroutines of this engine may still be resumed while the context winds down: they find
+    // nothing to do.
+    final_ = true;
+    closed_ = true;
+    connected_ = false;
+    auto waiters = std::move(connect_waiters_);
+    auto ops = std::move(ops_);
+    auto listeners = std::move(listeners_);
+    auto nodes = std::move(nodes_);
+    connect_waiters_.clear();
+    ops_.clear();
+    listeners_.clear();
+    nodes_.clear();
+}
+
+// ---------------------------------------------------------------- nodes
+
+cluster_engine::node_ptr cluster_engine::node_for(server_address const& address) {
+    auto name = address_text(address);
+    if (auto it = nodes_.find(name); it != nodes_.end())
+        return it->second;
+    config c = cfg_;
+    c.cluster.seeds.clear();
+    c.host = address.host;
+    c.port = address.port;
+    auto n = std::make_shared<node>();
+    n->address = address;
+    n->name = name;
+    n->conn = std::make_shared<connection_impl>(executor_, std::move(c), tls_context_);
+    colock::detail::context_shutdown::watch(executor_, n->conn);
+    n->listener = std::make_shared<node_listener>(weak_from_this());
+    n->conn->add_listener(n->listener);
+    nodes_.emplace(std::move(name), n);
+    return n;
+}
+
+cluster_engine::node_ptr cluster_engine::route(std::optional<std::uint16_t> slot) {
+    if (!map_known_)
+        return nullptr;
+    if (slot) {
+        auto const* primary = table_.primary_of(*slot);
+        return primary ? node_for(*primary) : nullptr;
+    }
+    // Keyless: a primary that is up, else the first.
+    node_ptr first;
+    for (auto const& a : order_) {
+        auto n = node_for(a);
+        if (n->conn->is_connected())
+            return n;
+        if (!first)
+            first = n;
+    }
+    return first;
+}
+
+void cluster_engine::drop_node(node_ptr const& n) {
+    nodes_.erase(n->name);
+    move_subscriptions(n->name);
+    n->conn->remove_listener(n->listener.get());
+    n->conn->handle_destroyed(); // flushes what it was asked, then closes
+}
+
+// ---------------------------------------------------------------- the map
+
+void cluster_engine::refresh() {
+    if (refreshing_ || final_)
+        return;
+    refreshing_ = true;
+    asio::co_spawn(strand_, refresh_map(shared_from_this()), asio::detached);
+}
+
+asio::awaitable<void> cluster_engine::await_map(bool start) {
+    if (start)
+        refresh();
+    if (!refreshing_)
+        co_return;
+    co_await map_changed_.async_wait(use_nothrow);
+}
+
+asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine> self) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    // Who to ask: the primaries known, then the seeds.
+    std::vector<server_address> ask = self->order_;
+    for (auto const& s : self->cfg_.cluster.seeds)
+        if (std::find(ask.begin(), ask.end(), s) == ask.end())
+            ask.push_back(s);
+    std::vector<std::string> problems;
+    error_code last_ec = error::no_slot_map;
+    bool found = false;
+    for (auto const& address : ask) {
+        if (self->final_)
+            break;
+        auto n = self->node_for(address);
+        resp3::request req;
+        req.push("CLUSTER", "SLOTS");
+        // Bounded by connect_timeout: a node that is down queues the request until it is back.
+        auto stop = std::make_shared<asio::cancellation_signal>();
+        asio::steady_timer timer(self->strand_, self->cfg_.connect_timeout);
+        timer.async_wait([stop](error_code ec) {
+            if (!ec)
+                stop->emit(asio::cancellation_type::terminal);
+        });
+        auto [ec, resp] = co_await exec_on(*n->conn, std::move(req),
+                                           asio::bind_cancellation_slot(stop->slot(), use_nothrow));
+        timer.cancel();
+        if (ec == asio::error::operation_aborted)
+            ec = error::connect_timeout;
+        if (ec && ec != error::server_error) {
+            auto why = n->conn->connect_failure_text(ec);
+            problems.push_back(why.empty() ? fmt::format("{}: {}", n->name, ec.message()) : why);
+            if (is_connect_failure(ec))
+                last_ec = error_code(ec.value(), ec.category());
+            continue;
+        }
+        if (resp.size() != 1 || resp[0].is_error()) {
+            problems.push_back(fmt::format("{}: CLUSTER SLOTS refused: {}", n->name,
+                                           resp.empty() ? std::string("no answer") : resp[0].text));
+            last_ec = error::no_slot_map;
+            continue;
+        }
+        auto answer = read_cluster_slots(resp[0], address);
+        if (answer.problem.empty() && answer.ranges.empty())
+            answer.problem = "the cluster serves no slot";
+        if (!answer.problem.empty()) {
+            problems.push_back(fmt::format("{}: {}", n->name, answer.problem));
+            last_ec = error::no_slot_map;
+            continue;
+        }
+        self->apply_map(answer.ranges);
+        found = true;
+        break;
+    }
+    self->refreshing_ = false;
+    if (found) {
+        self->finish_connect_waiters({});
+    } else if (!self->final_) {
+        auto text = fmt::format("connecting to {}: no node gave the slot map: {}",
+                                self->cfg_.endpoint_text(), fmt::join(problems, "; "));
+        {
+            std::lock_guard lock(self->error_mutex_);
+            self->last_connect_ec_ = last_ec;
+            self->last_connect_error_ = text;
+        }
+        self->set_error_text(std::move(text));
+        if (!self->ever_connected_)
+            self->finish_connect_waiters(last_ec);
+    }
+    self->map_changed_.cancel();
+    if (found && !self->watching_ && !self->closed_) {
+        self->watching_ = true;
+        asio::co_spawn(self->strand_, watch(self), asio::detached);
+    }
+}
+
+void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
+    auto const old_primaries = table_.primaries();
+    bool const had_map = map_known_;
+    table_.assign(ranges);
+    map_known_ = true;
+    order_.clear();
+    for (auto const& r : ranges)
+        if (std::find(order_.begin(), order_.end(), r.primary) == order_.end())
+            order_.push_back(r.primary);
+    // A primary that serves nothing any more was failed over (or emptied by hand): the leases
+    // it granted are to be taken as gone, as after a restart.
+    bool replaced = false;
+    if (had_map)
+        for (auto const& a : old_primaries)
+            if (std::find(order_.begin(), order_.end(), a) == order_.end())
+                replaced = true;
+    // Connect every primary now, so that failures show before requests need them; drop the
+    // nodes that are not primaries (seeds that are replicas, demoted primaries).
+    std::vector<node_ptr> stale;
+    for (auto const& [name, n] : nodes_)
+        if (std::find(order_.begin(), order_.end(), n->address) == order_.end())
+            stale.push_back(n);
+    for (auto const& a : order_)
+        node_for(a)->conn->start_connect([](error_code) {});
+    for (auto const& n : stale)
+        drop_node(n);
+    std::string ids;
+    for (auto const& a : order_)
+        ids += (ids.empty() ? "" : ",") + node_for(a)->conn->run_id();
+    {
+        std::lock_guard lock(error_mutex_);
+        run_ids_ = std::move(ids);
+    }
+    // Requests waiting on a node that no longer serves their slot go again (unwritten ones only).
+    for (auto const& [id, op] : ops_)
+        reroute_if_moved(*op);
+    ever_connected_ = true;
+    connected_ = !closed_;
+    if (replaced) {
+        ++server_changes_;
+        notify_listeners([](push_listener& l) { l.on_server_change(); });
+        notify_listeners([](push_listener& l) { l.on_reconnect(); });
+    }
+}
+
+// While connected: a primary that is down may have been failed over; ask the others. And every
+// few health-check intervals anyway.
+asio::awaitable<void> cluster_engine::watch(std::shared_ptr<cluster_engine> self) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    auto const interval = self->cfg_.health_check_interval.count() > 0
+                              ? self->cfg_.health_check_interval
+                              : std::chrono::milliseconds(1000);
+    constexpr int periodic_refresh_rounds = 5;
+    int rounds = 0;
+    while (!self->closed_ && !self->final_) {
+        self->watch_timer_.expires_after(interval);
+        co_await self->watch_timer_.async_wait(use_nothrow);
+        if (self->closed_ || self->final_)
+            break;
+        // Every few rounds regardless: a primary demoted by CLUSTER FAILOVER stays reachable,
+        // and its guards are to be reported lost before a renewal would hear MOVED.
+        bool stale = ++rounds % periodic_refresh_rounds == 0;
+        for (auto const& a : self->order_) {
+            auto const n = self->node_for(a);
+            if (n->conn->ever_connected() && !n->conn->is_connected())
+                stale = true;
+        }
+        if (stale)
+            self->refresh();
+    }
+    self->watching_ = false;
+}
+
+// ---------------------------------------------------------------- what the nodes report
+
+template <class Call>
+void cluster_engine::notify_listeners(Call call) {
+    auto listeners = listeners_;
+    for (auto const& l : listeners) {
+        try {
+            call(*l);
+        } catch (std::exception const& e) {
+            set_error_text(std::string("a push listener threw: ") + e.what());
+        } catch (...) {
+            set_error_text("a push listener threw something that is not a std::exception");
+        }
+    }
+}
+
+void cluster_engine::on_node_push(resp3::value const& push) {
+    notify_listeners([&push](push_listener& l) { l.on_push(push); });
+}
+
+void cluster_engine::on_node_reconnect() {
+    ++reconnects_;
+    notify_listeners([](push_listener& l) { l.on_reconnect(); });
+}
+
+void cluster_engine::on_node_server_change() {
+    notify_listeners([](push_listener& l) { l.on_server_change(); });
+}
+
+} // namespace colock::redis::detail

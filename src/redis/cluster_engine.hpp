@@ -1,0 +1,165 @@
+// The engine of a connection to a Redis Cluster: the slot map from the nodes (CLUSTER SLOTS),
+// one connection_impl per primary (its own pipelining, reconnection and health checks), and
+// each request routed by its keys' hash slot, following MOVED and ASK and waiting out TRYAGAIN
+// and CLUSTERDOWN. Private to the library: cluster_engine.cpp keeps the map and the nodes,
+// cluster_exec.cpp routes requests and subscriptions.
+#pragma once
+
+#include "cluster_slots.hpp"
+#include "connection_impl.hpp"
+
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace colock::redis::detail {
+
+class cluster_engine final : public engine,
+                             public std::enable_shared_from_this<cluster_engine>,
+                             public colock::detail::holds_handlers {
+public:
+    cluster_engine(asio::any_io_executor ex, config cfg);
+
+    // --- the engine's interface ---
+    asio::any_io_executor executor() const override { return executor_; }
+    config const& settings() const noexcept override { return cfg_; }
+    void start_connect(connect_handler handler) override;
+    void start_exec(resp3::request req, exec_handler handler) override;
+    void start_subscription(bool subscribe, std::vector<std::string> channels,
+                            any_subscription_handler handler) override;
+    void add_listener(std::shared_ptr<push_listener> listener) override;
+    void remove_listener(push_listener const* listener) override;
+    void start_close() override;
+    void handle_destroyed() override;
+    bool is_connected() const noexcept override { return connected_; }
+    std::uint64_t reconnects() const noexcept override { return reconnects_; }
+    std::uint64_t server_changes() const noexcept override { return server_changes_; }
+    // The primaries' run_ids, in the order of their first slots, comma-separated.
+    std::string run_id() const override;
+    std::string last_error_text() const override;
+    std::string connect_failure_text(error_code ec) const override;
+    bool ever_connected() const noexcept override { return ever_connected_; }
+    bool logs(log_level level) const noexcept override {
+        return cfg_.log && level >= cfg_.min_log_level;
+    }
+    void log(log_level level, std::string_view line) const noexcept override;
+    void drop_handlers_at_shutdown() noexcept override;
+
+    // One primary (or a seed being asked): its connection and what listens to it for us.
+    struct node {
+        server_address address;
+        std::string name; // address_text(address)
+        std::shared_ptr<connection_impl> conn;
+        std::shared_ptr<push_listener> listener;
+    };
+    using node_ptr = std::shared_ptr<node>;
+    struct request_op;
+    class node_listener;
+
+private:
+    friend class node_listener;
+
+    asio::any_io_executor executor_;
+    asio::strand<asio::any_io_executor> strand_;
+    config cfg_;
+    std::shared_ptr<asio::ssl::context> tls_context_;
+
+    // --- state below is touched on the strand only ---
+    slot_table table_;
+    bool map_known_ = false;
+    bool refreshing_ = false;
+    bool watching_ = false;
+    bool closed_ = false; // close(): nothing runs until the next request
+    bool final_ = false;  // the connection object is gone
+    // Cancelled (never expires) whenever a refresh of the map ends: waiters look again.
+    asio::steady_timer map_changed_;
+    asio::steady_timer watch_timer_;
+    std::map<std::string, node_ptr> nodes_; // by name
+    std::vector<server_address> order_;     // the primaries by first slot, for run_id()
+    // Move-constructed only: Boost 1.81's any_completion_handler move assignment recurses.
+    struct connect_waiter {
+        explicit connect_waiter(connect_handler h)
+            : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
+        connect_handler handler;
+        asio::cancellation_slot slot;
+        bool done = false;
+    };
+    std::vector<std::shared_ptr<connect_waiter>> connect_waiters_;
+    std::map<std::uint64_t, std::shared_ptr<request_op>> ops_; // in flight, for rerouting
+    std::uint64_t next_op_ = 1;
+    // Counted subscriptions: which node has each channel, and how many subscribers.
+    struct placement {
+        std::string node;
+        std::size_t count = 0;
+    };
+    std::map<std::string, placement> subscriptions_;
+    std::vector<std::shared_ptr<push_listener>> listeners_;
+
+    // --- readable from any thread ---
+    std::atomic<bool> connected_{false};
+    std::atomic<bool> ever_connected_{false};
+    std::atomic<std::uint64_t> reconnects_{0};
+    std::atomic<std::uint64_t> server_changes_{0};
+    mutable std::mutex error_mutex_;
+    std::string last_error_text_;
+    error_code last_connect_ec_;
+    std::string last_connect_error_;
+    std::string run_ids_;
+
+    void set_error_text(std::string text);
+
+    // --- the map and the nodes (cluster_engine.cpp) ---
+    node_ptr node_for(server_address const& address);
+    // The node serving `slot`, or any primary for a keyless request; null without a map.
+    node_ptr route(std::optional<std::uint16_t> slot);
+    // Starts a refresh of the map unless one runs.
+    void refresh();
+    static asio::awaitable<void> refresh_map(std::shared_ptr<cluster_engine> self);
+    void apply_map(std::vector<slot_range> const& ranges);
+    // Waits until the running refresh ends (starting one when none runs and `start`).
+    asio::awaitable<void> await_map(bool start);
+    static asio::awaitable<void> watch(std::shared_ptr<cluster_engine> self);
+    void finish_connect_waiters(error_code ec);
+    void drop_node(node_ptr const& n);
+    template <class Call>
+    void notify_listeners(Call call);
+    void on_node_push(resp3::value const& push);
+    void on_node_reconnect();
+    void on_node_server_change();
+
+    // --- requests and subscriptions (cluster_exec.cpp) ---
+    static asio::awaitable<void> run_request(std::shared_ptr<cluster_engine> self,
+                                             std::shared_ptr<request_op> op);
+    void finish_request(request_op& op, error_code ec, response resp);
+    // Stops a request's attempt (when unwritten) if the slot it went for is served elsewhere now.
+    void reroute_if_moved(request_op& op);
+    static asio::awaitable<void> run_subscription(std::shared_ptr<cluster_engine> self,
+                                                  bool subscribe, std::vector<std::string> channels,
+                                                  any_subscription_handler handler);
+    void complete_subscription(any_subscription_handler handler, error_code ec, std::string text);
+    void move_subscriptions(std::string const& from);
+};
+
+// A request on one node's connection, as an Asio operation. The caller keeps `conn` alive until
+// it completes. (The initiation holds a plain pointer: GCC 12 destroys a lambda temporary in a
+// co_await expression twice, which a captured shared_ptr does not survive.)
+template <class Token>
+auto exec_on(connection_impl& conn, resp3::request req, Token token) {
+    return asio::async_initiate<Token, void(error_code, response)>(
+        [c = &conn](auto handler, resp3::request r) {
+            c->start_exec(std::move(r), std::move(handler));
+        },
+        token, std::move(req));
+}
+
+std::shared_ptr<engine> make_cluster_engine(asio::any_io_executor ex, config cfg);
+
+} // namespace colock::redis::detail

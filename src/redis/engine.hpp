@@ -1,0 +1,65 @@
+// The seam between redis::connection (and colock's own layers) and the deployment behind it:
+// one server, possibly found through Sentinel (connection_impl), or a Cluster (cluster_engine,
+// which routes over one connection_impl per primary). Private to the library.
+#pragma once
+
+#include <colock/redis/connection.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace colock::redis::detail {
+
+using connect_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+using exec_handler = boost::asio::any_completion_handler<void(boost::system::error_code, response)>;
+using subscription_handler =
+    boost::asio::any_completion_handler<void(boost::system::error_code, std::string)>;
+// async_subscribe's handler, or colock's own (engine_change_subscription), which also gets the
+// server's text.
+using any_subscription_handler = std::variant<connect_handler, subscription_handler>;
+
+// What redis::connection promises, whatever the deployment; the member functions are the
+// public operations' (connection.hpp documents them) and are callable from any thread.
+class engine {
+public:
+    virtual ~engine() = default;
+
+    virtual boost::asio::any_io_executor executor() const = 0;
+    virtual config const& settings() const noexcept = 0;
+
+    virtual void start_connect(connect_handler handler) = 0;
+    virtual void start_exec(resp3::request req, exec_handler handler) = 0;
+    virtual void start_subscription(bool subscribe, std::vector<std::string> channels,
+                                    any_subscription_handler handler) = 0;
+    virtual void add_listener(std::shared_ptr<push_listener> listener) = 0;
+    virtual void remove_listener(push_listener const* listener) = 0;
+    // connection::close().
+    virtual void start_close() = 0;
+    // The connection object is gone: flush what was asked, then nothing starts again.
+    virtual void handle_destroyed() = 0;
+
+    virtual bool is_connected() const noexcept = 0;
+    virtual std::uint64_t reconnects() const noexcept = 0;
+    virtual std::uint64_t server_changes() const noexcept = 0;
+    virtual std::string run_id() const = 0;
+    virtual std::string last_error_text() const = 0;
+    virtual std::string connect_failure_text(boost::system::error_code ec) const = 0;
+    virtual bool ever_connected() const noexcept = 0;
+    virtual bool logs(log_level level) const noexcept = 0;
+    virtual void log(log_level level, std::string_view line) const noexcept = 0;
+};
+
+// Refuses a config no engine can work with (std::invalid_argument naming what is wrong).
+void check_config(config const& cfg);
+
+// The engine for `cfg`: a cluster_engine for config::cluster, else a connection_impl.
+std::shared_ptr<engine> make_engine(boost::asio::any_io_executor ex, config cfg);
+
+} // namespace colock::redis::detail

@@ -1,0 +1,245 @@
+// The connection and the locker on a real Redis Cluster (3 primaries, 3 replicas) that the
+// fixture starts: routing by slot, MOVED after a migration, ASK during one, cross-slot refusals,
+// locks on names over every primary, and a primary's failover.
+#include <colock/locker.hpp>
+#include <colock/redis/connection.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/cluster_set.hpp>
+
+#include "redis/cluster_slots.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <doctest/doctest.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using colock::redis::detail::hash_slot;
+
+namespace {
+
+redis::config cluster_config(cluster_set const& cluster) {
+    auto cfg = redis::config::from_url(cluster.url());
+    cfg.connect_timeout = 1000ms;
+    cfg.health_check_interval = 200ms;
+    cfg.reconnect_initial_delay = 20ms;
+    cfg.reconnect_max_delay = 200ms;
+    return cfg;
+}
+
+// Runs a blocking fixture call on a thread of its own, so that the test's io_context keeps
+// serving the connections meanwhile.
+template <class F>
+asio::awaitable<std::invoke_result_t<F>> off_thread(F f) {
+    auto done = std::async(std::launch::async, std::move(f));
+    while (done.wait_for(0s) != std::future_status::ready)
+        co_await sleep_for(20ms);
+    co_return done.get();
+}
+
+// A key of another slot than `key`'s.
+std::string other_slot_key(std::string const& key) {
+    for (int i = 0;; ++i) {
+        auto k = fmt::format("other-{}", i);
+        if (hash_slot(k) != hash_slot(key))
+            return k;
+    }
+}
+
+} // namespace
+
+TEST_CASE("cluster connection: every request goes to its slot's primary; MOVED after a "
+          "migration and ASK during one are followed; keys across slots are refused") {
+    cluster_set cluster;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), cluster_config(cluster)};
+        co_await conn.co_connect();
+        CHECK(conn.is_connected());
+
+        // Keys over every primary: each lands on the node that owns its slot.
+        std::set<std::uint16_t> owners;
+        for (int i = 0; i < 60; ++i) {
+            auto const key = fmt::format("k{}", i);
+            co_await conn.co_exec(command("SET", key, i));
+            auto const owner = cluster.owner_of(hash_slot(key));
+            owners.insert(owner);
+            CHECK(cluster.node_on(owner).cli({"GET", key}) == std::to_string(i));
+        }
+        CHECK(owners.size() == 3);
+
+        // A pipeline on one slot, with a keyless command in it.
+        resp3::request pipeline;
+        pipeline.push("SET", "{t}a", "1");
+        pipeline.push("INCR", "{t}a");
+        pipeline.push("PING");
+        auto replies = co_await conn.co_exec(std::move(pipeline));
+        REQUIRE(replies.size() == 3);
+        CHECK(replies[1].as_integer() == 2);
+        CHECK(replies[2].text == "PONG");
+
+        // Keys across slots: refused before anything is written, naming both.
+        auto const other = other_slot_key("k1");
+        auto [ec, resp] =
+            co_await conn.async_exec(command("MSET", "k1", "x", other, "y"), as_tuple);
+        CHECK(ec == redis::error::cross_slot);
+        REQUIRE(resp.size() == 1);
+        CHECK(resp[0].text.find("k1") != std::string::npos);
+        CHECK(resp[0].text.find(other) != std::string::npos);
+        CHECK(cluster.node_on(cluster.owner_of(hash_slot("k1"))).cli({"GET", "k1"}) == "1");
+
+        // The slot of k7 moves: the connection's map is stale, MOVED sends it on.
+        auto const slot = hash_slot("k7");
+        auto const from = cluster.owner_of(slot);
+        auto primaries = cluster.primary_ports();
+        auto const to = primaries[0] == from ? primaries[1] : primaries[0];
+        co_await off_thread([&] { cluster.migrate_slot(slot, to); });
+        auto got = co_await conn.co_exec(command("INCR", "k7"));
+        CHECK(got.at(0).as_integer() == 8);
+        CHECK(cluster.node_on(to).cli({"GET", "k7"}) == "8");
+
+        // Mid-migration (MIGRATING on the owner, IMPORTING on the target): a key not yet on
+        // the owner is answered by ASK, and the connection asks the target.
+        auto const key = std::string("asked-key");
+        auto const s2 = hash_slot(key);
+        auto const owner = cluster.owner_of(s2);
+        auto const target = primaries[0] == owner ? primaries[1] : primaries[0];
+        auto const owner_id = cluster.node_on(owner).cli({"CLUSTER", "MYID"});
+        auto const target_id = cluster.node_on(target).cli({"CLUSTER", "MYID"});
+        auto const slot_text = std::to_string(s2);
+        cluster.node_on(target).cli({"CLUSTER", "SETSLOT", slot_text, "IMPORTING", owner_id});
+        cluster.node_on(owner).cli({"CLUSTER", "SETSLOT", slot_text, "MIGRATING", target_id});
+        co_await conn.co_exec(command("SET", key, "there"));
+        auto read = co_await conn.co_exec(command("GET", key));
+        CHECK(read.at(0).as_string() == "there");
+        // It was written on the target, under ASKING.
+        CHECK(cluster.node_on(target).cli({"DBSIZE"}) != "0");
+        for (auto const port : primaries)
+            cluster.node_on(port).cli({"CLUSTER", "SETSLOT", slot_text, "NODE", target_id});
+        cluster.wait_ok(10s);
+        read = co_await conn.co_exec(command("GET", key));
+        CHECK(read.at(0).as_string() == "there");
+        conn.close();
+    });
+}
+
+TEST_CASE("cluster locker: locks on names over every primary, contention woken by messages, "
+          "a slot migrated mid-run without a failed lock call") {
+    cluster_set cluster;
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn_a{ctx.get_executor(), cluster_config(cluster)};
+            redis::connection conn_b{ctx.get_executor(), cluster_config(cluster)};
+            locker a{conn_a};
+            locker b{conn_b};
+
+            // Names over every primary.
+            std::set<std::uint16_t> owners;
+            for (int i = 0; i < 24; ++i) {
+                auto const name = fmt::format("spread-{}", i);
+                auto guard = co_await a.co_lock(name, lease(10s));
+                CHECK(guard.fence() > 0);
+                auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
+                owners.insert(owner);
+                CHECK_FALSE(lock_key_free(cluster.node_on(owner), lock_key(name)));
+                CHECK_FALSE(co_await b.co_try_lock(name, lease(10s)));
+                CHECK(co_await guard.unlock());
+            }
+            CHECK(owners.size() == 3);
+
+            // Contention: 2 lockers x 6 coroutines on one name; the slot moves mid-run.
+            std::string const name = "hot";
+            int inside = 0;
+            int overlaps = 0;
+            int acquired = 0;
+            int failures = 0;
+            std::int64_t last_fence = 0;
+            int fence_inversions = 0;
+            int running = 0;
+            auto worker = [&](locker& l) -> asio::awaitable<void> {
+                ++running;
+                for (int round = 0; round < 15; ++round) {
+                    try {
+                        auto opt = lease(5s);
+                        opt.wait_timeout = 20s;
+                        auto g = co_await l.co_lock(name, opt);
+                        if (++inside > 1)
+                            ++overlaps;
+                        if (g.fence() <= last_fence)
+                            ++fence_inversions;
+                        last_fence = g.fence();
+                        ++acquired;
+                        co_await sleep_for(2ms);
+                        --inside;
+                        co_await g.unlock();
+                    } catch (std::exception const& e) {
+                        ++failures;
+                        MESSAGE("lock call failed: " << e.what());
+                    }
+                }
+                --running;
+            };
+            for (int i = 0; i < 6; ++i) {
+                asio::co_spawn(ctx, worker(a), asio::detached);
+                asio::co_spawn(ctx, worker(b), asio::detached);
+            }
+            co_await sleep_for(100ms);
+            auto const slot = hash_slot(lock_key(name));
+            auto const from = cluster.owner_of(slot);
+            auto primaries = cluster.primary_ports();
+            auto const to = primaries[0] == from ? primaries[1] : primaries[0];
+            co_await off_thread([&] { cluster.migrate_slot(slot, to); });
+            while (running > 0)
+                co_await sleep_for(10ms);
+            CHECK(overlaps == 0);
+            CHECK(fence_inversions == 0);
+            CHECK(failures == 0);
+            CHECK(acquired == 12 * 15);
+            CHECK(lock_key_free(cluster.node_on(to), lock_key(name)));
+            conn_a.close();
+            conn_b.close();
+        },
+        120s);
+}
+
+TEST_CASE("cluster locker: a primary's failover loses the guards held there, and the lock is "
+          "taken again on the promoted replica with a higher fence") {
+    cluster_set cluster;
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn{ctx.get_executor(), cluster_config(cluster)};
+            locker locks{conn};
+            std::string const name = "failing-over";
+            auto held = co_await locks.co_lock(name, lease(30s));
+            auto const fence = held.fence();
+            auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
+            auto const replica = cluster.replica_of(owner);
+            auto const changes = conn.server_change_count();
+            co_await off_thread([&] { cluster.failover(replica, 20s); });
+            // The guard is lost within a few health-check rounds.
+            auto const start = steady::now();
+            while (!held.lost() && ms_since(start) < 10000)
+                co_await sleep_for(20ms);
+            CHECK(held.lost());
+            CHECK(conn.server_change_count() > changes);
+            auto again = co_await locks.co_lock(name, lease(10s));
+            CHECK(again.fence() > fence);
+            CHECK_FALSE(lock_key_free(cluster.node_on(replica), lock_key(name)));
+            co_await again.unlock();
+            conn.close();
+        },
+        90s);
+}
