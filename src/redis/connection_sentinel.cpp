@@ -247,9 +247,13 @@ asio::awaitable<error_code> connection_impl::locate_primary(std::shared_ptr<sess
             preferred_sentinel_ = index;
             s->named_by = index;
             s->target = *answer.address;
-            std::lock_guard lock(error_mutex_);
-            endpoint_text_ = fmt::format("primary '{}' at {}", cfg_.sentinel.master_name,
-                                         address_text(s->target));
+            {
+                // Its own block: a lock held at a co_return lives as long as GCC 12 keeps the
+                // frame's locals, which need not end there.
+                std::lock_guard lock(error_mutex_);
+                endpoint_text_ = fmt::format("primary '{}' at {}", cfg_.sentinel.master_name,
+                                             address_text(s->target));
+            }
             co_return error_code{};
         }
         answers += fmt::format("{}sentinel {}: {}", answers.empty() ? "" : "; ",
