@@ -21,6 +21,9 @@ enum class error {
     unexpected_reply,
     /// The guard holds no lock: it was moved from, unlocked, or never locked.
     not_held,
+    /// Fewer replicas than lock_options::wait_replicas acknowledged the lock within
+    /// replicas_timeout; the lock was released. The message says how many did.
+    replicas_not_acknowledged,
 };
 
 boost::system::error_category const& error_category() noexcept;

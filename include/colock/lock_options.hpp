@@ -52,6 +52,18 @@ struct lock_options {
     /// such hand-offs follow one another before the lock goes to it; with nobody else queued
     /// there is no limit. 0 turns cohort hand-off off. Read from the releasing holder's options.
     std::size_t cohort_limit = 16;
+    /// Replication: after each attempt to take the lock, WAIT until this many replicas have
+    /// acknowledged it, for at most replicas_timeout. When fewer do, a lock that was granted is
+    /// released again and co_lock / co_try_lock fail with error::replicas_not_acknowledged
+    /// (not retried): a failover to a replica that never got the lock cannot hand it to someone
+    /// else (Redisson's answer to that hazard). 0, the default, waits for none. The WAIT goes in
+    /// the same pipeline as the attempt and holds the connection's other requests behind it
+    /// until the replicas answer: milliseconds while they are up, replicas_timeout while one
+    /// is down.
+    std::size_t wait_replicas = 0;
+    /// How long an attempt waits for wait_replicas acknowledgements; positive, at most
+    /// max_lock_ttl.
+    std::chrono::milliseconds replicas_timeout{1000};
 
     /// The renew interval in effect.
     std::chrono::milliseconds effective_renew_interval() const noexcept {
@@ -65,7 +77,8 @@ inline constexpr std::size_t max_lock_name_length = 1024;
 /// Throws boost::system::system_error with error::invalid_argument, naming the field, when
 /// `name` or `opt` cannot be used (empty or oversized name, ttl <= 0 or above max_lock_ttl,
 /// renew_interval <= 0 or >= ttl, negative wait_timeout, max_hold or first_connect_timeout, a
-/// retry policy that does not grow).
+/// retry policy that does not grow, replicas_timeout <= 0 or above max_lock_ttl while
+/// wait_replicas is set).
 void validate(std::string_view name, lock_options const& opt);
 
 } // namespace colock

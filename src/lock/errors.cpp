@@ -38,6 +38,8 @@ public:
             return "unexpected reply from a lock script";
         case error::not_held:
             return "the guard does not hold a lock";
+        case error::replicas_not_acknowledged:
+            return "too few replicas acknowledged the lock in time";
         }
         return "unknown colock error " + std::to_string(ev);
     }
@@ -84,6 +86,14 @@ void validate(std::string_view name, lock_options const& opt) {
     if (opt.max_hold && opt.max_hold->count() < 0)
         refuse(fmt::format("lock_options.max_hold must not be negative (got {} ms)",
                            opt.max_hold->count()));
+    if (opt.wait_replicas > 0 &&
+        (opt.replicas_timeout.count() <= 0 || opt.replicas_timeout > max_lock_ttl))
+        refuse(fmt::format("lock_options.replicas_timeout must be positive and at most "
+                           "max_lock_ttl when wait_replicas is set (got {} ms)",
+                           opt.replicas_timeout.count()));
+    if (opt.wait_replicas > 1'000'000)
+        refuse(fmt::format("lock_options.wait_replicas ({}) is not a number of replicas",
+                           opt.wait_replicas));
     if (opt.retry.initial.count() <= 0)
         refuse("lock_options.retry.initial must be positive");
     if (opt.retry.max < opt.retry.initial)

@@ -80,6 +80,14 @@ inline std::chrono::milliseconds handoff_claim(std::chrono::milliseconds ttl) {
     return std::min(ttl, max_handoff_claim);
 }
 
+// How many replicas must acknowledge a grant (WAIT), and for how long it waits; count 0: none.
+// A grant they do not acknowledge is released again and answered with
+// error::replicas_not_acknowledged.
+struct replica_wait {
+    std::size_t count = 0;
+    std::chrono::milliseconds timeout{0};
+};
+
 // The answer to one request for a lease.
 struct grant_result {
     // Empty when the deployment answered; else why not: the network's code, one of
@@ -177,7 +185,7 @@ public:
     // track of. The awaiting coroutine's own cancellation does not reach the request.
     virtual boost::asio::awaitable<grant_result>
     grant(lock_keys const& keys, std::string const& token, std::chrono::milliseconds ttl,
-          queueing queue, boost::asio::cancellation_slot stop) = 0;
+          queueing queue, boost::asio::cancellation_slot stop, replica_wait replicas) = 0;
 
     // Sets the lease of `token` to `ttl` from now, if it is still ours. Cancelled by the
     // awaiting coroutine's cancellation, as the connection's requests are.

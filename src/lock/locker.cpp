@@ -147,7 +147,8 @@ void locker_impl::on_server_change() {
 asio::awaitable<grant_result> locker_impl::attempt(lock_keys const& keys, std::string const& token,
                                                    milliseconds ttl, queueing queue,
                                                    asio::cancellation_state cs,
-                                                   clock_type::time_point deadline) {
+                                                   clock_type::time_point deadline,
+                                                   replica_wait replicas) {
     auto stop = std::make_shared<asio::cancellation_signal>();
     auto caller_slot = cs.slot();
     if (caller_slot.is_connected())
@@ -162,7 +163,7 @@ asio::awaitable<grant_result> locker_impl::attempt(lock_keys const& keys, std::s
                 stop->emit(asio::cancellation_type::total);
         });
     }
-    auto r = co_await store_->grant(keys, token, ttl, queue, stop->slot());
+    auto r = co_await store_->grant(keys, token, ttl, queue, stop->slot(), replicas);
     if (caller_slot.is_connected())
         caller_slot.clear();
     if (deadline_timer)
@@ -251,7 +252,8 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
                       clock_type::time_point deadline, lock_outcome& out) {
     auto started = clock_type::now();
     auto server_changes = store_->server_changes();
-    grant_result r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline);
+    replica_wait const replicas{opt.wait_replicas, opt.replicas_timeout};
+    grant_result r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline, replicas);
     // Granted by a server instance that has been replaced since (its keys may be gone, and the
     // guards it granted were marked lost): ask the new one. Same token, so this is idempotent.
     for (int rounds = 0; !r.ec && r.granted && !cancelled(cs) && rounds < 3 &&
@@ -259,7 +261,7 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
          ++rounds) {
         started = clock_type::now();
         server_changes = store_->server_changes();
-        r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline);
+        r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline, replicas);
     }
     if (!r.ec && r.granted && store_->server_changes() != server_changes) {
         // The server keeps changing: give up this attempt, as one whose reply was lost (a

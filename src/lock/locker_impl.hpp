@@ -131,7 +131,8 @@ private:
     boost::asio::awaitable<grant_result> attempt(lock_keys const& keys, std::string const& token,
                                                  std::chrono::milliseconds ttl, queueing queue,
                                                  boost::asio::cancellation_state cs,
-                                                 clock_type::time_point deadline);
+                                                 clock_type::time_point deadline,
+                                                 replica_wait replicas);
 
     // Runs one attempt; on success builds the guard into `out`. A cancellation that arrived
     // meanwhile wins, and a lock granted to it is given back first.

@@ -22,26 +22,38 @@ std::string sha1_hex(std::string_view text) {
     return out;
 }
 
+script make_script(std::string_view source, bool sharded) {
+    std::string text(source);
+    if (sharded)
+        for (auto at = text.find("'PUBLISH'"); at != std::string::npos;
+             at = text.find("'PUBLISH'", at + 2))
+            text.insert(at + 1, "S");
+    auto sha = sha1_hex(text);
+    return script{std::move(text), std::move(sha)};
+}
+
 } // namespace
 
-script const& acquire_script() {
-    static script const s{acquire_source, sha1_hex(acquire_source)};
-    return s;
+script const& acquire_script(bool sharded) {
+    static script const classic = make_script(acquire_source, false);
+    static script const shard = make_script(acquire_source, true);
+    return sharded ? shard : classic;
 }
-script const& release_script() {
-    static script const s{release_source, sha1_hex(release_source)};
-    return s;
+script const& release_script(bool sharded) {
+    static script const classic = make_script(release_source, false);
+    static script const shard = make_script(release_source, true);
+    return sharded ? shard : classic;
 }
 script const& extend_script() {
-    static script const s{extend_source, sha1_hex(extend_source)};
+    static script const s = make_script(extend_source, false);
     return s;
 }
 script const& status_script() {
-    static script const s{status_source, sha1_hex(status_source)};
+    static script const s = make_script(status_source, false);
     return s;
 }
 script const& force_unlock_script() {
-    static script const s{force_unlock_source, sha1_hex(force_unlock_source)};
+    static script const s = make_script(force_unlock_source, false);
     return s;
 }
 

@@ -8,12 +8,14 @@
 namespace colock::detail {
 
 struct script {
-    std::string_view source;
+    std::string source;
     std::string sha; // lower-case hex
 };
 
-script const& acquire_script();
-script const& release_script();
+// `sharded`: the variant for a Cluster, whose wake-ups go by SPUBLISH on the lock's own slot
+// (the channels share the keys' hash tag) instead of a PUBLISH that every node repeats.
+script const& acquire_script(bool sharded = false);
+script const& release_script(bool sharded = false);
 script const& extend_script();
 script const& status_script();
 script const& force_unlock_script();

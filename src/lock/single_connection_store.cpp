@@ -73,8 +73,9 @@ struct wake_listener final : redis::push_listener {
     asio::strand<asio::any_io_executor> const strand;
 
     void on_push(resp3::value const& push) override {
-        // ["message", channel, payload]
-        if (push.elements.size() != 3 || push.elements[0].as_string() != "message")
+        // ["message", channel, payload], or "smessage" for a sharded channel (a Cluster)
+        if (push.elements.size() != 3 || (push.elements[0].as_string() != "message" &&
+                                          push.elements[0].as_string() != "smessage"))
             return;
         auto self = events.lock();
         if (!self)
@@ -104,6 +105,7 @@ class single_connection_store final : public lease_store,
 public:
     explicit single_connection_store(redis::detail::shared_engine engine)
         : engine_(std::move(engine))
+        , sharded_(redis::detail::engine_shards_channels(engine_))
         , strand_(asio::make_strand(redis::detail::engine_executor(engine_))) {}
 
     asio::strand<asio::any_io_executor> const& strand() const override { return strand_; }
@@ -122,7 +124,8 @@ private:
 public:
     asio::awaitable<grant_result> grant(lock_keys const& keys, std::string const& token,
                                         milliseconds ttl, queueing queue,
-                                        asio::cancellation_slot stop) override {
+                                        asio::cancellation_slot stop,
+                                        replica_wait replicas) override {
         auto const ttl_text = std::to_string(ttl.count());
         std::string_view const queue_text = queue == queueing::never       ? "0"
                                             : queue == queueing::when_held ? "1"
@@ -132,9 +135,18 @@ public:
             std::to_string(std::chrono::duration_cast<milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count());
-        auto [ec, v] = co_await run_script(
-            acquire_script(), stop, keys.key, keys.queue_key, keys.deadlines_key, token, ttl_text,
-            keys.owner, queue_text, entry_ttl_text, keys.channel_prefix, since_text);
+        std::tuple<error_code, resp3::value> reply;
+        acknowledgement acked;
+        if (replicas.count == 0)
+            reply = co_await run_script(acquire_script(sharded_), stop, keys.key, keys.queue_key,
+                                        keys.deadlines_key, token, ttl_text, keys.owner, queue_text,
+                                        entry_ttl_text, keys.channel_prefix, since_text);
+        else
+            std::tie(reply, acked) = co_await run_script_then_wait(
+                acquire_script(sharded_), stop, replicas, keys.key, keys.queue_key,
+                keys.deadlines_key, token, ttl_text, keys.owner, queue_text, entry_ttl_text,
+                keys.channel_prefix, since_text);
+        auto& [ec, v] = reply;
         grant_result r;
         if (ec) {
             r.ec = ec;
@@ -162,6 +174,19 @@ public:
             r.holder_ttl = milliseconds::max(); // set without expiry by hand: back off only
         else
             r.holder_ttl = milliseconds(0); // gone meanwhile: try again at once
+        if (r.granted && acked.replicas < static_cast<std::int64_t>(replicas.count)) {
+            // A failover to a replica without the lock could give it to someone else: give it
+            // back now, and say why.
+            auto const released = co_await release(keys, token, handoff_claim(ttl), r.fence);
+            r.granted = false;
+            r.fence = 0;
+            r.outcome_unknown = released.ec.failed(); // the locker releases again on its way out
+            r.ec = error::replicas_not_acknowledged;
+            r.server_text = fmt::format(
+                "{} of {} replicas acknowledged the lock within {} ms (WAIT){}; it was released",
+                acked.replicas, replicas.count, replicas.timeout.count(),
+                acked.refusal.empty() ? std::string() : ": WAIT refused: " + acked.refusal);
+        }
         co_return r;
     }
 
@@ -200,8 +225,8 @@ public:
         // the deadline. The script checks the token, so a repeat is harmless (it answers 0 if
         // the first one went through, so `true` is only reported when known).
         for (int round = 0;; ++round) {
-            auto [ec, v] = co_await run_script(release_script(), deadline->stop.slot(), keys.key,
-                                               keys.queue_key, keys.deadlines_key, token,
+            auto [ec, v] = co_await run_script(release_script(sharded_), deadline->stop.slot(),
+                                               keys.key, keys.queue_key, keys.deadlines_key, token,
                                                keys.channel_prefix, claim_text, "", fence_text);
             if (!ec) {
                 auto const released = release_flag(v);
@@ -227,8 +252,8 @@ public:
     void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
                                std::int64_t last_fence, std::function<void()> retry) override {
         resp3::request req;
-        req.push("EVAL", release_script().source, 3, keys.key, keys.queue_key, keys.deadlines_key,
-                 token, keys.channel_prefix, claim.count(), "", last_fence);
+        req.push("EVAL", release_script(sharded_).source, 3, keys.key, keys.queue_key,
+                 keys.deadlines_key, token, keys.channel_prefix, claim.count(), "", last_fence);
         redis::detail::engine_exec(
             engine_, std::move(req),
             [strand = strand_, retry = std::move(retry)](error_code ec, redis::response resp) {
@@ -379,7 +404,8 @@ public:
         // The lease is ended whatever happens to the message: a holder that misses it finds
         // out at its next renewal.
         resp3::request tell;
-        tell.push("PUBLISH", notify_prefix + r.owner, fmt::format("f {} {}", r.token, keys.key));
+        tell.push(sharded_ ? "SPUBLISH" : "PUBLISH", notify_prefix + r.owner,
+                  fmt::format("f {} {}", r.token, keys.key));
         co_await exec(std::move(tell), uncancellable());
         co_return r;
     }
@@ -444,6 +470,50 @@ private:
         co_return std::tuple{error_code(error::unexpected_reply), resp3::value{}};
     }
 
+    // The replicas' answer to a WAIT.
+    struct acknowledgement {
+        std::int64_t replicas = 0;
+        std::string refusal; // the server's text when it refused WAIT (an ACL without it)
+    };
+
+    // run_script for the acquire script, with WAIT behind it in the same pipeline, so that it
+    // counts the replicas that have the script's writes (WAIT counts this connection's writes:
+    // a reconnection in between would fail the request instead).
+    template <class... Args>
+    asio::awaitable<std::tuple<std::tuple<error_code, resp3::value>, acknowledgement>>
+    run_script_then_wait(script const& s, asio::cancellation_slot cancel_by, replica_wait wait,
+                         std::string_view key1, std::string_view key2, std::string_view key3,
+                         Args... args) {
+        using result = std::tuple<std::tuple<error_code, resp3::value>, acknowledgement>;
+        for (int round = 0; round < 2; ++round) {
+            resp3::request req;
+            if (round == 1)
+                req.push("SCRIPT", "LOAD", s.source);
+            req.push("EVALSHA", s.sha, 3, key1, key2, key3, args...);
+            req.push("WAIT", wait.count, wait.timeout.count());
+            auto [ec, resp] = co_await exec(
+                std::move(req),
+                asio::bind_cancellation_slot(cancel_by, asio::as_tuple(asio::use_awaitable)));
+            if (ec && ec != redis::error::server_error)
+                co_return result{{ec, resp3::value{}}, {}};
+            if (resp.size() < 2)
+                co_return result{{error_code(error::unexpected_reply), resp3::value{}}, {}};
+            auto& answer = resp[resp.size() - 2];
+            auto const& waited = resp.back();
+            if (round == 0 && answer.is_error() && answer.text.starts_with("NOSCRIPT"))
+                continue; // server restarted or SCRIPT FLUSH: load it and call again, once
+            acknowledgement acked;
+            if (waited.is_error())
+                acked.refusal = waited.text;
+            else
+                acked.replicas = waited.as_integer().value_or(0);
+            error_code const script_ec =
+                answer.is_error() ? error_code(redis::error::server_error) : error_code();
+            co_return result{{script_ec, std::move(answer)}, std::move(acked)};
+        }
+        co_return result{{error_code(error::unexpected_reply), resp3::value{}}, {}};
+    }
+
     // Out of the queue, passing on a hand-off; a few tries over passing errors, no more: the
     // entry and the claim lapse by themselves.
     static asio::awaitable<void> leave(std::shared_ptr<single_connection_store> self,
@@ -451,7 +521,7 @@ private:
         auto const claim_text = std::to_string(claim.count());
         for (int round = 0; round < 3; ++round) {
             auto [ec, v] = co_await self->run_script(
-                release_script(), asio::cancellation_slot(), keys.key, keys.queue_key,
+                release_script(self->sharded_), asio::cancellation_slot(), keys.key, keys.queue_key,
                 keys.deadlines_key, "", keys.channel_prefix, claim_text, keys.owner, "0");
             if (!ec || !is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
                 co_return;
@@ -516,6 +586,8 @@ private:
     }
 
     redis::detail::shared_engine const engine_;
+    // A Cluster: wake channels are sharded (SPUBLISH in the scripts, SSUBSCRIBE).
+    bool const sharded_;
     asio::strand<asio::any_io_executor> const strand_;
     std::shared_ptr<wake_listener> listener_;
     // On the strand:

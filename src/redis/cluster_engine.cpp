@@ -17,11 +17,12 @@ namespace colock::redis::detail {
 // Forwards what a node's connection reports to the engine, on the engine's strand.
 class cluster_engine::node_listener final : public push_listener {
 public:
-    explicit node_listener(std::weak_ptr<cluster_engine> engine) : engine_(std::move(engine)) {}
+    node_listener(std::weak_ptr<cluster_engine> engine, std::string node)
+        : engine_(std::move(engine)), node_(std::move(node)) {}
 
     void on_push(resp3::value const& push) override {
         if (auto e = engine_.lock())
-            asio::dispatch(e->strand_, [e, push] { e->on_node_push(push); });
+            asio::dispatch(e->strand_, [e, from = node_, push] { e->on_node_push(from, push); });
     }
     void on_reconnect() override {
         if (auto e = engine_.lock())
@@ -38,6 +39,7 @@ public:
 
 private:
     std::weak_ptr<cluster_engine> engine_;
+    std::string node_;
 };
 
 cluster_engine::cluster_engine(asio::any_io_executor ex, config cfg)
@@ -214,7 +216,7 @@ cluster_engine::node_ptr cluster_engine::node_for(server_address const& address)
     n->name = name;
     n->conn = std::make_shared<connection_impl>(executor_, std::move(c), tls_context_);
     colock::detail::context_shutdown::watch(executor_, n->conn);
-    n->listener = std::make_shared<node_listener>(weak_from_this());
+    n->listener = std::make_shared<node_listener>(weak_from_this(), n->name);
     n->conn->add_listener(n->listener);
     nodes_.emplace(std::move(name), n);
     return n;
@@ -266,7 +268,14 @@ asio::awaitable<void> cluster_engine::await_map(bool start) {
 asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine> self) {
     co_await asio::this_coro::throw_if_cancelled(false);
     // Who to ask: the primaries known, then the seeds.
-    std::vector<server_address> ask = self->order_;
+    std::vector<server_address> ask;
+    if (self->ask_first_) {
+        ask.push_back(*self->ask_first_);
+        self->ask_first_.reset();
+    }
+    for (auto const& a : self->order_)
+        if (std::find(ask.begin(), ask.end(), a) == ask.end())
+            ask.push_back(a);
     for (auto const& s : self->cfg_.cluster.seeds)
         if (std::find(ask.begin(), ask.end(), s) == ask.end())
             ask.push_back(s);
@@ -364,6 +373,7 @@ void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
         node_for(a)->conn->start_connect([](error_code) {});
     for (auto const& n : stale)
         drop_node(n);
+    follow_shard_channels();
     std::string ids;
     for (auto const& a : order_)
         ids += (ids.empty() ? "" : ",") + node_for(a)->conn->run_id();
@@ -400,12 +410,20 @@ asio::awaitable<void> cluster_engine::watch(std::shared_ptr<cluster_engine> self
         // Every few rounds regardless: a primary demoted by CLUSTER FAILOVER stays reachable,
         // and its guards are to be reported lost before a renewal would hear MOVED.
         bool stale = ++rounds % periodic_refresh_rounds == 0;
+        bool down = false;
+        std::string ids;
         for (auto const& a : self->order_) {
             auto const n = self->node_for(a);
             if (n->conn->ever_connected() && !n->conn->is_connected())
-                stale = true;
+                down = true;
+            ids += (ids.empty() ? "" : ",") + n->conn->run_id();
         }
-        if (stale)
+        self->connected_ = !down;
+        {
+            std::lock_guard lock(self->error_mutex_);
+            self->run_ids_ = std::move(ids);
+        }
+        if (stale || down)
             self->refresh();
     }
     self->watching_ = false;
@@ -413,8 +431,7 @@ asio::awaitable<void> cluster_engine::watch(std::shared_ptr<cluster_engine> self
 
 // ---------------------------------------------------------------- what the nodes report
 
-template <class Call>
-void cluster_engine::notify_listeners(Call call) {
+void cluster_engine::notify_listeners(std::function<void(push_listener&)> const& call) {
     auto listeners = listeners_;
     for (auto const& l : listeners) {
         try {
@@ -427,7 +444,19 @@ void cluster_engine::notify_listeners(Call call) {
     }
 }
 
-void cluster_engine::on_node_push(resp3::value const& push) {
+void cluster_engine::on_node_push(std::string const& from, resp3::value const& push) {
+    // ["sunsubscribe", channel, count] for a channel still counted there: the server dropped it
+    // because its slot moved. Ask that node first, which knows where it went.
+    if (push.type == resp3::type::push && push.elements.size() == 3 &&
+        push.elements[0].as_string() == "sunsubscribe" && push.elements[1].as_string()) {
+        auto it = subscriptions_.find(
+            std::pair(channel_kind::sharded, std::string(*push.elements[1].as_string())));
+        if (it != subscriptions_.end() && it->second.node == from) {
+            if (auto n = nodes_.find(from); n != nodes_.end())
+                ask_first_ = n->second->address;
+            refresh();
+        }
+    }
     notify_listeners([&push](push_listener& l) { l.on_push(push); });
 }
 

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,7 +34,7 @@ public:
     config const& settings() const noexcept override { return cfg_; }
     void start_connect(connect_handler handler) override;
     void start_exec(resp3::request req, exec_handler handler) override;
-    void start_subscription(bool subscribe, std::vector<std::string> channels,
+    void start_subscription(channel_kind kind, bool subscribe, std::vector<std::string> channels,
                             any_subscription_handler handler) override;
     void add_listener(std::shared_ptr<push_listener> listener) override;
     void remove_listener(push_listener const* listener) override;
@@ -82,8 +83,9 @@ private:
     // Cancelled (never expires) whenever a refresh of the map ends: waiters look again.
     asio::steady_timer map_changed_;
     asio::steady_timer watch_timer_;
-    std::map<std::string, node_ptr> nodes_; // by name
-    std::vector<server_address> order_;     // the primaries by first slot, for run_id()
+    std::map<std::string, node_ptr> nodes_;   // by name
+    std::vector<server_address> order_;       // the primaries by first slot, for run_id()
+    std::optional<server_address> ask_first_; // the next refresh asks this node first
     // Move-constructed only: Boost 1.81's any_completion_handler move assignment recurses.
     struct connect_waiter {
         explicit connect_waiter(connect_handler h)
@@ -100,7 +102,7 @@ private:
         std::string node;
         std::size_t count = 0;
     };
-    std::map<std::string, placement> subscriptions_;
+    std::map<std::pair<channel_kind, std::string>, placement> subscriptions_;
     std::vector<std::shared_ptr<push_listener>> listeners_;
 
     // --- readable from any thread ---
@@ -129,9 +131,8 @@ private:
     static asio::awaitable<void> watch(std::shared_ptr<cluster_engine> self);
     void finish_connect_waiters(error_code ec);
     void drop_node(node_ptr const& n);
-    template <class Call>
-    void notify_listeners(Call call);
-    void on_node_push(resp3::value const& push);
+    void notify_listeners(std::function<void(push_listener&)> const& call);
+    void on_node_push(std::string const& from, resp3::value const& push);
     void on_node_reconnect();
     void on_node_server_change();
 
@@ -142,10 +143,17 @@ private:
     // Stops a request's attempt (when unwritten) if the slot it went for is served elsewhere now.
     void reroute_if_moved(request_op& op);
     static asio::awaitable<void> run_subscription(std::shared_ptr<cluster_engine> self,
-                                                  bool subscribe, std::vector<std::string> channels,
+                                                  channel_kind kind, bool subscribe,
+                                                  std::vector<std::string> channels,
                                                   any_subscription_handler handler);
     void complete_subscription(any_subscription_handler handler, error_code ec, std::string text);
+    // Moves the channels placed on node `from` (it is going) to their slots' primaries.
     void move_subscriptions(std::string const& from);
+    // Moves a channel's subscribers to node `to`.
+    void place_again(std::pair<channel_kind, std::string> const& key, placement& p,
+                     node_ptr const& to);
+    // After the map changed: sharded channels go where their slots went.
+    void follow_shard_channels();
 };
 
 // A request on one node's connection, as an Asio operation. The caller keeps `conn` alive until

@@ -49,14 +49,18 @@ bool is_multi(std::string_view name) {
            (name[2] | 0x20) == 'l' && (name[3] | 0x20) == 't' && (name[4] | 0x20) == 'i';
 }
 
-bool is_script_load(std::vector<std::string_view> const& command) {
+// Keyless commands that belong to the node of the keyed commands around them: SCRIPT LOAD (the
+// script must be there) and WAIT (it counts the replicas of this connection's writes there).
+bool rides_along(std::vector<std::string_view> const& command) {
     auto upper = [](std::string_view w) {
         std::string u(w);
         for (auto& c : u)
             c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
         return u;
     };
-    return command.size() == 3 && upper(command[0]) == "SCRIPT" && upper(command[1]) == "LOAD";
+    auto const name = upper(command[0]);
+    return (command.size() == 3 && name == "SCRIPT" && upper(command[1]) == "LOAD") ||
+           (command.size() == 3 && name == "WAIT");
 }
 
 } // namespace
@@ -263,11 +267,12 @@ asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine
             self->finish_request(op, failure, std::move(out));
             co_return;
         }
-        // A SCRIPT LOAD before a command that goes elsewhere goes with it: the script is needed
-        // there (the store's NOSCRIPT answer sends both), and loading it twice does no harm.
+        // A SCRIPT LOAD or a WAIT of a request whose keyed command goes elsewhere goes with it:
+        // the script is needed there, and WAIT must count the replicas of that node. Loading a
+        // script twice does no harm; WAIT's first answer is replaced by the one that counts.
         for (std::size_t k = 0, end = still.size(); k < end; ++k)
-            for (std::size_t j = 0; j < still[k]; ++j)
-                if (is_script_load(op.commands[j]) &&
+            for (std::size_t j = 0; j < n; ++j)
+                if (j != still[k] && rides_along(op.commands[j]) &&
                     std::find(still.begin(), still.end(), j) == still.end()) {
                     asking[j] = asking[still[k]];
                     still.push_back(j);
@@ -305,18 +310,21 @@ asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine
 
 // ---------------------------------------------------------------- subscriptions
 
-void cluster_engine::start_subscription(bool subscribe, std::vector<std::string> channels,
+void cluster_engine::start_subscription(channel_kind kind, bool subscribe,
+                                        std::vector<std::string> channels,
                                         any_subscription_handler handler) {
     if (channels.empty()) {
         complete_subscription(std::move(handler), {}, {});
         return;
     }
-    asio::dispatch(strand_, [self = shared_from_this(), subscribe, channels = std::move(channels),
-                             handler = std::move(handler)]() mutable {
-        asio::co_spawn(self->strand_,
-                       run_subscription(self, subscribe, std::move(channels), std::move(handler)),
-                       asio::detached);
-    });
+    asio::dispatch(strand_,
+                   [self = shared_from_this(), kind, subscribe, channels = std::move(channels),
+                    handler = std::move(handler)]() mutable {
+                       asio::co_spawn(self->strand_,
+                                      run_subscription(self, kind, subscribe, std::move(channels),
+                                                       std::move(handler)),
+                                      asio::detached);
+                   });
 }
 
 void cluster_engine::complete_subscription(any_subscription_handler handler, error_code ec,
@@ -333,10 +341,10 @@ void cluster_engine::complete_subscription(any_subscription_handler handler, err
 }
 
 // Each channel lives on the primary of its own slot, where it was first subscribed, and moves
-// when that node goes. Plain channels would do anywhere (PUBLISH reaches every node); the slot
-// spreads them, and is where sharded channels must be.
+// when that node goes (or, for a sharded channel, when its slot does). Classic channels would do
+// anywhere (PUBLISH reaches every node); the slot spreads them. Sharded ones must be there.
 asio::awaitable<void> cluster_engine::run_subscription(std::shared_ptr<cluster_engine> self,
-                                                       bool subscribe,
+                                                       channel_kind kind, bool subscribe,
                                                        std::vector<std::string> channels,
                                                        any_subscription_handler handler) {
     co_await asio::this_coro::throw_if_cancelled(false);
@@ -361,7 +369,7 @@ asio::awaitable<void> cluster_engine::run_subscription(std::shared_ptr<cluster_e
     for (auto& c : channels) {
         std::string where;
         if (subscribe) {
-            auto& p = self->subscriptions_[c];
+            auto& p = self->subscriptions_[std::pair(kind, c)];
             if (p.count == 0) {
                 auto n = self->route(hash_slot(c));
                 p.node = n ? n->name : std::string();
@@ -369,7 +377,7 @@ asio::awaitable<void> cluster_engine::run_subscription(std::shared_ptr<cluster_e
             ++p.count;
             where = p.node;
         } else {
-            auto it = self->subscriptions_.find(c);
+            auto it = self->subscriptions_.find(std::pair(kind, c));
             if (it == self->subscriptions_.end())
                 continue;
             where = it->second.node;
@@ -389,12 +397,13 @@ asio::awaitable<void> cluster_engine::run_subscription(std::shared_ptr<cluster_e
         auto it = self->nodes_.find(where);
         if (it == self->nodes_.end())
             continue; // its node went, and its subscriptions with it
-        auto conn = it->second->conn;
+        // A named local, and a plain pointer in the initiation: see exec_on.
+        auto const conn = it->second->conn;
         auto [ec, text] =
             co_await asio::async_initiate<decltype(use_nothrow), void(error_code, std::string)>(
-                [c = conn.get(), subscribe](auto h, std::vector<std::string> chans) {
+                [c = conn.get(), kind, subscribe](auto h, std::vector<std::string> chans) {
                     c->start_subscription(
-                        subscribe, std::move(chans),
+                        kind, subscribe, std::move(chans),
                         any_subscription_handler(std::in_place_type<subscription_handler>,
                                                  std::move(h)));
                 },
@@ -402,7 +411,7 @@ asio::awaitable<void> cluster_engine::run_subscription(std::shared_ptr<cluster_e
         if (ec && subscribe) {
             // Nothing was counted there: take back what this operation counted.
             for (auto const& c : group) {
-                auto p = self->subscriptions_.find(c);
+                auto p = self->subscriptions_.find(std::pair(kind, c));
                 if (p != self->subscriptions_.end() && --p->second.count == 0)
                     self->subscriptions_.erase(p);
             }
@@ -415,19 +424,47 @@ asio::awaitable<void> cluster_engine::run_subscription(std::shared_ptr<cluster_e
     self->complete_subscription(std::move(handler), first_ec, std::move(first_text));
 }
 
+void cluster_engine::place_again(std::pair<channel_kind, std::string> const& key, placement& p,
+                                 node_ptr const& to) {
+    auto const from = nodes_.find(p.node);
+    std::vector<std::string> const channel(1, key.second);
+    auto ignore = [] {
+        return any_subscription_handler(std::in_place_type<connect_handler>, [](error_code) {});
+    };
+    // The old node's counts go (its server has dropped or will drop the channel), the new
+    // node's come; each with the same number of subscribers.
+    for (std::size_t k = 0; k < p.count; ++k) {
+        if (from != nodes_.end())
+            from->second->conn->start_subscription(key.first, false, channel, ignore());
+        to->conn->start_subscription(key.first, true, channel, ignore());
+    }
+    p.node = to->name;
+}
+
 void cluster_engine::move_subscriptions(std::string const& from) {
-    for (auto& [channel, p] : subscriptions_) {
+    for (auto& [key, p] : subscriptions_) {
         if (p.node != from)
             continue;
-        auto n = route(hash_slot(channel));
-        if (!n || n->name == from)
-            continue;
-        p.node = n->name;
-        for (std::size_t k = 0; k < p.count; ++k)
-            n->conn->start_subscription(
-                true, std::vector<std::string>(1, channel),
-                any_subscription_handler(std::in_place_type<connect_handler>, [](error_code) {}));
+        auto n = route(hash_slot(key.second));
+        if (n && n->name != from)
+            place_again(key, p, n);
     }
+}
+
+void cluster_engine::follow_shard_channels() {
+    bool moved = false;
+    for (auto& [key, p] : subscriptions_) {
+        if (key.first != channel_kind::sharded)
+            continue;
+        auto n = route(hash_slot(key.second));
+        if (n && n->name != p.node) {
+            place_again(key, p, n);
+            moved = true;
+        }
+    }
+    // Messages sent while the channel was nowhere were missed.
+    if (moved)
+        notify_listeners([](push_listener& l) { l.on_reconnect(); });
 }
 
 } // namespace colock::redis::detail

@@ -24,7 +24,8 @@ void engine_exec(shared_engine const& engine, resp3::request req, exec_handler h
 void engine_change_subscription(shared_engine const& engine, bool subscribe,
                                 std::vector<std::string> channels, subscription_handler handler) {
     engine->start_subscription(
-        subscribe, std::move(channels),
+        engine_shards_channels(engine) ? channel_kind::sharded : channel_kind::classic, subscribe,
+        std::move(channels),
         any_subscription_handler(std::in_place_type<subscription_handler>, std::move(handler)));
 }
 
@@ -34,6 +35,10 @@ void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_liste
 
 void engine_remove_listener(shared_engine const& engine, push_listener const* listener) {
     engine->remove_listener(listener);
+}
+
+bool engine_shards_channels(shared_engine const& engine) noexcept {
+    return engine->settings().uses_cluster();
 }
 
 bool engine_is_connected(shared_engine const& engine) noexcept {
@@ -74,7 +79,8 @@ std::string engine_last_error_text(shared_engine const& engine) {
 
 // ---------------------------------------------------------------- connection_impl as an engine
 
-void connection_impl::start_subscription(bool subscribe, std::vector<std::string> channels,
+void connection_impl::start_subscription(channel_kind kind, bool subscribe,
+                                         std::vector<std::string> channels,
                                          any_subscription_handler handler) {
     if (channels.empty()) {
         std::visit(
@@ -89,9 +95,10 @@ void connection_impl::start_subscription(bool subscribe, std::vector<std::string
         return;
     }
     // Not cancellable: the count and the server's state must agree.
-    asio::dispatch(strand_, [self = shared_from_this(), subscribe, channels = std::move(channels),
+    asio::dispatch(strand_, [self = shared_from_this(), kind, subscribe,
+                             channels = std::move(channels),
                              handler = std::move(handler)]() mutable {
-        self->change_subscription(subscribe, std::move(channels), std::move(handler));
+        self->change_subscription(kind, subscribe, std::move(channels), std::move(handler));
     });
 }
 
@@ -211,7 +218,7 @@ void connection::start_exec(resp3::request req, exec_handler handler) {
 void connection::start_subscription(bool subscribe, std::vector<std::string> channels,
                                     connect_handler handler) {
     impl_->start_subscription(
-        subscribe, std::move(channels),
+        detail::channel_kind::classic, subscribe, std::move(channels),
         detail::any_subscription_handler(std::in_place_type<connect_handler>, std::move(handler)));
 }
 

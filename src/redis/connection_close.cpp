@@ -85,8 +85,10 @@ void connection_impl::close(error_code ec) {
         s->socket.close(ignored);
         fail_session(*s, ec, ec);
     }
-    book_.close_session(ec);
-    book_.abandon_waiting(ec);
+    for (auto& b : books_) {
+        b.close_session(ec);
+        b.abandon_waiting(ec);
+    }
     deliver_subscriptions();
     fail_queued(user_queue_, ec);
     finish_connect_waiters(ec);

@@ -168,7 +168,10 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     if (check_role)
         req.push("ROLE");
     // The session is open from here: subscription changes wait for its handshake.
-    auto const subscriptions = book_.open_session();
+    std::vector<std::pair<channel_kind, subscription_book::command>> subscriptions;
+    for (auto const kind : {channel_kind::classic, channel_kind::sharded})
+        for (auto& c : book(kind).open_session())
+            subscriptions.emplace_back(kind, std::move(c));
 
     auto [ec, replies] = co_await internal_exec(s.get(), req, true);
     if (ec && ec != error::server_error)
@@ -214,13 +217,14 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
 
     if (subscriptions.empty())
         co_return error_code{};
-    // One SUBSCRIBE per counted channel, so that a refusal costs that channel only. Sent once
-    // the setup has succeeded, not behind it: a connection whose HELLO was refused still
+    // One SUBSCRIBE (SSUBSCRIBE) per counted channel, so that a refusal costs that channel only.
+    // Sent once the setup has succeeded, not behind it: a connection whose HELLO was refused still
     // speaks RESP2 (as the default user, when that one needs no password), and would confirm
     // with arrays that are no pushes, which no matcher can take for confirmations.
     resp3::request subscribe;
-    for (auto const& c : subscriptions)
-        subscribe.push_range("SUBSCRIBE", c.channels);
+    for (auto const& [kind, c] : subscriptions)
+        subscribe.push_range(kind == channel_kind::sharded ? "SSUBSCRIBE" : "SUBSCRIBE",
+                             c.channels);
     auto [sec, answers] = co_await internal_exec(s.get(), subscribe, true);
     if (sec && sec != error::server_error)
         co_return sec;
@@ -236,10 +240,11 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     std::string dropped;
     for (std::size_t i = 0; i < subscriptions.size(); ++i) {
         auto const& answer = answers[i];
-        book_.on_answer(subscriptions[i].id, answer.is_error(), answer.text);
+        auto const& [kind, c] = subscriptions[i];
+        book(kind).on_answer(c.id, answer.is_error(), answer.text);
         if (answer.is_error())
-            dropped += fmt::format("{}{} ({})", dropped.empty() ? "" : ", ",
-                                   subscriptions[i].channels.at(0), answer.text);
+            dropped += fmt::format("{}{} ({})", dropped.empty() ? "" : ", ", c.channels.at(0),
+                                   answer.text);
     }
     deliver_subscriptions();
     if (!dropped.empty())

@@ -282,36 +282,40 @@ void connection_impl::cancel_entry(entry_ptr const& e, asio::cancellation_type t
 // ----------------------------------------------------------------
 // subscriptions
 
-void connection_impl::change_subscription(bool subscribe, std::vector<std::string> channels,
+void connection_impl::change_subscription(channel_kind kind, bool subscribe,
+                                          std::vector<std::string> channels,
                                           any_subscription_handler handler) {
     // Until a connection has once completed its handshake, a subscription waits for the
     // outcome of the attempt (started here if nothing runs): when that attempt fails, the
     // subscription fails with its error and counts nothing.
     bool const wait = subscribe && !ever_connected_;
-    auto [op, commands] = book_.change(subscribe, std::move(channels), wait);
-    subscription_ops_.emplace(op, std::move(handler));
+    auto [op, commands] = book(kind).change(subscribe, std::move(channels), wait);
+    subscription_ops_.emplace(std::pair(kind, op), std::move(handler));
     for (auto const& c : commands)
-        send_subscription_command(c);
+        send_subscription_command(kind, c);
     if (wait && !running_)
         start_run_loop();
     deliver_subscriptions();
 }
 
-void connection_impl::send_subscription_command(subscription_book::command const& c) {
+void connection_impl::send_subscription_command(channel_kind kind,
+                                                subscription_book::command const& c) {
     if (!session_) {
         // The book only opens a session for session_; if they ever disagree, nothing waits.
-        book_.close_session();
+        book(kind).close_session();
         return;
     }
+    bool const sharded = kind == channel_kind::sharded;
+    std::string text = c.subscribe ? (sharded ? "SSUBSCRIBE" : "SUBSCRIBE")
+                                   : (sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE");
     resp3::request req;
-    req.push_range(c.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", c.channels);
+    req.push_range(text, c.channels);
     std::size_t const commands = req.commands();
     auto shapes = req.shapes();
     auto e = make_entry(req.take_payload(), commands, std::move(shapes));
-    std::string text = c.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE";
     for (auto const& channel : c.channels)
         (text += ' ') += channel;
-    e->handler = subscription_command{c.id, std::move(text)};
+    e->handler = subscription_command{kind, c.id, std::move(text)};
     session_->session_queue.push_back(std::move(e));
     wake_writer();
 }
@@ -326,23 +330,28 @@ void connection_impl::on_subscription_answer(exec_entry& e, error_code ec) {
     if (answer.is_error())
         set_error_text(
             fmt::format("{} refused {}: {}", cfg_.to_redacted_url(), cmd.text, answer.text));
-    book_.on_answer(cmd.id, answer.is_error(), answer.text);
+    book(cmd.kind).on_answer(cmd.id, answer.is_error(), answer.text);
     deliver_subscriptions();
 }
 
 void connection_impl::deliver_subscriptions() {
-    for (auto const& c : book_.take_commands())
-        send_subscription_command(c);
-    for (auto& f : book_.take_finished()) {
-        auto node = subscription_ops_.extract(f.op);
-        if (node.empty())
-            continue;
-        if (auto* h = std::get_if<connect_handler>(&node.mapped()))
-            deliver(std::move(*h), {}, f.ec);
-        else
-            deliver(std::move(std::get<subscription_handler>(node.mapped())), {}, f.ec,
-                    std::move(f.server_text));
-    }
+    for (auto const kind : {channel_kind::classic, channel_kind::sharded})
+        for (auto const& c : book(kind).take_commands())
+            send_subscription_command(kind, c);
+    for (auto const kind : {channel_kind::classic, channel_kind::sharded})
+        for (auto& f : book(kind).take_finished())
+            deliver_subscription(kind, f);
+}
+
+void connection_impl::deliver_subscription(channel_kind kind, subscription_book::finished& f) {
+    auto node = subscription_ops_.extract(std::pair(kind, f.op));
+    if (node.empty())
+        return;
+    if (auto* h = std::get_if<connect_handler>(&node.mapped()))
+        deliver(std::move(*h), {}, f.ec);
+    else
+        deliver(std::move(std::get<subscription_handler>(node.mapped())), {}, f.ec,
+                std::move(f.server_text));
 }
 
 void connection_impl::drop_handlers_at_shutdown() noexcept {

@@ -27,6 +27,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -66,6 +67,7 @@ inline bool is_cancelled(asio::cancellation_state const& cs) {
 
 // A SUBSCRIBE or UNSUBSCRIBE that the subscription book asked for.
 struct subscription_command {
+    channel_kind kind = channel_kind::classic;
     subscription_book::command_id id = 0;
     std::string text; // "SUBSCRIBE a b", for messages
 };
@@ -143,7 +145,7 @@ public:
     // --- the engine's interface (connection.cpp) ---
     asio::any_io_executor executor() const override { return executor_; }
     config const& settings() const noexcept override { return cfg_; }
-    void start_subscription(bool subscribe, std::vector<std::string> channels,
+    void start_subscription(channel_kind kind, bool subscribe, std::vector<std::string> channels,
                             any_subscription_handler handler) override;
     void add_listener(std::shared_ptr<push_listener> listener) override;
     void remove_listener(push_listener const* listener) override;
@@ -184,8 +186,11 @@ public:
     };
     std::vector<std::shared_ptr<connect_waiter>> connect_waiters_;
     std::shared_ptr<session> session_;
-    subscription_book book_;
-    std::map<subscription_book::op_id, any_subscription_handler> subscription_ops_;
+    // The counted subscriptions, by channel_kind: classic, sharded.
+    std::array<subscription_book, 2> books_;
+    subscription_book& book(channel_kind k) { return books_[static_cast<std::size_t>(k)]; }
+    std::map<std::pair<channel_kind, subscription_book::op_id>, any_subscription_handler>
+        subscription_ops_;
     std::vector<std::shared_ptr<push_listener>> listeners_;
     asio::steady_timer backoff_timer_;
     asio::steady_timer close_timer_; // bounds a flush by config::close_timeout
@@ -284,11 +289,12 @@ public:
     struct cancel_handler;
 
     // --- subscriptions ---
-    void change_subscription(bool subscribe, std::vector<std::string> channels,
+    void change_subscription(channel_kind kind, bool subscribe, std::vector<std::string> channels,
                              any_subscription_handler handler);
-    void send_subscription_command(subscription_book::command const& c);
+    void send_subscription_command(channel_kind kind, subscription_book::command const& c);
     void on_subscription_answer(exec_entry& e, error_code ec);
     void deliver_subscriptions();
+    void deliver_subscription(channel_kind kind, subscription_book::finished& f);
 
     // --- listeners: a listener that throws must not take the connection down ---
     template <class Call>

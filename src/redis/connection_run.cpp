@@ -85,7 +85,8 @@ void connection_impl::end_session(std::shared_ptr<session> const& s, error_code 
     session_.reset();
     // The next handshake subscribes to every counted channel. Until a connection has worked,
     // operations waiting for this session's commands learn that it failed, and count nothing.
-    book_.close_session(ever_connected_ ? error_code() : ec);
+    for (auto& b : books_)
+        b.close_session(ever_connected_ ? error_code() : ec);
     deliver_subscriptions();
     // Requests with a command written whole may have run: they fail, and are never re-sent.
     // The others are back in the user queue (put_back_unwritten) for the next connection.
@@ -96,7 +97,8 @@ void connection_impl::end_session(std::shared_ptr<session> const& s, error_code 
         run_cancel_.reset();
         fail_queued(user_queue_, ec);
         finish_connect_waiters(ec);
-        book_.abandon_waiting(ec);
+        for (auto& b : books_)
+            b.abandon_waiting(ec);
         deliver_subscriptions();
         keep_running = false;
     }

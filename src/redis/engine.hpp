@@ -21,6 +21,10 @@ using connect_handler = boost::asio::any_completion_handler<void(boost::system::
 using exec_handler = boost::asio::any_completion_handler<void(boost::system::error_code, response)>;
 using subscription_handler =
     boost::asio::any_completion_handler<void(boost::system::error_code, std::string)>;
+// Classic pub/sub channels (SUBSCRIBE, PUBLISH reaches them on every node of a Cluster), or
+// sharded ones (SSUBSCRIBE, on the primary of the channel's hash slot; SPUBLISH).
+enum class channel_kind : std::uint8_t { classic = 0, sharded = 1 };
+
 // async_subscribe's handler, or colock's own (engine_change_subscription), which also gets the
 // server's text.
 using any_subscription_handler = std::variant<connect_handler, subscription_handler>;
@@ -36,7 +40,8 @@ public:
 
     virtual void start_connect(connect_handler handler) = 0;
     virtual void start_exec(resp3::request req, exec_handler handler) = 0;
-    virtual void start_subscription(bool subscribe, std::vector<std::string> channels,
+    virtual void start_subscription(channel_kind kind, bool subscribe,
+                                    std::vector<std::string> channels,
                                     any_subscription_handler handler) = 0;
     virtual void add_listener(std::shared_ptr<push_listener> listener) = 0;
     virtual void remove_listener(push_listener const* listener) = 0;

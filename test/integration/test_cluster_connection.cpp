@@ -21,6 +21,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -209,6 +210,59 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             CHECK(failures == 0);
             CHECK(acquired == 12 * 15);
             CHECK(lock_key_free(cluster.node_on(to), lock_key(name)));
+
+            // Wake-ups went by sharded pub/sub: SPUBLISH inside the scripts, SSUBSCRIBE, and
+            // not one PUBLISH, which every node of a cluster would repeat.
+            std::int64_t spublish = 0;
+            std::int64_t ssubscribe = 0;
+            std::int64_t publish = 0;
+            for (auto const port : cluster.primary_ports()) {
+                auto const info = cluster.node_on(port).cli({"INFO", "commandstats"});
+                spublish += command_calls(info, "spublish");
+                ssubscribe += command_calls(info, "ssubscribe");
+                publish += command_calls(info, "publish");
+            }
+            CHECK(spublish > 0);
+            CHECK(ssubscribe > 0);
+            CHECK(publish == 0);
+
+            // A waiter's shard channel follows its slot: the server drops it (sunsubscribe) and
+            // the connection subscribes again on the new owner; the waiter is woken there.
+            std::string const moving = "moving";
+            auto held = co_await a.co_lock(moving, lease(20s));
+            std::optional<lock_guard> woken;
+            auto wait_opt = lease(20s);
+            wait_opt.wait_timeout = 15s;
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    woken.emplace(co_await b.co_lock(moving, wait_opt));
+                },
+                asio::detached);
+            auto const mslot = hash_slot(lock_key(moving));
+            auto const pattern = lock_key(moving) + ":w:*";
+            auto const mfrom = cluster.owner_of(mslot);
+            auto const mto = primaries[0] == mfrom ? primaries[1] : primaries[0];
+            auto subscribed_on = [&](std::uint16_t port) {
+                return !cluster.node_on(port).cli({"PUBSUB", "SHARDCHANNELS", pattern}).empty();
+            };
+            auto start = steady::now();
+            while (!subscribed_on(mfrom) && ms_since(start) < 5000)
+                co_await sleep_for(20ms);
+            REQUIRE(subscribed_on(mfrom));
+            co_await off_thread([&] { cluster.migrate_slot(mslot, mto); });
+            start = steady::now();
+            while (!subscribed_on(mto) && ms_since(start) < 5000)
+                co_await sleep_for(20ms);
+            CHECK(subscribed_on(mto));
+            CHECK_FALSE(woken);
+            co_await held.unlock();
+            start = steady::now();
+            while (!woken && ms_since(start) < 10000)
+                co_await sleep_for(10ms);
+            REQUIRE(woken);
+            CHECK(woken->fence() > held.fence());
+            co_await woken->unlock();
             conn_a.close();
             conn_b.close();
         },
@@ -223,7 +277,22 @@ TEST_CASE("cluster locker: a primary's failover loses the guards held there, and
             redis::connection conn{ctx.get_executor(), cluster_config(cluster)};
             locker locks{conn};
             std::string const name = "failing-over";
-            auto held = co_await locks.co_lock(name, lease(30s));
+            // Every primary has one replica: WAIT 1 is acknowledged, WAIT 2 is not, and the
+            // lock is released again.
+            auto replicated = lease(30s);
+            replicated.wait_replicas = 2;
+            replicated.replicas_timeout = 200ms;
+            try {
+                co_await locks.co_try_lock(name, replicated);
+                FAIL("two replicas acknowledged where there is one");
+            } catch (boost::system::system_error const& e) {
+                CHECK(e.code() == error::replicas_not_acknowledged);
+                CHECK(std::string(e.what()).find("1 of 2 replicas") != std::string::npos);
+            }
+            auto const owner_port = cluster.owner_of(hash_slot(lock_key(name)));
+            CHECK(lock_key_free(cluster.node_on(owner_port), lock_key(name)));
+            replicated.wait_replicas = 1;
+            auto held = co_await locks.co_lock(name, replicated);
             auto const fence = held.fence();
             auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
             auto const replica = cluster.replica_of(owner);

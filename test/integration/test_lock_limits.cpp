@@ -108,6 +108,42 @@ TEST_CASE("every key a lock writes expires: 200 names leave no key without a TTL
     });
 }
 
+TEST_CASE("wait_replicas on a server without replicas: the lock is released again and the call "
+          "fails with replicas_not_acknowledged, waiting or not") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        std::string const name = unique_key("wait-replicas");
+        auto opt = lease(5s);
+        opt.wait_replicas = 1;
+        opt.replicas_timeout = 100ms;
+        for (bool const wait : {false, true}) {
+            auto const start = steady::now();
+            try {
+                if (wait)
+                    co_await locks.co_lock(name, opt);
+                else
+                    co_await locks.co_try_lock(name, opt);
+                FAIL("the lock was taken without a replica to acknowledge it");
+            } catch (system_error const& e) {
+                CHECK(e.code() == error::replicas_not_acknowledged);
+                CHECK(std::string(e.what()).find("0 of 1 replicas acknowledged the lock within "
+                                                 "100 ms") != std::string::npos);
+            }
+            // It waited for WAIT's timeout once, and did not try again.
+            CHECK(ms_since(start) >= 90);
+            CHECK(ms_since(start) < 3000);
+            // Released: free (with its fence kept), and taken at once without the option.
+            auto const after = co_await read_lock(probe, name);
+            CHECK(after.kind == 'F');
+        }
+        auto g = co_await locks.co_lock(name, lease(5s));
+        CHECK(g.owns_lock());
+        co_await g.unlock();
+    });
+}
+
 TEST_CASE("the free key keeps the last fence for the rest of the lease, and fences keep "
           "increasing after it lapsed") {
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {

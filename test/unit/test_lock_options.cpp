@@ -53,6 +53,15 @@ TEST_CASE("bad options are refused with a message naming the field") {
     CHECK(refusal("n", opt).find("lock_options.renew_interval") != std::string::npos);
 
     opt = {};
+    opt.wait_replicas = 1;
+    opt.replicas_timeout = 0ms;
+    CHECK(refusal("n", opt).find("lock_options.replicas_timeout") != std::string::npos);
+    opt.replicas_timeout = -1ms;
+    CHECK(refusal("n", opt).find("lock_options.replicas_timeout") != std::string::npos);
+    opt.wait_replicas = 0; // the timeout matters only when replicas are awaited
+    CHECK_NOTHROW(validate("n", opt));
+
+    opt = {};
     opt.ttl = 2ms; // ttl / 3 rounds to 0: nothing could renew it
     CHECK(refusal("n", opt).find("too short to renew") != std::string::npos);
     opt.auto_renew = false;
