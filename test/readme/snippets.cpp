@@ -199,8 +199,25 @@ void sentinel_configs() {
           "the sentinel URL and the fields say the same");
 }
 
+void cluster_configs() {
+    //[readme_cluster
+    // Any nodes of the cluster; the connection finds the rest (CLUSTER SLOTS).
+    auto const from_url = colock::redis::config::from_url(
+        "redis-cluster://app:data-secret@10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000");
+
+    colock::redis::config by_fields; // the same, field by field
+    by_fields.cluster.seeds = {{"10.0.0.1", 7000}, {"10.0.0.2", 7000}, {"10.0.0.3", 7000}};
+    by_fields.username = "app";
+    by_fields.password = "data-secret";
+    //]
+    check(from_url.cluster.seeds == by_fields.cluster.seeds &&
+              from_url.username == by_fields.username && from_url.password == by_fields.password,
+          "the cluster URL and the fields say the same");
+}
+
 asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     sentinel_configs();
+    cluster_configs();
     colock::redis::connection conn{co_await asio::this_coro::executor, cfg};
     colock::locker locker{conn};
     auto const metrics = watch(locker);

@@ -1,4 +1,5 @@
-// One multiplexed, automatically pipelined connection to one Redis server.
+// One multiplexed, automatically pipelined connection to a Redis deployment: one server, a
+// primary found through Sentinel, or a Cluster.
 #pragma once
 
 #include <colock/redis/config.hpp>
@@ -74,13 +75,17 @@ shared_engine const& engine_of(connection const& conn) noexcept;
 void engine_exec(
     shared_engine const& engine, resp3::request req,
     boost::asio::any_completion_handler<void(boost::system::error_code, response)> handler);
+// Whether colock's own channels are sharded on this engine (a Cluster): they are subscribed with
+// SSUBSCRIBE (engine_change_subscription does so) and published to with SPUBLISH, and their
+// messages arrive as "smessage" pushes.
+bool engine_shards_channels(shared_engine const& engine) noexcept;
 // Counted subscriptions (connection::async_subscribe / async_unsubscribe) for colock's own
-// layers. Completes once the server has answered: an empty code when it confirmed, or at once
-// while disconnected after a connection has worked (the next handshake subscribes to every
-// counted channel). A refusal completes with error::server_error and the server's text
-// (NOPERM ...); a refused subscribe counts nothing, so nobody believes it is subscribed.
-// error::closed after close(), or, until a connection has worked, the connect error of the
-// attempt it waited for (nothing counted either). Never cancellable: the counts and the server
+// layers, of sharded channels when engine_shards_channels. Completes once the server has answered:
+// an empty code when it confirmed, or at once while disconnected after a connection has worked (the
+// next handshake subscribes to every counted channel). A refusal completes with error::server_error
+// and the server's text (NOPERM ...); a refused subscribe counts nothing, so nobody believes it is
+// subscribed. error::closed after close(), or, until a connection has worked, the connect error of
+// the attempt it waited for (nothing counted either). Never cancellable: the counts and the server
 // must agree.
 void engine_change_subscription(
     shared_engine const& engine, bool subscribe, std::vector<std::string> channels,
@@ -150,6 +155,20 @@ public:
 /// made again to the new one, which is another server instance (on_server_change). A config
 /// with sentinels but no master name, or with a unix socket too, is refused at construction.
 ///
+/// With Redis Cluster (`config::cluster`), the connection reads the slot map (CLUSTER SLOTS) from
+/// the primaries it knows, then the seeds, and keeps one such connection per primary. Each
+/// request goes to the primary of its keys' hash slot (a request without keys to any primary);
+/// MOVED and ASK are followed, and TRYAGAIN and CLUSTERDOWN waited out, for at most
+/// max(connect_timeout, 1 s). Only the commands redirected are sent again (with a SCRIPT LOAD or
+/// WAIT of the same request); a transaction is never split or sent again. A request whose keys
+/// hash to more than one slot completes with error::cross_slot, nothing written. While
+/// connected the map is read again when a primary is down and every fifth health-check interval;
+/// a primary that serves no slot any more (failed over) counts as a server change. Subscriptions
+/// of async_subscribe go to the primary of each channel's slot and move when it goes.
+/// is_connected() is true while the map is known and every primary is up; server_run_id() lists
+/// the primaries' run_ids, comma-separated. A config with seeds and sentinels, a unix socket, or
+/// a database other than 0 is refused at construction.
+///
 /// @par Errors
 /// A failure to connect completes async_connect, and every request that was waiting for that first
 /// connection, with the cause's code, free of Boost source locations; last_error_text() then reads
@@ -188,8 +207,9 @@ public:
     /// `void(boost::system::error_code)`: the network's code (connection_refused, host_not_found,
     /// ...), error::connect_timeout (config::connect_timeout passed), error::handshake_failed (the
     /// server refused HELLO or SELECT), error::no_primary_address or error::not_primary (through
-    /// Sentinel: no sentinel named the primary, or the server named is not one), or
-    /// error::closed (close() meanwhile). The code carries no
+    /// Sentinel: no sentinel named the primary, or the server named is not one),
+    /// error::no_slot_map (Cluster: no node gave the slot map), or error::closed (close()
+    /// meanwhile). The code carries no
     /// source location; last_error_text() holds the whole story, "connecting to 127.0.0.1:6390
     /// (HELLO): WRONGPASS ...". Use co_connect to have it thrown as a connect_error.
     ///
@@ -229,8 +249,9 @@ public:
     /// code is error::server_error when any answer is an error reply (the response still holds
     /// every answer), error::connection_lost when the connection dropped after the request was
     /// written, error::closed when close() could not send it (see close()),
-    /// error::unsupported_command as above, or async_connect's code when the connection this
-    /// request started could not be established.
+    /// error::unsupported_command as above, error::cross_slot (Cluster: keys in more than one
+    /// slot; nothing written, the response names two of them), or async_connect's code when the
+    /// connection this request started could not be established.
     ///
     /// @par Per-operation cancellation
     /// terminal, partial: a request not yet written is removed from the queue; one already
