@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/with-redis.sh [--sentinel] <command> [args...]
+# Usage: scripts/with-redis.sh [--sentinel | --cluster] <command> [args...]
 #
 # Starts a throwaway redis-server on a free port of 127.0.0.1 (no persistence, data in a
 # temporary directory), runs the command with COLOCK_REDIS_URL=redis://127.0.0.1:PORT in its
@@ -8,15 +8,20 @@
 # --sentinel: a Redis Sentinel deployment instead: a primary, a replica and three sentinels
 # (quorum 2, down-after 1 s) monitoring them as "mymaster", ready for a failover when the command
 # starts; COLOCK_REDIS_URL=redis-sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster.
+#
+# --cluster: a Redis Cluster instead: three primaries and a replica of each (node timeout 1 s),
+# every slot assigned, every replica in sync, ready for a failover when the command starts;
+# COLOCK_REDIS_URL=redis-cluster://127.0.0.1:P1,...,127.0.0.1:P6 (every node as a seed).
 set -euo pipefail
 
 sentinel=0
-if [ "${1:-}" = "--sentinel" ]; then
-    sentinel=1
-    shift
-fi
+cluster=0
+case "${1:-}" in
+--sentinel) sentinel=1 && shift ;;
+--cluster) cluster=1 && shift ;;
+esac
 if [ "$#" -eq 0 ]; then
-    echo "usage: $0 [--sentinel] <command> [args...]" >&2
+    echo "usage: $0 [--sentinel | --cluster] <command> [args...]" >&2
     exit 2
 fi
 
@@ -63,7 +68,9 @@ trap 'exit 143' TERM
 
 # A port below the kernel's ephemeral range, so no outgoing connection can be using it (or
 # take it while the server is down), and not listening now. The server's own bind and the
-# process_id check below settle any race with another process.
+# process_id check below settle any race with another process. A cluster node listens on
+# port + 10000 too (its cluster bus): with bus_offset=10000 that one is checked as well.
+bus_offset=0
 port_in_use() {
     local hex
     hex=$(printf ':%04X ' "$1")
@@ -72,14 +79,14 @@ port_in_use() {
 pick_port() {
     local low=32768 _high p
     if read -r low _high < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null; then :; fi
-    [ "$low" -gt 12000 ] || low=61000 # unusual range: use the top instead
+    [ "$low" -gt $((12000 + bus_offset)) ] || low=61000 # unusual range: use the top instead
     for _ in $(seq 100); do
         if [ "$low" -eq 61000 ]; then
-            p=$((61000 + RANDOM % 4000))
+            p=$((61000 - bus_offset + RANDOM % 4000))
         else
-            p=$((10000 + RANDOM % (low - 10000)))
+            p=$((10000 + RANDOM % (low - bus_offset - 10000)))
         fi
-        if ! port_in_use "$p"; then
+        if ! port_in_use "$p" && ! port_in_use $((p + bus_offset)); then
             echo "$p"
             return 0
         fi
@@ -107,13 +114,14 @@ wait_ready() {
 
 # start NAME READY-TEXT PROGRAM ARGS...: starts a server on a free port (PROGRAM ARGS... --port P
 # ...) whose log is $tmpdir/NAME.log, and waits until its log shows READY-TEXT and it answers
-# with its own process id. Sets started_port and started_pid.
+# with its own process id. Sets started_port and started_pid. Its working directory is $tmpdir,
+# or $server_dir when set (`server_dir=... start ...`).
 start() {
     local name=$1 ready_text=$2 candidate status attempt
     shift 2
     for attempt in 1 2 3 4 5 6 7 8; do
         candidate=$(pick_port) || { echo "with-redis: no free port found" >&2; exit 1; }
-        "$@" --port "$candidate" --bind 127.0.0.1 --dir "$tmpdir" --daemonize no \
+        "$@" --port "$candidate" --bind 127.0.0.1 --dir "${server_dir:-$tmpdir}" --daemonize no \
             --logfile "$tmpdir/$name.log" --protected-mode yes >"$tmpdir/$name.out" 2>&1 &
         started_pid=$!
         server_pids+=("$started_pid")
@@ -153,7 +161,54 @@ until_true() {
 }
 
 server_args=(--save "" --appendonly no)
-if [ "$sentinel" -eq 0 ]; then
+if [ "$cluster" -eq 1 ]; then
+    # A replica syncs at once rather than after the default 5 s diskless delay. Each node has a
+    # directory of its own: its nodes.conf, and the RDB file a replica loads on a full sync.
+    server_args+=(--repl-diskless-sync-delay 0 --cluster-enabled yes
+        --cluster-config-file nodes.conf --cluster-node-timeout 1000)
+    bus_offset=10000
+    node_ports=()
+    for i in 1 2 3 4 5 6; do
+        mkdir "$tmpdir/node$i"
+        server_dir="$tmpdir/node$i" start "node$i" "Ready to accept connections" \
+            "$redis_server" "${server_args[@]}"
+        node_ports+=("$started_port")
+    done
+    # The first three become the primaries, the others a replica each.
+    nodes=()
+    for p in "${node_ports[@]}"; do
+        nodes+=("127.0.0.1:$p")
+    done
+    if ! "$redis_cli" --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
+        >"$tmpdir/create.out" 2>&1; then
+        echo "with-redis: redis-cli --cluster create failed:" >&2
+        cat "$tmpdir/create.out" >&2
+        exit 1
+    fi
+    # Every node knows all six, sees every slot served, and every replica is in sync (a
+    # CLUSTER FAILOVER needs its link to the primary).
+    # shellcheck disable=SC2317 # called through until_true
+    cluster_ready() {
+        local p info
+        for p in "${node_ports[@]}"; do
+            info=$("$redis_cli" -h 127.0.0.1 -p "$p" CLUSTER INFO 2>/dev/null | tr -d '\r') ||
+                return 1
+            printf '%s\n' "$info" | grep -qx 'cluster_state:ok' || return 1
+            printf '%s\n' "$info" | grep -qx 'cluster_slots_assigned:16384' || return 1
+            printf '%s\n' "$info" | grep -qx 'cluster_slots_ok:16384' || return 1
+            printf '%s\n' "$info" | grep -qx 'cluster_known_nodes:6' || return 1
+            info=$("$redis_cli" -h 127.0.0.1 -p "$p" INFO replication 2>/dev/null | tr -d '\r') ||
+                return 1
+            if printf '%s\n' "$info" | grep -qx 'role:slave'; then
+                printf '%s\n' "$info" | grep -qx 'master_link_status:up' || return 1
+            fi
+        done
+    }
+    until_true 30 "the cluster did not form" cluster_ready
+    COLOCK_REDIS_URL="redis-cluster://$(IFS=,; echo "${nodes[*]}")"
+    export COLOCK_REDIS_URL
+    echo "with-redis: cluster at $COLOCK_REDIS_URL" >&2
+elif [ "$sentinel" -eq 0 ]; then
     start redis "Ready to accept connections" "$redis_server" "${server_args[@]}"
     port=$started_port
     export COLOCK_REDIS_URL="redis://127.0.0.1:$port"
