@@ -103,5 +103,7 @@ result killed_in_cohort();
 result killed_at_queue_head();
 // scenarios_sentinel.cpp: contention through Redis Sentinel across failovers.
 result sentinel_failovers();
+// scenarios_cluster.cpp: contention through Redis Cluster across slot migrations and failovers.
+result cluster_migrations();
 
 } // namespace colock::reliability
