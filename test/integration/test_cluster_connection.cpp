@@ -304,7 +304,59 @@ TEST_CASE("cluster locker: a primary's failover loses the guards held there, and
                 co_await sleep_for(20ms);
             CHECK(held.lost());
             CHECK(conn.server_change_count() > changes);
-            auto again = co_await locks.co_lock(name, lease(10s));
+            // The lease did reach the replica (WAIT 1): it keeps the name until its guard goes,
+            // whose release then reaches the new primary.
+            { auto const gone = std::move(held); }
+            auto opt = lease(10s);
+            opt.wait_timeout = 10s;
+            auto again = co_await locks.co_lock(name, opt);
+            CHECK(again.fence() > fence);
+            CHECK_FALSE(lock_key_free(cluster.node_on(replica), lock_key(name)));
+            co_await again.unlock();
+            conn.close();
+        },
+        90s);
+}
+
+TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica takes over, and "
+          "the lock is taken again there with a higher fence; the other primaries' locks work "
+          "throughout") {
+    cluster_set cluster;
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn{ctx.get_executor(), cluster_config(cluster)};
+            locker locks{conn};
+            std::string const name = "killed-primary";
+            auto held = co_await locks.co_lock(name, lease(30s));
+            auto const fence = held.fence();
+            auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
+            auto const replica = cluster.replica_of(owner);
+            // A name on another primary, to lock while the owner is down.
+            std::string other;
+            for (int i = 0; other.empty(); ++i) {
+                auto candidate = fmt::format("elsewhere-{}", i);
+                if (cluster.owner_of(hash_slot(lock_key(candidate))) != owner)
+                    other = candidate;
+            }
+            cluster.node_on(owner).kill();
+            {
+                auto g = co_await locks.co_lock(other, lease(5s));
+                CHECK(g.owns_lock());
+                co_await g.unlock();
+            }
+            // The replica is promoted after the node timeout (1 s) and an election; the
+            // connection finds the slot there and reports the guard lost.
+            auto const start = steady::now();
+            while (!held.lost() && ms_since(start) < 20000)
+                co_await sleep_for(20ms);
+            CHECK(held.lost());
+            MESSAGE("guard lost " << ms_since(start) << " ms after the kill");
+            CHECK(cluster.node_on(replica).cli({"ROLE"}).starts_with("master"));
+            // The lease may have reached the replica: it keeps the name until its guard goes.
+            { auto const gone = std::move(held); }
+            auto opt = lease(10s);
+            opt.wait_timeout = 10s;
+            auto again = co_await locks.co_lock(name, opt);
             CHECK(again.fence() > fence);
             CHECK_FALSE(lock_key_free(cluster.node_on(replica), lock_key(name)));
             co_await again.unlock();

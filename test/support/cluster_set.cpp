@@ -137,15 +137,22 @@ std::vector<std::uint16_t> cluster_set::primary_ports(std::size_t asked) {
 }
 
 std::uint16_t cluster_set::replica_of(std::uint16_t primary_port) {
-    auto const nodes = cluster_nodes(node_on(primary_port));
-    std::string primary_id;
-    for (auto const& nl : nodes)
-        if (nl.port == primary_port)
-            primary_id = nl.id;
-    for (auto const& nl : nodes)
-        if (!nl.primary && nl.primary_id == primary_id && !nl.failed)
-            return nl.port;
-    fail("the primary on port " + std::to_string(primary_port) + " has no replica");
+    // The primary hears of a new replica by gossip, a moment after the replica follows it.
+    std::uint16_t found = 0;
+    poll_until(10s, [&] {
+        auto const nodes = cluster_nodes(node_on(primary_port));
+        std::string primary_id;
+        for (auto const& nl : nodes)
+            if (nl.port == primary_port)
+                primary_id = nl.id;
+        for (auto const& nl : nodes)
+            if (!nl.primary && nl.primary_id == primary_id && !nl.failed)
+                found = nl.port;
+        return found != 0;
+    });
+    if (found == 0)
+        fail("the primary on port " + std::to_string(primary_port) + " has no replica");
+    return found;
 }
 
 void cluster_set::wait_ok(std::chrono::milliseconds within) {

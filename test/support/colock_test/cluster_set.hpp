@@ -41,7 +41,8 @@ public:
     std::uint16_t owner_of(std::uint16_t slot, std::size_t asked = 0);
     /// The ports of the primaries, as node `asked` sees them.
     std::vector<std::uint16_t> primary_ports(std::size_t asked = 0);
-    /// A replica of the primary on `primary_port` (CLUSTER REPLICAS).
+    /// A replica of the primary on `primary_port`, as the primary sees it (CLUSTER NODES);
+    /// waits up to 10 s for the primary to hear of one.
     std::uint16_t replica_of(std::uint16_t primary_port);
 
     /// Moves `slot` with its keys to the primary on `to_port`, as `redis-cli --cluster
@@ -51,7 +52,9 @@ public:
     /// CLUSTER FAILOVER on the replica on `replica_port`; waits until it is a primary.
     void failover(std::uint16_t replica_port, std::chrono::milliseconds within);
     /// Waits until every running node says cluster_state:ok and serves every slot, and all
-    /// agree on the slot owners.
+    /// agree on the slot owners. Right after a primary is killed this returns at once: the
+    /// others go on counting it the owner of its slots until the node timeout and the
+    /// election; wait for its replica's ROLE to say master first.
     void wait_ok(std::chrono::milliseconds within);
 
     std::string logs() const;
