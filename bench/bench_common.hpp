@@ -1,11 +1,13 @@
 // What the benchmarks share: command-line parsing, running redis-benchmark, INFO parsing, the
-// state of a timed run, running a scenario on the io_context, and picking the server.
+// state of a timed run, running a scenario on the io_context, and picking the server (one, or a
+// throwaway Redis Cluster next to it, with INFO summed over its primaries).
 #pragma once
 
 #include <colock/redis/config.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock/resp3/request.hpp>
 #include <colock/resp3/value.hpp>
+#include <colock_test/cluster_set.hpp>
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -13,6 +15,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <fmt/format.h>
@@ -60,10 +63,12 @@ struct usage_error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-/// The options every benchmark takes: --url, --json, --help.
+/// The options every benchmark takes: --url, --cluster, --cluster-replicas, --json, --help.
 struct common_options {
     std::optional<redis::config> server; // from --url
     std::string url;                     // --url as given, for child processes
+    bool cluster = false;                // also against a throwaway Redis Cluster
+    int cluster_replicas = 1;            // replicas per primary of that cluster
     bool json = false;
     bool help = false;
 };
@@ -98,6 +103,9 @@ inline redis::config parse_url(std::string_view url) {
     if (cfg.use_tls)
         throw usage_error("--url: rediss:// is not supported (redis-benchmark runs "
                           "without TLS here, so the comparison would be unfair)");
+    if (cfg.uses_cluster() || cfg.uses_sentinel())
+        throw usage_error("--url: give one server (redis:// or unix://); --cluster starts a "
+                          "throwaway Redis Cluster");
     return cfg;
 }
 
@@ -134,7 +142,8 @@ private:
     std::optional<std::string_view> inline_value_;
 };
 
-/// Parses argv into `opts`: --url, --json and --help here, every other option by
+/// Parses argv into `opts`: --url, --cluster, --cluster-replicas, --json and --help here, every
+/// other option by
 /// `handle(opts, arg)`, which returns false for an option it does not know.
 template <class Options, class Handler>
 void parse_args(int argc, char** argv, Options& opts, Handler handle) {
@@ -144,6 +153,11 @@ void parse_args(int argc, char** argv, Options& opts, Handler handle) {
         if (arg.name() == "--url") {
             common.url = arg.value();
             common.server = parse_url(common.url);
+        } else if (arg.name() == "--cluster") {
+            arg.no_value();
+            common.cluster = true;
+        } else if (arg.name() == "--cluster-replicas") {
+            common.cluster_replicas = parse_whole(arg.name(), arg.value(), 0, 2);
         } else if (arg.name() == "--json") {
             arg.no_value();
             common.json = true;
@@ -388,6 +402,74 @@ inline std::uint64_t calls_of(command_calls const& stats, std::string_view comma
     return it == stats.end() ? 0 : it->second;
 }
 
+/// Commands that INFO commandstats counts but the connection under test did not send: our own
+/// INFO, and a cluster's replicas acknowledging replication to their primary (REPLCONF ACK).
+inline bool is_not_from_client(std::string_view command) {
+    return command == "info" || command == "replconf";
+}
+
+/// used_cpu_sys + used_cpu_user of INFO cpu: the server's CPU seconds so far.
+inline double parse_cpu_seconds(std::string_view info) {
+    auto const field = [&](std::string_view name) {
+        auto const at = info.find(fmt::format("\n{}:", name));
+        if (at == std::string_view::npos)
+            throw std::runtime_error(fmt::format("INFO cpu has no field {}", name));
+        auto const number = info.substr(at + name.size() + 2);
+        double v = 0;
+        std::from_chars(number.data(), number.data() + number.size(), v);
+        return v;
+    };
+    return field("used_cpu_sys") + field("used_cpu_user");
+}
+
+/// Plain connections to the nodes whose INFO a scenario reads (one server, or every primary of
+/// a cluster), summing what they report. They stay open for the whole scenario, so that their
+/// own handshakes fall outside the deltas, and send no health-check PINGs: the only commands
+/// they add are INFO, which every count leaves out. The connection under test sends none.
+class node_stats {
+public:
+    static asio::awaitable<node_stats> open(std::vector<redis::config> nodes) {
+        node_stats s;
+        for (auto& cfg : nodes) {
+            cfg.health_check_interval = std::chrono::milliseconds{0};
+            cfg.client_name = "colock-bench-stats";
+            auto conn = std::make_shared<redis::connection>(co_await asio::this_coro::executor,
+                                                            std::move(cfg));
+            co_await conn->co_connect();
+            s.conns_.push_back(std::move(conn));
+        }
+        co_return s;
+    }
+
+    std::size_t size() const noexcept { return conns_.size(); }
+
+    /// INFO commandstats, each command's calls summed over the nodes.
+    asio::awaitable<command_calls> commandstats() {
+        command_calls sum;
+        for (auto const& conn : conns_)
+            for (auto const& [command, calls] :
+                 parse_commandstats(co_await info_section(*conn, "commandstats")))
+                sum[command] += calls;
+        co_return sum;
+    }
+
+    /// The CPU seconds the nodes' main processes used so far, summed.
+    asio::awaitable<double> cpu_seconds() {
+        double sum = 0;
+        for (auto const& conn : conns_)
+            sum += parse_cpu_seconds(co_await info_section(*conn, "cpu"));
+        co_return sum;
+    }
+
+    void close() {
+        for (auto const& conn : conns_)
+            conn->close();
+    }
+
+private:
+    std::vector<std::shared_ptr<redis::connection>> conns_;
+};
+
 // -------------------------------------------------------------------- running a scenario
 
 /// What the coroutines of a timed scenario share.
@@ -490,6 +572,47 @@ inline redis::config pick_server(common_options const& opts,
 inline std::string server_url(common_options const& opts,
                               std::optional<colock::test::redis_server> const& own) {
     return own ? own->url() : opts.url;
+}
+
+/// Where a scenario runs: the one server, or a Redis Cluster; and the nodes whose INFO counts.
+struct deployment {
+    std::string name;                 // "single" or "cluster", as the JSON's "deployment"
+    redis::config cfg;                // the connection under test
+    std::vector<redis::config> nodes; // the server itself, or every primary of the cluster
+    std::uint16_t seed_port = 0;      // cluster: a primary, for redis-benchmark --cluster
+};
+
+inline deployment single_deployment(redis::config const& cfg) {
+    return {"single", cfg, {cfg}, 0};
+}
+
+/// The cluster as a colock connection sees it (its URL, every node a seed), with its primaries
+/// as they stand now: INFO is read from them, and the cluster must not fail over meanwhile.
+inline deployment cluster_deployment(colock::test::cluster_set& cluster) {
+    deployment d{"cluster", redis::config::from_url(cluster.url()), {}, 0};
+    for (auto const port : cluster.primary_ports())
+        d.nodes.push_back(cluster.node_on(port).config());
+    if (d.nodes.empty())
+        throw std::runtime_error("the cluster has no primary serving slots");
+    d.seed_port = d.nodes.front().port;
+    return d;
+}
+
+/// The throwaway cluster of --cluster: 3 primaries with --cluster-replicas replicas each. The
+/// node timeout is Redis's default rather than the tests' 1 s: a primary that a loaded 2-core
+/// machine starves for a second must not be failed over in the middle of a measurement.
+inline colock::test::cluster_set_options bench_cluster_options(common_options const& opts) {
+    colock::test::cluster_set_options o;
+    o.primaries = 3;
+    o.replicas_per_primary = opts.cluster_replicas;
+    o.node_timeout_ms = 15000;
+    return o;
+}
+
+/// "3 primaries, 1 replica each", for the header line.
+inline std::string cluster_shape(deployment const& d, common_options const& opts) {
+    return fmt::format("{} primaries, {} replica{} each", d.nodes.size(), opts.cluster_replicas,
+                       opts.cluster_replicas == 1 ? "" : "s");
 }
 
 } // namespace colock::bench

@@ -1,18 +1,26 @@
 // Throughput of ONE shared, automatically pipelined colock::redis::connection, side by side with
-// what redis-benchmark gets from the same server in the same run.
+// what redis-benchmark gets from the same server in the same run; with --cluster, also against a
+// throwaway Redis Cluster (3 primaries, a replica each by default) in the same run, where the one
+// connection routes by hash slot over one socket per primary.
 //
 // Scenario N: N coroutines each loop `SET key:i v` / `GET key:i` on one connection for a fixed
-// time. The limit is `redis-benchmark -c 1 -P N`: one client keeping N commands in flight, the
-// best any single connection with N outstanding requests can do on this machine. INFO
-// commandstats deltas show that the connection sends exactly one Redis command per operation.
+// time; the keys have no hash tag, so on the cluster they spread over the slots, hence over the
+// primaries. The limit is `redis-benchmark -c 1 -P N`: one client keeping N commands in flight,
+// the best any single connection with N outstanding requests can do on this machine. On the
+// cluster it is `redis-benchmark --cluster -c C -P ceil(N/C)` with C = min(N, primaries): one
+// client per primary, about N commands in flight in all. (`--cluster -c 1` would put every
+// command on one primary.) INFO commandstats deltas, summed over the primaries on the cluster,
+// show that the connection sends exactly one Redis command per operation.
 //
-// Usage: redis_pipeline [--clients 1,16,64,256] [--seconds 3] [--url redis://...] [--json]
+// Usage: redis_pipeline [--clients 1,16,64,256] [--seconds 3] [--url redis://...] [--cluster]
+//                       [--cluster-replicas 1] [--json]
 #include "bench_common.hpp"
 
 #include <colock/redis/config.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock/resp3/request.hpp>
 #include <colock/resp3/value.hpp>
+#include <colock_test/cluster_set.hpp>
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -47,6 +55,7 @@ namespace redis = colock::redis;
 namespace resp3 = colock::resp3;
 namespace bench = colock::bench;
 using bench::calls_of;
+using bench::deployment;
 using bench::run_state;
 using steady = std::chrono::steady_clock;
 
@@ -56,17 +65,30 @@ constexpr auto drain_limit = std::chrono::seconds{10};
 constexpr std::size_t max_clients = 10000;
 
 constexpr std::string_view usage_text =
-    R"(usage: redis_pipeline [--clients N[,N...]] [--seconds S] [--url redis://...] [--json]
+    R"(usage: redis_pipeline [--clients N[,N...]] [--seconds S] [--url redis://...] [--cluster]
+                      [--cluster-replicas R] [--json]
 
   --clients LIST   coroutines sharing the one connection, one scenario per entry
                    (default 1,16,64,256)
-  --seconds S      measuring time per scenario, after a 0.5 s warm-up (default 3)
-  --url URL        use this Redis server; default: start a throwaway redis-server
-  --json           print one JSON object per scenario and line instead of a table
+  --seconds S      measuring time per scenario and deployment, after a 0.5 s warm-up
+                   (default 3)
+  --url URL        use this Redis server (redis:// or unix://); default: start a throwaway
+                   redis-server
+  --cluster        also start a throwaway Redis Cluster (3 primaries, a replica each unless
+                   --cluster-replicas, on loopback) and run every scenario against it too,
+                   right after the single server's: one row per deployment, with the ratio
+                   cluster/single
+  --cluster-replicas R
+                   replicas per primary of that cluster, 0 to 2 (default 1)
+  --json           print one JSON object per scenario, deployment and line instead of a table
+                   ("deployment": "single" or "cluster")
 
 The limit column is `redis-benchmark -c 1 -P N -t set,get` against the same server (found on
-PATH, or COLOCK_REDIS_BENCHMARK). Keys written: colock:bench:<pid>:key:<i> (deleted afterwards)
-and redis-benchmark's own key:__rand_int__.
+PATH, or COLOCK_REDIS_BENCHMARK); on the cluster `redis-benchmark --cluster -c C -P ceil(N/C)`
+with C = min(N, primaries), one client per primary and about N commands in flight in all.
+Commands per operation are INFO commandstats deltas, summed over the primaries on the cluster.
+Keys written: colock:bench:<pid>:key:<i> (deleted afterwards) and redis-benchmark's own
+key:__rand_int__ (key{<tag>}:__rand_int__ on the cluster).
 )";
 
 struct options : bench::common_options {
@@ -96,10 +118,12 @@ bool parse_option(options& opts, bench::option_arg& arg) {
     return true;
 }
 
-/// requests per second of SET and GET as redis-benchmark measured them.
+/// requests per second of SET and GET as redis-benchmark measured them, with its -c and -P.
 struct server_limit {
     double set_rps = 0;
     double get_rps = 0;
+    std::size_t clients = 1;
+    std::size_t pipeline = 1;
     double mean() const { return (set_rps + get_rps) / 2; }
 };
 
@@ -117,25 +141,43 @@ server_limit parse_benchmark_rows(std::vector<bench::benchmark_row> const& rows)
     return {*set_rps, *get_rps};
 }
 
-server_limit run_redis_benchmark(std::string const& program, redis::config const& cfg,
-                                 std::size_t pipeline, std::uint64_t requests) {
-    auto args = bench::redis_benchmark_args(program, cfg, pipeline, requests);
-    args.emplace_back("-t");
-    args.emplace_back("set,get");
-    return bench::run_redis_benchmark(std::move(args), fmt::format("-P {}", pipeline),
-                                      parse_benchmark_rows);
+bool is_cluster(deployment const& d) {
+    return d.cfg.uses_cluster();
 }
 
-/// redis-benchmark's rate for `-c 1 -P pipeline`, with -n chosen from a short calibration run
-/// so the measured run (SET, then GET) takes about `seconds`.
-server_limit measure_server_limit(std::string const& program, redis::config const& cfg,
-                                  std::size_t pipeline, double seconds) {
-    std::uint64_t const calibration_requests = std::max<std::uint64_t>(20000, 1000 * pipeline);
-    auto const estimate = run_redis_benchmark(program, cfg, pipeline, calibration_requests);
+// The single server, or with --cluster a seed primary of the cluster.
+server_limit run_redis_benchmark(std::string const& program, deployment const& d,
+                                 std::size_t clients, std::size_t pipeline,
+                                 std::uint64_t requests) {
+    auto args = bench::redis_benchmark_args(program, d.nodes.front(), pipeline, requests, clients);
+    if (is_cluster(d))
+        args.emplace_back("--cluster");
+    args.emplace_back("-t");
+    args.emplace_back("set,get");
+    auto r = bench::run_redis_benchmark(
+        std::move(args),
+        fmt::format("{}-c {} -P {}", is_cluster(d) ? "--cluster " : "", clients, pipeline),
+        parse_benchmark_rows);
+    r.clients = clients;
+    r.pipeline = pipeline;
+    return r;
+}
+
+/// redis-benchmark's rate with `in_flight` commands in flight: `-c 1 -P in_flight` on one
+/// server; on a cluster one client per primary (at most `in_flight` clients) that share them.
+/// -n is chosen from a short calibration run so the measured run (SET, then GET) takes about
+/// `seconds`.
+server_limit measure_server_limit(std::string const& program, deployment const& d,
+                                  std::size_t in_flight, double seconds) {
+    std::size_t const clients = is_cluster(d) ? std::min(in_flight, d.nodes.size()) : 1;
+    std::size_t const pipeline = (in_flight + clients - 1) / clients;
+    std::uint64_t const batch = clients * pipeline;
+    std::uint64_t const calibration_requests = std::max<std::uint64_t>(20000, 1000 * batch);
+    auto const estimate = run_redis_benchmark(program, d, clients, pipeline, calibration_requests);
     auto requests = static_cast<std::uint64_t>(estimate.mean() * seconds / 2);
     requests = std::max(requests, calibration_requests);
-    requests += pipeline - requests % pipeline; // whole pipelines only
-    return run_redis_benchmark(program, cfg, pipeline, requests);
+    requests += batch - requests % batch; // whole pipelines only
+    return run_redis_benchmark(program, d, clients, pipeline, requests);
 }
 
 asio::awaitable<void> pipeline_worker(std::shared_ptr<redis::connection> conn,
@@ -183,19 +225,21 @@ struct pipeline_measurement {
     std::uint64_t measured_ops = 0;
     double measured_seconds = 0;
     std::uint64_t total_ops = 0;
-    std::uint64_t set_get_calls = 0; // SET and GET calls the server counted meanwhile
-    std::uint64_t other_calls = 0;   // any other command, except our own INFO
+    std::uint64_t set_get_calls = 0; // SET and GET calls the server(s) counted meanwhile
+    std::uint64_t other_calls = 0;   // any other command, except our INFO and replicas' REPLCONF
     std::uint64_t reconnects = 0;
 };
 
-asio::awaitable<pipeline_measurement> measure_pipeline(redis::config cfg, std::size_t clients,
+asio::awaitable<pipeline_measurement> measure_pipeline(deployment d, std::size_t clients,
                                                        std::chrono::nanoseconds window) {
     auto const ex = co_await asio::this_coro::executor;
-    auto conn = std::make_shared<redis::connection>(ex, cfg);
-    co_await conn->async_connect(asio::use_awaitable);
-    // The handshake (HELLO, CLIENT SETNAME) is done: from here on the server should see only
-    // SET and GET, plus this INFO and health-check PINGs.
-    auto const before = co_await bench::read_commandstats(*conn);
+    auto conn = std::make_shared<redis::connection>(ex, d.cfg);
+    co_await conn->co_connect();
+    // The handshake (HELLO, CLIENT SETNAME; on a cluster CLUSTER SLOTS too) is done: from here on
+    // the server(s) should see only SET and GET, plus health-check PINGs (and on a cluster the
+    // periodic CLUSTER SLOTS). INFO goes over connections of its own.
+    auto stats = co_await bench::node_stats::open(d.nodes);
+    auto const before = co_await stats.commandstats();
 
     auto state = std::make_shared<run_state>(ex);
     auto const key_prefix = fmt::format("colock:bench:{}:key:", ::getpid());
@@ -220,10 +264,12 @@ asio::awaitable<pipeline_measurement> measure_pipeline(redis::config cfg, std::s
     co_await state->drain(drain_limit, clients, "had no reply");
     if (!state->failure.empty()) {
         conn->close();
+        stats.close();
         throw std::runtime_error(state->failure);
     }
 
-    auto const after = co_await bench::read_commandstats(*conn);
+    auto const after = co_await stats.commandstats();
+    stats.close();
 
     pipeline_measurement m;
     m.measured_ops = state->measured_ops;
@@ -233,30 +279,38 @@ asio::awaitable<pipeline_measurement> measure_pipeline(redis::config cfg, std::s
                       calls_of(before, "get");
     std::uint64_t all_calls = 0;
     for (auto const& [command, calls] : after)
-        if (command != "info")
+        if (!bench::is_not_from_client(command))
             all_calls += calls - calls_of(before, command);
     m.other_calls = all_calls - m.set_get_calls;
     m.reconnects = conn->reconnect_count();
 
-    resp3::request cleanup;
-    std::vector<std::string> keys;
-    for (std::size_t i = 0; i < clients; ++i)
-        keys.push_back(fmt::format("{}{}", key_prefix, i));
-    cleanup.push_range("DEL", keys);
-    co_await conn->co_exec(std::move(cleanup));
+    // One DEL per key: on a cluster the keys are in different slots, and one request may not
+    // span slots.
+    for (std::size_t i = 0; i < clients; ++i) {
+        resp3::request cleanup;
+        cleanup.push("DEL", fmt::format("{}{}", key_prefix, i));
+        co_await conn->co_exec(std::move(cleanup));
+    }
     conn->close();
     co_return m;
 }
 
 struct scenario_result {
+    std::string deployment;
     std::size_t clients = 0;
     pipeline_measurement colock;
     server_limit limit;
+    std::optional<double> single_ops_per_s; // a cluster row's single-server counterpart
 
     double ops_per_s() const {
         return static_cast<double>(colock.measured_ops) / colock.measured_seconds;
     }
     double ratio() const { return ops_per_s() / limit.mean(); }
+    std::optional<double> over_single() const {
+        if (!single_ops_per_s || *single_ops_per_s <= 0)
+            return std::nullopt;
+        return ops_per_s() / *single_ops_per_s;
+    }
     double commands_per_op() const {
         return colock.total_ops == 0 ? 0.0
                                      : static_cast<double>(colock.set_get_calls) /
@@ -265,25 +319,34 @@ struct scenario_result {
 };
 
 void print_table_header() {
-    fmt::print("{:<22} {:>7} {:>12} {:>12} {:>6} {:>8} {:>6} {:>6}\n", "scenario", "clients",
-               "ops/s", "limit ops/s", "ratio", "cmds/op", "other", "recon");
+    fmt::print("{:<20} {:<7} {:>7} {:>10} {:>11} {:>10} {:>6} {:>6} {:>8} {:>5} {:>5}\n",
+               "scenario", "deploy", "clients", "ops/s", "limit ops/s", "limit -c/P", "ratio",
+               "cl/sgl", "cmds/op", "other", "recon");
 }
 
 void print_row(scenario_result const& r) {
-    fmt::print("{:<22} {:>7} {:>12.0f} {:>12.0f} {:>6.3f} {:>8.4f} {:>6} {:>6}\n",
-               fmt::format("pipeline_clients_{}", r.clients), r.clients, r.ops_per_s(),
-               r.limit.mean(), r.ratio(), r.commands_per_op(), r.colock.other_calls,
-               r.colock.reconnects);
+    auto const over = r.over_single();
+    fmt::print("{:<20} {:<7} {:>7} {:>10.0f} {:>11.0f} {:>10} {:>6.3f} {:>6} {:>8.4f} {:>5} "
+               "{:>5}\n",
+               fmt::format("pipeline_clients_{}", r.clients), r.deployment, r.clients,
+               r.ops_per_s(), r.limit.mean(),
+               fmt::format("{}/{}", r.limit.clients, r.limit.pipeline), r.ratio(),
+               over ? fmt::format("{:.3f}", *over) : std::string("-"), r.commands_per_op(),
+               r.colock.other_calls, r.colock.reconnects);
     std::fflush(stdout);
 }
 
 void print_json(scenario_result const& r) {
-    fmt::print("{{\"scenario\":\"pipeline_clients_{}\",\"clients\":{},\"seconds\":{:.3f},"
-               "\"ops\":{},\"ops_per_s\":{:.1f},\"limit_ops_per_s\":{:.1f},"
-               "\"limit_set_ops_per_s\":{:.1f},\"limit_get_ops_per_s\":{:.1f},\"ratio\":{:.4f},"
+    auto const over = r.over_single();
+    fmt::print("{{\"scenario\":\"pipeline_clients_{}\",\"deployment\":\"{}\",\"clients\":{},"
+               "\"seconds\":{:.3f},\"ops\":{},\"ops_per_s\":{:.1f},\"limit_ops_per_s\":{:.1f},"
+               "\"limit_set_ops_per_s\":{:.1f},\"limit_get_ops_per_s\":{:.1f},"
+               "\"limit_clients\":{},\"limit_pipeline\":{},\"ratio\":{:.4f},{}"
                "\"commands_per_op\":{:.4f},\"other_commands\":{},\"reconnects\":{}}}\n",
-               r.clients, r.clients, r.colock.measured_seconds, r.colock.measured_ops,
-               r.ops_per_s(), r.limit.mean(), r.limit.set_rps, r.limit.get_rps, r.ratio(),
+               r.clients, r.deployment, r.clients, r.colock.measured_seconds, r.colock.measured_ops,
+               r.ops_per_s(), r.limit.mean(), r.limit.set_rps, r.limit.get_rps, r.limit.clients,
+               r.limit.pipeline, r.ratio(),
+               over ? fmt::format("\"cluster_over_single\":{:.4f},", *over) : std::string(),
                r.commands_per_op(), r.colock.other_calls, r.colock.reconnects);
     std::fflush(stdout);
 }
@@ -303,28 +366,50 @@ int main(int argc, char** argv) {
     try {
         std::optional<colock::test::redis_server> own_server;
         auto const cfg = bench::pick_server(opts, own_server);
-        if (!opts.json)
+        std::vector<deployment> deployments{bench::single_deployment(cfg)};
+        std::optional<colock::test::cluster_set> cluster;
+        if (opts.cluster) {
+            cluster.emplace(bench::bench_cluster_options(opts));
+            deployments.push_back(bench::cluster_deployment(*cluster));
+        }
+        if (!opts.json) {
             fmt::print("server {}, {} s per scenario, limit: redis-benchmark -c 1 -P <clients>\n",
                        cfg.to_redacted_url(), opts.seconds);
+            if (cluster)
+                fmt::print("{} ({}), limit: redis-benchmark --cluster -c C -P ceil(<clients>/C), "
+                           "C = min(<clients>, primaries)\n",
+                           deployments.back().cfg.endpoint_text(),
+                           bench::cluster_shape(deployments.back(), opts));
+        }
 
         asio::io_context io{1};
         auto const window = bench::window_of(opts.seconds);
         if (!opts.json)
             print_table_header();
         for (auto const clients : opts.clients) {
-            scenario_result r;
-            r.clients = clients;
-            r.colock = bench::run_on(io, measure_pipeline(cfg, clients, window));
-            r.limit = measure_server_limit(*benchmark_program, cfg, clients, opts.seconds);
-            if (opts.json)
-                print_json(r);
-            else
-                print_row(r);
+            std::optional<double> single_ops_per_s;
+            for (auto const& d : deployments) {
+                scenario_result r;
+                r.deployment = d.name;
+                r.clients = clients;
+                r.colock = bench::run_on(io, measure_pipeline(d, clients, window));
+                r.limit = measure_server_limit(*benchmark_program, d, clients, opts.seconds);
+                if (is_cluster(d))
+                    r.single_ops_per_s = single_ops_per_s;
+                else
+                    single_ops_per_s = r.ops_per_s();
+                if (opts.json)
+                    print_json(r);
+                else
+                    print_row(r);
+            }
         }
         if (!opts.json)
             fmt::print("ops = SET or GET completed; limit = mean of redis-benchmark's SET and GET "
-                       "rates; cmds/op = server's SET+GET calls / ops; other = other commands "
-                       "(health-check PINGs); recon = reconnects\n");
+                       "rates with -c/-P as shown; ratio = ops/s / limit; cl/sgl = cluster ops/s / "
+                       "single ops/s; cmds/op = SET+GET calls / ops (summed over the primaries); "
+                       "other = other commands (health-check PINGs, CLUSTER SLOTS); recon = "
+                       "reconnects\n");
         return 0;
     } catch (std::exception const& e) {
         fmt::print(stderr, "redis_pipeline: {}\n", e.what());

@@ -7,7 +7,10 @@
 //        unpipelined connection (-c 1 -P 1: the round-trip ceiling of one synchronous client,
 //        S1's yardstick) and once pipelined (-c 50 -P 16: the server's ceiling, S2's).
 // ping:  PING round trips, one at a time, on an idle colock connection: the floor of any
-//        command through the library.
+//        command through the library. With --cluster a second ping line for the cluster
+//        connection (each PING goes to one primary). The limit line is the single server's
+//        only: a cluster one (redis-benchmark --cluster, the script loaded on every primary,
+//        keys with its {tag}) is not measured.
 #include "lock_contention.hpp"
 
 #include <fmt/format.h>
@@ -93,16 +96,16 @@ limits run_limits(asio::io_context& io, redis::config const& cfg, std::string co
     return r;
 }
 
-latency_summary run_ping(asio::io_context& io, redis::config const& cfg, options const& opts) {
-    auto const r = run_on(io, measure_ping(cfg));
+latency_summary run_ping(asio::io_context& io, deployment const& d, options const& opts) {
+    auto const r = run_on(io, measure_ping(d.cfg));
     if (opts.json)
-        fmt::print("{{\"scenario\":\"ping\",\"samples\":{},\"mean_us\":{:.1f},\"p50_us\":{:.1f},"
-                   "\"p99_us\":{:.1f},\"max_us\":{:.1f}}}\n",
-                   r.samples, r.mean_us, r.p50_us, r.p99_us, r.max_us);
+        fmt::print("{{\"scenario\":\"ping\",\"deployment\":\"{}\",\"samples\":{},"
+                   "\"mean_us\":{:.1f},\"p50_us\":{:.1f},\"p99_us\":{:.1f},\"max_us\":{:.1f}}}\n",
+                   d.name, r.samples, r.mean_us, r.p50_us, r.p99_us, r.max_us);
     else
-        fmt::print("\n== ping: PING round trip on an idle colock connection\n"
+        fmt::print("\n== ping ({}): PING round trip on an idle colock connection\n"
                    "  mean {:.1f} us, p50 {:.1f} us, p99 {:.1f} us ({} round trips)\n",
-                   r.mean_us, r.p50_us, r.p99_us, r.samples);
+                   d.name, r.mean_us, r.p50_us, r.p99_us, r.samples);
     std::fflush(stdout);
     return r;
 }

@@ -56,7 +56,8 @@ struct options : common_options {
 
 /// `name:value` of an INFO section, as a number.
 std::int64_t info_number(std::string_view info, std::string_view name);
-/// The change of every counter from `before` to `after`; our own INFO calls left out.
+/// The change of every counter from `before` to `after`; our own INFO calls, and replicas'
+/// REPLCONF, left out.
 command_calls delta(command_calls const& before, command_calls const& after);
 std::uint64_t total_calls(command_calls const& stats);
 /// `{"evalsha":12,...}`
@@ -100,6 +101,11 @@ asio::awaitable<latency_summary> ping_rtt(redis::connection& conn, std::size_t c
 asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
                                    std::chrono::nanoseconds window, std::size_t workers,
                                    redis::connection& conn, cpu_use& cpu);
+/// The same, with the server's CPU read through `stats` (summed over a cluster's primaries),
+/// so that the connection under test carries no INFO.
+asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
+                                   std::chrono::nanoseconds window, std::size_t workers,
+                                   node_stats& stats, cpu_use& cpu);
 
 /// Options for a cycle that is exactly acquire + release: no renewal.
 colock::lock_options no_renewal();
@@ -140,8 +146,9 @@ struct limits {
 /// Measures and prints the "limit" line (limits.cpp).
 limits run_limits(asio::io_context& io, redis::config const& cfg, std::string const& program,
                   options const& opts);
-/// Measures and prints the "ping" line: PING round trips on an idle colock connection.
-latency_summary run_ping(asio::io_context& io, redis::config const& cfg, options const& opts);
+/// Measures and prints the "ping" line: PING round trips on an idle colock connection to the
+/// deployment (on a cluster each PING goes to one primary).
+latency_summary run_ping(asio::io_context& io, deployment const& d, options const& opts);
 
 // -------------------------------------------------------------------- the scenarios
 
@@ -153,10 +160,12 @@ void run_handoff(asio::io_context& io, redis::config const& cfg, options const& 
 /// c. waiters_memory (memory.cpp). Returns false when the waiters did not all leave cleanly.
 bool run_memory(asio::io_context& io, redis::config const& cfg, options const& opts);
 
-/// S1 (1 coroutine) or S2 (64), each on its own name, next to the single-connection or the
-/// pipelined limit (own_names.cpp).
-void run_own_names(asio::io_context& io, redis::config const& cfg, options const& opts,
-                   std::size_t coroutines, limits const& limit, latency_summary const& ping);
+/// S1 (1 coroutine) or S2 (64), each on its own name, next to the single server's
+/// single-connection or pipelined limit (own_names.cpp): once per deployment (the single
+/// server, and with --cluster the cluster), with `pings[i]` measured on `deployments[i]`.
+void run_own_names(asio::io_context& io, std::vector<deployment> const& deployments,
+                   options const& opts, std::size_t coroutines, limits const& limit,
+                   std::vector<latency_summary> const& pings);
 
 /// One process's share of a hot-name scenario (hot_name.cpp).
 struct hot_share {

@@ -1,5 +1,10 @@
 // The lock layer under load, on one redis-server per run (a throwaway one unless --url), each
-// scenario on ONE connection and ONE locker per process on a single-threaded io_context.
+// scenario on ONE connection and ONE locker per process on a single-threaded io_context. With
+// --cluster, S1 and S2 also run against a throwaway Redis Cluster (3 primaries, a replica each
+// by default) in the same run, right after the single server, on one cluster connection (one
+// socket per primary, routed by hash slot): both columns printed with the ratio cluster/single,
+// server calls and CPU summed over the primaries (replicas' REPLCONF left out). The other
+// scenarios stay on the single server.
 //
 // Every run first prints two reference lines, so that ratios come from the same run:
 //   limit  redis-benchmark of SET NX PX + a compare-and-delete EVALSHA (one lock cycle of the
@@ -28,6 +33,7 @@
 //
 // Usage:
 //   lock_contention [--scenarios S1,S2,S3,S4] [--seconds 3] [--json] [--url redis://...]
+//   lock_contention --scenarios S1,S2 --cluster --seconds 2
 //   lock_contention --scenarios sweep --seconds 1 --json > run.jsonl && bench/plot.sh run.jsonl
 //
 // The units: main.cpp (options, order), support.cpp (helpers), limits.cpp (limit and ping
@@ -42,6 +48,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace {
 
@@ -69,7 +76,17 @@ constexpr std::string_view usage_text =
   --waiters K           coroutines competing for the hot key in b (default 16)
   --hold-us U           microseconds each holder in b keeps the lock (default 0)
   --memory-waiters W    coroutines waiting in c (default 100000)
-  --url URL             use this Redis server; default: start a throwaway redis-server
+  --url URL             use this Redis server (redis:// or unix://); default: start a
+                        throwaway redis-server
+  --cluster             S1, S2: also start a throwaway Redis Cluster (3 primaries, a replica
+                        each unless --cluster-replicas, on loopback) and run them against it
+                        too, right after the single server: one column (JSON: one line,
+                        "deployment": "single" or "cluster") each, with the ratio
+                        cluster/single; server calls per cycle and server CPU summed over the
+                        primaries. Adds a ping line for the cluster. The limit line stays the
+                        single server's (none is measured for the cluster); the other
+                        scenarios run on the single server only
+  --cluster-replicas R  replicas per primary of that cluster, 0 to 2 (default 1)
   --json                one JSON object per line ("scenario": "limit", "ping", "S1", ...)
 
 Every run starts with the limit and ping lines. redis-benchmark is found on PATH, or
@@ -177,9 +194,22 @@ int main(int argc, char** argv) {
                        "process on a single-threaded io_context\n",
                        cfg.to_redacted_url(), opts.seconds);
 
+        // S1 and S2 run once per deployment: the single server first, then the cluster.
+        std::vector<bench::deployment> deployments{bench::single_deployment(cfg)};
+        std::optional<colock::test::cluster_set> cluster;
+        if (opts.cluster && (opts.s1 || opts.s2)) {
+            cluster.emplace(bench::bench_cluster_options(opts));
+            deployments.push_back(bench::cluster_deployment(*cluster));
+            if (!opts.json)
+                fmt::print("S1, S2 also on the {} ({})\n", deployments.back().cfg.endpoint_text(),
+                           bench::cluster_shape(deployments.back(), opts));
+        }
+
         boost::asio::io_context io{1};
         auto const limit = contention::run_limits(io, cfg, *benchmark_program, opts);
-        auto const ping = contention::run_ping(io, cfg, opts);
+        std::vector<contention::latency_summary> pings;
+        for (auto const& d : deployments)
+            pings.push_back(contention::run_ping(io, d, opts));
         bool ok = true;
         if (opts.uncontended)
             contention::run_uncontended(io, cfg, *benchmark_program, opts);
@@ -188,9 +218,9 @@ int main(int argc, char** argv) {
         if (opts.memory)
             ok = contention::run_memory(io, cfg, opts) && ok;
         if (opts.s1)
-            contention::run_own_names(io, cfg, opts, 1, limit, ping);
+            contention::run_own_names(io, deployments, opts, 1, limit, pings);
         if (opts.s2)
-            contention::run_own_names(io, cfg, opts, 64, limit, ping);
+            contention::run_own_names(io, deployments, opts, 64, limit, pings);
         if (opts.s3)
             ok = contention::run_hot_in_process(io, cfg, opts, opts.hot_waiters, false) && ok;
         if (opts.s4)

@@ -2,6 +2,12 @@
 // own, so nobody ever waits. S1 is one coroutine: its cycles/s sit next to the single-connection
 // limit and its acquire latency next to a PING round trip. S2 is 64 coroutines sharing the one
 // connection: its cycles/s sit next to the pipelined limit, the server's ceiling.
+//
+// With --cluster each runs twice in one run, on the single server and then on a throwaway Redis
+// Cluster (3 primaries), and prints one column (JSON: one line, "deployment") per deployment with
+// the ratio cluster/single. The names' hash tags ({own:i}) spread their keys over the slots, so
+// S2's 64 names spread over the primaries; the one connection routes each script by slot. Server
+// calls and server CPU are summed over the primaries. The limits are the single server's.
 #include "lock_contention.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -11,8 +17,12 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 namespace colock::bench::contention {
 namespace {
@@ -44,6 +54,7 @@ asio::awaitable<void> own_name_worker(std::shared_ptr<colock::locker> locker,
 }
 
 struct own_names_result {
+    std::string deployment;
     std::size_t coroutines = 0;
     double seconds = 0;
     std::uint64_t measured = 0, total = 0;
@@ -58,17 +69,18 @@ struct own_names_result {
     }
 };
 
-asio::awaitable<own_names_result> measure_own_names(redis::config cfg,
-                                                    std::chrono::nanoseconds window,
+asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::nanoseconds window,
                                                     std::size_t coroutines,
                                                     colock::lock_options opt) {
     auto const ex = co_await asio::this_coro::executor;
-    auto conn = co_await open(cfg);
+    auto conn = co_await open(d.cfg);
     auto locker = std::make_shared<colock::locker>(*conn, run_prefix());
+    auto stats = co_await node_stats::open(d.nodes);
 
     own_names_result r;
+    r.deployment = d.name;
     r.coroutines = coroutines;
-    auto const before = co_await read_commandstats(*conn);
+    auto const before = co_await stats.commandstats();
     auto state = std::make_shared<own_names_state>(ex);
     state->running_workers = coroutines;
     for (std::size_t i = 0; i < coroutines; ++i) {
@@ -78,66 +90,131 @@ asio::awaitable<own_names_result> measure_own_names(redis::config cfg,
                                   own_name_worker(locker, state, name, opt)),
                        asio::detached);
     }
-    r.seconds = co_await run_phases(state, window, coroutines, *conn, r.cpu);
+    r.seconds = co_await run_phases(state, window, coroutines, stats, r.cpu);
     if (!state->failure.empty()) {
         conn->close();
+        stats.close();
         throw std::runtime_error(state->failure);
     }
-    r.calls = delta(before, co_await read_commandstats(*conn));
+    r.calls = delta(before, co_await stats.commandstats());
+    stats.close();
     r.measured = state->measured_ops;
     r.total = state->total_ops;
     r.acquire = summarize(std::move(state->acquire_us));
     r.release = summarize(std::move(state->release_us));
     r.reconnects = conn->reconnect_count();
 
-    std::vector<std::string> keys;
-    for (std::size_t i = 0; i < coroutines; ++i)
+    // One DEL per name: a name's keys share its hash tag, but on a cluster one request may not
+    // span the names' slots.
+    for (std::size_t i = 0; i < coroutines; ++i) {
+        std::vector<std::string> keys;
         add_lock_keys(keys, fmt::format("{}{{own:{}}}", locker->key_prefix(), i));
-    co_await delete_keys(*conn, keys);
+        co_await delete_keys(*conn, std::move(keys));
+    }
     conn->close();
     co_return r;
 }
 
+void print_json(own_names_result const& r, options const& opts, limit_pair const& against,
+                char const* scenario, char const* limit_name, latency_summary const& ping,
+                std::optional<double> over_single) {
+    auto const all = total_calls(r.calls);
+    fmt::print(
+        "{{\"scenario\":\"{}\",\"deployment\":\"{}\",\"mode\":\"{}\",\"coroutines\":{},"
+        "\"seconds\":{:.3f},\"cycles\":{},\"cycles_per_s\":{:.1f},\"acquire_p50_us\":{:.1f},"
+        "\"acquire_p99_us\":{:.1f},\"acquire_mean_us\":{:.1f},\"release_p50_us\":{:.1f},"
+        "\"release_p99_us\":{:.1f},\"limit\":\"{}\",\"limit_deployment\":\"single\","
+        "\"limit_cycles_per_s\":{:.1f},\"ratio\":{:.4f},{}\"ping_p50_us\":{:.1f},"
+        "\"acquire_p50_per_ping_p50\":{:.3f},\"calls_per_cycle\":{:.4f},\"calls\":{},"
+        "\"total_cycles\":{},\"client_cpu\":{:.3f},\"server_cpu\":{:.3f},"
+        "\"reconnects\":{}}}\n",
+        scenario, r.deployment, opts.mode(), r.coroutines, r.seconds, r.measured, r.per_s(),
+        r.acquire.p50_us, r.acquire.p99_us, r.acquire.mean_us, r.release.p50_us, r.release.p99_us,
+        limit_name, against.cycles_per_s(), r.per_s() / against.cycles_per_s(),
+        over_single ? fmt::format("\"cluster_over_single\":{:.4f},", *over_single) : std::string(),
+        ping.p50_us, ping.p50_us > 0 ? r.acquire.p50_us / ping.p50_us : 0.0, r.per_cycle(all),
+        calls_json(r.calls), r.total, r.cpu.client, r.cpu.server, r.reconnects);
+}
+
 } // namespace
 
-void run_own_names(asio::io_context& io, redis::config const& cfg, options const& opts,
-                   std::size_t coroutines, limits const& limit, latency_summary const& ping) {
-    auto const r = run_on(
-        io, measure_own_names(cfg, window_of(opts.seconds), coroutines, peer_lock_options(opts)));
+void run_own_names(asio::io_context& io, std::vector<deployment> const& deployments,
+                   options const& opts, std::size_t coroutines, limits const& limit,
+                   std::vector<latency_summary> const& pings) {
+    std::vector<own_names_result> results;
+    for (auto const& d : deployments)
+        results.push_back(run_on(io, measure_own_names(d, window_of(opts.seconds), coroutines,
+                                                       peer_lock_options(opts))));
     bool const single = coroutines == 1;
     auto const scenario = single ? "S1" : "S2";
     auto const& against = single ? limit.single : limit.pipelined;
     auto const limit_name = single ? "single" : "pipelined";
-    auto const ratio = r.per_s() / against.cycles_per_s();
-    auto const all = total_calls(r.calls);
+    // results[0] is the single server's.
+    auto const over_single = [&](std::size_t i) -> std::optional<double> {
+        if (i == 0 || results[0].per_s() <= 0)
+            return std::nullopt;
+        return results[i].per_s() / results[0].per_s();
+    };
+
     if (opts.json) {
-        fmt::print("{{\"scenario\":\"{}\",\"mode\":\"{}\",\"coroutines\":{},\"seconds\":{:.3f},"
-                   "\"cycles\":{},\"cycles_per_s\":{:.1f},\"acquire_p50_us\":{:.1f},"
-                   "\"acquire_p99_us\":{:.1f},\"acquire_mean_us\":{:.1f},"
-                   "\"release_p50_us\":{:.1f},\"release_p99_us\":{:.1f},\"limit\":\"{}\","
-                   "\"limit_cycles_per_s\":{:.1f},\"ratio\":{:.4f},\"ping_p50_us\":{:.1f},"
-                   "\"acquire_p50_per_ping_p50\":{:.3f},\"calls_per_cycle\":{:.4f},"
-                   "\"calls\":{},\"total_cycles\":{},\"client_cpu\":{:.3f},\"server_cpu\":{:.3f},"
-                   "\"reconnects\":{}}}\n",
-                   scenario, opts.mode(), r.coroutines, r.seconds, r.measured, r.per_s(),
-                   r.acquire.p50_us, r.acquire.p99_us, r.acquire.mean_us, r.release.p50_us,
-                   r.release.p99_us, limit_name, against.cycles_per_s(), ratio, ping.p50_us,
-                   ping.p50_us > 0 ? r.acquire.p50_us / ping.p50_us : 0.0, r.per_cycle(all),
-                   calls_json(r.calls), r.total, r.cpu.client, r.cpu.server, r.reconnects);
-    } else {
-        fmt::print("\n== {}: {} coroutine{} on own names, co_lock + unlock (mode {})\n", scenario,
-                   r.coroutines, single ? "" : "s", opts.mode());
-        fmt::print("  cycles/s            {:>12.0f}   ({} cycles in {:.2f} s)\n", r.per_s(),
-                   r.measured, r.seconds);
-        fmt::print("  {:<9} limit     {:>12.0f}   cycles/s (-c {} -P {}); ratio {:.3f}\n",
-                   limit_name, against.cycles_per_s(), against.clients, against.pipeline, ratio);
-        fmt::print("  acquire             p50 {:.1f} us, p99 {:.1f} us; release p50 {:.1f} us; "
-                   "PING p50 {:.1f} us\n",
-                   r.acquire.p50_us, r.acquire.p99_us, r.release.p50_us, ping.p50_us);
-        fmt::print("  server calls/cycle  {:>12.3f}   ({})\n", r.per_cycle(all),
+        for (std::size_t i = 0; i < results.size(); ++i)
+            print_json(results[i], opts, against, scenario, limit_name, pings.at(i),
+                       over_single(i));
+        std::fflush(stdout);
+        return;
+    }
+
+    fmt::print("\n== {}: {} coroutine{} on own names, co_lock + unlock (mode {})\n", scenario,
+               coroutines, single ? "" : "s", opts.mode());
+    // One column per deployment, then cluster/single where there is a cluster.
+    auto const row = [&](std::string_view label, auto value, int decimals, bool with_ratio) {
+        std::string line = fmt::format("  {:<24}", label);
+        for (std::size_t i = 0; i < results.size(); ++i)
+            line += fmt::format(" {:>12.{}f}", static_cast<double>(value(i)), decimals);
+        if (with_ratio && results.size() > 1) {
+            auto const first = static_cast<double>(value(0));
+            auto const last = static_cast<double>(value(results.size() - 1));
+            line +=
+                first > 0 ? fmt::format(" {:>14.3f}", last / first) : fmt::format(" {:>14}", "-");
+        }
+        fmt::print("{}\n", line);
+    };
+    std::string head = fmt::format("  {:<24}", "");
+    for (auto const& r : results)
+        head += fmt::format(" {:>12}", r.deployment);
+    if (results.size() > 1)
+        head += fmt::format(" {:>14}", "cluster/single");
+    fmt::print("{}\n", head);
+    row(
+        "cycles/s", [&](std::size_t i) { return results[i].per_s(); }, 0, true);
+    row(
+        "cycles in window", [&](std::size_t i) { return results[i].measured; }, 0, false);
+    row(
+        fmt::format("/ {} limit", limit_name),
+        [&](std::size_t i) { return results[i].per_s() / against.cycles_per_s(); }, 3, false);
+    row(
+        "acquire p50 us", [&](std::size_t i) { return results[i].acquire.p50_us; }, 1, true);
+    row(
+        "acquire p99 us", [&](std::size_t i) { return results[i].acquire.p99_us; }, 1, true);
+    row(
+        "release p50 us", [&](std::size_t i) { return results[i].release.p50_us; }, 1, true);
+    row(
+        "PING p50 us", [&](std::size_t i) { return pings.at(i).p50_us; }, 1, true);
+    row(
+        "server calls/cycle",
+        [&](std::size_t i) { return results[i].per_cycle(total_calls(results[i].calls)); }, 3,
+        false);
+    row(
+        "server CPU s/s", [&](std::size_t i) { return results[i].cpu.server; }, 2, false);
+    row(
+        "client CPU s/s", [&](std::size_t i) { return results[i].cpu.client; }, 2, false);
+    fmt::print("  {} limit: {:.0f} cycles/s (-c {} -P {}, single server)\n", limit_name,
+               against.cycles_per_s(), against.clients, against.pipeline);
+    for (auto const& r : results) {
+        fmt::print("  calls/cycle ({}): {}\n", r.deployment,
                    calls_text(r.calls, static_cast<double>(r.total)));
         if (r.reconnects != 0)
-            fmt::print("  WARNING: {} reconnects during the run\n", r.reconnects);
+            fmt::print("  WARNING: {} reconnects during the {} run\n", r.reconnects, r.deployment);
     }
     std::fflush(stdout);
 }

@@ -32,7 +32,7 @@ std::int64_t info_number(std::string_view info, std::string_view name) {
 command_calls delta(command_calls const& before, command_calls const& after) {
     command_calls d;
     for (auto const& [command, calls] : after) {
-        if (command == "info")
+        if (is_not_from_client(command))
             continue;
         auto const it = before.find(command);
         auto const prior = it == before.end() ? 0 : it->second;
@@ -82,17 +82,7 @@ double own_cpu_seconds() {
 }
 
 asio::awaitable<double> server_cpu_seconds(redis::connection& conn) {
-    auto const info = co_await info_section(conn, "cpu");
-    auto const field = [&](std::string_view name) {
-        auto const at = info.find(fmt::format("\n{}:", name));
-        if (at == std::string::npos)
-            throw std::runtime_error(fmt::format("INFO cpu has no field {}", name));
-        auto const number = std::string_view(info).substr(at + name.size() + 2);
-        double v = 0;
-        std::from_chars(number.data(), number.data() + number.size(), v);
-        return v;
-    };
-    co_return field("used_cpu_sys") + field("used_cpu_user");
+    co_return parse_cpu_seconds(co_await info_section(conn, "cpu"));
 }
 
 latency_summary summarize(std::vector<double> us) {
@@ -167,11 +157,14 @@ asio::awaitable<latency_summary> ping_rtt(redis::connection& conn, std::size_t c
     co_return summarize(std::move(us));
 }
 
-asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
-                                   std::chrono::nanoseconds window, std::size_t workers,
-                                   redis::connection& conn, cpu_use& cpu) {
+namespace {
+
+template <class ServerCpu>
+asio::awaitable<double> run_phases_with(std::shared_ptr<run_state> state,
+                                        std::chrono::nanoseconds window, std::size_t workers,
+                                        ServerCpu server_cpu_seconds, cpu_use& cpu) {
     co_await state->sleep_phase(warm_up_time);
-    auto server_cpu = co_await server_cpu_seconds(conn);
+    auto server_cpu = co_await server_cpu_seconds();
     auto client_cpu = own_cpu_seconds();
     auto const window_start = steady::now();
     if (state->failure.empty()) {
@@ -182,9 +175,25 @@ asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
     auto const window_end = steady::now();
     auto const wall = std::chrono::duration<double>(window_end - window_start).count();
     cpu.client = (own_cpu_seconds() - client_cpu) / wall;
-    cpu.server = (co_await server_cpu_seconds(conn) - server_cpu) / wall;
+    cpu.server = (co_await server_cpu_seconds() - server_cpu) / wall;
     co_await state->drain(drain_limit, workers, "had not finished");
     co_return std::chrono::duration<double>(window_end - window_start).count();
+}
+
+} // namespace
+
+asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
+                                   std::chrono::nanoseconds window, std::size_t workers,
+                                   redis::connection& conn, cpu_use& cpu) {
+    return run_phases_with(
+        std::move(state), window, workers, [&conn] { return server_cpu_seconds(conn); }, cpu);
+}
+
+asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
+                                   std::chrono::nanoseconds window, std::size_t workers,
+                                   node_stats& stats, cpu_use& cpu) {
+    return run_phases_with(
+        std::move(state), window, workers, [&stats] { return stats.cpu_seconds(); }, cpu);
 }
 
 colock::lock_options no_renewal() {
