@@ -124,7 +124,7 @@ void cluster_engine::start_connect(connect_handler handler) {
                                          error_code(error::closed));
             return;
         }
-        self->closed_ = false;
+        self->reopen();
         if (self->map_known_ && self->connected_) {
             w->done = true;
             colock::detail::complete_now(self->strand_, std::move(w->handler), w->slot,
@@ -163,8 +163,11 @@ void cluster_engine::start_close() {
     // post, as connection_impl does: what was asked before close() reaches the nodes first.
     asio::post(strand_, [self = shared_from_this()] {
         self->closed_ = true;
+        ++self->closes_;
         self->connected_ = false;
         self->watch_timer_.cancel();
+        self->map_changed_.cancel(); // requests waiting for a map look again, and end
+        self->finish_connect_waiters(error::closed);
         for (auto const& [name, n] : self->nodes_)
             n->conn->start_close();
     });
@@ -251,18 +254,28 @@ void cluster_engine::drop_node(node_ptr const& n) {
 // ---------------------------------------------------------------- the map
 
 void cluster_engine::refresh() {
-    if (refreshing_ || final_)
+    if (final_)
         return;
+    if (refreshing_) {
+        refresh_again_ = true; // what prompted it may postdate the answer under way
+        return;
+    }
     refreshing_ = true;
     asio::co_spawn(strand_, refresh_map(shared_from_this()), asio::detached);
 }
 
-asio::awaitable<void> cluster_engine::await_map(bool start) {
+asio::awaitable<void> cluster_engine::await_map(bool start, asio::cancellation_slot stop) {
     if (start)
         refresh();
     if (!refreshing_)
         co_return;
-    co_await map_changed_.async_wait(use_nothrow);
+    co_await map_changed_.async_wait(asio::bind_cancellation_slot(stop, use_nothrow));
+}
+
+void cluster_engine::reopen() {
+    // Used again after close(): the map is read again, which restarts the watch.
+    if (std::exchange(closed_, false))
+        refresh();
 }
 
 asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine> self) {
@@ -282,8 +295,10 @@ asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine
     std::vector<std::string> problems;
     error_code last_ec = error::no_slot_map;
     bool found = false;
+    auto const closes = self->closes_;
+    auto const ended = [&] { return self->final_ || self->closes_ != closes; };
     for (auto const& address : ask) {
-        if (self->final_)
+        if (ended())
             break;
         auto n = self->node_for(address);
         resp3::request req;
@@ -298,6 +313,8 @@ asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine
         auto [ec, resp] = co_await exec_on(*n->conn, std::move(req),
                                            asio::bind_cancellation_slot(stop->slot(), use_nothrow));
         timer.cancel();
+        if (ended())
+            break; // close() or ~connection meanwhile: open nothing more
         if (ec == asio::error::operation_aborted)
             ec = error::connect_timeout;
         if (ec && ec != error::server_error) {
@@ -326,9 +343,12 @@ asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine
         break;
     }
     self->refreshing_ = false;
-    if (found) {
+    if (ended()) {
+        self->refresh_again_ = false;
+        self->finish_connect_waiters(error::closed);
+    } else if (found) {
         self->finish_connect_waiters({});
-    } else if (!self->final_) {
+    } else {
         auto text = fmt::format("connecting to {}: no node gave the slot map: {}",
                                 self->cfg_.endpoint_text(), fmt::join(problems, "; "));
         {
@@ -337,14 +357,15 @@ asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine
             self->last_connect_error_ = text;
         }
         self->set_error_text(std::move(text));
-        if (!self->ever_connected_)
-            self->finish_connect_waiters(last_ec);
+        self->finish_connect_waiters(last_ec);
     }
     self->map_changed_.cancel();
-    if (found && !self->watching_ && !self->closed_) {
+    if (found && !ended() && !self->watching_) {
         self->watching_ = true;
         asio::co_spawn(self->strand_, watch(self), asio::detached);
     }
+    if (std::exchange(self->refresh_again_, false) && !ended())
+        self->refresh();
 }
 
 void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
@@ -371,9 +392,13 @@ void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
             stale.push_back(n);
     for (auto const& a : order_)
         node_for(a)->conn->start_connect([](error_code) {});
+    // Requests waiting on a node that no longer serves their slot go again (unwritten ones
+    // only): before the stale nodes close, which would fail them with error::closed.
+    for (auto const& [id, op] : ops_)
+        reroute_if_moved(*op);
     for (auto const& n : stale)
         drop_node(n);
-    follow_shard_channels();
+    follow_channels();
     std::string ids;
     for (auto const& a : order_)
         ids += (ids.empty() ? "" : ",") + node_for(a)->conn->run_id();
@@ -381,9 +406,6 @@ void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
         std::lock_guard lock(error_mutex_);
         run_ids_ = std::move(ids);
     }
-    // Requests waiting on a node that no longer serves their slot go again (unwritten ones only).
-    for (auto const& [id, op] : ops_)
-        reroute_if_moved(*op);
     ever_connected_ = true;
     connected_ = !closed_;
     if (replaced) {

@@ -78,8 +78,10 @@ private:
     bool map_known_ = false;
     bool refreshing_ = false;
     bool watching_ = false;
-    bool closed_ = false; // close(): nothing runs until the next request
-    bool final_ = false;  // the connection object is gone
+    bool closed_ = false;        // close(): nothing runs until the next request
+    std::uint64_t closes_ = 0;   // close() calls: what was under way at one ends
+    bool refresh_again_ = false; // asked for while one ran: one more when it ends
+    bool final_ = false;         // the connection object is gone
     // Cancelled (never expires) whenever a refresh of the map ends: waiters look again.
     asio::steady_timer map_changed_;
     asio::steady_timer watch_timer_;
@@ -127,7 +129,9 @@ private:
     static asio::awaitable<void> refresh_map(std::shared_ptr<cluster_engine> self);
     void apply_map(std::vector<slot_range> const& ranges);
     // Waits until the running refresh ends (starting one when none runs and `start`).
-    asio::awaitable<void> await_map(bool start);
+    asio::awaitable<void> await_map(bool start, asio::cancellation_slot stop = {});
+    // The connection is used again after close(): reads the map again (and so watches again).
+    void reopen();
     static asio::awaitable<void> watch(std::shared_ptr<cluster_engine> self);
     void finish_connect_waiters(error_code ec);
     void drop_node(node_ptr const& n);
@@ -152,8 +156,9 @@ private:
     // Moves a channel's subscribers to node `to`.
     void place_again(std::pair<channel_kind, std::string> const& key, placement& p,
                      node_ptr const& to);
-    // After the map changed: sharded channels go where their slots went.
-    void follow_shard_channels();
+    // After the map changed: sharded channels go where their slots went, and channels whose node
+    // went (or that had none) to their slots' primaries.
+    void follow_channels();
 };
 
 // A request on one node's connection, as an Asio operation. The caller keeps `conn` alive until

@@ -31,7 +31,8 @@ struct cluster_engine::request_op {
     asio::cancellation_signal attempt;
     asio::cancellation_type cancelled = asio::cancellation_type::none; // by the caller
     bool rerouted = false;
-    node_ptr at; // the node of the attempt under way (not an ASK's)
+    std::uint64_t closes = 0; // the engine's close() count when it started
+    node_ptr at;              // the node of the attempt under way (not an ASK's)
     bool done = false;
 };
 
@@ -113,8 +114,9 @@ void cluster_engine::start_exec(resp3::request req, exec_handler handler) {
             self->finish_request(*op, error::closed, response(op->commands.size()));
             return;
         }
-        self->closed_ = false;
+        self->reopen();
         op->id = self->next_op_++;
+        op->closes = self->closes_;
         self->ops_.emplace(op->id, op);
         asio::co_spawn(self->strand_, run_request(self, op), asio::detached);
     });
@@ -151,18 +153,25 @@ asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine
     std::vector<std::optional<server_address>> asking(n);
     auto const deadline = std::chrono::steady_clock::now() + redirect_budget(self->cfg_);
     std::chrono::milliseconds pause{10};
+    bool answered = false; // some command has run: total cancellation no longer applies
+    error_code retry_ec;   // why the commands still pending were last not sent
 
     for (int round = 0;; ++round) {
-        if (op.cancelled != asio::cancellation_type::none) {
+        auto const stop_types =
+            answered ? asio::cancellation_type::terminal | asio::cancellation_type::partial
+                     : ~asio::cancellation_type::none;
+        if ((op.cancelled & stop_types) != asio::cancellation_type::none) {
             self->finish_request(op, asio::error::operation_aborted, std::move(out));
             co_return;
         }
-        if (self->final_) {
+        if (self->final_ || self->closes_ != op.closes) {
             self->finish_request(op, error::closed, std::move(out));
             co_return;
         }
         if (!self->map_known_) {
-            co_await self->await_map(true);
+            co_await self->await_map(true, op.attempt.slot());
+            if (op.cancelled != asio::cancellation_type::none || self->closes_ != op.closes)
+                continue; // said at the top
             if (!self->map_known_) {
                 error_code ec;
                 {
@@ -222,6 +231,7 @@ asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine
                 if (is_connect_failure(ec) && std::chrono::steady_clock::now() < deadline &&
                     op.cancelled == asio::cancellation_type::none) {
                     // The node may be gone for good (failed over): ask the others, then again.
+                    retry_ec = error_code(ec.value(), ec.category());
                     self->refresh();
                     still.insert(still.end(), members.begin(), members.end());
                     again = wait = true;
@@ -238,6 +248,7 @@ asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine
                 auto const rd = v.is_error() && !op.transaction
                                     ? read_redirect(v.text, node->address)
                                     : cluster_redirect{};
+                answered = true; // a command ran, or was refused: either way, it was read
                 switch (rd.what) {
                 case cluster_redirect::kind::none:
                     out[i] = std::move(v);
@@ -302,6 +313,15 @@ asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine
             pause = std::min(pause * 2, std::chrono::milliseconds(200));
         }
     }
+    // A command that never got an answer (its node unreachable for the whole budget) makes the
+    // request fail with that reason, not succeed with a null.
+    bool const unanswered = std::any_of(pending.begin(), pending.end(),
+                                        [&](std::size_t i) { return !out[i].is_error(); });
+    if (unanswered) {
+        self->finish_request(op, retry_ec ? retry_ec : error_code(error::connection_lost),
+                             std::move(out));
+        co_return;
+    }
     bool const refused =
         std::any_of(out.begin(), out.end(), [](auto const& v) { return v.is_error(); });
     self->finish_request(op, refused ? error_code(error::server_error) : error_code{},
@@ -320,6 +340,7 @@ void cluster_engine::start_subscription(channel_kind kind, bool subscribe,
     asio::dispatch(strand_,
                    [self = shared_from_this(), kind, subscribe, channels = std::move(channels),
                     handler = std::move(handler)]() mutable {
+                       self->reopen();
                        asio::co_spawn(self->strand_,
                                       run_subscription(self, kind, subscribe, std::move(channels),
                                                        std::move(handler)),
@@ -451,11 +472,12 @@ void cluster_engine::move_subscriptions(std::string const& from) {
     }
 }
 
-void cluster_engine::follow_shard_channels() {
+void cluster_engine::follow_channels() {
     bool moved = false;
     for (auto& [key, p] : subscriptions_) {
-        if (key.first != channel_kind::sharded)
-            continue;
+        bool const placed = nodes_.contains(p.node);
+        if (key.first != channel_kind::sharded && placed)
+            continue; // a classic channel is heard anywhere
         auto n = route(hash_slot(key.second));
         if (n && n->name != p.node) {
             place_again(key, p, n);

@@ -34,22 +34,7 @@ using colock::redis::detail::hash_slot;
 namespace {
 
 redis::config cluster_config(cluster_set const& cluster) {
-    auto cfg = redis::config::from_url(cluster.url());
-    cfg.connect_timeout = 1000ms;
-    cfg.health_check_interval = 200ms;
-    cfg.reconnect_initial_delay = 20ms;
-    cfg.reconnect_max_delay = 200ms;
-    return cfg;
-}
-
-// Runs a blocking fixture call on a thread of its own, so that the test's io_context keeps
-// serving the connections meanwhile.
-template <class F>
-asio::awaitable<std::invoke_result_t<F>> off_thread(F f) {
-    auto done = std::async(std::launch::async, std::move(f));
-    while (done.wait_for(0s) != std::future_status::ready)
-        co_await sleep_for(20ms);
-    co_return done.get();
+    return with_fast_timeouts(redis::config::from_url(cluster.url()));
 }
 
 // A key of another slot than `key`'s.
@@ -59,6 +44,29 @@ std::string other_slot_key(std::string const& key) {
         if (hash_slot(k) != hash_slot(key))
             return k;
     }
+}
+
+// After a failover: waits (within `limit`) for `held` to be reported lost, lets it go (its
+// release reaches the new primary, where the lease may have been replicated), then takes the
+// name again on `new_primary` with a higher fence. Returns how long the loss took, in ms.
+asio::awaitable<long long> lost_then_locked_again(locker& locks, lock_guard& held,
+                                                  std::string const& name, cluster_set& cluster,
+                                                  std::uint16_t new_primary,
+                                                  std::chrono::milliseconds limit) {
+    auto const fence = held.fence();
+    auto const start = steady::now();
+    while (!held.lost() && ms_since(start) < limit.count())
+        co_await sleep_for(20ms);
+    auto const took = ms_since(start);
+    CHECK(held.lost());
+    { auto const gone = std::move(held); }
+    auto opt = lease(10s);
+    opt.wait_timeout = 10s;
+    auto again = co_await locks.co_lock(name, opt);
+    CHECK(again.fence() > fence);
+    CHECK_FALSE(lock_key_free(cluster.node_on(new_primary), lock_key(name)));
+    co_await again.unlock();
+    co_return took;
 }
 
 } // namespace
@@ -133,6 +141,17 @@ TEST_CASE("cluster connection: every request goes to its slot's primary; MOVED a
         cluster.wait_ok(10s);
         read = co_await conn.co_exec(command("GET", key));
         CHECK(read.at(0).as_string() == "there");
+
+        // Closed, then used again: it reads the map again and is connected again.
+        conn.close();
+        co_await sleep_for(50ms);
+        CHECK_FALSE(conn.is_connected());
+        read = co_await conn.co_exec(command("GET", key));
+        CHECK(read.at(0).as_string() == "there");
+        auto const start = steady::now();
+        while (!conn.is_connected() && ms_since(start) < 3000)
+            co_await sleep_for(20ms);
+        CHECK(conn.is_connected());
         conn.close();
     });
 }
@@ -293,26 +312,14 @@ TEST_CASE("cluster locker: a primary's failover loses the guards held there, and
             CHECK(lock_key_free(cluster.node_on(owner_port), lock_key(name)));
             replicated.wait_replicas = 1;
             auto held = co_await locks.co_lock(name, replicated);
-            auto const fence = held.fence();
             auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
             auto const replica = cluster.replica_of(owner);
             auto const changes = conn.server_change_count();
             co_await off_thread([&] { cluster.failover(replica, 20s); });
-            // The guard is lost within a few health-check rounds.
-            auto const start = steady::now();
-            while (!held.lost() && ms_since(start) < 10000)
-                co_await sleep_for(20ms);
-            CHECK(held.lost());
+            // The guard is lost within a few health-check rounds. The lease did reach the
+            // replica (WAIT 1): it keeps the name until its guard goes.
+            co_await lost_then_locked_again(locks, held, name, cluster, replica, 10s);
             CHECK(conn.server_change_count() > changes);
-            // The lease did reach the replica (WAIT 1): it keeps the name until its guard goes,
-            // whose release then reaches the new primary.
-            { auto const gone = std::move(held); }
-            auto opt = lease(10s);
-            opt.wait_timeout = 10s;
-            auto again = co_await locks.co_lock(name, opt);
-            CHECK(again.fence() > fence);
-            CHECK_FALSE(lock_key_free(cluster.node_on(replica), lock_key(name)));
-            co_await again.unlock();
             conn.close();
         },
         90s);
@@ -328,7 +335,6 @@ TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica 
             locker locks{conn};
             std::string const name = "killed-primary";
             auto held = co_await locks.co_lock(name, lease(30s));
-            auto const fence = held.fence();
             auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
             auto const replica = cluster.replica_of(owner);
             // A name on another primary, to lock while the owner is down.
@@ -346,20 +352,10 @@ TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica 
             }
             // The replica is promoted after the node timeout (1 s) and an election; the
             // connection finds the slot there and reports the guard lost.
-            auto const start = steady::now();
-            while (!held.lost() && ms_since(start) < 20000)
-                co_await sleep_for(20ms);
-            CHECK(held.lost());
-            MESSAGE("guard lost " << ms_since(start) << " ms after the kill");
+            auto const took =
+                co_await lost_then_locked_again(locks, held, name, cluster, replica, 20s);
+            MESSAGE("guard lost " << took << " ms after the kill");
             CHECK(cluster.node_on(replica).cli({"ROLE"}).starts_with("master"));
-            // The lease may have reached the replica: it keeps the name until its guard goes.
-            { auto const gone = std::move(held); }
-            auto opt = lease(10s);
-            opt.wait_timeout = 10s;
-            auto again = co_await locks.co_lock(name, opt);
-            CHECK(again.fence() > fence);
-            CHECK_FALSE(lock_key_free(cluster.node_on(replica), lock_key(name)));
-            co_await again.unlock();
             conn.close();
         },
         90s);

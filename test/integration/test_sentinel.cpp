@@ -32,22 +32,7 @@ namespace {
 
 // The set's config with the short timeouts of fast_config.
 redis::config sentinel_config(sentinel_set const& set) {
-    auto cfg = redis::config::from_url(set.url());
-    cfg.connect_timeout = 1000ms;
-    cfg.health_check_interval = 200ms;
-    cfg.reconnect_initial_delay = 20ms;
-    cfg.reconnect_max_delay = 200ms;
-    return cfg;
-}
-
-// Runs a blocking fixture call (failover, kill) on a thread of its own, so that the test's
-// io_context keeps serving the connections meanwhile.
-template <class F>
-asio::awaitable<std::invoke_result_t<F>> off_thread(F f) {
-    auto done = std::async(std::launch::async, std::move(f));
-    while (done.wait_for(0s) != std::future_status::ready)
-        co_await sleep_for(20ms);
-    co_return done.get();
+    return with_fast_timeouts(redis::config::from_url(set.url()));
 }
 
 // The port of the server a connection reached, from its own INFO.

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <future>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -107,15 +108,30 @@ inline lock_options lease(std::chrono::milliseconds ttl) {
     return opt;
 }
 
-/// The server's config with short timeouts, so that losing and regaining it is quick.
-inline redis::config fast_config(redis_server const& server) {
+/// `cfg` with short timeouts, so that losing and regaining a server is quick.
+inline redis::config with_fast_timeouts(redis::config cfg) {
     using namespace std::chrono_literals;
-    auto cfg = server.config();
     cfg.connect_timeout = 1000ms;
     cfg.health_check_interval = 200ms;
     cfg.reconnect_initial_delay = 20ms;
     cfg.reconnect_max_delay = 200ms;
     return cfg;
+}
+
+/// The server's config with short timeouts.
+inline redis::config fast_config(redis_server const& server) {
+    return with_fast_timeouts(server.config());
+}
+
+/// Runs a blocking fixture call (a failover, a kill, a migration) on a thread of its own, so
+/// that the test's io_context keeps serving the connections meanwhile.
+template <class F>
+asio::awaitable<std::invoke_result_t<F>> off_thread(F f) {
+    using namespace std::chrono_literals;
+    auto done = std::async(std::launch::async, std::move(f));
+    while (done.wait_for(0s) != std::future_status::ready)
+        co_await sleep_for(20ms);
+    co_return done.get();
 }
 
 /// A local TCP port nothing listens on (for the moment).

@@ -8,6 +8,7 @@
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +76,18 @@ std::vector<std::int64_t> numbers(std::string const& line);
 // queue keys lapse by themselves (within a lease, and the queue's entry lifetime).
 std::size_t lock_keys_left(colock::test::redis_server const& server,
                            std::vector<std::string> const& names);
+
+// A stretch of a run (steady clock, ns) in which a failover excuses what replication cannot
+// prevent: two holders, a fence given twice, a lost update.
+struct window {
+    std::int64_t begin_ns = 0;
+    std::int64_t end_ns = 0;
+    bool covers(std::int64_t from, std::int64_t to) const { return from < end_ns && to > begin_ns; }
+};
+
+inline bool in_some(std::vector<window> const& ws, std::int64_t from, std::int64_t to) {
+    return std::any_of(ws.begin(), ws.end(), [&](window const& w) { return w.covers(from, to); });
+}
 
 inline double ms(std::int64_t ns) {
     return static_cast<double>(ns) / 1e6;

@@ -30,16 +30,6 @@ using colock::test::sentinel_set;
 using colock::test::steady_now_ns;
 using std::chrono::milliseconds;
 
-struct window {
-    std::int64_t begin_ns = 0;
-    std::int64_t end_ns = 0;
-    bool covers(std::int64_t from, std::int64_t to) const { return from < end_ns && to > begin_ns; }
-};
-
-bool in_some(std::vector<window> const& ws, std::int64_t from, std::int64_t to) {
-    return std::any_of(ws.begin(), ws.end(), [&](window const& w) { return w.covers(from, to); });
-}
-
 } // namespace
 
 result sentinel_failovers() {
