@@ -33,7 +33,7 @@ bool locker_impl::hand_off_locally(guard_state& st) {
     if (!q)
         return false;
     waiter& next = q->waiters.front();
-    if (next.baton || st.lease_server_changes != store_->server_changes())
+    if (next.baton || st.lease_server_changes != store_->server_changes(st.keys))
         return false;
     cohort_facts const facts{st.opt.cohort_limit, st.local_handoffs,   q->others_queued,
                              st.lost.load(),      st.lease_deadline(), st.fence + 1,
@@ -49,7 +49,7 @@ bool locker_impl::hand_off_locally(guard_state& st) {
 
 void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds claim) {
     auto* q = queues_.find(keys);
-    if (q && !q->waiters.front().baton && baton.server_changes == store_->server_changes() &&
+    if (q && !q->waiters.front().baton && baton.server_changes == store_->server_changes(keys) &&
         clock_type::now() + milliseconds{1} < baton.deadline) {
         // The same hand-off, to the next in line: its fence was never used.
         waiter& next = q->waiters.front();

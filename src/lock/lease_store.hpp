@@ -246,9 +246,10 @@ public:
     virtual bool is_connected() const noexcept = 0;
     // The last failure's account (endpoint and cause), or an empty string.
     virtual std::string last_error_text() const = 0;
-    // Counts replacements of the deployment: a grant that saw it change was made on a server
-    // that is gone.
-    virtual std::uint64_t server_changes() const noexcept = 0;
+    // Counts replacements of the server instances that hold `keys` (with Cluster, of their
+    // slot's primary): a grant that saw it change was made on a server that is gone, and the
+    // leases granted before a change are lost.
+    virtual std::uint64_t server_changes(lock_keys const& keys) const noexcept = 0;
     // Re-established connections so far, for the observer.
     virtual std::uint64_t reconnects() const noexcept = 0;
     // The deployment's log hook: whether a line of `level` goes out (format it only then), and

@@ -122,7 +122,7 @@ bool locker_impl::take_baton(lock_operation& op) {
         return false;
     auto baton = std::exchange(op.baton, nullptr);
     // One granted to a lease whose server has been replaced since is dropped: it is lost.
-    if (baton->server_changes != store_->server_changes())
+    if (baton->server_changes != store_->server_changes(op.keys()))
         return false;
     op.out.state =
         make_handed_guard(op.name, op.keys(), op.holder_token(), std::move(*baton), op.opt);

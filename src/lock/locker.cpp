@@ -136,9 +136,12 @@ void locker_impl::on_server_change() {
     // Another server instance: the locks we held were on the old one. A restart without
     // persistence lost them, so someone else may already hold them; say so at once. The holder
     // record went with them: the next lease writes it again.
+    // With Cluster only the guards of the slots whose primary was replaced: the others' servers
+    // kept their keys.
     record_expires_ = clock_type::time_point::min();
     for (auto const& weak : held_)
-        if (auto st = weak.lock()) {
+        if (auto st = weak.lock();
+            st && st->lease_server_changes != store_->server_changes(st->keys)) {
             st->mark_lost(loss_reason::server_replaced);
             st->renew_timer.cancel();
         }
@@ -218,7 +221,7 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
     st->acquired_at = attempt_start;
     st->set_lease_deadline(attempt_start + opt.ttl);
     st->lease_granted_at = clock_type::now();
-    st->lease_server_changes = store_->server_changes();
+    st->lease_server_changes = store_->server_changes(st->keys);
     hold(st);
     return st;
 }
@@ -251,19 +254,19 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
                       lock_options const& opt, queueing queue, asio::cancellation_state cs,
                       clock_type::time_point deadline, lock_outcome& out) {
     auto started = clock_type::now();
-    auto server_changes = store_->server_changes();
+    auto server_changes = store_->server_changes(keys);
     replica_wait const replicas{opt.wait_replicas, opt.replicas_timeout};
     grant_result r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline, replicas);
     // Granted by a server instance that has been replaced since (its keys may be gone, and the
     // guards it granted were marked lost): ask the new one. Same token, so this is idempotent.
     for (int rounds = 0; !r.ec && r.granted && !cancelled(cs) && rounds < 3 &&
-                         store_->server_changes() != server_changes;
+                         store_->server_changes(keys) != server_changes;
          ++rounds) {
         started = clock_type::now();
-        server_changes = store_->server_changes();
+        server_changes = store_->server_changes(keys);
         r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline, replicas);
     }
-    if (!r.ec && r.granted && store_->server_changes() != server_changes) {
+    if (!r.ec && r.granted && store_->server_changes(keys) != server_changes) {
         // The server keeps changing: give up this attempt, as one whose reply was lost (a
         // passing error, so co_lock tries again), and release on the way out.
         r.ec = redis::error::connection_lost;

@@ -416,8 +416,8 @@ public:
     std::string last_error_text() const override {
         return redis::detail::engine_last_error_text(engine_);
     }
-    std::uint64_t server_changes() const noexcept override {
-        return redis::detail::engine_server_changes(engine_);
+    std::uint64_t server_changes(lock_keys const& keys) const noexcept override {
+        return redis::detail::engine_server_changes_for(engine_, keys.key);
     }
     std::uint64_t reconnects() const noexcept override {
         return redis::detail::engine_reconnects(engine_);

@@ -33,7 +33,7 @@ public:
             // Counted at once, as connection_impl does, so that a reply read after this call
             // is known to come from before the change.
             ++e->server_changes_;
-            asio::dispatch(e->strand_, [e] { e->on_node_server_change(); });
+            asio::dispatch(e->strand_, [e, from = node_] { e->on_node_server_change(from); });
         }
     }
 
@@ -47,7 +47,8 @@ cluster_engine::cluster_engine(asio::any_io_executor ex, config cfg)
     , strand_(asio::make_strand(executor_))
     , cfg_(std::move(cfg))
     , map_changed_(strand_, std::chrono::steady_clock::time_point::max())
-    , watch_timer_(strand_) {
+    , watch_timer_(strand_)
+    , slot_changes_(std::make_unique<std::atomic<std::uint32_t>[]>(cluster_slots)) {
     if (cfg_.use_tls)
         tls_context_ = make_tls_context(cfg_);
 }
@@ -56,6 +57,10 @@ std::shared_ptr<engine> make_cluster_engine(asio::any_io_executor ex, config cfg
     auto e = std::make_shared<cluster_engine>(std::move(ex), std::move(cfg));
     colock::detail::context_shutdown::watch(e->executor(), e);
     return e;
+}
+
+std::uint64_t cluster_engine::server_changes_for(std::string_view key) const noexcept {
+    return slot_changes_[hash_slot(key)].load();
 }
 
 std::string cluster_engine::run_id() const {
@@ -369,21 +374,18 @@ asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine
 }
 
 void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
-    auto const old_primaries = table_.primaries();
-    bool const had_map = map_known_;
+    // Slots whose primary was replaced (a failover): the leases granted there are to be taken as
+    // gone, as after a restart. Told against the last map read, not the table that MOVED
+    // replies patched since: the MOVED that showed a failover is no migration.
+    auto const replaced = map_known_ ? replaced_slots(map_, ranges) : std::vector<std::uint16_t>{};
+    count_slot_changes(replaced);
+    map_ = ranges;
     table_.assign(ranges);
     map_known_ = true;
     order_.clear();
     for (auto const& r : ranges)
         if (std::find(order_.begin(), order_.end(), r.primary) == order_.end())
             order_.push_back(r.primary);
-    // A primary that serves nothing any more was failed over (or emptied by hand): the leases
-    // it granted are to be taken as gone, as after a restart.
-    bool replaced = false;
-    if (had_map)
-        for (auto const& a : old_primaries)
-            if (std::find(order_.begin(), order_.end(), a) == order_.end())
-                replaced = true;
     // Connect every primary now, so that failures show before requests need them; drop the
     // nodes that are not primaries (seeds that are replicas, demoted primaries).
     std::vector<node_ptr> stale;
@@ -408,7 +410,7 @@ void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
     }
     ever_connected_ = true;
     connected_ = !closed_;
-    if (replaced) {
+    if (!replaced.empty()) {
         ++server_changes_;
         notify_listeners([](push_listener& l) { l.on_server_change(); });
         notify_listeners([](push_listener& l) { l.on_reconnect(); });
@@ -453,6 +455,11 @@ asio::awaitable<void> cluster_engine::watch(std::shared_ptr<cluster_engine> self
 
 // ---------------------------------------------------------------- what the nodes report
 
+void cluster_engine::count_slot_changes(std::vector<std::uint16_t> const& slots) {
+    for (auto const slot : slots)
+        ++slot_changes_[slot];
+}
+
 void cluster_engine::notify_listeners(std::function<void(push_listener&)> const& call) {
     auto listeners = listeners_;
     for (auto const& l : listeners) {
@@ -487,7 +494,13 @@ void cluster_engine::on_node_reconnect() {
     notify_listeners([](push_listener& l) { l.on_reconnect(); });
 }
 
-void cluster_engine::on_node_server_change() {
+void cluster_engine::on_node_server_change(std::string const& from) {
+    // A primary restarted (another run_id): its slots' keys may be gone.
+    std::vector<std::uint16_t> slots;
+    for (std::uint16_t slot = 0; slot < cluster_slots; ++slot)
+        if (auto const* p = table_.primary_of(slot); p && address_text(*p) == from)
+            slots.push_back(slot);
+    count_slot_changes(slots);
     notify_listeners([](push_listener& l) { l.on_server_change(); });
 }
 

@@ -43,6 +43,8 @@ public:
     bool is_connected() const noexcept override { return connected_; }
     std::uint64_t reconnects() const noexcept override { return reconnects_; }
     std::uint64_t server_changes() const noexcept override { return server_changes_; }
+    // The failovers and restarts of the primaries that served `key`'s slot.
+    std::uint64_t server_changes_for(std::string_view key) const noexcept override;
     // The primaries' run_ids, in the order of their first slots, comma-separated.
     std::string run_id() const override;
     std::string last_error_text() const override;
@@ -75,6 +77,7 @@ private:
 
     // --- state below is touched on the strand only ---
     slot_table table_;
+    std::vector<slot_range> map_; // as last read: what a failover is told by
     bool map_known_ = false;
     bool refreshing_ = false;
     bool watching_ = false;
@@ -112,6 +115,8 @@ private:
     std::atomic<bool> ever_connected_{false};
     std::atomic<std::uint64_t> reconnects_{0};
     std::atomic<std::uint64_t> server_changes_{0};
+    // Per slot: counted on the strand before listeners hear of the change.
+    std::unique_ptr<std::atomic<std::uint32_t>[]> slot_changes_;
     mutable std::mutex error_mutex_;
     std::string last_error_text_;
     error_code last_connect_ec_;
@@ -138,7 +143,9 @@ private:
     void notify_listeners(std::function<void(push_listener&)> const& call);
     void on_node_push(std::string const& from, resp3::value const& push);
     void on_node_reconnect();
-    void on_node_server_change();
+    void on_node_server_change(std::string const& from);
+    // Counts a server change for each of `slots`.
+    void count_slot_changes(std::vector<std::uint16_t> const& slots);
 
     // --- requests and subscriptions (cluster_exec.cpp) ---
     static asio::awaitable<void> run_request(std::shared_ptr<cluster_engine> self,

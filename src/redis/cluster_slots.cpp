@@ -221,6 +221,19 @@ slot_map_answer read_cluster_slots(resp3::value const& reply, server_address con
         if (node.elements.size() >= 3)
             if (auto const id = node.elements[2].as_string())
                 r.node_id = std::string(*id);
+        // Replicas whose address is unknown ("?" or empty) cannot be recognised later: left out.
+        for (std::size_t i = 3; i < entry.elements.size(); ++i) {
+            auto const& replica = entry.elements[i];
+            if (replica.type != resp3::type::array || replica.elements.size() < 2)
+                return fail("a CLUSTER SLOTS replica is not [host, port, ...]");
+            auto const replica_host = replica.elements[0].as_string();
+            auto const replica_port = replica.elements[1].as_integer();
+            if (!replica_port || *replica_port <= 0 || *replica_port > 65535)
+                return fail("a CLUSTER SLOTS replica has an invalid port");
+            if (replica_host && !replica_host->empty() && *replica_host != "?")
+                r.replicas.push_back(
+                    {std::string(*replica_host), static_cast<std::uint16_t>(*replica_port)});
+        }
         out.ranges.push_back(std::move(r));
     }
     std::sort(out.ranges.begin(), out.ranges.end(),
@@ -229,6 +242,54 @@ slot_map_answer read_cluster_slots(resp3::value const& reply, server_address con
         if (out.ranges[i].first <= out.ranges[i - 1].last)
             return fail(
                 fmt::format("CLUSTER SLOTS gives slot {} to two ranges", out.ranges[i].first));
+    return out;
+}
+
+std::vector<std::uint16_t> replaced_slots(std::vector<slot_range> const& before,
+                                          std::vector<slot_range> const& after) {
+    auto serves = [](std::vector<slot_range> const& map, server_address const& a) {
+        return std::any_of(map.begin(), map.end(),
+                           [&a](slot_range const& r) { return r.primary == a; });
+    };
+    slot_table now;
+    now.assign(after);
+    // Whether `to` serves every slot `from` served: a promoted replica takes all of them.
+    auto took_all = [&](server_address const& from, server_address const& to) {
+        for (auto const& r : before)
+            if (r.primary == from)
+                for (auto slot = r.first; slot <= r.last; ++slot)
+                    if (auto const* p = now.primary_of(slot); !p || *p != to)
+                        return false;
+        return true;
+    };
+    std::vector<std::uint16_t> out;
+    // Both maps are sorted by first slot: walk them together, one overlap at a time.
+    std::size_t i = 0;
+    std::size_t j = 0;
+    while (i < before.size() && j < after.size()) {
+        auto const& old_range = before[i];
+        auto const& new_range = after[j];
+        auto const first = std::max(old_range.first, new_range.first);
+        auto const last = std::min(old_range.last, new_range.last);
+        if (first <= last) {
+            auto const& from = old_range.primary;
+            auto const& to = new_range.primary;
+            bool const same_node =
+                from == to && (old_range.node_id.empty() || new_range.node_id.empty() ||
+                               old_range.node_id == new_range.node_id);
+            bool const promoted =
+                std::find(old_range.replicas.begin(), old_range.replicas.end(), to) !=
+                    old_range.replicas.end() ||
+                (!serves(before, to) && !serves(after, from) && took_all(from, to));
+            if (!same_node && (from == to || promoted))
+                for (auto slot = first; slot <= last; ++slot)
+                    out.push_back(slot);
+        }
+        if (old_range.last < new_range.last)
+            ++i;
+        else
+            ++j;
+    }
     return out;
 }
 

@@ -51,12 +51,13 @@ request_route route_request(std::vector<std::vector<std::string_view>> const& co
 /// each as its arguments, views into `payload`; nullopt when it is not of that form.
 std::optional<std::vector<std::vector<std::string_view>>> split_commands(std::string_view payload);
 
-/// One range of slots and the primary that serves it.
+/// One range of slots, the primary that serves it and that primary's replicas.
 struct slot_range {
     std::uint16_t first = 0;
     std::uint16_t last = 0; // inclusive
     server_address primary;
     std::string node_id;
+    std::vector<server_address> replicas;
 
     friend bool operator==(slot_range const&, slot_range const&) = default;
 };
@@ -90,6 +91,15 @@ private:
     std::array<std::uint16_t, cluster_slots> owner_{};
     std::vector<server_address> primaries_;
 };
+
+/// The slots whose keys may be gone from one map to the next, because their primary was replaced:
+/// a slot now served by a replica of its former primary (a failover), by a node that was no
+/// primary before and now serves all of the former primary's slots while that one serves nothing
+/// (a replica the old map did not list), or by another node at the former primary's address. A slot
+/// migrated between primaries kept its keys and does not count; nor does a slot unserved in either
+/// map.
+std::vector<std::uint16_t> replaced_slots(std::vector<slot_range> const& before,
+                                          std::vector<slot_range> const& after);
 
 /// A redirection or a retryable refusal in an error reply.
 struct cluster_redirect {

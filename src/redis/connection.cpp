@@ -53,6 +53,11 @@ std::uint64_t engine_server_changes(shared_engine const& engine) noexcept {
     return engine->server_changes();
 }
 
+std::uint64_t engine_server_changes_for(shared_engine const& engine,
+                                        std::string_view key) noexcept {
+    return engine->server_changes_for(key);
+}
+
 std::uint64_t engine_reconnects(shared_engine const& engine) noexcept {
     return engine->reconnects();
 }

@@ -53,6 +53,12 @@ public:
     virtual bool is_connected() const noexcept = 0;
     virtual std::uint64_t reconnects() const noexcept = 0;
     virtual std::uint64_t server_changes() const noexcept = 0;
+    // Those of the changes that concern `key`: with Cluster, the failovers and restarts of the
+    // primaries that served its slot; else all of them.
+    virtual std::uint64_t server_changes_for(std::string_view key) const noexcept {
+        (void)key;
+        return server_changes();
+    }
     virtual std::string run_id() const = 0;
     virtual std::string last_error_text() const = 0;
     virtual std::string connect_failure_text(boost::system::error_code ec) const = 0;

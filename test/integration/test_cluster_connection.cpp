@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 using namespace colock;
 using namespace colock::test;
@@ -43,6 +44,15 @@ std::string other_slot_key(std::string const& key) {
         auto k = fmt::format("other-{}", i);
         if (hash_slot(k) != hash_slot(key))
             return k;
+    }
+}
+
+// A lock name whose slot another primary than `owner` serves.
+std::string name_elsewhere(cluster_set& cluster, std::uint16_t owner, std::string_view stem) {
+    for (int i = 0;; ++i) {
+        auto candidate = fmt::format("{}-{}", stem, i);
+        if (cluster.owner_of(hash_slot(lock_key(candidate))) != owner)
+            return candidate;
     }
 }
 
@@ -314,12 +324,17 @@ TEST_CASE("cluster locker: a primary's failover loses the guards held there, and
             auto held = co_await locks.co_lock(name, replicated);
             auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
             auto const replica = cluster.replica_of(owner);
+            // A guard on another primary, which the failover does not concern.
+            auto bystander =
+                co_await locks.co_lock(name_elsewhere(cluster, owner, "bystander"), lease(30s));
             auto const changes = conn.server_change_count();
             co_await off_thread([&] { cluster.failover(replica, 20s); });
             // The guard is lost within a few health-check rounds. The lease did reach the
             // replica (WAIT 1): it keeps the name until its guard goes.
             co_await lost_then_locked_again(locks, held, name, cluster, replica, 10s);
             CHECK(conn.server_change_count() > changes);
+            CHECK_FALSE(bystander.lost());
+            CHECK(co_await bystander.unlock());
             conn.close();
         },
         90s);
@@ -337,13 +352,11 @@ TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica 
             auto held = co_await locks.co_lock(name, lease(30s));
             auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
             auto const replica = cluster.replica_of(owner);
-            // A name on another primary, to lock while the owner is down.
-            std::string other;
-            for (int i = 0; other.empty(); ++i) {
-                auto candidate = fmt::format("elsewhere-{}", i);
-                if (cluster.owner_of(hash_slot(lock_key(candidate))) != owner)
-                    other = candidate;
-            }
+            // A name on another primary, to lock while the owner is down, and a guard held there
+            // throughout.
+            auto const other = name_elsewhere(cluster, owner, "elsewhere");
+            auto bystander =
+                co_await locks.co_lock(name_elsewhere(cluster, owner, "bystander"), lease(30s));
             cluster.node_on(owner).kill();
             {
                 auto g = co_await locks.co_lock(other, lease(5s));
@@ -356,6 +369,8 @@ TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica 
                 co_await lost_then_locked_again(locks, held, name, cluster, replica, 20s);
             MESSAGE("guard lost " << took << " ms after the kill");
             CHECK(cluster.node_on(replica).cli({"ROLE"}).starts_with("master"));
+            CHECK_FALSE(bystander.lost());
+            CHECK(co_await bystander.unlock());
             conn.close();
         },
         90s);

@@ -88,7 +88,7 @@ TEST_CASE("read_cluster_slots: ranges by first slot; an unknown host is the aske
                            asked);
     CHECK(ok.problem.empty());
     REQUIRE(ok.ranges.size() == 3);
-    CHECK(ok.ranges[0] == slot_range{0, 5460, {"10.0.0.9", 7000}, "id-7000"});
+    CHECK(ok.ranges[0] == slot_range{0, 5460, {"10.0.0.9", 7000}, "id-7000", {}});
     CHECK(ok.ranges[1].primary == server_address{"10.0.0.2", 7001});
     CHECK(ok.ranges[2].last == 16383);
 
@@ -102,7 +102,7 @@ TEST_CASE("read_cluster_slots: ranges by first slot; an unknown host is the aske
     CHECK(table.primaries().size() == 4);
 
     slot_table partial;
-    partial.assign({slot_range{0, 99, {"h", 1}, ""}});
+    partial.assign({slot_range{0, 99, {"h", 1}, "", {}}});
     CHECK(partial.covered() == 100);
     CHECK(partial.primary_of(100) == nullptr);
 
@@ -121,6 +121,63 @@ TEST_CASE("read_cluster_slots: ranges by first slot; an unknown host is the aske
     auto const overlapping =
         read_cluster_slots(array({range(0, 100, "a", 1), range(100, 200, "b", 2)}), asked);
     CHECK(overlapping.problem == "CLUSTER SLOTS gives slot 100 to two ranges");
+}
+
+TEST_CASE("read_cluster_slots: the replicas of each range, hostile ones refused") {
+    server_address const asked{"10.0.0.9", 7000};
+    auto with_replicas = range(0, 16383, "10.0.0.1", 7000);
+    with_replicas.elements.push_back(array({blob("10.0.0.4"), number(7003), blob("id-7003")}));
+    with_replicas.elements.push_back(array({blob("?"), number(7004)})); // address unknown
+    auto const ok = read_cluster_slots(array({with_replicas}), asked);
+    CHECK(ok.problem.empty());
+    REQUIRE(ok.ranges.size() == 1);
+    CHECK(ok.ranges[0].replicas == std::vector<server_address>{{"10.0.0.4", 7003}});
+
+    auto bad_port = range(0, 16383, "10.0.0.1", 7000);
+    bad_port.elements.push_back(array({blob("10.0.0.4"), number(70000)}));
+    CHECK(read_cluster_slots(array({bad_port}), asked).problem ==
+          "a CLUSTER SLOTS replica has an invalid port");
+    auto not_a_node = range(0, 16383, "10.0.0.1", 7000);
+    not_a_node.elements.push_back(blob("10.0.0.4"));
+    CHECK(read_cluster_slots(array({not_a_node}), asked).problem ==
+          "a CLUSTER SLOTS replica is not [host, port, ...]");
+}
+
+TEST_CASE("replaced_slots: a failover counts, a migration does not") {
+    server_address const a{"h", 1};
+    server_address const b{"h", 2};
+    server_address const c{"h", 3};
+    server_address const a_replica{"h", 4};
+    server_address const fresh{"h", 5};
+    std::vector<slot_range> const before{{0, 99, a, "id-a", {a_replica}},
+                                         {100, 199, b, "id-b", {}}};
+
+    CHECK(replaced_slots(before, before).empty());
+    // a's replica took over a's slots (CLUSTER FAILOVER, or a killed a).
+    auto const failover = replaced_slots(before, {{0, 99, a_replica, "id-r", {a}}, before[1]});
+    REQUIRE(failover.size() == 100);
+    CHECK(failover.front() == 0);
+    CHECK(failover.back() == 99);
+    // Slots 50..149 migrated to a new node c, and slots of b to a: keys went along. b serves
+    // nothing any more, but c did not take all of its slots.
+    CHECK(replaced_slots(before, {{0, 49, a, "id-a", {a_replica}},
+                                  {50, 149, c, "id-c", {}},
+                                  {150, 199, a, "id-a", {a_replica}}})
+              .empty());
+    // b's slots are served by a node that was no primary, and b serves nothing: a replica of b
+    // that the old map did not list was promoted.
+    auto const unlisted = replaced_slots(before, {before[0], {100, 199, fresh, "id-f", {}}});
+    CHECK(unlisted.size() == 100);
+    CHECK(unlisted.front() == 100);
+    // But a new primary receiving some of b's slots while b keeps the rest is a migration.
+    CHECK(replaced_slots(before,
+                         {before[0], {100, 149, fresh, "id-f", {}}, {150, 199, b, "id-b", {}}})
+              .empty());
+    // Another node at a's address (a's id differs): a's slots count.
+    CHECK(replaced_slots(before, {{0, 99, a, "id-new", {}}, before[1]}).size() == 100);
+    // A slot unserved in one of the maps counts in neither direction.
+    CHECK(replaced_slots(before, {before[1]}).empty());
+    CHECK(replaced_slots({before[1]}, before).empty());
 }
 
 TEST_CASE("read_redirect: MOVED and ASK with their targets; TRYAGAIN and CLUSTERDOWN") {

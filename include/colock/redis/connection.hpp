@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace colock::redis {
@@ -95,6 +96,8 @@ void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_liste
 void engine_remove_listener(shared_engine const& engine, push_listener const* l);
 boost::asio::any_io_executor engine_executor(shared_engine const& engine);
 std::uint64_t engine_server_changes(shared_engine const& engine) noexcept;
+// Those of the server changes that concern `key` (with Cluster: of its slot's primaries).
+std::uint64_t engine_server_changes_for(shared_engine const& engine, std::string_view key) noexcept;
 // connection::reconnect_count(), for holders of the engine only.
 std::uint64_t engine_reconnects(shared_engine const& engine) noexcept;
 // The config's log hook, for the layers on the connection: whether a line of `level` goes out
@@ -129,7 +132,8 @@ public:
     virtual void on_reconnect() {}
     /// Called just before on_reconnect() when the server reached is another instance than
     /// before (its run_id differs): a server restarted without persistence, or a failover to
-    /// another node. Keys written to the old instance may not exist on this one.
+    /// another node. Keys written to the old instance may not exist on this one. With Redis
+    /// Cluster: the primary of some of the slots was replaced (the others kept their keys).
     virtual void on_server_change() {}
 };
 
@@ -163,7 +167,8 @@ public:
 /// WAIT of the same request); a transaction is never split or sent again. A request whose keys
 /// hash to more than one slot completes with error::cross_slot, nothing written. While
 /// connected the map is read again when a primary is down and every fifth health-check interval;
-/// a primary that serves no slot any more (failed over) counts as a server change. Subscriptions
+/// slots now served by a replica of their former primary (failed over), or by a primary that
+/// restarted, count as a server change, for the keys of those slots only. Subscriptions
 /// of async_subscribe go to the primary of each channel's slot and move when it goes.
 /// is_connected() is true while the map is known and every primary is up; server_run_id() lists
 /// the primaries' run_ids, comma-separated. A config with seeds and sentinels, a unix socket, or
