@@ -3,6 +3,7 @@
 #include "text.hpp"
 
 #include <colock/error.hpp>
+#include <colock/redis/connection.hpp>
 #include <colock/redis/error.hpp>
 #include <colock/resp3/request.hpp>
 
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <exception>
 #include <set>
 #include <stdexcept>
 
@@ -101,13 +103,13 @@ std::string reply_text(resp3::value const& v) {
     throw std::runtime_error("SCAN: unexpected reply " + resp3::to_debug_string(v));
 }
 
-// The names of the lock keys `<prefix>{name}` whose names match `pattern`, sorted. A lock's other
-// keys end in "}:q" or "}:qd", so a key that ends in '}' is a lock key.
-asio::awaitable<std::vector<std::string>>
-scan_names(redis::connection& conn, std::string const& prefix, std::string const& pattern) {
+// Adds to `names` the names of the lock keys `<prefix>{name}` on the server of `conn` whose names
+// match `pattern`. A lock's other keys end in "}:q" or "}:qd", so a key that ends in '}' is a
+// lock key.
+asio::awaitable<void> scan_server(redis::connection& conn, std::string const& prefix,
+                                  std::string const& pattern, std::set<std::string>& names) {
     auto const match = glob_escape(prefix) + "{" + pattern + "}";
     auto const head = prefix + "{";
-    std::set<std::string> names; // SCAN may return a key more than once
     std::string cursor = "0";
     do {
         resp3::request req;
@@ -123,6 +125,36 @@ scan_names(redis::connection& conn, std::string const& prefix, std::string const
                 names.insert(key.substr(head.size(), key.size() - head.size() - 1));
         }
     } while (cursor != "0");
+}
+
+// The lock names matching `pattern`, sorted. SCAN runs on one server, so on a cluster each primary
+// is scanned through a connection of its own, with the same settings (user, TLS, timeouts).
+asio::awaitable<std::vector<std::string>>
+scan_names(redis::connection& conn, std::string const& prefix, std::string const& pattern) {
+    std::set<std::string> names; // SCAN may return a key more than once
+    if (!conn.get_config().uses_cluster()) {
+        co_await scan_server(conn, prefix, pattern, names);
+    } else {
+        auto const primaries = conn.cluster_primaries();
+        if (primaries.empty())
+            throw std::runtime_error("the cluster's slot map is not known");
+        for (auto const& primary : primaries) {
+            auto cfg = conn.get_config();
+            cfg.cluster.seeds.clear();
+            cfg.host = primary.host;
+            cfg.port = primary.port;
+            redis::connection node{co_await asio::this_coro::executor, std::move(cfg)};
+            std::exception_ptr failure;
+            try {
+                co_await scan_server(node, prefix, pattern, names);
+            } catch (...) {
+                failure = std::current_exception();
+            }
+            node.close();
+            if (failure)
+                std::rethrow_exception(failure);
+        }
+    }
     co_return std::vector<std::string>(names.begin(), names.end());
 }
 

@@ -68,6 +68,11 @@ std::string cluster_engine::run_id() const {
     return run_ids_;
 }
 
+std::vector<server_address> cluster_engine::cluster_primaries() const {
+    std::lock_guard lock(error_mutex_);
+    return primaries_;
+}
+
 std::string cluster_engine::last_error_text() const {
     std::lock_guard lock(error_mutex_);
     return last_error_text_;
@@ -407,6 +412,7 @@ void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
     {
         std::lock_guard lock(error_mutex_);
         run_ids_ = std::move(ids);
+        primaries_ = order_;
     }
     ever_connected_ = true;
     connected_ = !closed_;

@@ -47,6 +47,7 @@ public:
     std::uint64_t server_changes_for(std::string_view key) const noexcept override;
     // The primaries' run_ids, in the order of their first slots, comma-separated.
     std::string run_id() const override;
+    std::vector<server_address> cluster_primaries() const override;
     std::string last_error_text() const override;
     std::string connect_failure_text(error_code ec) const override;
     bool ever_connected() const noexcept override { return ever_connected_; }
@@ -122,6 +123,7 @@ private:
     error_code last_connect_ec_;
     std::string last_connect_error_;
     std::string run_ids_;
+    std::vector<server_address> primaries_; // order_, for other threads
 
     void set_error_text(std::string text);
 

@@ -273,6 +273,10 @@ std::string connection::server_run_id() const {
     return impl_->run_id();
 }
 
+std::vector<server_address> connection::cluster_primaries() const {
+    return impl_->cluster_primaries();
+}
+
 std::uint64_t connection::server_change_count() const noexcept {
     return impl_->server_changes();
 }

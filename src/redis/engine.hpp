@@ -60,6 +60,8 @@ public:
         return server_changes();
     }
     virtual std::string run_id() const = 0;
+    // connection::cluster_primaries().
+    virtual std::vector<server_address> cluster_primaries() const { return {}; }
     virtual std::string last_error_text() const = 0;
     virtual std::string connect_failure_text(boost::system::error_code ec) const = 0;
     virtual bool ever_connected() const noexcept = 0;

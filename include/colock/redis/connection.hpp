@@ -359,6 +359,10 @@ public:
     /// `INFO server` during the handshake; empty before the first connection or when the server
     /// refuses INFO (the handshake does not fail for that).
     std::string server_run_id() const;
+    /// With Redis Cluster: the primaries of the slot map as last read, in the order of their first
+    /// slots, to reach each of them (with a connection of its own) for what concerns every node,
+    /// such as SCAN. Empty before the map is read, and for the other deployments.
+    std::vector<server_address> cluster_primaries() const;
     /// Number of reconnections that reached another server instance (a different run_id) than
     /// the connection before them. Both run_ids must be known for a change to count.
     std::uint64_t server_change_count() const noexcept;
