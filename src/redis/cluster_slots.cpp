@@ -197,6 +197,25 @@ slot_map_answer read_cluster_slots(resp3::value const& reply, server_address con
         return fail(fmt::format("CLUSTER SLOTS refused: {}", reply.text));
     if (reply.type != resp3::type::array)
         return fail("the answer to CLUSTER SLOTS is not an array");
+    // [host, port, id, ...]: the address, an empty host when unknown ("?" or empty), or the
+    // problem.
+    std::string problem;
+    auto read_node = [&problem](resp3::value const& node, std::string_view what) {
+        std::optional<server_address> a;
+        if (node.type != resp3::type::array || node.elements.size() < 2) {
+            problem = fmt::format("a CLUSTER SLOTS {} is not [host, port, ...]", what);
+            return a;
+        }
+        auto const host = node.elements[0].as_string();
+        auto const port = node.elements[1].as_integer();
+        if (!port || *port <= 0 || *port > 65535) {
+            problem = fmt::format("a CLUSTER SLOTS {} has an invalid port", what);
+            return a;
+        }
+        std::string h = host && *host != "?" ? std::string(*host) : std::string();
+        a = server_address{std::move(h), static_cast<std::uint16_t>(*port)};
+        return a;
+    };
     for (auto const& entry : reply.elements) {
         if (entry.type != resp3::type::array || entry.elements.size() < 3)
             return fail("a CLUSTER SLOTS entry is not [first, last, primary, ...]");
@@ -205,34 +224,25 @@ slot_map_answer read_cluster_slots(resp3::value const& reply, server_address con
         if (!first || !last || *first < 0 || *last < *first || *last >= cluster_slots)
             return fail("a CLUSTER SLOTS entry has an invalid slot range");
         auto const& node = entry.elements[2];
-        if (node.type != resp3::type::array || node.elements.size() < 2)
-            return fail("a CLUSTER SLOTS node is not [host, port, ...]");
-        auto const host = node.elements[0].as_string();
-        auto const port = node.elements[1].as_integer();
-        if (!port || *port <= 0 || *port > 65535)
-            return fail("a CLUSTER SLOTS node has an invalid port");
-        std::string h = host ? std::string(*host) : std::string();
-        if (h.empty() || h == "?")
-            h = asked.host;
+        auto primary = read_node(node, "node");
+        if (!primary)
+            return fail(std::move(problem));
+        if (primary->host.empty())
+            primary->host = asked.host;
         slot_range r;
         r.first = static_cast<std::uint16_t>(*first);
         r.last = static_cast<std::uint16_t>(*last);
-        r.primary = {std::move(h), static_cast<std::uint16_t>(*port)};
+        r.primary = std::move(*primary);
         if (node.elements.size() >= 3)
             if (auto const id = node.elements[2].as_string())
                 r.node_id = std::string(*id);
-        // Replicas whose address is unknown ("?" or empty) cannot be recognised later: left out.
+        // Replicas whose address is unknown cannot be recognised later: left out.
         for (std::size_t i = 3; i < entry.elements.size(); ++i) {
-            auto const& replica = entry.elements[i];
-            if (replica.type != resp3::type::array || replica.elements.size() < 2)
-                return fail("a CLUSTER SLOTS replica is not [host, port, ...]");
-            auto const replica_host = replica.elements[0].as_string();
-            auto const replica_port = replica.elements[1].as_integer();
-            if (!replica_port || *replica_port <= 0 || *replica_port > 65535)
-                return fail("a CLUSTER SLOTS replica has an invalid port");
-            if (replica_host && !replica_host->empty() && *replica_host != "?")
-                r.replicas.push_back(
-                    {std::string(*replica_host), static_cast<std::uint16_t>(*replica_port)});
+            auto replica = read_node(entry.elements[i], "replica");
+            if (!replica)
+                return fail(std::move(problem));
+            if (!replica->host.empty())
+                r.replicas.push_back(std::move(*replica));
         }
         out.ranges.push_back(std::move(r));
     }
