@@ -215,13 +215,16 @@ std::string locker_impl::timeout_text(lock_options const& opt) const {
 std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys keys,
                                                      std::string token, std::int64_t fence,
                                                      lock_options const& opt,
-                                                     clock_type::time_point attempt_start) {
+                                                     clock_type::time_point attempt_start,
+                                                     std::uint64_t server_changes) {
     auto st = std::make_shared<guard_state>(shared_from_this(), std::move(name), std::move(keys),
                                             std::move(token), fence, opt);
     st->acquired_at = attempt_start;
     st->set_lease_deadline(attempt_start + opt.ttl);
     st->lease_granted_at = clock_type::now();
-    st->lease_server_changes = store_->server_changes(st->keys);
+    // The count the grant was checked against, not a newer one: a change counted since then
+    // is one this lease did not survive.
+    st->lease_server_changes = server_changes;
     hold(st);
     return st;
 }
@@ -285,7 +288,7 @@ locker_impl::try_once(lock_keys const& keys, std::string const& token, std::stri
     if (r.ec == asio::error::operation_aborted && !cancelled(cs))
         r.ec = error::timeout; // stopped by the wait deadline before it was sent
     if (!r.ec && r.granted)
-        out.state = make_guard(name, keys, token, r.fence, opt, started);
+        out.state = make_guard(name, keys, token, r.fence, opt, started, server_changes);
     co_return r;
 }
 

@@ -175,7 +175,8 @@ private:
 
     std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
                                             std::int64_t fence, lock_options const& opt,
-                                            clock_type::time_point attempt_start);
+                                            clock_type::time_point attempt_start,
+                                            std::uint64_t server_changes);
     // The guard of a waiter that took a baton: the lease goes on, with the waiter's token.
     std::shared_ptr<guard_state> make_handed_guard(std::string name, lock_keys keys,
                                                    std::string token, lease_baton baton,

@@ -236,14 +236,12 @@ slot_map_answer read_cluster_slots(resp3::value const& reply, server_address con
         if (node.elements.size() >= 3)
             if (auto const id = node.elements[2].as_string())
                 r.node_id = std::string(*id);
-        // Replicas whose address is unknown cannot be recognised later: left out.
-        for (std::size_t i = 3; i < entry.elements.size(); ++i) {
-            auto replica = read_node(entry.elements[i], "replica");
-            if (!replica)
-                return fail(std::move(problem));
-            if (!replica->host.empty())
+        // Replicas only help to tell a failover from a migration: one whose address is unknown
+        // or malformed is left out, and costs nothing of the map.
+        for (std::size_t i = 3; i < entry.elements.size(); ++i)
+            if (auto replica = read_node(entry.elements[i], "replica");
+                replica && !replica->host.empty())
                 r.replicas.push_back(std::move(*replica));
-        }
         out.ranges.push_back(std::move(r));
     }
     std::sort(out.ranges.begin(), out.ranges.end(),

@@ -168,11 +168,12 @@ public:
 /// hash to more than one slot completes with error::cross_slot, nothing written. While
 /// connected the map is read again when a primary is down and every fifth health-check interval;
 /// slots now served by a replica of their former primary (failed over), or by a primary that
-/// restarted, count as a server change, for the keys of those slots only. Subscriptions
-/// of async_subscribe go to the primary of each channel's slot and move when it goes.
-/// is_connected() is true while the map is known and every primary is up; server_run_id() lists
-/// the primaries' run_ids, comma-separated. A config with seeds and sentinels, a unix socket, or
-/// a database other than 0 is refused at construction.
+/// restarted, count as a server change (server_change_count() and on_server_change() count
+/// each, whichever slots it concerned; a locker marks lost only the guards on those slots).
+/// Subscriptions of async_subscribe go to the primary of each channel's slot and move when it
+/// goes. is_connected() is true while the map is known and every primary is up; server_run_id()
+/// lists the primaries' run_ids, comma-separated. A config with seeds and sentinels, a unix socket,
+/// or a database other than 0 is refused at construction.
 ///
 /// @par Errors
 /// A failure to connect completes async_connect, and every request that was waiting for that first
