@@ -1,0 +1,75 @@
+// Redlock's decisions over N independent primaries, sans I/O: whether the answers of one
+// acquisition make a lease and for how long it is safe, which primaries to release when they do
+// not, when the holder's majority lapses, and whether an extension kept the lease. The quorum
+// store (issue: Redlock) does the I/O around them. Private to the library's sources; tested
+// without a server in test/unit/test_quorum.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace colock::detail::quorum {
+
+using std::chrono::milliseconds;
+
+/// How many of `primaries` make a majority: N/2 + 1.
+constexpr std::size_t majority(std::size_t primaries) noexcept {
+    return primaries / 2 + 1;
+}
+
+/// The clock drift a lease of `ttl` allows for between the primaries and this process:
+/// ttl × 1 % + 2 ms, as Redlock has it (rounded up to whole milliseconds).
+milliseconds clock_drift(milliseconds ttl) noexcept;
+
+/// How long a lease granted by a majority is safe, counted from the start of the attempt that
+/// took `elapsed`: ttl − elapsed − drift, or zero or less when it is not safe at all.
+milliseconds validity(milliseconds ttl, milliseconds elapsed) noexcept;
+
+/// One primary's answer to an acquisition.
+struct grant_vote {
+    enum class kind {
+        granted, // the lock is ours there, with `fence`
+        held,    // another holds it there, for `holder_ttl` more (answered: nothing to undo)
+        refused, // nothing was applied there (not sent, or refused before it ran)
+        unknown, // no answer after it was sent: it may have been applied
+    };
+    kind what = kind::refused;
+    std::int64_t fence = 0;
+    milliseconds holder_ttl{0};
+};
+
+/// What an acquisition's answers amount to.
+struct grant_decision {
+    bool granted = false;
+    /// Granted: how long the lease is safe from the attempt's start (positive).
+    milliseconds validity{0};
+    /// Granted: the largest fence of the granting primaries.
+    std::int64_t fence = 0;
+    /// Not granted: the primaries (indexes) where the lock may be ours, to release now.
+    std::vector<std::size_t> release;
+    /// Not granted: how long until the holders' majority may lapse and a new attempt may win;
+    /// zero when it may win at once (too few answers, or a lease that was not safe).
+    milliseconds retry_after{0};
+};
+
+/// Decides on the answers of one acquisition over `votes.size()` primaries that took `elapsed`
+/// from the first request sent to the last answer read: granted when a majority granted and the
+/// lease is still safe (validity above zero).
+grant_decision decide_grant(std::span<grant_vote const> votes, milliseconds ttl,
+                            milliseconds elapsed);
+
+/// Whether an extension confirmed by `confirmed` of `primaries` keeps the lease, and, when it
+/// does, that its new validity (validity(ttl, elapsed)) is above zero.
+bool extension_holds(std::size_t confirmed, std::size_t primaries, milliseconds ttl,
+                     milliseconds elapsed) noexcept;
+
+/// Refuses (std::invalid_argument, naming what is wrong) a set of primaries Redlock cannot work
+/// with: fewer than 3, an even number, or one server given twice (the same run_id, when
+/// known; an empty run_id is not compared).
+void check_primaries(std::span<std::string const> run_ids);
+
+} // namespace colock::detail::quorum
