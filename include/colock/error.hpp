@@ -24,6 +24,11 @@ enum class error {
     /// Fewer replicas than lock_options::wait_replicas acknowledged the lock within
     /// replicas_timeout; the lock was released. The message says how many did.
     replicas_not_acknowledged,
+    /// Redlock: fewer than a majority of the primaries answered an attempt, an extension or a
+    /// release (down, unreachable, or slower than the attempt's timeout). A waiting co_lock,
+    /// a renewal and a release try again within their deadlines; the message names each
+    /// primary that did not answer, and why.
+    no_quorum,
 };
 
 boost::system::error_category const& error_category() noexcept;

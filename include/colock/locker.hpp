@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -176,6 +177,20 @@ public:
     using executor_type = boost::asio::any_io_executor;
 
     explicit locker(redis::connection& conn, std::string key_prefix = "colock:");
+    /// Redlock: the same locks over `primaries`, independent Redis servers (an odd number, at
+    /// least 3; each a single server or a Sentinel-resolved primary, not a Cluster). A lock is
+    /// granted when a majority grants it within its validity (ttl, less the time the attempt
+    /// took, less ttl × 1 % + 2 ms of clock drift), which lock_guard::lease_expiry() reports;
+    /// renewal and release go to every primary, and a lease is lost when fewer than a majority
+    /// confirm it in time. Guards, options, hand-offs, cohorts and fences are as on one server;
+    /// see the README's Redlock section for what the quorum guarantees and what it does not.
+    /// A connection may serve other lockers too; none of them may be the same server twice.
+    /// Throws boost::system::system_error(error::invalid_argument) for a null pointer, fewer
+    /// than 3 or an even number of primaries, or one connection or endpoint given twice; the
+    /// same server behind two endpoints is found by its run_id once connected, and every
+    /// attempt then fails with error::invalid_argument. The connections must outlive the locker.
+    explicit locker(std::span<redis::connection* const> primaries,
+                    std::string key_prefix = "colock:");
     ~locker();
     locker(locker const&) = delete;
     locker& operator=(locker const&) = delete;

@@ -40,6 +40,8 @@ public:
             return "the guard does not hold a lock";
         case error::replicas_not_acknowledged:
             return "too few replicas acknowledged the lock in time";
+        case error::no_quorum:
+            return "fewer than a majority of the Redlock primaries answered";
         }
         return "unknown colock error " + std::to_string(ev);
     }
@@ -119,7 +121,8 @@ namespace asio = boost::asio;
 bool is_transient(error_code ec, std::string_view server_text) {
     if (ec == redis::error::server_error)
         return is_transient_server_error(server_text);
-    return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout;
+    return ec == redis::error::connection_lost || ec == redis::error::health_check_timeout ||
+           ec == error::no_quorum;
 }
 
 bool is_connect_failure(error_code ec) {

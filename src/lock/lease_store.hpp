@@ -1,9 +1,9 @@
 // The seam between the lock algorithm and the Redis deployment it runs on: how a lease is
 // granted, extended, released and waited for. The locker, its local queues, the renewal and
-// the guard go through this interface only; a store does the I/O. Today there is one store, a
-// single connection (single_connection_store); a quorum of independent primaries (Redlock)
-// is meant to be a second one, leaving the algorithm as it is. Private to the library's
-// sources.
+// the guard go through this interface only; a store does the I/O. There are two stores: one
+// connection (single_connection_store: one server, Sentinel or Cluster), and a quorum of
+// independent primaries (quorum_store: Redlock), made of one single_connection_store per
+// primary. Private to the library's sources.
 #pragma once
 
 #include <colock/log.hpp>
@@ -187,10 +187,20 @@ public:
     grant(lock_keys const& keys, std::string const& token, std::chrono::milliseconds ttl,
           queueing queue, boost::asio::cancellation_slot stop, replica_wait replicas) = 0;
 
-    // Sets the lease of `token` to `ttl` from now, if it is still ours. Cancelled by the
+    // Sets the lease of `token` to `ttl` from now, if it is still ours, and keeps `fence` (the
+    // holder's) as the lock's last fence where a smaller one is stored. Cancelled by the
     // awaiting coroutine's cancellation, as the connection's requests are.
-    virtual boost::asio::awaitable<lease_reply>
-    extend(lock_keys const& keys, std::string const& token, std::chrono::milliseconds ttl) = 0;
+    virtual boost::asio::awaitable<lease_reply> extend(lock_keys const& keys,
+                                                       std::string const& token,
+                                                       std::chrono::milliseconds ttl,
+                                                       std::int64_t fence) = 0;
+
+    // How long a lease of `ttl` is known to be ours, counted from the start of the request that
+    // granted or extended it: `ttl` on one server; with a quorum, less the clock drift allowed
+    // between the primaries and this process.
+    virtual std::chrono::milliseconds safe_ttl(std::chrono::milliseconds ttl) const noexcept {
+        return ttl;
+    }
 
     // Gives the lease of `token` back: to the first queued process (kept for it for `claim`),
     // or free; `last_fence` is the last fence this process gave under the lease (its own

@@ -6,6 +6,7 @@
 #include "awaited_call.hpp"
 #include "errors.hpp"
 #include "guard.hpp"
+#include "quorum_store.hpp"
 #include "single_connection_store.hpp"
 #include "token.hpp"
 
@@ -220,7 +221,7 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
     auto st = std::make_shared<guard_state>(shared_from_this(), std::move(name), std::move(keys),
                                             std::move(token), fence, opt);
     st->acquired_at = attempt_start;
-    st->set_lease_deadline(attempt_start + opt.ttl);
+    st->set_lease_deadline(attempt_start + store_->safe_ttl(opt.ttl));
     st->lease_granted_at = clock_type::now();
     // The count the grant was checked against, not a newer one: a change counted since then
     // is one this lease did not survive.
@@ -511,6 +512,15 @@ locker::locker(redis::connection& conn, std::string key_prefix)
     : impl_(std::make_shared<detail::locker_impl>(detail::make_single_connection_store(conn),
                                                   std::move(key_prefix),
                                                   conn.get_config().client_name)) {
+    impl_->store_->listen(impl_, impl_->prefix_);
+    detail::context_shutdown::watch(impl_->strand_.get_inner_executor(), impl_);
+}
+
+locker::locker(std::span<redis::connection* const> primaries, std::string key_prefix)
+    : impl_(std::make_shared<detail::locker_impl>(
+          detail::make_quorum_store(primaries), std::move(key_prefix),
+          primaries.empty() || !primaries[0] ? std::string()
+                                             : primaries[0]->get_config().client_name)) {
     impl_->store_->listen(impl_, impl_->prefix_);
     detail::context_shutdown::watch(impl_->strand_.get_inner_executor(), impl_);
 }

@@ -14,6 +14,10 @@ milliseconds clock_drift(milliseconds ttl) noexcept {
     return milliseconds(percent + 2);
 }
 
+milliseconds attempt_timeout(milliseconds ttl) noexcept {
+    return std::clamp(ttl / 10, milliseconds(50), milliseconds(1000));
+}
+
 milliseconds validity(milliseconds ttl, milliseconds elapsed) noexcept {
     auto const drift = clock_drift(ttl);
     if (elapsed.count() < 0)

@@ -29,6 +29,17 @@ milliseconds clock_drift(milliseconds ttl) noexcept;
 /// took `elapsed`: ttl − elapsed − drift, or zero or less when it is not safe at all.
 milliseconds validity(milliseconds ttl, milliseconds elapsed) noexcept;
 
+/// How long one acquisition, extension or release round waits for the primaries' answers: a
+/// tenth of the ttl, at least 50 ms and at most 1 s. A primary that has not answered by then
+/// counts as unknown (its request may still run: it is released like a grant).
+milliseconds attempt_timeout(milliseconds ttl) noexcept;
+
+/// Whether the answers so far decide a round over `primaries`: `yes` answered in favour and
+/// `pending` have not answered yet. Decided when `yes` is a majority, or can no longer become one.
+constexpr bool round_decided(std::size_t yes, std::size_t pending, std::size_t primaries) noexcept {
+    return yes >= majority(primaries) || yes + pending < majority(primaries);
+}
+
 /// One primary's answer to an acquisition.
 struct grant_vote {
     enum class kind {

@@ -156,7 +156,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             auto const started = clock_type::now();
             auto const ttl = st->ttl;
             lease_end.expires_at(st->lease_deadline());
-            auto outcome = co_await (store.extend(st->keys, st->lease_token, ttl) ||
+            auto outcome = co_await (store.extend(st->keys, st->lease_token, ttl, st->fence) ||
                                      lease_end.async_wait(nothrow_awaitable));
             turn.turns = nullptr;
             st->turns.give();
@@ -172,7 +172,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
             // An unreadable reply (unexpected_reply) is retried as a network error is.
             if (!reply.ec) {
                 if (reply.ours) {
-                    st->set_lease_deadline(started + ttl);
+                    st->set_lease_deadline(started + store.safe_ttl(ttl));
                     st->locker->keep_record(ttl);
                     if (st->ttl != ttl)
                         continue; // extend() changed the lease meanwhile: apply it again now
@@ -202,12 +202,14 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
         co_return std::tuple{error_code(asio::error::operation_aborted), false};
     turn.turns = &st->turns;
     auto const started = clock_type::now();
-    auto const reply = co_await st->locker->store_->extend(st->keys, st->lease_token, ttl);
+    auto const& store = *st->locker->store_;
+    auto const reply =
+        co_await st->locker->store_->extend(st->keys, st->lease_token, ttl, st->fence);
     if (reply.ec)
         co_return std::tuple{reply.ec, false};
     if (reply.ours) {
         st->ttl = ttl;
-        st->set_lease_deadline(started + ttl);
+        st->set_lease_deadline(started + store.safe_ttl(ttl));
         st->locker->keep_record(ttl); // a longer lease than the record was written for
     } else {
         st->mark_lost(loss_reason::not_ours);

@@ -103,10 +103,11 @@ struct wake_listener final : redis::push_listener {
 class single_connection_store final : public lease_store,
                                       public std::enable_shared_from_this<single_connection_store> {
 public:
-    explicit single_connection_store(redis::detail::shared_engine engine)
+    single_connection_store(redis::detail::shared_engine engine,
+                            asio::strand<asio::any_io_executor> strand)
         : engine_(std::move(engine))
         , sharded_(redis::detail::engine_shards_channels(engine_))
-        , strand_(asio::make_strand(redis::detail::engine_executor(engine_))) {}
+        , strand_(std::move(strand)) {}
 
     asio::strand<asio::any_io_executor> const& strand() const override { return strand_; }
 
@@ -191,10 +192,11 @@ public:
     }
 
     asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
-                                        milliseconds ttl) override {
+                                        milliseconds ttl, std::int64_t fence) override {
         auto const ttl_text = std::to_string(ttl.count());
-        auto [ec, v] =
-            co_await run_script(extend_script(), std::nullopt, keys.key, "", "", token, ttl_text);
+        auto const fence_text = std::to_string(fence);
+        auto [ec, v] = co_await run_script(extend_script(), std::nullopt, keys.key, "", "", token,
+                                           ttl_text, fence_text);
         if (ec)
             co_return lease_reply{ec, false};
         auto const flag = script_flag(v);
@@ -599,7 +601,15 @@ private:
 } // namespace
 
 std::shared_ptr<lease_store> make_single_connection_store(redis::connection& conn) {
-    return std::make_shared<single_connection_store>(redis::detail::engine_of(conn));
+    auto const& engine = redis::detail::engine_of(conn);
+    return std::make_shared<single_connection_store>(
+        engine, asio::make_strand(redis::detail::engine_executor(engine)));
+}
+
+std::shared_ptr<lease_store>
+make_single_connection_store(redis::detail::shared_engine engine,
+                             asio::strand<asio::any_io_executor> strand) {
+    return std::make_shared<single_connection_store>(std::move(engine), std::move(strand));
 }
 
 } // namespace colock::detail

@@ -78,6 +78,14 @@ bool engine_ever_connected(shared_engine const& engine) noexcept {
     return engine->ever_connected();
 }
 
+std::string engine_run_id(shared_engine const& engine) {
+    return engine->run_id();
+}
+
+std::string engine_endpoint_text(shared_engine const& engine) {
+    return engine->settings().endpoint_text();
+}
+
 std::string engine_last_error_text(shared_engine const& engine) {
     return engine->last_error_text();
 }

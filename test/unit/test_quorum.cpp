@@ -128,3 +128,21 @@ TEST_CASE("quorum: primaries Redlock cannot work with are refused, naming why") 
     CHECK(message_of({"a", "b", "a"}) == "colock: Redlock primaries 1 and 3 are the same server "
                                          "(run_id a); each must be an independent primary");
 }
+
+TEST_CASE("quorum: a round's timeout and when its answers decide it") {
+    CHECK(attempt_timeout(milliseconds(30000)) == milliseconds(1000));
+    CHECK(attempt_timeout(milliseconds(2000)) == milliseconds(200));
+    CHECK(attempt_timeout(milliseconds(100)) == milliseconds(50));
+    CHECK(attempt_timeout(milliseconds::max()) == milliseconds(1000));
+    // 3 primaries: two in favour decide; one in favour with one pending does not; one in favour
+    // with none pending cannot become a majority, which decides too.
+    CHECK(round_decided(2, 1, 3));
+    CHECK_FALSE(round_decided(1, 1, 3));
+    CHECK(round_decided(1, 0, 3));
+    CHECK(round_decided(0, 1, 3));
+    CHECK_FALSE(round_decided(0, 2, 3));
+    // 5 primaries.
+    CHECK(round_decided(3, 2, 5));
+    CHECK_FALSE(round_decided(2, 1, 5));
+    CHECK(round_decided(2, 0, 5));
+}

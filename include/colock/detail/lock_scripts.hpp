@@ -182,14 +182,22 @@ put('F ' .. fence, 'KEEPTTL')
 return 1
 )lua";
 
-// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
+// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the holder's fence. 1 when extended, 0
+// when not ours. A fence above the stored one is stored: with Redlock, each primary grants its
+// own fence and the lease's is the largest, which a majority must keep (see the README's
+// Redlock section); one server stores the holder's fence already, so it writes nothing more.
 inline constexpr std::string_view extend_source = R"lua(
 local v = redis.call('GET', KEYS[1])
-if v and string.match(v, '^H %d+ %S+ (%S+)') == ARGV[1] then
+if not v then return 0 end
+local fence, rest, token = string.match(v, '^H (%d+) (%S+ (%S+) %d+ %d)$')
+if not fence or token ~= ARGV[1] then return 0 end
+local wanted = tonumber(ARGV[3] or '0') or 0
+if wanted > tonumber(fence) then
+  redis.call('SET', KEYS[1], 'H ' .. string.format('%.0f', wanted) .. ' ' .. rest, 'PX', ARGV[2])
+else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
 end
-return 0
+return 1
 )lua";
 
 // Status: reads the lock. KEYS as for acquire. Returns {value or "", its PTTL, the number of

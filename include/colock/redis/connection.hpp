@@ -116,6 +116,10 @@ bool engine_ever_connected(shared_engine const& engine) noexcept;
 // connection::last_error_text(), for holders of the engine only.
 std::string engine_last_error_text(shared_engine const& engine);
 bool engine_is_connected(shared_engine const& engine) noexcept;
+// connection::server_run_id(), for holders of the engine only.
+std::string engine_run_id(shared_engine const& engine);
+// The endpoint the engine's config names, "127.0.0.1:6379" (config::endpoint_text()).
+std::string engine_endpoint_text(shared_engine const& engine);
 } // namespace detail
 
 /// Receives what the server sends on its own initiative: RESP3 push messages (pub/sub
