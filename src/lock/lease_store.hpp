@@ -219,6 +219,12 @@ public:
                                        std::chrono::milliseconds claim, std::int64_t last_fence,
                                        std::function<void()> retry) = 0;
 
+    // Gives the lease of `token` back, free, not handed to a queued locker; in the background,
+    // a few tries over passing errors while `current()` says so (Redlock: the grants of an
+    // acquisition without a majority). Only a store under a quorum needs it.
+    virtual void give_back_in_background(lock_keys const& keys, std::string const& token,
+                                         std::function<bool()> current) = 0;
+
     // Takes this locker (keys.owner) out of the queue of waiting processes, and passes on a
     // hand-off it was given meanwhile; in the background. Should it fail, the entry lapses
     // after queue_entry_ttl and the hand-off after its claim.

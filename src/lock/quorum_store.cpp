@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <unordered_map>
 #include <variant>
@@ -46,6 +47,8 @@ namespace {
 
 using namespace asio::experimental::awaitable_operators;
 
+// How long a release waits for the last primaries once a majority answered.
+constexpr milliseconds release_round_wait{1000};
 // How long status waits for each primary's reading.
 constexpr milliseconds status_read_timeout{1000};
 
@@ -157,7 +160,7 @@ public:
         }
         auto const n = members_.size();
         auto round = std::make_shared<grant_round>(strand_, n, keys, token, ttl, queue, replicas);
-        supersede_releases(keys.key, token);
+        supersede_earlier(round);
         for (std::size_t i = 0; i < n; ++i)
             round->changes_at_start[i] = members_[i].store->server_changes(keys);
         if (stop.is_connected())
@@ -173,7 +176,7 @@ public:
         if (stop.is_connected())
             stop.clear();
         round->closed = true;
-        co_return decide(*round, keys, token, clock_type::now() - started);
+        co_return decide(round, keys, token, clock_type::now() - started);
     }
 
     // ------------------------------------------------------------------ extend
@@ -209,17 +212,28 @@ public:
         auto round = std::make_shared<release_round>(strand_, n, keys, token, claim, last_fence);
         for (std::size_t i = 0; i < n; ++i)
             asio::co_spawn(strand_, release_member(shared_from_this(), round, i), asio::detached);
-        // Each primary's release retries until release_timeout by itself: wait for all, or for
-        // a majority that gave the lease back, so a stalled primary does not hold up unlock().
-        round->timer.expires_at(clock_type::time_point::max());
-        while (!round->decided)
-            co_await round->timer.async_wait(uncancellable());
+        // Each primary's release retries until release_timeout by itself. Wait for all; for a
+        // majority that gave the lease back; or, after release_round_wait, for any majority's
+        // answers, so that a primary that stalls or died does not hold up unlock().
+        round->timer.expires_after(release_round_wait);
+        while (!round->decided) {
+            auto [ec] = co_await round->timer.async_wait(uncancellable());
+            if (!ec) {
+                if (round->ours + round->not_ours >= quorum::majority(n))
+                    break;
+                round->timer.expires_at(clock_type::time_point::max());
+            }
+        }
+        // Ours unless a majority said it was not (then the lease had been lost meanwhile); a
+        // primary that never granted it says "not ours" too.
         auto const majority = quorum::majority(n);
         lease_reply r;
-        r.ours = round->ours >= majority;
+        r.ours = round->ours > 0 && round->not_ours < majority;
         r.handed = round->handed >= majority;
-        if (!r.ours && round->ours + round->not_ours < majority)
+        if (round->ours + round->not_ours < majority) {
+            r.ours = false;
             r.ec = round_error(*round).first;
+        }
         co_return r;
     }
 
@@ -238,6 +252,12 @@ public:
         asio::dispatch(strand_, [self = shared_from_this(), key = keys.key, token] {
             self->forget_lease(key, token);
         });
+    }
+
+    void give_back_in_background(lock_keys const& keys, std::string const& token,
+                                 std::function<bool()> current) override {
+        for (auto& m : members_)
+            m.store->give_back_in_background(keys, token, current);
     }
 
     void leave_queue(lock_keys const& keys, milliseconds claim) override {
@@ -450,6 +470,14 @@ public:
     }
 
 private:
+    // Connected once and not now: reconnecting (a connection never used yet is asked, which
+    // connects it).
+    bool is_down(std::size_t i) const {
+        auto const& engine = members_[i].engine;
+        return redis::detail::engine_ever_connected(engine) &&
+               !redis::detail::engine_is_connected(engine);
+    }
+
     struct member {
         redis::detail::shared_engine engine;
         std::shared_ptr<lease_store> store;
@@ -481,6 +509,7 @@ private:
         bool stopped = false; // the caller's stop was emitted
         bool closed = false;  // decided and reported: late answers are handled on their own
         bool lease_made = false;
+        bool superseded = false; // a newer round for the same key and token began
     };
 
     struct extend_round : round_state {
@@ -535,6 +564,16 @@ private:
             co_return;
         }
         auto& m = self->members_[i];
+        if (self->is_down(i)) {
+            // Reconnecting: a request would wait in its queue and might run long after this
+            // round; nothing is sent, so the round can decide on the others' answers now.
+            round->results[i].ec = redis::error::connection_lost;
+            round->results[i].server_text = "not connected (reconnecting)";
+            round->answered[i] = true;
+            if (quorum::round_decided(round->granted, round->pending(), self->members_.size()))
+                round->decide();
+            co_return;
+        }
         auto r = co_await m.store->grant(round->keys, round->token, round->ttl, round->queue,
                                          round->stops[i].slot(), round->replicas);
         auto const changes = m.store->server_changes(round->keys);
@@ -550,7 +589,7 @@ private:
             if (r.granted && round->lease_made)
                 self->count_member(round->keys.key, round->token, i, changes);
             else if (r.granted || r.outcome_unknown)
-                self->send_member_release(i, round->keys, round->token, handoff_claim(round->ttl));
+                self->give_back(i, round);
             co_return;
         }
         round->results[i] = std::move(r);
@@ -561,8 +600,9 @@ private:
             round->decide();
     }
 
-    grant_result decide(grant_round& round, lock_keys const& keys, std::string const& token,
-                        clock_type::duration took) {
+    grant_result decide(std::shared_ptr<grant_round> const& round_ptr, lock_keys const& keys,
+                        std::string const& token, clock_type::duration took) {
+        auto& round = *round_ptr;
         auto const n = members_.size();
         auto const elapsed = std::chrono::duration_cast<milliseconds>(took);
         std::vector<quorum::grant_vote> votes(n);
@@ -599,7 +639,7 @@ private:
         // release follows it on that primary's connection, so it runs after it). A release
         // hands the primary to the first process queued there, which helps a split converge.
         for (auto const i : d.release)
-            send_member_release(i, keys, token, handoff_claim(round.ttl));
+            give_back(i, round_ptr);
         result.outcome_unknown = !d.release.empty();
         std::size_t held = 0;
         for (auto const& v : votes)
@@ -611,6 +651,16 @@ private:
         if (d.retry_after.count() > 0 || held >= quorum::majority(n)) {
             // Held elsewhere: no error; the wait is until a majority may lapse.
             result.holder_ttl = d.retry_after;
+            result.others_queued = others_queued;
+            return result;
+        }
+        if (held > 0 && held + round.granted >= quorum::majority(n) &&
+            round.granted < quorum::majority(n)) {
+            // Split with other waiters (each got some primaries, none a majority): all give back
+            // and ask again after a random pause, so that one of them comes first.
+            auto const scale = std::max<std::int64_t>(2, 2 * elapsed.count());
+            result.holder_ttl =
+                milliseconds(std::uniform_int_distribution<std::int64_t>(1, scale)(rng_));
             result.others_queued = others_queued;
             return result;
         }
@@ -693,6 +743,13 @@ private:
     static asio::awaitable<void> extend_member(std::shared_ptr<quorum_store> self,
                                                std::shared_ptr<extend_round> round, std::size_t i) {
         auto& m = self->members_[i];
+        if (self->is_down(i)) {
+            round->answered[i] = true;
+            round->errors[i] = {redis::error::connection_lost, "not connected (reconnecting)"};
+            if (quorum::round_decided(round->confirmed, round->pending(), self->members_.size()))
+                round->decide();
+            co_return;
+        }
         auto const before = m.store->server_changes(round->keys);
         auto const r =
             co_await m.store->extend(round->keys, round->token, round->ttl, round->fence);
@@ -717,8 +774,19 @@ private:
     static asio::awaitable<void> release_member(std::shared_ptr<quorum_store> self,
                                                 std::shared_ptr<release_round> round,
                                                 std::size_t i) {
+        // Sent to a primary that is down too (it may hold our token when it is back), but not
+        // waited for.
+        bool const down = self->is_down(i);
+        if (down) {
+            round->answered[i] = true;
+            round->errors[i] = {redis::error::connection_lost, "not connected (reconnecting)"};
+            if (round->pending() == 0)
+                round->decide();
+        }
         auto const r = co_await self->members_[i].store->release(round->keys, round->token,
                                                                  round->claim, round->last_fence);
+        if (down)
+            co_return;
         round->answered[i] = true;
         if (r.ec)
             round->errors[i] = {r.ec, std::string()};
@@ -746,59 +814,22 @@ private:
             round->decide();
     }
 
-    // A release to one primary in the background, for an acquisition that did not make a lease:
-    // sent now, then again over passing errors until release_timeout, unless a new acquisition
-    // for the same key and token supersedes it (the lock layer asks again with the same token:
-    // a late release must not take back what the new round grants).
-    struct release_retry {
-        std::uint64_t generation = 0;
-        clock_type::time_point deadline;
-        int round = 0;
-    };
-
-    void send_member_release(std::size_t i, lock_keys const& keys, std::string const& token,
-                             milliseconds claim, std::optional<release_retry> retry = {}) {
-        auto self = shared_from_this();
-        members_[i].store->release_in_background(
-            keys, token, claim, 0, [self, i, keys, token, claim, retry]() mutable {
-                // On the strand, after a passing error.
-                auto const now = clock_type::now();
-                auto r = retry ? *retry : self->begin_retries(keys.key, token, now);
-                if (now >= r.deadline || self->superseded(keys.key, token, r.generation))
-                    return;
-                auto pause = std::make_shared<asio::steady_timer>(self->strand_);
-                pause->expires_after(
-                    std::min(milliseconds{20} * (1 << std::min(r.round, 4)), milliseconds{250}));
-                ++r.round;
-                pause->async_wait([self, i, keys, token, claim, r, pause](error_code) {
-                    if (!self->superseded(keys.key, token, r.generation))
-                        self->send_member_release(i, keys, token, claim, r);
-                });
-            });
+    // Gives primary `i`'s grant of `round` back, free (not handed on: see release_source), in
+    // the background, unless a newer acquisition for the same key and token supersedes it (the
+    // lock layer asks again with the same token: a late give-back must not take back what the
+    // new round grants). Its request follows the round's own on that primary's connection.
+    void give_back(std::size_t i, std::shared_ptr<grant_round> const& round) {
+        members_[i].store->give_back_in_background(round->keys, round->token,
+                                                   [round] { return !round->superseded; });
     }
 
-    struct pending_release {
-        std::uint64_t generation = 0;
-        clock_type::time_point until;
-    };
-
-    release_retry begin_retries(std::string const& key, std::string const& token,
-                                clock_type::time_point now) {
-        std::erase_if(pending_, [now](auto const& p) { return p.second.until < now; });
-        auto& p = pending_[key + '\n' + token];
-        p.until = std::max(p.until, now + release_timeout);
-        return {p.generation, now + release_timeout, 0};
-    }
-
-    bool superseded(std::string const& key, std::string const& token,
-                    std::uint64_t generation) const {
-        auto const it = pending_.find(key + '\n' + token);
-        return it == pending_.end() || it->second.generation != generation;
-    }
-
-    void supersede_releases(std::string const& key, std::string const& token) {
-        if (auto const it = pending_.find(key + '\n' + token); it != pending_.end())
-            ++it->second.generation;
+    // Marks the rounds before this one for the same key and token superseded.
+    void supersede_earlier(std::shared_ptr<grant_round> const& round) {
+        std::erase_if(last_round_, [](auto const& e) { return e.second.expired(); });
+        auto& last = last_round_[round->keys.key + '\n' + round->token];
+        if (auto earlier = last.lock())
+            earlier->superseded = true;
+        last = round;
     }
 
     // The first time two primaries turn out to be one server (the same run_id), every attempt
@@ -858,7 +889,9 @@ private:
     std::vector<std::shared_ptr<member_events>> relays_;
     // On the strand:
     std::unordered_map<std::string, key_track> tracks_;
-    std::unordered_map<std::string, pending_release> pending_; // key + '\n' + token
+    // The last acquisition round per key and token (key + '\n' + token), while it lives.
+    std::unordered_map<std::string, std::weak_ptr<grant_round>> last_round_;
+    std::minstd_rand rng_{std::random_device{}()};
 
     static std::string holder_token(lock_reading const& r) {
         // "H <fence> <owner> <token> <since> <queued>"

@@ -267,6 +267,12 @@ public:
             });
     }
 
+    void give_back_in_background(lock_keys const& keys, std::string const& token,
+                                 std::function<bool()> current) override {
+        asio::co_spawn(strand_, give_back(shared_from_this(), keys, token, std::move(current)),
+                       asio::detached);
+    }
+
     void leave_queue(lock_keys const& keys, milliseconds claim) override {
         asio::co_spawn(strand_, leave(shared_from_this(), keys, claim), asio::detached);
     }
@@ -514,6 +520,25 @@ private:
             co_return result{{script_ec, std::move(answer)}, std::move(acked)};
         }
         co_return result{{error_code(error::unexpected_reply), resp3::value{}}, {}};
+    }
+
+    // The lock freed if `token` holds it; over passing errors while `current()`, until
+    // release_timeout. Started on the strand, so its request follows any sent before.
+    static asio::awaitable<void> give_back(std::shared_ptr<single_connection_store> self,
+                                           lock_keys keys, std::string token,
+                                           std::function<bool()> current) {
+        auto const deadline = clock_type::now() + release_timeout;
+        for (int round = 0; current() && clock_type::now() < deadline; ++round) {
+            auto [ec, v] = co_await self->run_script(
+                release_script(self->sharded_), asio::cancellation_slot(), keys.key, keys.queue_key,
+                keys.deadlines_key, token, keys.channel_prefix, "0", "", "0", "1");
+            if (!ec || !is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
+                co_return;
+            asio::steady_timer pause(self->strand_);
+            pause.expires_after(
+                std::min(milliseconds{20} * (1 << std::min(round, 4)), milliseconds{250}));
+            co_await pause.async_wait(nothrow_awaitable);
+        }
     }
 
     // Out of the queue, passing on a hand-off; a few tries over passing errors, no more: the

@@ -116,7 +116,9 @@ return {0, redis.call('PTTL', KEYS[1]), 0}
 // Release and leave. KEYS as for acquire. ARGV[1] the holder's token to release, or "" to take
 // locker ARGV[4] out of the queue (its waiters left), ARGV[2] the channel prefix p{name}:w:,
 // ARGV[3] the claim's length in ms, ARGV[5] the last fence the holder's process gave (its
-// own waiters' turns), stored when larger.
+// own waiters' turns), stored when larger, ARGV[6] "1" to leave the lock free rather than hand
+// it to a queued locker (Redlock gives back the grants of an acquisition without a majority
+// so: handed to another waiter that is itself giving back, they would only trade places).
 // A release of a lock some process is queued for hands it to the first live entry (its
 // fence stays, the next grant adds one) and tells that process alone; the releasing process's
 // own entry goes behind the others. Otherwise it leaves the lock free. A leaving locker that
@@ -177,7 +179,7 @@ local fence, holder, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (
 if not fence or token ~= ARGV[1] then return 0 end
 local last = tonumber(ARGV[5] or '0') or 0
 if last > tonumber(fence) then fence = string.format('%.0f', last) end
-if queued ~= '0' and hand_off(fence, holder) then return 2 end
+if queued ~= '0' and ARGV[6] ~= '1' and hand_off(fence, holder) then return 2 end
 put('F ' .. fence, 'KEEPTTL')
 return 1
 )lua";

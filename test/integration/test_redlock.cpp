@@ -1,0 +1,657 @@
+// Redlock against real independent redis-servers, 3 and 5 of them: what a lock leaves on each
+// primary while held and after, the validity it reports, try_lock against another holder,
+// unlock by majority, mutual exclusion and fences under contention, cancellation, renewal, and
+// a primary killed while lockers contend. Faults and bad configurations: test_redlock_faults.cpp.
+#include <colock/locker.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/primary_set.hpp>
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using boost::system::error_code;
+using boost::system::system_error;
+using values = std::vector<std::optional<std::string>>;
+
+namespace {
+
+// Redlock's allowance for clock drift: ttl × 1 % + 2 ms (exact for a ttl in whole 100 ms).
+std::chrono::milliseconds drift(std::chrono::milliseconds ttl) {
+    return ttl / 100 + 2ms;
+}
+
+std::vector<redis::config> fast_configs(std::vector<redis_server*> const& servers) {
+    std::vector<redis::config> out;
+    for (auto const* s : servers)
+        out.push_back(fast_config(*s));
+    return out;
+}
+
+// How many of `v` are the free lock ("F <fence>") with a fence.
+std::size_t count_free_with_fence(values const& v) {
+    std::size_t n = 0;
+    for (auto const& value : v) {
+        auto const r = parse_lock_record(value);
+        n += r.kind == 'F' && r.fence > 0 ? 1 : 0;
+    }
+    return n;
+}
+
+// A waiter that sleeps long between its own retries, so that a cancellation meets it asleep.
+lock_options patient() {
+    lock_options opt;
+    opt.ttl = 10'000ms;
+    opt.retry.initial = 5000ms;
+    opt.retry.max = 5000ms;
+    opt.retry.multiplier = 1.0;
+    return opt;
+}
+
+// A pending wait_lost, started with a callback.
+struct lost_watch {
+    bool done = false;
+    error_code ec;
+    steady::time_point at;
+};
+
+void watch(lock_guard& g, lost_watch& w) {
+    g.async_wait_lost([&w](error_code ec) {
+        w.ec = ec;
+        w.at = steady::now();
+        w.done = true;
+    });
+}
+
+} // namespace
+
+// ------------------------------------------------------------------------------ basics
+
+TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; co_try_lock is "
+          "refused elsewhere; unlock frees every primary, and every key expires") {
+    for (std::size_t n : {std::size_t{3}, std::size_t{5}}) {
+        CAPTURE(n);
+        auto const servers = shared_primaries(n);
+        run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+            primary_connections conns_a{ctx.get_executor(), configs_of(servers)};
+            primary_connections conns_b{ctx.get_executor(), configs_of(servers)};
+            primary_connections probe{ctx.get_executor(), configs_of(servers)};
+            locker a{conns_a.primaries()};
+            locker b{conns_b.primaries()};
+            CHECK(a.key_prefix() == "colock:");
+            // Connected first, so that the attempt below takes milliseconds: well below the
+            // drift, which the lease's validity must then show.
+            co_await conns_a.connect_all();
+            co_await conns_b.connect_all();
+            co_await probe.connect_all();
+            std::string const name = unique_key("redlock-basic");
+            std::string const key = lock_key(name);
+
+            auto const ttl = 10'000ms; // drift: 102 ms
+            auto const before = steady::now();
+            auto g = co_await a.co_lock(name, lease(ttl));
+            auto const after = steady::now();
+            MESSAGE(n << " primaries: acquired in " << ms_between(before, after) << " ms");
+            CHECK(g.owns_lock());
+            CHECK_FALSE(g.lost());
+            CHECK(g.name() == name);
+            CHECK(g.token().size() == 32);
+            CHECK(g.fence() >= 1);
+            // The validity counts from the attempt's start, less the drift.
+            CHECK(g.lease_expiry() <= after + ttl - drift(ttl));
+            CHECK(g.lease_expiry() >= before + ttl - drift(ttl) - 5ms);
+
+            // Held with our token on a majority (every primary answers here), with a lease of
+            // at most ttl; the guard's fence is one a primary gave (the largest of the majority
+            // that decided; a grant that came after the decision may be larger).
+            auto held = co_await values_become(
+                probe, key, [&](values const& v) { return count_held(v, g.token()) == n; });
+            CHECK(count_held(held, g.token()) >= majority(n));
+            bool fence_from_a_primary = false;
+            for (std::size_t i = 0; i < n; ++i) {
+                auto const r = parse_lock_record(held[i]);
+                if (r.kind != 'H' || r.token != g.token())
+                    continue;
+                fence_from_a_primary = fence_from_a_primary || r.fence == g.fence();
+                auto const pttl = co_await integer(probe[i], command("PTTL", key));
+                CHECK(pttl > 0);
+                CHECK(pttl <= 10'000);
+            }
+            CHECK(fence_from_a_primary);
+
+            // One attempt from another locker, and another call of the same locker: refused,
+            // and the holder's keys are untouched.
+            auto from_b = co_await b.co_try_lock(name, lease(ttl));
+            CHECK_FALSE(from_b.has_value());
+            auto from_a = co_await a.co_try_lock(name, lease(ttl));
+            CHECK_FALSE(from_a.has_value());
+            auto const still = co_await values_on(probe, key);
+            CHECK(count_held(still, g.token()) >= majority(n));
+            CHECK(g.owns_lock());
+
+            bool const released = co_await g.unlock();
+            CHECK(released);
+            CHECK_FALSE(g.owns_lock());
+            CHECK_FALSE(g.lost());
+            // Free on every primary, keeping its fence for the rest of the lease.
+            auto const freed = co_await values_become(
+                probe, key, [&](values const& v) { return count_free_with_fence(v) == n; });
+            CHECK(count_held(freed) == 0);
+            CHECK(count_free_with_fence(freed) >= majority(n));
+            for (std::size_t i = 0; i < n; ++i) {
+                if (!freed[i])
+                    continue;
+                auto const pttl = co_await integer(probe[i], command("PTTL", key));
+                CHECK(pttl > 0);
+                CHECK(pttl <= 10'000);
+            }
+            bool const again = co_await g.unlock();
+            CHECK_FALSE(again);
+
+            // The next holder, from the other locker, has a larger fence.
+            auto g2 = co_await b.co_lock(name, lease(ttl));
+            CHECK(g2.fence() > g.fence());
+            CHECK(g2.token() != g.token());
+            auto const held2 = co_await values_on(probe, key);
+            CHECK(count_held(held2, g2.token()) >= majority(n));
+            bool const released2 = co_await g2.unlock();
+            CHECK(released2);
+
+            // A short lease: once it has passed, nothing of the lock is left on any primary,
+            // and no key the lockers wrote lives without an expiry.
+            std::string const brief = unique_key("redlock-expire");
+            auto g3 = co_await a.co_lock(brief, lease(1000ms));
+            auto const held3 = co_await values_on(probe, lock_key(brief));
+            CHECK(count_held(held3, g3.token()) >= majority(n));
+            bool const released3 = co_await g3.unlock();
+            CHECK(released3);
+            auto const pattern = "*{" + brief + "}*";
+            auto const gone_by = steady::now() + 1000ms + 4000ms;
+            while (!keys_on(servers, pattern).empty() && steady::now() < gone_by)
+                co_await sleep_for(100ms);
+            CHECK(keys_on(servers, pattern).empty());
+            CHECK(keys_without_ttl(servers, "colock:*").empty());
+
+            conns_a.close();
+            conns_b.close();
+            probe.close();
+        });
+    }
+}
+
+TEST_CASE("redlock: unlock is true when a majority released the lease, false when a majority no "
+          "longer held it; the release goes to every primary") {
+    auto const servers = shared_primaries(3);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        primary_connections conns{ctx.get_executor(), configs_of(servers)};
+        primary_connections probe{ctx.get_executor(), configs_of(servers)};
+        locker locks{conns.primaries()};
+        co_await probe.connect_all();
+        std::string const name = unique_key("redlock-unlock-majority");
+        std::string const key = lock_key(name);
+        // No renewal: the keys deleted below are not noticed before the unlock.
+        lock_options opt = lease(10'000ms);
+        opt.auto_renew = false;
+
+        auto g = co_await locks.co_lock(name, opt);
+        auto held = co_await values_become(
+            probe, key, [&](values const& v) { return count_held(v, g.token()) == 3; });
+        REQUIRE(count_held(held, g.token()) == 3);
+        // Gone from one primary: two of three still release it.
+        co_await probe[0].co_exec(command("DEL", key));
+        bool const released = co_await g.unlock();
+        CHECK(released);
+        auto const after =
+            co_await values_become(probe, key, [&](values const& v) { return count_held(v) == 0; });
+        CHECK(count_held(after) == 0);
+
+        auto g2 = co_await locks.co_lock(name, opt);
+        CHECK(g2.fence() > g.fence());
+        held = co_await values_become(
+            probe, key, [&](values const& v) { return count_held(v, g2.token()) == 3; });
+        REQUIRE(count_held(held, g2.token()) == 3);
+        // Gone from two: only one primary had it to release, not a majority.
+        co_await probe[0].co_exec(command("DEL", key));
+        co_await probe[1].co_exec(command("DEL", key));
+        bool const released2 = co_await g2.unlock();
+        CHECK_FALSE(released2);
+        // The third primary was released all the same.
+        auto const after2 =
+            co_await values_become(probe, key, [&](values const& v) { return count_held(v) == 0; });
+        CHECK(count_held(after2) == 0);
+        conns.close();
+        probe.close();
+    });
+}
+
+// -------------------------------------------------------------------------- contention
+
+namespace {
+
+// Several lockers, each with its own connections to the primaries (as separate processes would
+// have them), and several coroutines per locker that take the lock `rounds` times each and
+// increment a counter on the first primary with GET, a pause, then SET, under it. One thread:
+// `holders` counts exactly.
+struct contention {
+    std::string name;
+    std::string counter_key;
+    int lockers = 4;
+    int coroutines = 16;
+    int rounds = 3;
+    lock_options opt;
+
+    int holders = 0;
+    int max_holders = 0;
+    int increments = 0;
+    int fence_inversions = 0;
+    int not_released = 0; // unlock() returned false
+    int lost_in_hand = 0; // a guard no longer owned when its holder was done
+    std::int64_t last_fence = 0;
+    std::vector<std::string> errors;
+
+    int total() const { return lockers * coroutines * rounds; }
+};
+
+std::shared_ptr<contention> make_contention(std::string const& what, int lockers, int coroutines,
+                                            int rounds, std::chrono::milliseconds ttl) {
+    auto c = std::make_shared<contention>();
+    c->name = unique_key(what);
+    c->counter_key = unique_key(what + "-counter");
+    c->lockers = lockers;
+    c->coroutines = coroutines;
+    c->rounds = rounds;
+    c->opt.ttl = ttl;
+    c->opt.retry.initial = 5ms;
+    c->opt.retry.max = 100ms;
+    return c;
+}
+
+asio::awaitable<void> contend(std::vector<redis::config> configs, std::shared_ptr<contention> c) {
+    auto ex = co_await asio::this_coro::executor;
+    std::vector<std::unique_ptr<primary_connections>> conns;
+    std::vector<std::unique_ptr<locker>> locks;
+    for (int l = 0; l < c->lockers; ++l) {
+        conns.push_back(std::make_unique<primary_connections>(ex, configs));
+        locks.push_back(std::make_unique<locker>(conns.back()->primaries()));
+    }
+    int finished = 0;
+    for (int l = 0; l < c->lockers; ++l)
+        for (int k = 0; k < c->coroutines; ++k)
+            asio::co_spawn(
+                ex,
+                [&, l, k]() -> asio::awaitable<void> {
+                    redis::connection& store = (*conns[l])[0];
+                    for (int r = 0; r < c->rounds; ++r) {
+                        auto g = co_await locks[l]->co_lock(c->name, c->opt);
+                        c->max_holders = std::max(c->max_holders, ++c->holders);
+                        if (g.fence() <= c->last_fence)
+                            ++c->fence_inversions;
+                        c->last_fence = std::max(c->last_fence, g.fence());
+                        auto const value = co_await get(store, c->counter_key);
+                        long long const count = value ? std::stoll(*value) : 0;
+                        // Widen the window between read and write.
+                        if ((r + k) % 3 == 0)
+                            co_await sleep_for(1ms);
+                        else
+                            co_await asio::post(ex, asio::use_awaitable);
+                        co_await store.co_exec(
+                            command("SET", c->counter_key, std::to_string(count + 1)));
+                        ++c->increments;
+                        if (!g.owns_lock())
+                            ++c->lost_in_hand;
+                        --c->holders;
+                        bool const released = co_await g.unlock();
+                        if (!released)
+                            ++c->not_released;
+                    }
+                },
+                [&](std::exception_ptr e) {
+                    if (e) {
+                        try {
+                            std::rethrow_exception(e);
+                        } catch (std::exception const& x) {
+                            c->errors.push_back(x.what());
+                        }
+                    }
+                    ++finished;
+                });
+    while (finished < c->lockers * c->coroutines)
+        co_await sleep_for(10ms);
+    for (auto& cs : conns)
+        cs->close();
+}
+
+void check_contention(contention const& c) {
+    CHECK(c.errors.empty());
+    for (auto const& e : c.errors)
+        MESSAGE("contender failed: " << e);
+    CHECK(c.max_holders == 1);
+    CHECK(c.fence_inversions == 0);
+    CHECK(c.not_released == 0);
+    CHECK(c.lost_in_hand == 0);
+    CHECK(c.increments == c.total());
+}
+
+} // namespace
+
+TEST_CASE("redlock: mutual exclusion under contention: 4 lockers x 16 coroutines, a "
+          "read-modify-write counter exact, fences strictly increasing, on 3 and on 5") {
+    for (std::size_t n : {std::size_t{3}, std::size_t{5}}) {
+        CAPTURE(n);
+        auto const servers = shared_primaries(n);
+        auto const c = make_contention("redlock-contention", 4, 16, n == 3 ? 3 : 2, 10'000ms);
+        run_test(
+            [&](asio::io_context& ctx) -> asio::awaitable<void> {
+                auto const started = steady::now();
+                co_await contend(configs_of(servers), c);
+                MESSAGE(n << " primaries: " << c->increments << " increments in "
+                          << ms_since(started) << " ms");
+                primary_connections probe{ctx.get_executor(), configs_of(servers)};
+                auto const left = co_await values_become(
+                    probe, lock_key(c->name), [](values const& v) { return count_held(v) == 0; });
+                CHECK(count_held(left) == 0);
+                probe.close();
+            },
+            180s);
+        check_contention(*c);
+        CHECK(servers[0]->cli(strings("GET", c->counter_key)) == std::to_string(c->total()));
+    }
+}
+
+// ------------------------------------------------------------------------ cancellation
+
+TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a timer) returns "
+          "promptly with operation_aborted and leaves nothing behind on any primary") {
+    auto const servers = shared_primaries(3);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        primary_connections conns_h{ctx.get_executor(), configs_of(servers)};
+        primary_connections conns_w{ctx.get_executor(), configs_of(servers)};
+        primary_connections conns_t{ctx.get_executor(), configs_of(servers)};
+        primary_connections probe{ctx.get_executor(), configs_of(servers)};
+        locker holder_locks{conns_h.primaries()};
+        locker locks{conns_w.primaries()};
+        locker third{conns_t.primaries()};
+        std::string const name = unique_key("redlock-cancel-waiting");
+        std::string const key = lock_key(name);
+        auto holder = co_await holder_locks.co_lock(name, patient());
+
+        asio::cancellation_signal signal;
+        bool done = false;
+        error_code ec;
+        bool got_guard = true;
+        steady::time_point done_at;
+        locks.async_lock(
+            name, patient(),
+            asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
+                ec = e;
+                got_guard = g.owns_lock();
+                done_at = steady::now();
+                done = true;
+            }));
+        co_await sleep_for(300ms);
+        CHECK_FALSE(done);
+        auto const emitted = steady::now();
+        signal.emit(asio::cancellation_type::terminal);
+        bool const finished = co_await finishes(done, 3000ms);
+        REQUIRE(finished);
+        CHECK(ec == asio::error::operation_aborted);
+        CHECK_FALSE(got_guard);
+        CHECK(ms_between(emitted, done_at) < 1000);
+
+        // Raced with a timer: the timer wins when it should.
+        asio::steady_timer timer(ctx);
+        timer.expires_after(300ms);
+        auto const raced = steady::now();
+        auto result =
+            co_await (locks.co_lock(name, patient()) || timer.async_wait(asio::use_awaitable));
+        auto const took = ms_since(raced);
+        CHECK(result.index() == 1);
+        CHECK(took >= 290);
+        CHECK(took < 1500);
+
+        // The holder was not disturbed on any primary, and no waiter is left subscribed.
+        auto const held = co_await values_on(probe, key);
+        CHECK(count_held(held, holder.token()) == 3);
+        CHECK(holder.owns_lock());
+        for (std::size_t i = 0; i < probe.size(); ++i) {
+            auto const subscribers = co_await numsub_becomes(probe[i], wake_channel(name), 0);
+            CHECK(subscribers == 0);
+        }
+        // Nobody is queued for it any more: once released, a third locker's single attempt
+        // wins (a queue entry left behind would have the lock handed to the waiters' locker).
+        bool const released = co_await holder.unlock();
+        CHECK(released);
+        auto next = co_await third.co_try_lock(name, patient());
+        REQUIRE(next.has_value());
+        CHECK(next->fence() > holder.fence());
+        bool const released_next = co_await next->unlock();
+        CHECK(released_next);
+        conns_h.close();
+        conns_w.close();
+        conns_t.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("redlock: co_lock cancelled with its attempts in flight (writes paused on every "
+          "primary): the locks they won are released before it completes with operation_aborted") {
+    auto const servers = shared_primaries(3);
+    for (bool by_timer : {false, true}) {
+        CAPTURE(by_timer);
+        run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+            primary_connections conns{ctx.get_executor(), configs_of(servers)};
+            primary_connections probe{ctx.get_executor(), configs_of(servers)};
+            locker locks{conns.primaries()};
+            co_await probe.connect_all();
+            // Warm up: connected, and the scripts are loaded on every primary, so that the
+            // attempt below is one EVALSHA per primary that runs once the pause ends.
+            auto warm = co_await locks.co_lock(unique_key("redlock-warm"), patient());
+            co_await warm.unlock();
+            std::string const name = unique_key("redlock-cancel-in-flight");
+            std::string const key = lock_key(name);
+
+            for (auto* s : servers)
+                s->cli(strings("CLIENT", "PAUSE", "600", "WRITE"));
+            asio::cancellation_signal signal;
+            bool done = false;
+            error_code ec;
+            bool got_guard = true;
+            std::optional<values> at_completion;
+            if (by_timer) {
+                asio::co_spawn(
+                    ctx,
+                    [&]() -> asio::awaitable<void> {
+                        asio::steady_timer timer(ctx);
+                        timer.expires_after(100ms);
+                        auto r = co_await (locks.co_lock(name, patient()) ||
+                                           timer.async_wait(asio::use_awaitable));
+                        at_completion = co_await values_on(probe, key);
+                        ec = r.index() == 1 ? error_code(asio::error::operation_aborted)
+                                            : error_code{};
+                        got_guard = r.index() == 0;
+                        done = true;
+                    },
+                    asio::detached);
+            } else {
+                locks.async_lock(
+                    name, patient(),
+                    asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
+                        ec = e;
+                        got_guard = g.owns_lock();
+                        done = true;
+                    }));
+                co_await sleep_for(100ms);
+                CHECK_FALSE(done);
+                signal.emit(asio::cancellation_type::terminal);
+            }
+            bool const finished = co_await finishes(done, 8000ms);
+            REQUIRE(finished);
+            if (!at_completion)
+                at_completion = co_await values_on(probe, key);
+            CHECK(ec == asio::error::operation_aborted);
+            CHECK_FALSE(got_guard);
+            // Not held by a majority when it completed: nobody could rely on that lease.
+            CHECK(count_held(*at_completion) < majority(3));
+            // The primaries did grant it once the pause ended (each gave a fence), and every
+            // grant was given back: no key of its token is left anywhere.
+            auto const after = co_await values_become(
+                probe, key, [](values const& v) { return count_held(v) == 0; });
+            CHECK(count_held(after) == 0);
+            CHECK(count_free_with_fence(after) >= majority(3));
+            conns.close();
+            probe.close();
+        });
+    }
+}
+
+// ----------------------------------------------------------------------------- renewal
+
+TEST_CASE("redlock: renewal: a 600 ms lease held for 2 s stays ours, on a majority, on 3 and on "
+          "5") {
+    for (std::size_t n : {std::size_t{3}, std::size_t{5}}) {
+        CAPTURE(n);
+        auto const servers = shared_primaries(n);
+        run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+            primary_connections conns{ctx.get_executor(), configs_of(servers)};
+            primary_connections conns_other{ctx.get_executor(), configs_of(servers)};
+            primary_connections probe{ctx.get_executor(), configs_of(servers)};
+            locker locks{conns.primaries()};
+            locker other{conns_other.primaries()};
+            co_await probe.connect_all();
+            std::string const name = unique_key("redlock-renewal");
+            std::string const key = lock_key(name);
+
+            auto g = co_await locks.co_lock(name, lease(600ms));
+            auto const first_expiry = g.lease_expiry();
+            lost_watch w;
+            watch(g, w);
+            co_await sleep_for(2000ms); // more than three leases' worth
+
+            CHECK(g.owns_lock());
+            CHECK_FALSE(g.lost());
+            CHECK_FALSE(w.done);
+            CHECK(g.lease_expiry() > first_expiry + 1000ms);
+            auto const held = co_await values_on(probe, key);
+            CHECK(count_held(held, g.token()) >= majority(n));
+            for (std::size_t i = 0; i < n; ++i) {
+                if (parse_lock_record(held[i]).token != g.token())
+                    continue;
+                auto const pttl = co_await integer(probe[i], command("PTTL", key));
+                CHECK(pttl > 0);
+                CHECK(pttl <= 600);
+            }
+            auto refused = co_await other.co_try_lock(name, lease(600ms));
+            CHECK_FALSE(refused.has_value());
+
+            bool const released = co_await g.unlock();
+            CHECK(released);
+            // The pending wait_lost ends, saying it was not a loss.
+            bool const ended = co_await finishes(w.done, 2000ms);
+            CHECK(ended);
+            CHECK(w.ec == colock::error::not_held);
+            conns.close();
+            conns_other.close();
+            probe.close();
+        });
+    }
+}
+
+// ------------------------------------------------------------------- a primary killed
+
+TEST_CASE("redlock: primaries killed while lockers contend (1 of 3, 2 of 5): the loop goes on "
+          "without overlap; restarted, they count again") {
+    struct shape {
+        std::size_t n;
+        std::size_t killed;
+    };
+    for (auto const sh : {shape{3, 1}, shape{5, 2}}) {
+        CAPTURE(sh.n);
+        primary_set set{sh.n};
+        auto const servers = set.servers();
+        // The last `killed` primaries go; the counter lives on the first, which stays.
+        auto const kill_last = [&] {
+            for (std::size_t k = 0; k < sh.killed; ++k)
+                set[sh.n - 1 - k].kill();
+        };
+        auto const c = make_contention("redlock-kill", 3, 8, 6, 3000ms);
+        int at_kill = 0;
+        run_test(
+            [&](asio::io_context& ctx) -> asio::awaitable<void> {
+                bool finished = false;
+                asio::co_spawn(ctx, contend(fast_configs(servers), c), [&](std::exception_ptr e) {
+                    if (e)
+                        c->errors.push_back("the contention loop threw");
+                    finished = true;
+                });
+                bool const going = co_await finishes_when(
+                    [&] { return c->increments >= c->total() / 4; }, 60'000ms);
+                REQUIRE(going);
+                co_await off_thread(kill_last);
+                at_kill = c->increments;
+                auto const killed_at = steady::now();
+                bool const all_done = co_await finishes(finished, 150'000ms);
+                REQUIRE(all_done);
+                MESSAGE(sh.n << " primaries, " << sh.killed << " killed after " << at_kill
+                             << " increments; the other " << c->total() - at_kill << " took "
+                             << ms_since(killed_at) << " ms");
+            },
+            240s);
+        check_contention(*c);
+        CHECK(at_kill < c->total());
+        CHECK(set[0].cli(strings("GET", c->counter_key)) == std::to_string(c->total()));
+
+        // Restarted, then as many others killed: a majority now needs the restarted ones.
+        run_test(
+            [&](asio::io_context& ctx) -> asio::awaitable<void> {
+                co_await off_thread([&] {
+                    for (std::size_t k = 0; k < sh.killed; ++k)
+                        set[sh.n - 1 - k].restart();
+                });
+                primary_connections conns{ctx.get_executor(), fast_configs(servers)};
+                primary_connections probe{ctx.get_executor(), fast_configs(servers)};
+                co_await conns.connect_all();
+                co_await probe.connect_all();
+                locker locks{conns.primaries()};
+                co_await off_thread([&] {
+                    for (std::size_t k = 0; k < sh.killed; ++k)
+                        set[k].kill();
+                });
+                lock_options opt = lease(3000ms);
+                opt.wait_timeout = 20'000ms;
+                auto g = co_await locks.co_lock(c->name, opt);
+                CHECK(g.owns_lock());
+                CHECK(g.fence() > c->last_fence);
+                auto const held = co_await values_on(probe, lock_key(c->name));
+                CHECK(count_held(held, g.token()) >= majority(sh.n));
+                bool const released = co_await g.unlock();
+                CHECK(released);
+                conns.close();
+                probe.close();
+            },
+            120s);
+    }
+}
