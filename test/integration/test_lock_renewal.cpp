@@ -41,20 +41,6 @@ asio::awaitable<std::int64_t> evalsha_calls(redis::connection& c) {
     co_return command_calls(co_await commandstats(c), "evalsha");
 }
 
-// A pending wait_lost, started with a callback.
-struct lost_watch {
-    bool done = false;
-    error_code ec;
-    steady::time_point at;
-};
-
-void watch(lock_guard& g, lost_watch& w) {
-    g.async_wait_lost([&w](error_code ec) {
-        w.ec = ec;
-        w.at = steady::now();
-        w.done = true;
-    });
-}
 
 lock_options lease(std::chrono::milliseconds ttl, std::chrono::milliseconds renew) {
     lock_options opt;

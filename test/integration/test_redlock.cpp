@@ -45,12 +45,6 @@ std::chrono::milliseconds drift(std::chrono::milliseconds ttl) {
     return ttl / 100 + 2ms;
 }
 
-std::vector<redis::config> fast_configs(std::vector<redis_server*> const& servers) {
-    std::vector<redis::config> out;
-    for (auto const* s : servers)
-        out.push_back(fast_config(*s));
-    return out;
-}
 
 // How many of `v` are the free lock ("F <fence>") with a fence.
 std::size_t count_free_with_fence(values const& v) {
@@ -72,20 +66,6 @@ lock_options patient() {
     return opt;
 }
 
-// A pending wait_lost, started with a callback.
-struct lost_watch {
-    bool done = false;
-    error_code ec;
-    steady::time_point at;
-};
-
-void watch(lock_guard& g, lost_watch& w) {
-    g.async_wait_lost([&w](error_code ec) {
-        w.ec = ec;
-        w.at = steady::now();
-        w.done = true;
-    });
-}
 
 } // namespace
 

@@ -33,12 +33,6 @@ using values = std::vector<std::optional<std::string>>;
 
 namespace {
 
-std::vector<redis::config> fast_configs(std::vector<redis_server*> const& servers) {
-    std::vector<redis::config> out;
-    for (auto const* s : servers)
-        out.push_back(fast_config(*s));
-    return out;
-}
 
 bool contains(std::string_view text, std::string_view part) {
     return text.find(part) != std::string_view::npos;
@@ -54,20 +48,6 @@ std::string endpoint(redis_server const& s) {
     return "127.0.0.1:" + std::to_string(s.port());
 }
 
-// A pending wait_lost, started with a callback.
-struct lost_watch {
-    bool done = false;
-    error_code ec;
-    steady::time_point at;
-};
-
-void watch(lock_guard& g, lost_watch& w) {
-    g.async_wait_lost([&w](error_code ec) {
-        w.ec = ec;
-        w.at = steady::now();
-        w.done = true;
-    });
-}
 
 // The code and message a failing co_try_lock / co_lock threw; a success is a test failure.
 struct failure {

@@ -2,6 +2,7 @@
 // io_context, build requests in one line, name the lock's keys, and probe the server.
 #pragma once
 
+#include <colock/locker.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock_test/redis_server.hpp>
@@ -121,6 +122,29 @@ inline redis::config with_fast_timeouts(redis::config cfg) {
 /// The server's config with short timeouts.
 inline redis::config fast_config(redis_server const& server) {
     return with_fast_timeouts(server.config());
+}
+
+/// fast_config of each server, in order (a Redlock locker's primaries).
+inline std::vector<redis::config> fast_configs(std::vector<redis_server*> const& servers) {
+    std::vector<redis::config> out;
+    for (auto const* s : servers)
+        out.push_back(fast_config(*s));
+    return out;
+}
+
+/// A pending wait_lost, started with a callback by watch().
+struct lost_watch {
+    bool done = false;
+    boost::system::error_code ec;
+    steady::time_point at;
+};
+
+inline void watch(lock_guard& g, lost_watch& w) {
+    g.async_wait_lost([&w](boost::system::error_code ec) {
+        w.ec = ec;
+        w.at = steady::now();
+        w.done = true;
+    });
 }
 
 /// Runs a blocking fixture call (a failover, a kill, a migration) on a thread of its own, so
