@@ -574,22 +574,28 @@ inline std::string server_url(common_options const& opts,
     return own ? own->url() : opts.url;
 }
 
-/// Where a scenario runs: the one server, or a Redis Cluster; and the nodes whose INFO counts.
+/// Where a scenario runs: the one server, a Redis Cluster, or independent primaries (Redlock);
+/// and the nodes whose INFO counts.
 struct deployment {
-    std::string name;                 // "single" or "cluster", as the JSON's "deployment"
-    redis::config cfg;                // the connection under test
-    std::vector<redis::config> nodes; // the server itself, or every primary of the cluster
+    std::string name;  // "single", "cluster" or "redlock", as the JSON's "deployment"
+    redis::config cfg; // the connection under test (Redlock: the first primary)
+    std::vector<redis::config> nodes; // the server itself, or every primary
     std::uint16_t seed_port = 0;      // cluster: a primary, for redis-benchmark --cluster
+    /// Redlock: the URLs of `nodes`, over which the locker runs with one connection each (and
+    /// which another process needs to do the same). Empty: the locker runs over `cfg` alone.
+    std::vector<std::string> primary_urls;
+
+    bool redlock() const noexcept { return !primary_urls.empty(); }
 };
 
 inline deployment single_deployment(redis::config const& cfg) {
-    return {"single", cfg, {cfg}, 0};
+    return {"single", cfg, {cfg}, 0, {}};
 }
 
 /// The cluster as a colock connection sees it (its URL, every node a seed), with its primaries
 /// as they stand now: INFO is read from them, and the cluster must not fail over meanwhile.
 inline deployment cluster_deployment(colock::test::cluster_set& cluster) {
-    deployment d{"cluster", redis::config::from_url(cluster.url()), {}, 0};
+    deployment d{"cluster", redis::config::from_url(cluster.url()), {}, 0, {}};
     for (auto const port : cluster.primary_ports())
         d.nodes.push_back(cluster.node_on(port).config());
     if (d.nodes.empty())

@@ -93,7 +93,10 @@ with open(path) as f:
         except json.JSONDecodeError as e:
             sys.exit(f"plot.sh: {path}:{number}: not JSON: {e}")
 
-hot = [l for l in lines if l.get("scenario") in ("S3", "S4") and "waiters" in l]
+# The single server's, with cohorts on: --redlock adds the same shapes over primaries and S3
+# with cohorts off, which the side-by-side table already compares.
+hot = [l for l in lines if l.get("scenario") in ("S3", "S4") and "waiters" in l
+       and l.get("deployment", "single") == "single" and l.get("cohort_limit") != 0]
 if not hot:
     sys.exit(f"plot.sh: {path} has no S3 or S4 line (run lock_contention --json with "
              "--scenarios sweep, or S3,S4)")

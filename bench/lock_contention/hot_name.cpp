@@ -7,7 +7,8 @@
 // Reported: acquisitions/s in the window, acquisitions per coroutine (min and max: fairness),
 // the wait's percentiles and its distribution (a histogram with 20 bins per decade, or every
 // sample with --samples), and the server calls per acquisition from INFO commandstats, which
-// counts the calls made inside scripts too.
+// counts the calls made inside scripts too, summed over the deployment's servers (Redlock: every
+// primary).
 #include "lock_contention.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -106,35 +107,37 @@ std::string samples_json(std::vector<double> const& wait_us) {
     return out + "]";
 }
 
-asio::awaitable<hot_result> measure_hot_in_process(redis::config cfg, options opts,
-                                                   std::size_t waiters, bool sweep) {
-    auto conn = co_await open(cfg);
-    auto locker = std::make_shared<colock::locker>(*conn, run_prefix());
+asio::awaitable<hot_result> measure_hot_in_process(deployment d, options opts, std::size_t waiters,
+                                                   bool sweep, std::size_t cohort_limit) {
+    auto target = co_await lock_target::open(d, run_prefix());
     auto const name = fmt::format("s3:{}", waiters);
+    auto lock_opt = peer_lock_options(opts);
+    lock_opt.cohort_limit = cohort_limit;
 
     hot_result r;
     r.scenario = "S3";
     r.mode = opts.mode();
+    r.deployment = d.name;
+    r.cohort_limit = cohort_limit;
     r.sweep = sweep;
     r.workers_per_process = waiters;
-    auto const before = co_await read_commandstats(*conn);
-    auto const share = co_await run_hot_share(locker, *conn, nullptr, {}, name, waiters,
-                                              window_of(opts.seconds), peer_lock_options(opts));
-    r.calls = delta(before, co_await read_commandstats(*conn));
+    auto const before = co_await target.stats().commandstats();
+    auto const share = co_await run_hot_share(target, nullptr, {}, name, waiters,
+                                              window_of(opts.seconds), lock_opt);
+    r.calls = delta(before, co_await target.stats().commandstats());
     r.add(share);
     r.cpu.server = share.cpu.server;
 
     std::vector<std::string> keys;
-    add_lock_keys(keys, fmt::format("{}{{{}}}", locker->key_prefix(), name));
-    co_await delete_keys(*conn, keys);
-    conn->close();
+    add_lock_keys(keys, fmt::format("{}{{{}}}", target.locker()->key_prefix(), name));
+    co_await target.delete_keys(keys);
+    target.close();
     co_return r;
 }
 
 } // namespace
 
-asio::awaitable<hot_share> run_hot_share(std::shared_ptr<colock::locker> locker,
-                                         redis::connection& conn, redis::connection* counter,
+asio::awaitable<hot_share> run_hot_share(lock_target& target, redis::connection* counter,
                                          std::string counter_key, std::string name,
                                          std::size_t workers, std::chrono::nanoseconds window,
                                          colock::lock_options opt) {
@@ -145,14 +148,15 @@ asio::awaitable<hot_share> run_hot_share(std::shared_ptr<colock::locker> locker,
     state->share.per_worker.assign(workers, 0);
     state->running_workers = workers;
     for (std::size_t i = 0; i < workers; ++i)
-        asio::co_spawn(
-            ex,
-            run_worker(state, fmt::format("worker {}", i), hot_worker(locker, state, name, i, opt)),
-            asio::detached);
-    state->share.seconds = co_await run_phases(state, window, workers, conn, state->share.cpu);
+        asio::co_spawn(ex,
+                       run_worker(state, fmt::format("worker {}", i),
+                                  hot_worker(target.locker(), state, name, i, opt)),
+                       asio::detached);
+    state->share.seconds =
+        co_await run_phases(state, window, workers, target.stats(), state->share.cpu);
     if (!state->failure.empty())
         throw std::runtime_error(state->failure);
-    state->share.reconnects = conn.reconnect_count();
+    state->share.reconnects = target.reconnects();
     co_return std::move(state->share);
 }
 
@@ -172,6 +176,16 @@ void hot_result::add(hot_share const& share) {
     cpu.client += share.cpu.client;
 }
 
+side_figure hot_result::figure(std::string shape) const {
+    auto const per_acq = [&](std::uint64_t n) {
+        return total == 0 ? 0.0 : static_cast<double>(n) / static_cast<double>(total);
+    };
+    auto const all = total_calls(calls);
+    return {std::move(shape), deployment,
+            seconds() > 0 ? static_cast<double>(acquisitions) / seconds() : 0.0, per_acq(all),
+            per_acq(all - section_calls)};
+}
+
 bool hot_result::ok() const {
     return overlaps == 0 && fence_regressions == 0 &&
            (!counter || *counter == static_cast<std::int64_t>(total));
@@ -188,7 +202,8 @@ void report_hot(hot_result const& r, options const& opts) {
                                 : std::string("null");
     if (opts.json) {
         fmt::print(
-            "{{\"scenario\":\"{}\",\"mode\":\"{}\",\"sweep\":{},\"processes\":{},"
+            "{{\"scenario\":\"{}\",\"deployment\":\"{}\",\"mode\":\"{}\",\"cohort_limit\":{},"
+            "\"sweep\":{},\"processes\":{},"
             "\"workers_per_process\":{},\"waiters\":{},\"seconds\":{:.3f},\"acquisitions\":{},"
             "\"acquisitions_per_s\":{:.1f},\"acq_total\":{},\"per_worker_min\":{},"
             "\"per_worker_max\":{},\"wait_mean_us\":{:.1f},\"wait_p50_us\":{:.1f},"
@@ -197,18 +212,21 @@ void report_hot(hot_result const& r, options const& opts) {
             "\"counter\":{},\"lost_updates\":{},\"server_calls\":{},\"calls_per_acq\":{:.4f},"
             "\"lock_calls_per_acq\":{:.4f},\"calls\":{},\"client_cpu\":{:.3f},"
             "\"server_cpu\":{:.3f},\"reconnects\":{},\"ok\":{}}}\n",
-            r.scenario, r.mode, r.sweep, r.processes, r.workers_per_process,
-            r.processes * r.workers_per_process, r.seconds(), r.acquisitions, per_s, r.total,
-            r.per_worker_min, r.per_worker_max, waits.mean_us, waits.p50_us, waits.p99_us,
-            waits.p999_us, waits.max_us, waits.samples, wait_histogram_json(r.wait_us),
+            r.scenario, r.deployment, r.mode, r.cohort_limit, r.sweep, r.processes,
+            r.workers_per_process, r.processes * r.workers_per_process, r.seconds(), r.acquisitions,
+            per_s, r.total, r.per_worker_min, r.per_worker_max, waits.mean_us, waits.p50_us,
+            waits.p99_us, waits.p999_us, waits.max_us, waits.samples,
+            wait_histogram_json(r.wait_us),
             opts.samples ? fmt::format("\"wait_us_samples\":{},", samples_json(r.wait_us)) : "",
             r.overlaps, r.fence_regressions,
             r.counter ? fmt::format("{}", *r.counter) : std::string("null"), lost, all,
             per_acq(all), per_acq(all - r.section_calls), calls_json(r.calls), r.cpu.client,
             r.cpu.server, r.reconnects, r.ok());
     } else {
-        fmt::print("\n== {}: {} process{} x {} coroutines on one name (mode {})\n", r.scenario,
-                   r.processes, r.processes == 1 ? "" : "es", r.workers_per_process, r.mode);
+        fmt::print("\n== {} ({}): {} process{} x {} coroutines on one name (mode {}, "
+                   "cohort_limit {})\n",
+                   r.scenario, r.deployment, r.processes, r.processes == 1 ? "" : "es",
+                   r.workers_per_process, r.mode, r.cohort_limit);
         fmt::print("  acquisitions/s      {:>12.0f}   ({} in {:.2f} s; per coroutine {} .. {})\n",
                    per_s, r.acquisitions, r.seconds(), r.per_worker_min, r.per_worker_max);
         fmt::print(
@@ -231,11 +249,11 @@ void report_hot(hot_result const& r, options const& opts) {
     std::fflush(stdout);
 }
 
-bool run_hot_in_process(asio::io_context& io, redis::config const& cfg, options const& opts,
-                        std::size_t waiters, bool sweep) {
-    auto const r = run_on(io, measure_hot_in_process(cfg, opts, waiters, sweep));
+hot_result run_hot_in_process(asio::io_context& io, deployment const& d, options const& opts,
+                              std::size_t waiters, bool sweep, std::size_t cohort_limit) {
+    auto r = run_on(io, measure_hot_in_process(d, opts, waiters, sweep, cohort_limit));
     report_hot(r, opts);
-    return r.ok();
+    return r;
 }
 
 } // namespace colock::bench::contention

@@ -6,6 +6,7 @@
 #include "../bench_common.hpp"
 
 #include <colock/colock.hpp>
+#include <colock_test/primary_set.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
@@ -43,11 +44,15 @@ struct options : common_options {
     std::size_t proc_waiters = 16; // S4, per process
     std::size_t sweep_max = 256;   // the sweep's largest total of coroutines
     bool samples = false;          // every wait in the JSON, not only the histogram
+    // S1 to S4 also over independent primaries (Redlock), next to the single server.
+    bool redlock = false;
+    std::size_t redlock_primaries = 3;
 
     // One S4 process, started by the run's own S4 (--s4-worker, not for people).
     bool s4_worker = false;
     std::string prefix;
     std::size_t proc_id = 0;
+    std::vector<std::string> primary_urls; // a Redlock run's primaries (--primary-urls)
 
     std::string mode() const { return tuned ? "tuned" : "default"; }
 };
@@ -107,6 +112,41 @@ asio::awaitable<double> run_phases(std::shared_ptr<run_state> state,
                                    std::chrono::nanoseconds window, std::size_t workers,
                                    node_stats& stats, cpu_use& cpu);
 
+// -------------------------------------------------------------------- the locker under test
+
+/// What a scenario locks with, in one process, on one deployment: the connections the locker
+/// runs over (one, or one per Redlock primary), the locker over them, and INFO read from the
+/// deployment's nodes on connections of their own (node_stats). The one place that knows how a
+/// locker is made from a deployment (lock_target.cpp); the scenarios never ask which it is.
+class lock_target {
+public:
+    /// Connects and makes the locker, keys under `prefix`: over one connection to d.cfg, or
+    /// Redlock over one connection to each of d.nodes when d.redlock().
+    static asio::awaitable<lock_target> open(deployment const& d, std::string prefix);
+
+    std::shared_ptr<colock::locker> const& locker() const noexcept { return locker_; }
+    /// The first connection: to d.cfg (Redlock: the first primary).
+    redis::connection& first() const { return *conns_.front(); }
+    node_stats& stats() noexcept { return stats_; }
+    /// The locker's connections' reconnections so far, summed.
+    std::uint64_t reconnects() const;
+    /// DEL `keys` through every connection the locker writes to.
+    asio::awaitable<void> delete_keys(std::vector<std::string> keys);
+    void close();
+
+private:
+    lock_target() = default;
+
+    std::vector<std::shared_ptr<redis::connection>> conns_;
+    std::shared_ptr<colock::locker> locker_; // after conns_: goes first
+    node_stats stats_;
+};
+
+/// The Redlock deployment over the servers at `urls` (independent primaries).
+deployment redlock_deployment(std::vector<std::string> urls);
+/// The same over the throwaway primaries of --redlock.
+deployment redlock_deployment(colock::test::primary_set const& primaries);
+
 /// Options for a cycle that is exactly acquire + release: no renewal.
 colock::lock_options no_renewal();
 /// The options S1 to S4 lock with, those of the peer harness's colock driver: the library's
@@ -160,12 +200,27 @@ void run_handoff(asio::io_context& io, redis::config const& cfg, options const& 
 /// c. waiters_memory (memory.cpp). Returns false when the waiters did not all leave cleanly.
 bool run_memory(asio::io_context& io, redis::config const& cfg, options const& opts);
 
+/// One scenario's rate and cost on one deployment: a row of the side-by-side table of --redlock.
+struct side_figure {
+    std::string shape;      // "S1", "S3", "S3 cohorts off", "S4"
+    std::string deployment; // "single", "redlock", ...
+    double cycles_per_s = 0;
+    double calls_per_cycle = 0;      // every server call, summed over the deployment's nodes
+    double lock_calls_per_cycle = 0; // the same without S4's counter GET and SET
+};
+/// The side-by-side table: each shape on each deployment next to the single server, with the
+/// ratio deployment/single and the calls per cycle (redlock.cpp).
+void report_side_by_side(std::vector<side_figure> const& figures, options const& opts);
+
 /// S1 (1 coroutine) or S2 (64), each on its own name, next to the single server's
 /// single-connection or pipelined limit (own_names.cpp): once per deployment (the single
-/// server, and with --cluster the cluster), with `pings[i]` measured on `deployments[i]`.
-void run_own_names(asio::io_context& io, std::vector<deployment> const& deployments,
-                   options const& opts, std::size_t coroutines, limits const& limit,
-                   std::vector<latency_summary> const& pings);
+/// server, then with --cluster the cluster, with --redlock the primaries), with `pings[i]`
+/// measured on `deployments[i]`. Returns one figure per deployment.
+std::vector<side_figure> run_own_names(asio::io_context& io,
+                                       std::vector<deployment> const& deployments,
+                                       options const& opts, std::size_t coroutines,
+                                       limits const& limit,
+                                       std::vector<latency_summary> const& pings);
 
 /// One process's share of a hot-name scenario (hot_name.cpp).
 struct hot_share {
@@ -180,11 +235,11 @@ struct hot_share {
     cpu_use cpu;
 };
 
-/// `workers` coroutines loop co_lock, critical section, unlock on the one name `name`: warm-up,
-/// window, drain. The critical section counts overlaps and then yields once (S3) or, with
-/// `counter`, reads and writes the Redis key `counter_key` non-atomically (S4).
-asio::awaitable<hot_share> run_hot_share(std::shared_ptr<colock::locker> locker,
-                                         redis::connection& conn, redis::connection* counter,
+/// `workers` coroutines loop co_lock, critical section, unlock on the one name `name` with
+/// `target`'s locker: warm-up, window, drain. The critical section counts overlaps and then
+/// yields once (S3) or, with `counter`, reads and writes the Redis key `counter_key`
+/// non-atomically (S4).
+asio::awaitable<hot_share> run_hot_share(lock_target& target, redis::connection* counter,
                                          std::string counter_key, std::string name,
                                          std::size_t workers, std::chrono::nanoseconds window,
                                          colock::lock_options opt);
@@ -193,6 +248,8 @@ asio::awaitable<hot_share> run_hot_share(std::shared_ptr<colock::locker> locker,
 struct hot_result {
     std::string scenario;
     std::string mode;
+    std::string deployment;
+    std::size_t cohort_limit = 0; // lock_options::cohort_limit of the run
     bool sweep = false;
     std::size_t processes = 1, workers_per_process = 0;
     std::size_t shares = 0; // processes added so far
@@ -210,17 +267,22 @@ struct hot_result {
     /// The mean window over the processes.
     double seconds() const { return shares == 0 ? 0.0 : seconds_sum / static_cast<double>(shares); }
     bool ok() const;
+    /// The row of the side-by-side table, as `shape`.
+    side_figure figure(std::string shape) const;
 };
 void report_hot(hot_result const& r, options const& opts);
 
-/// S3: `waiters` coroutines in this process on one name. Returns hot_result::ok().
-bool run_hot_in_process(asio::io_context& io, redis::config const& cfg, options const& opts,
-                        std::size_t waiters, bool sweep);
-/// S4: `processes` copies of this program with `per_process` coroutines each, on one name, with
-/// the counter in the critical section (processes.cpp). Returns hot_result::ok().
-bool run_hot_processes(asio::io_context& io, redis::config const& cfg, std::string const& url,
-                       options const& opts, std::size_t processes, std::size_t per_process,
-                       bool sweep);
+/// S3: `waiters` coroutines in this process on one name of `d`, with cohort_limit
+/// `cohort_limit` (the library's default unless the run compares cohorts off).
+hot_result run_hot_in_process(asio::io_context& io, deployment const& d, options const& opts,
+                              std::size_t waiters, bool sweep, std::size_t cohort_limit);
+/// S4: `processes` copies of this program with `per_process` coroutines each, on one name of
+/// `d`, with the counter in the critical section (processes.cpp). `url` is the single
+/// server's, for the processes (Redlock: they get the primaries' URLs, and the counter lives on
+/// the first primary).
+hot_result run_hot_processes(asio::io_context& io, deployment const& d, std::string const& url,
+                             options const& opts, std::size_t processes, std::size_t per_process,
+                             bool sweep);
 /// The body of one S4 process (--s4-worker): prints its hot_share on stdout. Returns the exit
 /// status.
 int run_s4_worker(options const& opts);

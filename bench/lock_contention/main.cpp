@@ -3,8 +3,12 @@
 // --cluster, S1 and S2 also run against a throwaway Redis Cluster (3 primaries, a replica each
 // by default) in the same run, right after the single server, on one cluster connection (one
 // socket per primary, routed by hash slot): both columns printed with the ratio cluster/single,
-// server calls and CPU summed over the primaries (replicas' REPLCONF left out). The other
-// scenarios stay on the single server.
+// server calls and CPU summed over the primaries (replicas' REPLCONF left out). With --redlock,
+// S1 to S4 also run over 3 throwaway independent redis-servers (Redlock: a locker over one
+// connection to each primary, in every S4 process too), each right after the same shape on the
+// single server, and S3 runs once more on both with cohorts off (cohort_limit = 0); a last table
+// sets each shape's cycles/s and server calls per cycle (summed over the primaries) beside the
+// single server's. The other scenarios stay on the single server.
 //
 // Every run first prints two reference lines, so that ratios come from the same run:
 //   limit  redis-benchmark of SET NX PX + a compare-and-delete EVALSHA (one lock cycle of the
@@ -34,11 +38,14 @@
 // Usage:
 //   lock_contention [--scenarios S1,S2,S3,S4] [--seconds 3] [--json] [--url redis://...]
 //   lock_contention --scenarios S1,S2 --cluster --seconds 2
+//   lock_contention --scenarios S1,S3,S4 --redlock --seconds 3
 //   lock_contention --scenarios sweep --seconds 1 --json > run.jsonl && bench/plot.sh run.jsonl
 //
 // The units: main.cpp (options, order), support.cpp (helpers), limits.cpp (limit and ping
-// lines), own_names.cpp (S1, S2), hot_name.cpp (S3 and each S4 process's loop), processes.cpp
-// (S4's processes), uncontended.cpp (a), handoff.cpp (b), memory.cpp (c).
+// lines), lock_target.cpp (the locker under test, from one connection or from N primaries),
+// own_names.cpp (S1, S2), hot_name.cpp (S3 and each S4 process's loop), processes.cpp (S4's
+// processes), redlock.cpp (the side-by-side table), uncontended.cpp (a), handoff.cpp (b),
+// memory.cpp (c).
 #include "lock_contention.hpp"
 
 #include <fmt/format.h>
@@ -87,6 +94,14 @@ constexpr std::string_view usage_text =
                         single server's (none is measured for the cluster); the other
                         scenarios run on the single server only
   --cluster-replicas R  replicas per primary of that cluster, 0 to 2 (default 1)
+  --redlock             S1-S4: also start independent throwaway redis-servers and run each
+                        shape over them with Redlock (colock::locker over one connection per
+                        primary), right after the same shape on the single server; S3 also
+                        with cohorts off (cohort_limit 0) on both. JSON "deployment":
+                        "redlock"; server calls summed over the primaries; S4's counter on the
+                        first primary. Ends with a side-by-side table ("side_by_side" lines):
+                        cycles/s, ratio redlock/single, server calls per cycle
+  --redlock-primaries N how many primaries --redlock starts: 3, 5 or 7 (default 3)
   --json                one JSON object per line ("scenario": "limit", "ping", "S1", ...)
 
 Every run starts with the limit and ping lines. redis-benchmark is found on PATH, or
@@ -166,7 +181,20 @@ bool parse_option(options& opts, bench::option_arg& arg) {
         opts.prefix = arg.value();
     else if (name == "--proc-id")
         opts.proc_id = whole(0, 1000);
-    else
+    else if (name == "--redlock")
+        opts.redlock = no_value();
+    else if (name == "--redlock-primaries") {
+        opts.redlock_primaries = whole(3, 7);
+        if (opts.redlock_primaries % 2 == 0)
+            throw usage_error("--redlock-primaries: Redlock needs an odd number (3, 5 or 7)");
+    } else if (name == "--primary-urls") {
+        opts.primary_urls.clear();
+        for (auto urls = arg.value(); !urls.empty();) {
+            auto const comma = urls.find(',');
+            opts.primary_urls.emplace_back(urls.substr(0, comma));
+            urls = comma == std::string_view::npos ? std::string_view{} : urls.substr(comma + 1);
+        }
+    } else
         return false;
     return true;
 }
@@ -204,6 +232,21 @@ int main(int argc, char** argv) {
                 fmt::print("S1, S2 also on the {} ({})\n", deployments.back().cfg.endpoint_text(),
                            bench::cluster_shape(deployments.back(), opts));
         }
+        // S3 and S4 run on the single server, and with --redlock on the primaries too.
+        std::vector<bench::deployment> hot_deployments{deployments.front()};
+        std::optional<colock::test::primary_set> primaries;
+        if (opts.redlock && (opts.s1 || opts.s2 || opts.s3 || opts.s4)) {
+            primaries.emplace(opts.redlock_primaries);
+            deployments.push_back(contention::redlock_deployment(*primaries));
+            hot_deployments.push_back(deployments.back());
+            if (!opts.json) {
+                std::string ports;
+                for (auto const& node : deployments.back().nodes)
+                    ports += fmt::format("{}{}", ports.empty() ? "" : ", ", node.port);
+                fmt::print("S1-S4 also on {} independent primaries (Redlock), ports {}\n",
+                           deployments.back().nodes.size(), ports);
+            }
+        }
 
         boost::asio::io_context io{1};
         auto const limit = contention::run_limits(io, cfg, *benchmark_program, opts);
@@ -211,6 +254,16 @@ int main(int argc, char** argv) {
         for (auto const& d : deployments)
             pings.push_back(contention::run_ping(io, d, opts));
         bool ok = true;
+        std::vector<contention::side_figure> figures;
+        auto const add_figures = [&](std::vector<contention::side_figure> const& more) {
+            figures.insert(figures.end(), more.begin(), more.end());
+        };
+        // Each result's checks count; its row goes into the side-by-side table.
+        auto const add_hot = [&](contention::hot_result const& r, std::string shape) {
+            ok = r.ok() && ok;
+            figures.push_back(r.figure(std::move(shape)));
+        };
+        auto const cohort_limit = contention::peer_lock_options(opts).cohort_limit;
         if (opts.uncontended)
             contention::run_uncontended(io, cfg, *benchmark_program, opts);
         if (opts.hot_key)
@@ -218,24 +271,40 @@ int main(int argc, char** argv) {
         if (opts.memory)
             ok = contention::run_memory(io, cfg, opts) && ok;
         if (opts.s1)
-            contention::run_own_names(io, deployments, opts, 1, limit, pings);
+            add_figures(contention::run_own_names(io, deployments, opts, 1, limit, pings));
         if (opts.s2)
-            contention::run_own_names(io, deployments, opts, 64, limit, pings);
-        if (opts.s3)
-            ok = contention::run_hot_in_process(io, cfg, opts, opts.hot_waiters, false) && ok;
+            add_figures(contention::run_own_names(io, deployments, opts, 64, limit, pings));
+        if (opts.s3) {
+            for (auto const& d : hot_deployments)
+                add_hot(contention::run_hot_in_process(io, d, opts, opts.hot_waiters, false,
+                                                       cohort_limit),
+                        "S3");
+            // What the cohort hand-off pays back: the same without it, on both.
+            for (std::size_t i = 0; opts.redlock && i < hot_deployments.size(); ++i)
+                add_hot(contention::run_hot_in_process(io, hot_deployments[i], opts,
+                                                       opts.hot_waiters, false, 0),
+                        "S3 cohorts off");
+        }
         if (opts.s4)
-            ok = contention::run_hot_processes(io, cfg, url, opts, opts.processes,
-                                               opts.proc_waiters, false) &&
-                 ok;
+            for (auto const& d : hot_deployments)
+                add_hot(contention::run_hot_processes(io, d, url, opts, opts.processes,
+                                                      opts.proc_waiters, false),
+                        "S4");
         if (opts.sweep) {
+            auto const& single = hot_deployments.front();
             for (std::size_t waiters = 1; waiters <= opts.sweep_max; waiters *= 2) {
-                ok = contention::run_hot_in_process(io, cfg, opts, waiters, true) && ok;
+                ok = contention::run_hot_in_process(io, single, opts, waiters, true, cohort_limit)
+                         .ok() &&
+                     ok;
                 if (waiters >= opts.processes && waiters % opts.processes == 0)
-                    ok = contention::run_hot_processes(io, cfg, url, opts, opts.processes,
-                                                       waiters / opts.processes, true) &&
+                    ok = contention::run_hot_processes(io, single, url, opts, opts.processes,
+                                                       waiters / opts.processes, true)
+                             .ok() &&
                          ok;
             }
         }
+        if (primaries)
+            contention::report_side_by_side(figures, opts);
         return ok ? 0 : 1;
     } catch (std::exception const& e) {
         fmt::print(stderr, "lock_contention: {}\n", e.what());

@@ -3,11 +3,12 @@
 // limit and its acquire latency next to a PING round trip. S2 is 64 coroutines sharing the one
 // connection: its cycles/s sit next to the pipelined limit, the server's ceiling.
 //
-// With --cluster each runs twice in one run, on the single server and then on a throwaway Redis
-// Cluster (3 primaries), and prints one column (JSON: one line, "deployment") per deployment with
-// the ratio cluster/single. The names' hash tags ({own:i}) spread their keys over the slots, so
-// S2's 64 names spread over the primaries; the one connection routes each script by slot. Server
-// calls and server CPU are summed over the primaries. The limits are the single server's.
+// With --cluster or --redlock each runs again in the same run, after the single server: on a
+// throwaway Redis Cluster (3 primaries), where the names' hash tags ({own:i}) spread S2's 64 names
+// over the primaries and the one connection routes each script by slot; and on independent
+// primaries (Redlock), where every cycle goes to all of them. One column (JSON: one line,
+// "deployment") per deployment, with the ratio deployment/single. Server calls and server CPU are
+// summed over the primaries. The limits are the single server's.
 #include "lock_contention.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -73,9 +74,9 @@ asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::n
                                                     std::size_t coroutines,
                                                     colock::lock_options opt) {
     auto const ex = co_await asio::this_coro::executor;
-    auto conn = co_await open(d.cfg);
-    auto locker = std::make_shared<colock::locker>(*conn, run_prefix());
-    auto stats = co_await node_stats::open(d.nodes);
+    auto target = co_await lock_target::open(d, run_prefix());
+    auto const& locker = target.locker();
+    auto& stats = target.stats();
 
     own_names_result r;
     r.deployment = d.name;
@@ -92,26 +93,24 @@ asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::n
     }
     r.seconds = co_await run_phases(state, window, coroutines, stats, r.cpu);
     if (!state->failure.empty()) {
-        conn->close();
-        stats.close();
+        target.close();
         throw std::runtime_error(state->failure);
     }
     r.calls = delta(before, co_await stats.commandstats());
-    stats.close();
     r.measured = state->measured_ops;
     r.total = state->total_ops;
     r.acquire = summarize(std::move(state->acquire_us));
     r.release = summarize(std::move(state->release_us));
-    r.reconnects = conn->reconnect_count();
+    r.reconnects = target.reconnects();
 
     // One DEL per name: a name's keys share its hash tag, but on a cluster one request may not
     // span the names' slots.
     for (std::size_t i = 0; i < coroutines; ++i) {
         std::vector<std::string> keys;
         add_lock_keys(keys, fmt::format("{}{{own:{}}}", locker->key_prefix(), i));
-        co_await delete_keys(*conn, std::move(keys));
+        co_await target.delete_keys(std::move(keys));
     }
-    conn->close();
+    target.close();
     co_return r;
 }
 
@@ -131,16 +130,19 @@ void print_json(own_names_result const& r, options const& opts, limit_pair const
         scenario, r.deployment, opts.mode(), r.coroutines, r.seconds, r.measured, r.per_s(),
         r.acquire.p50_us, r.acquire.p99_us, r.acquire.mean_us, r.release.p50_us, r.release.p99_us,
         limit_name, against.cycles_per_s(), r.per_s() / against.cycles_per_s(),
-        over_single ? fmt::format("\"cluster_over_single\":{:.4f},", *over_single) : std::string(),
+        over_single ? fmt::format("\"{}_over_single\":{:.4f},", r.deployment, *over_single)
+                    : std::string(),
         ping.p50_us, ping.p50_us > 0 ? r.acquire.p50_us / ping.p50_us : 0.0, r.per_cycle(all),
         calls_json(r.calls), r.total, r.cpu.client, r.cpu.server, r.reconnects);
 }
 
 } // namespace
 
-void run_own_names(asio::io_context& io, std::vector<deployment> const& deployments,
-                   options const& opts, std::size_t coroutines, limits const& limit,
-                   std::vector<latency_summary> const& pings) {
+std::vector<side_figure> run_own_names(asio::io_context& io,
+                                       std::vector<deployment> const& deployments,
+                                       options const& opts, std::size_t coroutines,
+                                       limits const& limit,
+                                       std::vector<latency_summary> const& pings) {
     std::vector<own_names_result> results;
     for (auto const& d : deployments)
         results.push_back(run_on(io, measure_own_names(d, window_of(opts.seconds), coroutines,
@@ -155,35 +157,38 @@ void run_own_names(asio::io_context& io, std::vector<deployment> const& deployme
             return std::nullopt;
         return results[i].per_s() / results[0].per_s();
     };
+    std::vector<side_figure> figures;
+    for (auto const& r : results) {
+        auto const calls = r.per_cycle(total_calls(r.calls));
+        figures.push_back({scenario, r.deployment, r.per_s(), calls, calls});
+    }
 
     if (opts.json) {
         for (std::size_t i = 0; i < results.size(); ++i)
             print_json(results[i], opts, against, scenario, limit_name, pings.at(i),
                        over_single(i));
         std::fflush(stdout);
-        return;
+        return figures;
     }
 
     fmt::print("\n== {}: {} coroutine{} on own names, co_lock + unlock (mode {})\n", scenario,
                coroutines, single ? "" : "s", opts.mode());
-    // One column per deployment, then cluster/single where there is a cluster.
+    // One column per deployment, then one ratio over the single server's per other deployment.
     auto const row = [&](std::string_view label, auto value, int decimals, bool with_ratio) {
         std::string line = fmt::format("  {:<24}", label);
         for (std::size_t i = 0; i < results.size(); ++i)
             line += fmt::format(" {:>12.{}f}", static_cast<double>(value(i)), decimals);
-        if (with_ratio && results.size() > 1) {
-            auto const first = static_cast<double>(value(0));
-            auto const last = static_cast<double>(value(results.size() - 1));
-            line +=
-                first > 0 ? fmt::format(" {:>14.3f}", last / first) : fmt::format(" {:>14}", "-");
-        }
+        auto const first = static_cast<double>(value(0));
+        for (std::size_t i = 1; with_ratio && i < results.size(); ++i)
+            line += first > 0 ? fmt::format(" {:>14.3f}", static_cast<double>(value(i)) / first)
+                              : fmt::format(" {:>14}", "-");
         fmt::print("{}\n", line);
     };
     std::string head = fmt::format("  {:<24}", "");
     for (auto const& r : results)
         head += fmt::format(" {:>12}", r.deployment);
-    if (results.size() > 1)
-        head += fmt::format(" {:>14}", "cluster/single");
+    for (std::size_t i = 1; i < results.size(); ++i)
+        head += fmt::format(" {:>14}", results[i].deployment + "/single");
     fmt::print("{}\n", head);
     row(
         "cycles/s", [&](std::size_t i) { return results[i].per_s(); }, 0, true);
@@ -217,6 +222,7 @@ void run_own_names(asio::io_context& io, std::vector<deployment> const& deployme
             fmt::print("  WARNING: {} reconnects during the {} run\n", r.reconnects, r.deployment);
     }
     std::fflush(stdout);
+    return figures;
 }
 
 } // namespace colock::bench::contention

@@ -9,6 +9,10 @@
 // reads INFO commandstats and pushes a common start time (epoch ms, 100 ms ahead). Calls per
 // acquisition leave out the barrier's BLPOP and RPUSH; "lock_calls_per_acq" also leaves out the
 // counter's GET and SET, two per acquisition.
+//
+// On a Redlock deployment every process's locker runs over the same primaries (--primary-urls);
+// the counter and the barrier live on the first primary, as they live on the one server
+// otherwise, and the calls are summed over the primaries.
 #include "lock_contention.hpp"
 
 #include <boost/asio/this_coro.hpp>
@@ -221,10 +225,9 @@ asio::awaitable<std::string> wait_for_start(redis::connection& aux, std::string 
     }
 }
 
-asio::awaitable<hot_share> s4_process(redis::config cfg, options opts) {
-    auto conn = co_await open(cfg);
-    auto aux = co_await open(cfg); // the counter and the barrier, as the peer's second socket
-    auto locker = std::make_shared<colock::locker>(*conn, opts.prefix);
+asio::awaitable<hot_share> s4_process(deployment d, options opts) {
+    auto target = co_await lock_target::open(d, opts.prefix);
+    auto aux = co_await open(d.cfg); // the counter and the barrier, as the peer's second socket
 
     auto const start_text = co_await wait_for_start(*aux, opts.prefix);
     std::int64_t start_ms = 0;
@@ -233,9 +236,9 @@ asio::awaitable<hot_share> s4_process(redis::config cfg, options opts) {
         co_await sleep_for(std::chrono::milliseconds{ahead});
 
     auto share =
-        co_await run_hot_share(locker, *conn, aux.get(), opts.prefix + "counter", "hot",
-                               opts.proc_waiters, window_of(opts.seconds), peer_lock_options(opts));
-    conn->close();
+        co_await run_hot_share(target, aux.get(), opts.prefix + "counter", "hot", opts.proc_waiters,
+                               window_of(opts.seconds), peer_lock_options(opts));
+    target.close();
     aux->close();
     co_return share;
 }
@@ -249,19 +252,28 @@ asio::awaitable<std::int64_t> get_number(redis::connection& conn, std::string ke
     co_return resp.at(0).is_null() ? 0 : resp.at(0).as_integer().value_or(-1);
 }
 
-asio::awaitable<hot_result> measure_hot_processes(redis::config cfg, std::string url, options opts,
+asio::awaitable<hot_result> measure_hot_processes(deployment d, std::string url, options opts,
                                                   std::size_t processes, std::size_t per_process,
                                                   bool sweep) {
-    auto conn = co_await open(cfg);
+    // This process takes no lock: the target gives it the processes' servers, their INFO and
+    // the cleanup; its first connection carries the barrier and reads the counter.
+    auto target = co_await lock_target::open(d, run_prefix());
+    auto* const conn = &target.first();
     auto const prefix = run_prefix() + fmt::format("s4:{}x{}:", processes, per_process);
     std::vector<std::string> keys = {prefix + "ready", prefix + "go", prefix + "counter"};
     add_lock_keys(keys, prefix + "{hot}");
-    co_await delete_keys(*conn, keys);
+    co_await target.delete_keys(keys);
 
     temp_dir dir;
     children kids;
     std::vector<std::string> outputs;
     auto const program = own_executable();
+    // Redlock: the processes' --url is the first primary's, where the counter lives.
+    std::string primary_urls;
+    for (auto const& u : d.primary_urls)
+        primary_urls += (primary_urls.empty() ? "" : ",") + u;
+    if (d.redlock())
+        url = d.primary_urls.front();
     for (std::size_t i = 0; i < processes; ++i) {
         outputs.push_back(dir.file(fmt::format("process-{}.txt", i)));
         std::vector<std::string> args = {program,          "--s4-worker",
@@ -272,6 +284,10 @@ asio::awaitable<hot_result> measure_hot_processes(redis::config cfg, std::string
                                          "--seconds",      fmt::format("{}", opts.seconds)};
         if (opts.tuned)
             args.emplace_back("--tuned");
+        if (d.redlock()) {
+            args.emplace_back("--primary-urls");
+            args.push_back(primary_urls);
+        }
         kids.spawn(std::move(args), outputs.back());
     }
 
@@ -286,7 +302,7 @@ asio::awaitable<hot_result> measure_hot_processes(redis::config cfg, std::string
         co_await sleep_for(std::chrono::milliseconds{10});
     }
 
-    auto const before = co_await read_commandstats(*conn);
+    auto const before = co_await target.stats().commandstats();
     std::vector<std::string> go = {prefix + "go"};
     go.resize(1 + processes, fmt::format("{}", epoch_ms() + 100));
     resp3::request push;
@@ -302,11 +318,13 @@ asio::awaitable<hot_result> measure_hot_processes(redis::config cfg, std::string
     }
     if (auto const failure = kids.first_failure(); !failure.empty())
         throw std::runtime_error(fmt::format("S4: {}", failure));
-    auto calls = delta(before, co_await read_commandstats(*conn));
+    auto calls = delta(before, co_await target.stats().commandstats());
 
     hot_result r;
     r.scenario = "S4";
     r.mode = opts.mode();
+    r.deployment = d.name;
+    r.cohort_limit = peer_lock_options(opts).cohort_limit;
     r.sweep = sweep;
     r.processes = processes;
     r.workers_per_process = per_process;
@@ -323,19 +341,19 @@ asio::awaitable<hot_result> measure_hot_processes(redis::config cfg, std::string
     r.calls = std::move(calls);
     r.section_calls = 2 * r.total;
 
-    co_await delete_keys(*conn, keys);
-    conn->close();
+    co_await target.delete_keys(keys);
+    target.close();
     co_return r;
 }
 
 } // namespace
 
-bool run_hot_processes(asio::io_context& io, redis::config const& cfg, std::string const& url,
-                       options const& opts, std::size_t processes, std::size_t per_process,
-                       bool sweep) {
-    auto const r = run_on(io, measure_hot_processes(cfg, url, opts, processes, per_process, sweep));
+hot_result run_hot_processes(asio::io_context& io, deployment const& d, std::string const& url,
+                             options const& opts, std::size_t processes, std::size_t per_process,
+                             bool sweep) {
+    auto r = run_on(io, measure_hot_processes(d, url, opts, processes, per_process, sweep));
     report_hot(r, opts);
-    return r.ok();
+    return r;
 }
 
 int run_s4_worker(options const& opts) {
@@ -343,8 +361,10 @@ int run_s4_worker(options const& opts) {
     try {
         if (!opts.server || opts.prefix.empty())
             throw std::runtime_error("--s4-worker needs --url and --prefix");
+        auto const d = opts.primary_urls.empty() ? single_deployment(*opts.server)
+                                                 : redlock_deployment(opts.primary_urls);
         asio::io_context io{1};
-        auto const share = run_on(io, s4_process(*opts.server, opts));
+        auto const share = run_on(io, s4_process(d, opts));
         fmt::print("{}", share_text(share));
         std::fflush(stdout);
         return 0;
