@@ -4,13 +4,14 @@
 // once and for fences out of order. At the end, one table; the exit code is non-zero when any
 // check failed.
 //
-// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j] [--seed N]
-//   default: short versions (about a minute and a half, run by scripts/test.sh); --full: the
-//   long runs (scripts/reliability.sh).
+// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k] [--seed N]
+//   default: short versions (under two minutes, run by scripts/test.sh); --full: the long
+//   runs (scripts/reliability.sh).
 //
 // Scenarios a-f are here; the helpers they share are in runner.cpp, g and h (worker processes
-// SIGKILLed) in scenarios_kill.cpp, i (Redis Sentinel failovers) in scenarios_sentinel.cpp, and
-// j (Redis Cluster slot migrations and failovers) in scenarios_cluster.cpp.
+// SIGKILLed) in scenarios_kill.cpp, i (Redis Sentinel failovers) in scenarios_sentinel.cpp, j
+// (Redis Cluster slot migrations and failovers) in scenarios_cluster.cpp, and k (Redlock over
+// three primaries, killed one at a time) in scenarios_redlock.cpp.
 #include "runner.hpp"
 #include "worker.hpp"
 
@@ -435,7 +436,8 @@ int run_all() {
         {"g", killed_in_cohort},
         {"h", killed_at_queue_head},
         {"i", sentinel_failovers},
-        {"j", cluster_migrations}};
+        {"j", cluster_migrations},
+        {"k", redlock_primaries}};
     std::vector<result> results;
     for (auto const& [key, run] : scenarios) {
         if (!opts.only.empty() && !opts.only.contains(key))
@@ -490,7 +492,8 @@ int main(int argc, char** argv) {
         } else if (arg == "--seed" && i + 1 < argc) {
             run_opts.seed = static_cast<unsigned>(std::stoul(argv[++i]));
         } else {
-            std::fprintf(stderr, "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j] [--seed N]\n",
+            std::fprintf(stderr,
+                         "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k] [--seed N]\n",
                          argv[0]);
             return 2;
         }

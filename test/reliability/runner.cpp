@@ -147,6 +147,16 @@ std::vector<std::string> worker_args(std::vector<std::string> args, std::string 
     return args;
 }
 
+std::vector<std::string> worker_args(std::vector<std::string> args,
+                                     std::vector<std::string> const& urls,
+                                     std::string const& proc) {
+    std::string list;
+    for (auto const& url : urls)
+        list += (list.empty() ? "" : ",") + url;
+    args.insert(args.end(), {"--urls", list, "--proc", proc});
+    return args;
+}
+
 std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<worker_process>>& ws,
                                       milliseconds limit) {
     std::map<std::string, double> total;

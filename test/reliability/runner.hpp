@@ -107,6 +107,11 @@ void check_history(result& r, std::string const& history_file, std::size_t allow
 std::vector<std::string> worker_args(std::vector<std::string> args, std::string const& url,
                                      std::string const& proc);
 
+// A worker's arguments with several servers' urls (comma-separated: a Redlock locker over
+// them) and the process's name added.
+std::vector<std::string> worker_args(std::vector<std::string> args,
+                                     std::vector<std::string> const& urls, std::string const& proc);
+
 // Waits for every contender and adds up their summaries.
 std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<worker_process>>& ws,
                                       std::chrono::milliseconds limit);
@@ -118,5 +123,8 @@ result killed_at_queue_head();
 result sentinel_failovers();
 // scenarios_cluster.cpp: contention through Redis Cluster across slot migrations and failovers.
 result cluster_migrations();
+// scenarios_redlock.cpp: contention through Redlock over three primaries behind fault proxies,
+// the primaries killed one at a time.
+result redlock_primaries();
 
 } // namespace colock::reliability

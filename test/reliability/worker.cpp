@@ -1,6 +1,8 @@
 // The worker side of the reliability runner: one process with one connection and one locker,
 // started by the runner with `worker MODE --key value ...`. It reports on stdout, one event per
-// line, and records every tenure it had in the shared history file.
+// line, and records every tenure it had in the shared history file. With `--urls url,url,...`
+// instead of `--url url`, contend, hold and storm take their locks with a Redlock locker over
+// one connection per URL (lock_client).
 //
 // Modes:
 //   contend  coroutines loop co_lock / read-modify-write of a shared counter file / unlock on one
@@ -131,8 +133,8 @@ auto report_failure(int& rc, Stop stop) {
     };
 }
 
-redis::config worker_config(arguments const& args) {
-    auto cfg = redis::config::from_url(args.text("url"));
+redis::config worker_config(arguments const& args, std::string const& url) {
+    auto cfg = redis::config::from_url(url);
     cfg.client_name = fmt::format("colock-worker-{}", args.text("proc"));
     cfg.connect_timeout = milliseconds(args.number_or("connect-timeout-ms", 1000));
     cfg.health_check_interval = milliseconds(args.number_or("health-ms", 500));
@@ -140,6 +142,60 @@ redis::config worker_config(arguments const& args) {
     cfg.reconnect_max_delay = 200ms;
     return cfg;
 }
+
+// "url,url,..." as its URLs, as COLOCK_REDLOCK_URLS lists them: a piece without "://" belongs
+// to the URL before it (a redis-sentinel:// URL lists its sentinels with commas).
+std::vector<std::string> split_urls(std::string_view list) {
+    std::vector<std::string> urls;
+    while (!list.empty()) {
+        auto const comma = list.find(',');
+        auto const piece = list.substr(0, comma);
+        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+        if (piece.empty())
+            continue;
+        if (urls.empty() || piece.find("://") != std::string_view::npos)
+            urls.emplace_back(piece);
+        else
+            urls.back().append(",").append(piece);
+    }
+    return urls;
+}
+
+// Where a worker takes its locks: one connection and a locker on it (--url), or one connection
+// per primary and a Redlock locker over them (--urls, comma-separated). The modes see only the
+// locker, closing, and the reconnections.
+class lock_client {
+public:
+    lock_client(asio::any_io_executor ex, arguments const& args) {
+        auto const list = args.text_or("urls", "");
+        auto const urls = list.empty() ? std::vector{args.text("url")} : split_urls(list);
+        for (auto const& url : urls) {
+            conns_.push_back(std::make_unique<redis::connection>(ex, worker_config(args, url)));
+            primaries_.push_back(conns_.back().get());
+        }
+        locks_ = list.empty() ? std::make_unique<locker>(*conns_.front())
+                              : std::make_unique<locker>(primaries_);
+    }
+    lock_client(lock_client const&) = delete;
+    lock_client& operator=(lock_client const&) = delete;
+
+    locker& locks() noexcept { return *locks_; }
+    void close() {
+        for (auto& c : conns_)
+            c->close();
+    }
+    std::uint64_t reconnect_count() const noexcept {
+        std::uint64_t n = 0;
+        for (auto const& c : conns_)
+            n += c->reconnect_count();
+        return n;
+    }
+
+private:
+    std::vector<std::unique_ptr<redis::connection>> conns_;
+    std::vector<redis::connection*> primaries_;
+    std::unique_ptr<locker> locks_; // last: it goes before the connections
+};
 
 lock_options worker_lock_options(arguments const& args) {
     lock_options opt;
@@ -264,8 +320,8 @@ asio::awaitable<void> contender(locker& locks, std::string name, lock_options op
 
 int run_contend(arguments const& args) {
     asio::io_context ctx(1);
-    redis::connection conn{ctx.get_executor(), worker_config(args)};
-    locker locks{conn};
+    lock_client client{ctx.get_executor(), args};
+    auto& locks = client.locks();
     auto const opt = worker_lock_options(args);
     auto const name = args.text("name");
     auto const proc = args.text("proc");
@@ -293,14 +349,14 @@ int run_contend(arguments const& args) {
             // Background releases (destructors, cancelled attempts) get their chance.
             timer.expires_after(1500ms);
             co_await timer.async_wait(use_tuple);
-            conn.close();
+            client.close();
         },
         asio::detached);
     ctx.run();
     say(fmt::format("summary acquisitions={} increments={} losses={} skipped={} errors={} "
                     "unlock_errors={} reconnects={}",
                     t.acquisitions, t.increments, t.losses, t.skipped, t.errors, t.unlock_errors,
-                    conn.reconnect_count()));
+                    client.reconnect_count()));
     return 0;
 }
 
@@ -323,8 +379,8 @@ asio::awaitable<void> read_commands(asio::posix::stream_descriptor& in,
 
 int run_hold(arguments const& args) {
     asio::io_context ctx(1);
-    redis::connection conn{ctx.get_executor(), worker_config(args)};
-    locker locks{conn};
+    lock_client client{ctx.get_executor(), args};
+    auto& locks = client.locks();
     auto opt = worker_lock_options(args);
     opt.auto_renew = args.number_or("auto-renew", 1) != 0;
     auto const name = args.text("name");
@@ -377,10 +433,10 @@ int run_hold(arguments const& args) {
                 }
             }
             say(fmt::format("released {}", released ? 1 : 0));
-            conn.close();
+            client.close();
         },
         report_failure(rc, [&] {
-            conn.close();
+            client.close();
             in.close();
         }));
     ctx.run();
@@ -428,8 +484,8 @@ asio::awaitable<void> stormer(locker& locks, std::vector<std::string> const& nam
 
 int run_storm(arguments const& args) {
     asio::io_context ctx(1);
-    redis::connection conn{ctx.get_executor(), worker_config(args)};
-    locker locks{conn};
+    lock_client client{ctx.get_executor(), args};
+    auto& locks = client.locks();
     auto opt = worker_lock_options(args);
     std::vector<std::string> names;
     for (std::int64_t i = 0; i < args.number("names"); ++i)
@@ -446,10 +502,10 @@ int run_storm(arguments const& args) {
                 say(fmt::format("summary acquisitions={} cancelled={} losses={} "
                                 "errors={} unlock_errors={} reconnects={}",
                                 t.acquisitions, t.cancelled, t.losses, t.errors, t.unlock_errors,
-                                conn.reconnect_count()));
+                                client.reconnect_count()));
                 // Stay until told: background releases may still be running.
                 asio::co_spawn(ctx, read_commands(in, [](auto const&) { return false; }),
-                               [&](std::exception_ptr) { conn.close(); });
+                               [&](std::exception_ptr) { client.close(); });
             }
         });
     ctx.run();
@@ -468,7 +524,7 @@ std::int64_t resident_bytes() {
 
 int run_waiters(arguments const& args) {
     asio::io_context ctx(1);
-    redis::connection conn{ctx.get_executor(), worker_config(args)};
+    redis::connection conn{ctx.get_executor(), worker_config(args, args.text("url"))};
     locker locks{conn};
     auto opt = worker_lock_options(args);
     auto const name = args.text("name");
@@ -502,7 +558,7 @@ int run_waiters(arguments const& args) {
                         }
                     }));
             // Queued: each waits in the locker's queue (behind the first, which asked).
-            redis::connection probe{ctx.get_executor(), worker_config(args)};
+            redis::connection probe{ctx.get_executor(), worker_config(args, args.text("url"))};
             while (locks.waiting() < count) {
                 poll.expires_after(20ms);
                 co_await poll.async_wait(use_tuple);
