@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/with-redis.sh [--sentinel | --cluster] <command> [args...]
+# Usage: scripts/with-redis.sh [--sentinel | --cluster | --redlock] <command> [args...]
 #
 # Starts a throwaway redis-server on a free port of 127.0.0.1 (no persistence, data in a
 # temporary directory), runs the command with COLOCK_REDIS_URL=redis://127.0.0.1:PORT in its
@@ -12,16 +12,22 @@
 # --cluster: a Redis Cluster instead: three primaries and a replica of each (node timeout 1 s),
 # every slot assigned, every replica in sync, ready for a failover when the command starts;
 # COLOCK_REDIS_URL=redis-cluster://127.0.0.1:P1,...,127.0.0.1:P6 (every node as a seed).
+#
+# --redlock: three independent redis-servers instead, for a Redlock locker (no replication
+# between them); COLOCK_REDLOCK_URLS=redis://127.0.0.1:P1,redis://127.0.0.1:P2,redis://127.0.0.1:P3
+# and COLOCK_REDIS_URL unset, so that nothing meant for the three reaches another server.
 set -euo pipefail
 
 sentinel=0
 cluster=0
+redlock=0
 case "${1:-}" in
 --sentinel) sentinel=1 && shift ;;
 --cluster) cluster=1 && shift ;;
+--redlock) redlock=1 && shift ;;
 esac
 if [ "$#" -eq 0 ]; then
-    echo "usage: $0 [--sentinel | --cluster] <command> [args...]" >&2
+    echo "usage: $0 [--sentinel | --cluster | --redlock] <command> [args...]" >&2
     exit 2
 fi
 
@@ -208,6 +214,21 @@ if [ "$cluster" -eq 1 ]; then
     COLOCK_REDIS_URL="redis-cluster://$(IFS=,; echo "${nodes[*]}")"
     export COLOCK_REDIS_URL
     echo "with-redis: cluster at $COLOCK_REDIS_URL" >&2
+elif [ "$redlock" -eq 1 ]; then
+    # Each server in a directory of its own, as independent as three machines would be.
+    redlock_urls=()
+    redlock_pids=()
+    for i in 1 2 3; do
+        mkdir "$tmpdir/primary$i"
+        server_dir="$tmpdir/primary$i" start "primary$i" "Ready to accept connections" \
+            "$redis_server" "${server_args[@]}"
+        redlock_urls+=("redis://127.0.0.1:$started_port")
+        redlock_pids+=("$started_pid")
+    done
+    COLOCK_REDLOCK_URLS="$(IFS=,; echo "${redlock_urls[*]}")"
+    export COLOCK_REDLOCK_URLS
+    unset COLOCK_REDIS_URL
+    echo "with-redis: redis-servers pids ${redlock_pids[*]} at $COLOCK_REDLOCK_URLS" >&2
 elif [ "$sentinel" -eq 0 ]; then
     start redis "Ready to accept connections" "$redis_server" "${server_args[@]}"
     port=$started_port
