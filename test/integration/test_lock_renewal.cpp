@@ -41,7 +41,6 @@ asio::awaitable<std::int64_t> evalsha_calls(redis::connection& c) {
     co_return command_calls(co_await commandstats(c), "evalsha");
 }
 
-
 lock_options lease(std::chrono::milliseconds ttl, std::chrono::milliseconds renew) {
     lock_options opt;
     opt.ttl = ttl;

@@ -45,7 +45,6 @@ std::chrono::milliseconds drift(std::chrono::milliseconds ttl) {
     return ttl / 100 + 2ms;
 }
 
-
 // How many of `v` are the free lock ("F <fence>") with a fence.
 std::size_t count_free_with_fence(values const& v) {
     std::size_t n = 0;
@@ -65,7 +64,6 @@ lock_options patient() {
     opt.retry.multiplier = 1.0;
     return opt;
 }
-
 
 } // namespace
 

@@ -33,7 +33,6 @@ using values = std::vector<std::optional<std::string>>;
 
 namespace {
 
-
 bool contains(std::string_view text, std::string_view part) {
     return text.find(part) != std::string_view::npos;
 }
@@ -47,7 +46,6 @@ std::string lowercase(std::string s) {
 std::string endpoint(redis_server const& s) {
     return "127.0.0.1:" + std::to_string(s.port());
 }
-
 
 // The code and message a failing co_try_lock / co_lock threw; a success is a test failure.
 struct failure {

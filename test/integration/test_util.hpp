@@ -2,8 +2,8 @@
 // io_context, build requests in one line, name the lock's keys, and probe the server.
 #pragma once
 
-#include <colock/locker.hpp>
 #include <colock/lock_options.hpp>
+#include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock_test/redis_server.hpp>
 
