@@ -523,16 +523,22 @@ private:
     }
 
     // The lock freed if `token` holds it; over passing errors while `current()`, until
-    // release_timeout. Started on the strand, so its request follows any sent before.
+    // release_timeout. Started on the strand, so its request follows any sent before, and is
+    // sent only while no newer acquisition with the same token was: it must never run after
+    // one. Hence EVAL rather than EVALSHA: a NOSCRIPT (a primary restarted, its first release)
+    // would send it again after the newer acquisition, taking back what that one granted.
     static asio::awaitable<void> give_back(std::shared_ptr<single_connection_store> self,
                                            lock_keys keys, std::string token,
                                            std::function<bool()> current) {
         auto const deadline = clock_type::now() + release_timeout;
         for (int round = 0; current() && clock_type::now() < deadline; ++round) {
-            auto [ec, v] = co_await self->run_script(
-                release_script(self->sharded_), asio::cancellation_slot(), keys.key, keys.queue_key,
-                keys.deadlines_key, token, keys.channel_prefix, "0", "", "0", "1");
-            if (!ec || !is_transient(ec, ec == redis::error::server_error ? v.text : std::string()))
+            resp3::request req;
+            req.push("EVAL", release_script(self->sharded_).source, 3, keys.key, keys.queue_key,
+                     keys.deadlines_key, token, keys.channel_prefix, "0", "", "0", "1");
+            auto [ec, resp] = co_await self->exec(std::move(req), nothrow_awaitable);
+            std::string const text =
+                ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
+            if (!ec || !is_transient(ec, text))
                 co_return;
             asio::steady_timer pause(self->strand_);
             pause.expires_after(
