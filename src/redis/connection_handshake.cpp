@@ -62,7 +62,8 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
             fmt::format("timed out after {} ms", cfg_.connect_timeout.count()));
     if (error_code ec = std::get<0>(shaken))
         co_return ec;
-    if (s->detached)
+    auto cs = co_await asio::this_coro::cancellation_state;
+    if (s->detached || is_cancelled(cs))
         co_return asio::error::operation_aborted;
 
     s->ready = true;
@@ -107,6 +108,7 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
 
 asio::awaitable<error_code> connection_impl::health_loop(std::shared_ptr<session> s) {
     co_await asio::this_coro::throw_if_cancelled(false);
+    auto cs = co_await asio::this_coro::cancellation_state;
     asio::steady_timer timer(strand_);
     if (cfg_.health_check_interval.count() <= 0) {
         timer.expires_at(asio::steady_timer::time_point::max());
@@ -118,10 +120,15 @@ asio::awaitable<error_code> connection_impl::health_loop(std::shared_ptr<session
     for (;;) {
         timer.expires_after(cfg_.health_check_interval);
         auto [tec] = co_await timer.async_wait(use_nothrow);
-        if (tec)
-            co_return tec;
+        if (tec || is_cancelled(cs))
+            co_return asio::error::operation_aborted;
         timer.expires_after(cfg_.health_check_interval);
         auto pong = co_await (internal_exec(s.get(), ping, false) || timer.async_wait(use_nothrow));
+        // Ended meanwhile (the other side of the session's ||, e.g. a sentinel's word that the
+        // primary moved): a cancellation that came while the PING's answer was being handed
+        // over reached neither operation, and this loop would ping the old server on.
+        if (is_cancelled(cs))
+            co_return asio::error::operation_aborted;
         if (pong.index() == 1) {
             set_error_text(fmt::format("{} did not answer PING within {} ms",
                                        cfg_.to_redacted_url(), cfg_.health_check_interval.count()));

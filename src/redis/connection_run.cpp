@@ -229,7 +229,12 @@ connection_impl::open_transport(std::shared_ptr<session> s,
 
 asio::awaitable<error_code> connection_impl::read_loop(std::shared_ptr<session> s) {
     co_await asio::this_coro::throw_if_cancelled(false);
+    auto cs = co_await asio::this_coro::cancellation_state;
     for (;;) {
+        // A cancellation that came between two reads reached no operation: only the state
+        // has it.
+        if (is_cancelled(cs))
+            co_return asio::error::operation_aborted;
         auto& buf = s->read_buffer;
         if (s->read_begin == s->read_end) {
             s->read_begin = s->read_end = 0;

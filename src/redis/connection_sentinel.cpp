@@ -57,7 +57,11 @@ public:
     // The next complete value, push or reply.
     asio::awaitable<std::tuple<error_code, resp3::value>> read() {
         co_await asio::this_coro::throw_if_cancelled(false);
+        auto cs = co_await asio::this_coro::cancellation_state;
         for (;;) {
+            if (is_cancelled(cs))
+                co_return std::make_tuple(error_code(asio::error::operation_aborted),
+                                          resp3::value{});
             if (begin_ < buffer_.size()) {
                 error_code pec;
                 std::size_t const used =
@@ -144,7 +148,10 @@ asio::awaitable<void> follow_reads(std::shared_ptr<sentinel_link> link,
                                    std::shared_ptr<primary_follower> follower,
                                    std::shared_ptr<std::string> problem) {
     co_await asio::this_coro::throw_if_cancelled(false);
+    auto cs = co_await asio::this_coro::cancellation_state;
     for (;;) {
+        if (is_cancelled(cs))
+            co_return; // missed by the read below: it came between two reads
         auto [ec, v] = co_await link->read();
         if (ec) {
             note_problem(*problem, ec);
@@ -166,12 +173,15 @@ asio::awaitable<void> follow_asks(std::shared_ptr<sentinel_link> link,
                                   std::chrono::milliseconds first_within,
                                   std::chrono::milliseconds interval) {
     co_await asio::this_coro::throw_if_cancelled(false);
+    auto cs = co_await asio::this_coro::cancellation_state;
     asio::steady_timer timer(co_await asio::this_coro::executor);
     std::uint64_t asked = 1; // with the hello
     auto wait = first_within;
     for (;;) {
+        if (is_cancelled(cs))
+            co_return; // missed by the wait below: it came between two operations
         timer.expires_after(wait);
-        if (auto [tec] = co_await timer.async_wait(use_nothrow); tec)
+        if (auto [tec] = co_await timer.async_wait(use_nothrow); tec || is_cancelled(cs))
             co_return;
         if (follower->answers() < asked) {
             if (problem->empty())
