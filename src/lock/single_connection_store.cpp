@@ -34,6 +34,11 @@ namespace {
 
 constexpr auto nothrow_awaitable = asio::as_tuple(asio::use_awaitable);
 
+// The server's words when it refused a request (server_error), else empty.
+std::string refusal_text(error_code ec, redis::response const& resp) {
+    return ec == redis::error::server_error && !resp.empty() ? resp.back().text : std::string();
+}
+
 // An operation that the caller's cancellation does not reach: its outcome must be known.
 auto uncancellable() {
     return asio::bind_cancellation_slot(asio::cancellation_slot(),
@@ -253,15 +258,10 @@ public:
     // EVAL rather than EVALSHA: no NOSCRIPT, so the one request is all it takes.
     void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
                                std::int64_t last_fence, std::function<void()> retry) override {
-        resp3::request req;
-        req.push("EVAL", release_script(sharded_).source, 3, keys.key, keys.queue_key,
-                 keys.deadlines_key, token, keys.channel_prefix, claim.count(), "", last_fence);
         redis::detail::engine_exec(
-            engine_, std::move(req),
+            engine_, release_by_eval(keys, token, claim, last_fence, false),
             [strand = strand_, retry = std::move(retry)](error_code ec, redis::response resp) {
-                std::string const text =
-                    ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
-                if (!is_transient(ec, text))
+                if (!is_transient(ec, refusal_text(ec, resp)))
                     return;
                 asio::dispatch(strand, std::move(retry));
             });
@@ -376,8 +376,7 @@ public:
             [engine = engine_, key](error_code ec, redis::response const& resp) {
                 if (!ec || !redis::detail::engine_logs(engine, log_level::warning))
                     return;
-                std::string const text =
-                    ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
+                std::string const text = refusal_text(ec, resp);
                 redis::detail::engine_log(
                     engine, log_level::warning,
                     fmt::format("colock: could not write the holder record {} ({}{}{}); status "
@@ -522,6 +521,19 @@ private:
         co_return result{{error_code(error::unexpected_reply), resp3::value{}}, {}};
     }
 
+    // The release script by EVAL, not EVALSHA: one request, which keeps its place in the
+    // connection's order (a NOSCRIPT would send it again behind later requests). `leave_free`:
+    // not handed to a queued locker (ARGV[6]).
+    resp3::request release_by_eval(lock_keys const& keys, std::string const& token,
+                                   milliseconds claim, std::int64_t last_fence,
+                                   bool leave_free) const {
+        resp3::request req;
+        req.push("EVAL", release_script(sharded_).source, 3, keys.key, keys.queue_key,
+                 keys.deadlines_key, token, keys.channel_prefix, claim.count(), "", last_fence,
+                 leave_free ? "1" : "0");
+        return req;
+    }
+
     // The lock freed if `token` holds it; over passing errors while `current()`, until
     // release_timeout. Started on the strand, so its request follows any sent before, and is
     // sent only while no newer acquisition with the same token was: it must never run after
@@ -532,13 +544,9 @@ private:
                                            std::function<bool()> current) {
         auto const deadline = clock_type::now() + release_timeout;
         for (int round = 0; current() && clock_type::now() < deadline; ++round) {
-            resp3::request req;
-            req.push("EVAL", release_script(self->sharded_).source, 3, keys.key, keys.queue_key,
-                     keys.deadlines_key, token, keys.channel_prefix, "0", "", "0", "1");
-            auto [ec, resp] = co_await self->exec(std::move(req), nothrow_awaitable);
-            std::string const text =
-                ec == redis::error::server_error && !resp.empty() ? resp.back().text : "";
-            if (!ec || !is_transient(ec, text))
+            auto [ec, resp] = co_await self->exec(
+                self->release_by_eval(keys, token, milliseconds(0), 0, true), nothrow_awaitable);
+            if (!ec || !is_transient(ec, refusal_text(ec, resp)))
                 co_return;
             asio::steady_timer pause(self->strand_);
             pause.expires_after(
