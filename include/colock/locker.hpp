@@ -62,9 +62,11 @@ public:
     std::optional<loss_reason> loss() const noexcept;
     /// The local bound of the lease: when the last successful acquire or extend was sent plus
     /// its ttl, on the steady clock. The server's expiry is never earlier, so until then no one
-    /// else can hold the lock (short of a server restart or failover that lost the key).
-    /// owns_lock() is false from this point on unless a renewal moves it. A default
-    /// time_point for a guard that holds nothing.
+    /// else can hold the lock (short of a server restart or failover that lost the key). A
+    /// renewal or extend that may shorten the lease lowers it to its own send time plus its
+    /// ttl before it is sent, since the server may apply it even if its reply is never seen;
+    /// only a confirmed reply moves it later. owns_lock() is false from this point on unless a
+    /// renewal moves it. A default time_point for a guard that holds nothing.
     std::chrono::steady_clock::time_point lease_expiry() const noexcept;
 
     /// Completes when the lease is lost, or at once if it already is. Completes too when the
@@ -191,6 +193,11 @@ public:
     /// attempt then fails with error::invalid_argument. The connections must outlive the locker.
     explicit locker(std::span<redis::connection* const> primaries,
                     std::string key_prefix = "colock:");
+    /// As an Asio I/O object's: every co_lock / co_try_lock under way ends with
+    /// operation_aborted, as a terminal cancellation ends it (an attempt already sent is read
+    /// to its end, and a lock it won is given back; the call leaves the queues). Guards taken
+    /// through the locker live on: they keep renewing, and unlock(), extend() and their
+    /// destructors give their leases back, for as long as their connection is open.
     ~locker();
     locker(locker const&) = delete;
     locker& operator=(locker const&) = delete;

@@ -83,6 +83,17 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         lease_deadline_ticks = t.time_since_epoch().count();
     }
     bool lease_running() const { return clock_type::now() < lease_deadline(); }
+    // Before a request that may set the lease to `asked` from now is sent: the server may apply it
+    // (and so shorten the lease) even if its reply is never seen, so the local deadline drops
+    // to the send time + ttl where that is earlier. Only a confirmed reply moves it later.
+    // True when it dropped.
+    bool bound_lease_deadline(clock_type::time_point sent_at, std::chrono::milliseconds asked) {
+        auto const bound = sent_at + locker->store_->safe_ttl(asked);
+        if (bound >= lease_deadline())
+            return false;
+        set_lease_deadline(bound);
+        return true;
+    }
     boost::asio::cancellation_signal renew_stop; // emitted (on the strand) to end the renewal
     // The renewal's sleep; cancelled (not the renewal itself) to make it check the lease now.
     boost::asio::steady_timer renew_timer;

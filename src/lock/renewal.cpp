@@ -155,6 +155,7 @@ asio::awaitable<void> renew_loop(std::shared_ptr<guard_state> st) {
                 co_return;
             auto const started = clock_type::now();
             auto const ttl = st->ttl;
+            st->bound_lease_deadline(started, ttl);
             lease_end.expires_at(st->lease_deadline());
             auto outcome = co_await (store.extend(st->keys, st->lease_token, ttl, st->fence) ||
                                      lease_end.async_wait(nothrow_awaitable));
@@ -201,8 +202,17 @@ asio::awaitable<std::tuple<error_code, bool>> extend_held(std::shared_ptr<guard_
     if (!co_await st->turns.take())
         co_return std::tuple{error_code(asio::error::operation_aborted), false};
     turn.turns = &st->turns;
+    // Let go while it waited for the turn: the lease may be a local waiter's now, and this
+    // ttl is not its to set.
+    if (st->released)
+        co_return std::tuple{error_code(error::not_held), false};
+    if (st->lost)
+        co_return std::tuple{error_code{}, false};
     auto const started = clock_type::now();
     auto const& store = *st->locker->store_;
+    // The watcher (or the renewal's sleep) looks again at the earlier deadline.
+    if (st->bound_lease_deadline(started, ttl))
+        st->renew_timer.cancel();
     auto const reply =
         co_await st->locker->store_->extend(st->keys, st->lease_token, ttl, st->fence);
     if (reply.ec)
