@@ -137,10 +137,11 @@ public:
                                             : queue == queueing::when_held ? "1"
                                                                            : "2";
         auto const entry_ttl_text = std::to_string(queue_entry_ttl.count());
-        auto const since_text =
-            std::to_string(std::chrono::duration_cast<milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count());
+        // Never negative (a clock set before 1970): the scripts read only digits there.
+        auto const since_text = std::to_string(
+            std::max<std::int64_t>(0, std::chrono::duration_cast<milliseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count()));
         std::tuple<error_code, resp3::value> reply;
         acknowledgement acked;
         if (replicas.count == 0)
@@ -388,8 +389,10 @@ public:
     asio::awaitable<forced_unlock_result> force_unlock(lock_keys const& keys,
                                                        std::string const& notify_prefix) override {
         auto const quarantine_text = std::to_string(forced_unlock_quarantine.count());
+        // One server (or Sentinel's primary): the script tells the holder itself.
+        std::string_view const tell_in_script = sharded_ ? std::string_view() : notify_prefix;
         auto [ec, v] = co_await run_script(force_unlock_script(), asio::cancellation_slot(),
-                                           keys.key, "", "", quarantine_text);
+                                           keys.key, "", "", quarantine_text, tell_in_script);
         forced_unlock_result r;
         if (ec) {
             r.ec = ec;
@@ -408,11 +411,12 @@ public:
         r.ended = true;
         r.owner = std::string(*v.elements[1].as_string());
         r.token = std::string(*v.elements[2].as_string());
-        // The lease is ended whatever happens to the message: a holder that misses it finds
-        // out at its next renewal.
+        if (!sharded_)
+            co_return r;
+        // A Cluster: told from here. The lease is ended whatever happens to the message: a
+        // holder that misses it finds out at its next renewal.
         resp3::request tell;
-        tell.push(sharded_ ? "SPUBLISH" : "PUBLISH", notify_prefix + r.owner,
-                  fmt::format("f {} {}", r.token, keys.key));
+        tell.push("SPUBLISH", notify_prefix + r.owner, fmt::format("f {} {}", r.token, keys.key));
         co_await exec(std::move(tell), uncancellable());
         co_return r;
     }

@@ -98,8 +98,10 @@ bool read_lock_value(lock_reading const& r, lock_status& st) {
         return true;
     }
     auto const w = words(r.value);
+    // The scripts count fences in Lua's numbers, exact below 2^53, and give none past 2^53 - 1.
+    constexpr std::int64_t largest_fence = (std::int64_t{1} << 53) - 1;
     auto const fence = w.size() >= 2 ? parse_integer<std::int64_t>(w[1]) : std::nullopt;
-    if (!fence)
+    if (!fence || *fence < 0 || *fence > largest_fence)
         return false;
     st.fence = *fence;
     if (w[0] == "F" && w.size() == 2) {
@@ -114,7 +116,7 @@ bool read_lock_value(lock_reading const& r, lock_status& st) {
     }
     if (w[0] == "H" && w.size() == 6) {
         auto const since = parse_integer<std::int64_t>(w[4]);
-        if (!since)
+        if (!since || *since < 0)
             return false;
         st.state = lock_state::held;
         st.holder_id = std::string(w[2]);
@@ -305,10 +307,13 @@ void locker_impl::on_forced(std::string const& payload) {
             st->renew_timer.cancel();
         }
     // A waiter here that a holder of this process handed the lease to must not take it now.
+    // The key no longer holds the lease (the script made it "R <fence> -"), so the give-back
+    // changes nothing there; with Redlock the store forgets the lease.
     if (auto* q = queues_.find(lock_keys(std::string(key), owner_)))
         for (auto& w : q->waiters)
             if (w.baton && w.baton->lease_token == token)
-                w.baton.reset();
+                give_back(q->keys, std::move(*std::exchange(w.baton, nullptr)),
+                          handoff_claim(static_cast<lock_operation&>(w).opt.ttl));
 }
 
 } // namespace detail

@@ -45,7 +45,8 @@ namespace colock::detail {
 // 1970), kept in the value for status.
 // Returns {1, fence, others} when granted (or already ours: a retry after a lost reply is
 // idempotent), else {0, remaining ms of the holder's lease or of the claim, others}; `others`
-// is 1 when the lease is (or would be) ours and another locker is queued for it.
+// is 1 when the lease is (or would be) ours and another locker is queued for it. An error
+// reply "COLOCK ..." naming the key when its value is none of the states above.
 inline constexpr std::string_view acquire_source = R"lua(
 local function enqueue()
   local t = redis.call('TIME')
@@ -71,6 +72,10 @@ local function grant(fence, queue_may_exist)
              ARGV[1] .. ' ' .. ARGV[7] .. ' ' .. queued, 'PX', ARGV[2])
   return {1, fence, queued == 2 and 1 or 0}
 end
+-- A fence Lua counts on exactly: below 2^53 - 1, so that one more is exact too.
+local function exact(fence)
+  return fence and tonumber(fence) < 9007199254740991
+end
 local v = redis.call('GET', KEYS[1])
 if not v then
   local t = redis.call('TIME')
@@ -83,34 +88,45 @@ end
 local kind = string.sub(v, 1, 2)
 if kind == 'F ' then
   local fence = string.match(v, '^F (%d+)$')
-  if fence then return grant(tonumber(fence) + 1, false) end
+  if exact(fence) then return grant(tonumber(fence) + 1, false) end
 elseif kind == 'R ' then
   local fence, owner = string.match(v, '^R (%d+) (%S+)$')
-  if fence and owner == ARGV[3] then return grant(tonumber(fence) + 1, true) end
-  if fence and ARGV[4] ~= '0' then enqueue() end
+  if exact(fence) then
+    if owner == ARGV[3] then return grant(tonumber(fence) + 1, true) end
+    if ARGV[4] ~= '0' then enqueue() end
+    return {0, redis.call('PTTL', KEYS[1]), 0}
+  end
 elseif kind == 'H ' then
   local fence, owner, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (%d)$')
-  if fence and token == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tonumber(fence), queued == '2' and 1 or 0}
-  end
-  if fence and ARGV[4] ~= '0' then
-    enqueue()
-    local now_queued = queued
-    if owner ~= ARGV[3] then now_queued = '2' elseif queued == '0' then now_queued = '1' end
-    if now_queued ~= queued then
-      redis.call('SET', KEYS[1], string.sub(v, 1, -2) .. now_queued, 'KEEPTTL')
+  if exact(fence) then
+    if token == ARGV[1] then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return {1, tonumber(fence), queued == '2' and 1 or 0}
     end
-    -- At every attempt of another locker, not only the first: a message the holder's locker
-    -- missed (not yet subscribed) would otherwise let its cohort go on for good.
-    if owner ~= ARGV[3] then redis.pcall('PUBLISH', ARGV[6] .. owner, 'q') end
-    return {0, redis.call('PTTL', KEYS[1]), (owner == ARGV[3] and now_queued == '2') and 1 or 0}
-  end
-  if fence and owner == ARGV[3] then
-    return {0, redis.call('PTTL', KEYS[1]), queued == '2' and 1 or 0}
+    if ARGV[4] ~= '0' then
+      enqueue()
+      local now_queued = queued
+      if owner ~= ARGV[3] then now_queued = '2' elseif queued == '0' then now_queued = '1' end
+      if now_queued ~= queued then
+        redis.call('SET', KEYS[1], string.sub(v, 1, -2) .. now_queued, 'KEEPTTL')
+      end
+      -- At every attempt of another locker, not only the first: a message the holder's locker
+      -- missed (not yet subscribed) would otherwise let its cohort go on for good.
+      if owner ~= ARGV[3] then redis.pcall('PUBLISH', ARGV[6] .. owner, 'q') end
+      return {0, redis.call('PTTL', KEYS[1]), (owner == ARGV[3] and now_queued == '2') and 1 or 0}
+    end
+    if owner == ARGV[3] then
+      return {0, redis.call('PTTL', KEYS[1]), queued == '2' and 1 or 0}
+    end
+    return {0, redis.call('PTTL', KEYS[1]), 0}
   end
 end
-return {0, redis.call('PTTL', KEYS[1]), 0}
+-- Not a value this script writes (set by hand, a negative time, a fence of 2^53 or more, which
+-- Lua's numbers cannot count on): refused, naming the key, rather than waited on or counted
+-- from wrongly.
+return redis.error_reply('COLOCK the lock key ' .. KEYS[1] .. ' holds "' .. string.sub(v, 1, 80) ..
+                         '", which is not a lock state colock writes (a fence must be below ' ..
+                         '2^53 - 1); delete the key to use the lock')
 )lua";
 
 // Release and leave. KEYS as for acquire. ARGV[1] the holder's token to release, or "" to take
@@ -144,6 +160,7 @@ local function hand_off(fence, releasing)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local deferred = nil
+  local deferred_left = 0
   while true do
     local owner = redis.call('LPOP', KEYS[2])
     if not owner then break end
@@ -152,8 +169,16 @@ local function hand_off(fence, releasing)
       redis.call('HDEL', KEYS[3], owner)
     elseif owner == releasing and not deferred then
       deferred = owner
+      deferred_left = deadline - now + 1
     else
-      if deferred then redis.call('RPUSH', KEYS[2], deferred) end
+      if deferred then
+        -- The LPOPs may have emptied the list, and so deleted it with its expiry: the RPUSH
+        -- then makes a new one, which must expire too (with the entry it holds, at least).
+        redis.call('RPUSH', KEYS[2], deferred)
+        if redis.call('PTTL', KEYS[2]) < deferred_left then
+          redis.call('PEXPIRE', KEYS[2], deferred_left)
+        end
+      end
       grant_to(fence, owner)
       return true
     end
@@ -187,17 +212,20 @@ return 1
 // KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the holder's fence. 1 when extended, 0
 // when not ours. A fence above the stored one is stored: with Redlock, each primary grants its
 // own fence and the lease's is the largest, which a majority must keep (see the README's
-// Redlock section); one server stores the holder's fence already, so it writes nothing more.
+// Redlock section); on one server, a holder handed the lease in its process numbers on from
+// the stored fence.
 inline constexpr std::string_view extend_source = R"lua(
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local fence, rest, token = string.match(v, '^H (%d+) (%S+ (%S+) %d+ %d)$')
 if not fence or token ~= ARGV[1] then return 0 end
+-- PEXPIRE needs no memory, so the lease is renewed on a full server (maxmemory with
+-- noeviction) too; the SET that stores a larger fence may be refused there, which leaves the
+-- lease renewed and its stored fence as it was.
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local wanted = tonumber(ARGV[3] or '0') or 0
 if wanted > tonumber(fence) then
-  redis.call('SET', KEYS[1], 'H ' .. string.format('%.0f', wanted) .. ' ' .. rest, 'PX', ARGV[2])
-else
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.pcall('SET', KEYS[1], 'H ' .. string.format('%.0f', wanted) .. ' ' .. rest, 'KEEPTTL')
 end
 return 1
 )lua";
@@ -217,13 +245,16 @@ end
 return {v or '', pttl, live, now}
 )lua";
 
-// Forced unlock. KEYS[1] lock; ARGV[1] the longest quarantine in ms.
+// Forced unlock. KEYS[1] lock; ARGV[1] the longest quarantine in ms; ARGV[2] where the holder's
+// locker is told (+ its id: "f <token> <lock key>"), or "" when the caller tells it (a Cluster:
+// that channel is on another slot than the lock, so only the client can SPUBLISH there).
 // Ends whatever lease holds the lock: the key becomes "R <fence> -", handed to nobody, for the
 // quarantine or what the lease had left, whichever is shorter, so that the holder's locker,
 // told meanwhile, stops handing the lease to its own waiters before anyone else can take the
 // lock; then the key lapses and the next fence comes from the clock, above every fence the
-// holder gave (each at most the clock at its time). Returns {1, owner, token} when a lease was
-// ended, {0} when the lock was not held.
+// holder gave (each at most the clock at its time). Told from the script, the holder hears of
+// it even when the caller is gone before it could say so. Returns {1, owner, token} when a
+// lease was ended, {0} when the lock was not held.
 inline constexpr std::string_view force_unlock_source = R"lua(
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
@@ -234,6 +265,9 @@ local quarantine = tonumber(ARGV[1])
 if left >= 0 and left < quarantine then quarantine = left end
 if quarantine < 1 then quarantine = 1 end
 redis.call('SET', KEYS[1], 'R ' .. fence .. ' -', 'PX', quarantine)
+if ARGV[2] ~= '' then
+  redis.pcall('PUBLISH', ARGV[2] .. owner, 'f ' .. token .. ' ' .. KEYS[1])
+end
 return {1, owner, token}
 )lua";
 
