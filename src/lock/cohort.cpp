@@ -57,9 +57,15 @@ void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds
         local_queues::wake(next, wake_reason::handed);
         return;
     }
+    give_back(keys, std::move(baton), claim);
+}
+
+void locker_impl::give_back(lock_keys const& keys, lease_baton baton, milliseconds claim) {
     auto self = weak_from_this().lock();
     if (!self)
         return; // the locker is going: the lease runs out by its ttl
+    // The script checks the token: a lease that is gone already (a replaced server, a forced
+    // unlock, a lock Redis granted anew) is left as it is, and with Redlock the store forgets it.
     asio::co_spawn(
         strand_,
         return_lease(std::move(self), keys, std::move(baton.lease_token), claim, baton.fence),

@@ -121,9 +121,12 @@ bool locker_impl::take_baton(lock_operation& op) {
     if (!op.baton)
         return false;
     auto baton = std::exchange(op.baton, nullptr);
-    // One granted to a lease whose server has been replaced since is dropped: it is lost.
-    if (baton->server_changes != store_->server_changes(op.keys()))
+    // One granted to a lease whose server has been replaced since is not taken: it is lost.
+    // Its token may still be in the key (a failover to a replica that had it), so it goes back.
+    if (baton->server_changes != store_->server_changes(op.keys())) {
+        give_back(op.keys(), std::move(*baton), handoff_claim(op.opt.ttl));
         return false;
+    }
     op.out.state =
         make_handed_guard(op.name, op.keys(), op.holder_token(), std::move(*baton), op.opt);
     return true;
@@ -246,8 +249,10 @@ asio::awaitable<void> locker_impl::queue_turns(lock_operation& op, asio::cancell
             auto const next = decide_after_attempt(*r, context, cancelled(cs), clock_type::now());
             switch (next.step) {
             case next_step::acquired:
-                // Redis granted it: a baton given meanwhile was of a lease that is gone.
-                op.baton.reset();
+                // Redis granted it: a baton given meanwhile was of a lease that is gone from the
+                // key (with Redlock, perhaps not from a minority of primaries): given back.
+                if (auto baton = std::exchange(op.baton, nullptr))
+                    give_back(op.keys(), std::move(*baton), handoff_claim(op.opt.ttl));
                 finish(op);
                 co_return;
             case next_step::aborted:

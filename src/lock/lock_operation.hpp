@@ -18,6 +18,7 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/intrusive/list.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
@@ -92,7 +93,17 @@ struct lock_operation : waiter, std::enable_shared_from_this<lock_operation> {
 
     lock_outcome out;
     std::exception_ptr exception; // a coroutine of it threw
+
+    // Its place among the locker's calls under way, from begin() to finish(): a locker that is
+    // destroyed ends them.
+    boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>
+        pending_hook;
 };
+
+using pending_operations = boost::intrusive::list<
+    lock_operation,
+    boost::intrusive::member_hook<lock_operation, decltype(lock_operation::pending_hook),
+                                  &lock_operation::pending_hook>>;
 
 // The call's handler and what turns the outcome into its arguments.
 template <class Handler, class Finish>

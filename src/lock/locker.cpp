@@ -314,6 +314,8 @@ lock_operation::lock_operation(std::shared_ptr<locker_impl> owner, std::string l
 lock_operation::~lock_operation() {
     if (queue && !finished)
         locker->queues_.drop(queue, *this);
+    if (pending_hook.is_linked())
+        locker->pending_.erase(locker->pending_.iterator_to(*this));
 }
 
 asio::any_io_executor lock_operation::io_executor() const {
@@ -332,7 +334,8 @@ void locker_impl::start(std::shared_ptr<lock_operation> op) {
 
 void locker_impl::begin(std::shared_ptr<lock_operation> const& op) {
     if (op->finished)
-        return;                     // cancelled before it reached the strand
+        return; // cancelled before it reached the strand
+    pending_.push_back(*op);
     auto const start = op->started; // the deadlines count from the call
     op->deadlines.wait = op->opt.wait_timeout ? saturating_add(start, *op->opt.wait_timeout)
                                               : clock_type::time_point::max();
@@ -377,6 +380,14 @@ void locker_impl::cancel(lock_operation& op, asio::cancellation_type type) {
     finish(op);
 }
 
+void locker_impl::abort_pending() {
+    std::vector<std::shared_ptr<lock_operation>> calls;
+    for (auto& op : pending_)
+        calls.push_back(op.shared_from_this());
+    for (auto const& op : calls)
+        cancel(*op, asio::cancellation_type::terminal);
+}
+
 void locker_impl::fail(lock_operation& op, error_code ec, std::string const& detail_text) {
     set_failure(op.out, op.name, ec, detail_text);
 }
@@ -386,6 +397,8 @@ void locker_impl::finish(lock_operation& op) {
         return;
     op.finished = true;
     op.driving = false;
+    if (op.pending_hook.is_linked())
+        pending_.erase(pending_.iterator_to(op));
     auto const keep = op.shared_from_this();
     auto const claim = handoff_claim(op.opt.ttl);
     // An attempt that failed after it may have been applied could have left our token in the
@@ -529,6 +542,7 @@ locker::~locker() {
     impl_->store_->stop_listening();
     asio::dispatch(impl_->strand_, [impl = impl_] {
         impl->closed_ = true;
+        impl->abort_pending();
         if (impl->subscribed_for_forced_)
             impl->store_->unsubscribe(impl->record_key_);
     });

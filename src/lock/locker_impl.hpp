@@ -75,6 +75,8 @@ public:
     void note_renewal(guard_state const& st, clock_type::duration latency, bool extended,
                       boost::system::error_code ec) const;
     std::minstd_rand rng_;
+    // The calls begun and not finished, on the strand.
+    pending_operations pending_;
     // Holder record and forced unlocks (status.cpp), on the strand. Called when a lease of
     // `ttl` is granted or renewed: writes the record when it would not outlive the lease by a
     // minute, and starts listening for forced unlocks the first time.
@@ -113,6 +115,9 @@ public:
     // A waiter given a baton leaves without taking it: the lease goes to the next local
     // waiter, or back to Redis.
     void pass_on(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
+    // A baton nobody here may take (its server was replaced, its lease was ended or Redis
+    // granted the lock anew meanwhile): its lease goes back to Redis, in the background.
+    void give_back(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
     // After a release to Redis that did not hand the lock to a queued locker: the first local
     // waiter on `keys` asks now rather than after its sleep.
     void wake_local_head(lock_keys const& keys);
@@ -123,6 +128,9 @@ public:
     // The caller's cancellation of `op`, on the strand: terminal and partial end it (a lock
     // granted meanwhile is given back first); total is ignored, as the call may have asked.
     void cancel(lock_operation& op, boost::asio::cancellation_type type);
+    // The locker object is gone: every call under way ends as a terminal cancellation ends it
+    // (operation_aborted, a lock granted meanwhile given back, nothing left in the queues).
+    void abort_pending();
 
 private:
     // One acquire. The caller's cancellation and the wait deadline reach it as *total*
