@@ -13,8 +13,12 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <variant>
+#include <vector>
 
 namespace colock::detail {
 
@@ -51,7 +55,12 @@ asio::awaitable<lock_reading> quorum_store::read(lock_keys const& keys) {
             readings.push_back(std::move(late));
         }
     }
-    // Held when a majority holds it for the same token; the reading of one of them.
+    // The state a majority shares: held for one token, handed to one locker (or to nobody,
+    // after a forced unlock), or free; shown with the largest fence among them, which is the
+    // lease's (each primary grants its own, and a lease's fence is the largest of its
+    // majority's). With no majority in one state: free, with the largest fence any primary
+    // keeps, so that the fence shown is never below one given. A value that is no lock's on
+    // a primary is shown as it is (status names the key) when no majority state stands.
     auto const majority = quorum::majority(members_.size());
     std::size_t answered = 0;
     std::int64_t queued = 0;
@@ -60,17 +69,32 @@ asio::awaitable<lock_reading> quorum_store::read(lock_keys const& keys) {
             ++answered;
             queued = std::max(queued, r.queued);
         }
+    lock_reading const* largest = nullptr; // the readable reading with the largest fence
+    lock_reading const* foreign = nullptr; // a value that is no lock's
     for (auto const& r : readings) {
-        auto const token = holder_token(r);
-        if (r.ec || token.empty())
+        if (r.ec || r.value.empty())
             continue;
-        auto const same = std::count_if(readings.begin(), readings.end(), [&](auto const& o) {
-            return !o.ec && holder_token(o) == token;
-        });
-        if (static_cast<std::size_t>(same) >= majority) {
-            lock_reading held = r;
-            held.queued = queued;
-            co_return held;
+        auto const state = state_of(r);
+        if (!state) {
+            foreign = foreign ? foreign : &r;
+            continue;
+        }
+        if (!largest || state->fence > state_of(*largest)->fence)
+            largest = &r;
+        lock_reading const* best = &r;
+        std::size_t same = 0;
+        for (auto const& o : readings) {
+            auto const other = o.ec ? std::nullopt : state_of(o);
+            if (!other || other->kind != state->kind || other->holder != state->holder)
+                continue;
+            ++same;
+            if (other->fence > state_of(*best)->fence)
+                best = &o;
+        }
+        if (same >= majority) {
+            lock_reading shared = *best;
+            shared.queued = queued;
+            co_return shared;
         }
     }
     lock_reading free;
@@ -80,6 +104,11 @@ asio::awaitable<lock_reading> quorum_store::read(lock_keys const& keys) {
         free.ec =
             is_lasting(first->ec, first->server_text) ? first->ec : error_code(error::no_quorum);
         free.server_text = first->server_text;
+    } else if (foreign) {
+        free = *foreign;
+    } else if (largest) {
+        free.value = fmt::format("F {}", state_of(*largest)->fence);
+        free.pttl = largest->pttl;
     }
     free.queued = queued;
     co_return free;
@@ -196,17 +225,32 @@ std::optional<std::string> quorum_store::same_server_twice() const {
     return std::nullopt;
 }
 
-std::string quorum_store::holder_token(lock_reading const& r) {
-    // "H <fence> <owner> <token> <since> <queued>"
-    if (!r.value.starts_with("H "))
-        return {};
-    std::size_t pos = 0;
-    for (int field = 0; field < 3 && pos != std::string::npos; ++field)
-        pos = r.value.find(' ', pos + 1);
-    if (pos == std::string::npos)
-        return {};
-    auto const end = r.value.find(' ', pos + 1);
-    return r.value.substr(pos + 1, end == std::string::npos ? end : end - pos - 1);
+std::optional<quorum_store::lock_state_words> quorum_store::state_of(lock_reading const& r) {
+    // "H <fence> <owner> <token> <since> <queued>", "R <fence> <owner>", "F <fence>"
+    std::vector<std::string_view> words;
+    std::string_view rest(r.value);
+    while (!rest.empty()) {
+        auto const space = rest.find(' ');
+        words.push_back(rest.substr(0, space));
+        rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+    }
+    std::size_t const expected = r.value.starts_with("H ")   ? 6
+                                 : r.value.starts_with("R ") ? 3
+                                 : r.value.starts_with("F ") ? 2
+                                                             : 0;
+    if (expected == 0 || words.size() != expected)
+        return std::nullopt;
+    std::int64_t fence = 0;
+    auto const [end, ec] =
+        std::from_chars(words[1].data(), words[1].data() + words[1].size(), fence);
+    if (ec != std::errc{} || end != words[1].data() + words[1].size() || fence < 0)
+        return std::nullopt;
+    lock_state_words out{r.value[0], fence, {}};
+    if (expected == 6)
+        out.holder = std::string(words[3]);
+    else if (expected == 3)
+        out.holder = std::string(words[2]);
+    return out;
 }
 
 } // namespace redlock

@@ -392,7 +392,14 @@ private:
     std::unordered_map<std::string, std::weak_ptr<grant_round>> last_round_;
     std::minstd_rand rng_{std::random_device{}()};
 
-    static std::string holder_token(lock_reading const& r);
+    // A reading's state: its kind ('H', 'R', 'F'), fence, and holder (the token for 'H', the
+    // locker for 'R', "-" after a forced unlock); none for a value that is no lock's.
+    struct lock_state_words {
+        char kind = 0;
+        std::int64_t fence = 0;
+        std::string holder;
+    };
+    static std::optional<lock_state_words> state_of(lock_reading const& r);
 };
 
 } // namespace colock::detail::redlock
