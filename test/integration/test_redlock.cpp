@@ -633,3 +633,57 @@ TEST_CASE("redlock: primaries killed while lockers contend (1 of 3, 2 of 5): the
             120s);
     }
 }
+
+TEST_CASE("redlock: co_status reads the state a majority shares and its largest fence: held, "
+          "free after a release, handed to nobody after a forced unlock, free with the largest "
+          "fence when no majority agrees") {
+    auto const servers = shared_primaries(3);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        primary_connections conns{ctx.get_executor(), configs_of(servers)};
+        primary_connections probe{ctx.get_executor(), configs_of(servers)};
+        locker locks{conns.primaries()};
+        co_await conns.connect_all();
+        co_await probe.connect_all();
+        std::string const name = unique_key("redlock-status");
+        std::string const key = lock_key(name);
+
+        auto g = co_await locks.co_lock(name, lease(10'000ms));
+        auto st = co_await locks.co_status(name);
+        CHECK(st.state == lock_state::held);
+        CHECK(st.token == g.token());
+        CHECK(st.fence >= g.fence());
+        CHECK(co_await g.unlock());
+        co_await values_become(probe, key,
+                               [](values const& v) { return count_free_with_fence(v) == 3; });
+        st = co_await locks.co_status(name);
+        CHECK(st.state == lock_state::free);
+        CHECK(st.fence >= g.fence());
+
+        auto forced = co_await locks.co_lock(name, lease(10'000ms));
+        CHECK(co_await locks.co_force_unlock(name));
+        st = co_await locks.co_status(name);
+        CHECK(st.state == lock_state::handed);
+        CHECK(st.holder_id.empty());
+        CHECK(st.fence >= forced.fence());
+        CHECK_FALSE(co_await forced.unlock());
+
+        // Each primary in another state: no majority, so free, with the largest fence of all.
+        co_await probe[0].co_exec(command("SET", key, "H 500 x token-a 0 0", "PX", "60000"));
+        co_await probe[1].co_exec(command("SET", key, "H 400 y token-b 0 0", "PX", "60000"));
+        co_await probe[2].co_exec(command("SET", key, "F 450", "PX", "60000"));
+        st = co_await locks.co_status(name);
+        CHECK(st.state == lock_state::free);
+        CHECK(st.fence == 500);
+        // Free on every primary with a fence each: the largest.
+        co_await probe[0].co_exec(command("SET", key, "F 100", "PX", "60000"));
+        co_await probe[1].co_exec(command("SET", key, "F 300", "PX", "60000"));
+        co_await probe[2].co_exec(command("SET", key, "F 200", "PX", "60000"));
+        st = co_await locks.co_status(name);
+        CHECK(st.state == lock_state::free);
+        CHECK(st.fence == 300);
+        for (std::size_t i = 0; i < 3; ++i)
+            co_await probe[i].co_exec(command("DEL", key));
+        conns.close();
+        probe.close();
+    });
+}

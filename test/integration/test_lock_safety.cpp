@@ -1,0 +1,324 @@
+// The lease's safety edges: a local deadline never later than the server's expiry (an extend or
+// renewal whose reply is never applied), renewal on a full server after a local hand-off, and
+// every key of a lock with an expiry after every script.
+#include <colock/detail/lock_scripts.hpp>
+#include <colock/locker.hpp>
+
+#include "test_util.hpp"
+#include <colock_test/fault_proxy.hpp>
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+using namespace colock;
+using namespace colock::test;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Asks `other` for lock `name` until it gets it or `limit` has passed; the guard, or none.
+asio::awaitable<std::optional<lock_guard>> taken_by(locker& other, std::string const& name,
+                                                    std::chrono::milliseconds limit) {
+    auto const end = steady::now() + limit;
+    for (;;) {
+        auto g = co_await other.co_try_lock(name, lease(10'000ms));
+        if (g || steady::now() >= end)
+            co_return g;
+        co_await sleep_for(10ms);
+    }
+}
+
+lock_options without_renewal(std::chrono::milliseconds ttl) {
+    auto opt = lease(ttl);
+    opt.auto_renew = false;
+    return opt;
+}
+
+} // namespace
+
+TEST_CASE("an extend that shortens the lease and whose reply is never applied leaves no longer "
+          "local deadline than the server's expiry") {
+    using namespace asio::experimental::awaitable_operators;
+    lost_watch lost; // outlives the io_context, whatever the test's outcome
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        locker other{conn_b};
+        std::string const name = unique_key("paused-extend");
+        auto g = co_await locks.co_lock(name, without_renewal(30'000ms));
+        bool const extended = co_await g.extend(30s);
+        CHECK(extended);
+        watch(g, lost);
+
+        // The server holds writes for 500 ms: the extend is sent, and applied after the caller
+        // stopped waiting for it.
+        co_await probe.co_exec(command("CLIENT", "PAUSE", "500", "WRITE"));
+        asio::steady_timer give_up(ctx);
+        give_up.expires_after(20ms);
+        co_await (g.extend(200ms) || give_up.async_wait(asio::use_awaitable));
+        CHECK(g.lease_expiry() <= steady::now() + 200ms);
+
+        auto taken = co_await taken_by(other, name, 3000ms);
+        REQUIRE(taken);
+        // The server gave the lock away: this guard no longer believes it holds it.
+        CHECK_FALSE(g.owns_lock());
+        CHECK(g.lost());
+        CHECK(lost.done);
+        co_await taken->unlock();
+        conn.close();
+        conn_b.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the released guard "
+          "never sees, leaves the next local holder no longer deadline than the server's") {
+    fault_proxy proxy(shared_server().port());
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = shared_server().config();
+        cfg.port = proxy.port();
+        cfg.health_check_interval = 0ms; // the latency below would fail the health check
+        redis::connection conn{ctx.get_executor(), cfg};
+        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        locker other{conn_b};
+        std::string const name = unique_key("cohort-deadline");
+        auto first = co_await locks.co_lock(name, lease(10'000ms));
+
+        // Two waiters of the same process: the second renews every 200 ms with 600 ms; the
+        // third does not renew, so its deadline is only what it was handed.
+        std::optional<lock_guard> second, third;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> { second = co_await locks.co_lock(name, lease(600ms)); },
+            asio::detached);
+        co_await sleep_for(50ms);
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                third = co_await locks.co_lock(name, without_renewal(10'000ms));
+            },
+            asio::detached);
+        co_await sleep_for(100ms);
+        co_await first.unlock(); // to the second, in this process
+        REQUIRE(co_await finishes_when([&] { return second.has_value(); }, 2000ms));
+        auto const handed_deadline = second->lease_expiry();
+
+        // Its first renewal (due 200 ms after the hand-off) goes out, and is let go before its
+        // reply can come back: 800 ms each way.
+        proxy.set_latency(800ms);
+        co_await finishes_when([&] { return second->lease_expiry() < handed_deadline; }, 1000ms);
+        co_await second->unlock(); // to the third, in this process, without a server call
+        REQUIRE(co_await finishes_when([&] { return third.has_value(); }, 3000ms));
+
+        // The renewal reaches the server and sets the lease to 600 ms: then someone else may
+        // take the lock, and by then the third guard must know it does not hold it.
+        auto taken = co_await taken_by(other, name, 4000ms);
+        REQUIRE(taken);
+        CHECK_FALSE(third->owns_lock());
+        CHECK(third->lease_expiry() <= steady::now());
+        proxy.set_latency(0ms);
+        co_await taken->unlock();
+        conn.close();
+        conn_b.close();
+    });
+}
+
+TEST_CASE("a lease handed inside the process renews on a full server (maxmemory, noeviction)") {
+    redis_server server;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), server.config()};
+        redis::connection probe{ctx.get_executor(), server.config()};
+        locker locks{conn};
+        std::string const name = unique_key("oom-handed");
+        auto first = co_await locks.co_lock(name, lease(600ms));
+        std::optional<lock_guard> second;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> { second = co_await locks.co_lock(name, lease(600ms)); },
+            asio::detached);
+        co_await sleep_for(50ms);
+        co_await first.unlock(); // a local hand-off: the second's fence is above the stored one
+        REQUIRE(co_await finishes_when([&] { return second.has_value(); }, 2000ms));
+        CHECK(second->fence() > (co_await read_lock(probe, name)).fence);
+
+        server.cli(strings("CONFIG", "SET", "maxmemory", "1")); // over the limit from now on
+        co_await sleep_for(1500ms);                             // more than two ttls
+        bool const held = second->owns_lock();
+        auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+        server.cli(strings("CONFIG", "SET", "maxmemory", "0"));
+        CHECK(held);
+        CHECK_FALSE(second->lost());
+        CHECK(pttl > 0);
+        bool const released = co_await second->unlock();
+        CHECK(released);
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("release script: a hand-off that pushes the releasing process back onto an emptied "
+          "queue leaves the queue with an expiry") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        std::string const name = unique_key("queue-expiry");
+        std::string const key = lock_key(name);
+        std::string const queue = key + ":q";
+        std::string const deadlines = key + ":qd";
+        // Held by locker "x", which is queued itself (more of its waiters follow), with locker
+        // "y" queued behind it: the release hands the lock to "y" and puts "x" back.
+        auto const time = co_await probe.co_exec(command("TIME"));
+        auto const now_ms = std::stoll(text_of(time.at(0).elements.at(0))) * 1000 +
+                            std::stoll(text_of(time.at(0).elements.at(1))) / 1000;
+        auto const live = std::to_string(now_ms + 3000);
+        co_await probe.co_exec(command("SET", key, "H 100 x token-x 0 2", "PX", "10000"));
+        co_await probe.co_exec(command("RPUSH", queue, "x", "y"));
+        co_await probe.co_exec(command("HSET", deadlines, "x", live, "y", live));
+        co_await probe.co_exec(command("PEXPIRE", queue, "3000"));
+        co_await probe.co_exec(command("PEXPIRE", deadlines, "3000"));
+
+        auto const reply = co_await probe.co_exec(command("EVAL", detail::release_source, "3", key,
+                                                          queue, deadlines, "token-x",
+                                                          key + ":w:", "1000", "", "0", "0"));
+        CHECK(reply.at(0).as_integer() == 2); // handed to "y"
+        auto const listed = co_await probe.co_exec(command("LRANGE", queue, "0", "-1"));
+        REQUIRE(listed.at(0).elements.size() == 1);
+        CHECK(text_of(listed.at(0).elements.at(0)) == "x");
+        auto const queue_ttl = co_await integer(probe, command("PTTL", queue));
+        CHECK(queue_ttl > 0);
+        CHECK(queue_ttl <= 3001);
+        co_await probe.co_exec(command("DEL", key, queue, deadlines));
+        probe.close();
+    });
+}
+
+TEST_CASE("force unlock: the holder is told by the script itself, even when the forcer's "
+          "connection is gone before its reply") {
+    fault_proxy proxy(shared_server().port());
+    lost_watch lost; // outlives the io_context, whatever the test's outcome
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(shared_server());
+        cfg.port = proxy.port();
+        cfg.health_check_interval = 0ms;
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection forcer_conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        locker forcer{forcer_conn};
+        std::string const name = unique_key("force-cut");
+        // A 30 s lease renews every 10 s: only the message can tell the holder within a second.
+        auto g = co_await locks.co_lock(name, lease(30'000ms));
+        // Loads the script, so that the cut below takes its reply, not a NOSCRIPT.
+        CHECK_FALSE(co_await forcer.co_force_unlock(unique_key("force-cut-warm")));
+        co_await sleep_for(100ms); // the holder's subscription for forced unlocks is confirmed
+        watch(g, lost);
+
+        proxy.cut_next_reply(1); // the script runs; its reply never reaches the forcer
+        auto const forced_at = steady::now();
+        auto [ec, ended] = co_await forcer.async_force_unlock(name, as_tuple);
+        MESSAGE("the forcer's answer: " << ec.message() << ", ended " << ended);
+        REQUIRE(co_await finishes(lost.done, 1000ms));
+        CHECK(ms_since(forced_at) < 1000);
+        CHECK(g.loss() == loss_reason::forced);
+        conn.close();
+        forcer_conn.close();
+    });
+}
+
+TEST_CASE("values colock never writes under a lock key are refused at once, naming the key: a "
+          "fence at 2^53 - 1 or past int64, a negative time, a hand-set string") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker locks{conn};
+        for (std::string const value :
+             {"F 9007199254740991", "F 99999999999999999999", "R 18446744073709551617 x",
+              "H 5 someone token -5 0", "H 9007199254740991 someone token 5 0", "hello"}) {
+            CAPTURE(value);
+            std::string const name = unique_key("hostile");
+            co_await probe.co_exec(command("SET", lock_key(name), value, "PX", "60000"));
+            boost::system::error_code code;
+            std::string what;
+            try {
+                auto g = co_await locks.co_try_lock(name, lease(10'000ms));
+                CHECK_FALSE(g.has_value());
+            } catch (boost::system::system_error const& e) {
+                code = e.code();
+                what = e.what();
+            }
+            CHECK(code == redis::error::server_error);
+            CHECK(what.find(lock_key(name)) != std::string::npos);
+
+            // A waiting co_lock fails at once too, rather than wait out the key's minute.
+            lock_options opt = lease(10'000ms);
+            opt.wait_timeout = 5000ms;
+            auto const started = steady::now();
+            code = {};
+            try {
+                co_await locks.co_lock(name, opt);
+            } catch (boost::system::system_error const& e) {
+                code = e.code();
+            }
+            CHECK(code == redis::error::server_error);
+            CHECK(ms_since(started) < 1000);
+            // The value is left as it was: nothing was counted from it.
+            CHECK(co_await get(probe, lock_key(name)) == value);
+            co_await probe.co_exec(command("DEL", lock_key(name)));
+        }
+        conn.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("destroying a locker ends its waiting co_lock calls with operation_aborted, and leaves "
+          "nothing of them in Redis") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), shared_server().config()};
+        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        locker other{conn_b};
+        std::string const name = unique_key("locker-gone");
+        auto holder = co_await other.co_lock(name, lease(10'000ms));
+
+        auto locks = std::make_unique<locker>(conn);
+        constexpr int waiters = 3;
+        int done = 0;
+        std::vector<boost::system::error_code> codes;
+        for (int i = 0; i < waiters; ++i)
+            locks->async_lock(name, lease(10'000ms),
+                              [&](boost::system::error_code ec, lock_guard g) {
+                                  codes.push_back(ec);
+                                  CHECK_FALSE(g.owns_lock());
+                                  ++done;
+                              });
+        // Queued in Redis (one entry for the locker) and subscribed to its wake channel.
+        REQUIRE(co_await numsub_becomes(probe, wake_channel(name), 1) == 1);
+        locks.reset();
+        REQUIRE(co_await finishes_when([&] { return done == waiters; }, 1000ms));
+        for (auto const& ec : codes)
+            CHECK(ec == asio::error::operation_aborted);
+
+        // Nothing of theirs is left: the locker's queue entry and subscription go, and the
+        // holder's release leaves the lock free, not handed to the gone locker.
+        CHECK(co_await exists_becomes(probe, lock_key(name) + ":q", 0) == 0);
+        CHECK(co_await numsub_becomes(probe, wake_channel(name), 0) == 0);
+        CHECK(co_await holder.unlock());
+        CHECK(co_await lock_free(probe, name));
+        conn.close();
+        conn_b.close();
+        probe.close();
+    });
+}
