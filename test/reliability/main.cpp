@@ -4,7 +4,7 @@
 // once and for fences out of order. At the end, one table; the exit code is non-zero when any
 // check failed.
 //
-// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k] [--seed N]
+// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l] [--seed N]
 //   default: short versions (under two minutes, run by scripts/test.sh); --full: the long
 //   runs (scripts/reliability.sh).
 //
@@ -437,7 +437,8 @@ int run_all() {
         {"h", killed_at_queue_head},
         {"i", sentinel_failovers},
         {"j", cluster_migrations},
-        {"k", redlock_primaries}};
+        {"k", redlock_primaries},
+        {"l", lease_edges}};
     std::vector<result> results;
     for (auto const& [key, run] : scenarios) {
         if (!opts.only.empty() && !opts.only.contains(key))
@@ -493,7 +494,7 @@ int main(int argc, char** argv) {
             run_opts.seed = static_cast<unsigned>(std::stoul(argv[++i]));
         } else {
             std::fprintf(stderr,
-                         "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k] [--seed N]\n",
+                         "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l] [--seed N]\n",
                          argv[0]);
             return 2;
         }

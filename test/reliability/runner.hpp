@@ -126,5 +126,8 @@ result cluster_migrations();
 // scenarios_redlock.cpp: contention through Redlock over three primaries behind fault proxies,
 // the primaries killed one at a time.
 result redlock_primaries();
+// scenarios_lease.cpp: the lease's edges (shortening renewals and extends, local hand-offs,
+// a full server) under contention and faults, every key sampled for an expiry.
+result lease_edges();
 
 } // namespace colock::reliability

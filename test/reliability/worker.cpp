@@ -203,6 +203,7 @@ lock_options worker_lock_options(arguments const& args) {
     opt.renew_interval = milliseconds(args.number("renew-ms"));
     opt.retry.initial = 10ms;
     opt.retry.max = milliseconds(args.number_or("retry-max-ms", 200));
+    opt.cohort_limit = static_cast<std::size_t>(args.number_or("cohort-limit", 16));
     return opt;
 }
 
@@ -259,15 +260,28 @@ struct tally {
     std::uint64_t errors = 0;    // co_lock / unlock failures (network), each retried
     std::uint64_t cancelled = 0; // co_lock calls cancelled by the caller
     std::uint64_t unlock_errors = 0;
+    std::uint64_t extends = 0; // shortening extends that were sent
 };
 
 // ------------------------------------------------------------------------------- contend
 
+// A holder's extend() to half its ttl (shorter than the lease it may have been handed), given
+// up after a few ms: its reply may come after the holder stopped waiting, or never.
+asio::awaitable<void> shortening_extend(lock_guard& g, milliseconds ttl, tally& t) {
+    asio::steady_timer give_up(co_await asio::this_coro::executor, 2ms);
+    try {
+        co_await (g.extend(ttl) || give_up.async_wait(use_tuple));
+        ++t.extends;
+    } catch (boost::system::system_error const&) {
+        ++t.errors; // a lost connection: the lease is ours until its local deadline at most
+    }
+}
+
 asio::awaitable<void> contender(locker& locks, std::string name, lock_options opt,
                                 std::string holder, steady_clock_deadline until,
-                                std::chrono::microseconds hold, unguarded_counter& counter,
-                                colock::test::history_writer& history, journal_writer& journal,
-                                tally& t) {
+                                std::chrono::microseconds hold, bool extend_shorter,
+                                unguarded_counter& counter, colock::test::history_writer& history,
+                                journal_writer& journal, tally& t) {
     std::minstd_rand rng(std::hash<std::string>{}(holder));
     while (std::chrono::steady_clock::now() < until) {
         lock_options o = opt;
@@ -290,6 +304,8 @@ asio::awaitable<void> contender(locker& locks, std::string name, lock_options op
         auto const acquired_ns = steady_now_ns();
         ++t.acquisitions;
         journal.acquired(holder, g.fence(), g.token(), acquired_ns);
+        if (extend_shorter && rng() % 4 == 0)
+            co_await shortening_extend(g, opt.ttl / 2, t);
         // Read, pause (other holders would get in here if exclusion failed), write back. Only
         // while the lease is known to be ours: owns_lock() checks the local lease deadline.
         if (g.owns_lock()) {
@@ -328,18 +344,29 @@ int run_contend(arguments const& args) {
     auto const coroutines = args.number("coroutines");
     auto const until = std::chrono::steady_clock::now() + milliseconds(args.number("ms"));
     auto const hold = std::chrono::microseconds(args.number_or("hold-us", 500));
+    // --short-ttl-ms: every other coroutine takes a shorter lease, so local hand-offs pass a
+    // long lease to a holder that renews it shorter; --extend-shorter 1: holders now and then
+    // extend to half their ttl without waiting for the reply.
+    auto const short_ttl = milliseconds(args.number_or("short-ttl-ms", 0));
+    bool const extend_shorter = args.number_or("extend-shorter", 0) != 0;
     unguarded_counter counter(args.text("counter"));
     colock::test::history_writer history(args.text("history"));
     journal_writer journal(args.text_or("journal", ""));
     tally t;
-    for (std::int64_t i = 0; i < coroutines; ++i)
+    for (std::int64_t i = 0; i < coroutines; ++i) {
+        auto o = opt;
+        if (short_ttl.count() > 0 && i % 2 == 1) {
+            o.ttl = short_ttl;
+            o.renew_interval = short_ttl / 3;
+        }
         asio::co_spawn(ctx,
-                       contender(locks, name, opt, fmt::format("p{}/c{}", proc, i), until, hold,
-                                 counter, history, journal, t),
+                       contender(locks, name, o, fmt::format("p{}/c{}", proc, i), until, hold,
+                                 extend_shorter, counter, history, journal, t),
                        [](std::exception_ptr e) {
                            if (e)
                                std::rethrow_exception(e);
                        });
+    }
     // Closing the connection once every contender is done lets run() return.
     asio::co_spawn(
         ctx,
@@ -354,9 +381,9 @@ int run_contend(arguments const& args) {
         asio::detached);
     ctx.run();
     say(fmt::format("summary acquisitions={} increments={} losses={} skipped={} errors={} "
-                    "unlock_errors={} reconnects={}",
+                    "unlock_errors={} reconnects={} extends={}",
                     t.acquisitions, t.increments, t.losses, t.skipped, t.errors, t.unlock_errors,
-                    client.reconnect_count()));
+                    client.reconnect_count(), t.extends));
     return 0;
 }
 
