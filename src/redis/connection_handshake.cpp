@@ -73,8 +73,12 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
     bool const other_server = reconnected && other_instance(s->run_id);
     std::string before;
     {
+        // A refused INFO tells nothing about the instance: the last id known stays, so that the
+        // next reconnection that can read one still compares against it.
         std::lock_guard lock(error_mutex_);
-        before = std::exchange(server_run_id_, s->run_id);
+        before = server_run_id_;
+        if (!s->run_id.empty())
+            server_run_id_ = s->run_id;
     }
     if (other_server)
         log(log_level::warning,
@@ -139,9 +143,10 @@ asio::awaitable<error_code> connection_impl::health_loop(std::shared_ptr<session
     }
 }
 
-// Whether a reconnection reached another server instance than the previous connection.
-// An unknown run_id (INFO refused) on either side counts as the same instance: the lock
-// layer then finds out by asking for its keys, as it does after every reconnection.
+// Whether a reconnection reached another server instance than the last one whose run_id is
+// known. An unknown run_id (INFO refused now, or on every connection so far) counts as the same
+// instance: the lock layer then finds out by asking for its keys, as it does after every
+// reconnection.
 bool connection_impl::other_instance(std::string const& new_run_id) const {
     std::lock_guard lock(error_mutex_);
     return !server_run_id_.empty() && !new_run_id.empty() && server_run_id_ != new_run_id;

@@ -244,7 +244,9 @@ public:
     // The most recent attempt to connect that failed: its code and "connecting to ...: why".
     error_code last_connect_ec_;
     std::string last_connect_error_;
-    std::string server_run_id_; // from INFO server; empty when the server would not say
+    // From INFO server: the last one known. A handshake whose INFO is refused leaves it as it
+    // was; empty while no server has said.
+    std::string server_run_id_;
     // Where the connection goes, for messages: config::endpoint_text(), or with Sentinel the
     // primary's name and its address once known.
     std::string endpoint_text_;

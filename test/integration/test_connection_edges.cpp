@@ -29,7 +29,50 @@ std::int64_t cli_numsub(redis_server& server, std::string const& channel) {
     return std::stoll(out.substr(out.rfind('\n') + 1));
 }
 
+// The server's run_id, as INFO server says it to redis-cli.
+std::string cli_run_id(redis_server& server) {
+    auto const info = server.cli(colock::test::strings("INFO", "server"));
+    auto const at = info.find("run_id:");
+    return at == std::string::npos ? std::string() : info.substr(at + 7, 40);
+}
+
 } // namespace
+
+TEST_CASE("a reconnection whose INFO is refused keeps the last known run_id, so that the next "
+          "one still notices a restarted server") {
+    redis_server_options opts;
+    opts.acl_user = "app";
+    opts.acl_password = "app-secret";
+    redis_server server(opts);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = fast_config(server);
+        cfg.username = "app";
+        cfg.password = "app-secret";
+        redis::connection conn{ctx.get_executor(), cfg};
+        co_await conn.co_connect();
+        std::string const first = cli_run_id(server);
+        REQUIRE(first.size() == 40);
+        CHECK(conn.server_run_id() == first);
+
+        // The same server, reached again by a user that may no longer run INFO: the instance is
+        // not known from this handshake, and the one known before stays.
+        CHECK(server.cli(colock::test::strings("ACL", "SETUSER", "app", "-info")) == "OK");
+        CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "USER", "app")) == "1");
+        CHECK(co_await finishes_when([&] { return conn.reconnect_count() == 1; }, 5000ms));
+        CHECK(conn.server_run_id() == first);
+        CHECK(conn.server_change_count() == 0);
+
+        // Restarted (its ACL as configured again, INFO allowed): another instance, compared
+        // with the last one known.
+        server.restart();
+        CHECK(co_await finishes_when([&] { return conn.reconnect_count() == 2; }, 5000ms));
+        std::string const second = cli_run_id(server);
+        CHECK(second != first);
+        CHECK(conn.server_run_id() == second);
+        CHECK(conn.server_change_count() == 1);
+        conn.close();
+    });
+}
 
 TEST_CASE("a request made after close() is never taken by the closed connection's writer") {
     // The old writer may be about to resume (a write of its own just completed) when close()

@@ -361,8 +361,9 @@ public:
     /// Number of times the connection was re-established after a loss.
     std::uint64_t reconnect_count() const noexcept;
     /// The run_id of the server instance the current (or last) connection reached, from
-    /// `INFO server` during the handshake; empty before the first connection or when the server
-    /// refuses INFO (the handshake does not fail for that).
+    /// `INFO server` during the handshake; empty until a server has answered INFO. A handshake
+    /// whose INFO is refused (it does not fail for that) keeps the run_id known before, which
+    /// the next reconnection is compared with.
     std::string server_run_id() const;
     /// With Redis Cluster: the primaries of the slot map as last read, in the order of their first
     /// slots, to reach each of them (with a connection of its own) for what concerns every node,
