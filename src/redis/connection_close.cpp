@@ -71,6 +71,7 @@ void connection_impl::close(error_code ec) {
     close_timer_.cancel();
     ++generation_;
     ever_connected_ = false;
+    first_failure_ = {}; // a closed connection starts afresh
     if (run_cancel_)
         run_cancel_->emit(asio::cancellation_type::terminal);
     run_cancel_.reset();

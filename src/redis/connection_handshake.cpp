@@ -55,14 +55,20 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
     co_await asio::this_coro::throw_if_cancelled(false);
     asio::steady_timer timer(strand_);
     timer.expires_at(s->deadline); // what resolve, connect and TLS left of connect_timeout
+    auto cs = co_await asio::this_coro::cancellation_state;
     auto shaken = co_await (handshake(s) || timer.async_wait(use_nothrow));
-    if (shaken.index() == 1)
+    if (shaken.index() == 1) {
+        // The timer ends early too when the session ends first (the reader found the answer
+        // unreadable, the socket failed, close()): that is no timeout, and the reason is theirs.
+        auto const [tec] = std::get<1>(shaken);
+        if (tec || s->detached || is_cancelled(cs))
+            co_return asio::error::operation_aborted;
         co_return connect_failed(
             *s, error::connect_timeout,
             fmt::format("timed out after {} ms", cfg_.connect_timeout.count()));
+    }
     if (error_code ec = std::get<0>(shaken))
         co_return ec;
-    auto cs = co_await asio::this_coro::cancellation_state;
     if (s->detached || is_cancelled(cs))
         co_return asio::error::operation_aborted;
 

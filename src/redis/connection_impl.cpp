@@ -52,6 +52,38 @@ std::shared_ptr<asio::ssl::context> make_tls_context(config const& cfg) {
     return ctx;
 }
 
+std::string printable_bytes(std::string_view bytes, std::size_t limit) {
+    std::string out = "\"";
+    for (char const c : bytes.substr(0, limit)) {
+        switch (c) {
+        case '\r':
+            out += "\\r";
+            break;
+        case '\n':
+            out += "\\n";
+            break;
+        case '\t':
+            out += "\\t";
+            break;
+        case '"':
+            out += "\\\"";
+            break;
+        case '\\':
+            out += "\\\\";
+            break;
+        default:
+            if (c >= 0x20 && c < 0x7f)
+                out += c;
+            else
+                out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+        }
+    }
+    out += '"';
+    if (bytes.size() > limit)
+        out += "...";
+    return out;
+}
+
 std::string connection_impl::run_id() const {
     std::lock_guard lock(error_mutex_);
     return server_run_id_;
@@ -247,6 +279,12 @@ void connection_impl::enqueue_user(entry_ptr e) {
         }
         return;
     }
+    if (!closing_) {
+        if (error_code ec = standing_failure()) {
+            complete(e, ec);
+            return;
+        }
+    }
     user_queue_.push_back(std::move(e));
     if (closing_)
         return; // made after close(): waits for the flush to end, then starts afresh
@@ -254,6 +292,13 @@ void connection_impl::enqueue_user(entry_ptr e) {
         start_run_loop();
     else
         wake_writer();
+}
+
+error_code connection_impl::standing_failure() const {
+    if (running_ || ever_connected_ || !first_failure_.ec ||
+        std::chrono::steady_clock::now() >= first_failure_.until)
+        return {};
+    return first_failure_.ec;
 }
 
 void connection_impl::wake_writer() {
@@ -293,8 +338,12 @@ void connection_impl::change_subscription(channel_kind kind, bool subscribe,
     subscription_ops_.emplace(std::pair(kind, op), std::move(handler));
     for (auto const& c : commands)
         send_subscription_command(kind, c);
-    if (wait && !running_)
-        start_run_loop();
+    if (wait && !running_) {
+        if (error_code ec = standing_failure())
+            book(kind).abandon_waiting(ec);
+        else
+            start_run_loop();
+    }
     deliver_subscriptions();
 }
 

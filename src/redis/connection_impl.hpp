@@ -37,6 +37,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <variant>
 #include <vector>
@@ -128,12 +129,18 @@ struct session {
     // connect, else "TLS handshake", "Redis handshake", "HELLO", ...
     std::string step;
     bool failure_recorded = false; // the reason it could not connect is in last_connect_error_
+    bool answered = false;         // the server has sent a whole RESP3 value on this socket
     // close() with this session up: it sends the requests made before close() (taken from
     // flush_queue instead of the user queue) and reads their replies, then the connection closes.
     // Requests made after close() wait in the user queue for a new connection.
     bool flushing = false;
     std::deque<entry_ptr> flush_queue;
 };
+
+// At most `limit` bytes of `bytes`, quoted, with what is not printable ASCII escaped (\r, \n,
+// \t, \xNN) and "..." after the quote when there were more: for messages about what a server
+// sent.
+std::string printable_bytes(std::string_view bytes, std::size_t limit = 32);
 
 // The run_id field of an INFO reply; empty when missing or malformed.
 std::string parse_run_id(resp3::value const& info);
@@ -201,6 +208,18 @@ public:
     std::shared_ptr<asio::cancellation_signal> run_cancel_;
     bool running_ = false;
     bool ever_connected_ = false;
+    // A connection that has never worked and whose attempt just failed: until `until`, a request
+    // or subscription that would start another attempt fails with `ec` instead, as a lost
+    // connection waits reconnect_initial_delay before its next attempt. A caller that asks twice
+    // in a row (the lock layer subscribes, then tries) costs the server one connection, and the
+    // logs one line. async_connect always tries: it is asked for once the cause is fixed.
+    struct recent_failure {
+        error_code ec;
+        std::chrono::steady_clock::time_point until;
+    };
+    recent_failure first_failure_;
+    // first_failure_.ec while it stands and nothing runs, else empty.
+    error_code standing_failure() const;
     std::uint64_t generation_ = 0;
 
     struct ready_exec {
@@ -327,6 +346,9 @@ public:
     resolve(std::string host, std::uint16_t port, std::chrono::steady_clock::time_point deadline);
     asio::awaitable<error_code> open_transport(std::shared_ptr<session> s,
                                                std::vector<stream_endpoint> endpoints);
+    // With TLS: asks `ep` a plain-text PING once the handshake has waited a while; completes
+    // only when the answer is RESP (the server does not speak TLS).
+    asio::awaitable<std::string> probe_plain_redis(stream_endpoint ep);
     asio::awaitable<error_code> read_loop(std::shared_ptr<session> s);
     error_code on_value(session& s, resp3::value v);
     asio::awaitable<error_code> write_loop(std::shared_ptr<session> s);
@@ -371,6 +393,9 @@ response unmatchable_response(resp3::request const& req);
 
 // The TLS client context config::use_tls asks for (CA file or the system's, verification).
 std::shared_ptr<asio::ssl::context> make_tls_context(config const& cfg);
+
+// Whether a TLS handshake failed because the server's answer is no TLS at all.
+bool answers_without_tls(error_code ec);
 
 // Sets SNI and, when asked, host name verification on a TLS stream before its handshake.
 bool prepare_tls(asio::ssl::stream<stream_socket&>& tls, std::string const& host, bool verify_peer);

@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
+#include <string_view>
 
 namespace colock::redis::detail {
 
@@ -93,6 +95,8 @@ void connection_impl::end_session(std::shared_ptr<session> const& s, error_code 
     fail_session(*s, s->ready || ever_connected_ ? error_code(error::connection_lost) : ec, ec);
     if (!ever_connected_) {
         // Nobody has seen this connection work: report instead of retrying.
+        if (is_connect_failure(ec))
+            first_failure_ = {ec, steady_clock::now() + cfg_.reconnect_initial_delay};
         running_ = false;
         run_cancel_.reset();
         fail_queued(user_queue_, ec);
@@ -144,7 +148,7 @@ asio::awaitable<error_code> connection_impl::run_session(std::shared_ptr<session
     if (opened.index() == 1)
         co_return connect_failed(*s, error::connect_timeout, timed_out());
     if (error_code ec = std::get<0>(opened))
-        co_return connect_failed(*s, ec);
+        co_return s->failure_recorded ? ec : connect_failed(*s, ec);
     if (s->detached)
         co_return asio::error::operation_aborted;
     s->step = "Redis handshake";
@@ -218,11 +222,86 @@ connection_impl::open_transport(std::shared_ptr<session> s,
         s->tls.emplace(s->socket, *tls_context_);
         if (!prepare_tls(*s->tls, s->target.host, cfg_.tls_verify_peer))
             co_return error_code(asio::error::invalid_argument);
-        auto [hec] = co_await s->tls->async_handshake(asio::ssl::stream_base::client, use_nothrow);
+        auto shaken =
+            co_await (s->tls->async_handshake(asio::ssl::stream_base::client, use_nothrow) ||
+                      probe_plain_redis(ep));
+        if (shaken.index() == 1) {
+            std::string const& answer = std::get<1>(shaken);
+            if (answer.empty())
+                co_return asio::error::operation_aborted; // cancelled before it learned anything
+            co_return connect_failed(
+                *s, error::handshake_failed,
+                fmt::format("the server does not speak TLS: it answers plain-text Redis on this "
+                            "port (PING on a plain connection: {})",
+                            printable_bytes(answer)));
+        }
+        auto [hec] = std::get<0>(shaken);
+        if (answers_without_tls(hec))
+            co_return connect_failed(
+                *s, error::handshake_failed,
+                fmt::format("the server does not speak TLS: its answer to the TLS client hello "
+                            "is no TLS record (OpenSSL: {})",
+                            hec.message()));
         if (hec)
             co_return hec;
     }
     co_return error_code{};
+}
+
+bool answers_without_tls(error_code ec) {
+    if (ec.category() != asio::error::get_ssl_category())
+        return false;
+    // What OpenSSL says when the first bytes back are no TLS record header: a plain-text server
+    // (an error line, an HTTP response, a banner).
+    switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_PACKET_LENGTH_TOO_LONG:
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+    case SSL_R_UNKNOWN_PROTOCOL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+// A plain Redis server is silent when a TLS client hello reaches it: its inline-command reader
+// stops at the hello's first NUL byte and waits for the rest of a line that never comes, so the
+// handshake would only end at connect_timeout (and a waiting co_lock would try again). So when the
+// handshake has gone unanswered for a while, a socket of its own asks the same endpoint a
+// plain-text PING. Completes with the answer when it is RESP; else it learns nothing and waits to
+// be cancelled, leaving the verdict to the handshake or the deadline. A TLS server takes the PING
+// for a failed handshake and closes that socket.
+asio::awaitable<std::string> connection_impl::probe_plain_redis(stream_endpoint ep) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    auto cs = co_await asio::this_coro::cancellation_state;
+    asio::steady_timer timer(strand_);
+    timer.expires_after(std::min(cfg_.connect_timeout / 4, std::chrono::milliseconds{500}));
+    co_await timer.async_wait(use_nothrow);
+    if (!is_cancelled(cs)) {
+        stream_socket probe(strand_);
+        auto [cec] = co_await probe.async_connect(ep, use_nothrow);
+        std::array<char, 64> answer{};
+        std::size_t got = 0;
+        if (!cec && !is_cancelled(cs)) {
+            auto [wec, wrote] =
+                co_await asio::async_write(probe, asio::buffer("PING\r\n", 6), use_nothrow);
+            if (!wec && !is_cancelled(cs)) {
+                auto [rec, n] = co_await probe.async_read_some(asio::buffer(answer), use_nothrow);
+                got = n;
+            }
+        }
+        constexpr std::string_view resp3_types = "+-:$*%_,#!=(|~>";
+        if (got > 0 && !is_cancelled(cs) && resp3_types.find(answer[0]) != std::string_view::npos)
+            co_return std::string(answer.data(), got);
+    }
+    // Checked here, with no suspension before the wait: a cancellation that came while the probe
+    // was busy reached no pending operation, and would not reach this wait either.
+    if (!is_cancelled(cs)) {
+        timer.expires_at(asio::steady_timer::time_point::max());
+        co_await timer.async_wait(use_nothrow);
+    }
+    co_return std::string();
 }
 
 // ---------------------------------------------------------------- reading
@@ -274,6 +353,14 @@ asio::awaitable<error_code> connection_impl::read_loop(std::shared_ptr<session> 
             std::string_view const input(buf.data() + s->read_begin, s->read_end - s->read_begin);
             std::size_t const used = s->parser.consume(input, pec);
             if (pec) {
+                // Not one value yet, and the very first bytes are no RESP3: whatever answers on
+                // this port (a web server, another database) is not Redis, and will not be on
+                // the next attempt either.
+                if (!s->ready && !s->answered)
+                    co_return connect_failed(
+                        *s, error::handshake_failed,
+                        fmt::format("not a Redis server (first bytes: {})",
+                                    printable_bytes(std::string_view(buf.data(), s->read_end))));
                 set_error_text(fmt::format("protocol error from {}: {}", cfg_.to_redacted_url(),
                                            pec.message()));
                 co_return pec;
@@ -288,6 +375,7 @@ asio::awaitable<error_code> connection_impl::read_loop(std::shared_ptr<session> 
 }
 
 error_code connection_impl::on_value(session& s, resp3::value v) {
+    s.answered = true;
     auto const route = s.matcher.feed(v);
     if (route == reply_matcher::route::unexpected) {
         set_error_text(fmt::format("unexpected reply from {}: {}", cfg_.to_redacted_url(),

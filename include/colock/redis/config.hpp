@@ -92,7 +92,10 @@ struct config {
     /// interval declares the server dead and the connection is re-established. 0 disables it.
     std::chrono::milliseconds health_check_interval{2000};
     /// Delay before the first reconnect attempt after a connection is lost; it doubles per failed
-    /// attempt up to `reconnect_max_delay`.
+    /// attempt up to `reconnect_max_delay`. A connection that has never been established does not
+    /// retry by itself: its attempt fails what waits for it, and for this long after, requests and
+    /// subscriptions fail with the same error rather than start another attempt (async_connect
+    /// always starts one).
     std::chrono::milliseconds reconnect_initial_delay{50};
     std::chrono::milliseconds reconnect_max_delay{2000};
     /// How long close() and the connection's destructor may spend sending the requests already made

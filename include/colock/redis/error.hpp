@@ -12,7 +12,10 @@ enum class error {
     server_error = 1,
     /// Resolve, connect, TLS and HELLO together took longer than config::connect_timeout.
     connect_timeout,
-    /// The server's answer to the HELLO/AUTH/SELECT/SETNAME handshake was not what it must be.
+    /// The server's answer to the HELLO/AUTH/SELECT/SETNAME handshake was not what it must be;
+    /// also when what answers is no Redis server at all (its first bytes are not RESP3: the
+    /// message shows them), or, over TLS, when the server does not speak TLS. Retrying does not
+    /// help: async_connect fails at once, and a waiting co_lock does not retry.
     handshake_failed,
     /// The request had been written when the connection was lost: it may or may not have run.
     connection_lost,
