@@ -3,6 +3,8 @@
 #include "cluster_engine.hpp"
 #include "connection_impl.hpp"
 
+#include "../detail/completion.hpp"
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
@@ -17,12 +19,52 @@ shared_engine const& engine_of(connection const& conn) noexcept {
     return conn.impl_;
 }
 
+namespace {
+
+// colock's own request on an engine its user closed: error::closed, posted to the handler's
+// executor, and nothing is sent (see engine::closing_by_user).
+template <class Handler, class... Args>
+void refuse_closed(shared_engine const& engine, Handler handler, Args... args) {
+    colock::detail::post_completion(engine->executor(), std::move(handler),
+                                    asio::cancellation_slot(),
+                                    boost::system::error_code(error::closed), std::move(args)...);
+}
+
+} // namespace
+
+void engine::add_close_hook(std::weak_ptr<close_hook> hook) {
+    std::lock_guard lock(hooks_mutex_);
+    std::erase_if(hooks_, [](auto const& h) { return h.expired(); });
+    hooks_.push_back(std::move(hook));
+}
+
+void engine::closing_by_user() {
+    std::vector<std::shared_ptr<close_hook>> live;
+    {
+        std::lock_guard lock(hooks_mutex_);
+        for (auto const& h : hooks_)
+            if (auto p = h.lock())
+                live.push_back(std::move(p));
+    }
+    for (auto const& h : live) // outside the lock: a hook may make requests
+        h->on_close();
+    closed_by_user_.store(true, std::memory_order_release);
+}
+
 void engine_exec(shared_engine const& engine, resp3::request req, exec_handler handler) {
+    if (engine->closed_by_user()) {
+        refuse_closed(engine, std::move(handler), response{});
+        return;
+    }
     engine->start_exec(std::move(req), std::move(handler));
 }
 
 void engine_change_subscription(shared_engine const& engine, bool subscribe,
                                 std::vector<std::string> channels, subscription_handler handler) {
+    if (engine->closed_by_user()) {
+        refuse_closed(engine, std::move(handler), std::string());
+        return;
+    }
     engine->start_subscription(
         engine_shards_channels(engine) ? channel_kind::sharded : channel_kind::classic, subscribe,
         std::move(channels),
@@ -209,6 +251,7 @@ connection::connection(executor_type ex, config cfg)
     : impl_(detail::make_engine(std::move(ex), std::move(cfg))) {}
 
 connection::~connection() {
+    impl_->closing_by_user();
     impl_->handle_destroyed();
 }
 
@@ -221,15 +264,18 @@ config const& connection::get_config() const noexcept {
 }
 
 void connection::start_connect(connect_handler handler) {
+    impl_->used_by_user();
     impl_->start_connect(std::move(handler));
 }
 
 void connection::start_exec(resp3::request req, exec_handler handler) {
+    impl_->used_by_user();
     impl_->start_exec(std::move(req), std::move(handler));
 }
 
 void connection::start_subscription(bool subscribe, std::vector<std::string> channels,
                                     connect_handler handler) {
+    impl_->used_by_user();
     impl_->start_subscription(
         detail::channel_kind::classic, subscribe, std::move(channels),
         detail::any_subscription_handler(std::in_place_type<connect_handler>, std::move(handler)));
@@ -266,6 +312,7 @@ void connection::remove_push_listener(push_listener const* listener) {
 }
 
 void connection::close() {
+    impl_->closing_by_user();
     impl_->start_close();
 }
 

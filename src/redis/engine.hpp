@@ -8,8 +8,10 @@
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -29,11 +31,32 @@ enum class channel_kind : std::uint8_t { classic = 0, sharded = 1 };
 // server's text.
 using any_subscription_handler = std::variant<connect_handler, subscription_handler>;
 
+// What colock's own layers hear of connection::close() and of the connection's destruction: on
+// the thread that closes, before the close starts, so that the requests they make then (the
+// lock layer gives back the leases it holds) are flushed with the rest. Never throws.
+class close_hook {
+public:
+    virtual void on_close() noexcept = 0;
+
+protected:
+    ~close_hook() = default;
+};
+
 // What redis::connection promises, whatever the deployment; the member functions are the
 // public operations' (connection.hpp documents them) and are callable from any thread.
 class engine {
 public:
     virtual ~engine() = default;
+
+    // colock's own layers: `hook` is told of every close while it lives (held weakly).
+    void add_close_hook(std::weak_ptr<close_hook> hook);
+    // connection::close() and ~connection, first: runs the hooks, then marks the engine closed
+    // by its user, so that colock's own requests (engine_exec, engine_change_subscription) fail
+    // with error::closed rather than open it again behind the user's back, until the user uses
+    // it again (connect, exec, subscribe).
+    void closing_by_user();
+    void used_by_user() noexcept { closed_by_user_.store(false, std::memory_order_release); }
+    bool closed_by_user() const noexcept { return closed_by_user_.load(std::memory_order_acquire); }
 
     virtual boost::asio::any_io_executor executor() const = 0;
     virtual config const& settings() const noexcept = 0;
@@ -67,6 +90,11 @@ public:
     virtual bool ever_connected() const noexcept = 0;
     virtual bool logs(log_level level) const noexcept = 0;
     virtual void log(log_level level, std::string_view line) const noexcept = 0;
+
+private:
+    std::mutex hooks_mutex_;
+    std::vector<std::weak_ptr<close_hook>> hooks_;
+    std::atomic<bool> closed_by_user_{false};
 };
 
 // Refuses a config no engine can work with (std::invalid_argument naming what is wrong).

@@ -354,6 +354,13 @@ public:
     /// made after close() are not sent on the closing connection: they wait for the flush to end
     /// and then start a new connection, as does a later async_connect (the connection can be used
     /// again after close()). is_connected() is false from the start of the flush.
+    ///
+    /// colock's own layers first give back what they hold through the connection, on the calling
+    /// thread, so that it is flushed too: every lease of a lock_guard still held (the guard then
+    /// holds nothing; letting it go sends nothing), and the co_lock calls waiting on it end with
+    /// operation_aborted. From then on the library itself sends nothing on this connection (its
+    /// requests fail with error::closed) until its user uses it again (async_connect, async_exec,
+    /// a subscription): nothing reopens it behind the user's back.
     void close();
 
     /// True while a connection is established and its handshake done.
