@@ -85,6 +85,10 @@ void release_in_background(std::shared_ptr<guard_state> st) {
         });
         return;
     }
+    release_now(std::move(st));
+}
+
+void release_now(std::shared_ptr<guard_state> st) {
     asio::dispatch(st->locker->strand_, [st] {
         st->stop();
         st->locker->note_released(*st, false);

@@ -97,8 +97,8 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
     boost::asio::cancellation_signal renew_stop; // emitted (on the strand) to end the renewal
     // The renewal's sleep; cancelled (not the renewal itself) to make it check the lease now.
     boost::asio::steady_timer renew_timer;
-    // This guard's entry in locker->held_, while it holds.
-    std::optional<std::list<std::weak_ptr<guard_state>>::iterator> registration;
+    // This guard's entry among the locker's held guards, while it holds.
+    std::optional<locker_impl::held_entry> registration;
 
     // A pending wait_lost. Its cancellation handler is installed on the caller's thread
     // before anything is posted, so no cancellation can be missed; `done` makes sure exactly
@@ -175,10 +175,8 @@ struct guard_state : std::enable_shared_from_this<guard_state> {
         finish_waiters();
         if (renewal_scheduled)
             locker->unschedule_renewal(*std::exchange(renewal_scheduled, std::nullopt));
-        if (registration) {
-            locker->held_.erase(*registration);
-            registration.reset();
-        }
+        if (registration)
+            locker->remove_held(*std::exchange(registration, std::nullopt));
     }
 };
 
@@ -189,5 +187,9 @@ release_held(std::shared_ptr<guard_state> st);
 // Releases in the background, for a guard that went away while holding or whose loss is
 // known; never blocks.
 void release_in_background(std::shared_ptr<guard_state> st);
+
+// Gives the lease back to Redis now, on the caller's thread, never to a waiter of this process
+// (the connection is closing); `st` is marked released by the caller. Never blocks.
+void release_now(std::shared_ptr<guard_state> st);
 
 } // namespace colock::detail

@@ -163,6 +163,11 @@ public:
     // The deployment was replaced (a restart, a failover), just before on_reconnect(): the
     // leases granted before are gone.
     virtual void on_server_change() = 0;
+    // The user closes the connection (close(), or its destruction): called on the closing
+    // thread, not the strand, before the close starts, so that the releases handed to the
+    // store now are flushed with it; afterwards the store sends nothing until the user uses
+    // the connection again.
+    virtual void on_connection_close() noexcept = 0;
 
 protected:
     ~lease_events() = default;
@@ -239,7 +244,8 @@ public:
     virtual void unsubscribe(std::string const& channel) = 0;
 
     // Sends wake-ups on channels starting with `channel_prefix`, reconnections and server
-    // changes to `events`, until stop_listening().
+    // changes to `events`, until stop_listening(); and the connection's close for as long as
+    // the store lives (guards outlive their locker, and close() gives their leases back).
     virtual void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) = 0;
     virtual void stop_listening() = 0;
 

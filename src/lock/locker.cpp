@@ -51,10 +51,9 @@ locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix,
 
 void locker_impl::drop_handlers_at_shutdown() noexcept {
     std::vector<std::shared_ptr<guard_state::lost_waiter>> dropped; // destroyed last
-    for (auto const& weak : held_)
-        if (auto st = weak.lock())
-            for (auto& w : std::exchange(st->lost_waiters, {}))
-                dropped.push_back(std::move(w));
+    for (auto const& st : held_guards())
+        for (auto& w : std::exchange(st->lost_waiters, {}))
+            dropped.push_back(std::move(w));
     // Calls parked with no timer hold themselves (and their handlers); destroyed after the
     // walk, as each leaves its queue.
     std::vector<std::shared_ptr<lock_operation>> parked;
@@ -122,8 +121,8 @@ void locker_impl::on_reconnect() {
     queues_.wake_heads();
     // The outage may have outlasted a lease, or the server may have lost its keys: renew now
     // rather than at the next interval, so a loss is known one round trip after reconnecting.
-    for (auto const& weak : held_)
-        if (auto st = weak.lock(); st && st->opt.auto_renew) {
+    for (auto const& st : held_guards())
+        if (st->opt.auto_renew) {
             if (st->watching) {
                 st->renew_timer.cancel();
             } else {
@@ -133,6 +132,40 @@ void locker_impl::on_reconnect() {
         }
 }
 
+locker_impl::held_entry locker_impl::add_held(std::shared_ptr<guard_state> const& st) {
+    std::lock_guard lock(held_mutex_);
+    return held_.insert(held_.end(), st);
+}
+
+void locker_impl::remove_held(held_entry e) {
+    std::lock_guard lock(held_mutex_);
+    held_.erase(e);
+}
+
+std::vector<std::shared_ptr<guard_state>> locker_impl::held_guards() const {
+    std::vector<std::shared_ptr<guard_state>> out;
+    std::lock_guard lock(held_mutex_);
+    out.reserve(held_.size());
+    for (auto const& weak : held_)
+        if (auto st = weak.lock())
+            out.push_back(std::move(st));
+    return out;
+}
+
+void locker_impl::on_connection_close() noexcept {
+    try {
+        // Every lease held through the connection goes back now, on this thread, so that the
+        // close sends it; a guard let go afterwards has nothing left to send (unlock() answers
+        // false, extend() not_held). Not to a waiter here: the calls under way end too.
+        for (auto const& st : held_guards())
+            if (!st->released.exchange(true))
+                release_now(st);
+        asio::dispatch(strand_, [self = shared_from_this()] { self->abort_pending(); });
+    } catch (...) {
+        // Out of memory: what was not handed to the connection runs out by its ttl.
+    }
+}
+
 void locker_impl::on_server_change() {
     // Another server instance: the locks we held were on the old one. A restart without
     // persistence lost them, so someone else may already hold them; say so at once. The holder
@@ -140,9 +173,8 @@ void locker_impl::on_server_change() {
     // With Cluster only the guards of the slots whose primary was replaced: the others' servers
     // kept their keys.
     record_expires_ = clock_type::time_point::min();
-    for (auto const& weak : held_)
-        if (auto st = weak.lock();
-            st && st->lease_server_changes != store_->server_changes(st->keys)) {
+    for (auto const& st : held_guards())
+        if (st->lease_server_changes != store_->server_changes(st->keys)) {
             st->mark_lost(loss_reason::server_replaced);
             st->renew_timer.cancel();
         }
@@ -247,7 +279,7 @@ std::shared_ptr<guard_state> locker_impl::make_handed_guard(std::string name, lo
 }
 
 void locker_impl::hold(std::shared_ptr<guard_state> const& st) {
-    st->registration = held_.insert(held_.end(), st);
+    st->registration = add_held(st);
     keep_record(st->ttl);
     if (st->opt.auto_renew)
         schedule_renewal(st);

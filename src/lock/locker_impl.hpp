@@ -24,6 +24,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -77,6 +78,12 @@ public:
     std::minstd_rand rng_;
     // The calls begun and not finished, on the strand.
     pending_operations pending_;
+
+private:
+    mutable std::mutex held_mutex_;
+    std::list<std::weak_ptr<guard_state>> held_;
+
+public:
     // Holder record and forced unlocks (status.cpp), on the strand. Called when a lease of
     // `ttl` is granted or renewed: writes the record when it would not outlive the lease by a
     // minute, and starts listening for forced unlocks the first time.
@@ -88,8 +95,16 @@ public:
     bool subscribed_for_forced_ = false; // and confirmed
     bool closed_ = false;                // the locker is gone (its guards may live on)
     // Guards that hold a lock taken through this locker, so a reconnection can check their
-    // leases at once and a server change can mark them lost. Entries leave in guard_state::stop.
-    std::list<std::weak_ptr<guard_state>> held_;
+    // leases at once, a server change can mark them lost and a close can give them back. Entries
+    // join in hold() and leave in guard_state::stop(), on the strand; read from any thread (the
+    // close), so behind a mutex, and walked as a copy, since marking a guard lost runs code
+    // that may let another go.
+    using held_entry = std::list<std::weak_ptr<guard_state>>::iterator;
+    held_entry add_held(std::shared_ptr<guard_state> const& st);
+    void remove_held(held_entry e);
+    std::vector<std::shared_ptr<guard_state>> held_guards() const;
+    // The connection is being closed by its user: see lease_events. From any thread.
+    void on_connection_close() noexcept override;
     // Renewals not started yet (renewal.cpp): a guard's renewal coroutine is spawned when its
     // first renewal is due, so a lock held for less than its renew interval costs no
     // coroutine and no timer of its own. One timer serves them all.

@@ -426,6 +426,11 @@ void member_events::on_reconnect() {
         q->relay_reconnect();
 }
 
+void member_events::on_connection_close() noexcept {
+    if (auto q = quorum.lock())
+        q->relay_connection_close();
+}
+
 void member_events::on_server_change() {
     if (auto q = quorum.lock())
         q->member_replaced();

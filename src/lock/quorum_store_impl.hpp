@@ -93,6 +93,7 @@ struct member_events final : lease_events {
     void on_message(std::string const& channel, std::string const& payload) override;
     void on_reconnect() override;
     void on_server_change() override;
+    void on_connection_close() noexcept override;
 };
 
 struct lease_track {
@@ -181,6 +182,12 @@ public:
     void relay_reconnect() {
         if (auto e = events_.lock())
             e->on_reconnect();
+    }
+    // One primary's connection is closed by its user: the lock layer gives back every lease,
+    // on all primaries (a lease needs a majority, and the user is shutting down).
+    void relay_connection_close() noexcept {
+        if (auto e = events_.lock())
+            e->on_connection_close();
     }
 
     // A primary was replaced (restarted, failed over): it no longer counts for the leases it

@@ -7,6 +7,8 @@
 #include "errors.hpp"
 #include "scripts.hpp"
 
+#include "../redis/engine.hpp"
+
 #include <colock/error.hpp>
 #include <colock/resp3/value.hpp>
 
@@ -68,7 +70,7 @@ std::optional<int> release_flag(resp3::value const& v) {
 }
 
 // Wake-ups and connection events, from the connection's strand to the lock layer's.
-struct wake_listener final : redis::push_listener {
+struct wake_listener final : redis::push_listener, redis::detail::close_hook {
     wake_listener(std::weak_ptr<lease_events> e, std::string prefix,
                   asio::strand<asio::any_io_executor> s)
         : events(std::move(e)), channel_prefix(std::move(prefix)), strand(std::move(s)) {}
@@ -97,6 +99,11 @@ struct wake_listener final : redis::push_listener {
     void on_reconnect() override {
         if (auto self = events.lock())
             asio::dispatch(strand, [self] { self->on_reconnect(); });
+    }
+
+    void on_close() noexcept override {
+        if (auto self = events.lock())
+            self->on_connection_close(); // on this thread: see lease_events
     }
 
     void on_server_change() override {
@@ -301,6 +308,7 @@ public:
         listener_ =
             std::make_shared<wake_listener>(std::move(events), std::move(channel_prefix), strand_);
         redis::detail::engine_add_listener(engine_, listener_);
+        engine_->add_close_hook(listener_);
     }
 
     void stop_listening() override {

@@ -301,8 +301,8 @@ void locker_impl::on_forced(std::string const& payload) {
         return;
     auto const token = rest.substr(0, space);
     auto const key = rest.substr(space + 1);
-    for (auto const& weak : held_)
-        if (auto st = weak.lock(); st && st->keys.key == key && st->lease_token == token) {
+    for (auto const& st : held_guards())
+        if (st->keys.key == key && st->lease_token == token) {
             st->mark_lost(loss_reason::forced);
             st->renew_timer.cancel();
         }

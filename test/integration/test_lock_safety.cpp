@@ -322,3 +322,85 @@ TEST_CASE("destroying a locker ends its waiting co_lock calls with operation_abo
         probe.close();
     });
 }
+
+namespace {
+
+// Whether nobody holds lock `name` now, asked on a connection of its own.
+bool free_now(std::string const& name) {
+    bool free = false;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        free = co_await lock_free(probe, name);
+        probe.close();
+    });
+    return free;
+}
+
+} // namespace
+
+TEST_CASE("close() gives back the leases held through the connection: a guard let go afterwards "
+          "sends nothing and holds nothing, and io.run() returns") {
+    SUBCASE("the connection outlives the coroutine (owned by main)") {
+        std::string const name = unique_key("close-main");
+        asio::io_context io;
+        redis::connection conn{io.get_executor(), shared_server().config()};
+        locker locks{conn};
+        bool done = false;
+        asio::co_spawn(
+            io,
+            [&]() -> asio::awaitable<void> {
+                auto g = co_await locks.co_lock(name, lease(30'000ms));
+                conn.close();
+                CHECK_FALSE(g.owns_lock());
+                bool const released_by_unlock = co_await g.unlock();
+                CHECK_FALSE(released_by_unlock); // given back by close() already
+                // The library does not open the connection again behind its user's back: a
+                // lock asked for through it now fails until the user connects again.
+                boost::system::error_code after_close;
+                try {
+                    co_await locks.co_try_lock(unique_key("close-after"), lease(1000ms));
+                } catch (boost::system::system_error const& e) {
+                    after_close = e.code();
+                }
+                CHECK(after_close == redis::error::closed);
+                done = true;
+            },
+            [](std::exception_ptr e) {
+                if (e)
+                    std::rethrow_exception(e);
+            });
+        auto const started = steady::now();
+        io.run_for(10s);
+        CHECK(done);
+        CHECK(io.stopped()); // ran out of work: nothing reopened the connection
+        CHECK(ms_since(started) < 3000);
+        CHECK(free_now(name));
+    }
+    SUBCASE("the connection and the guard in the coroutine, the guard let go last (the quick "
+            "start's shape)") {
+        std::string const name = unique_key("close-coroutine");
+        asio::io_context io;
+        bool done = false;
+        asio::co_spawn(
+            io,
+            [&]() -> asio::awaitable<void> {
+                redis::connection conn{co_await asio::this_coro::executor,
+                                       shared_server().config()};
+                locker locks{conn};
+                auto guard = co_await locks.co_lock(name, lease(30'000ms));
+                conn.close(); // the guard goes after this, with the coroutine
+                done = true;
+            },
+            [](std::exception_ptr e) {
+                if (e)
+                    std::rethrow_exception(e);
+            });
+        auto const started = steady::now();
+        io.run_for(10s);
+        CHECK(done);
+        CHECK(io.stopped());
+        CHECK(ms_since(started) < 3000);
+        // Given back by close(), not left to its 30 s ttl.
+        CHECK(free_now(name));
+    }
+}
