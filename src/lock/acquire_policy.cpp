@@ -27,6 +27,12 @@ acquire_decision decide_after_attempt(grant_result const& r, attempt_context con
         return {next_step::aborted};
     if (r.ec == error::timeout)
         return {next_step::fail_timeout};
+    // A passing failure that ended at or after the wait deadline (a connect attempt timing out
+    // just as wait_timeout runs out): the caller's bound is what stopped it.
+    if (r.ec && ctx.wait && now >= ctx.deadlines.wait &&
+        (is_transient(r.ec, r.server_text) ||
+         (is_connect_failure(r.ec) && !is_lasting_connect_failure(r.ec))))
+        return {next_step::fail_timeout};
     if (r.ec && !(ctx.wait && worth_retrying(r.ec, r.server_text, ctx.deadlines, now)))
         return {next_step::fail};
     if (cancelled) // requested while the attempt was in flight: reported

@@ -4,6 +4,10 @@
 // (status.cpp). Private to the library's sources.
 #pragma once
 
+#include "errors.hpp"
+
+#include <colock/redis/connection.hpp>
+
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/system/system_error.hpp>
@@ -25,11 +29,15 @@ void refuse_awaited(Handler handler, Executor const& fallback) {
 }
 
 // Completes `handler` with `out` (whose `ec` and `message` tell a failure): its error as a
-// system_error carrying the message, else `take(std::move(out))` as the result.
+// system_error carrying the message, else `take(std::move(out))` as the result. A connection
+// that could not be established throws redis::connect_error, whose what() is the message
+// alone: the message ends with the connection's account, which names the cause already.
 template <class Result, class Handler, class Outcome, class Take>
 void complete_awaited(Handler handler, std::exception_ptr e, Outcome out, Take const& take) {
     if (!e && out.ec)
-        e = std::make_exception_ptr(boost::system::system_error(out.ec, out.message));
+        e = is_connect_failure(out.ec)
+                ? std::make_exception_ptr(redis::connect_error(out.ec, out.message))
+                : std::make_exception_ptr(boost::system::system_error(out.ec, out.message));
     if (e)
         std::move(handler)(e, Result{});
     else

@@ -145,6 +145,20 @@ TEST_CASE("an attempt stopped by the wait deadline reports error::timeout") {
         for (bool queued : {false, true})
             CHECK(step(failed(colock::error::timeout), context(wait, queued)) ==
                   next_step::fail_timeout);
+    // A passing failure that ended as the wait deadline passed: the deadline is the cause, even
+    // when the connection never worked and its own budget ran out at the same moment.
+    auto const at_wait_deadline =
+        attempt_context{true, false, wait_deadlines{t0 + 2s, t0 + 2s}, 1000ms};
+    for (auto const ec : {error_code(redis::error::connect_timeout),
+                          error_code(boost::asio::error::connection_refused),
+                          error_code(redis::error::connection_lost)}) {
+        CAPTURE(ec.message());
+        CHECK(step(failed(ec), at_wait_deadline, false, t0 + 2s) == next_step::fail_timeout);
+        CHECK(step(failed(ec), at_wait_deadline, false, t0 + 2s + 5ms) == next_step::fail_timeout);
+    }
+    // A lasting refusal is reported as itself, deadline or not.
+    CHECK(step(failed(redis::error::handshake_failed), at_wait_deadline, false, t0 + 2s) ==
+          next_step::fail);
 }
 
 TEST_CASE("a cancellation that arrived during the attempt") {
