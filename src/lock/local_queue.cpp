@@ -260,7 +260,7 @@ asio::awaitable<void> locker_impl::queue_turns(lock_operation& op, asio::cancell
                 finish(op);
                 co_return;
             case next_step::fail_timeout:
-                fail(op, r->ec, timeout_text(op.opt));
+                fail(op, error::timeout, timeout_text(op.opt));
                 finish(op);
                 co_return;
             case next_step::fail:

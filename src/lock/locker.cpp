@@ -506,7 +506,7 @@ asio::awaitable<bool> locker_impl::first_attempt(lock_operation& op, asio::cance
     case next_step::not_acquired: // held by someone else: an empty result
         break;
     case next_step::fail_timeout:
-        fail(op, first->ec, timeout_text(op.opt));
+        fail(op, error::timeout, timeout_text(op.opt));
         break;
     case next_step::fail:
         fail(op, first->ec, failure_text(first->ec, first->server_text, op.opt, op.wait));

@@ -206,13 +206,19 @@ public:
 
     asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
                                         milliseconds ttl, std::int64_t fence) override {
-        auto const ttl_text = std::to_string(ttl.count());
-        auto const fence_text = std::to_string(fence);
-        auto [ec, v] = co_await run_script(extend_script(), std::nullopt, keys.key, "", "", token,
-                                           ttl_text, fence_text);
+        // EVAL, not EVALSHA: after a NOSCRIPT the extend would be sent again behind later
+        // requests, and could land after the next holder's renewal in a cohort, setting the
+        // lease to a ttl nobody counts on. One request keeps its place.
+        resp3::request req;
+        req.push("EVAL", extend_script().source, 1, keys.key, token, ttl.count(), fence);
+        auto [ec, resp] = co_await exec(std::move(req), nothrow_awaitable);
+        if (ec && ec != redis::error::server_error)
+            co_return lease_reply{ec, false};
+        if (resp.empty())
+            co_return lease_reply{error::unexpected_reply, false};
         if (ec)
             co_return lease_reply{ec, false};
-        auto const flag = script_flag(v);
+        auto const flag = script_flag(resp.back());
         if (!flag)
             co_return lease_reply{error::unexpected_reply, false};
         co_return lease_reply{error_code{}, *flag};

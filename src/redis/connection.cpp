@@ -38,7 +38,22 @@ void engine::add_close_hook(std::weak_ptr<close_hook> hook) {
     hooks_.push_back(std::move(hook));
 }
 
+namespace {
+
+// The engine whose close hooks run on this thread: their requests go out, and are flushed by the
+// close, while everything else colock asks of it is refused from the start of the close.
+thread_local engine const* closing_on_this_thread = nullptr;
+
+bool refuses_own_requests(shared_engine const& engine) noexcept {
+    return engine->closed_by_user() && closing_on_this_thread != engine.get();
+}
+
+} // namespace
+
 void engine::closing_by_user() {
+    // First: work the hooks hand to other threads (a strand) is refused from now on, so that
+    // nothing can slip in behind the close and open the connection again.
+    closed_by_user_.store(true, std::memory_order_release);
     std::vector<std::shared_ptr<close_hook>> live;
     {
         std::lock_guard lock(hooks_mutex_);
@@ -46,13 +61,14 @@ void engine::closing_by_user() {
             if (auto p = h.lock())
                 live.push_back(std::move(p));
     }
-    for (auto const& h : live) // outside the lock: a hook may make requests
+    auto const outer = std::exchange(closing_on_this_thread, this);
+    for (auto const& h : live) // outside the lock: a hook makes requests
         h->on_close();
-    closed_by_user_.store(true, std::memory_order_release);
+    closing_on_this_thread = outer;
 }
 
 void engine_exec(shared_engine const& engine, resp3::request req, exec_handler handler) {
-    if (engine->closed_by_user()) {
+    if (refuses_own_requests(engine)) {
         refuse_closed(engine, std::move(handler), response{});
         return;
     }
@@ -61,7 +77,7 @@ void engine_exec(shared_engine const& engine, resp3::request req, exec_handler h
 
 void engine_change_subscription(shared_engine const& engine, bool subscribe,
                                 std::vector<std::string> channels, subscription_handler handler) {
-    if (engine->closed_by_user()) {
+    if (refuses_own_requests(engine)) {
         refuse_closed(engine, std::move(handler), std::string());
         return;
     }

@@ -50,10 +50,10 @@ public:
 
     // colock's own layers: `hook` is told of every close while it lives (held weakly).
     void add_close_hook(std::weak_ptr<close_hook> hook);
-    // connection::close() and ~connection, first: runs the hooks, then marks the engine closed
-    // by its user, so that colock's own requests (engine_exec, engine_change_subscription) fail
-    // with error::closed rather than open it again behind the user's back, until the user uses
-    // it again (connect, exec, subscribe).
+    // connection::close() and ~connection, first: marks the engine closed by its user, so that
+    // colock's own requests (engine_exec, engine_change_subscription) fail with error::closed
+    // rather than open it again behind the user's back, until the user uses it again (connect,
+    // exec, subscribe); then runs the hooks, whose own requests on this thread still go out.
     void closing_by_user();
     void used_by_user() noexcept { closed_by_user_.store(false, std::memory_order_release); }
     bool closed_by_user() const noexcept { return closed_by_user_.load(std::memory_order_acquire); }

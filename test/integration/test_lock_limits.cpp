@@ -567,11 +567,11 @@ TEST_CASE("an ACL user without channel permissions: locks work by polling, and n
 TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake-up, renew, "
           "extend, unlock") {
     // Keep in step with README.md, "Operations: ACL permissions".
-    shared_server().cli(strings("ACL", "SETUSER", "lockuser", "reset", "on", ">pw", "~colock:*",
-                                "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+script|load",
-                                "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
-                                "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel",
-                                "+rpush", "+lpop", "+lrem", "+llen", "+hgetall"));
+    shared_server().cli(strings(
+        "ACL", "SETUSER", "lockuser", "reset", "on", ">pw", "~colock:*", "&colock:*", "+hello",
+        "+ping", "+info", "+evalsha", "+eval", "+script|load", "+subscribe", "+unsubscribe", "+get",
+        "+set", "+pexpire", "+pttl", "+del", "+time", "+publish", "+exists", "+hset", "+hget",
+        "+hdel", "+rpush", "+lpop", "+lrem", "+llen", "+hgetall"));
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = shared_server().config();
         cfg.username = "lockuser";

@@ -404,3 +404,42 @@ TEST_CASE("close() gives back the leases held through the connection: a guard le
         CHECK(free_now(name));
     }
 }
+
+TEST_CASE("a baton from a lease on a replaced server is not taken, and its lease goes back: the "
+          "waiter gets the lock through Redis at once, not after the old lease's ttl") {
+    redis_server_options aof; // the key outlives the restart, with the old lease's token
+    aof.extra_args = strings("--appendonly", "yes", "--appendfsync", "always");
+    redis_server server(aof);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        locker locks{conn};
+        std::string const name = unique_key("baton-replaced");
+        auto first = co_await locks.co_lock(name, lease(10'000ms));
+        std::optional<lock_guard> second;
+        steady::time_point second_at;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                lock_options opt = lease(10'000ms);
+                opt.retry.max = 200ms;
+                second = co_await locks.co_lock(name, opt);
+                second_at = steady::now();
+            },
+            asio::detached);
+        co_await sleep_for(100ms); // queued, in Redis and here
+
+        server.kill();
+        // Within a second the waiter asks again; its attempt waits for the connection.
+        co_await sleep_for(1500ms);
+        co_await first.unlock(); // handed to the waiter, in this process, while it asks
+        auto const restarted_at = steady::now();
+        server.restart(); // another instance: the baton's lease is one of the old server's
+        REQUIRE(co_await finishes_when([&] { return second.has_value(); }, 5000ms));
+        CHECK(second_at > restarted_at);
+        CHECK(ms_between(restarted_at, second_at) < 3000);
+        CHECK_FALSE(second->lost());
+        CHECK(second->token() != first.token());
+        CHECK(co_await second->unlock());
+        conn.close();
+    });
+}

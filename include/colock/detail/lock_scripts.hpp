@@ -219,9 +219,10 @@ local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local fence, rest, token = string.match(v, '^H (%d+) (%S+ (%S+) %d+ %d)$')
 if not fence or token ~= ARGV[1] then return 0 end
--- PEXPIRE needs no memory, so the lease is renewed on a full server (maxmemory with
--- noeviction) too; the SET that stores a larger fence may be refused there, which leaves the
--- lease renewed and its stored fence as it was.
+-- PEXPIRE first: it needs no memory, so the lease is renewed on a full server (maxmemory with
+-- noeviction) too. Redis refuses a script's commands that need memory only before its first
+-- write, so the SET that stores a larger fence then runs as well; pcall all the same, so that
+-- a refusal could only leave the stored fence as it was, never the lease unrenewed.
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local wanted = tonumber(ARGV[3] or '0') or 0
 if wanted > tonumber(fence) then

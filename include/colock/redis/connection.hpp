@@ -356,11 +356,12 @@ public:
     /// again after close()). is_connected() is false from the start of the flush.
     ///
     /// colock's own layers first give back what they hold through the connection, on the calling
-    /// thread, so that it is flushed too: every lease of a lock_guard still held (the guard then
-    /// holds nothing; letting it go sends nothing), and the co_lock calls waiting on it end with
-    /// operation_aborted. From then on the library itself sends nothing on this connection (its
-    /// requests fail with error::closed) until its user uses it again (async_connect, async_exec,
-    /// a subscription): nothing reopens it behind the user's back.
+    /// thread, so that it is flushed too: the lease of every lock_guard still holding (the guard
+    /// then holds nothing; letting it go sends nothing), and the co_lock calls waiting on it end
+    /// with operation_aborted (a lease caught between holders at that moment runs out by its
+    /// ttl). From then on the library itself sends nothing on this connection (its requests fail
+    /// with error::closed) until its user uses it again (async_connect, async_exec, a
+    /// subscription): nothing reopens it behind the user's back.
     void close();
 
     /// True while a connection is established and its handshake done.
