@@ -1,6 +1,8 @@
 // The engine's bookkeeping: queues, completions and subscriptions.
 #include "connection_impl.hpp"
 
+#include "../resp3/escape.hpp"
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -53,32 +55,8 @@ std::shared_ptr<asio::ssl::context> make_tls_context(config const& cfg) {
 }
 
 std::string printable_bytes(std::string_view bytes, std::size_t limit) {
-    std::string out = "\"";
-    for (char const c : bytes.substr(0, limit)) {
-        switch (c) {
-        case '\r':
-            out += "\\r";
-            break;
-        case '\n':
-            out += "\\n";
-            break;
-        case '\t':
-            out += "\\t";
-            break;
-        case '"':
-            out += "\\\"";
-            break;
-        case '\\':
-            out += "\\\\";
-            break;
-        default:
-            if (c >= 0x20 && c < 0x7f)
-                out += c;
-            else
-                out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-        }
-    }
-    out += '"';
+    std::string out;
+    resp3::detail::append_escaped(out, bytes.substr(0, limit));
     if (bytes.size() > limit)
         out += "...";
     return out;

@@ -1,5 +1,7 @@
 #include <colock/resp3/value.hpp>
 
+#include "escape.hpp"
+
 #include <charconv>
 #include <cmath>
 
@@ -86,7 +88,7 @@ bool operator==(value const& a, value const& b) noexcept {
     return false;
 }
 
-namespace {
+namespace detail {
 
 void append_escaped(std::string& out, std::string_view s) {
     static constexpr char hex[] = "0123456789abcdef";
@@ -121,6 +123,12 @@ void append_escaped(std::string& out, std::string_view s) {
     }
     out += '"';
 }
+
+} // namespace detail
+
+namespace {
+
+using detail::append_escaped;
 
 void append_double(std::string& out, double d) {
     if (std::isnan(d)) {
