@@ -214,16 +214,18 @@ TEST_CASE("a server that accepts and never answers: co_lock gives up within firs
         not_redis silent{ctx.get_executor(), ""};
         redis::config cfg;
         cfg.port = silent.port();
-        cfg.connect_timeout = 500ms;
+        cfg.connect_timeout = 1000ms;
         redis::connection conn{ctx.get_executor(), cfg};
         lock_options opt;
-        opt.first_connect_timeout = 900ms;
-        // The first attempt times out at 500 ms, the next at 1000 ms, past first_connect_timeout:
-        // that failure ends co_lock, with no third attempt until 1500 ms.
+        opt.first_connect_timeout = 1100ms;
+        // The first attempt times out at 1000 ms, the next (after a backoff of some tens of ms)
+        // at about 2050 ms, past first_connect_timeout: that failure ends co_lock. A third
+        // attempt would end at 3000 ms at the earliest; the bound sits in the middle of the gap,
+        // so that a slow machine does not read as a third attempt.
         auto const failed = co_await lock_fails(conn, opt);
         CHECK(failed.ec == redis::error::connect_timeout);
-        CHECK(failed.ms >= 900);
-        CHECK(failed.ms < 1300);
+        CHECK(failed.ms >= 1100);
+        CHECK(failed.ms < 2700);
         CHECK(silent.connections() <= 3);
     });
 }
