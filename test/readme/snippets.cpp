@@ -39,7 +39,7 @@ asio::awaitable<void> refund(colock::redis::config cfg) {
     auto guard = co_await locker.co_lock("refund:acct-42"); // waits, retries, renews
     co_await (do_refund() || guard.wait_lost());            // work stops if the lease is lost
     co_await guard.unlock(); // or let the guard go: conn.close() gives back what is held
-    conn.close(); // sends what is pending, ends the background work: io.run() returns
+    conn.close();            // sends what is pending, ends the background work: io.run() returns
 }
 
 //<-
