@@ -1,27 +1,33 @@
-# ctest package_consumer: builds colock alone (Release, no tests/examples/bench, no sanitizers),
-# installs it into a private prefix, then builds and runs a separate project that uses it through
-# find_package(colock). Proves the installed headers, targets and config file are complete, and
-# that the README's quick start builds as the README says (it runs in ctest readme_snippets_run).
+# ctest package_consumer: installs the colock built here into a private prefix, then builds and
+# runs a separate project that uses it through find_package(colock). Proves the installed
+# headers, targets and config file are complete, and that the README's quick start builds as the
+# README says (it runs in ctest readme_snippets_run). It also configures colock on its own (no
+# tests, examples, benchmarks or tool), as a project that vendors it would: the library's CMake
+# must not lean on anything those add.
 #
-# Variables: SOURCE_DIR (colock's source tree), WORK_DIR (scratch space), CXX_COMPILER.
+# The library is not compiled again: the build that runs this test has just compiled it from the
+# same sources, and a second build cost more than the rest of the test together.
+#
+# Variables: SOURCE_DIR (colock's source tree), BUILD_DIR (the build running this test, already
+# built), WORK_DIR (scratch space), CXX_COMPILER, SANITIZE (the build's COLOCK_SANITIZE; the
+# consumer must link the same runtimes).
 cmake_minimum_required(VERSION 3.25)
 
-foreach(var SOURCE_DIR WORK_DIR CXX_COMPILER)
+foreach(var SOURCE_DIR BUILD_DIR WORK_DIR CXX_COMPILER)
     if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
         message(FATAL_ERROR "run_consumer_test.cmake: -D${var}=... is required")
     endif()
 endforeach()
 
-set(build_dir "${WORK_DIR}/build")
+set(alone_dir "${WORK_DIR}/alone")
 set(prefix "${WORK_DIR}/prefix")
 set(consumer_build_dir "${WORK_DIR}/consumer-build")
-# The library build is kept between runs (incremental); what is installed and the consumer are
-# made afresh, so nothing stale can make the test pass.
-file(REMOVE_RECURSE "${prefix}" "${consumer_build_dir}")
+# What is installed and the consumer are made afresh, so nothing stale can make the test pass.
+file(REMOVE_RECURSE "${alone_dir}" "${prefix}" "${consumer_build_dir}")
 
 set(generator_args "")
 find_program(NINJA_EXECUTABLE ninja)
-if(NINJA_EXECUTABLE AND NOT EXISTS "${build_dir}/CMakeCache.txt")
+if(NINJA_EXECUTABLE)
     set(generator_args -G Ninja)
 endif()
 
@@ -33,18 +39,20 @@ function(run_step name)
     endif()
 endfunction()
 
-run_step("configure colock"
-    ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${build_dir}" ${generator_args}
+run_step("configure colock alone"
+    ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${alone_dir}" ${generator_args}
         -DCMAKE_BUILD_TYPE=Release
         -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
-        -DCMAKE_INSTALL_PREFIX=${prefix}
         -DCOLOCK_BUILD_TESTS=OFF
         -DCOLOCK_BUILD_EXAMPLES=OFF
         -DCOLOCK_BUILD_BENCH=OFF
-        -DCOLOCK_SANITIZE=
-        -DCOLOCK_WERROR=OFF)
-run_step("build colock" ${CMAKE_COMMAND} --build "${build_dir}" --parallel)
-run_step("install colock" ${CMAKE_COMMAND} --install "${build_dir}" --prefix "${prefix}")
+        -DCOLOCK_BUILD_TOOLS=OFF)
+run_step("install colock" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+
+set(sanitize_flags "")
+if(SANITIZE)
+    set(sanitize_flags "-fsanitize=${SANITIZE}")
+endif()
 
 # The consumer's sources, with the README's quick start as refund.cpp (its CMakeLists.txt builds
 # it exactly as the README says), copied afresh.
@@ -53,15 +61,13 @@ file(REMOVE_RECURSE "${consumer_source_dir}")
 file(COPY "${CMAKE_CURRENT_LIST_DIR}/consumer/" DESTINATION "${consumer_source_dir}")
 file(COPY_FILE "${SOURCE_DIR}/test/readme/snippets.cpp" "${consumer_source_dir}/refund.cpp")
 
-set(consumer_generator_args "")
-if(NINJA_EXECUTABLE)
-    set(consumer_generator_args -G Ninja)
-endif()
 run_step("configure the consumer"
     ${CMAKE_COMMAND} -S "${consumer_source_dir}" -B "${consumer_build_dir}"
-        ${consumer_generator_args}
-        -DCMAKE_BUILD_TYPE=Release
+        ${generator_args}
+        -DCMAKE_BUILD_TYPE=Debug
         -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+        "-DCMAKE_CXX_FLAGS=${sanitize_flags}"
+        "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_flags}"
         -DCMAKE_PREFIX_PATH=${prefix})
 run_step("build the consumer" ${CMAKE_COMMAND} --build "${consumer_build_dir}")
 
