@@ -105,7 +105,7 @@ clangxx=$(command -v clang++ || command -v clang++-14 || true)
 if [ -n "$clangxx" ]; then
     step "configure build/clang ($clangxx, warnings as errors)"
     cmake -S . -B build/clang -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Debug \
-        -DCOLOCK_WERROR=ON
+        -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DCOLOCK_WERROR=ON
     done_step "configure clang"
 
     step "build build/clang (-j$jobs)"

@@ -4,9 +4,10 @@
 // once and for fences out of order. At the end, one table; the exit code is non-zero when any
 // check failed.
 //
-// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l] [--seed N]
+// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l] [--part K/N] [--seed N]
 //   default: short versions (under two minutes, run by scripts/test.sh); --full: the long
-//   runs (scripts/reliability.sh).
+//   runs (scripts/reliability.sh). --part K/N runs every Nth scenario from the Kth: ctest runs
+//   the short versions as two tests side by side.
 //
 // Scenarios a-f are here; the helpers they share are in runner.cpp, g and h (worker processes
 // SIGKILLed) in scenarios_kill.cpp, i (Redis Sentinel failovers) in scenarios_sentinel.cpp, j
@@ -22,6 +23,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -439,9 +441,17 @@ int run_all() {
         {"j", cluster_migrations},
         {"k", redlock_primaries},
         {"l", lease_edges}};
+    for (auto const& key : opts.only) {
+        if (std::none_of(scenarios.begin(), scenarios.end(),
+                         [&](auto const& s) { return s.first == key; }))
+            throw std::invalid_argument("--only: no scenario '" + key + "'");
+    }
     std::vector<result> results;
-    for (auto const& [key, run] : scenarios) {
+    for (std::size_t i = 0; i < scenarios.size(); ++i) {
+        auto const& [key, run] = scenarios[i];
         if (!opts.only.empty() && !opts.only.contains(key))
+            continue;
+        if (i % opts.parts != opts.part - 1)
             continue;
         std::printf("---- %s\n", key.c_str());
         std::fflush(stdout);
@@ -490,11 +500,30 @@ int main(int argc, char** argv) {
             std::stringstream list(argv[++i]);
             for (std::string key; std::getline(list, key, ',');)
                 run_opts.only.insert(key);
+        } else if (arg == "--part" && i + 1 < argc) {
+            // K/N with 1 <= K <= N
+            std::string_view const part = argv[++i];
+            auto const slash = part.find('/');
+            std::size_t k = 0;
+            std::size_t n = 0;
+            bool const parsed =
+                slash != std::string_view::npos &&
+                std::from_chars(part.data(), part.data() + slash, k).ptr == part.data() + slash &&
+                std::from_chars(part.data() + slash + 1, part.data() + part.size(), n).ptr ==
+                    part.data() + part.size();
+            if (!parsed || k < 1 || k > n) {
+                std::fprintf(stderr, "%s: --part wants K/N with 1 <= K <= N, not '%s'\n", argv[0],
+                             argv[i]);
+                return 2;
+            }
+            run_opts.part = k;
+            run_opts.parts = n;
         } else if (arg == "--seed" && i + 1 < argc) {
             run_opts.seed = static_cast<unsigned>(std::stoul(argv[++i]));
         } else {
             std::fprintf(stderr,
-                         "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l] [--seed N]\n",
+                         "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l] [--part K/N] "
+                         "[--seed N]\n",
                          argv[0]);
             return 2;
         }

@@ -25,6 +25,9 @@ namespace colock::reliability {
 struct settings {
     bool full = false;
     std::set<std::string> only;
+    // --part K/N: every Nth scenario from the Kth (1-based), so that N processes run them all.
+    std::size_t part = 1;
+    std::size_t parts = 1;
     unsigned seed = 0;
 };
 
