@@ -43,9 +43,7 @@ TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a 
         REQUIRE_FALSE(ec);
         g.emplace(std::move(got));
     });
-    ctx.run_for(3s);
-    ctx.restart();
-    REQUIRE(g.has_value());
+    REQUIRE(run_until(ctx, 3s, [&] { return g.has_value(); }));
 
     try { // a bad ttl is refused before any I/O, naming the lock
         g->async_extend(0ms, [](error_code, bool) {});
@@ -57,29 +55,24 @@ TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a 
     std::optional<std::pair<error_code, bool>> extended;
     g->async_extend(20'000ms, [&](error_code ec, bool ok) { extended.emplace(ec, ok); });
     CHECK_FALSE(extended.has_value()); // never inside the initiating call
-    ctx.run_for(2s);
-    ctx.restart();
-    REQUIRE(extended.has_value());
+    REQUIRE(run_until(ctx, 2s, [&] { return extended.has_value(); }));
     CHECK_FALSE(extended->first);
     CHECK(extended->second);
-    std::int64_t pttl = 0;
+    std::optional<std::int64_t> pttl;
     asio::co_spawn(
         ctx,
         [&]() -> asio::awaitable<void> {
             pttl = co_await integer(probe, command("PTTL", "colock:{" + name + "}"));
         },
         asio::detached);
-    ctx.run_for(2s);
-    ctx.restart();
-    CHECK(pttl > 10'000);
+    REQUIRE(run_until(ctx, 2s, [&] { return pttl.has_value(); }));
+    CHECK(*pttl > 10'000);
 
     std::optional<std::pair<error_code, bool>> unlocked;
     g->async_unlock([&](error_code ec, bool ok) { unlocked.emplace(ec, ok); });
     CHECK_FALSE(unlocked.has_value());
     g.reset(); // the release goes on without the guard
-    ctx.run_for(2s);
-    ctx.restart();
-    REQUIRE(unlocked.has_value());
+    REQUIRE(run_until(ctx, 2s, [&] { return unlocked.has_value(); }));
     CHECK_FALSE(unlocked->first);
     CHECK(unlocked->second);
 

@@ -299,6 +299,20 @@ inline asio::awaitable<bool> finishes(bool const& done, std::chrono::millisecond
     co_return done;
 }
 
+/// Runs `ctx` until `done()` holds or `limit` has passed; returns `done()`. For tests that drive
+/// a context by hand: a connection's reader or a guard's renewal keeps it busy, so run_for()
+/// would always take its whole time.
+template <class Done>
+bool run_until(asio::io_context& ctx, std::chrono::milliseconds limit, Done done) {
+    auto const end = steady::now() + limit;
+    while (!done() && steady::now() < end) {
+        if (ctx.stopped())
+            ctx.restart();
+        ctx.run_one_until(end);
+    }
+    return done();
+}
+
 /// The outcome of a request sent with a callback, for requests that stay in flight while the
 /// test does something else.
 struct exec_outcome {
