@@ -5,7 +5,8 @@
 #      redis-servers, examples, the README's snippets, the parser fuzzer, the installed-package
 #      consumer).
 #   2. build/tsan: GCC, ThreadSanitizer; builds and runs only the multi-threaded test.
-#   3. build/clang: Clang 14, warnings as errors; builds everything, runs the unit tests.
+#   3. build/clang: Clang 14, warnings as errors, BOOST_ASIO_NO_DEPRECATED (colock uses no
+#      deprecated Asio); builds everything, runs the unit tests.
 # Installs the Debian packages it needs first. Exits non-zero on the first failure.
 #
 # --quick, for the inner loop: step 1 only, without the tests labelled slow (the reliability
@@ -123,7 +124,7 @@ clangxx=$(command -v clang++ || command -v clang++-14 || true)
 if [ -n "$clangxx" ]; then
     step "configure build/clang ($clangxx, warnings as errors)"
     cmake -S . -B build/clang -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Debug \
-        -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DCOLOCK_WERROR=ON
+        -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DCOLOCK_WERROR=ON -DCOLOCK_ASIO_NO_DEPRECATED=ON
     done_step "configure clang"
 
     step "build build/clang (-j$jobs)"

@@ -13,11 +13,6 @@
 #include <string_view>
 #include <vector>
 
-// CMake passes the project's version; a build without it still compiles.
-#ifndef COLOCK_VERSION
-#define COLOCK_VERSION "unknown"
-#endif
-
 namespace colock::cli {
 
 // Exit codes. 0, 1 and a command's own status are the answer; the 12x codes are above what

@@ -5,6 +5,7 @@
 #include "text.hpp"
 
 #include <colock/lock_options.hpp>
+#include <colock/version.hpp>
 
 #include <fmt/format.h>
 
@@ -320,7 +321,9 @@ subcommands:
 
 options (before or after the subcommand; --opt VALUE or --opt=VALUE):
   --url URL        the Redis server: redis://[[user]:password@]host[:port][/db],
-                   rediss://... (TLS) or unix:///path/to/redis.sock[?db=N]
+                   rediss://... (TLS) or unix:///path/to/redis.sock[?db=N];
+                   Sentinel: redis-sentinel://host[:port][,host[:port]...]/master[/db];
+                   Cluster: redis-cluster://host[:port][,host[:port]...]
                    (default: $COLOCK_REDIS_URL, else redis://127.0.0.1:6379)
   --prefix P       key prefix of the locks (default colock:)
   -v, --verbose    print the library's log lines (connections, losses) to stderr
@@ -347,7 +350,7 @@ exit status:
 environment:
   COLOCK_REDIS_URL  the Redis server when --url is not given
 )",
-        COLOCK_VERSION);
+        COLOCK_VERSION_STRING);
 }
 
 } // namespace colock::cli

@@ -8,6 +8,7 @@
 #include <colock/log.hpp>
 #include <colock/redis/config.hpp>
 #include <colock/redis/connection.hpp>
+#include <colock/version.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -104,7 +105,7 @@ int main(int argc, char** argv) {
         return exit_ok;
     }
     if (o.version) {
-        std::printf("colock %s\n", COLOCK_VERSION);
+        std::printf("colock %s\n", COLOCK_VERSION_STRING);
         return exit_ok;
     }
 

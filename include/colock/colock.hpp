@@ -13,3 +13,4 @@
 #include <colock/resp3/parser.hpp>
 #include <colock/resp3/request.hpp>
 #include <colock/resp3/value.hpp>
+#include <colock/version.hpp>

@@ -33,6 +33,10 @@ enum class error {
 
 boost::system::error_category const& error_category() noexcept;
 
+/// The enumerator's name (e.g. "not_held"), for logs and metrics labels; "unknown" for a value
+/// outside the enumeration. The error_code's message() says what it means.
+std::string_view to_string(error e) noexcept;
+
 /// True for a Redis error reply that describes a passing state of the server rather than a
 /// refusal: LOADING (a restart reading its data), BUSY (a script runs), TRYAGAIN and
 /// CLUSTERDOWN (a Cluster resharding or recovering), MASTERDOWN and READONLY (a failover in

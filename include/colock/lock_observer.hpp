@@ -38,6 +38,14 @@ enum class loss_reason {
     forced,
 };
 
+/// The enumerator's name ("first_attempt", "server_after_wait", "local_handoff"), for logs and
+/// metrics labels; "unknown" for a value outside the enumeration.
+std::string_view to_string(acquired_by how) noexcept;
+
+/// The enumerator's name ("not_ours", "expired", "server_replaced", "forced"), for logs and
+/// metrics labels; "unknown" for a value outside the enumeration.
+std::string_view to_string(loss_reason why) noexcept;
+
 /// A call of co_lock / co_try_lock / async_lock / async_try_lock got the lock.
 struct acquired_event {
     std::string_view name;

@@ -114,6 +114,26 @@ bool is_transient_server_error(std::string_view server_text) noexcept {
     return false;
 }
 
+std::string_view to_string(error e) noexcept {
+    switch (e) {
+    case error::timeout:
+        return "timeout";
+    case error::lock_lost:
+        return "lock_lost";
+    case error::invalid_argument:
+        return "invalid_argument";
+    case error::unexpected_reply:
+        return "unexpected_reply";
+    case error::not_held:
+        return "not_held";
+    case error::replicas_not_acknowledged:
+        return "replicas_not_acknowledged";
+    case error::no_quorum:
+        return "no_quorum";
+    }
+    return "unknown";
+}
+
 namespace detail {
 
 namespace asio = boost::asio;

@@ -356,8 +356,11 @@ namespace {
 // "h1:p1,h2:p2", IPv6 hosts in brackets.
 std::string address_list_text(std::vector<server_address> const& addresses) {
     std::string out;
-    for (std::size_t i = 0; i < addresses.size(); ++i)
-        out += (i == 0 ? "" : ",") + detail::address_text(addresses[i]);
+    for (auto const& address : addresses) {
+        if (!out.empty())
+            out += ',';
+        out += detail::address_text(address);
+    }
     return out;
 }
 
@@ -387,7 +390,8 @@ std::string config::to_redacted_url() const {
     if (uses_sentinel()) {
         std::string out = use_tls ? "rediss-sentinel://" : "redis-sentinel://";
         out += credentials + address_list_text(sentinel.sentinels);
-        out += "/" + percent_encode(sentinel.master_name);
+        out += '/';
+        out += percent_encode(sentinel.master_name);
         if (database != 0)
             out += fmt::format("/{}", database);
         if (!sentinel.password.empty())

@@ -202,7 +202,12 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     // password) or "SELECT n".
     if (replies[0].is_error()) {
         s->step = "HELLO";
-        co_return connect_failed(*s, error::handshake_failed, error_text(replies[0]));
+        std::string text = error_text(replies[0]);
+        // The server wants a password and the config has none: say where it goes.
+        if (cfg_.password.empty() && text.starts_with("NOAUTH"))
+            text += " (no password was given: put it in the URL, "
+                    "redis://[user]:password@host:port, or in config::password)";
+        co_return connect_failed(*s, error::handshake_failed, text);
     }
     if (cfg_.database != 0 && replies[1].is_error()) {
         s->step = fmt::format("SELECT {}", cfg_.database);

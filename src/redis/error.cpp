@@ -72,4 +72,36 @@ std::string first_error_text(response const& resp) {
     return {};
 }
 
+std::string_view to_string(error e) noexcept {
+    switch (e) {
+    case error::server_error:
+        return "server_error";
+    case error::connect_timeout:
+        return "connect_timeout";
+    case error::handshake_failed:
+        return "handshake_failed";
+    case error::connection_lost:
+        return "connection_lost";
+    case error::health_check_timeout:
+        return "health_check_timeout";
+    case error::unexpected_reply:
+        return "unexpected_reply";
+    case error::closed:
+        return "closed";
+    case error::unsupported_command:
+        return "unsupported_command";
+    case error::no_primary_address:
+        return "no_primary_address";
+    case error::not_primary:
+        return "not_primary";
+    case error::primary_changed:
+        return "primary_changed";
+    case error::no_slot_map:
+        return "no_slot_map";
+    case error::cross_slot:
+        return "cross_slot";
+    }
+    return "unknown";
+}
+
 } // namespace colock::redis

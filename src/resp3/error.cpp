@@ -62,4 +62,40 @@ boost::system::error_category const& error_category() noexcept {
     return instance;
 }
 
+std::string_view to_string(error e) noexcept {
+    switch (e) {
+    case error::invalid_type_byte:
+        return "invalid_type_byte";
+    case error::invalid_number:
+        return "invalid_number";
+    case error::invalid_double:
+        return "invalid_double";
+    case error::invalid_boolean:
+        return "invalid_boolean";
+    case error::invalid_null:
+        return "invalid_null";
+    case error::invalid_big_number:
+        return "invalid_big_number";
+    case error::invalid_verbatim:
+        return "invalid_verbatim";
+    case error::missing_crlf:
+        return "missing_crlf";
+    case error::negative_length:
+        return "negative_length";
+    case error::line_too_long:
+        return "line_too_long";
+    case error::blob_too_long:
+        return "blob_too_long";
+    case error::aggregate_too_large:
+        return "aggregate_too_large";
+    case error::nesting_too_deep:
+        return "nesting_too_deep";
+    case error::streamed_unsupported:
+        return "streamed_unsupported";
+    case error::attribute_without_value:
+        return "attribute_without_value";
+    }
+    return "unknown";
+}
+
 } // namespace colock::resp3

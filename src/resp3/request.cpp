@@ -3,6 +3,28 @@
 #include <stdexcept>
 
 namespace colock::resp3 {
+
+std::string_view to_string(reply_kind kind) noexcept {
+    switch (kind) {
+    case reply_kind::ordinary:
+        return "ordinary";
+    case reply_kind::subscribe:
+        return "subscribe";
+    case reply_kind::psubscribe:
+        return "psubscribe";
+    case reply_kind::ssubscribe:
+        return "ssubscribe";
+    case reply_kind::unsubscribe:
+        return "unsubscribe";
+    case reply_kind::punsubscribe:
+        return "punsubscribe";
+    case reply_kind::sunsubscribe:
+        return "sunsubscribe";
+    case reply_kind::unmatchable:
+        return "unmatchable";
+    }
+    return "unknown";
+}
 namespace {
 
 bool iequals(std::string_view a, std::string_view b) noexcept {

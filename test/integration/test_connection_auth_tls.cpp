@@ -60,6 +60,8 @@ TEST_CASE("AUTH with an ACL user: the right password connects, a wrong one is re
         auto [aec] = co_await anonymous.async_connect(as_tuple);
         CHECK(aec == redis::error::handshake_failed);
         CHECK(anonymous.last_error_text().find("NOAUTH") != std::string::npos);
+        CHECK(anonymous.last_error_text().find("no password was given: put it in the URL") !=
+              std::string::npos);
     });
 }
 

@@ -48,6 +48,11 @@ run_step("configure colock alone"
         -DCOLOCK_BUILD_BENCH=OFF
         -DCOLOCK_BUILD_TOOLS=OFF)
 run_step("install colock" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+foreach(doc LICENSE README.md CHANGELOG.md)
+    if(NOT EXISTS "${prefix}/share/doc/colock/${doc}")
+        message(FATAL_ERROR "package_consumer: the package has no share/doc/colock/${doc}")
+    endif()
+endforeach()
 
 set(sanitize_flags "")
 if(SANITIZE)

@@ -46,23 +46,23 @@ asio::awaitable<void> refund(colock::redis::config cfg) {
 int run_other_snippets(colock::redis::config const& cfg);
 //->
 int main() {
-    char const* url = std::getenv("COLOCK_REDIS_URL"); // e.g. redis://127.0.0.1:6379/0
-    auto cfg = colock::redis::config::from_url(url ? url : "redis://127.0.0.1:6379/0");
-    asio::io_context io;
-    asio::co_spawn(io, refund(cfg), [](std::exception_ptr e) {
-        if (e)
-            std::rethrow_exception(e); // out of io.run(), into the catch below
-    });
     try {
+        char const* url = std::getenv("COLOCK_REDIS_URL"); // e.g. redis://127.0.0.1:6379/0
+        auto cfg = colock::redis::config::from_url(url && *url ? url : "redis://127.0.0.1:6379");
+        asio::io_context io;
+        asio::co_spawn(io, refund(cfg), [](std::exception_ptr e) {
+            if (e)
+                std::rethrow_exception(e); // out of io.run(), into the catch below
+        });
         io.run();
-    } catch (std::exception const& e) {
+        std::cout << "refunded\n";
+        //<-
+        return run_other_snippets(cfg);
+        //->
+    } catch (std::exception const& e) { // a bad URL, a lock not taken, a lost connection
         std::cerr << "refund: " << e.what() << "\n";
         return 1;
     }
-    std::cout << "refunded\n";
-    //<-
-    return run_other_snippets(cfg);
-    //->
 }
 //]
 

@@ -3,6 +3,7 @@
 
 #include <boost/system/error_code.hpp>
 
+#include <string_view>
 #include <type_traits>
 
 namespace colock::redis {
@@ -47,6 +48,10 @@ enum class error {
 };
 
 boost::system::error_category const& error_category() noexcept;
+
+/// The enumerator's name (e.g. "connection_lost"), for logs and metrics labels; "unknown" for a
+/// value outside the enumeration. The error_code's message() says what it means.
+std::string_view to_string(error e) noexcept;
 
 inline boost::system::error_code make_error_code(error e) noexcept {
     return {static_cast<int>(e), error_category()};

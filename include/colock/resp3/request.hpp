@@ -35,6 +35,9 @@ enum class reply_kind : std::uint8_t {
     unmatchable,
 };
 
+/// The enumerator's name (e.g. "subscribe"); "unknown" for a value outside the enumeration.
+std::string_view to_string(reply_kind kind) noexcept;
+
 /// The answer a command expects.
 struct reply_shape {
     reply_kind kind = reply_kind::ordinary;
