@@ -1,9 +1,9 @@
 # ctest package_consumer: installs the colock built here into a private prefix, then builds and
 # runs a separate project that uses it through find_package(colock). Proves the installed
 # headers, targets and config file are complete, and that the README's quick start builds as the
-# README says (it runs in ctest readme_snippets_run). It also configures colock on its own (no
-# tests, examples, benchmarks or tool), as a project that vendors it would: the library's CMake
-# must not lean on anything those add.
+# README says (it runs in ctest readme_snippets_run), and that a program builds with nothing but
+# what pkg-config says. It also configures colock on its own (no tests, examples, benchmarks or
+# tool): the library's CMake must not lean on anything those add.
 #
 # The library is not compiled again: the build that runs this test has just compiled it from the
 # same sources, and a second build cost more than the rest of the test together.
@@ -57,6 +57,32 @@ endforeach()
 set(sanitize_flags "")
 if(SANITIZE)
     set(sanitize_flags "-fsanitize=${SANITIZE}")
+endif()
+
+# pkg-config: a program compiled and linked with nothing but what colock.pc says (and the
+# build's sanitizer runtimes).
+find_program(PKG_CONFIG_EXECUTABLE pkg-config REQUIRED)
+file(GLOB pc_file "${prefix}/lib*/pkgconfig/colock.pc" "${prefix}/lib/*/pkgconfig/colock.pc")
+if(NOT pc_file)
+    message(FATAL_ERROR "package_consumer: the package has no lib/pkgconfig/colock.pc")
+endif()
+get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+execute_process(COMMAND ${PKG_CONFIG_EXECUTABLE} --cflags --libs colock
+    RESULT_VARIABLE rc OUTPUT_VARIABLE pc_flags OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "package_consumer: pkg-config --cflags --libs colock failed (${rc})")
+endif()
+message(STATUS "package_consumer: pkg-config says: ${pc_flags}")
+separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+separate_arguments(sanitize_args UNIX_COMMAND "${sanitize_flags}")
+set(pc_program "${WORK_DIR}/pkg-config-consumer")
+run_step("build with pkg-config"
+    ${CXX_COMPILER} ${sanitize_args} -o "${pc_program}"
+        "${CMAKE_CURRENT_LIST_DIR}/subproject/main.cpp" ${pc_flags})
+execute_process(COMMAND "${pc_program}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "colock [0-9.]+: ok")
+    message(FATAL_ERROR "package_consumer: the pkg-config build failed (${rc}): ${out}${err}")
 endif()
 
 # The consumer's sources, with the README's quick start as refund.cpp (its CMakeLists.txt builds
