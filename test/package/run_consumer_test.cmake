@@ -2,8 +2,7 @@
 # runs a separate project that uses it through find_package(colock). Proves the installed
 # headers, targets and config file are complete, and that the README's quick start builds as the
 # README says (it runs in ctest readme_snippets_run), and that a program builds with nothing but
-# what pkg-config says. It also configures colock on its own (no tests, examples, benchmarks or
-# tool): the library's CMake must not lean on anything those add.
+# what pkg-config says.
 #
 # The library is not compiled again: the build that runs this test has just compiled it from the
 # same sources, and a second build cost more than the rest of the test together.
@@ -12,42 +11,16 @@
 # built), WORK_DIR (scratch space), CXX_COMPILER, SANITIZE (the build's COLOCK_SANITIZE; the
 # consumer must link the same runtimes).
 cmake_minimum_required(VERSION 3.25)
+set(PACKAGE_TEST package_consumer)
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+package_test_require(SOURCE_DIR BUILD_DIR WORK_DIR CXX_COMPILER)
 
-foreach(var SOURCE_DIR BUILD_DIR WORK_DIR CXX_COMPILER)
-    if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
-        message(FATAL_ERROR "run_consumer_test.cmake: -D${var}=... is required")
-    endif()
-endforeach()
-
-set(alone_dir "${WORK_DIR}/alone")
 set(prefix "${WORK_DIR}/prefix")
 set(consumer_build_dir "${WORK_DIR}/consumer-build")
 # What is installed and the consumer are made afresh, so nothing stale can make the test pass.
-file(REMOVE_RECURSE "${alone_dir}" "${prefix}" "${consumer_build_dir}")
+file(REMOVE_RECURSE "${prefix}" "${consumer_build_dir}")
 
-set(generator_args "")
-find_program(NINJA_EXECUTABLE ninja)
-if(NINJA_EXECUTABLE)
-    set(generator_args -G Ninja)
-endif()
-
-function(run_step name)
-    message(STATUS "package_consumer: ${name}")
-    execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
-    if(NOT rc EQUAL 0)
-        message(FATAL_ERROR "package_consumer: ${name} failed (${rc})")
-    endif()
-endfunction()
-
-run_step("configure colock alone"
-    ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${alone_dir}" ${generator_args}
-        -DCMAKE_BUILD_TYPE=Release
-        -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
-        -DCOLOCK_BUILD_TESTS=OFF
-        -DCOLOCK_BUILD_EXAMPLES=OFF
-        -DCOLOCK_BUILD_BENCH=OFF
-        -DCOLOCK_BUILD_TOOLS=OFF)
-run_step("install colock" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+package_run_step("install colock" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
 foreach(doc LICENSE README.md CHANGELOG.md)
     if(NOT EXISTS "${prefix}/share/doc/colock/${doc}")
         message(FATAL_ERROR "package_consumer: the package has no share/doc/colock/${doc}")
@@ -77,13 +50,10 @@ message(STATUS "package_consumer: pkg-config says: ${pc_flags}")
 separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
 separate_arguments(sanitize_args UNIX_COMMAND "${sanitize_flags}")
 set(pc_program "${WORK_DIR}/pkg-config-consumer")
-run_step("build with pkg-config"
+package_run_step("build with pkg-config"
     ${CXX_COMPILER} ${sanitize_args} -o "${pc_program}"
         "${CMAKE_CURRENT_LIST_DIR}/subproject/main.cpp" ${pc_flags})
-execute_process(COMMAND "${pc_program}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "colock [0-9.]+: ok")
-    message(FATAL_ERROR "package_consumer: the pkg-config build failed (${rc}): ${out}${err}")
-endif()
+package_run_program("${pc_program}" "colock [0-9.]+: ok")
 
 # The consumer's sources, with the README's quick start as refund.cpp (its CMakeLists.txt builds
 # it exactly as the README says), copied afresh.
@@ -92,23 +62,14 @@ file(REMOVE_RECURSE "${consumer_source_dir}")
 file(COPY "${CMAKE_CURRENT_LIST_DIR}/consumer/" DESTINATION "${consumer_source_dir}")
 file(COPY_FILE "${SOURCE_DIR}/test/readme/snippets.cpp" "${consumer_source_dir}/refund.cpp")
 
-run_step("configure the consumer"
+package_run_step("configure the consumer"
     ${CMAKE_COMMAND} -S "${consumer_source_dir}" -B "${consumer_build_dir}"
-        ${generator_args}
+        ${package_generator_args}
         -DCMAKE_BUILD_TYPE=Debug
         -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
         "-DCMAKE_CXX_FLAGS=${sanitize_flags}"
         "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_flags}"
         -DCMAKE_PREFIX_PATH=${prefix})
-run_step("build the consumer" ${CMAKE_COMMAND} --build "${consumer_build_dir}")
+package_run_step("build the consumer" ${CMAKE_COMMAND} --build "${consumer_build_dir}")
 
-message(STATUS "package_consumer: run the consumer")
-execute_process(COMMAND "${consumer_build_dir}/colock_consumer"
-    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message(STATUS "consumer output: ${out}${err}")
-if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "package_consumer: the consumer failed (${rc})")
-endif()
-if(NOT out MATCHES "colock consumer: ok")
-    message(FATAL_ERROR "package_consumer: unexpected consumer output")
-endif()
+package_run_program("${consumer_build_dir}/colock_consumer" "colock consumer: ok")

@@ -9,34 +9,17 @@
 # Variables: SOURCE_DIR (colock's source tree), WORK_DIR (scratch space), CXX_COMPILER, MODE
 # (add_subdirectory or fetchcontent), BUILD (ON or OFF).
 cmake_minimum_required(VERSION 3.25)
-
-foreach(var SOURCE_DIR WORK_DIR CXX_COMPILER MODE)
-    if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
-        message(FATAL_ERROR "run_subproject_test.cmake: -D${var}=... is required")
-    endif()
-endforeach()
+set(PACKAGE_TEST package_${MODE})
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+package_test_require(SOURCE_DIR WORK_DIR CXX_COMPILER MODE)
 
 set(build_dir "${WORK_DIR}/build")
 file(REMOVE_RECURSE "${build_dir}")
 
-set(generator_args "")
-find_program(NINJA_EXECUTABLE ninja)
-if(NINJA_EXECUTABLE)
-    set(generator_args -G Ninja)
-endif()
-
-function(run_step name)
-    message(STATUS "package_${MODE}: ${name}")
-    execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
-    if(NOT rc EQUAL 0)
-        message(FATAL_ERROR "package_${MODE}: ${name} failed (${rc})")
-    endif()
-endfunction()
-
 # Unoptimised and without debug information: the point is that it builds and links.
-run_step("configure"
+package_run_step("configure"
     ${CMAKE_COMMAND} -S "${CMAKE_CURRENT_LIST_DIR}/subproject" -B "${build_dir}"
-        ${generator_args}
+        ${package_generator_args}
         -DCMAKE_BUILD_TYPE=Debug
         -DCMAKE_CXX_FLAGS_DEBUG=-O0
         -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
@@ -49,11 +32,5 @@ run_step("configure"
 if(NOT BUILD)
     return()
 endif()
-run_step("build" ${CMAKE_COMMAND} --build "${build_dir}")
-
-execute_process(COMMAND "${build_dir}/my_server"
-    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message(STATUS "package_${MODE}: my_server said: ${out}${err}")
-if(NOT rc EQUAL 0 OR NOT out MATCHES "colock [0-9.]+: ok")
-    message(FATAL_ERROR "package_${MODE}: my_server failed (${rc})")
-endif()
+package_run_step("build" ${CMAKE_COMMAND} --build "${build_dir}")
+package_run_program("${build_dir}/my_server" "colock [0-9.]+: ok")
