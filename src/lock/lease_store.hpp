@@ -6,6 +6,8 @@
 // primary. Private to the library's sources.
 #pragma once
 
+#include "channel_events.hpp"
+
 #include <colock/log.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -151,24 +153,12 @@ inline constexpr std::chrono::milliseconds forced_unlock_quarantine{1000};
 // error::timeout and the lease is left to run out by its ttl.
 inline constexpr std::chrono::milliseconds release_timeout{5000};
 
-// What a store tells the lock layer; always called on the store's strand.
-class lease_events {
-public:
-    // A message to this locker on `channel` (one of the listened prefix): "g" the lock was
-    // handed to it, "q" another locker queued behind a lease it holds.
-    virtual void on_message(std::string const& channel, std::string const& payload) = 0;
-    // The deployment is reachable again after a loss: wake-ups may have been missed, and a
-    // lease may have lapsed meanwhile.
-    virtual void on_reconnect() = 0;
-    // The deployment was replaced (a restart, a failover), just before on_reconnect(): the
-    // leases granted before are gone.
-    virtual void on_server_change() = 0;
-    // The user closes the connection (close(), or its destruction): called on the closing
-    // thread, not the strand, before the close starts, so that the releases handed to the
-    // store now are flushed with it; afterwards the store sends nothing until the user uses
-    // the connection again.
-    virtual void on_connection_close() noexcept = 0;
-
+// What a store tells the lock layer (channel_events, on the store's strand): messages on the
+// listened prefix are "g" the lock was handed to this locker, "q" another locker queued behind a
+// lease it holds; on_server_change means the leases granted before are gone; after
+// on_connection_close the store sends nothing until the user uses the connection again, and
+// the releases handed to the store during it are flushed with the close.
+class lease_events : public channel_events {
 protected:
     ~lease_events() = default;
 };
