@@ -26,6 +26,7 @@ namespace colock {
 namespace detail {
 struct guard_state;
 class locker_impl;
+struct locker_access;
 } // namespace detail
 
 /// Holds one acquired lock. Move-only. While it lives (and auto_renew is on) a renewal
@@ -343,6 +344,9 @@ private:
 
     void start_lock(std::string name, lock_options opt, lock_handler handler);
     void start_try_lock(std::string name, lock_options opt, try_lock_handler handler);
+
+    friend struct detail::locker_access;
+    explicit locker(std::shared_ptr<detail::locker_impl> impl);
 
     std::shared_ptr<detail::locker_impl> impl_;
 };
