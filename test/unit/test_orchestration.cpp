@@ -1,0 +1,496 @@
+// The lock's orchestration without Redis: the locker, its local queue, cohort hand-off, the
+// guard and its renewal, run on fake_store (the scripts' rules in memory) with faults injected
+// at each step. Timings are tens of milliseconds; nothing waits for a real server.
+#include "fake_store.hpp"
+#include "lock/locker_access.hpp"
+
+#include <colock/error.hpp>
+#include <colock/lock_observer.hpp>
+#include <colock/locker.hpp>
+#include <colock/redis/error.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using boost::system::error_code;
+using colock::lock_guard;
+using colock::lock_options;
+using colock::locker;
+using colock::detail::locker_access;
+using colock::test::fake_server;
+using colock::test::fake_store;
+using colock::test::fault;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(nothrow);
+}
+
+// Polls `done` every millisecond; the test's own limit (world::run) bounds the wait.
+template <class Done>
+asio::awaitable<void> until(Done done) {
+    while (!done())
+        co_await sleep_for(1ms);
+}
+
+// One io_context, one fake server, and a store per process.
+struct world {
+    fake_server server; // outlives the io_context, whose handlers hold stores
+    asio::io_context ctx;
+
+    std::shared_ptr<fake_store> process() {
+        return std::make_shared<fake_store>(server, ctx.get_executor());
+    }
+
+    // Runs `body` to its end (at most `limit`), then what it left behind; fails on an exception.
+    template <class Body>
+    void run(Body body, std::chrono::milliseconds limit = 5000ms) {
+        bool done = false;
+        std::exception_ptr failure;
+        asio::co_spawn(ctx, body(), [&](std::exception_ptr e) {
+            done = true;
+            failure = e;
+        });
+        auto const end = clock_type::now() + limit;
+        while (!done && clock_type::now() < end)
+            ctx.run_for(10ms);
+        REQUIRE_MESSAGE(done, "the test did not finish in time");
+        ctx.run_for(50ms); // background releases and queue leaves
+        if (failure)
+            std::rethrow_exception(failure);
+    }
+};
+
+std::string const lock_key = "colock:{n}";
+
+lock_options short_lease(std::chrono::milliseconds ttl = 2000ms) {
+    lock_options opt;
+    opt.ttl = ttl;
+    return opt;
+}
+
+// The error a co_lock threw, or none.
+asio::awaitable<error_code> lock_error(locker& l, std::string name, lock_options opt) {
+    try {
+        auto g = co_await l.co_lock(std::move(name), opt);
+        co_return error_code{};
+    } catch (boost::system::system_error const& e) {
+        co_return e.code();
+    }
+}
+
+struct recording_observer final : colock::lock_observer {
+    std::vector<colock::acquired_by> acquired;
+    std::vector<colock::loss_reason> lost;
+    void on_acquired(colock::acquired_event const& e) override { acquired.push_back(e.how); }
+    void on_lost(colock::lost_event const& e) override { lost.push_back(e.reason); }
+};
+
+} // namespace
+
+TEST_CASE("orchestration: calls on one name in one process are served in call order, the "
+          "lease passed down the local queue with growing fences and one grant") {
+    world w;
+    auto store = w.process();
+    auto l = locker_access::make(store);
+    auto observer = std::make_shared<recording_observer>();
+    l.set_observer(observer);
+    std::vector<int> order;
+    std::vector<std::int64_t> fences;
+    int finished = 0;
+    w.run([&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 4; ++i)
+            asio::co_spawn(
+                w.ctx,
+                [&, i]() -> asio::awaitable<void> {
+                    auto g = co_await l.co_lock("n", short_lease());
+                    order.push_back(i);
+                    fences.push_back(g.fence());
+                    co_await sleep_for(5ms);
+                    CHECK(co_await g.unlock());
+                    ++finished;
+                },
+                asio::detached);
+        while (finished < 4)
+            co_await sleep_for(1ms);
+    });
+    CHECK(order == std::vector<int>{0, 1, 2, 3});
+    REQUIRE(fences.size() == 4);
+    for (std::size_t i = 1; i < fences.size(); ++i)
+        CHECK(fences[i] == fences[i - 1] + 1);
+    // One lease from the server, for the first call; the others took batons (the queue's head
+    // may ask meanwhile, and find its own process holding). The last holder gave the lease
+    // back, with the last fence given.
+    CHECK(w.server.calls().leases == 1);
+    CHECK(observer->acquired ==
+          std::vector<colock::acquired_by>{
+              colock::acquired_by::first_attempt, colock::acquired_by::local_handoff,
+              colock::acquired_by::local_handoff, colock::acquired_by::local_handoff});
+    auto const after = w.server.lock(lock_key);
+    REQUIRE(after);
+    CHECK(after->kind == fake_server::lock_entry::state::free);
+    CHECK(after->fence == fences.back());
+}
+
+TEST_CASE("orchestration: a release goes to the process queued for it at once, not after a "
+          "poll") {
+    world w;
+    auto a = locker_access::make(w.process());
+    auto b = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        auto held = co_await a.co_lock("n", short_lease(10s));
+        std::optional<clock_type::time_point> b_got;
+        std::int64_t b_fence = 0;
+        // Its own asks as rare as they go (at most one a second, queue_refresh_interval, or
+        // sooner by the jitter): the message is what brings it the lock.
+        auto slow = short_lease(10s);
+        slow.retry.initial = 10s;
+        slow.retry.max = 10s;
+        asio::co_spawn(
+            w.ctx,
+            [&]() -> asio::awaitable<void> {
+                auto g = co_await b.co_lock("n", slow);
+                b_got = clock_type::now();
+                b_fence = g.fence();
+            },
+            asio::detached);
+        co_await until([&] { return w.server.queue(lock_key).size() == 1; }); // b, at the server
+        auto const released_at = clock_type::now();
+        CHECK(co_await held.unlock());
+        while (!b_got)
+            co_await sleep_for(1ms);
+        // Told by its message: far sooner than its next ask (a second, queue_refresh_interval).
+        CHECK(*b_got - released_at < 500ms);
+        CHECK(b_fence > held.fence());
+    });
+}
+
+TEST_CASE("orchestration: with another process queued, local hand-offs stop at cohort_limit") {
+    world w;
+    auto a = locker_access::make(w.process());
+    auto b = locker_access::make(w.process());
+    std::vector<std::string> order;
+    int finished = 0;
+    auto opt = short_lease(10s);
+    opt.cohort_limit = 1;
+    auto hold_briefly = [&](locker& l, std::string who) -> asio::awaitable<void> {
+        auto g = co_await l.co_lock("n", opt);
+        order.push_back(who);
+        co_await sleep_for(5ms);
+        co_await g.unlock();
+        ++finished;
+    };
+    w.run([&]() -> asio::awaitable<void> {
+        auto first = co_await a.co_lock("n", opt);
+        asio::co_spawn(w.ctx, hold_briefly(a, "a2"), asio::detached);
+        asio::co_spawn(w.ctx, hold_briefly(a, "a3"), asio::detached);
+        co_await until([&] { return a.waiting() == 2; });
+        asio::co_spawn(w.ctx, hold_briefly(b, "b1"), asio::detached);
+        co_await until([&] {
+            auto const q = w.server.queue(lock_key);
+            return std::find(q.begin(), q.end(), b.id()) != q.end();
+        });
+        order.push_back("a1");
+        co_await first.unlock();
+        co_await until([&] { return finished == 3; });
+    });
+    // a1 passes to a2 (one hand-off allowed while b's process waits), whose release goes to
+    // b's process; a3 after it.
+    CHECK(order == std::vector<std::string>{"a1", "a2", "b1", "a3"});
+}
+
+TEST_CASE("orchestration: co_try_lock of a held lock answers nothing and queues nothing") {
+    world w;
+    auto a = locker_access::make(w.process());
+    auto b = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        auto held = co_await a.co_lock("n", short_lease());
+        auto got = co_await b.co_try_lock("n", short_lease());
+        CHECK_FALSE(got.has_value());
+        CHECK(w.server.queue(lock_key).empty());
+        CHECK(b.waiting() == 0);
+        CHECK(co_await held.unlock());
+    });
+}
+
+TEST_CASE("orchestration: a co_lock cancelled while queued leaves both queues, and the next "
+          "release frees the lock rather than hand it to the gone caller") {
+    world w;
+    auto a = locker_access::make(w.process());
+    auto b_store = w.process();
+    auto b = locker_access::make(b_store);
+    w.run([&]() -> asio::awaitable<void> {
+        auto held = co_await a.co_lock("n", short_lease(10s));
+        asio::steady_timer give_up(w.ctx, 50ms);
+        auto outcome = co_await (b.co_lock("n", short_lease()) || give_up.async_wait(nothrow));
+        CHECK(outcome.index() == 1);
+        co_await sleep_for(20ms); // the leave, in the background
+        CHECK(b.waiting() == 0);
+        CHECK(w.server.queue(lock_key).empty());
+        CHECK(b_store->subscriptions().empty());
+        CHECK(co_await held.unlock());
+        auto const after = w.server.lock(lock_key);
+        REQUIRE(after);
+        CHECK(after->kind == fake_server::lock_entry::state::free);
+    });
+}
+
+TEST_CASE("orchestration: a co_lock cancelled before its attempt was sent leaves nothing") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        w.server.away();
+        asio::steady_timer give_up(w.ctx, 30ms);
+        auto outcome = co_await (a.co_lock("n", short_lease()) || give_up.async_wait(nothrow));
+        CHECK(outcome.index() == 1);
+        w.server.back();
+        co_await sleep_for(20ms);
+        CHECK(w.server.calls().grants == 0);
+        CHECK_FALSE(w.server.lock(lock_key).has_value());
+    });
+}
+
+TEST_CASE("orchestration: a co_lock cancelled after its attempt ran, before the reply, gives "
+          "the lock back") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.server.latency = 40ms;
+    w.run([&]() -> asio::awaitable<void> {
+        asio::cancellation_signal cancel;
+        std::optional<std::exception_ptr> ended;
+        asio::co_spawn(w.ctx, a.co_lock("n", short_lease(10s)),
+                       asio::bind_cancellation_slot(
+                           cancel.slot(), [&](std::exception_ptr e, lock_guard) { ended = e; }));
+        co_await until([&] { return w.server.calls().grants == 1; }); // ran; the reply is due
+        cancel.emit(asio::cancellation_type::terminal);
+        co_await until([&] { return ended.has_value(); });
+        REQUIRE(*ended);
+        try {
+            std::rethrow_exception(*ended);
+        } catch (boost::system::system_error const& e) {
+            CHECK(e.code() == asio::error::operation_aborted);
+        }
+        co_await until([&] { return w.server.calls().releases == 1; });
+        auto const after = w.server.lock(lock_key);
+        REQUIRE(after);
+        CHECK(after->kind == fake_server::lock_entry::state::free);
+        CHECK(w.server.calls().releases == 1);
+    });
+}
+
+TEST_CASE("orchestration: an attempt whose reply was lost after it ran is asked again and "
+          "keeps the grant; co_try_lock gives it back") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        w.server.grant_faults.push_back({fault::kind::lost_after});
+        auto g = co_await a.co_lock("n", short_lease());
+        CHECK(g.owns_lock());
+        CHECK(w.server.calls().grants == 2); // the same token again: the same lease
+        auto const held = w.server.lock(lock_key);
+        REQUIRE(held);
+        CHECK(held->token == g.token());
+        CHECK(co_await g.unlock());
+
+        w.server.grant_faults.push_back({fault::kind::lost_after});
+        error_code ec;
+        try {
+            auto once = co_await a.co_try_lock("m", short_lease());
+            CHECK_FALSE(once.has_value());
+        } catch (boost::system::system_error const& e) {
+            ec = e.code();
+        }
+        CHECK(ec == colock::redis::error::connection_lost);
+        co_await sleep_for(20ms);
+        auto const left = w.server.lock("colock:{m}");
+        REQUIRE(left); // released, with its token, not left held
+        CHECK(left->kind == fake_server::lock_entry::state::free);
+    });
+}
+
+TEST_CASE("orchestration: a refused attempt fails co_lock with the server's words") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        w.server.grant_faults.push_back({fault::kind::refused, "NOPERM no scripts for you"});
+        std::string what;
+        try {
+            co_await a.co_lock("n", short_lease());
+        } catch (boost::system::system_error const& e) {
+            CHECK(e.code() == colock::redis::error::server_error);
+            what = e.what();
+        }
+        CHECK(what.find("NOPERM no scripts for you") != std::string::npos);
+        CHECK(what.find("'n'") != std::string::npos);
+        CHECK_FALSE(w.server.lock(lock_key).has_value());
+    });
+}
+
+TEST_CASE("orchestration: wait_timeout ends a queued co_lock with error::timeout, out of the "
+          "server's queue") {
+    world w;
+    auto a = locker_access::make(w.process());
+    auto b = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        auto held = co_await a.co_lock("n", short_lease(10s));
+        auto opt = short_lease();
+        opt.wait_timeout = 80ms;
+        auto const started = clock_type::now();
+        auto const ec = co_await lock_error(b, "n", opt);
+        CHECK(ec == colock::error::timeout);
+        CHECK(clock_type::now() - started >= 80ms);
+        CHECK(clock_type::now() - started < 2000ms);
+        co_await sleep_for(20ms);
+        CHECK(w.server.queue(lock_key).empty());
+        CHECK(co_await held.unlock());
+    });
+}
+
+TEST_CASE("orchestration: a locker destroyed with a call waiting ends it with "
+          "operation_aborted, and nothing of it stays queued") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        auto held = co_await a.co_lock("n", short_lease(10s));
+        std::optional<error_code> ended;
+        {
+            auto b = locker_access::make(w.process());
+            asio::co_spawn(
+                w.ctx, [&]() -> asio::awaitable<void> { ended = co_await lock_error(b, "n", {}); },
+                asio::detached);
+            co_await until([&] { return w.server.queue(lock_key).size() == 1; });
+            // b goes here, with its call under way.
+        }
+        while (!ended)
+            co_await sleep_for(1ms);
+        CHECK(*ended == asio::error::operation_aborted);
+        co_await sleep_for(20ms);
+        CHECK(w.server.queue(lock_key).empty());
+        CHECK(co_await held.unlock());
+    });
+}
+
+TEST_CASE("orchestration: renewal extends the lease every renew_interval") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        auto opt = short_lease(300ms);
+        opt.renew_interval = 50ms;
+        auto const started = clock_type::now();
+        auto g = co_await a.co_lock("n", opt);
+        co_await sleep_for(450ms); // half as long again as the lease
+        auto const held_for = clock_type::now() - started;
+        auto const extends = w.server.calls().extends;
+        // Kept alive past its ttl, and never renewed more often than the interval.
+        CHECK(g.owns_lock());
+        auto const held = w.server.lock(lock_key);
+        REQUIRE(held);
+        CHECK(held->expires > clock_type::now());
+        CHECK(extends >= 2);
+        CHECK(extends <= held_for / 50ms + 1);
+        CHECK(co_await g.unlock());
+    });
+}
+
+TEST_CASE("orchestration: renewals that are never answered: the guard is lost at its local "
+          "deadline, which is not later than the server's expiry") {
+    world w;
+    auto a = locker_access::make(w.process());
+    auto observer = std::make_shared<recording_observer>();
+    a.set_observer(observer);
+    w.run([&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 100; ++i)
+            w.server.extend_faults.push_back({fault::kind::never_answers});
+        auto opt = short_lease(200ms);
+        opt.renew_interval = 50ms;
+        auto const started = clock_type::now();
+        auto g = co_await a.co_lock("n", opt);
+        co_await g.wait_lost();
+        auto const lost_at = clock_type::now();
+        CHECK(g.loss() == colock::loss_reason::expired);
+        CHECK(lost_at - started >= 190ms);
+        CHECK(lost_at - started < 1000ms);
+        // The extends did run at the server: its lease outlives the local deadline.
+        auto const at_server = w.server.lock(lock_key);
+        REQUIRE(at_server);
+        CHECK(at_server->expires >= lost_at);
+        CHECK(g.lease_expiry() <= at_server->expires);
+        CHECK(observer->lost == std::vector<colock::loss_reason>{colock::loss_reason::expired});
+        CHECK_FALSE(co_await g.unlock());
+    });
+}
+
+TEST_CASE("orchestration: a renewal refused for a passing reason is tried again, and the "
+          "lease is kept") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        w.server.extend_faults.push_back({fault::kind::refused, "BUSY script running"});
+        w.server.extend_faults.push_back({fault::kind::lost_before});
+        auto opt = short_lease(300ms);
+        opt.renew_interval = 50ms;
+        auto g = co_await a.co_lock("n", opt);
+        co_await sleep_for(450ms); // past the first lease: a renewal went through
+        CHECK(g.owns_lock());
+        CHECK_FALSE(g.lost());
+        CHECK(w.server.calls().extends >= 3);
+        CHECK(co_await g.unlock());
+    });
+}
+
+TEST_CASE("orchestration: a lease gone at the server is reported lost (not_ours) at the next "
+          "renewal") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        auto opt = short_lease(2000ms);
+        opt.renew_interval = 50ms;
+        auto g = co_await a.co_lock("n", opt);
+        w.server.drop(lock_key);
+        auto const dropped = clock_type::now();
+        co_await g.wait_lost();
+        CHECK(g.loss() == colock::loss_reason::not_ours);
+        CHECK(clock_type::now() - dropped < 1000ms);
+        CHECK_FALSE(co_await g.unlock());
+    });
+}
+
+TEST_CASE("orchestration: a replaced server marks the guards held there lost at once") {
+    world w;
+    auto a = locker_access::make(w.process());
+    w.run([&]() -> asio::awaitable<void> {
+        auto g = co_await a.co_lock("n", short_lease(10s));
+        w.server.replace();
+        asio::steady_timer limit(w.ctx, 1000ms);
+        auto outcome = co_await (g.wait_lost() || limit.async_wait(nothrow));
+        CHECK(outcome.index() == 0);
+        CHECK(g.loss() == colock::loss_reason::server_replaced);
+        CHECK_FALSE(g.owns_lock());
+    });
+}
