@@ -98,39 +98,36 @@ std::shared_ptr<guard_state> locker_impl::make_guard(std::string name, lock_keys
                                                      lock_options const& opt,
                                                      clock_type::time_point attempt_start,
                                                      std::uint64_t server_changes) {
-    auto st = std::make_shared<guard_state>(shared_from_this(), std::move(name), std::move(keys),
-                                            std::move(token), fence, opt);
-    st->acquired_at = attempt_start;
-    st->set_lease_deadline(attempt_start + store_->safe_ttl(opt.ttl));
-    st->lease_granted_at = clock_type::now();
+    lease_origin origin;
+    origin.lease_token = token;
+    origin.lease_fence = fence;
+    origin.granted_at = clock_type::now();
     // The count the grant was checked against, not a newer one: a change counted since then
     // is one this lease did not survive.
-    st->lease_server_changes = server_changes;
-    hold(st);
+    origin.server_changes = server_changes;
+    origin.acquired_at = attempt_start;
+    origin.deadline = attempt_start + store_->safe_ttl(opt.ttl);
+    auto st = std::make_shared<guard_state>(shared_from_this(), std::move(name), std::move(keys),
+                                            std::move(token), fence, opt, std::move(origin));
+    st->hold();
     return st;
 }
 
 std::shared_ptr<guard_state> locker_impl::make_handed_guard(std::string name, lock_keys keys,
                                                             std::string token, lease_baton baton,
                                                             lock_options const& opt) {
+    lease_origin origin;
+    origin.lease_token = std::move(baton.lease_token);
+    origin.lease_fence = baton.lease_fence;
+    origin.granted_at = baton.granted_at;
+    origin.local_handoffs = baton.local_handoffs;
+    origin.server_changes = baton.server_changes;
+    origin.acquired_at = clock_type::now();
+    origin.deadline = baton.deadline;
     auto st = std::make_shared<guard_state>(shared_from_this(), std::move(name), std::move(keys),
-                                            std::move(token), baton.fence, opt);
-    st->acquired_at = clock_type::now();
-    st->set_lease_deadline(baton.deadline);
-    st->lease_token = std::move(baton.lease_token);
-    st->lease_fence = baton.lease_fence;
-    st->lease_granted_at = baton.granted_at;
-    st->local_handoffs = baton.local_handoffs;
-    st->lease_server_changes = baton.server_changes;
-    hold(st);
+                                            std::move(token), baton.fence, opt, std::move(origin));
+    st->hold();
     return st;
-}
-
-void locker_impl::hold(std::shared_ptr<guard_state> const& st) {
-    st->registration = add_held(st);
-    keep_record(st->ttl);
-    if (st->opt.auto_renew)
-        schedule_renewal(st);
 }
 
 asio::awaitable<std::optional<grant_result>>

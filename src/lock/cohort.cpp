@@ -29,20 +29,25 @@ asio::awaitable<void> return_lease(std::shared_ptr<locker_impl> self, lock_keys 
 } // namespace
 
 bool locker_impl::hand_off_locally(guard_state& st) {
-    auto* q = queues_.find(st.keys);
+    auto* q = queues_.find(st.keys());
     if (!q)
         return false;
     waiter& next = q->waiters.front();
-    if (next.baton || st.lease_server_changes != store_->server_changes(st.keys))
+    if (next.baton || st.server_generation() != store_->server_changes(st.keys()))
         return false;
-    cohort_facts const facts{st.opt.cohort_limit, st.local_handoffs,   q->others_queued,
-                             st.lost.load(),      st.lease_deadline(), st.fence + 1,
-                             st.lease_fence,      st.lease_granted_at};
+    cohort_facts const facts{st.options().cohort_limit,
+                             st.local_handoffs(),
+                             q->others_queued,
+                             st.lost(),
+                             st.deadline(),
+                             st.fence() + 1,
+                             st.lease_fence(),
+                             st.lease_granted_at()};
     if (!may_hand_off_locally(facts, clock_type::now()))
         return false;
     next.baton = std::make_unique<lease_baton>(
-        lease_baton{st.lease_token, st.lease_fence, st.fence + 1, st.lease_granted_at,
-                    st.lease_deadline(), st.local_handoffs + 1, st.lease_server_changes});
+        lease_baton{st.lease_token(), st.lease_fence(), st.fence() + 1, st.lease_granted_at(),
+                    st.deadline(), st.local_handoffs() + 1, st.server_generation()});
     local_queues::wake(next, wake_reason::handed);
     return true;
 }

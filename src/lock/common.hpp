@@ -1,18 +1,15 @@
 // Small helpers shared by the units of the lock layer. Private to the library's sources.
 #pragma once
 
-#include <boost/asio/as_tuple.hpp>
+#include "../detail/awaitable_tokens.hpp"
+
 #include <boost/asio/cancellation_state.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
 
 namespace colock::detail {
 
 using clock_type = std::chrono::steady_clock;
-
-// Awaits completing with a tuple of their results, never throwing.
-inline constexpr auto nothrow_awaitable = boost::asio::as_tuple(boost::asio::use_awaitable);
 
 // t + d, saturated at the clock's end: a very long wait or hold must never wrap round into the
 // past. (Adding milliseconds::max() to a time point overflows even before the addition: the

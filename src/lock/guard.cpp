@@ -28,32 +28,89 @@ namespace detail {
 // Coroutines take what they use by value: lambdas with captures that outlive their first
 // suspension are a classic source of dangling references.
 
+guard_state::guard_state(std::shared_ptr<locker_impl> owner, std::string name, lock_keys keys,
+                         std::string token, std::int64_t fence, lock_options const& opt,
+                         lease_origin origin)
+    : lease(owner->book_,
+            lease_terms{opt.ttl, opt.effective_renew_interval(), opt.auto_renew, opt.max_hold},
+            origin.acquired_at, origin.deadline, origin.server_changes)
+    , locker_(std::move(owner))
+    , name_(std::move(name))
+    , keys_(std::move(keys))
+    , token_(std::move(token))
+    , fence_(fence)
+    , opt_(opt)
+    , origin_(std::move(origin)) {}
+
+void guard_state::hold() {
+    enter_book();
+    locker_->keep_record(ttl());
+    start();
+}
+
+asio::awaitable<lease_reply> guard_state::extend_at_server(std::chrono::milliseconds ttl) {
+    return locker_->store_->extend(keys_, origin_.lease_token, ttl, fence_);
+}
+
+std::uint64_t guard_state::current_server_generation() const noexcept {
+    return locker_->store_->server_changes(keys_);
+}
+
+bool guard_state::is_lease(std::string_view key, std::string_view token) const noexcept {
+    return keys_.key == key && origin_.lease_token == token;
+}
+
+void guard_state::give_back_now() noexcept {
+    try {
+        release_now(shared());
+    } catch (...) {
+        // Out of memory: the lease runs out by its ttl.
+    }
+}
+
+void guard_state::on_lost(loss_reason why) {
+    locker_->note_lost(*this, why);
+}
+
+void guard_state::on_renewal(clock_type::duration latency, bool extended, error_code ec) {
+    locker_->note_renewal(*this, latency, extended, ec);
+    if (ec && ec != error::timeout && locker_->store_->logs(log_level::debug))
+        locker_->store_->log(log_level::debug,
+                             fmt::format("renewal of lock '{}' (fence {}) failed: {}; retrying",
+                                         name_, fence_, ec.message()));
+}
+
+void guard_state::on_confirmed(std::chrono::milliseconds ttl) {
+    locker_->keep_record(ttl);
+}
+
 namespace {
 
 // The lease back to Redis, with the last fence this process gave under it; a waiter here asks
 // at once if the lock ends up free rather than handed to another process.
 asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<guard_state> st) {
-    auto const reply = co_await st->locker->store_->release(st->keys, st->lease_token,
-                                                            handoff_claim(st->opt.ttl), st->fence);
+    auto& locker = st->locker();
+    auto const reply = co_await locker.store_->release(
+        st->keys(), st->lease_token(), handoff_claim(st->options().ttl), st->fence());
     if (reply.ec || !reply.handed)
-        st->locker->wake_local_head(st->keys);
-    if (reply.ec && st->locker->store_->logs(log_level::error))
-        st->locker->store_->log(log_level::error,
-                                fmt::format("release of lock '{}' (fence {}) failed: {}; the lease "
-                                            "ends by its ttl",
-                                            st->name, st->fence, reply.ec.message()));
+        locker.wake_local_head(st->keys());
+    if (reply.ec && locker.store_->logs(log_level::error))
+        locker.store_->log(log_level::error,
+                           fmt::format("release of lock '{}' (fence {}) failed: {}; the lease "
+                                       "ends by its ttl",
+                                       st->name(), st->fence(), reply.ec.message()));
     co_return std::tuple{reply.ec, reply.ours};
 }
 
 // Hands the release to the store on the caller's thread (see release_in_background).
 void send_release(std::shared_ptr<guard_state> st) {
-    auto const store = st->locker->store_;
-    auto const& keys = st->keys;
-    auto const& token = st->lease_token;
-    auto const claim = handoff_claim(st->opt.ttl);
-    auto const fence = st->fence;
+    auto const store = st->locker().store_;
+    auto const& keys = st->keys();
+    auto const& token = st->lease_token();
+    auto const claim = handoff_claim(st->options().ttl);
+    auto const fence = st->fence();
     store->release_in_background(keys, token, claim, fence, [st = std::move(st)] {
-        asio::co_spawn(st->locker->strand_, release_to_server(st), asio::detached);
+        asio::co_spawn(st->strand(), release_to_server(st), asio::detached);
     });
 }
 
@@ -61,8 +118,8 @@ void send_release(std::shared_ptr<guard_state> st) {
 
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
     st->stop();
-    bool const handed = st->locker->hand_off_locally(*st);
-    st->locker->note_released(*st, handed);
+    bool const handed = st->locker().hand_off_locally(*st);
+    st->locker().note_released(*st, handed);
     if (handed)
         co_return std::tuple{error_code{}, true};
     co_return co_await release_to_server(std::move(st));
@@ -74,12 +131,12 @@ asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard
 // lost connection, BUSY, LOADING) hands the release to the retrying one on the strand. With
 // waiters here, the strand decides first whether the lease goes to one of them.
 void release_in_background(std::shared_ptr<guard_state> st) {
-    if (st->locker->queues_.waiting() > 0) {
-        auto strand = st->locker->strand_;
+    if (st->locker().queues_.waiting() > 0) {
+        auto strand = st->strand();
         asio::dispatch(strand, [st = std::move(st)]() mutable {
             st->stop();
-            bool const handed = st->locker->hand_off_locally(*st);
-            st->locker->note_released(*st, handed);
+            bool const handed = st->locker().hand_off_locally(*st);
+            st->locker().note_released(*st, handed);
             if (!handed)
                 send_release(std::move(st));
         });
@@ -89,9 +146,9 @@ void release_in_background(std::shared_ptr<guard_state> st) {
 }
 
 void release_now(std::shared_ptr<guard_state> st) {
-    asio::dispatch(st->locker->strand_, [st] {
+    asio::dispatch(st->strand(), [st] {
         st->stop();
-        st->locker->note_released(*st, false);
+        st->locker().note_released(*st, false);
     });
     send_release(std::move(st));
 }
@@ -119,7 +176,7 @@ void lock_guard::abandon() noexcept {
     if (!state_)
         return;
     auto st = std::move(state_);
-    if (st->released.exchange(true))
+    if (!st->release_once())
         return;
     try {
         detail::release_in_background(std::move(st));
@@ -133,25 +190,25 @@ std::string const empty_string;
 }
 
 std::string const& lock_guard::name() const noexcept {
-    return state_ ? state_->name : empty_string;
+    return state_ ? state_->name() : empty_string;
 }
 std::string const& lock_guard::token() const noexcept {
-    return state_ ? state_->token : empty_string;
+    return state_ ? state_->token() : empty_string;
 }
 std::int64_t lock_guard::fence() const noexcept {
-    return state_ ? state_->fence : 0;
+    return state_ ? state_->fence() : 0;
 }
 bool lock_guard::owns_lock() const noexcept {
-    return state_ && !state_->lost && !state_->released && state_->lease_running();
+    return state_ && !state_->lost() && !state_->released() && state_->running();
 }
 std::chrono::steady_clock::time_point lock_guard::lease_expiry() const noexcept {
-    return state_ ? state_->lease_deadline() : std::chrono::steady_clock::time_point{};
+    return state_ ? state_->deadline() : std::chrono::steady_clock::time_point{};
 }
 std::optional<loss_reason> lock_guard::loss() const noexcept {
     if (!state_)
         return std::nullopt;
-    if (auto const why = state_->loss.load(); why >= 0)
-        return static_cast<loss_reason>(why);
+    if (auto const why = state_->loss())
+        return why;
     if (lost()) // ran out with nobody renewing it
         return loss_reason::expired;
     return std::nullopt;
@@ -159,7 +216,7 @@ std::optional<loss_reason> lock_guard::loss() const noexcept {
 
 bool lock_guard::lost() const noexcept {
     // Without renewal nobody marks the end of the lease: it is lost when it runs out.
-    return state_ && (state_->lost || (!state_->released && !state_->lease_running()));
+    return state_ && (state_->lost() || (!state_->released() && !state_->running()));
 }
 
 void lock_guard::start_wait_lost(
@@ -172,32 +229,7 @@ void lock_guard::start_wait_lost(
         });
         return;
     }
-    using waiter_type = detail::guard_state::lost_waiter;
-    auto w = std::make_shared<waiter_type>(std::move(handler));
-    if (w->slot.is_connected()) {
-        // Installed here, on the caller's thread, where the caller emits.
-        w->slot.assign([weak_w = std::weak_ptr<waiter_type>(w),
-                        weak_st = std::weak_ptr<detail::guard_state>(st)](asio::cancellation_type) {
-            auto cw = weak_w.lock();
-            auto cst = weak_st.lock();
-            if (!cw || !cst)
-                return;
-            asio::dispatch(cst->locker->strand_, [cw, cst] {
-                std::erase(cst->lost_waiters, cw);
-                cst->finish_waiter(cw, asio::error::operation_aborted);
-            });
-        });
-    }
-    asio::dispatch(st->locker->strand_, [st, w] {
-        if (w->done)
-            return; // cancelled already
-        if (st->lost || st->released) {
-            st->finish_waiter(w, st->lost ? error_code{} : error_code(error::not_held));
-            return;
-        }
-        st->start_watch(); // without auto_renew, someone must notice the lease's end
-        st->lost_waiters.push_back(w);
-    });
+    st->wait_lost(std::move(handler));
 }
 
 asio::awaitable<void> lock_guard::wait_lost() {
@@ -208,19 +240,19 @@ asio::awaitable<void> lock_guard::wait_lost() {
 
 asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
     auto st = state_;
-    if (!st || st->released)
+    if (!st || st->released())
         throw system_error(make_error_code(error::not_held), "colock: extend");
     validate_extend(ttl);
-    if (st->lost)
+    if (st->lost())
         co_return false;
     // On the locker's strand, where the renewal reads ttl and lease_deadline.
     using extend_result = std::tuple<error_code, bool>;
     // Named, capturing no destructor (see run_lock); `st` keeps the state alive meanwhile.
     auto initiation = [raw = st.get(), ttl](auto handler) {
-        auto state = raw->shared_from_this();
-        auto strand = state->locker->strand_;
+        auto state = raw->shared();
+        auto strand = state->strand();
         detail::spawn_cancellable(
-            strand, detail::extend_held(std::move(state), ttl), std::move(handler),
+            strand, detail::lease::extend(std::move(state), ttl), std::move(handler),
             [](auto h, std::exception_ptr e, extend_result r) { std::move(h)(e, std::move(r)); });
     };
     auto [ex, result] = co_await asio::async_initiate<decltype(detail::nothrow_awaitable) const,
@@ -230,7 +262,7 @@ asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
         std::rethrow_exception(ex);
     auto [ec, ours] = result;
     if (ec)
-        throw system_error(ec, fmt::format("colock: extend of lock '{}'", st->name));
+        throw system_error(ec, fmt::format("colock: extend of lock '{}'", st->name()));
     co_return ours;
 }
 
@@ -255,19 +287,19 @@ void lock_guard::validate_extend(std::chrono::milliseconds ttl) const {
 }
 
 void lock_guard::start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler) {
-    if (!st || st->released.exchange(true)) {
-        auto fallback = st ? st->locker->strand_.get_inner_executor()
-                           : asio::any_io_executor(asio::system_executor());
+    if (!st || !st->release_once()) {
+        auto fallback =
+            st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
         complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    auto const io_executor = st->locker->strand_.get_inner_executor();
-    if (st->lost) {
+    auto const io_executor = st->strand().get_inner_executor();
+    if (st->lost()) {
         detail::release_in_background(std::move(st)); // as unlock(): false at once
         complete_soon(std::move(handler), io_executor, error_code{}, false);
         return;
     }
-    auto strand = st->locker->strand_;
+    auto strand = st->strand();
     asio::co_spawn(strand, detail::release_held(std::move(st)),
                    asio::bind_cancellation_slot(
                        asio::cancellation_slot(),
@@ -283,20 +315,19 @@ void lock_guard::start_unlock(std::shared_ptr<detail::guard_state> st, result_ha
 
 void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
                               std::chrono::milliseconds ttl, result_handler handler) {
-    if (!st || st->released) {
-        auto fallback = st ? st->locker->strand_.get_inner_executor()
-                           : asio::any_io_executor(asio::system_executor());
+    if (!st || st->released()) {
+        auto fallback =
+            st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
         complete_soon(std::move(handler), fallback, error_code(error::not_held), false);
         return;
     }
-    if (st->lost) {
-        complete_soon(std::move(handler), st->locker->strand_.get_inner_executor(), error_code{},
-                      false);
+    if (st->lost()) {
+        complete_soon(std::move(handler), st->strand().get_inner_executor(), error_code{}, false);
         return;
     }
-    auto strand = st->locker->strand_;
+    auto strand = st->strand();
     using extend_result = std::tuple<error_code, bool>;
-    detail::spawn_cancellable(strand, detail::extend_held(std::move(st), ttl), std::move(handler),
+    detail::spawn_cancellable(strand, detail::lease::extend(std::move(st), ttl), std::move(handler),
                               [](result_handler h, std::exception_ptr e, extend_result r) {
                                   auto [ec, ours] = r;
                                   if (e)
@@ -307,9 +338,9 @@ void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
 
 asio::awaitable<bool> lock_guard::unlock() {
     auto st = state_;
-    if (!st || st->released.exchange(true))
+    if (!st || !st->release_once())
         co_return false;
-    if (st->lost) {
+    if (st->lost()) {
         // Known lost: the answer is false whatever the server says, so do not wait for it
         // (it may be down). The release still goes out in the background, in case the key
         // is still ours there.
@@ -319,7 +350,7 @@ asio::awaitable<bool> lock_guard::unlock() {
     // Its own coroutine on the locker's strand, not reachable by our caller's cancellation:
     // a cancelled caller still gives the lock back.
     auto [ex, result] =
-        co_await asio::co_spawn(st->locker->strand_, detail::release_held(st),
+        co_await asio::co_spawn(st->strand(), detail::release_held(st),
                                 asio::bind_cancellation_slot(asio::cancellation_slot(),
                                                              asio::as_tuple(asio::use_awaitable)));
     if (ex)
@@ -331,8 +362,8 @@ asio::awaitable<bool> lock_guard::unlock() {
             ec == error::timeout
                 ? fmt::format("colock: unlock of lock '{}': the release was not confirmed within "
                               "{} ms; the lease ends by its ttl",
-                              st->name, detail::release_timeout.count())
-                : fmt::format("colock: unlock of lock '{}'", st->name));
+                              st->name(), detail::release_timeout.count())
+                : fmt::format("colock: unlock of lock '{}'", st->name()));
     co_return ours;
 }
 

@@ -28,13 +28,11 @@ locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix,
     , record_fields_(holder_record_fields(client_name))
     , queues_(*store_, owner_)
     , rng_(std::random_device{}())
-    , renewal_timer_(strand_) {}
+    , book_(std::make_shared<lease_book>(
+          strand_, [store = store_](milliseconds ttl) { return store->safe_ttl(ttl); })) {}
 
 void locker_impl::drop_handlers_at_shutdown() noexcept {
-    std::vector<std::shared_ptr<guard_state::lost_waiter>> dropped; // destroyed last
-    for (auto const& st : held_guards())
-        for (auto& w : std::exchange(st->lost_waiters, {}))
-            dropped.push_back(std::move(w));
+    book_->drop_waiters();
     // Calls parked with no timer hold themselves (and their handlers); destroyed after the
     // walk, as each leaves its queue.
     std::vector<std::shared_ptr<lock_operation>> parked;
@@ -48,10 +46,11 @@ void locker_impl::note_acquired(lock_operation const& op, guard_state const& st,
                                 bool waited) const {
     if (!observer_)
         return;
-    auto const how = st.local_handoffs > 0 ? acquired_by::local_handoff
-                     : waited              ? acquired_by::server_after_wait
-                                           : acquired_by::first_attempt;
-    observer_->on_acquired({st.name, st.fence, clock_type::now() - op.started, op.attempts, how});
+    auto const how = st.local_handoffs() > 0 ? acquired_by::local_handoff
+                     : waited                ? acquired_by::server_after_wait
+                                             : acquired_by::first_attempt;
+    observer_->on_acquired(
+        {st.name(), st.fence(), clock_type::now() - op.started, op.attempts, how});
 }
 
 void locker_impl::note_queue(lock_operation const& op, name_queue const& q) const {
@@ -60,32 +59,32 @@ void locker_impl::note_queue(lock_operation const& op, name_queue const& q) cons
 }
 
 void locker_impl::note_released(guard_state const& st, bool handed_locally) const {
-    if (observer_ && !st.lost)
+    if (observer_ && !st.lost())
         observer_->on_released(
-            {st.name, st.fence, clock_type::now() - st.acquired_at, handed_locally});
+            {st.name(), st.fence(), clock_type::now() - st.acquired_at(), handed_locally});
 }
 
 void locker_impl::note_lost(guard_state const& st, loss_reason why) const {
     if (store_->logs(log_level::warning)) {
         auto const held =
-            std::chrono::duration_cast<milliseconds>(clock_type::now() - st.acquired_at);
+            std::chrono::duration_cast<milliseconds>(clock_type::now() - st.acquired_at());
         store_->log(
             log_level::warning,
             fmt::format(
-                "lock '{}' (fence {}) lost after {} ms: {}", st.name, st.fence, held.count(),
+                "lock '{}' (fence {}) lost after {} ms: {}", st.name(), st.fence(), held.count(),
                 why == loss_reason::not_ours  ? "the server no longer holds it for this holder"
                 : why == loss_reason::expired ? "its lease ran out with no renewal confirmed"
                 : why == loss_reason::forced  ? "it was ended by a forced unlock"
                                               : "the server instance that held it was replaced"));
     }
     if (observer_)
-        observer_->on_lost({st.name, st.fence, why, clock_type::now() - st.acquired_at});
+        observer_->on_lost({st.name(), st.fence(), why, clock_type::now() - st.acquired_at()});
 }
 
 void locker_impl::note_renewal(guard_state const& st, clock_type::duration latency, bool extended,
                                error_code ec) const {
     if (observer_)
-        observer_->on_renewal({st.name, st.fence, latency, extended, ec});
+        observer_->on_renewal({st.name(), st.fence(), latency, extended, ec});
 }
 
 void locker_impl::on_message(std::string const& channel, std::string const& payload) {
@@ -102,35 +101,7 @@ void locker_impl::on_reconnect() {
     queues_.wake_heads();
     // The outage may have outlasted a lease, or the server may have lost its keys: renew now
     // rather than at the next interval, so a loss is known one round trip after reconnecting.
-    for (auto const& st : held_guards())
-        if (st->opt.auto_renew) {
-            if (st->watching) {
-                st->renew_timer.cancel();
-            } else {
-                st->first_renewal = clock_type::now();
-                st->start_watch();
-            }
-        }
-}
-
-locker_impl::held_entry locker_impl::add_held(std::shared_ptr<guard_state> const& st) {
-    std::lock_guard lock(held_mutex_);
-    return held_.insert(held_.end(), st);
-}
-
-void locker_impl::remove_held(held_entry e) {
-    std::lock_guard lock(held_mutex_);
-    held_.erase(e);
-}
-
-std::vector<std::shared_ptr<guard_state>> locker_impl::held_guards() const {
-    std::vector<std::shared_ptr<guard_state>> out;
-    std::lock_guard lock(held_mutex_);
-    out.reserve(held_.size());
-    for (auto const& weak : held_)
-        if (auto st = weak.lock())
-            out.push_back(std::move(st));
-    return out;
+    book_->renew_all_now();
 }
 
 void locker_impl::on_connection_close() noexcept {
@@ -138,9 +109,7 @@ void locker_impl::on_connection_close() noexcept {
         // Every lease held through the connection goes back now, on this thread, so that the
         // close sends it; a guard let go afterwards has nothing left to send (unlock() answers
         // false, extend() not_held). Not to a waiter here: the calls under way end too.
-        for (auto const& st : held_guards())
-            if (!st->released.exchange(true))
-                release_now(st);
+        book_->give_all_back_now();
         asio::dispatch(strand_, [self = shared_from_this()] { self->abort_pending(); });
     } catch (...) {
         // Out of memory: what was not handed to the connection runs out by its ttl.
@@ -154,11 +123,7 @@ void locker_impl::on_server_change() {
     // With Cluster only the guards of the slots whose primary was replaced: the others' servers
     // kept their keys.
     record_expires_ = clock_type::time_point::min();
-    for (auto const& st : held_guards())
-        if (st->lease_server_changes != store_->server_changes(st->keys)) {
-            st->mark_lost(loss_reason::server_replaced);
-            st->renew_timer.cancel();
-        }
+    book_->mark_replaced_lost();
 }
 
 } // namespace colock::detail

@@ -6,6 +6,7 @@
 #include "../detail/context_shutdown.hpp"
 #include "acquire_policy.hpp"
 #include "common.hpp"
+#include "lease.hpp"
 #include "lease_store.hpp"
 #include "local_queue.hpp"
 #include "lock_operation.hpp"
@@ -33,7 +34,7 @@
 
 namespace colock::detail {
 
-struct guard_state;
+class guard_state;
 
 // The fields of a locker's holder record: host, pid, program, client_name, started.
 std::vector<std::pair<std::string, std::string>>
@@ -79,11 +80,6 @@ public:
     // The calls begun and not finished, on the strand.
     pending_operations pending_;
 
-private:
-    mutable std::mutex held_mutex_;
-    std::list<std::weak_ptr<guard_state>> held_;
-
-public:
     // Holder record and forced unlocks (status.cpp), on the strand. Called when a lease of
     // `ttl` is granted or renewed: writes the record when it would not outlive the lease by a
     // minute, and starts listening for forced unlocks the first time.
@@ -94,34 +90,11 @@ public:
     bool listening_for_forced_ = false;  // the subscription was asked for
     bool subscribed_for_forced_ = false; // and confirmed
     bool closed_ = false;                // the locker is gone (its guards may live on)
-    // Guards that hold a lock taken through this locker, so a reconnection can check their
-    // leases at once, a server change can mark them lost and a close can give them back. Entries
-    // join in hold() and leave in guard_state::stop(), on the strand; read from any thread (the
-    // close), so behind a mutex, and walked as a copy, since marking a guard lost runs code
-    // that may let another go.
-    using held_entry = std::list<std::weak_ptr<guard_state>>::iterator;
-    held_entry add_held(std::shared_ptr<guard_state> const& st);
-    void remove_held(held_entry e);
-    std::vector<std::shared_ptr<guard_state>> held_guards() const;
+    // The leases of the guards taken through this locker: their renewal schedule, and the
+    // book a reconnection, a server change and the connection's close go through.
+    std::shared_ptr<lease_book> const book_;
     // The connection is being closed by its user: see lease_events. From any thread.
     void on_connection_close() noexcept override;
-    // Renewals not started yet (renewal.cpp): a guard's renewal coroutine is spawned when its
-    // first renewal is due, so a lock held for less than its renew interval costs no
-    // coroutine and no timer of its own. One timer serves them all.
-    using renewal_entry =
-        std::multimap<clock_type::time_point, std::weak_ptr<guard_state>>::iterator;
-    std::multimap<clock_type::time_point, std::weak_ptr<guard_state>> renewals_due_;
-    boost::asio::steady_timer renewal_timer_;
-    clock_type::time_point renewal_timer_at_ = clock_type::time_point::max();
-    // Schedules the first renewal of `st` (auto_renew) at st.next_renewal().
-    void schedule_renewal(std::shared_ptr<guard_state> const& st);
-    // Starts the renewals that are due, and sets the timer for the next.
-    void start_due_renewals();
-    void set_renewal_timer(clock_type::time_point at);
-    // Takes a renewal off the schedule; with none left, the timer stops, so that it does not
-    // keep io_context::run() from returning.
-    void unschedule_renewal(renewal_entry e);
-
     using lock_outcome = detail::lock_outcome;
 
     // Cohort hand-off (cohort.cpp): passes the lease of `st`, which is letting go, to the next
@@ -204,8 +177,6 @@ private:
     std::shared_ptr<guard_state> make_handed_guard(std::string name, lock_keys keys,
                                                    std::string token, lease_baton baton,
                                                    lock_options const& opt);
-    // Registers a new guard and starts its renewal.
-    void hold(std::shared_ptr<guard_state> const& st);
 };
 
 } // namespace colock::detail

@@ -301,11 +301,7 @@ void locker_impl::on_forced(std::string const& payload) {
         return;
     auto const token = rest.substr(0, space);
     auto const key = rest.substr(space + 1);
-    for (auto const& st : held_guards())
-        if (st->keys.key == key && st->lease_token == token) {
-            st->mark_lost(loss_reason::forced);
-            st->renew_timer.cancel();
-        }
+    book_->mark_forced_lost(key, token);
     // A waiter here that a holder of this process handed the lease to must not take it now.
     // The key no longer holds the lease (the script made it "R <fence> -"), so the give-back
     // changes nothing there; with Redlock the store forgets the lease.
