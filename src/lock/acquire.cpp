@@ -177,7 +177,7 @@ namespace {
 asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
                                        std::string token, milliseconds claim,
                                        std::int64_t last_fence) {
-    co_await self->store_->release(keys, token, claim, last_fence);
+    co_await self->store().release(keys, token, claim, last_fence);
 }
 
 } // namespace

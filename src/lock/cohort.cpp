@@ -21,7 +21,7 @@ namespace {
 asio::awaitable<void> return_lease(std::shared_ptr<locker_impl> self, lock_keys keys,
                                    std::string lease_token, milliseconds claim,
                                    std::int64_t last_fence) {
-    auto const reply = co_await self->store_->release(keys, lease_token, claim, last_fence);
+    auto const reply = co_await self->store().release(keys, lease_token, claim, last_fence);
     if (reply.ec || !reply.handed)
         self->wake_local_head(keys);
 }

@@ -31,7 +31,7 @@ namespace detail {
 guard_state::guard_state(std::shared_ptr<locker_impl> owner, std::string name, lock_keys keys,
                          std::string token, std::int64_t fence, lock_options const& opt,
                          lease_origin origin)
-    : lease(owner->book_,
+    : lease(owner->book(),
             lease_terms{opt.ttl, opt.effective_renew_interval(), opt.auto_renew, opt.max_hold},
             origin.acquired_at, origin.deadline, origin.server_changes)
     , locker_(std::move(owner))
@@ -49,11 +49,11 @@ void guard_state::hold() {
 }
 
 asio::awaitable<lease_reply> guard_state::extend_at_server(std::chrono::milliseconds ttl) {
-    return locker_->store_->extend(keys_, origin_.lease_token, ttl, fence_);
+    return locker_->store().extend(keys_, origin_.lease_token, ttl, fence_);
 }
 
 std::uint64_t guard_state::current_server_generation() const noexcept {
-    return locker_->store_->server_changes(keys_);
+    return locker_->store().server_changes(keys_);
 }
 
 bool guard_state::is_lease(std::string_view key, std::string_view token) const noexcept {
@@ -74,8 +74,8 @@ void guard_state::on_lost(loss_reason why) {
 
 void guard_state::on_renewal(clock_type::duration latency, bool extended, error_code ec) {
     locker_->note_renewal(*this, latency, extended, ec);
-    if (ec && ec != error::timeout && locker_->store_->logs(log_level::debug))
-        locker_->store_->log(log_level::debug,
+    if (ec && ec != error::timeout && locker_->store().logs(log_level::debug))
+        locker_->store().log(log_level::debug,
                              fmt::format("renewal of lock '{}' (fence {}) failed: {}; retrying",
                                          name_, fence_, ec.message()));
 }
@@ -90,12 +90,12 @@ namespace {
 // at once if the lock ends up free rather than handed to another process.
 asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<guard_state> st) {
     auto& locker = st->locker();
-    auto const reply = co_await locker.store_->release(
+    auto const reply = co_await locker.store().release(
         st->keys(), st->lease_token(), handoff_claim(st->options().ttl), st->fence());
     if (reply.ec || !reply.handed)
         locker.wake_local_head(st->keys());
-    if (reply.ec && locker.store_->logs(log_level::error))
-        locker.store_->log(log_level::error,
+    if (reply.ec && locker.store().logs(log_level::error))
+        locker.store().log(log_level::error,
                            fmt::format("release of lock '{}' (fence {}) failed: {}; the lease "
                                        "ends by its ttl",
                                        st->name(), st->fence(), reply.ec.message()));
@@ -104,12 +104,14 @@ asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<
 
 // Hands the release to the store on the caller's thread (see release_in_background).
 void send_release(std::shared_ptr<guard_state> st) {
-    auto const store = st->locker().store_;
+    // The locker (and its store) kept alive through the call, whatever becomes of `st`.
+    auto const locker = st->locker().shared_from_this();
+    auto& store = locker->store();
     auto const& keys = st->keys();
     auto const& token = st->lease_token();
     auto const claim = handoff_claim(st->options().ttl);
     auto const fence = st->fence();
-    store->release_in_background(keys, token, claim, fence, [st = std::move(st)] {
+    store.release_in_background(keys, token, claim, fence, [st = std::move(st)] {
         asio::co_spawn(st->strand(), release_to_server(st), asio::detached);
     });
 }
@@ -131,7 +133,7 @@ asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard
 // lost connection, BUSY, LOADING) hands the release to the retrying one on the strand. With
 // waiters here, the strand decides first whether the lease goes to one of them.
 void release_in_background(std::shared_ptr<guard_state> st) {
-    if (st->locker().queues_.waiting() > 0) {
+    if (st->locker().waiting() > 0) {
         auto strand = st->strand();
         asio::dispatch(strand, [st = std::move(st)]() mutable {
             st->stop();

@@ -63,36 +63,27 @@ locker::locker(std::span<redis::connection* const> primaries, std::string key_pr
                                              : primaries[0]->get_config().client_name)) {}
 
 locker::locker(std::shared_ptr<detail::locker_impl> impl) : impl_(std::move(impl)) {
-    impl_->store_->listen(impl_, impl_->prefix_);
-    detail::context_shutdown::watch(impl_->strand_.get_inner_executor(), impl_);
+    impl_->open();
 }
 
 locker::~locker() {
-    impl_->store_->stop_listening();
-    asio::dispatch(impl_->strand_, [impl = impl_] {
-        impl->closed_ = true;
-        impl->abort_pending();
-        if (impl->subscribed_for_forced_)
-            impl->store_->unsubscribe(impl->record_key_);
-    });
+    impl_->close();
 }
 
 locker::executor_type locker::get_executor() const noexcept {
-    return impl_->strand_.get_inner_executor();
+    return impl_->strand().get_inner_executor();
 }
 
 std::string const& locker::key_prefix() const noexcept {
-    return impl_->prefix_;
+    return impl_->prefix();
 }
 
 std::size_t locker::waiting() const noexcept {
-    return impl_->queues_.waiting();
+    return impl_->waiting();
 }
 
 void locker::set_observer(std::shared_ptr<lock_observer> observer) {
-    asio::dispatch(impl_->strand_, [impl = impl_, observer = std::move(observer)]() mutable {
-        impl->observer_ = std::move(observer);
-    });
+    impl_->set_observer(std::move(observer));
 }
 
 namespace {
@@ -113,7 +104,7 @@ void start_operation(std::shared_ptr<detail::locker_impl> const& impl, std::stri
         slot.assign(
             [weak = std::weak_ptr<detail::lock_operation>(op)](asio::cancellation_type type) {
                 if (auto target = weak.lock()) {
-                    auto const& strand = target->locker->strand_;
+                    auto const& strand = target->locker->strand();
                     asio::dispatch(strand, [target = std::move(target), type] {
                         target->locker->cancel(*target, type);
                     });
@@ -148,7 +139,7 @@ auto await_lock(detail::locker_impl* impl, std::string name, lock_options opt, b
         try {
             validate(n, o);
         } catch (...) {
-            detail::refuse_awaited<Result>(std::move(handler), impl->strand_.get_inner_executor());
+            detail::refuse_awaited<Result>(std::move(handler), impl->strand().get_inner_executor());
             return;
         }
         start_operation(

@@ -31,6 +31,27 @@ locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix,
     , book_(std::make_shared<lease_book>(
           strand_, [store = store_](milliseconds ttl) { return store->safe_ttl(ttl); })) {}
 
+void locker_impl::open() {
+    store_->listen(shared_from_this(), prefix_);
+    context_shutdown::watch(strand_.get_inner_executor(), shared_from_this());
+}
+
+void locker_impl::close() {
+    store_->stop_listening();
+    asio::dispatch(strand_, [self = shared_from_this()] {
+        self->closed_ = true;
+        self->abort_pending();
+        if (self->subscribed_for_forced_)
+            self->store_->unsubscribe(self->record_key_);
+    });
+}
+
+void locker_impl::set_observer(std::shared_ptr<lock_observer> observer) {
+    asio::dispatch(strand_, [self = shared_from_this(), observer = std::move(observer)]() mutable {
+        self->observer_ = std::move(observer);
+    });
+}
+
 void locker_impl::drop_handlers_at_shutdown() noexcept {
     book_->drop_waiters();
     // Calls parked with no timer hold themselves (and their handlers); destroyed after the

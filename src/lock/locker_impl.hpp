@@ -47,68 +47,28 @@ public:
     // `client_name`: the connection's, for the holder record.
     locker_impl(std::shared_ptr<lease_store> store, std::string prefix, std::string client_name);
 
-    // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
-    void drop_handlers_at_shutdown() noexcept override;
+    // The locker object is made: it listens to its store and ends its calls when its
+    // io_context shuts down.
+    void open();
+    // The locker object is gone: its calls end as a terminal cancellation ends them; its
+    // guards live on. From any thread.
+    void close();
+    // From any thread; takes effect on the strand.
+    void set_observer(std::shared_ptr<lock_observer> observer);
 
-    void on_message(std::string const& channel, std::string const& payload) override;
-    void on_reconnect() override;
-    void on_server_change() override;
-
-    std::shared_ptr<lease_store> const store_;
-    boost::asio::strand<boost::asio::any_io_executor> const strand_; // the store's
-    std::string const prefix_;
+    lease_store& store() const noexcept { return *store_; }
+    boost::asio::strand<boost::asio::any_io_executor> const& strand() const noexcept {
+        return strand_;
+    }
+    std::shared_ptr<lease_book> const& book() const noexcept { return book_; }
+    std::string const& prefix() const noexcept { return prefix_; }
     // This locker's id in the server's queues and its wake channels: random, 64 bits.
-    std::string const owner_;
+    std::string const& id() const noexcept { return owner_; }
     // `<prefix>locker:`: + a locker's id, its holder record (a hash) and the channel where a
     // forced unlock tells it.
-    std::string const locker_key_prefix_;
-    std::string const record_key_; // this locker's
-    // The fields of this locker's holder record (status.cpp).
-    std::vector<std::pair<std::string, std::string>> const record_fields_;
-    // On the strand:
-    local_queues queues_;
-    // Told of events when installed (locker::set_observer); each note_* builds its event only
-    // then. note_lost also writes the warning line of the connection's log hook.
-    std::shared_ptr<lock_observer> observer_;
-    void note_acquired(lock_operation const& op, guard_state const& st, bool waited) const;
-    void note_queue(lock_operation const& op, name_queue const& q) const;
-    void note_released(guard_state const& st, bool handed_locally) const;
-    void note_lost(guard_state const& st, loss_reason why) const;
-    void note_renewal(guard_state const& st, clock_type::duration latency, bool extended,
-                      boost::system::error_code ec) const;
-    std::minstd_rand rng_;
-    // The calls begun and not finished, on the strand.
-    pending_operations pending_;
-
-    // Holder record and forced unlocks (status.cpp), on the strand. Called when a lease of
-    // `ttl` is granted or renewed: writes the record when it would not outlive the lease by a
-    // minute, and starts listening for forced unlocks the first time.
-    void keep_record(std::chrono::milliseconds ttl);
-    // "f <token> <lock key>" on record_key_: the lease of `token` was ended from outside.
-    void on_forced(std::string const& payload);
-    clock_type::time_point record_expires_ = clock_type::time_point::min();
-    bool listening_for_forced_ = false;  // the subscription was asked for
-    bool subscribed_for_forced_ = false; // and confirmed
-    bool closed_ = false;                // the locker is gone (its guards may live on)
-    // The leases of the guards taken through this locker: their renewal schedule, and the
-    // book a reconnection, a server change and the connection's close go through.
-    std::shared_ptr<lease_book> const book_;
-    // The connection is being closed by its user: see lease_events. From any thread.
-    void on_connection_close() noexcept override;
-    using lock_outcome = detail::lock_outcome;
-
-    // Cohort hand-off (cohort.cpp): passes the lease of `st`, which is letting go, to the next
-    // waiter of this process on its name, if allowed; true when it did.
-    bool hand_off_locally(guard_state& st);
-    // A waiter given a baton leaves without taking it: the lease goes to the next local
-    // waiter, or back to Redis.
-    void pass_on(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
-    // A baton nobody here may take (its server was replaced, its lease was ended or Redis
-    // granted the lock anew meanwhile): its lease goes back to Redis, in the background.
-    void give_back(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
-    // After a release to Redis that did not hand the lock to a queued locker: the first local
-    // waiter on `keys` asks now rather than after its sleep.
-    void wake_local_head(lock_keys const& keys);
+    std::string const& locker_key_prefix() const noexcept { return locker_key_prefix_; }
+    // Calls waiting in the local queues; from any thread.
+    std::size_t waiting() const noexcept { return queues_.waiting(); }
 
     // Runs a co_lock or co_try_lock call; its handler is completed once, posted out of the
     // strand. From any thread.
@@ -116,9 +76,35 @@ public:
     // The caller's cancellation of `op`, on the strand: terminal and partial end it (a lock
     // granted meanwhile is given back first); total is ignored, as the call may have asked.
     void cancel(lock_operation& op, boost::asio::cancellation_type type);
-    // The locker object is gone: every call under way ends as a terminal cancellation ends it
-    // (operation_aborted, a lock granted meanwhile given back, nothing left in the queues).
-    void abort_pending();
+
+    // What the guards tell their locker, on the strand. Cohort hand-off (cohort.cpp): passes
+    // the lease of `st`, which is letting go, to the next waiter of this process on its name,
+    // if allowed; true when it did.
+    bool hand_off_locally(guard_state& st);
+    // After a release to Redis that did not hand the lock to a queued locker: the first local
+    // waiter on `keys` asks now rather than after its sleep.
+    void wake_local_head(lock_keys const& keys);
+    // Holder record (status.cpp). Called when a lease of `ttl` is granted or renewed: writes
+    // the record when it would not outlive the lease by a minute, and starts listening for
+    // forced unlocks the first time.
+    void keep_record(std::chrono::milliseconds ttl);
+    // The observer's events; each builds its event only when one is installed. note_lost also
+    // writes the warning line of the connection's log hook.
+    void note_released(guard_state const& st, bool handed_locally) const;
+    void note_lost(guard_state const& st, loss_reason why) const;
+    void note_renewal(guard_state const& st, clock_type::duration latency, bool extended,
+                      boost::system::error_code ec) const;
+
+    // lease_events and holds_handlers.
+    void on_message(std::string const& channel, std::string const& payload) override;
+    void on_reconnect() override;
+    void on_server_change() override;
+    // The connection is being closed by its user: see lease_events. From any thread.
+    void on_connection_close() noexcept override;
+    // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
+    void drop_handlers_at_shutdown() noexcept override;
+
+    using lock_outcome = detail::lock_outcome;
 
 private:
     // One acquire. The caller's cancellation and the wait deadline reach it as *total*
@@ -177,6 +163,48 @@ private:
     std::shared_ptr<guard_state> make_handed_guard(std::string name, lock_keys keys,
                                                    std::string token, lease_baton baton,
                                                    lock_options const& opt);
+
+    // A call's state reaches into its locker's queues and pending list as it goes.
+    friend struct lock_operation;
+
+    // The observer's events of a call.
+    void note_acquired(lock_operation const& op, guard_state const& st, bool waited) const;
+    void note_queue(lock_operation const& op, name_queue const& q) const;
+    // A waiter given a baton leaves without taking it: the lease goes to the next local
+    // waiter, or back to Redis.
+    void pass_on(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
+    // A baton nobody here may take (its server was replaced, its lease was ended or Redis
+    // granted the lock anew meanwhile): its lease goes back to Redis, in the background.
+    void give_back(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
+    // Every call under way ends as a terminal cancellation ends it (operation_aborted, a lock
+    // granted meanwhile given back, nothing left in the queues).
+    void abort_pending();
+    // "f <token> <lock key>" on record_key_: the lease of `token` was ended from outside.
+    void on_forced(std::string const& payload);
+    // Subscribes to record_key_ for forced unlocks (status.cpp).
+    static boost::asio::awaitable<void> listen_for_forced(std::shared_ptr<locker_impl> self);
+
+    std::shared_ptr<lease_store> const store_;
+    boost::asio::strand<boost::asio::any_io_executor> const strand_; // the store's
+    std::string const prefix_;
+    std::string const owner_;
+    std::string const locker_key_prefix_;
+    std::string const record_key_; // this locker's
+    // The fields of this locker's holder record (status.cpp).
+    std::vector<std::pair<std::string, std::string>> const record_fields_;
+    // On the strand:
+    local_queues queues_;
+    std::shared_ptr<lock_observer> observer_;
+    std::minstd_rand rng_;
+    // The calls begun and not finished.
+    pending_operations pending_;
+    clock_type::time_point record_expires_ = clock_type::time_point::min();
+    bool listening_for_forced_ = false;  // the subscription was asked for
+    bool subscribed_for_forced_ = false; // and confirmed
+    bool closed_ = false;                // the locker is gone (its guards may live on)
+    // The leases of the guards taken through this locker: their renewal schedule, and the
+    // book a reconnection, a server change and the connection's close go through.
+    std::shared_ptr<lease_book> const book_;
 };
 
 } // namespace colock::detail

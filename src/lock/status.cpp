@@ -174,12 +174,12 @@ struct force_unlock_outcome {
 
 asio::awaitable<status_outcome> run_status(std::shared_ptr<locker_impl> self, std::string name) {
     status_outcome out;
-    lock_keys const keys(self->prefix_, name, self->owner_);
-    auto const reading = co_await self->store_->read(keys);
+    lock_keys const keys(self->prefix(), name, self->id());
+    auto const reading = co_await self->store().read(keys);
     if (reading.ec) {
         out.ec = reading.ec;
         out.message =
-            failure_message(*self->store_, "status", name, reading.ec, reading.server_text);
+            failure_message(self->store(), "status", name, reading.ec, reading.server_text);
         co_return out;
     }
     out.status.name = name;
@@ -193,10 +193,10 @@ asio::awaitable<status_outcome> run_status(std::shared_ptr<locker_impl> self, st
     if (out.status.holder_id.empty())
         co_return out;
     auto const record =
-        co_await self->store_->read_record(self->locker_key_prefix_ + out.status.holder_id);
+        co_await self->store().read_record(self->locker_key_prefix() + out.status.holder_id);
     if (record.ec) {
         out.ec = record.ec;
-        out.message = failure_message(*self->store_, "status", name, record.ec, record.server_text);
+        out.message = failure_message(self->store(), "status", name, record.ec, record.server_text);
         co_return out;
     }
     if (!record.fields.empty())
@@ -207,23 +207,25 @@ asio::awaitable<status_outcome> run_status(std::shared_ptr<locker_impl> self, st
 asio::awaitable<force_unlock_outcome> run_force_unlock(std::shared_ptr<locker_impl> self,
                                                        std::string name) {
     force_unlock_outcome out;
-    lock_keys const keys(self->prefix_, name, self->owner_);
-    auto const r = co_await self->store_->force_unlock(keys, self->locker_key_prefix_);
+    lock_keys const keys(self->prefix(), name, self->id());
+    auto const r = co_await self->store().force_unlock(keys, self->locker_key_prefix());
     if (r.ec) {
         out.ec = r.ec;
-        out.message = failure_message(*self->store_, "forced unlock", name, r.ec, r.server_text);
+        out.message = failure_message(self->store(), "forced unlock", name, r.ec, r.server_text);
         co_return out;
     }
     out.ended = r.ended;
-    if (r.ended && self->store_->logs(log_level::warning))
-        self->store_->log(log_level::warning,
+    if (r.ended && self->store().logs(log_level::warning))
+        self->store().log(log_level::warning,
                           fmt::format("colock: lock '{}' force-unlocked: the lease of locker {} "
                                       "was ended",
                                       name, r.owner));
     co_return out;
 }
 
-asio::awaitable<void> listen_for_forced(std::shared_ptr<locker_impl> self) {
+} // namespace
+
+asio::awaitable<void> locker_impl::listen_for_forced(std::shared_ptr<locker_impl> self) {
     auto const [ec, refusal] = co_await self->store_->subscribe(self->record_key_);
     if (!ec) {
         self->subscribed_for_forced_ = true;
@@ -238,6 +240,8 @@ asio::awaitable<void> listen_for_forced(std::shared_ptr<locker_impl> self) {
                                       self->record_key_, refusal.empty() ? ec.message() : refusal));
 }
 
+namespace {
+
 // The awaitable of `run(impl, name)`, for co_status and co_force_unlock: the name checked when
 // it is awaited, a failure thrown with its message, completed off the locker's strand.
 template <class Result, class Run, class Take>
@@ -248,10 +252,10 @@ asio::awaitable<Result> await_run(std::shared_ptr<locker_impl> impl, std::string
         try {
             validate(name, lock_options{});
         } catch (...) {
-            refuse_awaited<Result>(std::move(handler), impl->strand_.get_inner_executor());
+            refuse_awaited<Result>(std::move(handler), impl->strand().get_inner_executor());
             return;
         }
-        auto strand = impl->strand_;
+        auto strand = impl->strand();
         spawn_cancellable(strand, run(std::move(impl), std::move(name)), std::move(handler),
                           [take](auto h, std::exception_ptr e, auto out) {
                               complete_awaited<Result>(std::move(h), e, std::move(out), take);
@@ -315,7 +319,7 @@ void locker_impl::on_forced(std::string const& payload) {
 } // namespace detail
 
 void locker::start_status(std::string name, status_handler handler) {
-    auto strand = impl_->strand_;
+    auto strand = impl_->strand();
     detail::spawn_cancellable(
         strand, detail::run_status(impl_, std::move(name)), std::move(handler),
         [](status_handler h, std::exception_ptr e, detail::status_outcome out) {
@@ -326,7 +330,7 @@ void locker::start_status(std::string name, status_handler handler) {
 }
 
 void locker::start_force_unlock(std::string name, force_unlock_handler handler) {
-    auto strand = impl_->strand_;
+    auto strand = impl_->strand();
     detail::spawn_cancellable(
         strand, detail::run_force_unlock(impl_, std::move(name)), std::move(handler),
         [](force_unlock_handler h, std::exception_ptr e, detail::force_unlock_outcome out) {
@@ -355,7 +359,7 @@ asio::awaitable<bool> locker::co_force_unlock(std::string name) {
 }
 
 std::string const& locker::id() const noexcept {
-    return impl_->owner_;
+    return impl_->id();
 }
 
 } // namespace colock
