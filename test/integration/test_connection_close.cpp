@@ -3,6 +3,8 @@
 #include <colock/redis/connection.hpp>
 
 #include "test_util.hpp"
+
+#include "redis/engine.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
 

@@ -4,6 +4,8 @@
 #include <colock/redis/connection.hpp>
 
 #include "test_util.hpp"
+
+#include "redis/engine.hpp"
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>

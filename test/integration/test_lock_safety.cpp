@@ -1,10 +1,11 @@
 // The lease's safety edges: a local deadline never later than the server's expiry (an extend or
 // renewal whose reply is never applied), renewal on a full server after a local hand-off, and
 // every key of a lock with an expiry after every script.
-#include <colock/detail/lock_scripts.hpp>
 #include <colock/locker.hpp>
 
 #include "test_util.hpp"
+
+#include "lock/lock_scripts.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
 
