@@ -22,9 +22,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
 
 TEST_CASE("close(): a request queued just before gets its reply, and one in flight too") {
     std::string const key = unique_key("before-close");

@@ -27,10 +27,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
-using boost::system::system_error;
 using values = std::vector<std::optional<std::string>>;
 
 namespace {
