@@ -3,7 +3,7 @@
 // EVALSHA acquire | release), with the commands one cycle costs from INFO commandstats.
 #include "lock_contention.hpp"
 
-#include <colock/detail/lock_scripts.hpp>
+#include "lock/lock_scripts.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>

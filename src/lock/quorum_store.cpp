@@ -21,7 +21,7 @@ asio::awaitable<bool> await_round(round_state& round, milliseconds timeout, bool
     while (!round.decided) {
         error_code ec;
         if (cancellable)
-            std::tie(ec) = co_await round.timer.async_wait(asio::as_tuple(asio::use_awaitable));
+            std::tie(ec) = co_await round.timer.async_wait(nothrow_awaitable);
         else
             std::tie(ec) = co_await round.timer.async_wait(uncancellable());
         if (!ec)

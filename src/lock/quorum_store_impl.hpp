@@ -16,13 +16,13 @@
 #include "quorum.hpp"
 #include "single_connection_store.hpp"
 
+#include "../detail/awaitable_tokens.hpp"
+#include "../redis/engine.hpp"
+
 #include <colock/error.hpp>
 #include <colock/redis/connection.hpp>
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -45,11 +45,6 @@ using std::chrono::milliseconds;
 inline constexpr milliseconds release_round_wait{1000};
 // How long status waits for each primary's reading.
 inline constexpr milliseconds status_read_timeout{1000};
-
-inline auto uncancellable() {
-    return asio::bind_cancellation_slot(asio::cancellation_slot(),
-                                        asio::as_tuple(asio::use_awaitable));
-}
 
 // "<message>: <server text>", or the message alone.
 std::string describe(error_code ec, std::string const& server_text);

@@ -1,6 +1,6 @@
 #include "scripts.hpp"
 
-#include <colock/detail/lock_scripts.hpp>
+#include "lock_scripts.hpp"
 
 #include <fmt/format.h>
 #include <openssl/evp.h>

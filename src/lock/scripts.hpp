@@ -1,4 +1,4 @@
-// The lock scripts as sent: each text (from colock/detail/lock_scripts.hpp, which tools share)
+// The lock scripts as sent: each text (from lock_scripts.hpp, which the benchmark shares)
 // with its SHA-1, for EVALSHA. Private to the library's sources.
 #pragma once
 

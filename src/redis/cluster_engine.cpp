@@ -108,23 +108,15 @@ void cluster_engine::log(log_level level, std::string_view line) const noexcept 
 
 void cluster_engine::start_connect(connect_handler handler) {
     auto w = std::make_shared<connect_waiter>(std::move(handler));
-    if (w->slot.is_connected()) {
-        w->slot.assign([weak = weak_from_this(),
-                        weak_w = std::weak_ptr<connect_waiter>(w)](asio::cancellation_type t) {
-            if ((t & asio::cancellation_type::terminal) == asio::cancellation_type::none)
+    on_terminal_cancellation(w, weak_from_this(), [](auto self, auto cw) {
+        asio::dispatch(self->strand_, [self, cw] {
+            if (cw->done)
                 return;
-            auto self = weak.lock();
-            auto cw = weak_w.lock();
-            if (self && cw)
-                asio::dispatch(self->strand_, [self, cw] {
-                    if (cw->done)
-                        return;
-                    cw->done = true;
-                    colock::detail::complete_now(self->strand_, std::move(cw->handler), cw->slot,
-                                                 error_code(asio::error::operation_aborted));
-                });
+            cw->done = true;
+            colock::detail::complete_now(self->strand_, std::move(cw->handler), cw->slot,
+                                         error_code(asio::error::operation_aborted));
         });
-    }
+    });
     asio::dispatch(strand_, [self = shared_from_this(), w] {
         if (w->done)
             return;
@@ -279,7 +271,7 @@ asio::awaitable<void> cluster_engine::await_map(bool start, asio::cancellation_s
         refresh();
     if (!refreshing_)
         co_return;
-    co_await map_changed_.async_wait(asio::bind_cancellation_slot(stop, use_nothrow));
+    co_await map_changed_.async_wait(asio::bind_cancellation_slot(stop, nothrow_awaitable));
 }
 
 void cluster_engine::reopen() {
@@ -320,8 +312,9 @@ asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine
             if (!ec)
                 stop->emit(asio::cancellation_type::terminal);
         });
-        auto [ec, resp] = co_await exec_on(*n->conn, std::move(req),
-                                           asio::bind_cancellation_slot(stop->slot(), use_nothrow));
+        auto [ec, resp] =
+            co_await exec_on(*n->conn, std::move(req),
+                             asio::bind_cancellation_slot(stop->slot(), nothrow_awaitable));
         timer.cancel();
         if (ended())
             break; // close() or ~connection meanwhile: open nothing more
@@ -434,7 +427,7 @@ asio::awaitable<void> cluster_engine::watch(std::shared_ptr<cluster_engine> self
     int rounds = 0;
     while (!self->closed_ && !self->final_) {
         self->watch_timer_.expires_after(interval);
-        co_await self->watch_timer_.async_wait(use_nothrow);
+        co_await self->watch_timer_.async_wait(nothrow_awaitable);
         if (self->closed_ || self->final_)
             break;
         // Every few rounds regardless: a primary demoted by CLUSTER FAILOVER stays reachable,
@@ -467,16 +460,7 @@ void cluster_engine::count_slot_changes(std::vector<std::uint16_t> const& slots)
 }
 
 void cluster_engine::notify_listeners(std::function<void(push_listener&)> const& call) {
-    auto listeners = listeners_;
-    for (auto const& l : listeners) {
-        try {
-            call(*l);
-        } catch (std::exception const& e) {
-            set_error_text(std::string("a push listener threw: ") + e.what());
-        } catch (...) {
-            set_error_text("a push listener threw something that is not a std::exception");
-        }
-    }
+    notify_each(listeners_, call, [this](std::string text) { set_error_text(std::move(text)); });
 }
 
 void cluster_engine::on_node_push(std::string const& from, resp3::value const& push) {

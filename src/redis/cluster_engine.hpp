@@ -92,14 +92,6 @@ private:
     std::map<std::string, node_ptr> nodes_;   // by name
     std::vector<server_address> order_;       // the primaries by first slot, for run_id()
     std::optional<server_address> ask_first_; // the next refresh asks this node first
-    // Move-constructed only: Boost 1.81's any_completion_handler move assignment recurses.
-    struct connect_waiter {
-        explicit connect_waiter(connect_handler h)
-            : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
-        connect_handler handler;
-        asio::cancellation_slot slot;
-        bool done = false;
-    };
     std::vector<std::shared_ptr<connect_waiter>> connect_waiters_;
     std::map<std::uint64_t, std::shared_ptr<request_op>> ops_; // in flight, for rerouting
     std::uint64_t next_op_ = 1;

@@ -217,9 +217,9 @@ asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine
             }
             op.at = asked ? nullptr : node;
             op.rerouted = false;
-            auto [ec, resp] =
-                co_await exec_on(*node->conn, std::move(req),
-                                 asio::bind_cancellation_slot(op.attempt.slot(), use_nothrow));
+            auto [ec, resp] = co_await exec_on(
+                *node->conn, std::move(req),
+                asio::bind_cancellation_slot(op.attempt.slot(), nothrow_awaitable));
             op.at = nullptr;
             if (ec == asio::error::operation_aborted && op.rerouted &&
                 op.cancelled == asio::cancellation_type::none) {
@@ -309,7 +309,8 @@ asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine
             asio::steady_timer timer(self->strand_);
             timer.expires_after(
                 std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
-            co_await timer.async_wait(asio::bind_cancellation_slot(op.attempt.slot(), use_nothrow));
+            co_await timer.async_wait(
+                asio::bind_cancellation_slot(op.attempt.slot(), nothrow_awaitable));
             pause = std::min(pause * 2, std::chrono::milliseconds(200));
         }
     }
@@ -420,15 +421,14 @@ asio::awaitable<void> cluster_engine::run_subscription(std::shared_ptr<cluster_e
             continue; // its node went, and its subscriptions with it
         // A named local, and a plain pointer in the initiation: see exec_on.
         auto const conn = it->second->conn;
-        auto [ec, text] =
-            co_await asio::async_initiate<decltype(use_nothrow), void(error_code, std::string)>(
-                [c = conn.get(), kind, subscribe](auto h, std::vector<std::string> chans) {
-                    c->start_subscription(
-                        kind, subscribe, std::move(chans),
-                        any_subscription_handler(std::in_place_type<subscription_handler>,
-                                                 std::move(h)));
-                },
-                use_nothrow, group);
+        auto [ec, text] = co_await asio::async_initiate<decltype(nothrow_awaitable),
+                                                        void(error_code, std::string)>(
+            [c = conn.get(), kind, subscribe](auto h, std::vector<std::string> chans) {
+                c->start_subscription(kind, subscribe, std::move(chans),
+                                      any_subscription_handler(
+                                          std::in_place_type<subscription_handler>, std::move(h)));
+            },
+            nothrow_awaitable, group);
         if (ec && subscribe) {
             // Nothing was counted there: take back what this operation counted.
             for (auto const& c : group) {

@@ -15,10 +15,6 @@
 namespace colock::redis {
 namespace detail {
 
-shared_engine const& engine_of(connection const& conn) noexcept {
-    return conn.impl_;
-}
-
 namespace {
 
 // colock's own request on an engine its user closed: error::closed, posted to the handler's
@@ -298,7 +294,7 @@ void connection::start_subscription(bool subscribe, std::vector<std::string> cha
 }
 
 boost::asio::awaitable<void> connection::co_connect() {
-    auto [ec] = co_await async_connect(boost::asio::as_tuple(boost::asio::use_awaitable));
+    auto [ec] = co_await async_connect(detail::nothrow_awaitable);
     if (detail::is_connect_failure(ec))
         throw connect_error(ec, impl_->connect_failure_text(ec));
     if (ec)
@@ -306,8 +302,7 @@ boost::asio::awaitable<void> connection::co_connect() {
 }
 
 boost::asio::awaitable<response> connection::co_exec(resp3::request req) {
-    auto [ec, resp] =
-        co_await async_exec(std::move(req), boost::asio::as_tuple(boost::asio::use_awaitable));
+    auto [ec, resp] = co_await async_exec(std::move(req), detail::nothrow_awaitable);
     if (ec == error::server_error)
         throw server_error(first_error_text(resp));
     if (ec == error::unsupported_command || ec == error::cross_slot)

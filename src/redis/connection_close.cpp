@@ -13,19 +13,10 @@ namespace colock::redis::detail {
 
 void connection_impl::start_connect(connect_handler handler) {
     auto w = std::make_shared<connect_waiter>(std::move(handler));
-    if (w->slot.is_connected()) {
-        // Installed on the caller's thread, where the caller emits. Only this wait is
-        // abandoned; the connection is closed too when nobody else is using it.
-        w->slot.assign([weak = weak_from_this(),
-                        weak_w = std::weak_ptr<connect_waiter>(w)](asio::cancellation_type t) {
-            if ((t & asio::cancellation_type::terminal) == asio::cancellation_type::none)
-                return;
-            auto s = weak.lock();
-            auto cw = weak_w.lock();
-            if (s && cw)
-                asio::dispatch(s->strand_, [s, cw] { s->cancel_connect_waiter(cw); });
-        });
-    }
+    // Only this wait is abandoned; the connection is closed too when nobody else is using it.
+    on_terminal_cancellation(w, weak_from_this(), [](auto s, auto cw) {
+        asio::dispatch(s->strand_, [s, cw] { s->cancel_connect_waiter(cw); });
+    });
     asio::dispatch(strand_, [self = shared_from_this(), w]() mutable {
         if (w->done)
             return;

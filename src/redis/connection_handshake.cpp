@@ -56,7 +56,7 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
     asio::steady_timer timer(strand_);
     timer.expires_at(s->deadline); // what resolve, connect and TLS left of connect_timeout
     auto cs = co_await asio::this_coro::cancellation_state;
-    auto shaken = co_await (handshake(s) || timer.async_wait(use_nothrow));
+    auto shaken = co_await (handshake(s) || timer.async_wait(nothrow_awaitable));
     if (shaken.index() == 1) {
         // The timer ends early too when the session ends first (the reader found the answer
         // unreadable, the socket failed, close()): that is no timeout, and the reason is theirs.
@@ -122,18 +122,19 @@ asio::awaitable<error_code> connection_impl::health_loop(std::shared_ptr<session
     asio::steady_timer timer(strand_);
     if (cfg_.health_check_interval.count() <= 0) {
         timer.expires_at(asio::steady_timer::time_point::max());
-        co_await timer.async_wait(use_nothrow);
+        co_await timer.async_wait(nothrow_awaitable);
         co_return asio::error::operation_aborted;
     }
     resp3::request ping;
     ping.push("PING");
     for (;;) {
         timer.expires_after(cfg_.health_check_interval);
-        auto [tec] = co_await timer.async_wait(use_nothrow);
+        auto [tec] = co_await timer.async_wait(nothrow_awaitable);
         if (tec || is_cancelled(cs))
             co_return asio::error::operation_aborted;
         timer.expires_after(cfg_.health_check_interval);
-        auto pong = co_await (internal_exec(s.get(), ping, false) || timer.async_wait(use_nothrow));
+        auto pong =
+            co_await (internal_exec(s.get(), ping, false) || timer.async_wait(nothrow_awaitable));
         // Ended meanwhile (the other side of the session's ||, e.g. a sentinel's word that the
         // primary moved): a cancellation that came while the PING's answer was being handed
         // over reached neither operation, and this loop would ping the old server on.

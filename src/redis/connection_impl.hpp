@@ -8,6 +8,7 @@
 #include <colock/redis/connection.hpp>
 #include <colock/resp3/parser.hpp>
 
+#include "../detail/awaitable_tokens.hpp"
 #include "../detail/completion.hpp"
 #include "../detail/context_shutdown.hpp"
 #include "engine.hpp"
@@ -51,8 +52,54 @@ using tcp = asio::ip::tcp;
 using stream_socket = asio::generic::stream_protocol::socket;
 using stream_endpoint = asio::generic::stream_protocol::endpoint;
 
-inline constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
-using use_nothrow_t = std::decay_t<decltype(use_nothrow)>;
+using colock::detail::nothrow_awaitable;
+using colock::detail::nothrow_awaitable_t;
+
+// A pending async_connect, of either engine. Move-constructed only (Boost 1.81's
+// any_completion_handler move assignment recurses); `done` makes exactly one outcome complete it.
+struct connect_waiter {
+    explicit connect_waiter(connect_handler h)
+        : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
+    connect_handler handler;
+    asio::cancellation_slot slot;
+    bool done = false;
+};
+
+// Installs on `w`'s cancellation slot, if it has one, what a terminal cancellation does: calls
+// `on_cancel(engine, w)` while both still live. Installed on the caller's thread, where the caller
+// emits; `on_cancel` moves to the engine's strand itself.
+template <class Engine, class OnCancel>
+void on_terminal_cancellation(std::shared_ptr<connect_waiter> const& w,
+                              std::weak_ptr<Engine> engine, OnCancel on_cancel) {
+    if (!w->slot.is_connected())
+        return;
+    w->slot.assign([engine = std::move(engine), weak_w = std::weak_ptr<connect_waiter>(w),
+                    on_cancel = std::move(on_cancel)](asio::cancellation_type t) {
+        if ((t & asio::cancellation_type::terminal) == asio::cancellation_type::none)
+            return;
+        auto e = engine.lock();
+        auto cw = weak_w.lock();
+        if (e && cw)
+            on_cancel(std::move(e), std::move(cw));
+    });
+}
+
+// Calls `call` on each of `listeners`, a copy since a listener may add or remove listeners. One
+// that throws is reported to `report_error` (for last_error_text()); the others are called all the
+// same.
+template <class Call, class ReportError>
+void notify_each(std::vector<std::shared_ptr<push_listener>> const listeners, Call const& call,
+                 ReportError const& report_error) {
+    for (auto const& l : listeners) {
+        try {
+            call(*l);
+        } catch (std::exception const& e) {
+            report_error(std::string("a push listener threw: ") + e.what());
+        } catch (...) {
+            report_error("a push listener threw something that is not a std::exception");
+        }
+    }
+}
 
 // Whether a request (or async_connect) failed because the connection it needed could not be
 // established, rather than for a reason of its own.
@@ -182,15 +229,6 @@ public:
 
     // --- state below is touched on the strand only ---
     std::deque<entry_ptr> user_queue_; // not yet written; survives reconnections
-    // A pending async_connect. Move-constructed only (Boost 1.81's any_completion_handler
-    // move assignment recurses); `done` makes exactly one outcome complete it.
-    struct connect_waiter {
-        explicit connect_waiter(connect_handler h)
-            : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
-        connect_handler handler;
-        asio::cancellation_slot slot;
-        bool done = false;
-    };
     std::vector<std::shared_ptr<connect_waiter>> connect_waiters_;
     std::shared_ptr<session> session_;
     // The counted subscriptions, by channel_kind: classic, sharded.
@@ -465,16 +503,7 @@ void connection_impl::fail_queued(Queue& queue, error_code ec) {
 
 template <class Call>
 void connection_impl::notify_listeners(Call call) {
-    auto listeners = listeners_; // a listener may add or remove listeners
-    for (auto const& l : listeners) {
-        try {
-            call(*l);
-        } catch (std::exception const& e) {
-            set_error_text(std::string("a push listener threw: ") + e.what());
-        } catch (...) {
-            set_error_text("a push listener threw something that is not a std::exception");
-        }
-    }
+    notify_each(listeners_, call, [this](std::string text) { set_error_text(std::move(text)); });
 }
 
 } // namespace colock::redis::detail

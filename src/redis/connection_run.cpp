@@ -51,7 +51,7 @@ asio::awaitable<void> connection_impl::run_loop(std::shared_ptr<connection_impl>
                                       self->endpoint_text(), ec.message(), backoff.count()));
         }
         self->backoff_timer_.expires_after(backoff);
-        co_await self->backoff_timer_.async_wait(use_nothrow);
+        co_await self->backoff_timer_.async_wait(nothrow_awaitable);
         if (generation != self->generation_ || is_cancelled(cs))
             co_return;
         backoff = std::min(backoff * 2, self->cfg_.reconnect_max_delay);
@@ -143,8 +143,8 @@ asio::awaitable<error_code> connection_impl::run_session(std::shared_ptr<session
     s->step.clear();
     asio::steady_timer deadline(strand_);
     deadline.expires_at(s->deadline);
-    auto opened =
-        co_await (open_transport(s, std::move(endpoints)) || deadline.async_wait(use_nothrow));
+    auto opened = co_await (open_transport(s, std::move(endpoints)) ||
+                            deadline.async_wait(nothrow_awaitable));
     if (opened.index() == 1)
         co_return connect_failed(*s, error::connect_timeout, timed_out());
     if (error_code ec = std::get<0>(opened))
@@ -184,7 +184,7 @@ connection_impl::resolve(std::string host, std::uint16_t port, steady_clock::tim
                                    st->done_signal.cancel();
                                });
     if (!st->done)
-        co_await st->done_signal.async_wait(use_nothrow);
+        co_await st->done_signal.async_wait(nothrow_awaitable);
     if (st->done)
         co_return std::make_tuple(st->ec, std::move(st->results));
     st->resolver.cancel();
@@ -212,7 +212,7 @@ asio::awaitable<error_code>
 connection_impl::open_transport(std::shared_ptr<session> s,
                                 std::vector<stream_endpoint> endpoints) {
     co_await asio::this_coro::throw_if_cancelled(false);
-    auto [cec, ep] = co_await asio::async_connect(s->socket, endpoints, use_nothrow);
+    auto [cec, ep] = co_await asio::async_connect(s->socket, endpoints, nothrow_awaitable);
     if (cec)
         co_return cec;
     if (cfg_.unix_socket.empty())
@@ -223,7 +223,7 @@ connection_impl::open_transport(std::shared_ptr<session> s,
         if (!prepare_tls(*s->tls, s->target.host, cfg_.tls_verify_peer))
             co_return error_code(asio::error::invalid_argument);
         auto shaken =
-            co_await (s->tls->async_handshake(asio::ssl::stream_base::client, use_nothrow) ||
+            co_await (s->tls->async_handshake(asio::ssl::stream_base::client, nothrow_awaitable) ||
                       probe_plain_redis(ep));
         if (shaken.index() == 1) {
             std::string const& answer = std::get<1>(shaken);
@@ -277,17 +277,18 @@ asio::awaitable<std::string> connection_impl::probe_plain_redis(stream_endpoint 
     auto cs = co_await asio::this_coro::cancellation_state;
     asio::steady_timer timer(strand_);
     timer.expires_after(std::min(cfg_.connect_timeout / 4, std::chrono::milliseconds{500}));
-    co_await timer.async_wait(use_nothrow);
+    co_await timer.async_wait(nothrow_awaitable);
     if (!is_cancelled(cs)) {
         stream_socket probe(strand_);
-        auto [cec] = co_await probe.async_connect(ep, use_nothrow);
+        auto [cec] = co_await probe.async_connect(ep, nothrow_awaitable);
         std::array<char, 64> answer{};
         std::size_t got = 0;
         if (!cec && !is_cancelled(cs)) {
             auto [wec, wrote] =
-                co_await asio::async_write(probe, asio::buffer("PING\r\n", 6), use_nothrow);
+                co_await asio::async_write(probe, asio::buffer("PING\r\n", 6), nothrow_awaitable);
             if (!wec && !is_cancelled(cs)) {
-                auto [rec, n] = co_await probe.async_read_some(asio::buffer(answer), use_nothrow);
+                auto [rec, n] =
+                    co_await probe.async_read_some(asio::buffer(answer), nothrow_awaitable);
                 got = n;
             }
         }
@@ -299,7 +300,7 @@ asio::awaitable<std::string> connection_impl::probe_plain_redis(stream_endpoint 
     // was busy reached no pending operation, and would not reach this wait either.
     if (!is_cancelled(cs)) {
         timer.expires_at(asio::steady_timer::time_point::max());
-        co_await timer.async_wait(use_nothrow);
+        co_await timer.async_wait(nothrow_awaitable);
     }
     co_return std::string();
 }
@@ -331,9 +332,9 @@ asio::awaitable<error_code> connection_impl::read_loop(std::shared_ptr<session> 
         // if/else, not ?: of two co_awaits (GCC 12 mishandles that temporary).
         std::tuple<error_code, std::size_t> got;
         if (s->tls)
-            got = co_await s->tls->async_read_some(into, use_nothrow);
+            got = co_await s->tls->async_read_some(into, nothrow_awaitable);
         else
-            got = co_await s->socket.async_read_some(into, use_nothrow);
+            got = co_await s->socket.async_read_some(into, nothrow_awaitable);
         auto [ec, n] = got;
         if (ec)
             co_return ec;
@@ -421,15 +422,16 @@ asio::awaitable<error_code> connection_impl::write_loop(std::shared_ptr<session>
         }
         if (s->write_buffer.empty()) {
             s->wakeup.expires_at(asio::steady_timer::time_point::max());
-            co_await s->wakeup.async_wait(use_nothrow);
+            co_await s->wakeup.async_wait(nothrow_awaitable);
             continue;
         }
         std::tuple<error_code, std::size_t> wrote;
         if (s->tls)
-            wrote = co_await asio::async_write(*s->tls, asio::buffer(s->write_buffer), use_nothrow);
+            wrote = co_await asio::async_write(*s->tls, asio::buffer(s->write_buffer),
+                                               nothrow_awaitable);
         else
-            wrote =
-                co_await asio::async_write(s->socket, asio::buffer(s->write_buffer), use_nothrow);
+            wrote = co_await asio::async_write(s->socket, asio::buffer(s->write_buffer),
+                                               nothrow_awaitable);
         auto [ec, n] = wrote;
         if (ec) {
             put_back_unwritten(*s, write, n, ec);
@@ -492,7 +494,7 @@ connection_impl::internal_exec(session* s, resp3::request const& req, bool hands
     co_await asio::this_coro::throw_if_cancelled(false);
     // A raw session pointer, kept alive by the caller: GCC 12 destroys the captures of a
     // temporary lambda in a co_await expression twice, so only trivial ones here.
-    co_return co_await asio::async_initiate<use_nothrow_t const, void(error_code, response)>(
+    co_return co_await asio::async_initiate<nothrow_awaitable_t const, void(error_code, response)>(
         [this, s, &req, handshake](auto handler) {
             auto e = make_entry(std::string(req.payload()), req.commands(), req.shapes());
             // Type-erased first: any_completion_handler puts its own cancellation state in the
@@ -507,7 +509,7 @@ connection_impl::internal_exec(session* s, resp3::request const& req, bool hands
             (handshake ? s->handshake_queue : s->session_queue).push_back(std::move(e));
             s->wakeup.cancel();
         },
-        use_nothrow);
+        nothrow_awaitable);
 }
 
 } // namespace colock::redis::detail

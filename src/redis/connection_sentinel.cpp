@@ -31,7 +31,7 @@ public:
     asio::awaitable<error_code> open(std::vector<stream_endpoint> endpoints, std::string host,
                                      bool verify_peer) {
         co_await asio::this_coro::throw_if_cancelled(false);
-        auto [ec, ep] = co_await asio::async_connect(socket_, endpoints, use_nothrow);
+        auto [ec, ep] = co_await asio::async_connect(socket_, endpoints, nothrow_awaitable);
         if (ec)
             co_return ec;
         socket_.set_option(tcp::no_delay(true), ec);
@@ -40,7 +40,8 @@ public:
         tls_.emplace(socket_, *tls_context_);
         if (!prepare_tls(*tls_, host, verify_peer))
             co_return error_code(asio::error::invalid_argument);
-        auto [hec] = co_await tls_->async_handshake(asio::ssl::stream_base::client, use_nothrow);
+        auto [hec] =
+            co_await tls_->async_handshake(asio::ssl::stream_base::client, nothrow_awaitable);
         co_return hec;
     }
 
@@ -48,9 +49,9 @@ public:
         co_await asio::this_coro::throw_if_cancelled(false);
         std::tuple<error_code, std::size_t> wrote;
         if (tls_)
-            wrote = co_await asio::async_write(*tls_, asio::buffer(payload), use_nothrow);
+            wrote = co_await asio::async_write(*tls_, asio::buffer(payload), nothrow_awaitable);
         else
-            wrote = co_await asio::async_write(socket_, asio::buffer(payload), use_nothrow);
+            wrote = co_await asio::async_write(socket_, asio::buffer(payload), nothrow_awaitable);
         co_return std::get<0>(wrote);
     }
 
@@ -79,9 +80,9 @@ public:
             auto into = asio::buffer(buffer_.data() + old_size, 4096);
             std::tuple<error_code, std::size_t> got;
             if (tls_)
-                got = co_await tls_->async_read_some(into, use_nothrow);
+                got = co_await tls_->async_read_some(into, nothrow_awaitable);
             else
-                got = co_await socket_.async_read_some(into, use_nothrow);
+                got = co_await socket_.async_read_some(into, nothrow_awaitable);
             buffer_.resize(old_size + std::get<1>(got));
             if (std::get<0>(got))
                 co_return std::make_tuple(std::get<0>(got), resp3::value{});
@@ -181,7 +182,7 @@ asio::awaitable<void> follow_asks(std::shared_ptr<sentinel_link> link,
         if (is_cancelled(cs))
             co_return; // missed by the wait below: it came between two operations
         timer.expires_after(wait);
-        if (auto [tec] = co_await timer.async_wait(use_nothrow); tec || is_cancelled(cs))
+        if (auto [tec] = co_await timer.async_wait(nothrow_awaitable); tec || is_cancelled(cs))
             co_return;
         if (follower->answers() < asked) {
             if (problem->empty())
@@ -227,7 +228,7 @@ asio::awaitable<primary_answer> connection_impl::ask_sentinel(server_address whe
     auto asked = co_await (ask_over(link, std::move(endpoints), where.host, cfg_.tls_verify_peer,
                                     std::string(sentinel_hello(cfg_, false).payload()),
                                     cfg_.sentinel.master_name) ||
-                           timer.async_wait(use_nothrow));
+                           timer.async_wait(nothrow_awaitable));
     link->close();
     if (asked.index() == 1)
         co_return primary_answer{
@@ -290,7 +291,7 @@ connection_impl::follow_sentinel(std::shared_ptr<session> s, server_address wher
     asio::steady_timer timer(strand_);
     timer.expires_at(deadline);
     auto opened = co_await (link->open(std::move(endpoints), where.host, cfg_.tls_verify_peer) ||
-                            timer.async_wait(use_nothrow));
+                            timer.async_wait(nothrow_awaitable));
     if (opened.index() == 1 || std::get<0>(opened)) {
         link->close();
         result.problem = opened.index() == 1 ? fmt::format("no connection within {} ms",
@@ -368,7 +369,7 @@ asio::awaitable<error_code> connection_impl::watch_primary(std::shared_ptr<sessi
             log(log_level::debug, text);
         last_problems = std::move(problems);
         pause.expires_after(backoff);
-        co_await pause.async_wait(use_nothrow);
+        co_await pause.async_wait(nothrow_awaitable);
         if (s->detached || session_ != s || is_cancelled(cs))
             co_return asio::error::operation_aborted;
         backoff = std::min(backoff * 2, cfg_.reconnect_max_delay);

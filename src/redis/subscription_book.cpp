@@ -81,6 +81,19 @@ subscription_book::change(bool subscribe, std::vector<std::string> channels,
     return {op, std::move(out)};
 }
 
+template <class Then>
+void subscription_book::stop_waiting_for_session(Then then) {
+    std::vector<op_id> waiting; // first: `then` may finish operations, which changes ops_
+    for (auto& [id, o] : ops_)
+        if (o.waits_for_session)
+            waiting.push_back(id);
+    for (auto id : waiting) {
+        auto& o = ops_.at(id);
+        o.waits_for_session = false;
+        then(id, o);
+    }
+}
+
 std::vector<subscription_book::command> subscription_book::open_session() {
     if (session_open_)
         close_session();
@@ -95,19 +108,13 @@ std::vector<subscription_book::command> subscription_book::open_session() {
         it = next;
     }
     // Operations that waited for this session wait for the handshake's word on their channels.
-    std::vector<op_id> waiting;
-    for (auto& [id, o] : ops_)
-        if (o.waits_for_session)
-            waiting.push_back(id);
-    for (auto id : waiting) {
-        auto& o = ops_.at(id);
-        o.waits_for_session = false;
+    stop_waiting_for_session([this](op_id id, op_state& o) {
         for (auto const& c : o.counted)
             if (auto it = channels_.find(c); it != channels_.end() && it->second.latest != 0)
                 wait_for(id, it->second.latest);
         if (o.waiting == 0)
             finish(id);
-    }
+    });
     return out;
 }
 
@@ -167,16 +174,10 @@ void subscription_book::close_session(boost::system::error_code ec) {
 }
 
 void subscription_book::abandon_waiting(boost::system::error_code ec) {
-    std::vector<op_id> waiting;
-    for (auto& [id, o] : ops_)
-        if (o.waits_for_session)
-            waiting.push_back(id);
-    for (auto id : waiting) {
-        auto& o = ops_.at(id);
-        o.waits_for_session = false;
+    stop_waiting_for_session([this, ec](op_id id, op_state& o) {
         o.ec = ec;
         finish(id);
-    }
+    });
 }
 
 void subscription_book::finish(op_id op) {

@@ -131,6 +131,10 @@ private:
     void wait_for(op_id op, command_id cmd);
     void finish(op_id op);
     void forget_if_idle(channel_map::iterator it);
+    // Takes every operation that waits for the session off that wait, one by one, and calls
+    // `then(id, op)` for it (which may finish it).
+    template <class Then>
+    void stop_waiting_for_session(Then then);
 
     channel_map channels_;
     std::map<command_id, command_state> commands_;

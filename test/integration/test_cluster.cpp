@@ -12,7 +12,6 @@
 #include <string>
 
 using namespace colock::test;
-using namespace std::chrono_literals;
 using colock::redis::detail::hash_slot;
 
 TEST_CASE("cluster fixture: 3 primaries with a replica each serve every slot; a slot migrates "

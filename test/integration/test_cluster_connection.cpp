@@ -28,8 +28,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 using colock::redis::detail::hash_slot;
 
 namespace {

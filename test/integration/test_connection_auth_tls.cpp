@@ -16,9 +16,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using boost::system::error_code;
-using namespace std::chrono_literals;
 
 TEST_CASE("AUTH with an ACL user: the right password connects, a wrong one is refused") {
     redis_server_options opts;

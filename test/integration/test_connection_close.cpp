@@ -3,6 +3,8 @@
 #include <colock/redis/connection.hpp>
 
 #include "test_util.hpp"
+
+#include "redis/engine.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
 
@@ -20,9 +22,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
 
 TEST_CASE("close(): a request queued just before gets its reply, and one in flight too") {
     std::string const key = unique_key("before-close");

@@ -4,6 +4,8 @@
 #include <colock/redis/connection.hpp>
 
 #include "test_util.hpp"
+
+#include "redis/engine.hpp"
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -22,9 +24,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
 
 namespace {
 

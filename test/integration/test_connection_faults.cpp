@@ -17,9 +17,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
 
 TEST_CASE("server killed mid-request: a clear error, and the next request after restart works") {
     redis_server server;

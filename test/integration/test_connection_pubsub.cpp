@@ -17,9 +17,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
 
 namespace {
 

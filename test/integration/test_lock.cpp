@@ -4,6 +4,7 @@
 // (several connections and a second process), and what the server pays per lock.
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -35,10 +36,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
-using boost::system::system_error;
 
 namespace {
 
@@ -55,12 +52,9 @@ lock_options short_lock() {
 } // namespace
 
 TEST_CASE("co_lock and unlock: the key holds the token while held, and is free after") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         CHECK(locks.key_prefix() == "colock:");
-        std::string const name = unique_key("roundtrip");
 
         auto g = co_await locks.co_lock(name);
         CHECK(g.owns_lock());
@@ -103,20 +97,13 @@ TEST_CASE("co_lock and unlock: the key holds the token while held, and is free a
         CHECK(held2 == g2.token());
         bool const released2 = co_await g2.unlock();
         CHECK(released2);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("roundtrip", scenario);
 }
 
 TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never stolen") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_a{ctx.get_executor(), shared_server().config()};
-        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker a{conn_a};
-        locker b{conn_b};
-        std::string const name = unique_key("try");
-
+    auto scenario = [](redis::connection&, redis::connection&, redis::connection& probe, locker& a,
+                       locker& b, std::string const& name) -> asio::awaitable<void> {
         auto first = co_await a.co_try_lock(name, short_lock());
         REQUIRE(first.has_value());
         CHECK(first->owns_lock());
@@ -129,12 +116,7 @@ TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never sto
         // And a waiting co_lock gives up rather than taking it.
         lock_options brief = short_lock();
         brief.wait_timeout = 200ms;
-        error_code waited;
-        try {
-            co_await b.co_lock(name, brief);
-        } catch (system_error const& e) {
-            waited = e.code();
-        }
+        error_code waited = co_await error_of(b.co_lock(name, brief));
         CHECK(waited == error::timeout);
 
         // Still the first holder's key, with its lease.
@@ -153,21 +135,13 @@ TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never sto
         CHECK(held_next == next->token());
         bool const released_next = co_await next->unlock();
         CHECK(released_next);
-        conn_a.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>("try", scenario);
 }
 
 TEST_CASE("fences strictly increase across successive holders of one name") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_a{ctx.get_executor(), shared_server().config()};
-        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker a{conn_a};
-        locker b{conn_b};
-        std::string const name = unique_key("fence");
-
+    auto scenario = [](redis::connection&, redis::connection&, redis::connection& probe, locker& a,
+                       locker& b, std::string const& name) -> asio::awaitable<void> {
         std::int64_t last = 0;
         for (int i = 0; i < 6; ++i) {
             locker& who = i % 2 ? a : b;
@@ -195,10 +169,8 @@ TEST_CASE("fences strictly increase across successive holders of one name") {
         CHECK(released_after);
         bool const released_lapsed = co_await lapsed.unlock();
         CHECK_FALSE(released_lapsed); // not ours any more; and it must not delete the other's
-        conn_a.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>("fence", scenario);
 }
 
 TEST_CASE("keys and wake channels use the hash-tag scheme: p{name}, p{name}:q, p{name}:qd, "
@@ -319,13 +291,9 @@ TEST_CASE("a custom key prefix names the keys, and separates lockers") {
 TEST_CASE("SCRIPT FLUSH while locks are in use: lock, renew, extend and unlock reload their "
           "scripts") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection conn_b{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
-        locker other{conn_b};
-        std::string const name = unique_key("noscript");
+    auto scenario = [&](redis::connection&, redis::connection&, redis::connection& probe,
+                        locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
         auto flush = [&] { server.cli(strings("SCRIPT", "FLUSH")); };
 
         lock_options opt;
@@ -363,19 +331,13 @@ TEST_CASE("SCRIPT FLUSH while locks are in use: lock, renew, extend and unlock r
         CHECK(g2.fence() > g.fence());
         bool const released2 = co_await g2.unlock();
         CHECK(released2);
-        conn.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(server.config(), "noscript", scenario);
 }
 
 TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_tuple") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("callback");
-
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         bool done = false;
         error_code result = asio::error::would_block;
         lock_guard guard;
@@ -436,9 +398,8 @@ TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_
         CHECK_FALSE(g2.owns_lock());
         bool const released_g = co_await g.unlock();
         CHECK(released_g);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("callback", scenario);
 }
 
 TEST_CASE("async_lock and async_try_lock with use_future, the io_context on another thread") {
@@ -482,11 +443,8 @@ TEST_CASE("async_lock and async_try_lock with use_future, the io_context on anot
 }
 
 TEST_CASE("a server error names the lock and carries the server's text") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("wrongtype");
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         co_await probe.co_exec(command("HSET", lock_key(name), "a", "b"));
 
         std::string what;
@@ -524,9 +482,8 @@ TEST_CASE("a server error names the lock and carries the server's text") {
         CHECK(fine.owns_lock());
         bool const released = co_await fine.unlock();
         CHECK(released);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("wrongtype", scenario);
 }
 
 TEST_CASE("bad arguments are refused at the call, before any I/O, naming the field") {
@@ -643,13 +600,8 @@ TEST_CASE("bad arguments are refused at the call, before any I/O, naming the fie
 }
 
 TEST_CASE("wait_timeout: co_lock gives up with error::timeout and a message naming the lock") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_a{ctx.get_executor(), shared_server().config()};
-        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker a{conn_a};
-        locker b{conn_b};
-        std::string const name = unique_key("timeout");
+    auto scenario = [](redis::connection&, redis::connection&, redis::connection& probe, locker& a,
+                       locker& b, std::string const& name) -> asio::awaitable<void> {
         auto holder = co_await a.co_lock(name, short_lock());
 
         lock_options opt = short_lock();
@@ -686,10 +638,8 @@ TEST_CASE("wait_timeout: co_lock gives up with error::timeout and a message nami
         CHECK(subscribers == 0);
         bool const released = co_await holder.unlock();
         CHECK(released);
-        conn_a.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>("timeout", scenario);
 }
 
 namespace {
@@ -836,11 +786,8 @@ TEST_CASE("mutual exclusion: a read-modify-write counter under contention from s
 
 TEST_CASE("server cost: an uncontended lock+unlock is exactly 2 EVALSHA, with no subscription") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
-        std::string const name = unique_key("cost");
+    auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
         // Warm up: the first calls on a fresh server load the scripts (NOSCRIPT, SCRIPT LOAD).
         auto warm = co_await locks.co_lock(name);
         co_await warm.unlock();
@@ -870,21 +817,16 @@ TEST_CASE("server cost: an uncontended lock+unlock is exactly 2 EVALSHA, with no
         auto const after_try = co_await commandstats(probe);
         CHECK(command_calls(after_try, "evalsha") - command_calls(before_try, "evalsha") == 3);
         CHECK(command_calls(after_try, "subscribe") == command_calls(before_try, "subscribe"));
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(server.config(), "cost", scenario);
 }
 
 TEST_CASE("server cost: contended acquisitions are woken, not polled; one SUBSCRIBE per name "
           "per connection, dropped afterwards") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_h{ctx.get_executor(), server.config()};
-        redis::connection conn_w{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker holder_locks{conn_h};
-        locker waiter_locks{conn_w};
-        std::string const name = unique_key("contended");
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
+                        redis::connection& probe, locker& holder_locks, locker& waiter_locks,
+                        std::string const& name) -> asio::awaitable<void> {
         auto warm = co_await waiter_locks.co_lock(name);
         co_await warm.unlock();
         auto warm2 = co_await holder_locks.co_lock(name);
@@ -934,20 +876,15 @@ TEST_CASE("server cost: contended acquisitions are woken, not polled; one SUBSCR
         CHECK(per_acquisition <= 5.0);
         CHECK(command_calls(after, "subscribe") - command_calls(before, "subscribe") == 1);
         CHECK(command_calls(after, "unsubscribe") - command_calls(before, "unsubscribe") == 1);
-        conn_h.close();
-        conn_w.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(server.config(), "contended", scenario);
 }
 
 TEST_CASE("server cost: a foreign value without expiry under the lock key fails co_lock at once, "
           "naming the key, without polling") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
-        std::string const name = unique_key("no-expiry");
+    auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
         auto warm = co_await locks.co_lock(name);
         co_await warm.unlock();
         // Someone set the lock key by hand, without a TTL: PTTL is -1.
@@ -974,22 +911,17 @@ TEST_CASE("server cost: a foreign value without expiry under the lock key fails 
         auto const evalsha = command_calls(after, "evalsha") - command_calls(before, "evalsha");
         CHECK(evalsha == 1);
         co_await probe.co_exec(command("DEL", lock_key(name)));
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(server.config(), "no-expiry", scenario);
 }
 
 TEST_CASE("two lockers sharing one connection: one's waiter leaving does not drop the other's "
           "subscription") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_h{ctx.get_executor(), server.config()};
-        redis::connection shared{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker holder_locks{conn_h};
-        locker first{shared};
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection& shared,
+                        redis::connection& probe, locker& holder_locks, locker& first,
+                        std::string const& name) -> asio::awaitable<void> {
         locker second{shared};
-        std::string const name = unique_key("two-lockers");
         std::string const channel = wake_channel(name);
 
         lock_options hold;
@@ -1033,20 +965,15 @@ TEST_CASE("two lockers sharing one connection: one's waiter leaving does not dro
                 .count();
         MESSAGE("hand-off to the second locker's waiter: " << handoff << " ms");
         CHECK(handoff < 1000);
-        conn_h.close();
-        shared.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(server.config(), "two-lockers", scenario);
 }
 
 TEST_CASE("not reentrant: a second co_lock of a held name from the same coroutine waits for "
           "itself until wait_timeout, and co_try_lock comes back empty") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
+    auto scenario = [](redis::connection& conn, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         locker same_process{conn}; // another part of the same program, on the same connection
-        std::string const name = unique_key("reentrant");
         auto held = co_await locks.co_lock(name, short_lock());
 
         // The same coroutine asks again: the lock is held (by itself), so it waits, and only
@@ -1083,9 +1010,8 @@ TEST_CASE("not reentrant: a second co_lock of a held name from the same coroutin
         CHECK(token == held.token());
         bool const released = co_await held.unlock();
         CHECK(released);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("reentrant", scenario);
 }
 
 TEST_CASE("a full server under maxmemory-policy noeviction refuses a new lock with its OOM error, "

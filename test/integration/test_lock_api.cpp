@@ -24,9 +24,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
 
 TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a guard destroyed "
           "right after the call") {

@@ -4,6 +4,7 @@
 // be left behind.
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -27,11 +28,7 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
-using boost::system::error_code;
-using boost::system::system_error;
 
 namespace {
 
@@ -145,13 +142,9 @@ TEST_CASE("a sleeping waiter cancelled (terminal, partial) returns at once with 
 }
 
 TEST_CASE("co_lock raced with a timer (||): the timer wins promptly and the waiter is gone") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_h{ctx.get_executor(), shared_server().config()};
-        redis::connection conn_w{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker holder_locks{conn_h};
-        locker locks{conn_w};
-        std::string const name = unique_key("cancel-or");
+    auto scenario = [](asio::io_context& ctx, redis::connection&, redis::connection&,
+                       redis::connection& probe, locker& holder_locks, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         auto holder = co_await holder_locks.co_lock(name, patient());
 
         asio::steady_timer timer(ctx);
@@ -181,10 +174,8 @@ TEST_CASE("co_lock raced with a timer (||): the timer wins promptly and the wait
         CHECK(held_now == g.token());
         bool const released_g = co_await g.unlock();
         CHECK(released_g);
-        conn_h.close();
-        conn_w.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>("cancel-or", scenario);
 }
 
 TEST_CASE("cancelled with an acquire in flight on a free lock: the granted lock is released "

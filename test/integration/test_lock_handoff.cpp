@@ -5,6 +5,7 @@
 #include <colock/lock_observer.hpp>
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -28,9 +29,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::system_error;
 
 namespace {
 
@@ -52,11 +50,8 @@ asio::awaitable<std::int64_t> queue_length_becomes(redis::connection& c, std::st
 TEST_CASE("an uncontended lock and unlock cost the server 6 calls (2 EVALSHA, 2 GET, 2 SET) and "
           "publish nothing") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
-        std::string const name = unique_key("uncontended");
+    auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
         auto first = co_await locks.co_lock(name, lease(10'000ms)); // loads the scripts
         co_await first.unlock();
 
@@ -75,9 +70,8 @@ TEST_CASE("an uncontended lock and unlock cost the server 6 calls (2 EVALSHA, 2 
         CHECK(calls == 6 * cycles);
         CHECK(command_calls(after, "evalsha") - command_calls(before, "evalsha") == 2 * cycles);
         CHECK(command_calls(after, "publish") == command_calls(before, "publish"));
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(server.config(), "uncontended", scenario);
 }
 
 namespace {
@@ -219,12 +213,9 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
     }
     ::close(go[0]);
 
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_a{ctx.get_executor(), cfg};
-        redis::connection conn_b{ctx.get_executor(), cfg};
-        redis::connection probe{ctx.get_executor(), cfg};
-        locker a{conn_a};
-        locker b{conn_b};
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
+                        redis::connection& probe, locker& a, locker& b,
+                        std::string const&) -> asio::awaitable<void> {
         auto holder = co_await a.co_lock(name, lease(10'000ms));
         REQUIRE(::write(go[1], "g", 1) == 1);
         auto const queued = co_await queue_length_becomes(probe, name, 1);
@@ -269,10 +260,8 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
         CHECK(delay >= 900);  // the claim was kept for the one it was handed to
         CHECK(delay <= 1700); // and no longer (1 s, the next waiter's retry, a shared machine)
         CHECK(fence > holder.fence());
-        conn_a.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(cfg, "lock", scenario);
     ::close(go[1]);
 }
 
@@ -281,10 +270,8 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
 TEST_CASE("cohort hand-off: a waiter of the same process gets the lease without a server call, "
           "with its own guard, token and the next fence") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection& probe,
+                        locker& locks, std::string const& name) -> asio::awaitable<void> {
         // How each acquisition came: the waiters' must all be local hand-offs.
         struct how_recorder final : lock_observer {
             std::vector<acquired_by> ways;
@@ -292,7 +279,6 @@ TEST_CASE("cohort hand-off: a waiter of the same process gets the lease without 
         };
         auto recorder = std::make_shared<how_recorder>();
         locks.set_observer(recorder);
-        std::string const name = unique_key("cohort");
         auto holder = co_await locks.co_lock(name, lease(10'000ms));
 
         constexpr int waiters = 5;
@@ -355,21 +341,16 @@ TEST_CASE("cohort hand-off: a waiter of the same process gets the lease without 
         auto next = co_await locks.co_lock(name, lease(10'000ms));
         CHECK(next.fence() == turns.back().fence + 1);
         co_await next.unlock();
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(server.config(), "cohort", scenario);
 }
 
 TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local hand-offs "
           "in a row, then the other process's turn") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_a{ctx.get_executor(), server.config()};
-        redis::connection conn_b{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker a{conn_a};
-        locker b{conn_b};
-        std::string const name = unique_key("cohort-limit");
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
+                        redis::connection& probe, locker& a, locker& b,
+                        std::string const& name) -> asio::awaitable<void> {
         lock_options opt = lease(10'000ms);
         opt.cohort_limit = 2;
         auto holder = co_await a.co_lock(name, opt);
@@ -402,22 +383,16 @@ TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local
         CHECK(order[0] == 'a');
         CHECK(order[1] == 'a');
         CHECK(order[2] == 'b');
-        conn_a.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(server.config(), "cohort-limit", scenario);
 }
 
 TEST_CASE("a cohort whose locker missed the \"q\" message still yields: the queued process's "
           "next attempt tells it again") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn_a{ctx.get_executor(), server.config()};
-        redis::connection conn_b{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker a{conn_a};
-        locker b{conn_b};
-        std::string const name = unique_key("cohort-missed");
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
+                        redis::connection& probe, locker& a, locker& b,
+                        std::string const& name) -> asio::awaitable<void> {
         lock_options opt = lease(10'000ms);
         opt.cohort_limit = 2;
         // Process A: eight coroutines pass the lease among themselves for as long as they run,
@@ -470,19 +445,14 @@ TEST_CASE("a cohort whose locker missed the \"q\" message still yields: the queu
         for (int i = 0; i < 500 && a_running > 0; ++i)
             co_await sleep_for(10ms);
         CHECK(a_running == 0);
-        conn_a.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(server.config(), "cohort-missed", scenario);
 }
 
 TEST_CASE("cohort_limit = 0: every waiter of the process goes through Redis") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
-        std::string const name = unique_key("no-cohort");
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection& probe,
+                        locker& locks, std::string const& name) -> asio::awaitable<void> {
         lock_options opt = lease(10'000ms);
         opt.cohort_limit = 0;
         auto holder = co_await locks.co_lock(name, opt);
@@ -508,19 +478,15 @@ TEST_CASE("cohort_limit = 0: every waiter of the process goes through Redis") {
         // Each took the key with its own token: a lease of its own from Redis.
         for (std::size_t i = 0; i < tokens.size(); ++i)
             CHECK(key_tokens[i] == tokens[i]);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(server.config(), "no-cohort", scenario);
 }
 
 TEST_CASE("a cohort's lease lost: the holder is told, and the waiters of its process go back to "
           "Redis for a lease of their own") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
-        std::string const name = unique_key("cohort-lost");
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection& probe,
+                        locker& locks, std::string const& name) -> asio::awaitable<void> {
         lock_options opt = lease(3000ms);
         opt.renew_interval = 100ms;
         auto first = co_await locks.co_lock(name, opt);
@@ -559,7 +525,6 @@ TEST_CASE("a cohort's lease lost: the holder is told, and the waiters of its pro
         CHECK(key_now == third->token());
         CHECK(third->fence() > second->fence());
         co_await third->unlock();
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(server.config(), "cohort-lost", scenario);
 }

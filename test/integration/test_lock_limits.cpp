@@ -3,6 +3,7 @@
 // READONLY, MASTERDOWN) are waited out, and a renewal survives a short connection loss.
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
@@ -24,11 +25,7 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
-using boost::system::error_code;
-using boost::system::system_error;
 
 namespace {
 
@@ -146,12 +143,8 @@ TEST_CASE("wait_replicas on a server without replicas: the lock is released agai
 
 TEST_CASE("the free key keeps the last fence for the rest of the lease, and fences keep "
           "increasing after it lapsed") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("fence-expiry");
-
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         lock_options opt = lease(300ms);
         opt.renew_interval = 100ms;
         auto g = co_await locks.co_lock(name, opt);
@@ -189,9 +182,8 @@ TEST_CASE("the free key keeps the last fence for the rest of the lease, and fenc
         CHECK(next.fence() > first + 1);
         bool const released_next = co_await next.unlock();
         CHECK(released_next);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("fence-expiry", scenario);
 }
 
 // ------------------------------------------------------------------------ huge durations

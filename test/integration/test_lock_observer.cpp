@@ -3,6 +3,7 @@
 #include <colock/lock_observer.hpp>
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -22,8 +23,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 
 namespace {
 
@@ -234,13 +233,10 @@ TEST_CASE("observer: a lock released by another locker reaches this one through 
 
 TEST_CASE("observer: renewals with their latency, then a lease deleted from outside is lost as "
           "no longer ours, and its unlock is no release") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
+    auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
         auto const seen_by = std::make_shared<recorder>();
         locks.set_observer(seen_by);
-        std::string const name = unique_key("observer-lost");
 
         auto opt = lease(3000ms);
         opt.renew_interval = 200ms;
@@ -276,9 +272,8 @@ TEST_CASE("observer: renewals with their latency, then a lease deleted from outs
         // The loss comes right after the renewal that found it.
         CHECK(seen_by->events.back().kind == "lost");
         CHECK(seen_by->events[seen_by->events.size() - 2].kind == "renewal");
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("observer-lost", scenario);
 }
 
 TEST_CASE("observer: a lease that is not renewed is lost as expired at its deadline") {

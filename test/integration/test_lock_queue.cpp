@@ -3,6 +3,7 @@
 // the order they were made, and leave it alone when cancelled or out of time.
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -22,8 +23,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 
 namespace {
 
@@ -105,13 +104,9 @@ TEST_CASE("co_lock calls made together on a name held by another process: one as
 TEST_CASE("queued co_lock calls: one cancelled and one out of time leave at once, and the "
           "others still get the lock in turn") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection other_conn{ctx.get_executor(), server.config()};
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker other{other_conn};
-        locker locks{conn};
-        std::string const name = unique_key("queue-leave");
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
+                        redis::connection& probe, locker& other, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
         auto holder = co_await other.co_lock(name, lease(10'000ms));
 
         constexpr std::size_t calls = 5;
@@ -173,8 +168,6 @@ TEST_CASE("queued co_lock calls: one cancelled and one out of time leave at once
         CHECK(locks.waiting() == 0);
         CHECK(co_await numsub_becomes(probe, wake_channel(name), 0) == 0);
         CHECK(co_await free_becomes(probe, name));
-        other_conn.close();
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(server.config(), "queue-leave", scenario);
 }

@@ -3,6 +3,7 @@
 // destructor, unlock, extend and move behave as documented.
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -29,11 +30,7 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
-using boost::system::error_code;
-using boost::system::system_error;
 
 namespace {
 
@@ -128,13 +125,9 @@ private:
 } // namespace
 
 TEST_CASE("renewal: a 300 ms lease held for 1.5 s stays ours") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        locker other{conn_b};
-        std::string const name = unique_key("renew");
+    auto scenario = [](redis::connection&, redis::connection&, redis::connection& probe,
+                       locker& locks, locker& other,
+                       std::string const& name) -> asio::awaitable<void> {
         lock_options opt;
         opt.ttl = 300ms; // renewed every 100 ms by default
         auto g = co_await locks.co_lock(name, opt);
@@ -162,18 +155,14 @@ TEST_CASE("renewal: a 300 ms lease held for 1.5 s stays ours") {
         CHECK(ended);
         CHECK(w.ec == error::not_held);
         CHECK_FALSE(g.lost());
-        conn.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>("renew", scenario);
 }
 
 TEST_CASE("renewal starts when each guard's first renewal is due, whatever the order: short "
           "leases taken after a long one, with nobody waiting on wait_lost, stay ours") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const&) -> asio::awaitable<void> {
         std::string const long_name = unique_key("renew-long");
         std::string const short_name = unique_key("renew-short");
         std::string const mid_name = unique_key("renew-mid");
@@ -195,18 +184,14 @@ TEST_CASE("renewal starts when each guard's first renewal is due, whatever the o
         CHECK(co_await short_guard.unlock());
         CHECK(co_await mid_guard.unlock());
         CHECK(co_await long_guard.unlock());
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("lock", scenario);
 }
 
 TEST_CASE("the key deleted from outside: lost() and wait_lost() within about one renew "
           "interval") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("deleted");
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, lease(1000ms, 150ms));
         lost_watch w;
         watch(g, w);
@@ -239,17 +224,13 @@ TEST_CASE("the key deleted from outside: lost() and wait_lost() within about one
         CHECK(exists == 0);
         bool const released = co_await g.unlock();
         CHECK_FALSE(released);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("deleted", scenario);
 }
 
 TEST_CASE("the key overwritten from outside: lost, and the new value is left alone") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("overwritten");
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         {
             auto g = co_await locks.co_lock(name, lease(1000ms, 150ms));
             lost_watch w;
@@ -274,17 +255,13 @@ TEST_CASE("the key overwritten from outside: lost, and the new value is left alo
         CHECK(value == "someone-else");
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(pttl > 8000); // not re-armed with our ttl either
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("overwritten", scenario);
 }
 
 TEST_CASE("co_await (work() || g.wait_lost()) cancels the work when the lease goes") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("work-or-lost");
+    auto scenario = [](asio::io_context& ctx, redis::connection&, redis::connection& probe,
+                       locker& locks, std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, lease(1000ms, 150ms));
 
         bool work_cancelled = false, work_finished = false;
@@ -328,18 +305,14 @@ TEST_CASE("co_await (work() || g.wait_lost()) cancels the work when the lease go
         CHECK(g2.owns_lock());
         bool const released = co_await g2.unlock();
         CHECK(released);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("work-or-lost", scenario);
 }
 
 TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the guard reports "
           "lost") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("max-hold");
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         lock_options opt = lease(300ms, 100ms);
         opt.max_hold = 600ms;
         auto const started = steady::now();
@@ -369,9 +342,8 @@ TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the gu
         CHECK(gone == 0);
         bool const released = co_await g.unlock();
         CHECK_FALSE(released);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("max-hold", scenario);
 }
 
 TEST_CASE("server restart while held: the holder ends lost, never beside a second owner") {
@@ -505,11 +477,8 @@ TEST_CASE("a server restarted at once (new run_id): guards held there are lost o
 
 TEST_CASE("a reconnection to the same server keeps the guard and renews it at once") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        redis::connection probe{ctx.get_executor(), fast_config(server)};
-        locker locks{conn};
-        std::string const name = unique_key("same-server");
+    auto scenario = [&](redis::connection& conn, redis::connection& probe, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, lease(6000ms, 3000ms));
         auto const id = co_await integer(conn, command("CLIENT", "ID"));
         co_await sleep_for(1000ms);
@@ -528,9 +497,8 @@ TEST_CASE("a reconnection to the same server keeps the guard and renews it at on
         CHECK_FALSE(g.lost());
         bool const released = co_await g.unlock();
         CHECK(released);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(fast_config(server), "same-server", scenario);
 }
 
 TEST_CASE("a release whose connection is lost before the reply is sent again") {
@@ -593,13 +561,9 @@ TEST_CASE("a user the server refuses INFO to still connects; its server instance
 
 TEST_CASE("destroying the guard stops renewal and releases in the background") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection conn_b{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
-        locker other{conn_b};
-        std::string const name = unique_key("destroyed");
+    auto scenario = [&](redis::connection&, redis::connection&, redis::connection& probe,
+                        locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
         lost_watch w;
         // A long ttl: if the key goes, it was released, not expired.
         lock_options opt = lease(10'000ms, 100ms);
@@ -629,18 +593,14 @@ TEST_CASE("destroying the guard stops renewal and releases in the background") {
         CHECK(g2.token() != token);
         bool const released = co_await g2.unlock();
         CHECK(released);
-        conn.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(server.config(), "destroyed", scenario);
 }
 
 TEST_CASE("unlock() from a cancelled caller still releases") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection& probe,
+                        locker& locks, std::string const&) -> asio::awaitable<void> {
         co_await probe.async_connect(asio::use_awaitable);
 
         // Cancelled while the release is in flight (writes paused in the server).
@@ -690,17 +650,13 @@ TEST_CASE("unlock() from a cancelled caller still releases") {
             auto const free = co_await lock_free(probe, name);
             CHECK(free);
         }
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(server.config(), "lock", scenario);
 }
 
 TEST_CASE("extend: raises the lease, later renewals keep the new ttl, false after loss") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("extend");
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, lease(600ms, 200ms));
         auto pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(pttl <= 600);
@@ -716,12 +672,7 @@ TEST_CASE("extend: raises the lease, later renewals keep the new ttl, false afte
         CHECK(g.owns_lock());
 
         // Refused before any I/O.
-        error_code refused;
-        try {
-            co_await g.extend(0ms);
-        } catch (system_error const& e) {
-            refused = e.code();
-        }
+        error_code refused = co_await error_of(g.extend(0ms));
         CHECK(refused == error::invalid_argument);
 
         // Lost: extend says so, and does not bring the key back.
@@ -734,17 +685,13 @@ TEST_CASE("extend: raises the lease, later renewals keep the new ttl, false afte
         CHECK(exists == 0);
         bool const again = co_await g.extend(60s);
         CHECK_FALSE(again);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("extend", scenario);
 }
 
 TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("unlock-twice");
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, lease(2000ms, 500ms));
         bool const first = co_await g.unlock();
         bool const second = co_await g.unlock();
@@ -753,12 +700,7 @@ TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
         CHECK_FALSE(g.owns_lock());
         CHECK_FALSE(g.lost());
         CHECK(g.name() == name); // still says what it held
-        error_code code;
-        try {
-            co_await g.extend(1000ms);
-        } catch (system_error const& e) {
-            code = e.code();
-        }
+        error_code code = co_await error_of(g.extend(1000ms));
         CHECK(code == error::not_held);
         // wait_lost on a released guard: at once, not_held.
         auto [ec] = co_await g.async_wait_lost(as_tuple);
@@ -774,17 +716,14 @@ TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
         CHECK(held == g2.token());
         bool const released = co_await g2.unlock();
         CHECK(released);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("unlock-twice", scenario);
 }
 
 TEST_CASE("use after move: the moved-from guard holds nothing; move-assignment releases the "
           "old lock") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const&) -> asio::awaitable<void> {
         std::string const name_a = unique_key("moved-a");
         std::string const name_b = unique_key("moved-b");
 
@@ -798,12 +737,7 @@ TEST_CASE("use after move: the moved-from guard holds nothing; move-assignment r
         CHECK(a.fence() == 0);
         bool const unlocked_empty = co_await a.unlock();
         CHECK_FALSE(unlocked_empty);
-        error_code code;
-        try {
-            co_await a.extend(1000ms);
-        } catch (system_error const& e) {
-            code = e.code();
-        }
+        error_code code = co_await error_of(a.extend(1000ms));
         CHECK(code == error::not_held);
         auto [ec] = co_await a.async_wait_lost(as_tuple);
         CHECK(ec == error::not_held);
@@ -834,9 +768,8 @@ TEST_CASE("use after move: the moved-from guard holds nothing; move-assignment r
         CHECK(none.name().empty());
         bool const unlocked_none = co_await none.unlock();
         CHECK_FALSE(unlocked_none);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("lock", scenario);
 }
 
 TEST_CASE("the server stops answering (SIGSTOP): the holder reports lost by its lease deadline, "

@@ -1,10 +1,12 @@
 // The lease's safety edges: a local deadline never later than the server's expiry (an extend or
 // renewal whose reply is never applied), renewal on a full server after a local hand-off, and
 // every key of a lock with an expiry after every script.
-#include <colock/detail/lock_scripts.hpp>
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
+
+#include "lock/lock_scripts.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
 
@@ -23,8 +25,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 
 namespace {
 
@@ -52,13 +52,9 @@ TEST_CASE("an extend that shortens the lease and whose reply is never applied le
           "local deadline than the server's expiry") {
     using namespace asio::experimental::awaitable_operators;
     lost_watch lost; // outlives the io_context, whatever the test's outcome
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection conn_b{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        locker other{conn_b};
-        std::string const name = unique_key("paused-extend");
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
+                        redis::connection& probe, locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, without_renewal(30'000ms));
         bool const extended = co_await g.extend(30s);
         CHECK(extended);
@@ -79,10 +75,8 @@ TEST_CASE("an extend that shortens the lease and whose reply is never applied le
         CHECK(g.lost());
         CHECK(lost.done);
         co_await taken->unlock();
-        conn.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>("paused-extend", scenario);
 }
 
 TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the released guard "
@@ -144,11 +138,8 @@ TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the re
 
 TEST_CASE("a lease handed inside the process renews on a full server (maxmemory, noeviction)") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        redis::connection probe{ctx.get_executor(), server.config()};
-        locker locks{conn};
-        std::string const name = unique_key("oom-handed");
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection& probe,
+                        locker& locks, std::string const& name) -> asio::awaitable<void> {
         auto first = co_await locks.co_lock(name, lease(600ms));
         std::optional<lock_guard> second;
         asio::co_spawn(
@@ -170,9 +161,8 @@ TEST_CASE("a lease handed inside the process renews on a full server (maxmemory,
         CHECK(pttl > 0);
         bool const released = co_await second->unlock();
         CHECK(released);
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>(server.config(), "oom-handed", scenario);
 }
 
 TEST_CASE("release script: a hand-off that pushes the releasing process back onto an emptied "
@@ -244,10 +234,8 @@ TEST_CASE("force unlock: the holder is told by the script itself, even when the 
 
 TEST_CASE("values colock never writes under a lock key are refused at once, naming the key: a "
           "fence at 2^53 - 1 or past int64, a negative time, a hand-set string") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
+    auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
+                       std::string const&) -> asio::awaitable<void> {
         for (std::string const value :
              {"F 9007199254740991", "F 99999999999999999999", "R 18446744073709551617 x",
               "H 5 someone token -5 0", "H 9007199254740991 someone token 5 0", "hello"}) {
@@ -282,9 +270,8 @@ TEST_CASE("values colock never writes under a lock key are refused at once, nami
             CHECK(co_await get(probe, lock_key(name)) == value);
             co_await probe.co_exec(command("DEL", lock_key(name)));
         }
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("lock", scenario);
 }
 
 TEST_CASE("destroying a locker ends its waiting co_lock calls with operation_aborted, and leaves "

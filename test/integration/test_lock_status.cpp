@@ -4,6 +4,7 @@
 #include <colock/lock_observer.hpp>
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -24,8 +25,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 
 namespace {
 
@@ -146,11 +145,8 @@ TEST_CASE("status: a held lock names its holder's locker, token, fence, lease an
 
 TEST_CASE("status: the holder record is written once for many acquisitions, outlives the "
           "lease, and costs no server call per acquisition") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection probe{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        std::string const name = unique_key("status-record");
+    auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
         std::string const record = "colock:locker:" + locks.id();
 
         // Warm: the first lease writes the record and subscribes for forced unlocks.
@@ -186,9 +182,8 @@ TEST_CASE("status: the holder record is written once for many acquisitions, outl
         }
         CHECK(extended_ttl > 3'600'000);
         CHECK(co_await long_held.unlock());
-        conn.close();
-        probe.close();
-    });
+    };
+    run_lock_test<one_locker>("status-record", scenario);
 }
 
 TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock for the "

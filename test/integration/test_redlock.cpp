@@ -31,11 +31,7 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
-using boost::system::error_code;
-using boost::system::system_error;
 using values = std::vector<std::optional<std::string>>;
 
 namespace {

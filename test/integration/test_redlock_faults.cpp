@@ -3,10 +3,11 @@
 // the lock, at their own pace), primaries restarted empty under a guard (lost only when fewer
 // than a majority still hold it), and configurations refused: at construction, or by run_id
 // once connected.
-#include <colock/detail/lock_scripts.hpp>
 #include <colock/locker.hpp>
 
 #include "test_util.hpp"
+
+#include "lock/lock_scripts.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/primary_set.hpp>
 #include <colock_test/redis_server.hpp>
@@ -26,10 +27,6 @@
 
 using namespace colock;
 using namespace colock::test;
-namespace asio = boost::asio;
-using namespace std::chrono_literals;
-using boost::system::error_code;
-using boost::system::system_error;
 using values = std::vector<std::optional<std::string>>;
 
 namespace {

@@ -14,6 +14,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -26,12 +28,17 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace colock::test {
 
 namespace asio = boost::asio;
 using steady = std::chrono::steady_clock;
+// What every test file would otherwise say again, for those that use this namespace.
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using boost::system::system_error;
 
 /// For `auto [ec, ...] = co_await op(..., as_tuple)`.
 inline constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
@@ -63,6 +70,18 @@ resp3::request command(std::string_view name, Args const&... args) {
     resp3::request req;
     req.push(name, args...);
     return req;
+}
+
+/// The code `op` throws as a system_error, or an empty code when it completes.
+template <class T>
+asio::awaitable<error_code> error_of(asio::awaitable<T> op) {
+    error_code code;
+    try {
+        co_await std::move(op);
+    } catch (system_error const& e) {
+        code = e.code();
+    }
+    co_return code;
 }
 
 /// A vector of strings, for the same reason as `command`.
@@ -174,7 +193,7 @@ inline asio::awaitable<std::optional<std::string>> get(redis::connection& c,
     co_return std::string(r.at(0).as_string().value_or("?"));
 }
 
-/// What the lock key of `name` says (the layout is in colock/detail/lock_scripts.hpp).
+/// What the lock key of `name` says (the layout is in src/lock/lock_scripts.hpp).
 struct lock_record {
     char kind = 0;             // 'H' held, 'R' handed to a locker, 'F' free; 0: no key
     std::int64_t fence = 0;    // the last fence given

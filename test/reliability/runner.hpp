@@ -6,6 +6,7 @@
 #include "process.hpp"
 
 #include <colock_test/fault_proxy.hpp>
+#include <colock_test/history.hpp>
 #include <colock_test/redis_server.hpp>
 
 #include <algorithm>
@@ -21,6 +22,12 @@
 #include <vector>
 
 namespace colock::reliability {
+
+// The names every scenario says.
+using namespace std::chrono_literals;
+using colock::test::holding;
+using colock::test::steady_now_ns;
+using std::chrono::milliseconds;
 
 struct settings {
     bool full = false;

@@ -30,11 +30,7 @@ namespace colock::reliability {
 
 namespace {
 
-using namespace std::chrono_literals;
 using colock::test::cluster_set;
-using colock::test::holding;
-using colock::test::steady_now_ns;
-using std::chrono::milliseconds;
 
 // One contended name: its slot, its two processes' shared files, and the failover windows
 // excused for it.

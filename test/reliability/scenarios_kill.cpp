@@ -28,10 +28,7 @@ namespace colock::reliability {
 
 namespace {
 
-using namespace std::chrono_literals;
 using colock::test::redis_server;
-using colock::test::steady_now_ns;
-using std::chrono::milliseconds;
 
 // The library's bounds for a dead process (src/lock/lease_store.hpp): a hand-off is kept for
 // the locker it went to for at most max_handoff_claim; a waiting locker asks again at least

@@ -31,10 +31,8 @@ namespace colock::reliability {
 
 namespace {
 
-using namespace std::chrono_literals;
 using colock::test::fault_proxy;
 using colock::test::redis_server;
-using std::chrono::milliseconds;
 
 // Every key under the prefix that has no expiry, read in one step.
 constexpr char const* keys_without_expiry = R"lua(

@@ -30,11 +30,8 @@ namespace colock::reliability {
 
 namespace {
 
-using namespace std::chrono_literals;
 using colock::test::fault_proxy;
 using colock::test::primary_set;
-using colock::test::steady_now_ns;
-using std::chrono::milliseconds;
 
 // A queue entry lapses this long after its last refresh (src/lock/lease_store.hpp): the last
 // key of a name to go once nobody waits.

@@ -24,11 +24,7 @@ namespace colock::reliability {
 
 namespace {
 
-using namespace std::chrono_literals;
-using colock::test::holding;
 using colock::test::sentinel_set;
-using colock::test::steady_now_ns;
-using std::chrono::milliseconds;
 
 } // namespace
 

@@ -18,7 +18,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace colock::redis {
@@ -68,58 +67,11 @@ class push_listener;
 
 namespace detail {
 class engine;
-
-// For colock's own layers: the engine behind a connection, shared so that background work
-// (lock renewal and release) can outlive the connection object safely.
+// The engine behind a connection, shared so that colock's own background work (lock renewal and
+// release) can outlive the connection object safely. What the library does with it is private
+// (src/redis/engine.hpp); connection_access is its way in.
 using shared_engine = std::shared_ptr<engine>;
-shared_engine const& engine_of(connection const& conn) noexcept;
-void engine_exec(
-    shared_engine const& engine, resp3::request req,
-    boost::asio::any_completion_handler<void(boost::system::error_code, response)> handler);
-// Whether colock's own channels are sharded on this engine (a Cluster): they are subscribed with
-// SSUBSCRIBE (engine_change_subscription does so) and published to with SPUBLISH, and their
-// messages arrive as "smessage" pushes.
-bool engine_shards_channels(shared_engine const& engine) noexcept;
-// Counted subscriptions (connection::async_subscribe / async_unsubscribe) for colock's own
-// layers, of sharded channels when engine_shards_channels. Completes once the server has answered:
-// an empty code when it confirmed, or at once while disconnected after a connection has worked (the
-// next handshake subscribes to every counted channel). A refusal completes with error::server_error
-// and the server's text (NOPERM ...); a refused subscribe counts nothing, so nobody believes it is
-// subscribed. error::closed after close(), or, until a connection has worked, the connect error of
-// the attempt it waited for (nothing counted either). Never cancellable: the counts and the server
-// must agree.
-void engine_change_subscription(
-    shared_engine const& engine, bool subscribe, std::vector<std::string> channels,
-    boost::asio::any_completion_handler<void(boost::system::error_code, std::string server_text)>
-        handler);
-void engine_add_listener(shared_engine const& engine, std::shared_ptr<push_listener> l);
-void engine_remove_listener(shared_engine const& engine, push_listener const* l);
-boost::asio::any_io_executor engine_executor(shared_engine const& engine);
-std::uint64_t engine_server_changes(shared_engine const& engine) noexcept;
-// Those of the server changes that concern `key` (with Cluster: of its slot's primaries).
-std::uint64_t engine_server_changes_for(shared_engine const& engine, std::string_view key) noexcept;
-// connection::reconnect_count(), for holders of the engine only.
-std::uint64_t engine_reconnects(shared_engine const& engine) noexcept;
-// The config's log hook, for the layers on the connection: whether a line of `level` goes out
-// (format it only then), and sending one.
-bool engine_logs(shared_engine const& engine, log_level level) noexcept;
-void engine_log(shared_engine const& engine, log_level level, std::string_view line) noexcept;
-// For a code a request (engine_exec) or async_connect completed with: when it is a failure to
-// establish the connection (anything but server_error, unsupported_command, connection_lost, closed
-// and operation_aborted), the message connect_error would carry, "connecting to 127.0.0.1:6390:
-// Connection refused" (the text recorded by the most recent failed attempt when it failed with this
-// code, else built from the code); otherwise an empty string. Callable from any thread.
-std::string engine_connect_failure(shared_engine const& engine, boost::system::error_code ec);
-// Whether a connection of this engine has ever completed its handshake (since construction; close()
-// does not reset it). Callable from any thread.
-bool engine_ever_connected(shared_engine const& engine) noexcept;
-// connection::last_error_text(), for holders of the engine only.
-std::string engine_last_error_text(shared_engine const& engine);
-bool engine_is_connected(shared_engine const& engine) noexcept;
-// connection::server_run_id(), for holders of the engine only.
-std::string engine_run_id(shared_engine const& engine);
-// The endpoint the engine's config names, "127.0.0.1:6379" (config::endpoint_text()).
-std::string engine_endpoint_text(shared_engine const& engine);
+struct connection_access;
 } // namespace detail
 
 /// Receives what the server sends on its own initiative: RESP3 push messages (pub/sub
@@ -395,7 +347,7 @@ private:
     void start_subscription(bool subscribe, std::vector<std::string> channels,
                             connect_handler handler);
 
-    friend detail::shared_engine const& detail::engine_of(connection const&) noexcept;
+    friend struct detail::connection_access;
     detail::shared_engine impl_;
 };
 

@@ -1,5 +1,6 @@
 // The Lua scripts of the lock algorithm. In a header of their own so that tools (the
-// benchmark measuring the server's limit for them) run exactly what the library runs.
+// benchmark measuring the server's limit for them) run exactly what the library runs. Private to
+// the library's sources, its tests and benchmarks: not installed.
 //
 // Keys of lock `name` under prefix p, all in the hash slot of `{name}`:
 //   p{name}      the lock: one string, with the last fence folded in

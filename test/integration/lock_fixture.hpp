@@ -1,0 +1,103 @@
+// The cast of most lock tests: connections to one server, each with a locker, a probe connection
+// that reads the keys behind the lockers' backs, and a unique lock name; all closed once the test's
+// scenario returns.
+#pragma once
+
+#include "test_util.hpp"
+
+#include <colock/locker.hpp>
+#include <colock/redis/connection.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace colock::test {
+
+// Awaits `scenario(ctx, cast...)` when the scenario takes the io_context first, else
+// `scenario(cast...)`.
+template <class Scenario, class... Cast>
+asio::awaitable<void> play_scenario(Scenario& scenario, asio::io_context& ctx, Cast&... cast) {
+    if constexpr (std::is_invocable_v<Scenario&, asio::io_context&, Cast&...>)
+        co_await scenario(ctx, cast...);
+    else
+        co_await scenario(cast...);
+}
+
+/// One locker on its own connection, a probe connection, and a lock name from unique_key(what).
+/// A scenario takes them in this order: (conn, probe, locks, name).
+struct one_locker {
+    one_locker(asio::io_context& ctx, redis::config const& cfg, std::string_view what)
+        : conn{ctx.get_executor(), cfg}
+        , probe{ctx.get_executor(), cfg}
+        , locks{conn}
+        , name(unique_key(what)) {}
+
+    template <class Scenario>
+    asio::awaitable<void> play(Scenario& scenario, asio::io_context& ctx) {
+        co_await play_scenario(scenario, ctx, conn, probe, locks, name);
+        conn.close();
+        probe.close();
+    }
+
+    redis::connection conn;
+    redis::connection probe;
+    locker locks;
+    std::string const name;
+};
+
+/// Two lockers, each on its own connection (two processes, as the server sees them), a probe
+/// connection, and a lock name from unique_key(what). A scenario takes them in this order:
+/// (conn_a, conn_b, probe, a, b, name).
+struct two_lockers {
+    two_lockers(asio::io_context& ctx, redis::config const& cfg, std::string_view what)
+        : conn_a{ctx.get_executor(), cfg}
+        , conn_b{ctx.get_executor(), cfg}
+        , probe{ctx.get_executor(), cfg}
+        , a{conn_a}
+        , b{conn_b}
+        , name(unique_key(what)) {}
+
+    template <class Scenario>
+    asio::awaitable<void> play(Scenario& scenario, asio::io_context& ctx) {
+        co_await play_scenario(scenario, ctx, conn_a, conn_b, probe, a, b, name);
+        conn_a.close();
+        conn_b.close();
+        probe.close();
+    }
+
+    redis::connection conn_a;
+    redis::connection conn_b;
+    redis::connection probe;
+    locker a;
+    locker b;
+    std::string const name;
+};
+
+/// Runs `scenario` as run_test does, with a fresh `Cast` (one_locker or two_lockers) on the
+/// server of `cfg`: the scenario takes the cast's members as references, in their order, after
+/// the test's io_context when it wants it too. The connections are closed once it returns; when it
+/// throws, they are left to the io_context's end, as a failed test leaves them.
+template <class Cast, class Scenario>
+void run_lock_test(redis::config const& cfg, std::string_view what, Scenario scenario,
+                   std::chrono::seconds limit = std::chrono::seconds{60}) {
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            Cast cast(ctx, cfg, what);
+            co_await cast.play(scenario, ctx);
+        },
+        limit);
+}
+
+/// run_lock_test on the binary's shared server.
+template <class Cast, class Scenario>
+void run_lock_test(std::string_view what, Scenario scenario) {
+    run_lock_test<Cast>(shared_server().config(), what, std::move(scenario));
+}
+
+} // namespace colock::test
