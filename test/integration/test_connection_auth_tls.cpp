@@ -20,9 +20,7 @@ using namespace colock::test;
 TEST_CASE("AUTH with an ACL user: the right password connects, a wrong one is refused") {
     redis_server_options opts;
     opts.requirepass = "default-secret";
-    opts.acl_user = "app";
-    opts.acl_password = "app-secret";
-    redis_server server(opts);
+    redis_server server(with_app_user(opts));
 
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = server.config();
@@ -64,10 +62,7 @@ TEST_CASE("AUTH with an ACL user: the right password connects, a wrong one is re
 
 TEST_CASE("async_subscribe whose connection is refused in the handshake: the error, nothing "
           "counted") {
-    redis_server_options opts;
-    opts.acl_user = "app";
-    opts.acl_password = "app-secret";
-    redis_server server(opts);
+    redis_server server(with_app_user());
 
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = server.config();

@@ -37,10 +37,7 @@ std::string cli_run_id(redis_server& server) {
 
 TEST_CASE("a reconnection whose INFO is refused keeps the last known run_id, so that the next "
           "one still notices a restarted server") {
-    redis_server_options opts;
-    opts.acl_user = "app";
-    opts.acl_password = "app-secret";
-    redis_server server(opts);
+    redis_server server(with_app_user());
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = fast_config(server);
         cfg.username = "app";

@@ -303,10 +303,7 @@ TEST_CASE("against a dead port, a waiting co_lock connects once per retry, and e
 }
 
 TEST_CASE("a refused handshake carries the server's text in the exception") {
-    redis_server_options opts;
-    opts.acl_user = "app";
-    opts.acl_password = "app-secret";
-    redis_server server(opts);
+    redis_server server(with_app_user());
     run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
         std::string const endpoint = "connecting to 127.0.0.1:" + std::to_string(server.port());
 

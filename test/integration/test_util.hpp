@@ -128,6 +128,13 @@ inline lock_options lease(std::chrono::milliseconds ttl) {
     return opt;
 }
 
+/// Server options with an ACL user "app" (password "app-secret") beside the default user.
+inline redis_server_options with_app_user(redis_server_options opts = {}) {
+    opts.acl_user = "app";
+    opts.acl_password = "app-secret";
+    return opts;
+}
+
 /// `cfg` with short timeouts, so that losing and regaining a server is quick.
 inline redis::config with_fast_timeouts(redis::config cfg) {
     using namespace std::chrono_literals;
