@@ -32,7 +32,7 @@
 namespace colock::detail {
 
 // The keys of lock `name` under a prefix, all in the hash slot of `{name}` (the layout is in
-// colock/detail/lock_scripts.hpp), and this locker's wake channel for it.
+// lock_scripts.hpp), and this locker's wake channel for it.
 struct lock_keys {
     std::string key;            // the lock: holder, fence, whether a process is queued
     std::string queue_key;      // the processes waiting, in arrival order

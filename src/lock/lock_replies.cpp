@@ -45,6 +45,18 @@ Result garbled(resp3::value const& v) {
     return r;
 }
 
+// A failed request as it came; else `read(value, result)`, which answers false for a reply of
+// a foreign shape: unexpected_reply, and nothing of what it read.
+template <class Result, class Read>
+Result read_value(script_reply const& reply, Read read) {
+    Result r;
+    if (failed(reply, r))
+        return r;
+    if (!read(reply.value, r))
+        return garbled<Result>(reply.value);
+    return r;
+}
+
 } // namespace
 
 grant_result read_grant(script_reply const& reply) {
@@ -110,55 +122,50 @@ lease_reply read_release(script_reply const& reply) {
 }
 
 lock_reading read_lock(script_reply const& reply) {
-    lock_reading r;
-    if (failed(reply, r))
-        return r;
-    auto const& v = reply.value;
-    auto const value = v.elements.size() == 4 ? v.elements[0].as_string() : std::nullopt;
-    if (v.type != resp3::type::array || !value || v.elements[1].type != resp3::type::number ||
-        v.elements[2].type != resp3::type::number || v.elements[2].integer < 0)
-        return garbled<lock_reading>(v);
-    r.value = std::string(*value);
-    r.pttl = v.elements[1].integer;
-    r.queued = v.elements[2].integer;
-    return r;
+    return read_value<lock_reading>(reply, [](resp3::value const& v, lock_reading& r) {
+        auto const value = v.elements.size() == 4 ? v.elements[0].as_string() : std::nullopt;
+        if (v.type != resp3::type::array || !value || v.elements[1].type != resp3::type::number ||
+            v.elements[2].type != resp3::type::number || v.elements[2].integer < 0)
+            return false;
+        r.value = std::string(*value);
+        r.pttl = v.elements[1].integer;
+        r.queued = v.elements[2].integer;
+        return true;
+    });
 }
 
 record_reading read_record(script_reply const& reply) {
-    record_reading r;
-    if (failed(reply, r))
-        return r;
-    auto const& v = reply.value;
-    bool const aggregate = v.type == resp3::type::map || v.type == resp3::type::array;
-    if (!aggregate || v.elements.size() % 2 != 0)
-        return garbled<record_reading>(v);
-    for (std::size_t i = 0; i < v.elements.size(); i += 2) {
-        auto const field = v.elements[i].as_string();
-        auto const text = v.elements[i + 1].as_string();
-        if (!field || !text)
-            return garbled<record_reading>(v);
-        r.fields.emplace_back(std::string(*field), std::string(*text));
-    }
-    return r;
+    return read_value<record_reading>(reply, [](resp3::value const& v, record_reading& r) {
+        bool const aggregate = v.type == resp3::type::map || v.type == resp3::type::array;
+        if (!aggregate || v.elements.size() % 2 != 0)
+            return false;
+        for (std::size_t i = 0; i < v.elements.size(); i += 2) {
+            auto const field = v.elements[i].as_string();
+            auto const text = v.elements[i + 1].as_string();
+            if (!field || !text)
+                return false;
+            r.fields.emplace_back(std::string(*field), std::string(*text));
+        }
+        return true;
+    });
 }
 
 forced_unlock_result read_forced_unlock(script_reply const& reply) {
-    forced_unlock_result r;
-    if (failed(reply, r))
-        return r;
-    auto const& v = reply.value;
-    auto const ended = v.type == resp3::type::array && !v.elements.empty()
-                           ? flag(v.elements[0], 0, 1)
-                           : std::nullopt;
-    if (!ended || (*ended == 1 && (v.elements.size() != 3 || !v.elements[1].as_string() ||
-                                   !v.elements[2].as_string())))
-        return garbled<forced_unlock_result>(v);
-    if (*ended == 0)
-        return r;
-    r.ended = true;
-    r.owner = std::string(*v.elements[1].as_string());
-    r.token = std::string(*v.elements[2].as_string());
-    return r;
+    return read_value<forced_unlock_result>(
+        reply, [](resp3::value const& v, forced_unlock_result& r) {
+            auto const ended = v.type == resp3::type::array && !v.elements.empty()
+                                   ? flag(v.elements[0], 0, 1)
+                                   : std::nullopt;
+            if (!ended || (*ended == 1 && (v.elements.size() != 3 || !v.elements[1].as_string() ||
+                                           !v.elements[2].as_string())))
+                return false;
+            if (*ended == 1) {
+                r.ended = true;
+                r.owner = std::string(*v.elements[1].as_string());
+                r.token = std::string(*v.elements[2].as_string());
+            }
+            return true;
+        });
 }
 
 } // namespace colock::detail

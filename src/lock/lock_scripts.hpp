@@ -34,6 +34,8 @@
 // which microseconds since 1970 stay below for another two centuries.)
 #pragma once
 
+#include "scripts.hpp"
+
 #include <string_view>
 
 namespace colock::detail {
@@ -272,5 +274,29 @@ if ARGV[2] ~= '' then
 end
 return {1, owner, token}
 )lua";
+
+// The scripts as sent, each made once.
+inline script const& acquire_script(bool sharded = false) {
+    static script const variants[2] = {make_script(acquire_source, false),
+                                       make_script(acquire_source, true)};
+    return variants[sharded ? 1 : 0];
+}
+inline script const& release_script(bool sharded = false) {
+    static script const variants[2] = {make_script(release_source, false),
+                                       make_script(release_source, true)};
+    return variants[sharded ? 1 : 0];
+}
+inline script const& extend_script() {
+    static script const s = make_script(extend_source);
+    return s;
+}
+inline script const& status_script() {
+    static script const s = make_script(status_source);
+    return s;
+}
+inline script const& force_unlock_script() {
+    static script const s = make_script(force_unlock_source);
+    return s;
+}
 
 } // namespace colock::detail

@@ -1,6 +1,5 @@
+// A script with its SHA-1, and the Cluster variant of a text.
 #include "scripts.hpp"
-
-#include "lock_scripts.hpp"
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -22,6 +21,8 @@ std::string sha1_hex(std::string_view text) {
     return out;
 }
 
+} // namespace
+
 script make_script(std::string_view source, bool sharded) {
     // Sharded: every 'PUBLISH' becomes 'SPUBLISH'. Built by appending (an insert() in place
     // draws a false -Wstringop-overflow from GCC 12 in a Release build).
@@ -38,31 +39,6 @@ script make_script(std::string_view source, bool sharded) {
     text.append(source.substr(copied));
     auto sha = sha1_hex(text);
     return script{std::move(text), std::move(sha)};
-}
-
-} // namespace
-
-script const& acquire_script(bool sharded) {
-    static script const classic = make_script(acquire_source, false);
-    static script const shard = make_script(acquire_source, true);
-    return sharded ? shard : classic;
-}
-script const& release_script(bool sharded) {
-    static script const classic = make_script(release_source, false);
-    static script const shard = make_script(release_source, true);
-    return sharded ? shard : classic;
-}
-script const& extend_script() {
-    static script const s = make_script(extend_source, false);
-    return s;
-}
-script const& status_script() {
-    static script const s = make_script(status_source, false);
-    return s;
-}
-script const& force_unlock_script() {
-    static script const s = make_script(force_unlock_source, false);
-    return s;
 }
 
 } // namespace colock::detail

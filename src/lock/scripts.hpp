@@ -12,12 +12,9 @@ struct script {
     std::string sha; // lower-case hex
 };
 
-// `sharded`: the variant for a Cluster, whose wake-ups go by SPUBLISH on the lock's own slot
-// (the channels share the keys' hash tag) instead of a PUBLISH that every node repeats.
-script const& acquire_script(bool sharded = false);
-script const& release_script(bool sharded = false);
-script const& extend_script();
-script const& status_script();
-script const& force_unlock_script();
+// `source` with its SHA-1; `sharded`: the variant for a Cluster, whose wake-ups go by SPUBLISH on
+// the lock's own slot (the channels share the keys' hash tag) instead of a PUBLISH that every
+// node repeats. Each script is made once, in its accessor beside its text (lock_scripts.hpp).
+script make_script(std::string_view source, bool sharded = false);
 
 } // namespace colock::detail

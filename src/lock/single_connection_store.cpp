@@ -4,8 +4,8 @@
 
 #include "errors.hpp"
 #include "lock_replies.hpp"
+#include "lock_scripts.hpp"
 #include "script_client.hpp"
-#include "scripts.hpp"
 
 #include "../redis/engine.hpp"
 
