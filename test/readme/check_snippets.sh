@@ -1,26 +1,47 @@
 #!/usr/bin/env bash
-# Usage: check_snippets.sh README.md SOURCE...
+# Usage: check_snippets.sh MARKDOWN... -- SOURCE...
+#        check_snippets.sh README.md SOURCE...      (one Markdown file: no `--` needed)
 #
-# Keeps the code blocks of README.md and the sources they come from in step (ctest
-# readme_snippets). A block preceded by the line
+# Keeps the code blocks of the Markdown pages (README.md, docs/*.md) and the sources they come
+# from in step (ctest readme_snippets). A block preceded by the line
 #
 #     <!-- snippet: NAME -->
 #
 # must be the region NAME of one of the SOURCEs: the lines between `//[NAME` and `//]` (`#[NAME`
 # and `#]` in CMake files), without the lines from `//<-` to `//->` (`#<-`, `#->`), each side with
-# its common indentation stripped, byte for byte. Every ```cpp block needs such a marker (a C++
-# block that is not compiled is how the README drifted before), and every region of the SOURCEs
-# must be shown in the README. Prints every mismatch with the snippet's name and a diff; exits 1
-# when there is one, 2 on bad usage.
+# its common indentation stripped, byte for byte. Every ```cpp block of every page needs such a
+# marker (a C++ block that is not compiled is how the README drifted before); a snippet is shown
+# once, on one page; and every region of the SOURCEs must be shown on one of the pages. Prints
+# every mismatch with the page, line and snippet's name and a diff; exits 1 when there is one,
+# 2 on bad usage.
 set -euo pipefail
 
-if [ "$#" -lt 2 ]; then
-    echo "usage: $0 README.md SOURCE..." >&2
+usage() {
+    echo "usage: $0 MARKDOWN... -- SOURCE...   (or: $0 README.md SOURCE...)" >&2
     exit 2
+}
+pages=()
+sources=()
+if printf '%s\n' "$@" | grep -qx -- '--'; then
+    seen_separator=0
+    for arg in "$@"; do
+        if [ "$seen_separator" -eq 0 ] && [ "$arg" = "--" ]; then
+            seen_separator=1
+        elif [ "$seen_separator" -eq 0 ]; then
+            pages+=("$arg")
+        else
+            sources+=("$arg")
+        fi
+    done
+elif [ "$#" -ge 2 ]; then
+    pages=("$1")
+    shift
+    sources=("$@")
 fi
-readme=$1
-shift
-for f in "$readme" "$@"; do
+if [ "${#pages[@]}" -eq 0 ] || [ "${#sources[@]}" -eq 0 ]; then
+    usage
+fi
+for f in "${pages[@]}" "${sources[@]}"; do
     if [ ! -r "$f" ]; then
         echo "check_snippets: cannot read $f" >&2
         exit 2
@@ -32,12 +53,23 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/readme" "$work/source"
 : >"$work/problems"
 
-# The README's marked blocks, one file each, and an index "NAME LINE"; problems as text.
-awk -v out="$work/readme" -v index_file="$work/readme.index" -v problems="$work/problems" \
-    -v file="$readme" '
-function problem(text) { print file ":" FNR ": " text >> problems }
+# The pages' marked blocks, one file each, and an index "NAME FILE:LINE"; problems as text. All
+# the pages go through one awk, so that a snippet shown on two pages is caught.
+awk -v out="$work/readme" -v index_file="$work/readme.index" -v problems="$work/problems" '
+function problem(text) { print FILENAME ":" FNR ": " text >> problems }
 function valid(name) { return name ~ /^[A-Za-z0-9_]+$/ }
+function end_of_page() {
+    if (in_block) print previous ": the code block that starts before the end of the file is " \
+        "not closed" >> problems
+    if (pending != "") print previous ":" pending_line ": snippet marker \"" pending "\" is " \
+        "not followed by a code block" >> problems
+    in_block = 0
+    name = ""
+    pending = ""
+}
+FNR == 1 && NR != 1 { end_of_page() }
 {
+    previous = FILENAME
     line = $0
     sub(/\r$/, "", line)
 }
@@ -74,12 +106,12 @@ line ~ /^[ \t]*```/ {
         problem("a ```" lang " block without a snippet marker: put <!-- snippet: NAME --> " \
                 "on the line before it and the code in a compiled source between //[NAME and //]")
     } else if (name != "" && (name in seen)) {
-        problem("snippet \"" name "\" is shown twice (also at line " seen[name] ")")
+        problem("snippet \"" name "\" is shown twice (also at " seen[name] ")")
         name = ""
     } else if (name != "") {
-        seen[name] = FNR
+        seen[name] = FILENAME ":" FNR
         printf "" > (out "/" name)
-        print name, FNR >> index_file
+        print name, FILENAME ":" FNR >> index_file
     }
     next
 }
@@ -89,14 +121,11 @@ line ~ /^[ \t]*```/ {
         pending = ""
     }
 }
-END {
-    if (in_block) problem("the code block that starts before the end of the file is not closed")
-    if (pending != "") problem("snippet marker \"" pending "\" is not followed by a code block")
-}
-' "$readme"
+END { end_of_page() }
+' "${pages[@]}"
 
 # The sources' regions, one file each, and an index "NAME FILE:LINE".
-for src in "$@"; do
+for src in "${sources[@]}"; do
     awk -v out="$work/source" -v index_file="$work/source.index" -v problems="$work/problems" \
         -v file="$src" '
 function problem(text) { print file ":" FNR ": " text >> problems }
@@ -164,20 +193,20 @@ dedent() {
 
 checked=0
 if [ -f "$work/readme.index" ]; then
-    while read -r name readme_line; do
+    while read -r name page_line; do
         origin=$(awk -v n="$name" '$1 == n { print $2; exit }' "$work/source.index" 2>/dev/null ||
             true)
         if [ -z "$origin" ]; then
-            echo "$readme:$readme_line: snippet \"$name\" has no region //[$name ... //] in" \
-                "the sources ($*)" >>"$work/problems"
+            echo "$page_line: snippet \"$name\" has no region //[$name ... //] in" \
+                "the sources (${sources[*]})" >>"$work/problems"
             continue
         fi
         dedent "$work/readme/$name" >"$work/readme/$name.dedented"
         dedent "$work/source/$name" >"$work/source/$name.dedented"
-        if ! diff -u --label "$origin (region $name)" --label "$readme:$readme_line (snippet $name)" \
+        if ! diff -u --label "$origin (region $name)" --label "$page_line (snippet $name)" \
             "$work/source/$name.dedented" "$work/readme/$name.dedented" >"$work/$name.diff"; then
             {
-                echo "$readme:$readme_line: snippet \"$name\" differs from its region at $origin;" \
+                echo "$page_line: snippet \"$name\" differs from its region at $origin;" \
                     "change both together:"
                 cat "$work/$name.diff"
             } >>"$work/problems"
@@ -189,15 +218,15 @@ if [ -f "$work/source.index" ]; then
     while read -r name origin; do
         if ! awk -v n="$name" '$1 == n { found = 1 } END { exit !found }' \
             "$work/readme.index" 2>/dev/null; then
-            echo "$origin: region \"$name\" is not shown in $readme (no <!-- snippet: $name -->)" \
-                >>"$work/problems"
+            echo "$origin: region \"$name\" is not shown on any of the ${#pages[@]} pages" \
+                "(no <!-- snippet: $name -->)" >>"$work/problems"
         fi
     done <"$work/source.index"
 fi
 
 if [ -s "$work/problems" ]; then
-    echo "check_snippets: README.md and its snippet sources disagree:" >&2
+    echo "check_snippets: the pages and their snippet sources disagree:" >&2
     cat "$work/problems" >&2
     exit 1
 fi
-echo "check_snippets: $checked snippets of $readme match their sources"
+echo "check_snippets: $checked snippets of ${#pages[@]} pages match their sources"

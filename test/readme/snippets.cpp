@@ -1,8 +1,9 @@
-// The C++ snippets of README.md, compiled and run (ctest readme_snippets_run, against a
-// throwaway redis-server through scripts/with-redis.sh). Each README ```cpp block is the
-// marked region of the same name here, `//[name` ... `//]`, with the indentation stripped and
-// the lines between `//<-` and `//->` left out; ctest readme_snippets
-// (test/readme/check_snippets.sh) fails when the two differ. The package_consumer test builds
+// The C++ snippets of README.md and docs/*.md, compiled and run (ctest readme_snippets_run,
+// against a throwaway redis-server through scripts/with-redis.sh). Each ```cpp block there is
+// the marked region of the same name here, `//[name` ... `//]`, with the indentation stripped
+// and the lines between `//<-` and `//->` left out; ctest readme_snippets
+// (test/readme/check_snippets.sh) fails when the two differ. A region's name starts with the
+// page that shows it (readme_, guide_, options_, ...). The package_consumer test builds
 // this file as the quick start's refund.cpp against the installed package.
 //
 // One translation unit for all the snippets: the quick start's main() runs it, then (in the
@@ -68,7 +69,7 @@ int main() {
 
 // ------------------------------------------------------------------------------------------
 // The other snippets, in functions that give them what they use. Nothing below is shown in
-// the README outside a marked region.
+// the documentation outside a marked region.
 
 #include <atomic>
 #include <chrono>
@@ -105,7 +106,7 @@ struct invoice_store {
 
 asio::awaitable<std::int64_t> fencing(colock::locker& locker, invoice_store& store,
                                       std::string data) {
-    //[readme_fencing
+    //[safety_fencing
     auto guard = co_await locker.co_lock("invoice:42");
     co_await store.write(guard.fence(), data); // the store: if (fence < highest) refuse;
                                                //            highest = fence; apply
@@ -115,7 +116,7 @@ asio::awaitable<std::int64_t> fencing(colock::locker& locker, invoice_store& sto
     co_return fence;
 }
 
-//[readme_not_reentrant
+//[guide_not_reentrant
 // Takes the account's lock once and hands the guard to the code that needs the lock held.
 asio::awaitable<void> apply_fee(colock::lock_guard const& account) {
     if (!account.owns_lock()) // lost meanwhile: do not touch the account
@@ -131,7 +132,41 @@ asio::awaitable<void> close_account(colock::locker& locker) {
 }
 //]
 
-//[readme_observer
+// Stands for work that may be skipped when another process is doing it.
+asio::awaitable<void> rebuild_cache() {
+    co_return;
+}
+
+asio::awaitable<bool> try_lock(colock::locker& locker) {
+    bool rebuilt = false;
+    //[guide_try_lock
+    // One attempt: an empty optional when someone else holds the lock.
+    if (std::optional<colock::lock_guard> guard = co_await locker.co_try_lock("cache:rebuild")) {
+        co_await rebuild_cache();
+        //<-
+        rebuilt = true;
+        //->
+        co_await guard->unlock();
+    }
+    //]
+    co_return rebuilt;
+}
+
+asio::awaitable<std::int64_t> nightly_report(colock::locker& locker) {
+    //[options_nightly_report
+    // A nightly report: one process makes it; the others give up after 10 s.
+    colock::lock_options opt;
+    opt.ttl = std::chrono::seconds{60};          // a crashed holder keeps the lock 60 s at most
+    opt.wait_timeout = std::chrono::seconds{10}; // then co_lock throws error::timeout
+    opt.max_hold = std::chrono::hours{1};        // renewal stops after an hour: the lease runs out
+    auto guard = co_await locker.co_lock("report:nightly", opt);
+    //]
+    auto const fence = guard.fence();
+    co_await guard.unlock();
+    co_return fence;
+}
+
+//[observability_metrics
 // Counts for a metrics endpoint. Called on the locker's strand: it only adds.
 struct lock_metrics final : colock::lock_observer {
     std::atomic<std::uint64_t> acquired{0}, handed_locally{0}, lost{0}, renewal_errors{0};
@@ -157,7 +192,7 @@ std::shared_ptr<lock_metrics> watch(colock::locker& locker) {
 }
 //]
 
-//[readme_status
+//[observability_status
 // Who holds `name`, for a log line or an operator's page.
 asio::awaitable<std::string> who_holds(colock::locker& locker, std::string name) {
     colock::lock_status const st = co_await locker.co_status(name);
@@ -178,7 +213,7 @@ void check(bool ok, char const* what) {
 }
 
 void sentinel_configs() {
-    //[readme_sentinel
+    //[deployments_sentinel
     // The sentinels and the name they monitor the primary under. User and password are the data
     // nodes'; the sentinels' own password goes in the query.
     auto const from_url = colock::redis::config::from_url(
@@ -200,7 +235,7 @@ void sentinel_configs() {
 }
 
 void cluster_configs() {
-    //[readme_cluster
+    //[deployments_cluster
     // Any nodes of the cluster; the connection finds the rest (CLUSTER SLOTS).
     auto const from_url = colock::redis::config::from_url(
         "redis-cluster://app:data-secret@10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000");
@@ -244,6 +279,10 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     // Two fencing holders, close_account's and this one.
     check(metrics->acquired == 4 && metrics->lost == 0, "the observer counted the acquisitions");
 
+    // One attempt on a free name, and a lock taken with options.
+    check(co_await try_lock(locker), "co_try_lock got a free lock");
+    check(co_await nightly_report(locker) > 0, "co_lock with options got the lock");
+
     // Status: free, then held by this very process.
     auto const free_line = co_await who_holds(locker, "report:daily");
     check(free_line.starts_with("report:daily is free"), "status of a free lock");
@@ -251,7 +290,7 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     auto const held_line = co_await who_holds(locker, "report:daily");
     check(held_line.find(fmt::format("pid {} on ", ::getpid())) != std::string::npos,
           "status names the holder's pid");
-    //[readme_force_unlock
+    //[observability_force_unlock
     // The last resort, from another process: the holder is told at once.
     bool const ended = co_await locker.co_force_unlock("report:daily");
     //]
@@ -276,6 +315,6 @@ int run_other_snippets(colock::redis::config const& cfg) {
         std::cerr << "readme snippets: " << e.what() << "\n";
         return 1;
     }
-    std::cout << "readme snippets: fencing, not_reentrant: ok\n";
+    std::cout << "readme snippets: the documentation's snippets: ok\n";
     return 0;
 }
