@@ -33,7 +33,7 @@ asio::awaitable<void> do_work() {
 asio::awaitable<int> run(colock::redis::config cfg) {
     colock::redis::connection conn{co_await asio::this_coro::executor, cfg};
     co_await conn.async_connect(asio::use_awaitable);
-    colock::locker locker{conn}; // key "colock:{<name>}" (the README's "Keys and channels")
+    colock::locker locker{conn}; // key "colock:{<name>}" (docs/operations.md, "Keys and channels")
 
     auto guard = co_await locker.co_lock("example:nightly-report"); // waits while others hold it
     fmt::print("locked '{}', fence {}\n", guard.name(), guard.fence());

@@ -70,8 +70,8 @@ struct acquisitions final : colock::lock_observer {
 };
 
 // Prints what each primary holds for the lock, "H <fence> <locker> <token> <since> <queued>"
-// while held (README: Keys and channels), and returns how many hold it for `guard`. Each
-// primary numbers its own fences; the lease's fence is the largest its majority gave.
+// while held (docs/operations.md: Keys and channels), and returns how many hold it for `guard`.
+// Each primary numbers its own fences; the lease's fence is the largest its majority gave.
 asio::awaitable<std::size_t>
 show_primaries(std::vector<std::unique_ptr<colock::redis::connection>> const& conns,
                colock::lock_guard const& guard) {

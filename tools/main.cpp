@@ -1,5 +1,5 @@
 // colock: run a command under a distributed lock, show locks, end a stuck holder's lease.
-// See `colock --help` and the README's section "The colock tool".
+// See `colock --help` and docs/tool.md.
 #include "child_process.hpp"
 #include "cli.hpp"
 #include "text.hpp"

@@ -186,7 +186,7 @@ public:
     /// took, less ttl × 1 % + 2 ms of clock drift), which lock_guard::lease_expiry() reports;
     /// renewal and release go to every primary, and a lease is lost when fewer than a majority
     /// confirm it in time. Guards, options, hand-offs, cohorts and fences are as on one server;
-    /// see the README's Redlock section for what the quorum guarantees and what it does not.
+    /// see docs/deployments.md (Redlock) for what the quorum guarantees and what it does not.
     /// A connection may serve other lockers too; none of them may be the same server twice.
     /// Throws boost::system::system_error(error::invalid_argument) for a null pointer, fewer
     /// than 3 or an even number of primaries, or one connection or endpoint given twice; the

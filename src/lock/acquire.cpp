@@ -14,7 +14,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -38,7 +37,7 @@ asio::awaitable<grant_result> locker_impl::attempt(lock_keys const& keys, std::s
     if (caller_slot.is_connected())
         caller_slot.assign(
             [stop](asio::cancellation_type) { stop->emit(asio::cancellation_type::total); });
-    std::optional<asio::steady_timer> deadline_timer;
+    std::optional<lock_timer> deadline_timer;
     if (deadline != clock_type::time_point::max()) {
         deadline_timer.emplace(strand_);
         deadline_timer->expires_at(deadline);

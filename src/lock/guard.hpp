@@ -14,7 +14,6 @@
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <atomic>

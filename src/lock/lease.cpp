@@ -336,7 +336,7 @@ asio::awaitable<void> lease::renew_loop(std::shared_ptr<lease> self) {
     using namespace asio::experimental::awaitable_operators;
     auto cs = co_await asio::this_coro::cancellation_state;
     auto& timer = self->renew_timer_; // self owns it and outlives this frame
-    asio::steady_timer lease_end(self->strand());
+    lock_timer lease_end(self->strand());
     for (;;) {
         // The first renewal is when it was scheduled (see start), which may be now.
         auto next = self->first_renewal_ ? *std::exchange(self->first_renewal_, std::nullopt)

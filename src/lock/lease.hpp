@@ -17,7 +17,6 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -58,7 +57,7 @@ private:
         waiter(waiter const&) = delete;
         ~waiter(); // a frame destroyed unresumed leaves the queue
         extend_turns& owner;
-        boost::asio::steady_timer timer;
+        lock_timer timer;
         bool granted = false;
     };
 
@@ -123,7 +122,7 @@ private:
     std::list<std::weak_ptr<lease>> held_;
     // On the strand:
     std::multimap<clock_type::time_point, std::weak_ptr<lease>> renewals_due_;
-    boost::asio::steady_timer renewal_timer_;
+    lock_timer renewal_timer_;
     clock_type::time_point renewal_timer_at_ = clock_type::time_point::max();
 };
 
@@ -248,7 +247,7 @@ private:
     std::chrono::milliseconds ttl_;
     boost::asio::cancellation_signal renew_stop_; // emitted to end the renewal
     // The renewal's sleep; cancelled (not the renewal itself) to make it check the lease now.
-    boost::asio::steady_timer renew_timer_;
+    lock_timer renew_timer_;
     extend_turns turns_;
     // The renewal (or, without auto_renew, the watcher that wait_lost needs) runs.
     bool watching_ = false;

@@ -11,7 +11,6 @@
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
@@ -153,7 +152,7 @@ void locker_impl::park(lock_operation& op, clock_type::time_point until) {
         return;
     }
     if (!op.timer)
-        op.timer = std::make_unique<asio::steady_timer>(strand_);
+        op.timer = std::make_unique<lock_timer>(strand_);
     op.timer->expires_at(until);
     op.on_wake = [](waiter& w) { static_cast<lock_operation&>(w).timer->cancel(); };
     op.timer->async_wait(

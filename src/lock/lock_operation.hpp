@@ -17,7 +17,6 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/intrusive/list.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -88,7 +87,7 @@ struct lock_operation : waiter, std::enable_shared_from_this<lock_operation> {
     boost::asio::cancellation_signal signal;
     // Parked: the timer of a sleep with an end (made on first use), or, for one that only a
     // wake ends, itself (see locker_impl::park).
-    std::unique_ptr<boost::asio::steady_timer> timer;
+    std::unique_ptr<lock_timer> timer;
     std::shared_ptr<lock_operation> parked_self;
 
     lock_outcome out;

@@ -214,9 +214,9 @@ return 1
 
 // KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the holder's fence. 1 when extended, 0
 // when not ours. A fence above the stored one is stored: with Redlock, each primary grants its
-// own fence and the lease's is the largest, which a majority must keep (see the README's
-// Redlock section); on one server, a holder handed the lease in its process numbers on from
-// the stored fence.
+// own fence and the lease's is the largest, which a majority must keep (see docs/safety.md,
+// "Fences across primaries"); on one server, a holder handed the lease in its process numbers on
+// from the stored fence.
 inline constexpr std::string_view extend_source = R"lua(
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end

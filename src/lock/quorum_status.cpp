@@ -42,7 +42,7 @@ asio::awaitable<lock_reading> quorum_store::read(lock_keys const& keys) {
     // down must not hold it up for longer than status_read_timeout.
     std::vector<lock_reading> readings;
     for (auto& m : members_) {
-        asio::steady_timer timeout(strand_);
+        lock_timer timeout(strand_);
         timeout.expires_after(status_read_timeout);
         auto answer = co_await (m.store->read(keys) || timeout.async_wait(asio::use_awaitable));
         if (answer.index() == 0) {

@@ -87,7 +87,7 @@ asio::awaitable<lease_reply> quorum_store::extend(lock_keys const& keys, std::st
 
 asio::awaitable<lease_reply> quorum_store::release(lock_keys const& keys, std::string const& token,
                                                    milliseconds claim, std::int64_t last_fence) {
-    forget_lease(keys.key, token);
+    leases_.forget(keys.key, token);
     auto const n = members_.size();
     auto round = std::make_shared<release_round>(strand_, n, keys, token, claim, last_fence);
     for (std::size_t i = 0; i < n; ++i)
@@ -131,7 +131,7 @@ void quorum_store::release_in_background(lock_keys const& keys, std::string cons
                 (*shared_retry)();
         });
     asio::dispatch(strand_, [self = shared_from_this(), key = keys.key, token] {
-        self->forget_lease(key, token);
+        self->leases_.forget(key, token);
     });
 }
 
@@ -152,16 +152,9 @@ quorum_store::subscribe(std::string const& channel) {
 }
 
 void quorum_store::member_replaced() {
-    bool lost_any = false;
-    for (auto& [key, track] : tracks_) {
-        for (auto& [token, lease] : track.leases) {
-            if (lease.lost || counting(key, lease) >= quorum::majority(members_.size()))
-                continue;
-            lease.lost = true;
-            ++track.changes;
-            lost_any = true;
-        }
-    }
+    bool const lost_any = leases_.mark_replaced([this](std::size_t i, std::string const& key) {
+        return redis::detail::engine_server_changes_for(members_[i].engine, key);
+    });
     if (auto e = events_.lock(); e && lost_any)
         e->on_server_change();
 }
@@ -198,7 +191,7 @@ asio::awaitable<void> quorum_store::ask_member(std::shared_ptr<quorum_store> sel
     if (round->closed) {
         // A straggler: joins the lease when it was made, else gives its grant back.
         if (r.granted && round->lease_made)
-            self->count_member(round->keys.key, round->token, i, changes);
+            self->leases_.count(round->keys.key, round->token, i, changes);
         else if (r.granted || r.outcome_unknown)
             self->give_back(i, round);
         co_return;
@@ -236,12 +229,11 @@ grant_result quorum_store::decide(std::shared_ptr<grant_round> const& round_ptr,
     grant_result result;
     if (d.granted) {
         round.lease_made = true;
-        auto& lease = tracks_[keys.key].leases[token];
-        lease.counted.assign(n, std::nullopt);
-        lease.lost = false;
+        std::vector<std::optional<std::uint64_t>> counted(n);
         for (std::size_t i = 0; i < n; ++i)
             if (votes[i].what == quorum::grant_vote::kind::granted)
-                lease.counted[i] = round.changes_at_start[i];
+                counted[i] = round.changes_at_start[i];
+        leases_.record(keys.key, token, std::move(counted));
         result.granted = true;
         result.fence = d.fence;
         result.others_queued = others_queued;
@@ -308,7 +300,7 @@ asio::awaitable<void> quorum_store::extend_member(std::shared_ptr<quorum_store> 
     // A confirmation counts from an instance that granted or confirmed this lease before,
     // and was not replaced meanwhile; a late one still keeps the primary counted.
     bool const counts = !r.ec && r.ours && before == after &&
-                        self->confirm_member(round->keys.key, round->token, i, after);
+                        self->leases_.confirm(round->keys.key, round->token, i, after);
     if (round->closed)
         co_return;
     round->answered[i] = true;
@@ -371,49 +363,6 @@ void quorum_store::supersede_earlier(std::shared_ptr<grant_round> const& round) 
     if (auto earlier = last.lock())
         earlier->superseded = true;
     last = round;
-}
-
-void quorum_store::count_member(std::string const& key, std::string const& token, std::size_t i,
-                                std::uint64_t changes) {
-    auto const t = tracks_.find(key);
-    if (t == tracks_.end())
-        return;
-    auto const l = t->second.leases.find(token);
-    if (l != t->second.leases.end())
-        l->second.counted[i] = changes;
-}
-
-bool quorum_store::confirm_member(std::string const& key, std::string const& token, std::size_t i,
-                                  std::uint64_t changes) {
-    auto const t = tracks_.find(key);
-    if (t == tracks_.end())
-        return true;
-    auto const l = t->second.leases.find(token);
-    if (l == t->second.leases.end())
-        return true;
-    auto& counted = l->second.counted[i];
-    if (counted && *counted != changes)
-        return false; // replaced since it granted: it no longer counts
-    counted = changes;
-    return true;
-}
-
-void quorum_store::forget_lease(std::string const& key, std::string const& token) {
-    auto const t = tracks_.find(key);
-    if (t == tracks_.end())
-        return;
-    t->second.leases.erase(token);
-    if (t->second.leases.empty())
-        tracks_.erase(t);
-}
-
-std::size_t quorum_store::counting(std::string const& key, lease_track const& lease) const {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < members_.size(); ++i)
-        if (lease.counted[i] &&
-            *lease.counted[i] == redis::detail::engine_server_changes_for(members_[i].engine, key))
-            ++n;
-    return n;
 }
 
 void member_events::on_message(std::string const& channel, std::string const& payload) {

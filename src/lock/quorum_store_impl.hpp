@@ -12,8 +12,10 @@
 // call returns.
 #pragma once
 
+#include "common.hpp"
 #include "lease_store.hpp"
 #include "quorum.hpp"
+#include "quorum_leases.hpp"
 #include "single_connection_store.hpp"
 
 #include "../detail/awaitable_tokens.hpp"
@@ -21,8 +23,6 @@
 
 #include <colock/error.hpp>
 #include <colock/redis/connection.hpp>
-
-#include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -38,7 +38,6 @@ namespace colock::detail::redlock {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using clock_type = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // How long a release waits for the last primaries once a majority answered.
@@ -59,7 +58,7 @@ struct round_state {
     round_state(asio::strand<asio::any_io_executor> const& strand, std::size_t n)
         : timer(strand), answered(n, false) {}
 
-    asio::steady_timer timer;
+    lock_timer timer;
     std::vector<bool> answered;
     std::size_t pending() const {
         return static_cast<std::size_t>(std::count(answered.begin(), answered.end(), false));
@@ -91,18 +90,11 @@ struct member_events final : lease_events {
     void on_connection_close() noexcept override;
 };
 
-struct lease_track {
-    // Per primary: its count of server changes when it granted or last confirmed the lease;
-    // nothing while it never did.
-    std::vector<std::optional<std::uint64_t>> counted;
-    bool lost = false; // fell below a majority (reported once)
-};
-
 class quorum_store final : public lease_store, public std::enable_shared_from_this<quorum_store> {
 public:
     quorum_store(std::span<redis::connection* const> primaries,
                  asio::strand<asio::any_io_executor> strand)
-        : strand_(std::move(strand)) {
+        : strand_(std::move(strand)), leases_(primaries.size()) {
         for (auto* conn : primaries) {
             auto const& engine = redis::detail::engine_of(*conn);
             members_.push_back({engine, make_single_connection_store(engine, strand_),
@@ -190,9 +182,6 @@ public:
     // than a majority is lost: its key's count moves, and the lock layer marks its guards lost.
     void member_replaced();
 
-    // The primaries that still count for `lease`: those whose instance granted or confirmed it.
-    std::size_t counting(std::string const& key, lease_track const& lease) const;
-
     // ------------------------------------------------------------------ status
 
     asio::awaitable<lock_reading> read(lock_keys const& keys) override;
@@ -222,8 +211,7 @@ public:
 
     // On the strand: moves when a lease on `keys` lost its majority to replaced primaries.
     std::uint64_t server_changes(lock_keys const& keys) const noexcept override {
-        auto const it = tracks_.find(keys.key);
-        return it == tracks_.end() ? 0 : it->second.changes;
+        return leases_.changes(keys.key);
     }
 
     std::uint64_t reconnects() const noexcept override {
@@ -315,14 +303,6 @@ private:
         std::string first_text;
     };
 
-    // The leases this store granted and still renews, per lock key: which primaries count for
-    // each (their server-change count when they granted or last confirmed it), and how often a
-    // lease on the key lost its majority to replaced primaries (server_changes()).
-    struct key_track {
-        std::uint64_t changes = 0;
-        std::unordered_map<std::string, lease_track> leases;
-    };
-
     static asio::awaitable<void> ask_member(std::shared_ptr<quorum_store> self,
                                             std::shared_ptr<grant_round> round, std::size_t i);
 
@@ -373,23 +353,12 @@ private:
     // is refused: Redlock over it would count one server twice.
     std::optional<std::string> same_server_twice() const;
 
-    void count_member(std::string const& key, std::string const& token, std::size_t i,
-                      std::uint64_t changes);
-
-    // Whether primary `i`'s confirmation of the lease counts: it granted or confirmed it on the
-    // same instance, or never counted for it before (a late grant). A lease this store does not
-    // track (granted before a restart of the process? no: forgotten on release) counts as is.
-    bool confirm_member(std::string const& key, std::string const& token, std::size_t i,
-                        std::uint64_t changes);
-
-    void forget_lease(std::string const& key, std::string const& token);
-
     asio::strand<asio::any_io_executor> const strand_;
     std::vector<member> members_;
     std::weak_ptr<lease_events> events_;
     std::vector<std::shared_ptr<member_events>> relays_;
     // On the strand:
-    std::unordered_map<std::string, key_track> tracks_;
+    quorum_leases leases_;
     // The last acquisition round per key and token (key + '\n' + token), while it lives.
     std::unordered_map<std::string, std::weak_ptr<grant_round>> last_round_;
     std::minstd_rand rng_{std::random_device{}()};

@@ -19,7 +19,6 @@ namespace colock::detail {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using clock_type = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 std::string_view script_reply::server_text() const noexcept {
@@ -210,7 +209,7 @@ asio::awaitable<script_reply> script_client::run_retrying(script_call call, send
             co_return script_reply{error::timeout, {}};
         if (!is_transient(reply.ec, reply.server_text()) || round + 1 == schedule.tries)
             co_return reply;
-        asio::steady_timer pause(strand_);
+        lock_timer pause(strand_);
         pause.expires_after(schedule.pause(round));
         co_await pause.async_wait(
             asio::bind_cancellation_slot(deadline->stop.slot(), nothrow_awaitable));

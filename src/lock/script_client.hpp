@@ -8,6 +8,7 @@
 #pragma once
 
 #include "channel_events.hpp"
+#include "common.hpp"
 #include "scripts.hpp"
 
 #include <colock/log.hpp>
@@ -18,7 +19,6 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -159,10 +159,10 @@ private:
         bool fired = false;
     };
     struct watched_deadline {
-        std::chrono::steady_clock::time_point at;
+        clock_type::time_point at;
         std::weak_ptr<deadline_state> deadline;
     };
-    void watch(std::chrono::steady_clock::time_point at, std::shared_ptr<deadline_state> const& d);
+    void watch(clock_type::time_point at, std::shared_ptr<deadline_state> const& d);
     void unwatch();
     void arm_deadline_timer();
 
@@ -174,7 +174,7 @@ private:
     // release on the hot path). Disarmed when none is left, so that it keeps no io_context
     // running.
     std::deque<watched_deadline> deadlines_;
-    std::optional<boost::asio::steady_timer> deadline_timer_;
+    std::optional<lock_timer> deadline_timer_;
     bool deadline_timer_armed_ = false;
 };
 

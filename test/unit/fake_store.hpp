@@ -5,6 +5,7 @@
 // Replies arrive asynchronously on the store's strand, as the real store's do.
 #pragma once
 
+#include "lock/common.hpp"
 #include "lock/lease_store.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -50,7 +51,7 @@ struct fault {
 
 class fake_server {
 public:
-    using clock_type = std::chrono::steady_clock;
+    using clock_type = detail::lock_clock; // the lock layer's: virtual time moves it too
 
     // One lock key, as the scripts keep it.
     struct lock_entry {
