@@ -24,7 +24,7 @@
 namespace colock {
 
 namespace detail {
-struct guard_state;
+class guard_state;
 class locker_impl;
 struct locker_access;
 } // namespace detail

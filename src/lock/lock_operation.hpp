@@ -30,7 +30,7 @@
 namespace colock::detail {
 
 class locker_impl;
-struct guard_state;
+class guard_state;
 
 // How a call ended.
 struct lock_outcome {
