@@ -240,23 +240,22 @@ TEST_CASE("hostile server: well-formed replies of an unexpected shape") {
 
 TEST_CASE("hostile server: an acquire reply of the wrong shape fails co_lock with "
           "unexpected_reply") {
-    for_each_wrong_shape([](wrong_shape_case c) -> asio::awaitable<void> {
-        auto& [proxy, conn, locks, opt, what, bytes] = c;
+    for_each_wrong_shape([](wrong_shape_case shape) -> asio::awaitable<void> {
         std::string const name = unique_key("hostile-acquire");
-        proxy.rewrite_next_reply(bytes);
+        shape.proxy.rewrite_next_reply(shape.bytes);
         error_code ec;
         try {
-            auto guard = co_await locks.co_lock(name, opt);
-            CHECK_MESSAGE(false, what, ": co_lock succeeded");
+            auto guard = co_await shape.locks.co_lock(name, shape.opt);
+            CHECK_MESSAGE(false, shape.what, ": co_lock succeeded");
         } catch (boost::system::system_error const& e) {
             ec = e.code();
         }
-        CHECK_MESSAGE(ec == colock::error::unexpected_reply, what, ": ", ec.message());
-        CHECK(conn.reconnect_count() == 0);
+        CHECK_MESSAGE(ec == colock::error::unexpected_reply, shape.what, ": ", ec.message());
+        CHECK(shape.conn.reconnect_count() == 0);
         // The key may be left behind (the test below); once it is gone, the same lock can
         // be taken again over the same connection.
-        co_await conn.co_exec(command("DEL", lock_key(name)));
-        auto guard = co_await locks.co_lock(name, opt);
+        co_await shape.conn.co_exec(command("DEL", lock_key(name)));
+        auto guard = co_await shape.locks.co_lock(name, shape.opt);
         CHECK(guard.owns_lock());
         CHECK(co_await guard.unlock());
     });
@@ -266,54 +265,52 @@ TEST_CASE("hostile server: an acquire reply of the wrong shape fails co_lock wit
 // would have said so was mangled. The attempt's outcome is unknown, as after a lost
 // connection, so the lock is given back with its token.
 TEST_CASE("hostile server: an acquire with a mangled reply leaves no lock key behind") {
-    for_each_wrong_shape([](wrong_shape_case c) -> asio::awaitable<void> {
-        auto& [proxy, conn, locks, opt, what, bytes] = c;
+    for_each_wrong_shape([](wrong_shape_case shape) -> asio::awaitable<void> {
         std::string const name = unique_key("hostile-acquire-key");
-        proxy.rewrite_next_reply(bytes);
+        shape.proxy.rewrite_next_reply(shape.bytes);
         try {
-            auto guard = co_await locks.co_lock(name, opt);
+            auto guard = co_await shape.locks.co_lock(name, shape.opt);
         } catch (boost::system::system_error const&) {
         }
-        bool const left_free = co_await free_becomes(conn, name, 500ms);
-        CHECK_MESSAGE(left_free, what, ": the lock key is still there");
-        co_await conn.co_exec(command("DEL", lock_key(name))); // free it for the next run
+        bool const left_free = co_await free_becomes(shape.conn, name, 500ms);
+        CHECK_MESSAGE(left_free, shape.what, ": the lock key is still there");
+        co_await shape.conn.co_exec(command("DEL", lock_key(name))); // free it for the next run
     });
 }
 
 // extend() and unlock() report a malformed reply as unexpected_reply: neither reports success
 // nor "not ours", and no key is left behind.
 TEST_CASE("hostile server: extend and unlock replies of the wrong shape are never a success") {
-    auto const rewrites = for_each_wrong_shape([](wrong_shape_case c) -> asio::awaitable<void> {
-        auto& [proxy, conn, locks, opt, what, bytes] = c;
+    auto const rewrites = for_each_wrong_shape([](wrong_shape_case shape) -> asio::awaitable<void> {
         // extend
         {
             std::string const name = unique_key("hostile-extend");
-            auto guard = co_await locks.co_lock(name, opt);
-            proxy.rewrite_next_reply(bytes);
+            auto guard = co_await shape.locks.co_lock(name, shape.opt);
+            shape.proxy.rewrite_next_reply(shape.bytes);
             auto const extended = co_await outcome_of(guard.extend(20s));
-            CHECK_MESSAGE(extended.answer != std::optional<bool>(true), what);
-            CHECK_MESSAGE(extended.ec == colock::error::unexpected_reply, what, ": ",
+            CHECK_MESSAGE(extended.answer != std::optional<bool>(true), shape.what);
+            CHECK_MESSAGE(extended.ec == colock::error::unexpected_reply, shape.what, ": ",
                           extended.ec.message());
             CHECK_FALSE(guard.lost()); // nothing says the lease is gone
             co_await guard.unlock();   // the token still matches on the server: released
-            bool const left_free = co_await free_becomes(conn, name, 500ms);
-            CHECK_MESSAGE(left_free, what, ": extend left the lock key behind");
+            bool const left_free = co_await free_becomes(shape.conn, name, 500ms);
+            CHECK_MESSAGE(left_free, shape.what, ": extend left the lock key behind");
         }
         // unlock
         {
             std::string const name = unique_key("hostile-unlock");
-            auto guard = co_await locks.co_lock(name, opt);
-            proxy.rewrite_next_reply(bytes);
+            auto guard = co_await shape.locks.co_lock(name, shape.opt);
+            shape.proxy.rewrite_next_reply(shape.bytes);
             auto const released = co_await outcome_of(guard.unlock());
-            CHECK_MESSAGE(released.answer != std::optional<bool>(true), what);
-            CHECK_MESSAGE(released.ec == colock::error::unexpected_reply, what, ": ",
+            CHECK_MESSAGE(released.answer != std::optional<bool>(true), shape.what);
+            CHECK_MESSAGE(released.ec == colock::error::unexpected_reply, shape.what, ": ",
                           released.ec.message());
             CHECK_FALSE(guard.owns_lock());
             // The server did run the release.
-            bool const left_free = co_await free_becomes(conn, name, 500ms);
-            CHECK_MESSAGE(left_free, what, ": unlock left the lock key behind");
+            bool const left_free = co_await free_becomes(shape.conn, name, 500ms);
+            CHECK_MESSAGE(left_free, shape.what, ": unlock left the lock key behind");
         }
-        CHECK(conn.reconnect_count() == 0);
+        CHECK(shape.conn.reconnect_count() == 0);
     });
     CHECK(rewrites == 2 * wrong_shapes().size());
 }
