@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -39,6 +40,16 @@ inline asio::awaitable<void> check_held_then_release(redis::connection& probe, l
     CHECK(holder == guard.token());
     bool const released = co_await guard.unlock();
     CHECK(released);
+}
+
+/// One attempt of `locks` takes lock `name` again, with a fence above `old_fence`, and
+/// releases it.
+inline asio::awaitable<void> check_taken_again(locker& locks, std::string const& name,
+                                               lock_options const& opt, std::int64_t old_fence) {
+    auto next = co_await locks.co_try_lock(name, opt);
+    REQUIRE(next.has_value());
+    CHECK(next->fence() > old_fence);
+    CHECK(co_await next->unlock());
 }
 
 /// Waits up to `limit` for `w` to be told (REQUIREd); returns how long after `since` it was.
