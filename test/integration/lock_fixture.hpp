@@ -11,7 +11,11 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <doctest/doctest.h>
+
 #include <chrono>
+#include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -27,6 +31,65 @@ asio::awaitable<void> play_scenario(Scenario& scenario, asio::io_context& ctx, C
         co_await scenario(ctx, cast...);
     else
         co_await scenario(cast...);
+}
+
+/// Checks that `guard` still holds lock `name` (the key has its token), then releases it.
+inline asio::awaitable<void> check_held_then_release(redis::connection& probe, lock_guard& guard,
+                                                     std::string const& name) {
+    auto const holder = co_await held_by(probe, name);
+    CHECK(holder == guard.token());
+    bool const released = co_await guard.unlock();
+    CHECK(released);
+}
+
+/// One attempt of `locks` takes lock `name` again, with a fence above `old_fence`, and
+/// releases it.
+inline asio::awaitable<void> check_taken_again(locker& locks, std::string const& name,
+                                               lock_options const& opt, std::int64_t old_fence) {
+    auto next = co_await locks.co_try_lock(name, opt);
+    REQUIRE(next.has_value());
+    CHECK(next->fence() > old_fence);
+    CHECK(co_await next->unlock());
+}
+
+/// Waits up to `limit` for `w` to be told (REQUIREd); returns how long after `since` it was.
+inline asio::awaitable<long long> told_after(lost_watch const& w, steady::time_point since,
+                                             std::chrono::milliseconds limit) {
+    bool const told = co_await finishes(w.done, limit);
+    REQUIRE(told);
+    co_return ms_between(since, w.at);
+}
+
+/// told_after for a watch on `g` told of a loss: no error, and `g` is lost and owns nothing.
+inline asio::awaitable<long long> told_lost_after(lost_watch const& w, lock_guard const& g,
+                                                  steady::time_point since,
+                                                  std::chrono::milliseconds limit) {
+    auto const told = co_await told_after(w, since, limit);
+    CHECK_FALSE(w.ec);
+    CHECK(g.lost());
+    CHECK_FALSE(g.owns_lock());
+    co_return told;
+}
+
+/// A co_spawn completion that checks the coroutine threw nothing, then marks it done: sets a
+/// flag, or counts one more in a counter.
+template <class Done>
+auto check_nothrow_then_mark(Done& done) {
+    return [&done](std::exception_ptr e) {
+        CHECK_FALSE(e);
+        if constexpr (std::is_same_v<Done, bool>)
+            done = true;
+        else
+            ++done;
+    };
+}
+
+/// Waits until a call of `locks` waits (polling every 5 ms, 300 times at the most), REQUIREs
+/// that exactly one does, and gives it 100 ms more to settle in its queue.
+inline asio::awaitable<void> until_one_waiting(locker& locks) {
+    co_await poll_until([&] { return locks.waiting() != 0; }, 300, std::chrono::milliseconds{5});
+    REQUIRE(locks.waiting() == 1);
+    co_await sleep_for(std::chrono::milliseconds{100});
 }
 
 /// One locker on its own connection, a probe connection, and a lock name from unique_key(what).
@@ -90,6 +153,21 @@ void run_lock_test(redis::config const& cfg, std::string_view what, Scenario sce
         [&](asio::io_context& ctx) -> asio::awaitable<void> {
             Cast cast(ctx, cfg, what);
             co_await cast.play(scenario, ctx);
+        },
+        limit);
+}
+
+/// Runs `scenario(locks)` as run_test does, with a locker on a fresh connection with `cfg`,
+/// closed once the scenario returns.
+template <class Scenario>
+void run_with_locker(redis::config const& cfg, Scenario scenario,
+                     std::chrono::seconds limit = std::chrono::seconds{60}) {
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            redis::connection conn{ctx.get_executor(), cfg};
+            locker locks{conn};
+            co_await scenario(locks);
+            conn.close();
         },
         limit);
 }

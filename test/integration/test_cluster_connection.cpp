@@ -4,6 +4,7 @@
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/cluster_set.hpp>
 
@@ -342,10 +343,9 @@ TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica 
           "the lock is taken again there with a higher fence; the other primaries' locks work "
           "throughout") {
     cluster_set cluster;
-    run_test(
-        [&](asio::io_context& ctx) -> asio::awaitable<void> {
-            redis::connection conn{ctx.get_executor(), cluster_config(cluster)};
-            locker locks{conn};
+    run_with_locker(
+        cluster_config(cluster),
+        [&](locker& locks) -> asio::awaitable<void> {
             std::string const name = "killed-primary";
             auto held = co_await locks.co_lock(name, lease(30s));
             auto const owner = cluster.owner_of(hash_slot(lock_key(name)));
@@ -369,7 +369,6 @@ TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica 
             CHECK(cluster.node_on(replica).cli({"ROLE"}).starts_with("master"));
             CHECK_FALSE(bystander.lost());
             CHECK(co_await bystander.unlock());
-            conn.close();
         },
         90s);
 }

@@ -32,9 +32,7 @@ std::int64_t info_field(std::string const& info, std::string const& field) {
 } // namespace
 
 TEST_CASE("round trip: PING, SET, GET, binary-safe values") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
         CHECK(conn.is_connected());
 
         auto pong = co_await conn.co_exec(command("PING"));
@@ -55,7 +53,6 @@ TEST_CASE("round trip: PING, SET, GET, binary-safe values") {
 
         auto missing = co_await conn.co_exec(command("GET", "test:no-such-key"));
         CHECK(missing.at(0).is_null());
-        conn.close();
     });
 }
 
@@ -155,71 +152,61 @@ TEST_CASE("cancelling a request before it is written drops it") {
     for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial,
                       asio::cancellation_type::total}) {
         CAPTURE(static_cast<int>(type));
-        run_test([type](asio::io_context& ctx) -> asio::awaitable<void> {
-            redis::connection conn{ctx.get_executor(), shared_server().config()};
-            co_await conn.async_connect(asio::use_awaitable);
-            std::string const key = unique_key("never-written");
+        run_connected(shared_server().config(),
+                      [type](redis::connection& conn) -> asio::awaitable<void> {
+                          std::string const key = unique_key("never-written");
 
-            // Initiate and cancel in the same turn: the request cannot have reached the socket.
-            asio::cancellation_signal signal;
-            error_code result = redis::error::closed;
-            bool done = false;
-            conn.async_exec(
-                command("SET", key, "1"),
-                asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, redis::response) {
-                    result = ec;
-                    done = true;
-                }));
-            signal.emit(type);
-            while (!done)
-                co_await sleep_for(1ms);
-            CHECK(result == asio::error::operation_aborted);
+                          // Initiate and cancel in the same turn: the request cannot have reached
+                          // the socket.
+                          asio::cancellation_signal signal;
+                          error_code result = redis::error::closed;
+                          bool done = false;
+                          conn.async_exec(command("SET", key, "1"),
+                                          asio::bind_cancellation_slot(signal.slot(),
+                                                                       record_code(result, done)));
+                          signal.emit(type);
+                          while (!done)
+                              co_await sleep_for(1ms);
+                          CHECK(result == asio::error::operation_aborted);
 
-            auto exists = co_await conn.co_exec(command("EXISTS", key));
-            CHECK(exists.at(0).as_integer() == 0);
-            conn.close();
-        });
+                          auto exists = co_await conn.co_exec(command("EXISTS", key));
+                          CHECK(exists.at(0).as_integer() == 0);
+                      });
     }
 }
 
 TEST_CASE("cancelling a written request discards its reply and keeps the stream in step") {
     for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial}) {
         CAPTURE(static_cast<int>(type));
-        run_test([type](asio::io_context& ctx) -> asio::awaitable<void> {
-            redis::connection conn{ctx.get_executor(), shared_server().config()};
-            co_await conn.async_connect(asio::use_awaitable);
-            std::string const list = unique_key("blocked-list");
+        run_connected(shared_server().config(),
+                      [type](redis::connection& conn) -> asio::awaitable<void> {
+                          std::string const list = unique_key("blocked-list");
 
-            // BLPOP blocks in the server for 1 s: it is surely written when cancelled.
-            asio::cancellation_signal signal;
-            error_code result;
-            bool done = false;
-            auto const started = std::chrono::steady_clock::now();
-            conn.async_exec(
-                command("BLPOP", list, "1"),
-                asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, redis::response) {
-                    result = ec;
-                    done = true;
-                }));
-            co_await sleep_for(100ms);
-            signal.emit(type);
-            while (!done)
-                co_await sleep_for(1ms);
-            CHECK(result == asio::error::operation_aborted);
-            CHECK(std::chrono::steady_clock::now() - started < 800ms);
+                          // BLPOP blocks in the server for 1 s: it is surely written when
+                          // cancelled.
+                          asio::cancellation_signal signal;
+                          error_code result;
+                          bool done = false;
+                          auto const started = std::chrono::steady_clock::now();
+                          conn.async_exec(command("BLPOP", list, "1"),
+                                          asio::bind_cancellation_slot(signal.slot(),
+                                                                       record_code(result, done)));
+                          co_await sleep_for(100ms);
+                          signal.emit(type);
+                          while (!done)
+                              co_await sleep_for(1ms);
+                          CHECK(result == asio::error::operation_aborted);
+                          CHECK(std::chrono::steady_clock::now() - started < 800ms);
 
-            // The next reply on the connection is PING's, not BLPOP's late null.
-            auto pong = co_await conn.co_exec(command("PING", "after-cancel"));
-            CHECK(pong.at(0).as_string() == "after-cancel");
-            conn.close();
-        });
+                          // The next reply on the connection is PING's, not BLPOP's late null.
+                          auto pong = co_await conn.co_exec(command("PING", "after-cancel"));
+                          CHECK(pong.at(0).as_string() == "after-cancel");
+                      });
     }
 }
 
 TEST_CASE("total cancellation of a written request is not honoured: the reply still comes") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
         asio::cancellation_signal signal;
         error_code result = redis::error::closed;
         bool done = false;
@@ -235,7 +222,6 @@ TEST_CASE("total cancellation of a written request is not honoured: the reply st
         while (!done)
             co_await sleep_for(1ms);
         CHECK_FALSE(result);
-        conn.close();
     });
 }
 
@@ -257,9 +243,7 @@ TEST_CASE("a request raced against a timer with || is cancelled by the timer") {
 }
 
 TEST_CASE("a cancelled request amid a pipeline leaves its neighbours' replies intact") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
         constexpr int count = 200;
         std::vector<asio::cancellation_signal> signals(count);
         std::vector<std::string> results(count);
@@ -278,7 +262,6 @@ TEST_CASE("a cancelled request amid a pipeline leaves its neighbours' replies in
             co_await sleep_for(1ms);
         for (int i = 0; i < count; ++i)
             CHECK(results[i] == (i % 3 == 0 ? "aborted" : std::to_string(i)));
-        conn.close();
     });
 }
 
@@ -310,8 +293,7 @@ TEST_CASE("push messages reach the listeners; requests still work on a subscribe
 
         auto receivers = co_await publisher.co_exec(command("PUBLISH", channel, "hello"));
         CHECK(receivers.at(0).as_integer() == 1);
-        for (int i = 0; i < 200 && listener->messages.empty(); ++i)
-            co_await sleep_for(5ms);
+        co_await poll_until([&] { return !listener->messages.empty(); }, 200, 5ms);
         REQUIRE(listener->messages.size() == 1);
         CHECK(listener->messages[0] == "hello");
 
@@ -327,16 +309,10 @@ TEST_CASE("push messages reach the listeners; requests still work on a subscribe
 }
 
 TEST_CASE("close() fails pending requests with error::closed and the connection can start again") {
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
         error_code result;
         bool done = false;
-        conn.async_exec(command("BLPOP", unique_key("closed"), "2"),
-                        [&](error_code ec, redis::response) {
-                            result = ec;
-                            done = true;
-                        });
+        conn.async_exec(command("BLPOP", unique_key("closed"), "2"), record_code(result, done));
         co_await sleep_for(50ms);
         conn.close();
         while (!done)
@@ -346,7 +322,6 @@ TEST_CASE("close() fails pending requests with error::closed and the connection 
 
         auto pong = co_await conn.co_exec(command("PING"));
         CHECK(pong.at(0).as_string() == "PONG");
-        conn.close();
     });
 }
 
@@ -358,10 +333,7 @@ TEST_CASE("destroying the connection completes its pending requests") {
             redis::connection conn{ctx.get_executor(), shared_server().config()};
             co_await conn.async_connect(asio::use_awaitable);
             conn.async_exec(command("BLPOP", unique_key("destroyed"), "2"),
-                            [&](error_code ec, redis::response) {
-                                result = ec;
-                                done = true;
-                            });
+                            record_code(result, done));
             co_await sleep_for(20ms);
         }
         while (!done)

@@ -191,6 +191,23 @@ redis::config through_proxy(redis_server const& server, fault_proxy const& proxy
     return cfg;
 }
 
+// Runs `scenario(conn, direct, proxy, key)` as run_test does, on a server of its own: `conn`
+// reaches it through `proxy` (connected first), `direct` without one, and `key` is for the slow
+// value; both connections are closed once it returns.
+template <class Scenario>
+void run_drop_test(Scenario scenario) {
+    redis_server server;
+    fault_proxy proxy{server.port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), through_proxy(server, proxy)};
+        redis::connection direct{ctx.get_executor(), fast_config(server)};
+        co_await conn.async_connect(asio::use_awaitable);
+        co_await scenario(conn, direct, proxy, unique_key("big"));
+        conn.close();
+        direct.close();
+    });
+}
+
 std::size_t const slow_value_size = 48u << 20;
 
 // Both requests of a drop_during_slow_write have completed, each within its limit.
@@ -201,6 +218,26 @@ asio::awaitable<void> check_both_finish(slow_write_outcomes const& out,
     CHECK(first_finished);
     bool const second_finished = co_await finishes(out.second->done, second_limit);
     CHECK(second_finished);
+}
+
+// A request of a drop_during_slow_write succeeded, with `reply` as its first value.
+void check_replied(exec_outcome const& outcome, std::string_view reply) {
+    CHECK_FALSE(outcome.ec);
+    if (!outcome.ec)
+        CHECK(text_of(outcome.replies.at(0)) == reply);
+}
+
+// `counter` was incremented once: the request with the INCR never ran again.
+asio::awaitable<void> check_incremented_once(redis::connection& direct,
+                                             std::string const& counter) {
+    auto const n = co_await get(direct, counter);
+    CHECK(n == std::optional<std::string>("1"));
+}
+
+// The slow value reached the server whole under `key`.
+asio::awaitable<void> check_stored_whole(redis::connection& direct, std::string const& key) {
+    auto const length = co_await integer(direct, command("STRLEN", key));
+    CHECK(length == static_cast<std::int64_t>(slow_value_size));
 }
 
 // The stream is in step: the next request gets its own reply.
@@ -215,14 +252,9 @@ asio::awaitable<void> check_in_step(redis::connection& conn) {
 
 TEST_CASE("a drop mid-write after an earlier reply: the written request fails, the partial one "
           "is sent again alone") {
-    redis_server server;
-    fault_proxy proxy{server.port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through_proxy(server, proxy)};
-        redis::connection direct{ctx.get_executor(), fast_config(server)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_drop_test([](redis::connection& conn, redis::connection& direct, fault_proxy& proxy,
+                     std::string const& key) -> asio::awaitable<void> {
         std::string const counter = unique_key("counter");
-        std::string const key = unique_key("big");
         // The INCR is written whole, the SET only in part when the connection drops.
         auto out =
             co_await drop_during_slow_write(conn, direct, proxy, true, command("INCR", counter),
@@ -231,29 +263,18 @@ TEST_CASE("a drop mid-write after an earlier reply: the written request fails, t
         co_await check_both_finish(out, 10000ms, 20000ms);
         INFO("last error: ", conn.last_error_text());
         CHECK(out.first->ec == redis::error::connection_lost);
-        CHECK_FALSE(out.second->ec);
-        if (!out.second->ec)
-            CHECK(text_of(out.second->replies.at(0)) == "OK");
+        check_replied(*out.second, "OK");
         // The INCR ran once: it is never sent again, alone or inside another request.
-        auto const n = co_await get(direct, counter);
-        CHECK(n == std::optional<std::string>("1"));
-        auto const length = co_await integer(direct, command("STRLEN", key));
-        CHECK(length == static_cast<std::int64_t>(slow_value_size));
+        co_await check_incremented_once(direct, counter);
+        co_await check_stored_whole(direct, key);
         co_await check_in_step(conn);
-        conn.close();
-        direct.close();
     });
 }
 
 TEST_CASE("a drop mid-write after an earlier reply: requests none of whose bytes were whole "
           "wait for the next connection, each with its own bytes") {
-    redis_server server;
-    fault_proxy proxy{server.port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through_proxy(server, proxy)};
-        redis::connection direct{ctx.get_executor(), fast_config(server)};
-        co_await conn.async_connect(asio::use_awaitable);
-        std::string const key = unique_key("big");
+    run_drop_test([](redis::connection& conn, redis::connection& direct, fault_proxy& proxy,
+                     std::string const& key) -> asio::awaitable<void> {
         std::string const small = unique_key("small");
         // The connection drops inside the big value: neither SET has reached the server whole.
         auto out = co_await drop_during_slow_write(
@@ -266,26 +287,18 @@ TEST_CASE("a drop mid-write after an earlier reply: requests none of whose bytes
         CHECK_FALSE(out.second->ec);
         CHECK(out.first->replies.size() == 1);
         CHECK(out.second->replies.size() == 1);
-        auto const length = co_await integer(direct, command("STRLEN", key));
-        CHECK(length == static_cast<std::int64_t>(slow_value_size));
+        co_await check_stored_whole(direct, key);
         auto const behind = co_await get(direct, small);
         CHECK(behind == std::optional<std::string>("behind"));
         co_await check_in_step(conn);
-        conn.close();
-        direct.close();
     });
 }
 
 TEST_CASE("a drop mid-write: a request whose first command was written whole fails, and is "
           "never run again") {
-    redis_server server;
-    fault_proxy proxy{server.port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through_proxy(server, proxy)};
-        redis::connection direct{ctx.get_executor(), fast_config(server)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_drop_test([](redis::connection& conn, redis::connection& direct, fault_proxy& proxy,
+                     std::string const& key) -> asio::awaitable<void> {
         std::string const counter = unique_key("counter");
-        std::string const key = unique_key("big");
         // One request: INCR written whole, the SET behind it only in part. The INCR may have
         // run (it did), so the request cannot be sent again.
         resp3::request both;
@@ -298,15 +311,10 @@ TEST_CASE("a drop mid-write: a request whose first command was written whole fai
         INFO("last error: ", conn.last_error_text());
         CHECK(out.first->ec == redis::error::connection_lost);
         // Nothing of it had reached the server whole: it waits for the next connection.
-        CHECK_FALSE(out.second->ec);
-        if (!out.second->ec)
-            CHECK(text_of(out.second->replies.at(0)) == "behind");
-        auto const n = co_await get(direct, counter);
-        CHECK(n == std::optional<std::string>("1"));
+        check_replied(*out.second, "behind");
+        co_await check_incremented_once(direct, counter);
         auto const exists = co_await integer(direct, command("EXISTS", key));
         CHECK(exists == 0);
-        conn.close();
-        direct.close();
     });
 }
 

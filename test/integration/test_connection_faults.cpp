@@ -20,17 +20,12 @@ using namespace colock::test;
 
 TEST_CASE("server killed mid-request: a clear error, and the next request after restart works") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(fast_config(server), [&](redis::connection& conn) -> asio::awaitable<void> {
         co_await conn.co_exec(command("SET", "k", "v"));
 
         error_code result;
         bool done = false;
-        conn.async_exec(command("BLPOP", "never", "5"), [&](error_code ec, redis::response) {
-            result = ec;
-            done = true;
-        });
+        conn.async_exec(command("BLPOP", "never", "5"), record_code(result, done));
         co_await sleep_for(100ms);
         server.kill();
         while (!done)
@@ -44,15 +39,12 @@ TEST_CASE("server killed mid-request: a clear error, and the next request after 
         CHECK_FALSE(ec);
         CHECK(replies.at(0).is_null()); // a fresh server: the data went with the old one
         CHECK(conn.reconnect_count() >= 1);
-        conn.close();
     });
 }
 
 TEST_CASE("requests made while the server is down wait for the reconnection") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(fast_config(server), [&](redis::connection& conn) -> asio::awaitable<void> {
         server.kill();
         co_await sleep_for(100ms);
         CHECK_FALSE(conn.is_connected());
@@ -73,7 +65,6 @@ TEST_CASE("requests made while the server is down wait for the reconnection") {
             co_await sleep_for(5ms);
         CHECK_FALSE(result);
         CHECK(echoed == "queued");
-        conn.close();
     });
 }
 
@@ -96,16 +87,14 @@ TEST_CASE("CLIENT KILL: the connection comes back and renews its subscriptions")
         co_await conn.co_exec(command("PING"));
 
         CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "TYPE", "pubsub")) == "1");
-        for (int i = 0; i < 200 && listener->reconnects == 0; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return listener->reconnects != 0; }, 200, 10ms);
         CHECK(listener->reconnects == 1);
         CHECK(conn.reconnect_count() == 1);
 
         auto pong = co_await conn.co_exec(command("PING"));
         CHECK(pong.at(0).as_string() == "PONG");
         CHECK(server.cli(colock::test::strings("PUBLISH", "wake", "x")) == "1");
-        for (int i = 0; i < 200 && listener->messages == 0; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return listener->messages != 0; }, 200, 10ms);
         CHECK(listener->messages == 1);
         conn.close();
     });
@@ -113,13 +102,10 @@ TEST_CASE("CLIENT KILL: the connection comes back and renews its subscriptions")
 
 TEST_CASE("CLIENT PAUSE is caught by the health check") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(fast_config(server), [&](redis::connection& conn) -> asio::awaitable<void> {
         server.cli(colock::test::strings("CLIENT", "PAUSE", "1500", "ALL"));
         // Two health intervals without a PONG: the connection must have given up on the socket.
-        for (int i = 0; i < 100 && conn.is_connected(); ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return !conn.is_connected(); }, 100, 10ms);
         CHECK_FALSE(conn.is_connected());
         CHECK(conn.last_error_text().find("PING") != std::string::npos);
 
@@ -127,23 +113,18 @@ TEST_CASE("CLIENT PAUSE is caught by the health check") {
         auto pong = co_await conn.co_exec(command("PING"));
         CHECK(pong.at(0).as_string() == "PONG");
         CHECK(conn.reconnect_count() >= 1);
-        conn.close();
     });
 }
 
 TEST_CASE("a stopped (SIGSTOP) server is detected and the connection recovers after SIGCONT") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(fast_config(server), [&](redis::connection& conn) -> asio::awaitable<void> {
         server.pause();
-        for (int i = 0; i < 100 && conn.is_connected(); ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return !conn.is_connected(); }, 100, 10ms);
         CHECK_FALSE(conn.is_connected());
         server.resume();
         auto pong = co_await conn.co_exec(command("PING"));
         CHECK(pong.at(0).as_string() == "PONG");
-        conn.close();
     });
 }
 
@@ -214,8 +195,7 @@ TEST_CASE("cancelling one async_connect leaves the other waiters alone") {
         CHECK(winner.index() == 1);
         CHECK_FALSE(other_done); // still waiting: only the cancelled wait was abandoned
         server.resume();
-        for (int i = 0; i < 300 && !other_done; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return other_done; }, 300, 10ms);
         CHECK(other_done);
         CHECK_FALSE(other_result);
         CHECK(conn.is_connected());

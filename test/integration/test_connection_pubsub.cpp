@@ -178,9 +178,7 @@ TEST_CASE("subscribe-family commands in a request complete once answered, one va
 
 TEST_CASE("async_subscribe refused by the server: server_error, its text, nothing counted") {
     auto cfg = user_without_channels(shared_server(), "pubsub-refused-counted");
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), cfg};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_connected(cfg, [&](redis::connection& conn) -> asio::awaitable<void> {
         std::string const channel = unique_key("forbidden-counted");
         std::string const k = unique_key("refused-counted");
         co_await conn.co_exec(command("SET", k, "mine"));
@@ -211,7 +209,6 @@ TEST_CASE("async_subscribe refused by the server: server_error, its text, nothin
         CHECK(cli_numsub(shared_server(), channel) == 0);
         auto pong = co_await conn.co_exec(command("PING"));
         CHECK(text_of(pong.at(0)) == "PONG");
-        conn.close();
     });
 }
 

@@ -3,6 +3,7 @@
 // reports it the way its documentation says, and recovers once the fault is gone.
 #include <colock/redis/connection.hpp>
 
+#include "proxy_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
@@ -18,17 +19,6 @@ using namespace colock;
 using namespace colock::test;
 
 namespace {
-
-/// The proxy's address with quick reconnection. No health check unless asked: a PING of its
-/// own would make "the next reply" ambiguous and add traffic the test did not ask for.
-redis::config through(fault_proxy const& proxy, std::chrono::milliseconds health_check = 0ms) {
-    auto cfg = proxy.config();
-    cfg.connect_timeout = 1000ms;
-    cfg.health_check_interval = health_check;
-    cfg.reconnect_initial_delay = 20ms;
-    cfg.reconnect_max_delay = 200ms;
-    return cfg;
-}
 
 asio::awaitable<long long> ping_ms(redis::connection& conn) {
     auto const started = steady::now();
@@ -101,11 +91,7 @@ TEST_CASE("fault proxy: forwards both ways, counts bytes, and follows the client
 }
 
 TEST_CASE("fault proxy: latency delays every chunk both ways and keeps their order") {
-    fault_proxy proxy{shared_server().port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
-
+    run_through_proxy([](redis::connection& conn, fault_proxy& proxy) -> asio::awaitable<void> {
         proxy.set_latency(250ms);
         auto const delayed = co_await ping_ms(conn);
         CHECK(delayed >= 500); // 250 ms on the way there, 250 ms on the way back
@@ -132,15 +118,11 @@ TEST_CASE("fault proxy: latency delays every chunk both ways and keeps their ord
         proxy.set_latency(0ms);
         auto const direct = co_await ping_ms(conn);
         CHECK(direct < 250);
-        conn.close();
     });
 }
 
 TEST_CASE("fault proxy: stall_for holds traffic both ways and then delivers all of it in order") {
-    fault_proxy proxy{shared_server().port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_through_proxy([](redis::connection& conn, fault_proxy& proxy) -> asio::awaitable<void> {
         std::string const key = unique_key("proxy-stall");
 
         auto const started = steady::now();
@@ -174,15 +156,11 @@ TEST_CASE("fault proxy: stall_for holds traffic both ways and then delivers all 
         CHECK(proxy.stats().stalls == 1);
         auto const after = co_await ping_ms(conn);
         CHECK(after < 500);
-        conn.close();
     });
 }
 
 TEST_CASE("fault proxy: a stall holds megabytes back without losing a byte") {
-    fault_proxy proxy{shared_server().port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_through_proxy([](redis::connection& conn, fault_proxy& proxy) -> asio::awaitable<void> {
         std::string const key = unique_key("proxy-stall-big");
         // More than the proxy queues per direction: its reader pauses, TCP holds the rest.
         std::string value(12 * 1024 * 1024, '\0');
@@ -202,15 +180,11 @@ TEST_CASE("fault proxy: a stall holds megabytes back without losing a byte") {
         CHECK(s.bytes_to_server > value.size());
         CHECK(s.bytes_to_client > value.size());
         CHECK(conn.reconnect_count() == 0);
-        conn.close();
     });
 }
 
 TEST_CASE("fault proxy: drop_connections fails a request in flight, and the next one reconnects") {
-    fault_proxy proxy{shared_server().port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_through_proxy([](redis::connection& conn, fault_proxy& proxy) -> asio::awaitable<void> {
         std::string const key = unique_key("proxy-drop");
         co_await conn.co_exec(command("SET", key, "kept"));
 
@@ -231,7 +205,6 @@ TEST_CASE("fault proxy: drop_connections fails a request in flight, and the next
         CHECK(s.dropped == 1);
         CHECK(s.accepted == 2);
         CHECK(proxy.open_connections() == 1);
-        conn.close();
     });
 }
 
@@ -306,10 +279,7 @@ TEST_CASE("fault proxy: a black hole is caught by the health check, and the conn
 }
 
 TEST_CASE("fault proxy: a reply cut short is an error, never a wrong value, and the next works") {
-    fault_proxy proxy{shared_server().port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_through_proxy([](redis::connection& conn, fault_proxy& proxy) -> asio::awaitable<void> {
         std::string const key = unique_key("proxy-cut");
         std::string const value = std::string(300, 'x') + "end";
         co_await conn.co_exec(command("SET", key, value));
@@ -338,16 +308,13 @@ TEST_CASE("fault proxy: a reply cut short is an error, never a wrong value, and 
         CHECK(s.cuts == 2);
         CHECK(s.accepted == 3);
         CHECK(conn.reconnect_count() == 2);
-        conn.close();
     });
 }
 
 TEST_CASE("fault proxy: a restarted server is reached by the next connection") {
     redis_server server;
     fault_proxy proxy{server.port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_through_proxy(proxy, [&](redis::connection& conn) -> asio::awaitable<void> {
         co_await conn.co_exec(command("SET", "k", "before"));
 
         server.kill();
@@ -359,7 +326,6 @@ TEST_CASE("fault proxy: a restarted server is reached by the next connection") {
         CHECK_FALSE(got.has_value()); // a fresh server: its data went with the old one
         CHECK(conn.reconnect_count() >= 1);
         CHECK(proxy.stats().accepted >= 2);
-        conn.close();
     });
 }
 

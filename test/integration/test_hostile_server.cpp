@@ -8,6 +8,7 @@
 #include <colock/redis/connection.hpp>
 #include <colock/resp3/error.hpp>
 
+#include "proxy_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
@@ -29,17 +30,6 @@ using namespace colock;
 using namespace colock::test;
 
 namespace {
-
-/// The proxy's address with quick reconnection and no health check, so the next reply read
-/// from the server is always the one to the request the test sends.
-redis::config through(fault_proxy const& proxy) {
-    auto cfg = proxy.config();
-    cfg.connect_timeout = 1000ms;
-    cfg.health_check_interval = 0ms;
-    cfg.reconnect_initial_delay = 20ms;
-    cfg.reconnect_max_delay = 200ms;
-    return cfg;
-}
 
 /// Bytes of this process in RAM, from /proc/self/statm; 0 when it cannot be read.
 std::size_t resident_bytes() {
@@ -128,21 +118,63 @@ lock_options short_lease() {
     return opt;
 }
 
+/// What a lock test fed a reply of the wrong shape works with: a locker on a connection
+/// through `proxy`, its scripts loaded, lock options, and the shape's name and bytes.
+struct wrong_shape_case {
+    fault_proxy& proxy;
+    redis::connection& conn;
+    locker& locks;
+    lock_options const& opt;
+    std::string const& what;
+    std::string const& bytes;
+};
+
+/// Plays `check(case)` for each of wrong_shapes(), in order, on one connection through a proxy
+/// of its own; returns how many replies the proxy replaced.
+template <class Check>
+std::size_t for_each_wrong_shape(Check check) {
+    fault_proxy proxy{shared_server().port()};
+    auto const shapes = wrong_shapes();
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), through(proxy)};
+        locker locks{conn};
+        auto const opt = short_lease();
+        co_await load_scripts(locks, opt);
+        for (auto const& [what, bytes] : shapes)
+            co_await check(wrong_shape_case{proxy, conn, locks, opt, what, bytes});
+        conn.close();
+    });
+    return proxy.stats().rewrites;
+}
+
+/// What a lock call answering a bool gave: its answer, or the code it threw.
+struct bool_outcome {
+    std::optional<bool> answer;
+    error_code ec;
+};
+
+asio::awaitable<bool_outcome> outcome_of(asio::awaitable<bool> op) {
+    bool_outcome out;
+    try {
+        out.answer = co_await std::move(op);
+    } catch (boost::system::system_error const& e) {
+        out.ec = e.code();
+    }
+    co_return out;
+}
+
 } // namespace
 
 TEST_CASE("hostile server: malformed replies fail the request with the parser's error, and the "
           "connection recovers") {
     fault_proxy proxy{shared_server().port()};
     auto cases = malformed_replies();
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_through_proxy(proxy, [&](redis::connection& conn) -> asio::awaitable<void> {
         std::string const key = unique_key("hostile");
         co_await conn.co_exec(command("SET", key, "the right value"));
         for (auto& m : cases)
             co_await expect_protocol_error(conn, proxy, key, "the right value", std::move(m));
         CHECK(proxy.stats().rewrites == cases.size());
-        conn.close();
     });
 }
 
@@ -150,10 +182,7 @@ TEST_CASE("hostile server: a line that never ends is refused at the limit, with 
     // More than the bound: had the connection buffered the line, resident memory would show it.
     constexpr std::size_t hostile_bytes = 96 * 1024 * 1024;
     constexpr std::size_t bound = 64 * 1024 * 1024;
-    fault_proxy proxy{shared_server().port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_through_proxy([](redis::connection& conn, fault_proxy& proxy) -> asio::awaitable<void> {
         std::string const key = unique_key("hostile-line");
         co_await conn.co_exec(command("SET", key, "fine"));
 
@@ -166,15 +195,11 @@ TEST_CASE("hostile server: a line that never ends is refused at the limit, with 
         auto const after = resident_bytes();
         REQUIRE(before > 0);
         CHECK_MESSAGE(after < before + bound, "resident before: ", before, ", after: ", after);
-        conn.close();
     });
 }
 
 TEST_CASE("hostile server: well-formed replies of an unexpected shape") {
-    fault_proxy proxy{shared_server().port()};
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        co_await conn.async_connect(asio::use_awaitable);
+    run_through_proxy([](redis::connection& conn, fault_proxy& proxy) -> asio::awaitable<void> {
         std::string const key = unique_key("hostile-shape");
 
         // A map where SET answers a simple string: the connection does not know what each
@@ -210,42 +235,29 @@ TEST_CASE("hostile server: well-formed replies of an unexpected shape") {
         CHECK(conn.reconnect_count() == 1);
         CHECK(conn.last_error_text().find("unexpected reply") != std::string::npos);
         CHECK(proxy.stats().rewrites == 3);
-        conn.close();
     });
 }
 
 TEST_CASE("hostile server: an acquire reply of the wrong shape fails co_lock with "
           "unexpected_reply") {
-    fault_proxy proxy{shared_server().port()};
-    auto shapes = wrong_shapes();
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        locker locks{conn};
-        auto const opt = short_lease();
-        co_await load_scripts(locks, opt);
-        for (auto const& shape : shapes) {
-            std::string const& what = shape.first;
-            std::string const& bytes = shape.second;
-            std::string const name = unique_key("hostile-acquire");
-            proxy.rewrite_next_reply(bytes);
-            error_code ec;
-            try {
-                auto guard = co_await locks.co_lock(name, opt);
-                CHECK_MESSAGE(false, what, ": co_lock succeeded");
-            } catch (boost::system::system_error const& e) {
-                ec = e.code();
-            }
-            CHECK_MESSAGE(ec == colock::error::unexpected_reply, what, ": ", ec.message());
-            CHECK(conn.reconnect_count() == 0);
-            // The key may be left behind (the test below); once it is gone, the same lock can
-            // be taken again over the same connection.
-            co_await conn.co_exec(command("DEL", lock_key(name)));
-            auto guard = co_await locks.co_lock(name, opt);
-            CHECK(guard.owns_lock());
-            bool const released = co_await guard.unlock();
-            CHECK(released);
+    for_each_wrong_shape([](wrong_shape_case shape) -> asio::awaitable<void> {
+        std::string const name = unique_key("hostile-acquire");
+        shape.proxy.rewrite_next_reply(shape.bytes);
+        error_code ec;
+        try {
+            auto guard = co_await shape.locks.co_lock(name, shape.opt);
+            CHECK_MESSAGE(false, shape.what, ": co_lock succeeded");
+        } catch (boost::system::system_error const& e) {
+            ec = e.code();
         }
-        conn.close();
+        CHECK_MESSAGE(ec == colock::error::unexpected_reply, shape.what, ": ", ec.message());
+        CHECK(shape.conn.reconnect_count() == 0);
+        // The key may be left behind (the test below); once it is gone, the same lock can
+        // be taken again over the same connection.
+        co_await shape.conn.co_exec(command("DEL", lock_key(name)));
+        auto guard = co_await shape.locks.co_lock(name, shape.opt);
+        CHECK(guard.owns_lock());
+        CHECK(co_await guard.unlock());
     });
 }
 
@@ -253,86 +265,54 @@ TEST_CASE("hostile server: an acquire reply of the wrong shape fails co_lock wit
 // would have said so was mangled. The attempt's outcome is unknown, as after a lost
 // connection, so the lock is given back with its token.
 TEST_CASE("hostile server: an acquire with a mangled reply leaves no lock key behind") {
-    fault_proxy proxy{shared_server().port()};
-    auto shapes = wrong_shapes();
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        locker locks{conn};
-        auto const opt = short_lease();
-        co_await load_scripts(locks, opt);
-        for (auto const& shape : shapes) {
-            std::string const& what = shape.first;
-            std::string const& bytes = shape.second;
-            std::string const name = unique_key("hostile-acquire-key");
-            proxy.rewrite_next_reply(bytes);
-            try {
-                auto guard = co_await locks.co_lock(name, opt);
-            } catch (boost::system::system_error const&) {
-            }
-            bool const left_free = co_await free_becomes(conn, name, 500ms);
-            CHECK_MESSAGE(left_free, what, ": the lock key is still there");
-            co_await conn.co_exec(command("DEL", lock_key(name))); // free it for the next run
+    for_each_wrong_shape([](wrong_shape_case shape) -> asio::awaitable<void> {
+        std::string const name = unique_key("hostile-acquire-key");
+        shape.proxy.rewrite_next_reply(shape.bytes);
+        try {
+            auto guard = co_await shape.locks.co_lock(name, shape.opt);
+        } catch (boost::system::system_error const&) {
         }
-        conn.close();
+        bool const left_free = co_await free_becomes(shape.conn, name, 500ms);
+        CHECK_MESSAGE(left_free, shape.what, ": the lock key is still there");
+        co_await shape.conn.co_exec(command("DEL", lock_key(name))); // free it for the next run
     });
 }
 
 // extend() and unlock() report a malformed reply as unexpected_reply: neither reports success
 // nor "not ours", and no key is left behind.
 TEST_CASE("hostile server: extend and unlock replies of the wrong shape are never a success") {
-    fault_proxy proxy{shared_server().port()};
-    auto shapes = wrong_shapes();
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), through(proxy)};
-        locker locks{conn};
-        auto const opt = short_lease();
-        co_await load_scripts(locks, opt);
-        for (auto const& shape : shapes) {
-            std::string const& what = shape.first;
-            std::string const& bytes = shape.second;
-            // extend
-            {
-                std::string const name = unique_key("hostile-extend");
-                auto guard = co_await locks.co_lock(name, opt);
-                proxy.rewrite_next_reply(bytes);
-                std::optional<bool> extended;
-                error_code ec;
-                try {
-                    extended = co_await guard.extend(20s);
-                } catch (boost::system::system_error const& e) {
-                    ec = e.code();
-                }
-                CHECK_MESSAGE(extended != std::optional<bool>(true), what);
-                CHECK_MESSAGE(ec == colock::error::unexpected_reply, what, ": ", ec.message());
-                CHECK_FALSE(guard.lost()); // nothing says the lease is gone
-                co_await guard.unlock();   // the token still matches on the server: released
-                bool const left_free = co_await free_becomes(conn, name, 500ms);
-                CHECK_MESSAGE(left_free, what, ": extend left the lock key behind");
-            }
-            // unlock
-            {
-                std::string const name = unique_key("hostile-unlock");
-                auto guard = co_await locks.co_lock(name, opt);
-                proxy.rewrite_next_reply(bytes);
-                std::optional<bool> released;
-                error_code ec;
-                try {
-                    released = co_await guard.unlock();
-                } catch (boost::system::system_error const& e) {
-                    ec = e.code();
-                }
-                CHECK_MESSAGE(released != std::optional<bool>(true), what);
-                CHECK_MESSAGE(ec == colock::error::unexpected_reply, what, ": ", ec.message());
-                CHECK_FALSE(guard.owns_lock());
-                // The server did run the release.
-                bool const left_free = co_await free_becomes(conn, name, 500ms);
-                CHECK_MESSAGE(left_free, what, ": unlock left the lock key behind");
-            }
-            CHECK(conn.reconnect_count() == 0);
+    auto const rewrites = for_each_wrong_shape([](wrong_shape_case shape) -> asio::awaitable<void> {
+        // extend
+        {
+            std::string const name = unique_key("hostile-extend");
+            auto guard = co_await shape.locks.co_lock(name, shape.opt);
+            shape.proxy.rewrite_next_reply(shape.bytes);
+            auto const extended = co_await outcome_of(guard.extend(20s));
+            CHECK_MESSAGE(extended.answer != std::optional<bool>(true), shape.what);
+            CHECK_MESSAGE(extended.ec == colock::error::unexpected_reply, shape.what, ": ",
+                          extended.ec.message());
+            CHECK_FALSE(guard.lost()); // nothing says the lease is gone
+            co_await guard.unlock();   // the token still matches on the server: released
+            bool const left_free = co_await free_becomes(shape.conn, name, 500ms);
+            CHECK_MESSAGE(left_free, shape.what, ": extend left the lock key behind");
         }
-        CHECK(proxy.stats().rewrites == 2 * shapes.size());
-        conn.close();
+        // unlock
+        {
+            std::string const name = unique_key("hostile-unlock");
+            auto guard = co_await shape.locks.co_lock(name, shape.opt);
+            shape.proxy.rewrite_next_reply(shape.bytes);
+            auto const released = co_await outcome_of(guard.unlock());
+            CHECK_MESSAGE(released.answer != std::optional<bool>(true), shape.what);
+            CHECK_MESSAGE(released.ec == colock::error::unexpected_reply, shape.what, ": ",
+                          released.ec.message());
+            CHECK_FALSE(guard.owns_lock());
+            // The server did run the release.
+            bool const left_free = co_await free_becomes(shape.conn, name, 500ms);
+            CHECK_MESSAGE(left_free, shape.what, ": unlock left the lock key behind");
+        }
+        CHECK(shape.conn.reconnect_count() == 0);
     });
+    CHECK(rewrites == 2 * wrong_shapes().size());
 }
 
 TEST_CASE("hostile server: a renewal reply of the wrong shape is retried like a lost one, and the "
@@ -350,13 +330,11 @@ TEST_CASE("hostile server: a renewal reply of the wrong shape is retried like a 
             auto guard = co_await locks.co_lock(name, opt);
             auto const acquired = guard.lease_expiry();
             proxy.rewrite_next_reply(":-1\r\n"); // the next reply is the renewal's
-            for (int i = 0; i < 200 && proxy.stats().rewrites == 0; ++i)
-                co_await sleep_for(10ms);
+            co_await poll_until([&] { return proxy.stats().rewrites != 0; }, 200, 10ms);
             REQUIRE(proxy.stats().rewrites == 1);
             // A renewal whose answer cannot be read counts as not renewed; it is tried again
             // (the script checks the token), which moves the lease on.
-            for (int i = 0; i < 200 && guard.lease_expiry() <= acquired; ++i)
-                co_await sleep_for(10ms);
+            co_await poll_until([&] { return guard.lease_expiry() > acquired; }, 200, 10ms);
             CHECK(guard.lease_expiry() > acquired);
             CHECK(guard.owns_lock());
             CHECK_FALSE(guard.lost());

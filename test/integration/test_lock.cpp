@@ -49,6 +49,25 @@ lock_options short_lock() {
     return opt;
 }
 
+// `op` fails with a server error whose text names lock `name` and carries the server's WRONGTYPE.
+template <class T>
+asio::awaitable<void> check_wrongtype(asio::awaitable<T> op, std::string const& name) {
+    auto const [code, what] = co_await failure_of(std::move(op));
+    CHECK(code == redis::error::server_error);
+    CHECK(contains(what, name));
+    CHECK(contains(what, "WRONGTYPE"));
+}
+
+// A completion handler for (error_code, T): keeps both in `result` and `into`, then sets `done`.
+template <class T>
+auto store_into(error_code& result, T& into, bool& done) {
+    return [&result, &into, &done](error_code ec, T value) {
+        result = ec;
+        into = std::move(value);
+        done = true;
+    };
+}
+
 } // namespace
 
 TEST_CASE("co_lock and unlock: the key holds the token while held, and is free after") {
@@ -75,8 +94,7 @@ TEST_CASE("co_lock and unlock: the key holds the token while held, and is free a
         CHECK(pttl > 20'000); // default ttl 30 s
         CHECK(pttl <= 30'000);
 
-        bool const released = co_await g.unlock();
-        CHECK(released);
+        CHECK(co_await g.unlock());
         CHECK_FALSE(g.owns_lock());
         CHECK_FALSE(g.lost());
         // Free, keeping the last fence for the rest of the lease, so the key still expires.
@@ -86,17 +104,13 @@ TEST_CASE("co_lock and unlock: the key holds the token while held, and is free a
         auto const freed_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(freed_pttl > 0);
         CHECK(freed_pttl <= 30'000);
-        bool const again = co_await g.unlock();
-        CHECK_FALSE(again);
+        CHECK_FALSE(co_await g.unlock());
 
         // Every co_lock draws a fresh token.
         auto g2 = co_await locks.co_lock(name);
         CHECK(g2.token() != g.token());
         CHECK(g2.fence() == g.fence() + 1); // one more than the free key's
-        auto const held2 = co_await held_by(probe, name);
-        CHECK(held2 == g2.token());
-        bool const released2 = co_await g2.unlock();
-        CHECK(released2);
+        co_await check_held_then_release(probe, g2, name);
     };
     run_lock_test<one_locker>("roundtrip", scenario);
 }
@@ -114,8 +128,7 @@ TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never sto
         auto from_a = co_await a.co_try_lock(name, short_lock());
         CHECK_FALSE(from_a.has_value());
         // And a waiting co_lock gives up rather than taking it.
-        lock_options brief = short_lock();
-        brief.wait_timeout = 200ms;
+        lock_options brief = waiting_up_to(short_lock(), 200ms);
         error_code waited = co_await error_of(b.co_lock(name, brief));
         CHECK(waited == error::timeout);
 
@@ -131,10 +144,7 @@ TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never sto
         auto next = co_await b.co_try_lock(name, short_lock());
         REQUIRE(next.has_value());
         CHECK(next->fence() > first->fence());
-        auto const held_next = co_await held_by(probe, name);
-        CHECK(held_next == next->token());
-        bool const released_next = co_await next->unlock();
-        CHECK(released_next);
+        co_await check_held_then_release(probe, *next, name);
     };
     run_lock_test<two_lockers>("try", scenario);
 }
@@ -150,8 +160,7 @@ TEST_CASE("fences strictly increase across successive holders of one name") {
             last = g.fence();
             auto const stored = co_await read_lock(probe, name);
             CHECK(stored.fence == g.fence());
-            bool const released = co_await g.unlock();
-            CHECK(released);
+            CHECK(co_await g.unlock());
         }
 
         // A holder that lets its lease run out (no renewal, no unlock) is followed by a
@@ -165,10 +174,9 @@ TEST_CASE("fences strictly increase across successive holders of one name") {
         auto after = co_await b.co_lock(name, short_lock()); // waits for the expiry
         CHECK(after.fence() > last);
         CHECK(after.fence() > lapsed.fence());
-        bool const released_after = co_await after.unlock();
-        CHECK(released_after);
-        bool const released_lapsed = co_await lapsed.unlock();
-        CHECK_FALSE(released_lapsed); // not ours any more; and it must not delete the other's
+        CHECK(co_await after.unlock());
+        CHECK_FALSE(
+            co_await lapsed.unlock()); // not ours any more; and it must not delete the other's
     };
     run_lock_test<two_lockers>("fence", scenario);
 }
@@ -239,10 +247,8 @@ TEST_CASE("keys and wake channels use the hash-tag scheme: p{name}, p{name}:q, p
         listener_conn.add_push_listener(counter);
         co_await listener_conn.async_subscribe(strings(channel), asio::use_awaitable);
         co_await listener_conn.co_exec(command("PING"));
-        bool const released = co_await g.unlock();
-        CHECK(released);
-        for (int i = 0; i < 200 && !waiter_done; ++i)
-            co_await sleep_for(10ms);
+        CHECK(co_await g.unlock());
+        co_await poll_until([&] { return waiter_done; }, 200, 10ms);
         co_await listener_conn.co_exec(command("PING"));
         CHECK(waiter_done);
         CHECK(waiter_fence == g.fence() + 1);
@@ -320,8 +326,7 @@ TEST_CASE("SCRIPT FLUSH while locks are in use: lock, renew, extend and unlock r
         CHECK_FALSE(refused.has_value());
 
         flush();
-        bool const released = co_await g.unlock();
-        CHECK(released);
+        CHECK(co_await g.unlock());
         auto const free = co_await lock_free(probe, name);
         CHECK(free);
 
@@ -329,8 +334,7 @@ TEST_CASE("SCRIPT FLUSH while locks are in use: lock, renew, extend and unlock r
         auto g2 = co_await other.co_lock(name, opt);
         CHECK(g2.owns_lock());
         CHECK(g2.fence() > g.fence());
-        bool const released2 = co_await g2.unlock();
-        CHECK(released2);
+        CHECK(co_await g2.unlock());
     };
     run_lock_test<two_lockers>(server.config(), "noscript", scenario);
 }
@@ -341,13 +345,8 @@ TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_
         bool done = false;
         error_code result = asio::error::would_block;
         lock_guard guard;
-        locks.async_lock(name, short_lock(), [&](error_code ec, lock_guard g) {
-            result = ec;
-            guard = std::move(g);
-            done = true;
-        });
-        for (int i = 0; i < 500 && !done; ++i)
-            co_await sleep_for(10ms);
+        locks.async_lock(name, short_lock(), store_into(result, guard, done));
+        co_await poll_until([&] { return done; }, 500, 10ms);
         REQUIRE(done);
         CHECK_FALSE(result);
         CHECK(guard.owns_lock());
@@ -357,29 +356,18 @@ TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_
         // One attempt on a held lock: success, with nothing in it.
         done = false;
         std::optional<lock_guard> attempt;
-        locks.async_try_lock(name, short_lock(), [&](error_code ec, std::optional<lock_guard> g) {
-            result = ec;
-            attempt = std::move(g);
-            done = true;
-        });
-        for (int i = 0; i < 500 && !done; ++i)
-            co_await sleep_for(10ms);
+        locks.async_try_lock(name, short_lock(), store_into(result, attempt, done));
+        co_await poll_until([&] { return done; }, 500, 10ms);
         REQUIRE(done);
         CHECK_FALSE(result);
         CHECK_FALSE(attempt.has_value());
-        bool const released = co_await guard.unlock();
-        CHECK(released);
+        CHECK(co_await guard.unlock());
 
         // The default token (deferred), launched later with a callback.
         done = false;
         auto op = locks.async_try_lock(name, short_lock());
-        std::move(op)([&](error_code ec, std::optional<lock_guard> g) {
-            result = ec;
-            attempt = std::move(g);
-            done = true;
-        });
-        for (int i = 0; i < 500 && !done; ++i)
-            co_await sleep_for(10ms);
+        std::move(op)(store_into(result, attempt, done));
+        co_await poll_until([&] { return done; }, 500, 10ms);
         REQUIRE(done);
         CHECK_FALSE(result);
         REQUIRE(attempt.has_value());
@@ -391,21 +379,18 @@ TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_
         auto [ec, g] = co_await locks.async_lock(name, short_lock(), as_tuple);
         CHECK_FALSE(ec);
         CHECK(g.owns_lock());
-        lock_options brief = short_lock();
-        brief.wait_timeout = 100ms;
+        lock_options brief = waiting_up_to(short_lock(), 100ms);
         auto [ec2, g2] = co_await locks.async_lock(name, brief, as_tuple);
         CHECK(ec2 == error::timeout);
         CHECK_FALSE(g2.owns_lock());
-        bool const released_g = co_await g.unlock();
-        CHECK(released_g);
+        CHECK(co_await g.unlock());
     };
     run_lock_test<one_locker>("callback", scenario);
 }
 
 TEST_CASE("async_lock and async_try_lock with use_future, the io_context on another thread") {
     asio::io_context ctx;
-    auto work = asio::make_work_guard(ctx);
-    std::thread runner([&] { ctx.run(); });
+    context_threads runner{ctx};
     {
         redis::connection conn{ctx.get_executor(), shared_server().config()};
         locker locks{conn};
@@ -417,8 +402,7 @@ TEST_CASE("async_lock and async_try_lock with use_future, the io_context on anot
         CHECK_FALSE(other.has_value());
 
         // An error reaches the future as an exception.
-        lock_options brief = short_lock();
-        brief.wait_timeout = 100ms;
+        lock_options brief = waiting_up_to(short_lock(), 100ms);
         auto waiting = locks.async_lock(name, brief, asio::use_future);
         error_code waited;
         try {
@@ -437,7 +421,6 @@ TEST_CASE("async_lock and async_try_lock with use_future, the io_context on anot
         CHECK(released_again);
         conn.close();
     }
-    work.reset();
     ctx.stop();
     runner.join();
 }
@@ -447,30 +430,8 @@ TEST_CASE("a server error names the lock and carries the server's text") {
                        std::string const& name) -> asio::awaitable<void> {
         co_await probe.co_exec(command("HSET", lock_key(name), "a", "b"));
 
-        std::string what;
-        error_code code;
-        try {
-            co_await locks.co_lock(name, short_lock());
-        } catch (system_error const& e) {
-            what = e.what();
-            code = e.code();
-        }
-        CHECK(code == redis::error::server_error);
-        CHECK(contains(what, name));
-        CHECK(contains(what, "WRONGTYPE"));
-
-        what.clear();
-        code.clear();
-        try {
-            co_await locks.co_try_lock(name, short_lock());
-        } catch (system_error const& e) {
-            what = e.what();
-            code = e.code();
-        }
-        CHECK(code == redis::error::server_error);
-        CHECK(contains(what, name));
-        CHECK(contains(what, "WRONGTYPE"));
-
+        co_await check_wrongtype(locks.co_lock(name, short_lock()), name);
+        co_await check_wrongtype(locks.co_try_lock(name, short_lock()), name);
         auto [ec, g] = co_await locks.async_lock(name, short_lock(), as_tuple);
         CHECK(ec == redis::error::server_error);
         CHECK_FALSE(g.owns_lock());
@@ -480,8 +441,7 @@ TEST_CASE("a server error names the lock and carries the server's text") {
         CHECK(r.at(0).as_string() == "b");
         auto fine = co_await locks.co_lock(unique_key("after-error"), short_lock());
         CHECK(fine.owns_lock());
-        bool const released = co_await fine.unlock();
-        CHECK(released);
+        CHECK(co_await fine.unlock());
     };
     run_lock_test<one_locker>("wrongtype", scenario);
 }
@@ -534,28 +494,18 @@ TEST_CASE("bad arguments are refused at the call, before any I/O, naming the fie
         CAPTURE(c.field);
         CAPTURE(c.name.size());
         bool called = false;
-        std::string what;
-        error_code code;
-        try {
+        auto const by_lock = call_failure([&] {
             locks.async_lock(c.name, c.opt, [&](error_code, lock_guard) { called = true; });
-        } catch (system_error const& e) {
-            what = e.what();
-            code = e.code();
-        }
-        CHECK(code == error::invalid_argument);
-        CHECK(contains(what, c.field));
+        });
+        CHECK(by_lock.code == error::invalid_argument);
+        CHECK(contains(by_lock.what, c.field));
 
-        code.clear();
-        what.clear();
-        try {
+        auto const by_try_lock = call_failure([&] {
             locks.async_try_lock(c.name, c.opt,
                                  [&](error_code, std::optional<lock_guard>) { called = true; });
-        } catch (system_error const& e) {
-            what = e.what();
-            code = e.code();
-        }
-        CHECK(code == error::invalid_argument);
-        CHECK(contains(what, c.field));
+        });
+        CHECK(by_try_lock.code == error::invalid_argument);
+        CHECK(contains(by_try_lock.what, c.field));
         ctx.poll();
         CHECK_FALSE(called);
     }
@@ -565,25 +515,13 @@ TEST_CASE("bad arguments are refused at the call, before any I/O, naming the fie
     run_test([&](asio::io_context&) -> asio::awaitable<void> {
         for (auto const& c : cases) {
             CAPTURE(c.field);
-            error_code code;
-            std::string what;
             // Making the awaitable checks nothing yet; awaiting it does.
             auto pending = locks.co_lock(c.name, c.opt);
-            try {
-                co_await std::move(pending);
-            } catch (system_error const& e) {
-                code = e.code();
-                what = e.what();
-            }
-            CHECK(code == error::invalid_argument);
-            CHECK(contains(what, c.field));
-            code.clear();
-            try {
-                co_await locks.co_try_lock(c.name, c.opt);
-            } catch (system_error const& e) {
-                code = e.code();
-            }
-            CHECK(code == error::invalid_argument);
+            auto const by_co_lock = co_await failure_of(std::move(pending));
+            CHECK(by_co_lock.code == error::invalid_argument);
+            CHECK(contains(by_co_lock.what, c.field));
+            auto const by_co_try_lock = co_await failure_of(locks.co_try_lock(c.name, c.opt));
+            CHECK(by_co_try_lock.code == error::invalid_argument);
         }
     });
     ctx.poll();
@@ -604,17 +542,9 @@ TEST_CASE("wait_timeout: co_lock gives up with error::timeout and a message nami
                        locker& b, std::string const& name) -> asio::awaitable<void> {
         auto holder = co_await a.co_lock(name, short_lock());
 
-        lock_options opt = short_lock();
-        opt.wait_timeout = 300ms;
+        lock_options opt = waiting_up_to(short_lock(), 300ms);
         auto const started = steady::now();
-        error_code code;
-        std::string what;
-        try {
-            co_await b.co_lock(name, opt);
-        } catch (system_error const& e) {
-            code = e.code();
-            what = e.what();
-        }
+        auto const [code, what] = co_await failure_of(b.co_lock(name, opt));
         auto const waited = ms_since(started);
         CHECK(code == error::timeout);
         CHECK(contains(what, name));
@@ -623,21 +553,15 @@ TEST_CASE("wait_timeout: co_lock gives up with error::timeout and a message nami
 
         // Zero: one look, then give up.
         opt.wait_timeout = 0ms;
-        code.clear();
-        try {
-            co_await b.co_lock(name, opt);
-        } catch (system_error const& e) {
-            code = e.code();
-        }
-        CHECK(code == error::timeout);
+        auto const at_once = co_await error_of(b.co_lock(name, opt));
+        CHECK(at_once == error::timeout);
 
         CHECK(holder.owns_lock());
         auto const held = co_await held_by(probe, name);
         CHECK(held == holder.token());
         auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
         CHECK(subscribers == 0);
-        bool const released = co_await holder.unlock();
-        CHECK(released);
+        CHECK(co_await holder.unlock());
     };
     run_lock_test<two_lockers>("timeout", scenario);
 }
@@ -714,12 +638,7 @@ void run_contenders(redis::config const& cfg, std::string const& name,
                             }
                             ++finished;
                         },
-                        [&](std::exception_ptr e) {
-                            if (e) {
-                                ++rec->failures;
-                                ++finished;
-                            }
-                        });
+                        count_failure(rec->failures, finished));
             while (finished < lockers * coroutines)
                 co_await sleep_for(10ms);
             for (auto& c : conns)
@@ -796,8 +715,7 @@ TEST_CASE("server cost: an uncontended lock+unlock is exactly 2 EVALSHA, with no
         constexpr int cycles = 10;
         for (int i = 0; i < cycles; ++i) {
             auto g = co_await locks.co_lock(name);
-            bool const released = co_await g.unlock();
-            CHECK(released);
+            CHECK(co_await g.unlock());
         }
         auto const after = co_await commandstats(probe);
         // commandstats also counts the commands run inside the scripts (GET, SET, INCR, ...):
@@ -845,18 +763,12 @@ TEST_CASE("server cost: contended acquisitions are woken, not polled; one SUBSCR
                     co_await g.unlock();
                     ++done;
                 },
-                [&](std::exception_ptr e) {
-                    if (e) {
-                        ++failed;
-                        ++done;
-                    }
-                });
+                count_failure(failed, done));
         co_await sleep_for(300ms);
         auto const subscribed = co_await numsub(probe, wake_channel(name));
         CHECK(subscribed == 1);
         co_await holder.unlock();
-        for (int i = 0; i < 1000 && done < waiters; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return done >= waiters; }, 1000, 10ms);
         CHECK(done == waiters);
         CHECK(failed == 0);
         auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
@@ -945,8 +857,7 @@ TEST_CASE("two lockers sharing one connection: one's waiter leaving does not dro
                 second_done = true;
             },
             asio::detached);
-        lock_options brief = patient;
-        brief.wait_timeout = 300ms;
+        lock_options brief = waiting_up_to(patient, 300ms);
         auto [ec, g] = co_await first.async_lock(name, brief, as_tuple);
         CHECK(ec == error::timeout);
 
@@ -957,8 +868,7 @@ TEST_CASE("two lockers sharing one connection: one's waiter leaving does not dro
 
         auto const released_at = steady::now();
         co_await holder.unlock();
-        for (int i = 0; i < 700 && !second_done; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return second_done; }, 700, 10ms);
         REQUIRE(second_done);
         auto const handoff =
             std::chrono::duration_cast<std::chrono::milliseconds>(second_acquired - released_at)
@@ -978,8 +888,7 @@ TEST_CASE("not reentrant: a second co_lock of a held name from the same coroutin
 
         // The same coroutine asks again: the lock is held (by itself), so it waits, and only
         // wait_timeout ends the wait. Without one it would wait for as long as `held` lives.
-        lock_options again = short_lock();
-        again.wait_timeout = 300ms;
+        lock_options again = waiting_up_to(short_lock(), 300ms);
         std::array<locker*, 2> const askers{&locks, &same_process};
         for (locker* l : askers) {
             auto const started = steady::now();
@@ -1006,10 +915,7 @@ TEST_CASE("not reentrant: a second co_lock of a held name from the same coroutin
 
         // The first guard is untouched: it still holds, and the key still has its token.
         CHECK(held.owns_lock());
-        auto const token = co_await held_by(probe, name);
-        CHECK(token == held.token());
-        bool const released = co_await held.unlock();
-        CHECK(released);
+        co_await check_held_then_release(probe, held, name);
     };
     run_lock_test<one_locker>("reentrant", scenario);
 }
@@ -1017,9 +923,7 @@ TEST_CASE("not reentrant: a second co_lock of a held name from the same coroutin
 TEST_CASE("a full server under maxmemory-policy noeviction refuses a new lock with its OOM error, "
           "while a held lock still extends and releases") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), server.config()};
-        locker locks{conn};
+    run_with_locker(server.config(), [&](locker& locks) -> asio::awaitable<void> {
         std::string const held_name = unique_key("oom-held");
         std::string const new_name = unique_key("oom-new");
         auto held = co_await locks.co_lock(held_name, short_lock());
@@ -1043,9 +947,7 @@ TEST_CASE("a full server under maxmemory-policy noeviction refuses a new lock wi
         // Extend and release write no new data (PEXPIRE, DEL): a full server still runs them.
         bool const extended = co_await held.extend(6000ms);
         CHECK(extended);
-        bool const released = co_await held.unlock();
-        CHECK(released);
+        CHECK(co_await held.unlock());
         server.cli(strings("CONFIG", "SET", "maxmemory", "0"));
-        conn.close();
     });
 }

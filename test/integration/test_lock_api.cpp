@@ -32,8 +32,7 @@ TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a 
     redis::connection probe{ctx.get_executor(), shared_server().config()};
     locker locks{conn};
     std::string const name = unique_key("async-unlock");
-    lock_options opt;
-    opt.ttl = 2000ms;
+    lock_options opt = lease(2000ms);
 
     std::optional<lock_guard> g;
     locks.async_lock(name, opt, [&](error_code ec, lock_guard got) {
@@ -95,13 +94,11 @@ TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a 
 
 TEST_CASE("async_unlock with use_future from another thread, and a deferred async_extend") {
     asio::io_context ctx;
-    auto work = asio::make_work_guard(ctx);
-    std::thread runner([&] { ctx.run(); });
+    context_threads runner{ctx};
     redis::connection conn{ctx.get_executor(), shared_server().config()};
     locker locks{conn};
     std::string const name = unique_key("async-future");
-    lock_options opt;
-    opt.ttl = 2000ms;
+    lock_options opt = lease(2000ms);
 
     auto g = locks.async_lock(name, opt, asio::use_future).get();
     REQUIRE(g.owns_lock());
@@ -114,7 +111,6 @@ TEST_CASE("async_unlock with use_future from another thread, and a deferred asyn
     CHECK_FALSE(again);
 
     conn.close();
-    work.reset();
     runner.join();
 }
 
@@ -146,21 +142,6 @@ TEST_CASE("a guard let go right before its connection is destroyed gives the loc
 
 namespace {
 
-// Runs `ctx` on two threads until the returned guard is destroyed.
-struct two_runners {
-    explicit two_runners(asio::io_context& ctx) : work(asio::make_work_guard(ctx)) {
-        for (auto& t : threads)
-            t = std::thread([&ctx] { ctx.run(); });
-    }
-    ~two_runners() {
-        work.reset();
-        for (auto& t : threads)
-            t.join();
-    }
-    asio::executor_work_guard<asio::io_context::executor_type> work;
-    std::thread threads[2];
-};
-
 constexpr auto busy_handler_time = 1500ms;
 
 } // namespace
@@ -168,7 +149,7 @@ constexpr auto busy_handler_time = 1500ms;
 TEST_CASE("a connection's handler without an executor of its own runs on the connection's "
           "executor, outside its strand: one that computes holds up no other request") {
     asio::io_context ctx;
-    two_runners runners{ctx}; // joined last, once the connection is gone
+    context_threads runners{ctx, 2}; // joined last, once the connection is gone
     redis::connection conn{ctx.get_executor(), shared_server().config()};
     std::promise<void> busy_started;
     std::promise<void> busy_done;
@@ -193,12 +174,11 @@ TEST_CASE("a connection's handler without an executor of its own runs on the con
 TEST_CASE("a locker's handler without an executor of its own runs on get_executor(), outside "
           "the locker's strand; one with an executor runs there") {
     asio::io_context ctx;
-    two_runners runners{ctx}; // joined last, once the connection is gone
+    context_threads runners{ctx, 2}; // joined last, once the connection is gone
     redis::connection conn{ctx.get_executor(), shared_server().config()};
     locker locks{conn};
     CHECK(locks.get_executor() == conn.get_executor());
-    lock_options opt;
-    opt.ttl = 5000ms;
+    lock_options opt = lease(5000ms);
 
     std::promise<void> busy_started;
     std::promise<void> busy_done;
@@ -244,12 +224,11 @@ TEST_CASE("a locker's handler without an executor of its own runs on get_executo
 
 TEST_CASE("a future whose exception names the lock: co_spawn of co_lock with use_future") {
     asio::io_context ctx;
-    two_runners runners{ctx}; // joined last, once the connection is gone
+    context_threads runners{ctx, 2}; // joined last, once the connection is gone
     redis::connection conn{ctx.get_executor(), shared_server().config()};
     locker locks{conn};
     std::string const name = unique_key("named-future");
-    lock_options opt;
-    opt.ttl = 5000ms;
+    lock_options opt = lease(5000ms);
     auto held = locks.async_lock(name, opt, asio::use_future).get();
     opt.wait_timeout = 200ms;
     auto waiting = asio::co_spawn(ctx, locks.co_lock(name, opt), asio::use_future);

@@ -32,17 +32,6 @@ using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
-// A waiter that sleeps long between its own retries (a wake-up message or cancellation ends
-// the sleep), so a cancellation almost surely meets it asleep rather than mid-attempt.
-lock_options patient() {
-    lock_options opt;
-    opt.ttl = 10'000ms;
-    opt.retry.initial = 5000ms;
-    opt.retry.max = 5000ms;
-    opt.retry.multiplier = 1.0;
-    return opt;
-}
-
 // The outcome of one async_lock started with a callback.
 struct lock_result {
     bool done = false;
@@ -66,23 +55,19 @@ TEST_CASE("a sleeping waiter cancelled (terminal, partial) returns at once with 
           "and leaves no waiter behind") {
     for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial}) {
         CAPTURE(static_cast<int>(type));
-        run_test([type](asio::io_context& ctx) -> asio::awaitable<void> {
-            redis::connection conn_h{ctx.get_executor(), shared_server().config()};
-            redis::connection conn_w{ctx.get_executor(), shared_server().config()};
-            redis::connection probe{ctx.get_executor(), shared_server().config()};
-            locker holder_locks{conn_h};
-            locker locks{conn_w};
-            std::string const name = unique_key("cancel-sleeping");
-            auto holder = co_await holder_locks.co_lock(name, patient());
+        auto scenario = [type](redis::connection&, redis::connection&, redis::connection& probe,
+                               locker& holder_locks, locker& locks,
+                               std::string const& name) -> asio::awaitable<void> {
+            auto holder = co_await holder_locks.co_lock(name, patient_waiter());
 
             // Two waiters: the head (subscribed, retrying) and one queued behind it.
             asio::cancellation_signal head_signal, second_signal;
             lock_result head, second;
-            locks.async_lock(name, patient(),
+            locks.async_lock(name, patient_waiter(),
                              asio::bind_cancellation_slot(head_signal.slot(), record(head)));
             auto const subscribed = co_await numsub_becomes(probe, wake_channel(name), 1);
             CHECK(subscribed == 1);
-            locks.async_lock(name, patient(),
+            locks.async_lock(name, patient_waiter(),
                              asio::bind_cancellation_slot(second_signal.slot(), record(second)));
             co_await sleep_for(200ms);
             CHECK_FALSE(head.done);
@@ -120,7 +105,7 @@ TEST_CASE("a sleeping waiter cancelled (terminal, partial) returns at once with 
             auto const held = co_await held_by(probe, name);
             CHECK(held == holder.token());
             lock_result next;
-            locks.async_lock(name, patient(), record(next));
+            locks.async_lock(name, patient_waiter(), record(next));
             auto const again = co_await numsub_becomes(probe, wake_channel(name), 1);
             CHECK(again == 1);
             auto const released_at = steady::now();
@@ -134,46 +119,33 @@ TEST_CASE("a sleeping waiter cancelled (terminal, partial) returns at once with 
             co_await next.guard.unlock();
             auto const finally = co_await numsub_becomes(probe, wake_channel(name), 0);
             CHECK(finally == 0);
-            conn_h.close();
-            conn_w.close();
-            probe.close();
-        });
+        };
+        run_lock_test<two_lockers>("cancel-sleeping", scenario);
     }
 }
 
 TEST_CASE("co_lock raced with a timer (||): the timer wins promptly and the waiter is gone") {
-    auto scenario = [](asio::io_context& ctx, redis::connection&, redis::connection&,
-                       redis::connection& probe, locker& holder_locks, locker& locks,
+    auto scenario = [](redis::connection&, redis::connection&, redis::connection& probe,
+                       locker& holder_locks, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
-        auto holder = co_await holder_locks.co_lock(name, patient());
+        auto holder = co_await holder_locks.co_lock(name, patient_waiter());
 
-        asio::steady_timer timer(ctx);
-        timer.expires_after(300ms);
-        auto const started = steady::now();
-        auto result =
-            co_await (locks.co_lock(name, patient()) || timer.async_wait(asio::use_awaitable));
-        auto const took = ms_since(started);
-        CHECK(result.index() == 1);
-        CHECK(took >= 290);
-        CHECK(took < 800);
+        auto const timed_out = co_await lock_or_timer(locks, name, patient_waiter(), 300ms);
+        CHECK(timed_out.winner == 1);
+        CHECK(timed_out.took_ms >= 290);
+        CHECK(timed_out.took_ms < 800);
         auto const none = co_await numsub_becomes(probe, wake_channel(name), 0);
         CHECK(none == 0);
         auto const held = co_await held_by(probe, name);
         CHECK(held == holder.token());
 
         // The other way round: a free lock wins against a long timer, and the guard is ours.
-        bool const released = co_await holder.unlock();
-        CHECK(released);
-        timer.expires_after(10s);
-        auto won =
-            co_await (locks.co_lock(name, patient()) || timer.async_wait(asio::use_awaitable));
-        REQUIRE(won.index() == 0);
-        auto& g = std::get<0>(won);
+        CHECK(co_await holder.unlock());
+        auto won = co_await lock_or_timer(locks, name, patient_waiter(), 10s);
+        REQUIRE(won.winner == 0);
+        auto& g = *won.guard;
         CHECK(g.owns_lock());
-        auto const held_now = co_await held_by(probe, name);
-        CHECK(held_now == g.token());
-        bool const released_g = co_await g.unlock();
-        CHECK(released_g);
+        co_await check_held_then_release(probe, g, name);
     };
     run_lock_test<two_lockers>("cancel-or", scenario);
 }
@@ -211,26 +183,21 @@ TEST_CASE("cancelled with an acquire in flight on a free lock: the granted lock 
                 asio::co_spawn(
                     ctx,
                     [&]() -> asio::awaitable<void> {
-                        asio::steady_timer timer(ctx);
-                        timer.expires_after(100ms);
-                        auto r = co_await (locks.co_lock(name, patient()) ||
-                                           timer.async_wait(asio::use_awaitable));
+                        auto race = co_await lock_or_timer(locks, name, patient_waiter(), 100ms);
                         key_at_completion = co_await held_by(probe, name);
-                        on_done(r.index() == 1 ? error_code(asio::error::operation_aborted)
-                                               : error_code{},
-                                r.index() == 0);
+                        on_done(race.as_call(), race.winner == 0);
                     },
                     asio::detached);
             } else if (way == how::try_lock_terminal) {
                 locks.async_try_lock(
-                    name, patient(),
+                    name, patient_waiter(),
                     asio::bind_cancellation_slot(signal.slot(),
                                                  [&](error_code e, std::optional<lock_guard> g) {
                                                      on_done(e, g.has_value() && g->owns_lock());
                                                  }));
             } else {
                 locks.async_lock(
-                    name, patient(),
+                    name, patient_waiter(),
                     asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
                         on_done(e, g.owns_lock());
                     }));
@@ -274,23 +241,14 @@ TEST_CASE("cancelled in the same turn as async_lock on a free lock: operation_ab
             bool done = false;
             error_code ec;
             bool got_guard = true;
+            auto on_done = [&] {
+                return asio::bind_cancellation_slot(signal.slot(),
+                                                    record_lock_call(ec, got_guard, done));
+            };
             if (try_lock)
-                locks.async_try_lock(
-                    name, patient(),
-                    asio::bind_cancellation_slot(signal.slot(),
-                                                 [&](error_code e, std::optional<lock_guard> g) {
-                                                     ec = e;
-                                                     got_guard = g.has_value();
-                                                     done = true;
-                                                 }));
+                locks.async_try_lock(name, patient_waiter(), on_done());
             else
-                locks.async_lock(
-                    name, patient(),
-                    asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
-                        ec = e;
-                        got_guard = g.owns_lock();
-                        done = true;
-                    }));
+                locks.async_lock(name, patient_waiter(), on_done());
             signal.emit(asio::cancellation_type::terminal);
             bool const finished = co_await finishes(done, 5000ms);
             REQUIRE(finished);
@@ -314,14 +272,14 @@ TEST_CASE("co_try_lock cancelled with its attempt in flight on a held lock repor
         locker locks{conn};
         co_await conn.async_connect(asio::use_awaitable);
         std::string const name = unique_key("cancel-try-held");
-        auto holder = co_await holder_locks.co_lock(name, patient());
+        auto holder = co_await holder_locks.co_lock(name, patient_waiter());
 
         server.cli(strings("CLIENT", "PAUSE", "400", "WRITE"));
         asio::cancellation_signal signal;
         bool done = false;
         error_code ec;
         bool got = true;
-        locks.async_try_lock(name, patient(),
+        locks.async_try_lock(name, patient_waiter(),
                              asio::bind_cancellation_slot(
                                  signal.slot(), [&](error_code e, std::optional<lock_guard> g) {
                                      ec = e;
@@ -348,18 +306,14 @@ TEST_CASE("the head waiter cancelled while its retry is in flight returns prompt
     // a waiter that sleeps before it looks at its cancellation.
     for (int round = 0; round < 2; ++round) {
         CAPTURE(round);
-        run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-            redis::connection conn_h{ctx.get_executor(), server.config()};
-            redis::connection conn_w{ctx.get_executor(), server.config()};
-            redis::connection probe{ctx.get_executor(), server.config()};
-            locker holder_locks{conn_h};
-            locker locks{conn_w};
-            std::string const name = unique_key("cancel-retry");
-            auto holder = co_await holder_locks.co_lock(name, patient());
+        auto scenario = [&](redis::connection&, redis::connection&, redis::connection& probe,
+                            locker& holder_locks, locker& locks,
+                            std::string const& name) -> asio::awaitable<void> {
+            auto holder = co_await holder_locks.co_lock(name, patient_waiter());
 
             asio::cancellation_signal signal;
             lock_result w;
-            locks.async_lock(name, patient(),
+            locks.async_lock(name, patient_waiter(),
                              asio::bind_cancellation_slot(signal.slot(), record(w)));
             auto const subscribed = co_await numsub_becomes(probe, wake_channel(name), 1);
             REQUIRE(subscribed == 1);
@@ -389,111 +343,95 @@ TEST_CASE("the head waiter cancelled while its retry is in flight returns prompt
             auto const held = co_await held_by(probe, name);
             CHECK(held == holder.token());
             co_await holder.unlock();
-            conn_h.close();
-            conn_w.close();
-            probe.close();
-        });
+        };
+        run_lock_test<two_lockers>(server.config(), "cancel-retry", scenario);
     }
 }
 
 TEST_CASE("a storm of 2000 waiters with random deadlines: every one returns, nothing is left") {
     static constexpr int waiters = 2000;
-    run_test(
-        [](asio::io_context& ctx) -> asio::awaitable<void> {
-            redis::connection conn_h{ctx.get_executor(), shared_server().config()};
-            redis::connection conn_w{ctx.get_executor(), shared_server().config()};
-            redis::connection probe{ctx.get_executor(), shared_server().config()};
-            locker holder_locks{conn_h};
-            locker locks{conn_w};
-            std::string const name = unique_key("storm");
-            lock_options opt;
-            opt.ttl = 5000ms;
-            auto holder = co_await holder_locks.co_lock(name, opt);
+    auto scenario = [](asio::io_context& ctx, redis::connection&, redis::connection&,
+                       redis::connection& probe, locker& holder_locks, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
+        lock_options opt;
+        opt.ttl = 5000ms;
+        auto holder = co_await holder_locks.co_lock(name, opt);
 
-            int finished = 0, acquired = 0, timed_out = 0, raced_out = 0, failures = 0;
-            int holders = 0, max_holders = 0;
-            std::minstd_rand rng(20240611);
-            std::uniform_int_distribution<int> deadline_ms(20, 1500);
+        int finished = 0, acquired = 0, timed_out = 0, raced_out = 0, failures = 0;
+        int holders = 0, max_holders = 0;
+        std::minstd_rand rng(20240611);
+        std::uniform_int_distribution<int> deadline_ms(20, 1500);
 
-            // Holds for a moment, then gives it back; counts overlapping holders.
-            auto hold = [&](lock_guard& g) -> asio::awaitable<void> {
-                ++acquired;
-                max_holders = std::max(max_holders, ++holders);
-                co_await asio::post(ctx, asio::use_awaitable);
-                --holders;
-                bool const released = co_await g.unlock();
-                if (!released)
-                    ++failures;
-            };
-            for (int i = 0; i < waiters; ++i) {
-                auto const deadline = std::chrono::milliseconds(deadline_ms(rng));
-                asio::co_spawn(
-                    ctx,
-                    [&, i, deadline]() -> asio::awaitable<void> {
-                        if (i % 2 == 0) {
-                            lock_options o = opt;
-                            o.wait_timeout = deadline;
-                            std::optional<lock_guard> g;
-                            try {
-                                g.emplace(co_await locks.co_lock(name, o));
-                            } catch (system_error const& e) {
-                                if (e.code() == error::timeout)
-                                    ++timed_out;
-                                else
-                                    ++failures;
-                            }
-                            if (g)
-                                co_await hold(*g);
-                        } else {
-                            asio::steady_timer timer(ctx);
-                            timer.expires_after(deadline);
-                            auto r = co_await (locks.co_lock(name, opt) ||
-                                               timer.async_wait(asio::use_awaitable));
-                            if (r.index() == 0)
-                                co_await hold(std::get<0>(r));
+        // Holds for a moment, then gives it back; counts overlapping holders.
+        auto hold = [&](lock_guard& g) -> asio::awaitable<void> {
+            ++acquired;
+            max_holders = std::max(max_holders, ++holders);
+            co_await asio::post(ctx, asio::use_awaitable);
+            --holders;
+            bool const released = co_await g.unlock();
+            if (!released)
+                ++failures;
+        };
+        for (int i = 0; i < waiters; ++i) {
+            auto const deadline = std::chrono::milliseconds(deadline_ms(rng));
+            asio::co_spawn(
+                ctx,
+                [&, i, deadline]() -> asio::awaitable<void> {
+                    if (i % 2 == 0) {
+                        lock_options o = waiting_up_to(opt, deadline);
+                        std::optional<lock_guard> g;
+                        try {
+                            g.emplace(co_await locks.co_lock(name, o));
+                        } catch (system_error const& e) {
+                            if (e.code() == error::timeout)
+                                ++timed_out;
                             else
-                                ++raced_out;
+                                ++failures;
                         }
-                        ++finished;
-                    },
-                    [&](std::exception_ptr e) {
-                        if (e) {
-                            ++failures;
-                            ++finished;
-                        }
-                    });
-            }
-            co_await sleep_for(700ms);
-            CHECK(holders == 0);
-            bool const released = co_await holder.unlock();
-            CHECK(released);
-            auto const started = steady::now();
-            while (finished < waiters && ms_since(started) < 30'000)
-                co_await sleep_for(10ms);
-            MESSAGE("storm: " << acquired << " acquired, " << timed_out << " timed out, "
-                              << raced_out << " lost the race to their timer, in "
-                              << ms_since(started) << " ms after the release");
-            CHECK(finished == waiters);
-            CHECK(failures == 0);
-            CHECK(max_holders == 1);
-            CHECK(acquired + timed_out + raced_out == waiters);
-            CHECK(acquired > 0);
-            CHECK(timed_out > 0);
-            CHECK(raced_out > 0);
+                        if (g)
+                            co_await hold(*g);
+                    } else {
+                        asio::steady_timer timer(ctx);
+                        timer.expires_after(deadline);
+                        auto r = co_await (locks.co_lock(name, opt) ||
+                                           timer.async_wait(asio::use_awaitable));
+                        if (r.index() == 0)
+                            co_await hold(std::get<0>(r));
+                        else
+                            ++raced_out;
+                    }
+                    ++finished;
+                },
+                count_failure(failures, finished));
+        }
+        co_await sleep_for(700ms);
+        CHECK(holders == 0);
+        CHECK(co_await holder.unlock());
+        auto const started = steady::now();
+        while (finished < waiters && ms_since(started) < 30'000)
+            co_await sleep_for(10ms);
+        MESSAGE("storm: " << acquired << " acquired, " << timed_out << " timed out, " << raced_out
+                          << " lost the race to their timer, in " << ms_since(started)
+                          << " ms after the release");
+        CHECK(finished == waiters);
+        CHECK(failures == 0);
+        CHECK(max_holders == 1);
+        CHECK(acquired + timed_out + raced_out == waiters);
+        CHECK(acquired > 0);
+        CHECK(timed_out > 0);
+        CHECK(raced_out > 0);
 
-            auto const key_free = co_await free_becomes(probe, name);
-            CHECK(key_free);
-            auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
-            CHECK(subscribers == 0);
-            // And the locker still works for this name.
-            auto g = co_await locks.co_lock(name, opt);
-            CHECK(g.owns_lock());
-            co_await g.unlock();
-            conn_h.close();
-            conn_w.close();
-            probe.close();
-        },
-        std::chrono::seconds{90});
+        auto const key_free = co_await free_becomes(probe, name);
+        CHECK(key_free);
+        auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
+        CHECK(subscribers == 0);
+        // And the locker still works for this name.
+        auto g = co_await locks.co_lock(name, opt);
+        CHECK(g.owns_lock());
+        co_await g.unlock();
+    };
+    run_lock_test<two_lockers>(shared_server().config(), "storm", scenario,
+                               std::chrono::seconds{90});
 }
 
 TEST_CASE("server down: a waiting co_lock still honours wait_timeout and cancellation") {

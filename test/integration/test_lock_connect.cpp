@@ -5,6 +5,7 @@
 // wait_timeout alone.
 #include <colock/locker.hpp>
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
@@ -38,6 +39,31 @@ asio::awaitable<std::pair<error_code, std::string>> lock_outcome(locker& locks, 
     }
 }
 
+// A server behind a proxy that accepts and never answers (as TLS against a plain server does),
+// and the config that reaches it through the proxy, with a connect_timeout of 400 ms.
+struct silent_server {
+    silent_server() { proxy.set_black_hole(true); }
+
+    redis::config config() const {
+        auto cfg = server.config();
+        cfg.port = proxy.port();
+        cfg.connect_timeout = 400ms;
+        return cfg;
+    }
+
+    redis_server server;
+    fault_proxy proxy{server.port()};
+};
+
+// Restarts `server` after `delay` on a thread of its own, so that the test's io_context runs
+// meanwhile; the caller joins it once the test is over.
+std::thread restart_after(redis_server& server, std::chrono::milliseconds delay) {
+    return std::thread([&server, delay] {
+        std::this_thread::sleep_for(delay);
+        server.restart();
+    });
+}
+
 bool contains(std::string const& text, std::string_view part) {
     return text.find(part) != std::string::npos;
 }
@@ -49,24 +75,18 @@ TEST_CASE("a cold start: co_lock keeps trying while nothing listens yet, and get
     redis_server server;
     server.stop(); // its port is known and free: the server "has not started yet"
     std::thread starter;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        locker locks{conn};
+    run_with_locker(fast_config(server), [&](locker& locks) -> asio::awaitable<void> {
         lock_options opt = lease(5000ms);
         opt.wait_timeout = 20s;
         opt.first_connect_timeout = 15s;
         opt.retry.max = 200ms;
         auto const start = steady::now();
-        starter = std::thread([&] {
-            std::this_thread::sleep_for(1500ms);
-            server.restart();
-        });
+        starter = restart_after(server, 1500ms);
         // Not a structured binding: Clang 14 cannot capture one in CHECK_MESSAGE's lambda.
         auto const outcome = co_await lock_outcome(locks, unique_key("cold-start"), opt);
         MESSAGE("cold start: acquired " << ms_since(start) << " ms after the first attempt");
         CHECK_MESSAGE(!outcome.first, outcome.second);
         CHECK(ms_since(start) >= 1400);
-        conn.close();
     });
     starter.join();
 }
@@ -74,12 +94,10 @@ TEST_CASE("a cold start: co_lock keeps trying while nothing listens yet, and get
 TEST_CASE("a cold start that lasts too long: co_lock fails after first_connect_timeout, naming "
           "the connection's error") {
     auto const port = unused_port();
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::config cfg;
-        cfg.port = port;
-        cfg.connect_timeout = 500ms;
-        redis::connection conn{ctx.get_executor(), cfg};
-        locker locks{conn};
+    redis::config cfg;
+    cfg.port = port;
+    cfg.connect_timeout = 500ms;
+    run_with_locker(cfg, [&](locker& locks) -> asio::awaitable<void> {
         lock_options opt = lease(5000ms);
         opt.first_connect_timeout = 800ms; // no wait_timeout: only this bounds the wait
         opt.retry.max = 100ms;
@@ -97,21 +115,13 @@ TEST_CASE("a cold start that lasts too long: co_lock fails after first_connect_t
         CHECK_FALSE(contains(what, "[system:"));
         CHECK(took >= 700);
         CHECK(took < 5000);
-        conn.close();
     });
 }
 
 TEST_CASE("a server that accepts and never answers: co_lock without wait_timeout fails after "
           "first_connect_timeout instead of hanging") {
-    redis_server server;
-    fault_proxy silent(server.port());
-    silent.set_black_hole(true); // accepts, never answers: as TLS against a plain server does
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto cfg = server.config();
-        cfg.port = silent.port();
-        cfg.connect_timeout = 400ms;
-        redis::connection conn{ctx.get_executor(), cfg};
-        locker locks{conn};
+    silent_server silent;
+    run_with_locker(silent.config(), [&](locker& locks) -> asio::awaitable<void> {
         lock_options opt = lease(5000ms);
         opt.first_connect_timeout = 1000ms;
         auto const start = steady::now();
@@ -122,29 +132,19 @@ TEST_CASE("a server that accepts and never answers: co_lock without wait_timeout
         CHECK(contains(what, "no connection to the Redis server within 1000 ms"));
         CHECK(took >= 900);
         CHECK(took < 4000);
-        conn.close();
     });
 }
 
 TEST_CASE("wait_timeout shorter than the connection's budget: error::timeout says the "
           "connection is not established") {
-    redis_server server;
-    fault_proxy silent(server.port());
-    silent.set_black_hole(true);
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto cfg = server.config();
-        cfg.port = silent.port();
-        cfg.connect_timeout = 400ms;
-        redis::connection conn{ctx.get_executor(), cfg};
-        locker locks{conn};
-        lock_options opt = lease(5000ms);
-        opt.wait_timeout = 1000ms;
+    silent_server silent;
+    run_with_locker(silent.config(), [&](locker& locks) -> asio::awaitable<void> {
+        lock_options opt = waiting_up_to(lease(5000ms), 1000ms);
         auto [ec, what] = co_await lock_outcome(locks, unique_key("silent-wait"), opt);
         MESSAGE(what);
         CHECK(ec == error::timeout);
         CHECK(contains(what, "not acquired within 1000 ms"));
         CHECK(contains(what, "the connection to the Redis server is not established"));
-        conn.close();
     });
 }
 
@@ -152,11 +152,9 @@ TEST_CASE("a refused handshake (wrong password) fails co_lock at once: no retry 
     redis_server_options with_password;
     with_password.requirepass = "right";
     redis_server server(with_password);
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto cfg = server.config();
-        cfg.password = "wrong";
-        redis::connection conn{ctx.get_executor(), cfg};
-        locker locks{conn};
+    auto cfg = server.config();
+    cfg.password = "wrong";
+    run_with_locker(cfg, [&](locker& locks) -> asio::awaitable<void> {
         lock_options opt = lease(5000ms);
         opt.first_connect_timeout = 10s;
         auto const start = steady::now();
@@ -165,17 +163,14 @@ TEST_CASE("a refused handshake (wrong password) fails co_lock at once: no retry 
         CHECK(ec == redis::error::handshake_failed);
         CHECK(contains(what, "WRONGPASS"));
         CHECK(ms_since(start) < 2000);
-        conn.close();
     });
 }
 
 TEST_CASE("co_try_lock on a connection that cannot be established reports the error at once") {
     auto const port = unused_port();
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::config cfg;
-        cfg.port = port;
-        redis::connection conn{ctx.get_executor(), cfg};
-        locker locks{conn};
+    redis::config cfg;
+    cfg.port = port;
+    run_with_locker(cfg, [&](locker& locks) -> asio::awaitable<void> {
         auto const start = steady::now();
         std::string what;
         error_code ec;
@@ -189,7 +184,6 @@ TEST_CASE("co_try_lock on a connection that cannot be established reports the er
         CHECK(ec == boost::system::errc::connection_refused);
         CHECK(contains(what, "no connection to the Redis server"));
         CHECK(ms_since(start) < 1000);
-        conn.close();
     });
 }
 
@@ -197,19 +191,14 @@ TEST_CASE("a connection that has worked and is lost: a waiting co_lock waits for
           "wait_timeout, beyond first_connect_timeout") {
     redis_server server;
     std::thread restarter;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        locker locks{conn};
+    run_with_locker(fast_config(server), [&](locker& locks) -> asio::awaitable<void> {
         std::string const name = unique_key("lost-then-back");
         {
             auto g = co_await locks.co_lock(name, lease(5000ms));
             co_await g.unlock();
         }
         server.kill();
-        restarter = std::thread([&] {
-            std::this_thread::sleep_for(1500ms);
-            server.restart();
-        });
+        restarter = restart_after(server, 1500ms);
         lock_options opt = lease(5000ms);
         opt.wait_timeout = 15s;
         opt.first_connect_timeout = 300ms; // for a connection that never worked only
@@ -217,7 +206,6 @@ TEST_CASE("a connection that has worked and is lost: a waiting co_lock waits for
         auto const outcome = co_await lock_outcome(locks, name, opt);
         CHECK_MESSAGE(!outcome.first, outcome.second);
         CHECK(ms_since(start) >= 1000);
-        conn.close();
     });
     restarter.join();
 }

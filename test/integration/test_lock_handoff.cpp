@@ -59,8 +59,7 @@ TEST_CASE("an uncontended lock and unlock cost the server 6 calls (2 EVALSHA, 2 
         auto const before = co_await commandstats(probe);
         for (int i = 0; i < cycles; ++i) {
             auto g = co_await locks.co_lock(name, lease(10'000ms));
-            bool const released = co_await g.unlock();
-            CHECK(released);
+            CHECK(co_await g.unlock());
         }
         auto const after = co_await commandstats(probe);
         // The INFO that took `before` is counted in `after`.
@@ -92,6 +91,13 @@ struct wake_watcher final : redis::push_listener {
         return out;
     }
 };
+
+// A 10 s lease that a process's cohort passes on locally at most `limit` times in a row.
+lock_options cohort_lease(std::size_t limit) {
+    lock_options opt = lease(10'000ms);
+    opt.cohort_limit = limit;
+    return opt;
+}
 
 } // namespace
 
@@ -143,8 +149,7 @@ TEST_CASE("hand-off across processes: each release goes to the first queued lock
         auto const messages_before = watcher->messages.size();
         auto const before = co_await commandstats(probe);
         co_await holder.unlock();
-        for (int i = 0; i < 500 && done < 3; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return done >= 3; }, 500, 10ms);
         REQUIRE(done == 3);
         auto const after = co_await commandstats(probe);
         CHECK(order == std::vector<int>{1, 2, 3});
@@ -310,8 +315,7 @@ TEST_CASE("cohort hand-off: a waiter of the same process gets the lease without 
         auto const before = co_await commandstats(probe);
         bool const released = co_await holder.unlock();
         CHECK(released);
-        for (int i = 0; i < 300 && done < waiters; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return done >= waiters; }, 300, 10ms);
         REQUIRE(done == waiters);
         auto const after = co_await commandstats(probe);
         REQUIRE(turns.size() == waiters);
@@ -351,8 +355,7 @@ TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local
     auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
                         redis::connection& probe, locker& a, locker& b,
                         std::string const& name) -> asio::awaitable<void> {
-        lock_options opt = lease(10'000ms);
-        opt.cohort_limit = 2;
+        lock_options const opt = cohort_lease(2);
         auto holder = co_await a.co_lock(name, opt);
 
         std::vector<char> order;
@@ -375,8 +378,7 @@ TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local
         co_await sleep_for(100ms); // the holder's process is told ("q")
 
         co_await holder.unlock();
-        for (int i = 0; i < 500 && done < 5; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return done >= 5; }, 500, 10ms);
         REQUIRE(done == 5);
         // The holder, then two local hand-offs (the limit), then the other process.
         REQUIRE(order.size() == 5);
@@ -393,8 +395,7 @@ TEST_CASE("a cohort whose locker missed the \"q\" message still yields: the queu
     auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
                         redis::connection& probe, locker& a, locker& b,
                         std::string const& name) -> asio::awaitable<void> {
-        lock_options opt = lease(10'000ms);
-        opt.cohort_limit = 2;
+        lock_options const opt = cohort_lease(2);
         // Process A: eight coroutines pass the lease among themselves for as long as they run,
         // each holding it for one turn of the io_context, so that no waiter of A stays at the
         // head of A's queue long enough to ask Redis again (which would tell it too).
@@ -428,8 +429,7 @@ TEST_CASE("a cohort whose locker missed the \"q\" message still yields: the queu
 
         // B queues behind A's cohort; its attempts tell A, which gives the lock up after at
         // most cohort_limit more local hand-offs.
-        lock_options b_opt = opt;
-        b_opt.wait_timeout = 5000ms;
+        lock_options b_opt = waiting_up_to(opt, 5000ms);
         auto const started = steady::now();
         std::optional<lock_guard> got;
         try {
@@ -442,8 +442,7 @@ TEST_CASE("a cohort whose locker missed the \"q\" message still yields: the queu
         if (got)
             co_await got->unlock();
         stop = true;
-        for (int i = 0; i < 500 && a_running > 0; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return a_running <= 0; }, 500, 10ms);
         CHECK(a_running == 0);
     };
     run_lock_test<two_lockers>(server.config(), "cohort-missed", scenario);
@@ -453,8 +452,7 @@ TEST_CASE("cohort_limit = 0: every waiter of the process goes through Redis") {
     redis_server server;
     auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection& probe,
                         locker& locks, std::string const& name) -> asio::awaitable<void> {
-        lock_options opt = lease(10'000ms);
-        opt.cohort_limit = 0;
+        lock_options const opt = cohort_lease(0);
         auto holder = co_await locks.co_lock(name, opt);
         std::vector<std::optional<std::string>> key_tokens;
         std::vector<std::string> tokens;
@@ -471,8 +469,7 @@ TEST_CASE("cohort_limit = 0: every waiter of the process goes through Redis") {
                 [&](std::exception_ptr) { ++done; });
         co_await sleep_for(200ms);
         co_await holder.unlock();
-        for (int i = 0; i < 500 && done < 3; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return done >= 3; }, 500, 10ms);
         REQUIRE(done == 3);
         REQUIRE(tokens.size() == 3);
         // Each took the key with its own token: a lease of its own from Redis.

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 using namespace colock;
@@ -43,41 +45,33 @@ struct seen {
 struct recorder final : lock_observer {
     std::vector<seen> events;
 
+    // Records an event with the fields every event has; the caller fills in the rest.
+    seen& record(std::string kind, std::string_view name = {}, std::int64_t fence = 0,
+                 std::chrono::steady_clock::duration took = {}) {
+        events.push_back(
+            {.kind = std::move(kind), .name = std::string(name), .fence = fence, .took = took});
+        return events.back();
+    }
+
     void on_acquired(acquired_event const& e) override {
-        events.push_back({.kind = "acquired",
-                          .name = std::string(e.name),
-                          .fence = e.fence,
-                          .took = e.waited,
-                          .attempts = e.attempts,
-                          .how = e.how});
+        auto& s = record("acquired", e.name, e.fence, e.waited);
+        s.attempts = e.attempts;
+        s.how = e.how;
     }
     void on_released(released_event const& e) override {
-        events.push_back({.kind = "released",
-                          .name = std::string(e.name),
-                          .fence = e.fence,
-                          .took = e.held,
-                          .flag = e.handed_locally});
+        record("released", e.name, e.fence, e.held).flag = e.handed_locally;
     }
     void on_lost(lost_event const& e) override {
-        events.push_back({.kind = "lost",
-                          .name = std::string(e.name),
-                          .fence = e.fence,
-                          .took = e.held,
-                          .reason = e.reason});
+        record("lost", e.name, e.fence, e.held).reason = e.reason;
     }
     void on_renewal(renewal_event const& e) override {
-        events.push_back({.kind = "renewal",
-                          .name = std::string(e.name),
-                          .fence = e.fence,
-                          .took = e.latency,
-                          .flag = e.extended,
-                          .error = e.error});
+        auto& s = record("renewal", e.name, e.fence, e.latency);
+        s.flag = e.extended;
+        s.error = e.error;
     }
-    void on_queue(queue_event const& e) override {
-        events.push_back({.kind = "queue", .name = std::string(e.name), .count = e.depth});
-    }
+    void on_queue(queue_event const& e) override { record("queue", e.name).count = e.depth; }
     void on_reconnect(reconnect_event const& e) override {
-        events.push_back({.kind = "reconnect", .count = e.reconnects});
+        record("reconnect").count = e.reconnects;
     }
 
     std::vector<std::string> kinds(std::string const& except = "") const {
@@ -105,19 +99,41 @@ long long ms(std::chrono::steady_clock::duration d) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+// The cast of the observer tests: a locker watched by a recorder, another locker on a connection
+// of its own (whose calls the recorder must not see), and a lock name from unique_key(what). A
+// scenario takes (conn, locks, other, seen_by, name), after the io_context when it wants it.
+struct observed_locker {
+    observed_locker(asio::io_context& ctx, redis::config const& cfg, std::string_view what)
+        : conn{ctx.get_executor(), cfg}
+        , other_conn{ctx.get_executor(), cfg}
+        , locks{conn}
+        , other{other_conn}
+        , name(unique_key(what)) {
+        locks.set_observer(seen_by);
+    }
+
+    template <class Scenario>
+    asio::awaitable<void> play(Scenario& scenario, asio::io_context& ctx) {
+        co_await play_scenario(scenario, ctx, conn, locks, other, seen_by, name);
+        conn.close();
+        other_conn.close();
+    }
+
+    redis::connection conn;
+    redis::connection other_conn;
+    locker locks;
+    locker other;
+    std::shared_ptr<recorder> const seen_by = std::make_shared<recorder>();
+    std::string const name;
+};
+
 } // namespace
 
 TEST_CASE("observer: an uncontended lock is acquired on the first attempt and released, in that "
           "order, with its fence and how long it was held") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection other_conn{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        locker other{other_conn};
-        auto const seen_by = std::make_shared<recorder>();
-        locks.set_observer(seen_by);
-        std::string const name = unique_key("observer-plain");
-
+    auto scenario = [&](redis::connection&, locker& locks, locker& other,
+                        std::shared_ptr<recorder> const& seen_by,
+                        std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, lease(10'000ms));
         co_await sleep_for(60ms);
         CHECK(co_await g.unlock());
@@ -145,20 +161,15 @@ TEST_CASE("observer: an uncontended lock is acquired on the first attempt and re
         auto again = co_await locks.co_lock(name, lease(10'000ms));
         CHECK(co_await again.unlock());
         CHECK(seen_by->events.size() == 2);
-        conn.close();
-        other_conn.close();
-    });
+    };
+    run_lock_test<observed_locker>("observer-plain", scenario);
 }
 
 TEST_CASE("observer: a waiter of the same locker is handed the lease locally; the queue depth "
           "goes up and down around it") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        auto const seen_by = std::make_shared<recorder>();
-        locks.set_observer(seen_by);
-        std::string const name = unique_key("observer-local");
-
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, locker& locks, locker&,
+                        std::shared_ptr<recorder> const& seen_by,
+                        std::string const& name) -> asio::awaitable<void> {
         auto first = co_await locks.co_lock(name, lease(10'000ms));
         std::int64_t second_fence = 0;
         bool second_done = false;
@@ -170,17 +181,10 @@ TEST_CASE("observer: a waiter of the same locker is handed the lease locally; th
                 co_await sleep_for(20ms);
                 CHECK(co_await second.unlock());
             },
-            [&](std::exception_ptr e) {
-                CHECK_FALSE(e);
-                second_done = true;
-            });
-        for (int i = 0; i < 300 && locks.waiting() == 0; ++i)
-            co_await sleep_for(5ms);
-        REQUIRE(locks.waiting() == 1);
-        co_await sleep_for(100ms);
+            check_nothrow_then_mark(second_done));
+        co_await until_one_waiting(locks);
         CHECK(co_await first.unlock());
-        for (int i = 0; i < 300 && !second_done; ++i)
-            co_await sleep_for(5ms);
+        co_await poll_until([&] { return second_done; }, 300, 5ms);
         REQUIRE(second_done);
 
         REQUIRE(seen_by->kinds() ==
@@ -198,21 +202,15 @@ TEST_CASE("observer: a waiter of the same locker is handed the lease locally; th
         CHECK(ev[4].count == 0);
         CHECK(ev[5].fence == second_fence);
         CHECK_FALSE(ev[5].flag); // nobody left here: back to the server
-        conn.close();
-    });
+    };
+    run_lock_test<observed_locker>("observer-local", scenario);
 }
 
 TEST_CASE("observer: a lock released by another locker reaches this one through the server, after "
           "it waited") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection other_conn{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        locker other{other_conn};
-        auto const seen_by = std::make_shared<recorder>();
-        locks.set_observer(seen_by);
-        std::string const name = unique_key("observer-remote");
-
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, locker& locks, locker& other,
+                        std::shared_ptr<recorder> const& seen_by,
+                        std::string const& name) -> asio::awaitable<void> {
         auto held = co_await other.co_lock(name, lease(10'000ms));
         asio::co_spawn(ctx, unlock_after(std::move(held), 150ms), asio::detached);
         auto g = co_await locks.co_lock(name, lease(10'000ms));
@@ -226,9 +224,8 @@ TEST_CASE("observer: a lock released by another locker reaches this one through 
         CHECK(ms(ev[1].took) >= 150);
         CHECK(ev[1].fence == g.fence());
         CHECK(ev[2].count == 0);
-        conn.close();
-        other_conn.close();
-    });
+    };
+    run_lock_test<observed_locker>("observer-remote", scenario);
 }
 
 TEST_CASE("observer: renewals with their latency, then a lease deleted from outside is lost as "
@@ -242,8 +239,7 @@ TEST_CASE("observer: renewals with their latency, then a lease deleted from outs
         opt.renew_interval = 200ms;
         auto g = co_await locks.co_lock(name, opt);
         // Two renewals answered (every 200 ms), however slow the machine, before the key goes.
-        for (int i = 0; i < 300 && seen_by->of("renewal").size() < 2; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return seen_by->of("renewal").size() >= 2; }, 300, 10ms);
         REQUIRE(seen_by->of("renewal").size() >= 2);
         co_await probe.co_exec(command("DEL", lock_key(name)));
         co_await g.wait_lost();
@@ -277,13 +273,9 @@ TEST_CASE("observer: renewals with their latency, then a lease deleted from outs
 }
 
 TEST_CASE("observer: a lease that is not renewed is lost as expired at its deadline") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        auto const seen_by = std::make_shared<recorder>();
-        locks.set_observer(seen_by);
-        std::string const name = unique_key("observer-expired");
-
+    auto scenario = [&](redis::connection&, locker& locks, locker&,
+                        std::shared_ptr<recorder> const& seen_by,
+                        std::string const& name) -> asio::awaitable<void> {
         auto opt = lease(300ms);
         opt.auto_renew = false;
         auto g = co_await locks.co_lock(name, opt);
@@ -295,25 +287,21 @@ TEST_CASE("observer: a lease that is not renewed is lost as expired at its deadl
         REQUIRE(seen_by->kinds() == strings("acquired", "lost"));
         CHECK(seen_by->events[1].reason == loss_reason::expired);
         CHECK(ms(seen_by->events[1].took) >= 300);
-        conn.close();
-    });
+    };
+    run_lock_test<observed_locker>("observer-expired", scenario);
 }
 
 TEST_CASE("observer: a reconnection is reported with the connection's count") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto& server = shared_server();
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        locker locks{conn};
-        auto const seen_by = std::make_shared<recorder>();
-        locks.set_observer(seen_by);
-
+    auto& server = shared_server();
+    auto scenario = [&](redis::connection& conn, locker&, locker&,
+                        std::shared_ptr<recorder> const& seen_by,
+                        std::string const&) -> asio::awaitable<void> {
         auto const id = co_await integer(conn, command("CLIENT", "ID"));
         CHECK(server.cli(strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
-        for (int i = 0; i < 300 && seen_by->events.empty(); ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return !seen_by->events.empty(); }, 300, 10ms);
         REQUIRE(seen_by->kinds() == strings("reconnect"));
         CHECK(seen_by->events[0].count == 1);
         CHECK(conn.reconnect_count() == 1);
-        conn.close();
-    });
+    };
+    run_lock_test<observed_locker>(fast_config(server), "observer-reconnect", scenario);
 }

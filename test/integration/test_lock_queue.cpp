@@ -68,10 +68,7 @@ TEST_CASE("co_lock calls made together on a name held by another process: one as
                     --inside;
                     co_await g.unlock();
                 },
-                [&](std::exception_ptr e) {
-                    CHECK_FALSE(e);
-                    ++done;
-                });
+                check_nothrow_then_mark(done));
         REQUIRE(co_await waiting_becomes(locks, calls) == calls);
         auto const queued = co_await commandstats(probe);
         // The first call's attempt, the head's after subscribing, and its polls by a jittered
@@ -83,8 +80,7 @@ TEST_CASE("co_lock calls made together on a name held by another process: one as
         CHECK(order.empty());
 
         CHECK(co_await holder.unlock());
-        for (int i = 0; i < 500 && done < calls; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return done >= calls; }, 500, 10ms);
         REQUIRE(done == calls);
         CHECK_FALSE(overlapped);
         std::vector<std::size_t> made(calls);
@@ -144,15 +140,13 @@ TEST_CASE("queued co_lock calls: one cancelled and one out of time leave at once
 
         auto const cancelled_at = steady::now();
         cancel.emit(asio::cancellation_type::terminal);
-        for (int i = 0; i < 100 && done < 1; ++i)
-            co_await sleep_for(2ms);
+        co_await poll_until([&] { return done >= 1; }, 100, 2ms);
         REQUIRE(done == 1);
         CHECK(results[cancelled_call] == asio::error::operation_aborted);
         CHECK(ms_between(cancelled_at, ended[cancelled_call]) < 100);
         CHECK(locks.waiting() == calls - 1);
 
-        for (int i = 0; i < 200 && done < 2; ++i)
-            co_await sleep_for(5ms);
+        co_await poll_until([&] { return done >= 2; }, 200, 5ms);
         REQUIRE(done == 2);
         CHECK(results[timed_call] == error::timeout);
         auto const timed_after = ms_between(started, ended[timed_call]);
@@ -161,8 +155,7 @@ TEST_CASE("queued co_lock calls: one cancelled and one out of time leave at once
         CHECK(locks.waiting() == calls - 2);
 
         CHECK(co_await holder.unlock());
-        for (int i = 0; i < 300 && done < calls; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return done >= calls; }, 300, 10ms);
         REQUIRE(done == calls);
         CHECK(order == std::vector<std::size_t>{0, 1, 4});
         CHECK(locks.waiting() == 0);

@@ -148,8 +148,7 @@ TEST_CASE("renewal: a 300 ms lease held for 1.5 s stays ours") {
         CHECK(pttl > 0);
         CHECK(pttl <= 300);
 
-        bool const released = co_await g.unlock();
-        CHECK(released);
+        CHECK(co_await g.unlock());
         // A pending wait_lost ends when the guard lets go, and says it was not a loss.
         bool const ended = co_await finishes(w.done, 1000ms);
         CHECK(ended);
@@ -200,9 +199,7 @@ TEST_CASE("the key deleted from outside: lost() and wait_lost() within about one
 
         co_await probe.co_exec(command("DEL", lock_key(name)));
         auto const deleted_at = steady::now();
-        bool const noticed = co_await finishes(w.done, 3000ms);
-        REQUIRE(noticed);
-        auto const after = ms_between(deleted_at, w.at);
+        auto const after = co_await told_after(w, deleted_at, 3000ms);
         MESSAGE("loss noticed " << after << " ms after DEL (renew interval 150 ms)");
         CHECK_FALSE(w.ec);
         CHECK(after < 150 + 450);
@@ -222,8 +219,7 @@ TEST_CASE("the key deleted from outside: lost() and wait_lost() within about one
         co_await sleep_for(400ms);
         auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
         CHECK(exists == 0);
-        bool const released = co_await g.unlock();
-        CHECK_FALSE(released);
+        CHECK_FALSE(co_await g.unlock());
     };
     run_lock_test<one_locker>("deleted", scenario);
 }
@@ -244,8 +240,7 @@ TEST_CASE("the key overwritten from outside: lost, and the new value is left alo
             CHECK_FALSE(g.owns_lock());
             bool const extended = co_await g.extend(5000ms);
             CHECK_FALSE(extended);
-            bool const released = co_await g.unlock();
-            CHECK_FALSE(released);
+            CHECK_FALSE(co_await g.unlock());
             auto const value = co_await get(probe, lock_key(name));
             CHECK(value == "someone-else");
         }
@@ -303,8 +298,7 @@ TEST_CASE("co_await (work() || g.wait_lost()) cancels the work when the lease go
         REQUIRE(kept.index() == 0);
         CHECK(std::get<0>(kept) == 42);
         CHECK(g2.owns_lock());
-        bool const released = co_await g2.unlock();
-        CHECK(released);
+        CHECK(co_await g2.unlock());
     };
     run_lock_test<one_locker>("work-or-lost", scenario);
 }
@@ -328,9 +322,7 @@ TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the gu
         CHECK_FALSE(w.done);
 
         // Renewals stop at 600 ms; the last lease runs out by ~900 ms.
-        bool const noticed = co_await finishes(w.done, 3000ms);
-        REQUIRE(noticed);
-        auto const lost_after = ms_between(started, w.at);
+        auto const lost_after = co_await told_after(w, started, 3000ms);
         MESSAGE("max_hold 600 ms, ttl 300 ms: lost after " << lost_after << " ms");
         CHECK_FALSE(w.ec);
         CHECK(g.lost());
@@ -340,8 +332,7 @@ TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the gu
         // earlier of the two).
         auto const gone = co_await exists_becomes(probe, lock_key(name), 0, 500ms);
         CHECK(gone == 0);
-        bool const released = co_await g.unlock();
-        CHECK_FALSE(released);
+        CHECK_FALSE(co_await g.unlock());
     };
     run_lock_test<one_locker>("max-hold", scenario);
 }
@@ -364,8 +355,7 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
         server.kill();
         server.restart();
         auto const restarted_at = steady::now();
-        lock_options wait = opt;
-        wait.wait_timeout = 5000ms;
+        lock_options wait = waiting_up_to(opt, 5000ms);
         auto g2 = co_await other.co_lock(name, wait);
         auto const acquired_at = steady::now();
         CHECK(g2.owns_lock());
@@ -391,12 +381,8 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
         redis::connection probe{ctx.get_executor(), fast_config(server)};
         auto const held = co_await held_by(probe, name);
         CHECK(held == g2.token());
-        bool const released_old = co_await g.unlock();
-        CHECK_FALSE(released_old);
-        auto const still = co_await held_by(probe, name);
-        CHECK(still == g2.token());
-        bool const released = co_await g2.unlock();
-        CHECK(released);
+        CHECK_FALSE(co_await g.unlock());
+        co_await check_held_then_release(probe, g2, name);
         conn.close();
         conn_b.close();
         probe.close();
@@ -449,27 +435,19 @@ TEST_CASE("a server restarted at once (new run_id): guards held there are lost o
         server.kill();
         server.restart();
         auto const restarted_at = steady::now();
-        bool const noticed = co_await finishes(w.done, 3000ms);
-        REQUIRE(noticed);
-        MESSAGE("instant restart: the holder was told after " << ms_between(restarted_at, w.at)
-                                                              << " ms");
-        CHECK_FALSE(w.ec);
-        CHECK(g.lost());
-        CHECK_FALSE(g.owns_lock());
+        auto const told = co_await told_lost_after(w, g, restarted_at, 3000ms);
+        MESSAGE("instant restart: the holder was told after " << told << " ms");
         CHECK(conn.server_change_count() == 1);
         CHECK(conn.server_run_id().size() == 40);
         CHECK(conn.server_run_id() != first_run_id);
 
         // The restarted server lost the fence key too; the new holder's fence is still larger.
-        lock_options wait = lease(10000ms, 3000ms);
-        wait.wait_timeout = 5000ms;
+        lock_options wait = waiting_up_to(lease(10000ms, 3000ms), 5000ms);
         auto g2 = co_await other.co_lock(name, wait);
         CHECK(g2.fence() > g.fence());
         CHECK(g2.owns_lock());
-        bool const released_old = co_await g.unlock();
-        CHECK_FALSE(released_old);
-        bool const released = co_await g2.unlock();
-        CHECK(released);
+        CHECK_FALSE(co_await g.unlock());
+        CHECK(co_await g2.unlock());
         conn.close();
         conn_b.close();
     });
@@ -483,8 +461,7 @@ TEST_CASE("a reconnection to the same server keeps the guard and renews it at on
         auto const id = co_await integer(conn, command("CLIENT", "ID"));
         co_await sleep_for(1000ms);
         CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
-        for (int i = 0; i < 200 && conn.reconnect_count() == 0; ++i)
-            co_await sleep_for(10ms);
+        co_await poll_until([&] { return conn.reconnect_count() != 0; }, 200, 10ms);
         REQUIRE(conn.reconnect_count() == 1);
         co_await sleep_for(300ms);
         // The next interval is 2 s away, yet the lease was re-armed right after reconnecting:
@@ -495,8 +472,7 @@ TEST_CASE("a reconnection to the same server keeps the guard and renews it at on
         CHECK(conn.server_change_count() == 0);
         CHECK(g.owns_lock());
         CHECK_FALSE(g.lost());
-        bool const released = co_await g.unlock();
-        CHECK(released);
+        CHECK(co_await g.unlock());
     };
     run_lock_test<one_locker>(fast_config(server), "same-server", scenario);
 }
@@ -553,8 +529,7 @@ TEST_CASE("a user the server refuses INFO to still connects; its server instance
         locker locks{conn};
         auto g = co_await locks.co_lock(unique_key("noinfo"), lease(2000ms, 500ms));
         CHECK(g.owns_lock());
-        bool const released = co_await g.unlock();
-        CHECK(released);
+        CHECK(co_await g.unlock());
         conn.close();
     });
 }
@@ -591,8 +566,7 @@ TEST_CASE("destroying the guard stops renewal and releases in the background") {
         // The release woke a waiter on another connection at once.
         auto g2 = co_await other.co_lock(name, opt);
         CHECK(g2.token() != token);
-        bool const released = co_await g2.unlock();
-        CHECK(released);
+        CHECK(co_await g2.unlock());
     };
     run_lock_test<two_lockers>(server.config(), "destroyed", scenario);
 }
@@ -710,12 +684,8 @@ TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
 
         // Unlocking an old guard never touches a later holder's key.
         auto g2 = co_await locks.co_lock(name, lease(2000ms, 500ms));
-        bool const third = co_await g.unlock();
-        CHECK_FALSE(third);
-        auto const held = co_await held_by(probe, name);
-        CHECK(held == g2.token());
-        bool const released = co_await g2.unlock();
-        CHECK(released);
+        CHECK_FALSE(co_await g.unlock());
+        co_await check_held_then_release(probe, g2, name);
     };
     run_lock_test<one_locker>("unlock-twice", scenario);
 }
@@ -735,8 +705,7 @@ TEST_CASE("use after move: the moved-from guard holds nothing; move-assignment r
         CHECK(a.name().empty());
         CHECK(a.token().empty());
         CHECK(a.fence() == 0);
-        bool const unlocked_empty = co_await a.unlock();
-        CHECK_FALSE(unlocked_empty);
+        CHECK_FALSE(co_await a.unlock());
         error_code code = co_await error_of(a.extend(1000ms));
         CHECK(code == error::not_held);
         auto [ec] = co_await a.async_wait_lost(as_tuple);
@@ -759,15 +728,13 @@ TEST_CASE("use after move: the moved-from guard holds nothing; move-assignment r
         CHECK(b_gone);
         auto const a_held = co_await held_by(probe, name_a);
         CHECK(a_held == token_a);
-        bool const released = co_await b.unlock();
-        CHECK(released);
+        CHECK(co_await b.unlock());
 
         // A default-constructed guard holds nothing either.
         lock_guard none;
         CHECK_FALSE(none.owns_lock());
         CHECK(none.name().empty());
-        bool const unlocked_none = co_await none.unlock();
-        CHECK_FALSE(unlocked_none);
+        CHECK_FALSE(co_await none.unlock());
     };
     run_lock_test<one_locker>("lock", scenario);
 }
@@ -804,8 +771,7 @@ TEST_CASE("the server stops answering (SIGSTOP): the holder reports lost by its 
         // first holder must not still believe it owns it.
         redis::connection conn_b{ctx.get_executor(), fast_config(server)};
         locker other{conn_b};
-        lock_options wait = lease(500ms, 150ms);
-        wait.wait_timeout = 3000ms;
+        lock_options wait = waiting_up_to(lease(500ms, 150ms), 3000ms);
         auto g2 = co_await other.co_lock(name, wait);
         CHECK(g2.owns_lock());
         bool const two_owners = g.owns_lock() && g2.owns_lock();
@@ -830,10 +796,7 @@ TEST_CASE("a guard outlives its locker: renewal and unlock still work") {
         }
         co_await sleep_for(700ms); // past the ttl: renewal still runs
         CHECK(g.owns_lock());
-        auto const held = co_await held_by(probe, name);
-        CHECK(held == g.token());
-        bool const released = co_await g.unlock();
-        CHECK(released);
+        co_await check_held_then_release(probe, g, name);
         auto const free = co_await lock_free(probe, name);
         CHECK(free);
         conn.close();
@@ -864,8 +827,7 @@ TEST_CASE("the holder cut off from the server (partition): it reports lost by it
         cut.freeze();
         // The server lets the key expire 500 ms after the last renewal that reached it; then
         // the other process gets the lock.
-        lock_options wait = lease(500ms, 150ms);
-        wait.wait_timeout = 3000ms;
+        lock_options wait = waiting_up_to(lease(500ms, 150ms), 3000ms);
         auto g2 = co_await other.co_lock(name, wait);
         auto const second_at = steady::now();
         bool const first_still_owns = g.owns_lock();
@@ -947,15 +909,10 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
         CHECK_FALSE(meanwhile.has_value());
 
         // unlock() of a lost guard says false at once, and its background release frees the key.
-        bool const released = co_await g.unlock();
-        CHECK_FALSE(released);
+        CHECK_FALSE(co_await g.unlock());
         bool const gone = co_await free_becomes(probe, name, 3000ms);
         CHECK(gone);
-        std::optional<lock_guard> after = co_await other.co_try_lock(name, lease(5000ms, 1000ms));
-        REQUIRE(after.has_value());
-        CHECK(after->fence() > g.fence());
-        bool const released_after = co_await after->unlock();
-        CHECK(released_after);
+        co_await check_taken_again(other, name, lease(5000ms, 1000ms), g.fence());
         conn.close();
         conn_b.close();
         probe.close();

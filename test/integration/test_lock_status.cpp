@@ -50,9 +50,7 @@ asio::awaitable<std::int64_t> pttl(redis::connection& c, std::string const& key)
 } // namespace
 
 TEST_CASE("status: a lock never used is free, with no fence, holder or queue") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
+    run_with_locker(shared_server().config(), [&](locker& locks) -> asio::awaitable<void> {
         auto const st = co_await locks.co_status(unique_key("status-never"));
         CHECK(st.state == lock_state::free);
         CHECK_FALSE(st.held());
@@ -64,7 +62,6 @@ TEST_CASE("status: a lock never used is free, with no fence, holder or queue") {
         CHECK_FALSE(st.holder);
         CHECK(st.queued == 0);
         CHECK(to_string(st.state) == "free");
-        conn.close();
     });
 }
 
@@ -115,10 +112,7 @@ TEST_CASE("status: a held lock names its holder's locker, token, fence, lease an
                     auto w = co_await other.co_lock(name, lease(10'000ms));
                     co_await w.unlock();
                 },
-                [&](std::exception_ptr e) {
-                    CHECK_FALSE(e);
-                    ++waiters_done;
-                });
+                check_nothrow_then_mark(waiters_done));
         std::size_t queued = 0;
         for (auto const end = steady::now() + 3000ms; queued != 1 && steady::now() < end;) {
             co_await sleep_for(5ms);
@@ -188,14 +182,10 @@ TEST_CASE("status: the holder record is written once for many acquisitions, outl
 
 TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock for the "
           "quarantine, then another gets it with a higher fence") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection other_conn{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        locker other{other_conn};
+    auto scenario = [&](redis::connection&, redis::connection&, redis::connection&, locker& locks,
+                        locker& other, std::string const& name) -> asio::awaitable<void> {
         auto const seen = std::make_shared<loss_recorder>();
         locks.set_observer(seen);
-        std::string const name = unique_key("force");
 
         // A 30 s lease renews every 10 s: only the message can tell the holder within a second.
         auto g = co_await locks.co_lock(name, lease(30'000ms));
@@ -218,8 +208,7 @@ TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock f
         CHECK(st.ttl <= 1000ms);
         auto t = co_await other.co_try_lock(name, lease(10'000ms));
         CHECK_FALSE(t.has_value());
-        lock_options wait_opt = lease(10'000ms);
-        wait_opt.wait_timeout = 5000ms;
+        lock_options wait_opt = waiting_up_to(lease(10'000ms), 5000ms);
         auto taken = co_await other.co_lock(name, wait_opt);
         CHECK(ms_since(forced_at) >= 900);
         CHECK(taken.fence() > g.fence());
@@ -235,20 +224,15 @@ TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock f
         // Nothing to end: false.
         CHECK_FALSE(co_await other.co_force_unlock(name));
         CHECK_FALSE(co_await other.co_force_unlock(unique_key("force-never")));
-        conn.close();
-        other_conn.close();
-    });
+    };
+    run_lock_test<two_lockers>("force", scenario);
 }
 
 TEST_CASE("force unlock: a waiter of the holder's process is not handed the ended lease; it "
           "gets the lock from the server after the quarantine") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        redis::connection other_conn{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
-        locker other{other_conn};
-        std::string const name = unique_key("force-cohort");
-
+    auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
+                        redis::connection&, locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, lease(30'000ms));
         std::int64_t waiter_fence = 0;
         steady::time_point waiter_got{};
@@ -256,21 +240,14 @@ TEST_CASE("force unlock: a waiter of the holder's process is not handed the ende
         asio::co_spawn(
             ctx,
             [&]() -> asio::awaitable<void> {
-                lock_options opt = lease(10'000ms);
-                opt.wait_timeout = 10'000ms;
+                lock_options opt = waiting_up_to(lease(10'000ms), 10'000ms);
                 auto w = co_await locks.co_lock(name, opt);
                 waiter_fence = w.fence();
                 waiter_got = steady::now();
                 co_await w.unlock();
             },
-            [&](std::exception_ptr e) {
-                CHECK_FALSE(e);
-                waiter_done = true;
-            });
-        for (int i = 0; i < 300 && locks.waiting() == 0; ++i)
-            co_await sleep_for(5ms);
-        REQUIRE(locks.waiting() == 1);
-        co_await sleep_for(100ms);
+            check_nothrow_then_mark(waiter_done));
+        co_await until_one_waiting(locks);
 
         auto const forced_at = steady::now();
         CHECK(co_await other.co_force_unlock(name));
@@ -281,9 +258,8 @@ TEST_CASE("force unlock: a waiter of the holder's process is not handed the ende
         REQUIRE(done);
         CHECK(ms_between(forced_at, waiter_got) >= 900);
         CHECK(waiter_fence > g.fence());
-        conn.close();
-        other_conn.close();
-    });
+    };
+    run_lock_test<two_lockers>("force-cohort", scenario);
 }
 
 TEST_CASE("status and force unlock refuse a bad name when awaited, and name a key that is not "
@@ -331,9 +307,7 @@ TEST_CASE("status and force unlock refuse a bad name when awaited, and name a ke
 }
 
 TEST_CASE("status and force unlock with completion tokens: the async forms") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), shared_server().config()};
-        locker locks{conn};
+    run_with_locker(shared_server().config(), [&](locker& locks) -> asio::awaitable<void> {
         std::string const name = unique_key("status-async");
         auto g = co_await locks.co_lock(name, lease(10'000ms));
         auto [ec, st] = co_await locks.async_status(name, as_tuple);
@@ -344,6 +318,5 @@ TEST_CASE("status and force unlock with completion tokens: the async forms") {
         CHECK(ended);
         co_await g.wait_lost();
         CHECK(g.lost());
-        conn.close();
     });
 }

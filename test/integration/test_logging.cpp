@@ -55,8 +55,7 @@ asio::awaitable<void> reconnect_after_kill(redis_server& server, redis::connecti
     auto const id = co_await integer(conn, command("CLIENT", "ID"));
     CHECK(server.cli(strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
     auto const before = conn.reconnect_count();
-    for (int i = 0; i < 300 && conn.reconnect_count() == before; ++i)
-        co_await sleep_for(10ms);
+    co_await poll_until([&] { return conn.reconnect_count() != before; }, 300, 10ms);
     REQUIRE(conn.reconnect_count() == before + 1);
 }
 

@@ -4,6 +4,7 @@
 // a primary killed while lockers contend. Faults and bad configurations: test_redlock_faults.cpp.
 #include <colock/locker.hpp>
 
+#include "redlock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/primary_set.hpp>
 #include <colock_test/redis_server.hpp>
@@ -51,14 +52,12 @@ std::size_t count_free_with_fence(values const& v) {
     return n;
 }
 
-// A waiter that sleeps long between its own retries, so that a cancellation meets it asleep.
-lock_options patient() {
-    lock_options opt;
-    opt.ttl = 10'000ms;
-    opt.retry.initial = 5000ms;
-    opt.retry.max = 5000ms;
-    opt.retry.multiplier = 1.0;
-    return opt;
+// Sets `key` for a minute on primaries 0, 1 and 2 to `first`, `second` and `third`.
+asio::awaitable<void> set_on_each(primary_connections& probe, std::string const& key,
+                                  std::string first, std::string second, std::string third) {
+    co_await probe[0].co_exec(command("SET", key, first, "PX", "60000"));
+    co_await probe[1].co_exec(command("SET", key, second, "PX", "60000"));
+    co_await probe[2].co_exec(command("SET", key, third, "PX", "60000"));
 }
 
 } // namespace
@@ -67,22 +66,15 @@ lock_options patient() {
 
 TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; co_try_lock is "
           "refused elsewhere; unlock frees every primary, and every key expires") {
-    for (std::size_t n : {std::size_t{3}, std::size_t{5}}) {
-        CAPTURE(n);
-        auto const servers = shared_primaries(n);
-        run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-            primary_connections conns_a{ctx.get_executor(), configs_of(servers)};
-            primary_connections conns_b{ctx.get_executor(), configs_of(servers)};
-            primary_connections probe{ctx.get_executor(), configs_of(servers)};
-            locker a{conns_a.primaries()};
-            locker b{conns_b.primaries()};
+    on_3_and_5_primaries([&](std::size_t n, std::vector<redis_server*> const& servers) {
+        auto scenario = [&](primary_connections& conns_a, primary_connections& conns_b,
+                            primary_connections& probe, locker& a, locker& b,
+                            std::string const& name) -> asio::awaitable<void> {
             CHECK(a.key_prefix() == "colock:");
             // Connected first, so that the attempt below takes milliseconds: well below the
             // drift, which the lease's validity must then show.
             co_await conns_a.connect_all();
             co_await conns_b.connect_all();
-            co_await probe.connect_all();
-            std::string const name = unique_key("redlock-basic");
             std::string const key = lock_key(name);
 
             auto const ttl = 10'000ms; // drift: 102 ms
@@ -127,8 +119,7 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             CHECK(count_held(still, g.token()) >= majority(n));
             CHECK(g.owns_lock());
 
-            bool const released = co_await g.unlock();
-            CHECK(released);
+            CHECK(co_await g.unlock());
             CHECK_FALSE(g.owns_lock());
             CHECK_FALSE(g.lost());
             // Free on every primary, keeping its fence for the rest of the lease.
@@ -143,8 +134,7 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
                 CHECK(pttl > 0);
                 CHECK(pttl <= 10'000);
             }
-            bool const again = co_await g.unlock();
-            CHECK_FALSE(again);
+            CHECK_FALSE(co_await g.unlock());
 
             // The next holder, from the other locker, has a larger fence.
             auto g2 = co_await b.co_lock(name, lease(ttl));
@@ -152,8 +142,7 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             CHECK(g2.token() != g.token());
             auto const held2 = co_await values_on(probe, key);
             CHECK(count_held(held2, g2.token()) >= majority(n));
-            bool const released2 = co_await g2.unlock();
-            CHECK(released2);
+            CHECK(co_await g2.unlock());
 
             // A short lease: once it has passed, nothing of the lock is left on any primary,
             // and no key the lockers wrote lives without an expiry.
@@ -161,31 +150,22 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             auto g3 = co_await a.co_lock(brief, lease(1000ms));
             auto const held3 = co_await values_on(probe, lock_key(brief));
             CHECK(count_held(held3, g3.token()) >= majority(n));
-            bool const released3 = co_await g3.unlock();
-            CHECK(released3);
+            CHECK(co_await g3.unlock());
             auto const pattern = "*{" + brief + "}*";
             auto const gone_by = steady::now() + 1000ms + 4000ms;
             while (!keys_on(servers, pattern).empty() && steady::now() < gone_by)
                 co_await sleep_for(100ms);
             CHECK(keys_on(servers, pattern).empty());
             CHECK(keys_without_ttl(servers, "colock:*").empty());
-
-            conns_a.close();
-            conns_b.close();
-            probe.close();
-        });
-    }
+        };
+        run_redlock_test(configs_of(servers), "redlock-basic", scenario);
+    });
 }
 
 TEST_CASE("redlock: unlock is true when a majority released the lease, false when a majority no "
           "longer held it; the release goes to every primary") {
-    auto const servers = shared_primaries(3);
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        primary_connections conns{ctx.get_executor(), configs_of(servers)};
-        primary_connections probe{ctx.get_executor(), configs_of(servers)};
-        locker locks{conns.primaries()};
-        co_await probe.connect_all();
-        std::string const name = unique_key("redlock-unlock-majority");
+    auto scenario = [](primary_connections&, primary_connections&, primary_connections& probe,
+                       locker& locks, locker&, std::string const& name) -> asio::awaitable<void> {
         std::string const key = lock_key(name);
         // No renewal: the keys deleted below are not noticed before the unlock.
         lock_options opt = lease(10'000ms);
@@ -211,15 +191,13 @@ TEST_CASE("redlock: unlock is true when a majority released the lease, false whe
         // Gone from two: only one primary had it to release, not a majority.
         co_await probe[0].co_exec(command("DEL", key));
         co_await probe[1].co_exec(command("DEL", key));
-        bool const released2 = co_await g2.unlock();
-        CHECK_FALSE(released2);
+        CHECK_FALSE(co_await g2.unlock());
         // The third primary was released all the same.
         auto const after2 =
             co_await values_become(probe, key, [&](values const& v) { return count_held(v) == 0; });
         CHECK(count_held(after2) == 0);
-        conns.close();
-        probe.close();
-    });
+    };
+    run_redlock_test(configs_of(shared_primaries(3)), "redlock-unlock-majority", scenario);
 }
 
 // -------------------------------------------------------------------------- contention
@@ -334,9 +312,7 @@ void check_contention(contention const& c) {
 
 TEST_CASE("redlock: mutual exclusion under contention: 4 lockers x 16 coroutines, a "
           "read-modify-write counter exact, fences strictly increasing, on 3 and on 5") {
-    for (std::size_t n : {std::size_t{3}, std::size_t{5}}) {
-        CAPTURE(n);
-        auto const servers = shared_primaries(n);
+    on_3_and_5_primaries([&](std::size_t n, std::vector<redis_server*> const& servers) {
         auto const c = make_contention("redlock-contention", 4, 16, n == 3 ? 3 : 2, 10'000ms);
         run_test(
             [&](asio::io_context& ctx) -> asio::awaitable<void> {
@@ -353,7 +329,7 @@ TEST_CASE("redlock: mutual exclusion under contention: 4 lockers x 16 coroutines
             180s);
         check_contention(*c);
         CHECK(servers[0]->cli(strings("GET", c->counter_key)) == std::to_string(c->total()));
-    }
+    });
 }
 
 // ------------------------------------------------------------------------ cancellation
@@ -371,7 +347,7 @@ TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a time
         locker third{conns_t.primaries()};
         std::string const name = unique_key("redlock-cancel-waiting");
         std::string const key = lock_key(name);
-        auto holder = co_await holder_locks.co_lock(name, patient());
+        auto holder = co_await holder_locks.co_lock(name, patient_waiter());
 
         asio::cancellation_signal signal;
         bool done = false;
@@ -379,7 +355,7 @@ TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a time
         bool got_guard = true;
         steady::time_point done_at;
         locks.async_lock(
-            name, patient(),
+            name, patient_waiter(),
             asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
                 ec = e;
                 got_guard = g.owns_lock();
@@ -397,15 +373,10 @@ TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a time
         CHECK(ms_between(emitted, done_at) < 1000);
 
         // Raced with a timer: the timer wins when it should.
-        asio::steady_timer timer(ctx);
-        timer.expires_after(300ms);
-        auto const raced = steady::now();
-        auto result =
-            co_await (locks.co_lock(name, patient()) || timer.async_wait(asio::use_awaitable));
-        auto const took = ms_since(raced);
-        CHECK(result.index() == 1);
-        CHECK(took >= 290);
-        CHECK(took < 1500);
+        auto const timed_out = co_await lock_or_timer(locks, name, patient_waiter(), 300ms);
+        CHECK(timed_out.winner == 1);
+        CHECK(timed_out.took_ms >= 290);
+        CHECK(timed_out.took_ms < 1500);
 
         // The holder was not disturbed on any primary, and no waiter is left subscribed.
         auto const held = co_await values_on(probe, key);
@@ -417,13 +388,8 @@ TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a time
         }
         // Nobody is queued for it any more: once released, a third locker's single attempt
         // wins (a queue entry left behind would have the lock handed to the waiters' locker).
-        bool const released = co_await holder.unlock();
-        CHECK(released);
-        auto next = co_await third.co_try_lock(name, patient());
-        REQUIRE(next.has_value());
-        CHECK(next->fence() > holder.fence());
-        bool const released_next = co_await next->unlock();
-        CHECK(released_next);
+        CHECK(co_await holder.unlock());
+        co_await check_taken_again(third, name, patient_waiter(), holder.fence());
         conns_h.close();
         conns_w.close();
         conns_t.close();
@@ -443,7 +409,7 @@ TEST_CASE("redlock: co_lock cancelled with its attempts in flight (writes paused
             co_await probe.connect_all();
             // Warm up: connected, and the scripts are loaded on every primary, so that the
             // attempt below is one EVALSHA per primary that runs once the pause ends.
-            auto warm = co_await locks.co_lock(unique_key("redlock-warm"), patient());
+            auto warm = co_await locks.co_lock(unique_key("redlock-warm"), patient_waiter());
             co_await warm.unlock();
             std::string const name = unique_key("redlock-cancel-in-flight");
             std::string const key = lock_key(name);
@@ -459,25 +425,17 @@ TEST_CASE("redlock: co_lock cancelled with its attempts in flight (writes paused
                 asio::co_spawn(
                     ctx,
                     [&]() -> asio::awaitable<void> {
-                        asio::steady_timer timer(ctx);
-                        timer.expires_after(100ms);
-                        auto r = co_await (locks.co_lock(name, patient()) ||
-                                           timer.async_wait(asio::use_awaitable));
+                        auto race = co_await lock_or_timer(locks, name, patient_waiter(), 100ms);
                         at_completion = co_await values_on(probe, key);
-                        ec = r.index() == 1 ? error_code(asio::error::operation_aborted)
-                                            : error_code{};
-                        got_guard = r.index() == 0;
+                        ec = race.as_call();
+                        got_guard = race.winner == 0;
                         done = true;
                     },
                     asio::detached);
             } else {
-                locks.async_lock(
-                    name, patient(),
-                    asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
-                        ec = e;
-                        got_guard = g.owns_lock();
-                        done = true;
-                    }));
+                locks.async_lock(name, patient_waiter(),
+                                 asio::bind_cancellation_slot(
+                                     signal.slot(), record_lock_call(ec, got_guard, done)));
                 co_await sleep_for(100ms);
                 CHECK_FALSE(done);
                 signal.emit(asio::cancellation_type::terminal);
@@ -506,17 +464,10 @@ TEST_CASE("redlock: co_lock cancelled with its attempts in flight (writes paused
 
 TEST_CASE("redlock: renewal: a 600 ms lease held for 2 s stays ours, on a majority, on 3 and on "
           "5") {
-    for (std::size_t n : {std::size_t{3}, std::size_t{5}}) {
-        CAPTURE(n);
-        auto const servers = shared_primaries(n);
-        run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-            primary_connections conns{ctx.get_executor(), configs_of(servers)};
-            primary_connections conns_other{ctx.get_executor(), configs_of(servers)};
-            primary_connections probe{ctx.get_executor(), configs_of(servers)};
-            locker locks{conns.primaries()};
-            locker other{conns_other.primaries()};
-            co_await probe.connect_all();
-            std::string const name = unique_key("redlock-renewal");
+    on_3_and_5_primaries([&](std::size_t n, std::vector<redis_server*> const& servers) {
+        auto scenario = [&](primary_connections&, primary_connections&, primary_connections& probe,
+                            locker& locks, locker& other,
+                            std::string const& name) -> asio::awaitable<void> {
             std::string const key = lock_key(name);
 
             auto g = co_await locks.co_lock(name, lease(600ms));
@@ -541,30 +492,21 @@ TEST_CASE("redlock: renewal: a 600 ms lease held for 2 s stays ours, on a majori
             auto refused = co_await other.co_try_lock(name, lease(600ms));
             CHECK_FALSE(refused.has_value());
 
-            bool const released = co_await g.unlock();
-            CHECK(released);
+            CHECK(co_await g.unlock());
             // The pending wait_lost ends, saying it was not a loss.
             bool const ended = co_await finishes(w.done, 2000ms);
             CHECK(ended);
             CHECK(w.ec == colock::error::not_held);
-            conns.close();
-            conns_other.close();
-            probe.close();
-        });
-    }
+        };
+        run_redlock_test(configs_of(servers), "redlock-renewal", scenario);
+    });
 }
 
 // ------------------------------------------------------------------- a primary killed
 
 TEST_CASE("redlock: primaries killed while lockers contend (1 of 3, 2 of 5): the loop goes on "
           "without overlap; restarted, they count again") {
-    struct shape {
-        std::size_t n;
-        std::size_t killed;
-    };
-    for (auto const sh : {shape{3, 1}, shape{5, 2}}) {
-        CAPTURE(sh.n);
-        primary_set set{sh.n};
+    on_fresh_primaries({{3, 1}, {5, 2}}, [&](primaries_killed sh, primary_set& set) {
         auto const servers = set.servers();
         // The last `killed` primaries go; the counter lives on the first, which stays.
         auto const kill_last = [&] {
@@ -614,20 +556,18 @@ TEST_CASE("redlock: primaries killed while lockers contend (1 of 3, 2 of 5): the
                     for (std::size_t k = 0; k < sh.killed; ++k)
                         set[k].kill();
                 });
-                lock_options opt = lease(3000ms);
-                opt.wait_timeout = 20'000ms;
+                lock_options opt = waiting_up_to(lease(3000ms), 20'000ms);
                 auto g = co_await locks.co_lock(c->name, opt);
                 CHECK(g.owns_lock());
                 CHECK(g.fence() > c->last_fence);
                 auto const held = co_await values_on(probe, lock_key(c->name));
                 CHECK(count_held(held, g.token()) >= majority(sh.n));
-                bool const released = co_await g.unlock();
-                CHECK(released);
+                CHECK(co_await g.unlock());
                 conns.close();
                 probe.close();
             },
             120s);
-    }
+    });
 }
 
 TEST_CASE("redlock: co_status reads the state a majority shares and its largest fence: held, "
@@ -664,16 +604,12 @@ TEST_CASE("redlock: co_status reads the state a majority shares and its largest 
         CHECK_FALSE(co_await forced.unlock());
 
         // Each primary in another state: no majority, so free, with the largest fence of all.
-        co_await probe[0].co_exec(command("SET", key, "H 500 x token-a 0 0", "PX", "60000"));
-        co_await probe[1].co_exec(command("SET", key, "H 400 y token-b 0 0", "PX", "60000"));
-        co_await probe[2].co_exec(command("SET", key, "F 450", "PX", "60000"));
+        co_await set_on_each(probe, key, "H 500 x token-a 0 0", "H 400 y token-b 0 0", "F 450");
         st = co_await locks.co_status(name);
         CHECK(st.state == lock_state::free);
         CHECK(st.fence == 500);
         // Free on every primary with a fence each: the largest.
-        co_await probe[0].co_exec(command("SET", key, "F 100", "PX", "60000"));
-        co_await probe[1].co_exec(command("SET", key, "F 300", "PX", "60000"));
-        co_await probe[2].co_exec(command("SET", key, "F 200", "PX", "60000"));
+        co_await set_on_each(probe, key, "F 100", "F 300", "F 200");
         st = co_await locks.co_status(name);
         CHECK(st.state == lock_state::free);
         CHECK(st.fence == 300);

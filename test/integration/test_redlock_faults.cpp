@@ -5,6 +5,7 @@
 // once connected.
 #include <colock/locker.hpp>
 
+#include "redlock_fixture.hpp"
 #include "test_util.hpp"
 
 #include "lock/lock_scripts.hpp"
@@ -87,13 +88,7 @@ asio::awaitable<failure> lock_failure(locker& locks, std::string name, lock_opti
 TEST_CASE("redlock: a majority killed (2 of 3, 3 of 5) under a held guard: lost within its "
           "validity; co_try_lock fails with no_quorum, co_lock with timeout; restarted, it works "
           "again") {
-    struct shape {
-        std::size_t n;
-        std::size_t killed;
-    };
-    for (auto const sh : {shape{3, 2}, shape{5, 3}}) {
-        CAPTURE(sh.n);
-        primary_set set{sh.n};
+    on_fresh_primaries({{3, 2}, {5, 3}}, [&](primaries_killed sh, primary_set& set) {
         auto const servers = set.servers();
         run_test(
             [&](asio::io_context& ctx) -> asio::awaitable<void> {
@@ -128,8 +123,7 @@ TEST_CASE("redlock: a majority killed (2 of 3, 3 of 5) under a held guard: lost 
                 if (!lost_at_once)
                     CHECK(w.at <= deadline + 500ms);
                 CHECK(ms_between(killed_at, w.at) < 2000 + 500);
-                bool const released = co_await g.unlock();
-                CHECK_FALSE(released);
+                CHECK_FALSE(co_await g.unlock());
 
                 // One attempt: too few primaries answer, and the message names those that did
                 // not.
@@ -143,8 +137,7 @@ TEST_CASE("redlock: a majority killed (2 of 3, 3 of 5) under a held guard: lost 
                 CHECK(tried.took_ms < 5000);
 
                 // A waiting co_lock takes no_quorum as passing, until its wait_timeout.
-                lock_options waiting = opt;
-                waiting.wait_timeout = 1500ms;
+                lock_options waiting = waiting_up_to(opt, 1500ms);
                 auto const waited = co_await lock_failure(locks, other, waiting);
                 INFO(waited.what);
                 CHECK(waited.code == colock::error::timeout);
@@ -156,17 +149,15 @@ TEST_CASE("redlock: a majority killed (2 of 3, 3 of 5) under a held guard: lost 
                     for (std::size_t k = 0; k < sh.killed; ++k)
                         set[sh.n - 1 - k].restart();
                 });
-                lock_options patient = opt;
-                patient.wait_timeout = 20'000ms;
+                lock_options patient = waiting_up_to(opt, 20'000ms);
                 auto g2 = co_await locks.co_lock(name, patient);
                 CHECK(g2.owns_lock());
                 CHECK(g2.fence() > g.fence());
-                bool const released2 = co_await g2.unlock();
-                CHECK(released2);
+                CHECK(co_await g2.unlock());
                 conns.close();
             },
             120s);
-    }
+    });
 }
 
 // ------------------------------------------------------- one primary slow or stalled
@@ -255,8 +246,7 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
                 CHECK(pttl > 0);
                 CHECK(pttl <= 1500);
             }
-            bool const released = co_await g.unlock();
-            CHECK(released);
+            CHECK(co_await g.unlock());
 
             // Once the link is back, no holder's key is left on any primary.
             auto const left = co_await values_become(
@@ -330,76 +320,59 @@ TEST_CASE("redlock: a primary restarted empty under a guard held on all three: n
           "still hold it); a second one restarted: lost at once, server_replaced") {
     primary_set set{3};
     auto const servers = set.servers();
-    run_test(
-        [&](asio::io_context& ctx) -> asio::awaitable<void> {
-            primary_connections conns{ctx.get_executor(), fast_configs(servers)};
-            primary_connections conns_other{ctx.get_executor(), fast_configs(servers)};
-            primary_connections probe{ctx.get_executor(), fast_configs(servers)};
-            locker locks{conns.primaries()};
-            locker other{conns_other.primaries()};
-            co_await conns.connect_all();
-            co_await conns_other.connect_all();
-            co_await probe.connect_all();
-            std::string const name = unique_key("redlock-restart");
-            std::string const key = lock_key(name);
-            // A long lease and no renewal: only the run_ids can tell the holder in time.
-            lock_options opt = lease(10'000ms);
-            opt.auto_renew = false;
+    auto scenario = [&](primary_connections& conns, primary_connections& conns_other,
+                        primary_connections& probe, locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
+        co_await conns.connect_all();
+        co_await conns_other.connect_all();
+        std::string const key = lock_key(name);
+        // A long lease and no renewal: only the run_ids can tell the holder in time.
+        lock_options opt = lease(10'000ms);
+        opt.auto_renew = false;
 
-            auto g = co_await locks.co_lock(name, opt);
-            auto const on_all = co_await values_become(
-                probe, key, [&](values const& v) { return count_held(v, g.token()) == 3; });
-            REQUIRE(count_held(on_all, g.token()) == 3);
-            lost_watch w;
-            watch(g, w);
+        auto g = co_await locks.co_lock(name, opt);
+        auto const on_all = co_await values_become(
+            probe, key, [&](values const& v) { return count_held(v, g.token()) == 3; });
+        REQUIRE(count_held(on_all, g.token()) == 3);
+        lost_watch w;
+        watch(g, w);
 
-            co_await off_thread([&] {
-                set[0].kill();
-                set[0].restart();
-            });
-            bool const seen =
-                co_await finishes_when([&] { return conns[0].server_change_count() == 1; }, 5000ms);
-            REQUIRE(seen);
-            // Two of three still hold it: the guard stays, and nobody else gets the lock.
-            auto refused = co_await other.co_try_lock(name, opt);
-            CHECK_FALSE(refused.has_value());
-            co_await sleep_for(300ms);
-            CHECK(g.owns_lock());
-            CHECK_FALSE(g.lost());
-            CHECK_FALSE(w.done);
-            auto const two = co_await values_on(probe, key);
-            CHECK(count_held(two, g.token()) == 2);
+        co_await off_thread([&] {
+            set[0].kill();
+            set[0].restart();
+        });
+        bool const seen =
+            co_await finishes_when([&] { return conns[0].server_change_count() == 1; }, 5000ms);
+        REQUIRE(seen);
+        // Two of three still hold it: the guard stays, and nobody else gets the lock.
+        auto refused = co_await other.co_try_lock(name, opt);
+        CHECK_FALSE(refused.has_value());
+        co_await sleep_for(300ms);
+        CHECK(g.owns_lock());
+        CHECK_FALSE(g.lost());
+        CHECK_FALSE(w.done);
+        auto const two = co_await values_on(probe, key);
+        CHECK(count_held(two, g.token()) == 2);
 
-            co_await off_thread([&] {
-                set[1].kill();
-                set[1].restart();
-            });
-            auto const restarted_at = steady::now();
-            bool const noticed = co_await finishes(w.done, 5000ms);
-            REQUIRE(noticed);
-            MESSAGE("second restart: the holder was told after " << ms_between(restarted_at, w.at)
-                                                                 << " ms");
-            CHECK_FALSE(w.ec);
-            CHECK(g.lost());
-            CHECK_FALSE(g.owns_lock());
-            CHECK(g.loss() == loss_reason::server_replaced);
-            CHECK(ms_between(restarted_at, w.at) < 3000); // the lease had 10 s
+        co_await off_thread([&] {
+            set[1].kill();
+            set[1].restart();
+        });
+        auto const restarted_at = steady::now();
+        auto const told = co_await told_lost_after(w, g, restarted_at, 5000ms);
+        MESSAGE("second restart: the holder was told after " << told << " ms");
+        CHECK(g.loss() == loss_reason::server_replaced);
+        CHECK(told < 3000); // the lease had 10 s
 
-            // The two empty primaries make a majority for the next holder, above the old fence.
-            lock_options wait = opt;
-            wait.wait_timeout = 10'000ms;
-            auto g2 = co_await other.co_lock(name, wait);
-            CHECK(g2.owns_lock());
-            CHECK(g2.fence() > g.fence());
-            bool const released_old = co_await g.unlock();
-            CHECK_FALSE(released_old);
-            bool const released = co_await g2.unlock();
-            CHECK(released);
-            conns.close();
-            conns_other.close();
-            probe.close();
-        },
-        90s);
+        // The two empty primaries make a majority for the next holder, above the old fence.
+        lock_options wait = waiting_up_to(opt, 10'000ms);
+        auto g2 = co_await other.co_lock(name, wait);
+        CHECK(g2.owns_lock());
+        CHECK(g2.fence() > g.fence());
+        CHECK_FALSE(co_await g.unlock());
+        CHECK(co_await g2.unlock());
+    };
+    run_redlock_test(fast_configs(servers), "redlock-restart", scenario, 90s);
 }
 
 // --------------------------------------------------------------- bad configuration
@@ -502,8 +475,7 @@ TEST_CASE("redlock: the same server behind two endpoints (directly and through a
         CHECK((contains(tried.what, "same server") || contains(tried.what, "run_id")));
 
         // Not a passing error: a waiting co_lock fails the same way, long before its timeout.
-        lock_options opt = lease(5000ms);
-        opt.wait_timeout = 5000ms;
+        lock_options opt = waiting_up_to(lease(5000ms), 5000ms);
         auto const waited = co_await lock_failure(locks, name, opt);
         INFO(waited.what);
         CHECK(waited.code == colock::error::invalid_argument);

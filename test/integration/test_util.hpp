@@ -9,6 +9,8 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -28,6 +30,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -63,6 +66,43 @@ void run_test(Make make, std::chrono::seconds limit = std::chrono::seconds{60}) 
         std::rethrow_exception(failure);
 }
 
+/// Runs `ctx` on threads of its own, for tests that block on futures, until join() or the
+/// destructor lets its work run out and joins them.
+class context_threads {
+public:
+    explicit context_threads(asio::io_context& ctx, int count = 1)
+        : work_(asio::make_work_guard(ctx)) {
+        for (int i = 0; i < count; ++i)
+            threads_.emplace_back([&ctx] { ctx.run(); });
+    }
+    context_threads(context_threads const&) = delete;
+    context_threads& operator=(context_threads const&) = delete;
+    ~context_threads() { join(); }
+
+    void join() {
+        work_.reset();
+        for (auto& t : threads_)
+            if (t.joinable())
+                t.join();
+    }
+
+private:
+    asio::executor_work_guard<asio::io_context::executor_type> work_;
+    std::vector<std::thread> threads_;
+};
+
+/// Runs `scenario(conn)` as run_test does, on a connection with `cfg`: connected before the
+/// scenario, closed once it returns (when it throws, left to the io_context's end).
+template <class Scenario>
+void run_connected(redis::config const& cfg, Scenario scenario) {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), cfg};
+        co_await conn.async_connect(asio::use_awaitable);
+        co_await scenario(conn);
+        conn.close();
+    });
+}
+
 /// One command as a request. Variadic rather than an initializer_list: GCC 12 miscompiles
 /// braced lists of strings inside coroutines.
 template <class... Args>
@@ -72,16 +112,51 @@ resp3::request command(std::string_view name, Args const&... args) {
     return req;
 }
 
-/// The code `op` throws as a system_error, or an empty code when it completes.
-template <class T>
-asio::awaitable<error_code> error_of(asio::awaitable<T> op) {
+/// The code and text of the system_error an operation threw; both empty when it threw none.
+struct failure {
     error_code code;
+    std::string what;
+};
+
+template <class T>
+asio::awaitable<failure> failure_of(asio::awaitable<T> op) {
+    failure out;
     try {
         co_await std::move(op);
     } catch (system_error const& e) {
-        code = e.code();
+        out = {e.code(), e.what()};
     }
-    co_return code;
+    co_return out;
+}
+
+/// The code `op` throws as a system_error, or an empty code when it completes.
+template <class T>
+asio::awaitable<error_code> error_of(asio::awaitable<T> op) {
+    auto const failed = co_await failure_of(std::move(op));
+    co_return failed.code;
+}
+
+/// failure_of for a call that throws before it starts anything.
+template <class Call>
+failure call_failure(Call call) {
+    try {
+        call();
+    } catch (system_error const& e) {
+        return {e.code(), e.what()};
+    }
+    return {};
+}
+
+/// The completion for co_spawn of a coroutine that counts itself in `finished` when it returns:
+/// when it throws instead, counts it in `failed` and in `finished`.
+template <class Failed, class Finished>
+auto count_failure(Failed& failed, Finished& finished) {
+    return [&failed, &finished](std::exception_ptr e) {
+        if (e) {
+            ++failed;
+            ++finished;
+        }
+    };
 }
 
 /// A vector of strings, for the same reason as `command`.
@@ -128,6 +203,12 @@ inline lock_options lease(std::chrono::milliseconds ttl) {
     return opt;
 }
 
+/// `opt` with a wait_timeout of `limit`.
+inline lock_options waiting_up_to(lock_options opt, std::chrono::milliseconds limit) {
+    opt.wait_timeout = limit;
+    return opt;
+}
+
 /// Server options with an ACL user "app" (password "app-secret") beside the default user.
 inline redis_server_options with_app_user(redis_server_options opts = {}) {
     opts.acl_user = "app";
@@ -156,6 +237,69 @@ inline std::vector<redis::config> fast_configs(std::vector<redis_server*> const&
     for (auto const* s : servers)
         out.push_back(fast_config(*s));
     return out;
+}
+
+/// Lock options for a waiter that sleeps long between its own retries (a wake-up message or a
+/// cancellation ends the sleep), so that a cancellation almost surely meets it asleep rather
+/// than mid-attempt.
+inline lock_options patient_waiter() {
+    lock_options opt;
+    opt.ttl = std::chrono::milliseconds{10'000};
+    opt.retry.initial = std::chrono::milliseconds{5000};
+    opt.retry.max = std::chrono::milliseconds{5000};
+    opt.retry.multiplier = 1.0;
+    return opt;
+}
+
+/// co_lock raced against a timer (`||`): which won (0 the lock, 1 the timer), the guard when
+/// the lock won, and how long the race took.
+struct lock_race {
+    std::size_t winner = 0;
+    std::optional<lock_guard> guard;
+    long long took_ms = 0;
+
+    /// What the race reports as a lock call: operation_aborted when the timer won.
+    error_code as_call() const {
+        return winner == 1 ? error_code(asio::error::operation_aborted) : error_code{};
+    }
+};
+
+inline asio::awaitable<lock_race> lock_or_timer(locker& locks, std::string const& name,
+                                                lock_options const& opt,
+                                                std::chrono::milliseconds limit) {
+    using namespace asio::experimental::awaitable_operators;
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    timer.expires_after(limit);
+    auto const started = steady::now();
+    auto result = co_await (locks.co_lock(name, opt) || timer.async_wait(asio::use_awaitable));
+    lock_race race;
+    race.took_ms = ms_since(started);
+    race.winner = result.index();
+    if (result.index() == 0)
+        race.guard = std::move(std::get<0>(result));
+    co_return race;
+}
+
+/// A completion handler for async_lock or async_try_lock: keeps the code in `ec` and whether a
+/// guard came (one that owns the lock; for async_try_lock, any) in `got_guard`, then sets `done`.
+inline auto record_lock_call(error_code& ec, bool& got_guard, bool& done) {
+    struct handler {
+        error_code& ec;
+        bool& got_guard;
+        bool& done;
+
+        void operator()(error_code e, lock_guard g) const {
+            ec = e;
+            got_guard = g.owns_lock();
+            done = true;
+        }
+        void operator()(error_code e, std::optional<lock_guard> g) const {
+            ec = e;
+            got_guard = g.has_value();
+            done = true;
+        }
+    };
+    return handler{ec, got_guard, done};
 }
 
 /// A pending wait_lost, started with a callback by watch().
@@ -317,6 +461,14 @@ exists_becomes(redis::connection& c, std::string const& key, std::int64_t expect
     co_return n;
 }
 
+/// Polls `done()` every `step`, `polls` times at the most, until it holds; returns `done()`.
+template <class Done>
+asio::awaitable<bool> poll_until(Done done, int polls, std::chrono::milliseconds step) {
+    for (int i = 0; i < polls && !done(); ++i)
+        co_await sleep_for(step);
+    co_return done();
+}
+
 /// Waits until `done` is set or `limit` has passed; returns `done`.
 inline asio::awaitable<bool> finishes(bool const& done, std::chrono::milliseconds limit) {
     auto const end = steady::now() + limit;
@@ -355,6 +507,14 @@ inline void exec_into(redis::connection& conn, resp3::request req,
         into->replies = std::move(r);
         into->done = true;
     });
+}
+
+/// A completion handler for async_exec that keeps the code in `result`, then sets `done`.
+inline auto record_code(error_code& result, bool& done) {
+    return [&result, &done](error_code ec, redis::response) {
+        result = ec;
+        done = true;
+    };
 }
 
 /// The text of a string reply, or "<not a string>".

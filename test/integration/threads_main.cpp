@@ -45,47 +45,61 @@ void run_on_four_threads(asio::io_context& ctx, std::atomic<int> const& finished
     for (auto& t : threads)
         t.join();
 }
+
+// An io_context for four threads and a connection to the shared server: what every test here
+// runs its coroutines on.
+struct four_thread_pool {
+    asio::io_context ctx{4};
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+
+    // Spawns `make(c)` for each c in [0, count), each on a strand of its own (its || branches
+    // must not run on two threads at once: Asio's rule for coroutines on a multi-threaded
+    // io_context), then runs them as run_on_four_threads does, closing the connection at the
+    // end; all must have finished.
+    template <class Make>
+    void run(int count, std::chrono::seconds limit, Make make) {
+        std::atomic<int> finished{0};
+        for (int c = 0; c < count; ++c)
+            asio::co_spawn(
+                asio::make_strand(ctx),
+                [&finished, &make, c]() -> asio::awaitable<void> {
+                    co_await make(c);
+                    ++finished;
+                },
+                asio::detached);
+        run_on_four_threads(ctx, finished, count, limit, [&] { conn.close(); });
+        REQUIRE(finished == count);
+    }
+};
 } // namespace
 
 TEST_CASE("many coroutines on four threads share one connection") {
     constexpr int coroutines = 64;
     constexpr int increments = 300;
-    asio::io_context ctx(4);
-    redis::connection conn{ctx.get_executor(), shared_server().config()};
-    std::atomic<int> finished{0};
+    four_thread_pool pool;
     std::atomic<int> aborted{0};
     std::atomic<int> failures{0};
 
-    for (int c = 0; c < coroutines; ++c) {
-        // Each coroutine on its own strand: its || branches must not run on two threads at
-        // once (Asio's rule for coroutines on a multi-threaded io_context).
-        asio::co_spawn(
-            asio::make_strand(ctx),
-            [&, c]() -> asio::awaitable<void> {
-                using namespace asio::experimental::awaitable_operators;
-                for (int i = 0; i < increments; ++i) {
-                    auto reply = co_await conn.co_exec(command("INCR", "threads:counter"));
-                    if (!reply.at(0).as_integer())
-                        ++failures;
-                    if (i % 50 == c % 50) {
-                        // Cancellation from the pool's threads too: race a request against
-                        // a timer that is already due; the timer usually wins. (Not a
-                        // blocking command: it would hold the shared connection for all.)
-                        asio::steady_timer timer(co_await asio::this_coro::executor);
-                        timer.expires_after(0ms);
-                        auto r = co_await (
-                            conn.async_exec(command("ECHO", "raced"), asio::use_awaitable) ||
-                            timer.async_wait(asio::use_awaitable));
-                        if (r.index() == 1)
-                            ++aborted;
-                    }
-                }
-                ++finished;
-            },
-            asio::detached);
-    }
-    run_on_four_threads(ctx, finished, coroutines, 60s, [&] { conn.close(); });
-    REQUIRE(finished == coroutines);
+    pool.run(coroutines, 60s, [&](int c) -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        for (int i = 0; i < increments; ++i) {
+            auto reply = co_await pool.conn.co_exec(command("INCR", "threads:counter"));
+            if (!reply.at(0).as_integer())
+                ++failures;
+            if (i % 50 == c % 50) {
+                // Cancellation from the pool's threads too: race a request against
+                // a timer that is already due; the timer usually wins. (Not a
+                // blocking command: it would hold the shared connection for all.)
+                asio::steady_timer timer(co_await asio::this_coro::executor);
+                timer.expires_after(0ms);
+                auto r =
+                    co_await (pool.conn.async_exec(command("ECHO", "raced"), asio::use_awaitable) ||
+                              timer.async_wait(asio::use_awaitable));
+                if (r.index() == 1)
+                    ++aborted;
+            }
+        }
+    });
 
     CHECK(failures == 0);
     CHECK(aborted > 0);
@@ -96,48 +110,36 @@ TEST_CASE("many coroutines on four threads share one connection") {
 TEST_CASE("locks taken and released from four threads keep mutual exclusion") {
     constexpr int coroutines = 32;
     constexpr int rounds = 20;
-    asio::io_context ctx(4);
-    redis::connection conn{ctx.get_executor(), shared_server().config()};
-    locker lk{conn, "threads-lock:"};
-    std::atomic<int> finished{0};
+    four_thread_pool pool;
+    locker lk{pool.conn, "threads-lock:"};
     std::atomic<int> inside{0};
     std::atomic<int> overlaps{0};
     std::atomic<int> errors{0};
     int unguarded_counter = 0; // protected by the distributed lock alone
 
-    for (int c = 0; c < coroutines; ++c) {
-        // Each coroutine on its own strand: its || branches must not run on two threads at
-        // once (Asio's rule for coroutines on a multi-threaded io_context).
-        asio::co_spawn(
-            asio::make_strand(ctx),
-            [&, c]() -> asio::awaitable<void> {
-                std::string const name = "name-" + std::to_string(c % 4);
-                for (int i = 0; i < rounds; ++i) {
-                    try {
-                        lock_options opt;
-                        opt.ttl = 5s;
-                        auto guard = co_await lk.co_lock(name, opt);
-                        if (name == "name-0") {
-                            if (++inside > 1)
-                                ++overlaps;
-                            ++unguarded_counter;
-                            asio::steady_timer t(co_await asio::this_coro::executor);
-                            t.expires_after(100us);
-                            co_await t.async_wait(asio::use_awaitable);
-                            --inside;
-                        }
-                        if (!co_await guard.unlock())
-                            ++errors;
-                    } catch (std::exception const&) {
-                        ++errors;
-                    }
+    pool.run(coroutines, 120s, [&](int c) -> asio::awaitable<void> {
+        std::string const name = "name-" + std::to_string(c % 4);
+        for (int i = 0; i < rounds; ++i) {
+            try {
+                lock_options opt;
+                opt.ttl = 5s;
+                auto guard = co_await lk.co_lock(name, opt);
+                if (name == "name-0") {
+                    if (++inside > 1)
+                        ++overlaps;
+                    ++unguarded_counter;
+                    asio::steady_timer t(co_await asio::this_coro::executor);
+                    t.expires_after(100us);
+                    co_await t.async_wait(asio::use_awaitable);
+                    --inside;
                 }
-                ++finished;
-            },
-            asio::detached);
-    }
-    run_on_four_threads(ctx, finished, coroutines, 120s, [&] { conn.close(); });
-    REQUIRE(finished == coroutines);
+                if (!co_await guard.unlock())
+                    ++errors;
+            } catch (std::exception const&) {
+                ++errors;
+            }
+        }
+    });
 
     CHECK(errors == 0);
     CHECK(overlaps == 0);
@@ -151,61 +153,50 @@ TEST_CASE("co_lock raced with a timer that fires as the grant arrives, on four t
     // tuned so the timer fires around the grant: some locks win, some timers do.
     constexpr int coroutines = 32;
     constexpr int rounds = 60;
-    asio::io_context ctx(4);
-    redis::connection conn{ctx.get_executor(), shared_server().config()};
-    locker lk{conn, "threads-race:"};
-    std::atomic<int> finished{0};
+    four_thread_pool pool;
+    locker lk{pool.conn, "threads-race:"};
     std::atomic<int> acquired{0};
     std::atomic<int> timed_out{0};
     std::atomic<int> errors{0};
 
-    for (int c = 0; c < coroutines; ++c) {
-        asio::co_spawn(
-            asio::make_strand(ctx),
-            [&, c]() -> asio::awaitable<void> {
-                using namespace asio::experimental::awaitable_operators;
-                std::string const name = "race-" + std::to_string(c % 8);
-                auto ex = co_await asio::this_coro::executor;
-                lock_options opt;
-                opt.ttl = 5s;
-                // One uncontended round trip, as this build runs (sanitizers are slow): the
-                // timers below fire between 0 and twice that after the call.
-                long long round_trip_us = 600;
-                try {
-                    auto const start = std::chrono::steady_clock::now();
-                    auto g = co_await lk.co_lock("race-alone-" + std::to_string(c), opt);
-                    round_trip_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                                        std::chrono::steady_clock::now() - start)
-                                        .count();
-                    co_await g.unlock();
-                } catch (std::exception const&) {
-                    ++errors;
-                }
-                for (int i = 0; i < rounds; ++i) {
-                    try {
-                        asio::steady_timer timer(ex);
-                        timer.expires_after(std::chrono::microseconds((c * 37 + i * 101) %
-                                                                      (2 * round_trip_us + 1)));
-                        auto r = co_await (lk.co_lock(name, opt) ||
-                                           timer.async_wait(asio::use_awaitable));
-                        if (r.index() == 0) {
-                            ++acquired;
-                            auto guard = std::move(std::get<0>(r));
-                            if (!co_await guard.unlock())
-                                ++errors;
-                        } else {
-                            ++timed_out;
-                        }
-                    } catch (std::exception const&) {
+    pool.run(coroutines, 120s, [&](int c) -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        std::string const name = "race-" + std::to_string(c % 8);
+        auto ex = co_await asio::this_coro::executor;
+        lock_options opt;
+        opt.ttl = 5s;
+        // One uncontended round trip, as this build runs (sanitizers are slow): the
+        // timers below fire between 0 and twice that after the call.
+        long long round_trip_us = 600;
+        try {
+            auto const start = std::chrono::steady_clock::now();
+            auto g = co_await lk.co_lock("race-alone-" + std::to_string(c), opt);
+            round_trip_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+            co_await g.unlock();
+        } catch (std::exception const&) {
+            ++errors;
+        }
+        for (int i = 0; i < rounds; ++i) {
+            try {
+                asio::steady_timer timer(ex);
+                timer.expires_after(
+                    std::chrono::microseconds((c * 37 + i * 101) % (2 * round_trip_us + 1)));
+                auto r = co_await (lk.co_lock(name, opt) || timer.async_wait(asio::use_awaitable));
+                if (r.index() == 0) {
+                    ++acquired;
+                    auto guard = std::move(std::get<0>(r));
+                    if (!co_await guard.unlock())
                         ++errors;
-                    }
+                } else {
+                    ++timed_out;
                 }
-                ++finished;
-            },
-            asio::detached);
-    }
-    run_on_four_threads(ctx, finished, coroutines, 120s, [&] { conn.close(); });
-    REQUIRE(finished == coroutines);
+            } catch (std::exception const&) {
+                ++errors;
+            }
+        }
+    });
 
     CHECK(errors == 0);
     CHECK(acquired > 0);

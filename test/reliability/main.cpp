@@ -51,13 +51,9 @@ using std::chrono::milliseconds;
 
 // a. Processes x coroutines on one name, the proxy injecting faults at random.
 result contention_under_faults() {
-    result r;
-    r.scenario = "a. 4 procs x 32 coroutines, random proxy faults";
+    result r{"a. 4 procs x 32 coroutines, random proxy faults"};
     auto const run = opts.full ? 30s : 8s;
-    redis_server server;
-    fault_proxy proxy(server.port());
-    scratch_dir dir;
-    make_counter(dir.file("counter"));
+    proxied_server env;
     std::vector<std::unique_ptr<worker_process>> ws;
     auto const start = std::chrono::steady_clock::now();
     for (int p = 0; p < 4; ++p)
@@ -65,24 +61,17 @@ result contention_under_faults() {
             worker_args({"contend", "--name", "a", "--coroutines", "32", "--ms",
                          std::to_string(milliseconds(run).count()), "--ttl-ms", "1000",
                          "--renew-ms", "250", "--hold-us", "500", "--health-ms", "300", "--counter",
-                         dir.file("counter"), "--history", dir.file("history")},
-                        proxy.url(), std::to_string(p))));
+                         env.dir.file("counter"), "--history", env.dir.file("history")},
+                        env.proxy.url(), std::to_string(p))));
     std::mt19937 rng(opts.seed);
-    r.faults = inject_faults(proxy, start + run - 1500ms, rng, 1500ms);
+    r.faults = inject_faults(env.proxy, start + run - 1500ms, rng, 1500ms);
     auto total = collect(r, ws, run + 60s);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
-    r.losses = static_cast<std::uint64_t>(total["losses"]);
-    auto const counter = read_counter(dir.file("counter"));
-    auto const increments = static_cast<std::int64_t>(total["increments"]);
-    r.check(counter == increments, fmt::format("counter {} but {} increments: {} updates lost",
-                                               counter, increments, increments - counter));
-    r.check(r.acquisitions >= (opts.full ? 500u : 100u),
-            fmt::format("only {} acquisitions", r.acquisitions));
-    check_history(r, dir.file("history"));
-    r.leaked_keys = lock_keys_left(server, {"a"});
+    tally(r, total, start, opts.full ? 500u : 100u);
+    auto const counter = check_counter(r, env.dir.file("counter"), total);
+    check_history(r, env.dir.file("history"));
+    r.leaked_keys = lock_keys_left(env.server, {"a"});
     r.check(r.leaked_keys == 0, "the lock is left held, or a key without an expiry");
-    auto const s = proxy.stats();
+    auto const s = env.proxy.stats();
     r.figures = fmt::format("counter {} = increments; lost updates 0; proxy: {} drops, {} cuts, {} "
                             "stalls, {} black-holed; worker reconnects {:.0f}, co_lock errors "
                             "{:.0f}, tenures skipped (lease over before the write) {:.0f}",
@@ -93,15 +82,11 @@ result contention_under_faults() {
 
 // b. The holder's process is stopped for longer than the lease.
 result stopped_holder() {
-    result r;
-    r.scenario = "b. holder SIGSTOPped for 2.5 x TTL";
+    result r{"b. holder SIGSTOPped for 2.5 x TTL"};
     redis_server server;
     scratch_dir dir;
     auto const start = std::chrono::steady_clock::now();
-    std::vector<std::string> const hold = {"hold",     "--name",         "b",
-                                           "--ttl-ms", "1000",           "--renew-ms",
-                                           "300",      "--history",      dir.file("history"),
-                                           "--store",  dir.file("store")};
+    auto const hold = hold_args("b", "1000", "300", dir);
     worker_process a(worker_args(hold, server.url(), "A"));
     auto a_acquired = a.wait_line("acquired", 10s);
     r.check(a_acquired.has_value(), "A did not acquire");
@@ -152,17 +137,13 @@ result stopped_holder() {
 
 // c1. The server dies and comes back empty after longer than the lease.
 result restart_after_ttl() {
-    result r;
-    r.scenario = "c1. server killed, restarted after TTL + 0.5 s";
+    result r{"c1. server killed, restarted after TTL + 0.5 s"};
     auto const run = opts.full ? 20s : 6s;
     redis_server server;
     scratch_dir dir;
     make_counter(dir.file("counter"));
     auto const start = std::chrono::steady_clock::now();
-    std::vector<std::string> const hold = {"hold",     "--name",         "c1",
-                                           "--ttl-ms", "1000",           "--renew-ms",
-                                           "300",      "--history",      dir.file("history"),
-                                           "--store",  dir.file("store")};
+    auto const hold = hold_args("c1", "1000", "300", dir);
     worker_process a(worker_args(hold, server.url(), "A"));
     r.check(a.wait_line("acquired", 10s).has_value(), "A did not acquire");
     worker_process b(worker_args(hold, server.url(), "B"));
@@ -217,8 +198,7 @@ result restart_after_ttl() {
 // c2. The server dies and comes back empty at once: the one case where two holders can believe
 // they hold the lock. Measures that window and shows the fence stopping the old holder.
 result instant_restart() {
-    result r;
-    r.scenario = "c2. server killed, restarted at once (overlaps expected: the measured window)";
+    result r{"c2. server killed, restarted at once (overlaps expected: the measured window)"};
     int const rounds = opts.full ? 10 : 3;
     auto const start = std::chrono::steady_clock::now();
     std::int64_t worst_window_ns = 0;
@@ -228,10 +208,7 @@ result instant_restart() {
         redis_server server;
         scratch_dir dir;
         // A long lease and a slow renewal: only noticing the new server instance tells A soon.
-        std::vector<std::string> const hold = {"hold",     "--name",         "c2",
-                                               "--ttl-ms", "10000",          "--renew-ms",
-                                               "3000",     "--history",      dir.file("history"),
-                                               "--store",  dir.file("store")};
+        auto const hold = hold_args("c2", "10000", "3000", dir);
         worker_process a(worker_args(hold, server.url(), "A"));
         auto a_acquired = a.wait_line("acquired", 10s);
         r.check(a_acquired.has_value(), "A did not acquire");
@@ -342,8 +319,7 @@ result client_pause() {
 
 // e. Cancellation storm while the proxy injects faults: nothing may be left behind.
 result cancellation_storm() {
-    result r;
-    r.scenario = "e. cancellation storm under proxy faults";
+    result r{"e. cancellation storm under proxy faults"};
     auto const run = opts.full ? 20s : 6s;
     int const coroutines = opts.full ? 500 : 64;
     redis_server server;
@@ -395,8 +371,7 @@ result cancellation_storm() {
 result many_waiters() {
     std::size_t const count = opts.full ? 100'000 : 10'000;
     std::size_t const serve = opts.full ? 2'000 : 500;
-    result r;
-    r.scenario = fmt::format("f. {} waiters on one name", count);
+    result r{fmt::format("f. {} waiters on one name", count)};
     redis_server server;
     auto const start = std::chrono::steady_clock::now();
     worker_process w(worker_args({"waiters", "--name", "f", "--count", std::to_string(count),

@@ -128,6 +128,49 @@ std::uint64_t inject_faults(fault_proxy& proxy, std::chrono::steady_clock::time_
     return faults;
 }
 
+std::vector<std::string> hold_args(std::string const& name, std::string const& ttl_ms,
+                                   std::string const& renew_ms, scratch_dir const& dir) {
+    return {"hold",           "--name", name,        "--ttl-ms",          ttl_ms,
+            "--renew-ms",     renew_ms, "--history", dir.file("history"), "--store",
+            dir.file("store")};
+}
+
+keys_after_run
+settle_keys(std::vector<std::pair<colock::test::redis_server const*, std::string>> const& nodes,
+            std::chrono::steady_clock::time_point until) {
+    keys_after_run keys;
+    do {
+        keys = {};
+        for (auto const& [server, where] : nodes)
+            for (auto const& key : server->cli_lines({"KEYS", "*"})) {
+                if (key.starts_with("colock:locker:"))
+                    ++keys.records;
+                else
+                    keys.left.push_back(fmt::format("{} on {}", key, where));
+            }
+        if (!keys.left.empty())
+            std::this_thread::sleep_for(100ms);
+    } while (!keys.left.empty() && std::chrono::steady_clock::now() < until);
+    return keys;
+}
+
+void tally(result& r, std::map<std::string, double>& total,
+           std::chrono::steady_clock::time_point start, std::uint64_t least) {
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
+    r.losses = static_cast<std::uint64_t>(total["losses"]);
+    r.check(r.acquisitions >= least, fmt::format("only {} acquisitions", r.acquisitions));
+}
+
+std::int64_t check_counter(result& r, std::string const& counter_file,
+                           std::map<std::string, double>& total) {
+    auto const counter = read_counter(counter_file);
+    auto const increments = static_cast<std::int64_t>(total["increments"]);
+    r.check(counter == increments, fmt::format("counter {} but {} increments: {} updates lost",
+                                               counter, increments, increments - counter));
+    return counter;
+}
+
 void check_history(result& r, std::string const& history_file, std::size_t allowed_overlaps) {
     auto report = colock::test::check_history(colock::test::read_history(history_file));
     r.overlaps += report.overlaps.size();

@@ -19,6 +19,8 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace colock::reliability {
@@ -52,6 +54,9 @@ struct result {
     std::string figures; // what else was measured
     std::vector<std::string> failures;
 
+    result() = default;
+    explicit result(std::string name) : scenario(std::move(name)) {}
+
     void check(bool ok, std::string const& what) {
         if (!ok)
             failures.push_back(what);
@@ -74,6 +79,16 @@ private:
 // The shared counter the contenders increment (worker.cpp, unguarded_counter): 8 bytes.
 void make_counter(std::string const& path);
 std::int64_t read_counter(std::string const& path);
+
+// A server behind a fault proxy, and a scratch directory with the shared counter: where the
+// contention scenarios under proxy faults run their workers.
+struct proxied_server {
+    proxied_server() { make_counter(dir.file("counter")); }
+
+    colock::test::redis_server server;
+    colock::test::fault_proxy proxy{server.port()};
+    scratch_dir dir;
+};
 
 // "summary a=1 b=2" -> {a: 1, b: 2}
 std::map<std::string, double> fields(std::string const& line);
@@ -109,9 +124,54 @@ std::uint64_t inject_faults(colock::test::fault_proxy& proxy,
                             std::chrono::steady_clock::time_point until, std::mt19937& rng,
                             std::chrono::milliseconds longest_stall);
 
+// The end of a run that began at `start`, from the workers' summed `total`: how long it took,
+// the acquisitions and losses, and a failure when there were fewer than `least` acquisitions.
+void tally(result& r, std::map<std::string, double>& total,
+           std::chrono::steady_clock::time_point start, std::uint64_t least);
+
+// The counter file's value, checked against the increments the workers made: no update lost.
+std::int64_t check_counter(result& r, std::string const& counter_file,
+                           std::map<std::string, double>& total);
+
+// The keys on some servers once a run is over, polled every 100 ms until nothing but the locker
+// records (`colock:locker:<id>`, which outlive their last lease by design) is left, or `until`
+// passes. A node is a server and the name that the keys left on it are reported with.
+struct keys_after_run {
+    std::vector<std::string> left; // "<key> on <node's name>"
+    std::size_t records = 0;
+};
+
+keys_after_run
+settle_keys(std::vector<std::pair<colock::test::redis_server const*, std::string>> const& nodes,
+            std::chrono::steady_clock::time_point until);
+
+// Follows a plan of faults until 2 s before the run's end: after each pause of `pause_ms()` ms,
+// the next planned step when its time has come (step `i` at the share `at(i)` of `run` from
+// `start`: `step(i)`), else a lighter fault (`between()`). Returns how many planned steps ran.
+template <class Run, class At, class PauseMs, class Step, class Between>
+std::size_t follow_plan(std::chrono::steady_clock::time_point start, Run run, std::size_t steps,
+                        At at, PauseMs pause_ms, Step step, Between between) {
+    std::size_t next = 0;
+    auto const until = start + run - 2s;
+    while (std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(milliseconds(pause_ms()));
+        auto const elapsed = std::chrono::steady_clock::now() - start;
+        if (next < steps && elapsed >= at(next) * run)
+            step(next++);
+        else
+            between();
+    }
+    return next;
+}
+
 // Reads the history file and fails `r` on overlapping tenures (more than `allowed_overlaps`)
 // and fences out of acquisition order.
 void check_history(result& r, std::string const& history_file, std::size_t allowed_overlaps = 0);
+
+// The arguments of a "hold" worker on lock `name` with a lease of `ttl_ms`, renewed every
+// `renew_ms`, writing its history and its fenced store in `dir`.
+std::vector<std::string> hold_args(std::string const& name, std::string const& ttl_ms,
+                                   std::string const& renew_ms, scratch_dir const& dir);
 
 // A worker's arguments with the server's url and the process's name added.
 std::vector<std::string> worker_args(std::vector<std::string> args, std::string const& url,

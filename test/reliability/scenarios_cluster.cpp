@@ -85,9 +85,8 @@ std::map<std::string, double> summary_of(worker_process const& w) {
 } // namespace
 
 result cluster_migrations() {
-    result r;
-    r.scenario = "j. Cluster: 4 procs x 32 coroutines, slot migrations, a failover, connections "
-                 "killed";
+    result r{"j. Cluster: 4 procs x 32 coroutines, slot migrations, a failover, connections "
+             "killed"};
     auto const run = opts.full ? 60s : 10s;
     constexpr auto ttl = 1000ms;
     cluster_set cluster;
@@ -149,13 +148,11 @@ result cluster_migrations() {
             served.push_back(cluster.owner_of(c.slot, asked) == primary);
         return served;
     };
-    std::size_t next = 0;
-    auto const until = start + run - 2s;
-    while (std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(milliseconds(pick(500, 1000)));
-        auto const elapsed = std::chrono::steady_clock::now() - start;
-        if (next < plan.size() && elapsed >= plan[next].at * run) {
-            auto const s = plan[next++];
+    auto const next = follow_plan(
+        start, run, plan.size(), [&](std::size_t i) { return plan[i].at; },
+        [&] { return pick(500, 1000); },
+        [&](std::size_t i) {
+            auto const s = plan[i];
             auto& c = names[s.name];
             auto const begin_ns = steady_now_ns();
             auto const owner = cluster.owner_of(c.slot, running_node(cluster));
@@ -197,28 +194,25 @@ result cluster_migrations() {
                                     owner, old.cli({"ROLE"})));
                 ++kills;
             }
-            continue;
-        }
-        // Drop the workers' connections to a primary (their subscriptions too).
-        try {
-            auto const primaries = cluster.primary_ports(running_node(cluster));
-            auto const port = primaries.at(
-                static_cast<std::size_t>(pick(0, static_cast<int>(primaries.size()) - 1)));
-            cluster.node_on(port).cli({"CLIENT", "KILL", "TYPE", pick(0, 1) ? "normal" : "pubsub"});
-            ++connection_kills;
-        } catch (std::runtime_error const&) {
-            // a node is restarting
-        }
-    }
+        },
+        [&] {
+            // Drop the workers' connections to a primary (their subscriptions too).
+            try {
+                auto const primaries = cluster.primary_ports(running_node(cluster));
+                auto const port = primaries.at(
+                    static_cast<std::size_t>(pick(0, static_cast<int>(primaries.size()) - 1)));
+                cluster.node_on(port).cli(
+                    {"CLIENT", "KILL", "TYPE", pick(0, 1) ? "normal" : "pubsub"});
+                ++connection_kills;
+            } catch (std::runtime_error const&) {
+                // a node is restarting
+            }
+        });
     r.check(next == plan.size(),
             fmt::format("only {} of the {} planned cluster changes ran", next, plan.size()));
     r.faults = migrations + failovers + kills + connection_kills;
     auto total = collect(r, ws, run + 60s);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
-    r.losses = static_cast<std::uint64_t>(total["losses"]);
-    r.check(r.acquisitions >= (opts.full ? 500u : 100u),
-            fmt::format("only {} acquisitions", r.acquisitions));
+    tally(r, total, start, opts.full ? 500u : 100u);
 
     // Per name: overlaps and fence inversions outside its failover windows fail the run; the
     // counter may lose at most one update per excused overlap.
@@ -311,21 +305,10 @@ result cluster_migrations() {
         r.leaked_keys += lock_keys_left(cluster.node_on(port), all);
     r.check(r.leaked_keys == 0, "a lock is left held, or a key without an expiry");
     auto const settle_start = std::chrono::steady_clock::now();
-    std::vector<std::string> keys_left;
-    std::size_t records = 0;
-    do {
-        keys_left.clear();
-        records = 0;
-        for (auto const port : primaries)
-            for (auto const& key : cluster.node_on(port).cli_lines({"KEYS", "*"})) {
-                if (key.starts_with("colock:locker:"))
-                    ++records;
-                else
-                    keys_left.push_back(fmt::format("{} on {}", key, port));
-            }
-        if (!keys_left.empty())
-            std::this_thread::sleep_for(100ms);
-    } while (!keys_left.empty() && std::chrono::steady_clock::now() < settle_start + 8s);
+    std::vector<std::pair<colock::test::redis_server const*, std::string>> nodes;
+    for (auto const port : primaries)
+        nodes.emplace_back(&cluster.node_on(port), std::to_string(port));
+    auto const [keys_left, records] = settle_keys(nodes, settle_start + 8s);
     auto const settle_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - settle_start).count();
     r.check(keys_left.empty(), fmt::format("{} keys left on the primaries 8 s after the workers "

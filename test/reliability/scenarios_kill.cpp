@@ -89,10 +89,9 @@ std::size_t settled_keys_left(redis_server const& server, std::vector<std::strin
 // which it never got to report, are taken from its journal (journal.hpp).
 result killed_in_cohort() {
     int const kills = opts.full ? 10 : 3;
-    result r;
-    r.scenario = fmt::format("g. 3 procs x 4 + a victim x 32 coroutines (cohort), the victim "
-                             "SIGKILLed holding the lock, {} times",
-                             kills);
+    result r{fmt::format("g. 3 procs x 4 + a victim x 32 coroutines (cohort), the victim "
+                         "SIGKILLed holding the lock, {} times",
+                         kills)};
     auto const ttl = 1000ms;
     auto const margin = 1000ms;
     // A round: a victim starts, joins in and is killed within kill_by; the rest of the round
@@ -275,8 +274,7 @@ result killed_in_cohort() {
 // it and C gets the lock at once. Both are measured, from A's release to C's acquisition.
 result killed_at_queue_head() {
     int const rounds = opts.full ? 3 : 1;
-    result r;
-    r.scenario = "h. the head of the Redis queue SIGKILLed, then the holder releases";
+    result r{"h. the head of the Redis queue SIGKILLed, then the holder releases"};
     // The documented bound: the claim, then the waiter's next attempt; its own retry backoff
     // (--retry-max-ms, 200 ms) asks sooner than queue_refresh_interval.
     auto const claimed_bound = max_handoff_claim + queue_refresh_interval;
@@ -292,10 +290,7 @@ result killed_at_queue_head() {
         auto const name = fmt::format("h-{}", round);
         names.push_back(name);
         auto const key = "colock:{" + name + "}";
-        std::vector<std::string> const hold = {"hold",     "--name",         name,
-                                               "--ttl-ms", "2000",           "--renew-ms",
-                                               "500",      "--history",      dir.file("history"),
-                                               "--store",  dir.file("store")};
+        auto const hold = hold_args(name, "2000", "500", dir);
         worker_process a(worker_args(hold, server.url(), "A"));
         auto const a_acquired = a.wait_line("acquired", 10s);
         r.check(a_acquired.has_value(), "A did not acquire");

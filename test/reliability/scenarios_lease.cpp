@@ -52,14 +52,10 @@ struct expiry_sampler {
 } // namespace
 
 result lease_edges() {
-    result r;
-    r.scenario = "l. 2 procs x 6 coroutines, cohort limit 1, leases 1500/450 ms, shortening "
-                 "extends, proxy faults, full-server spells; every key sampled for an expiry";
+    result r{"l. 2 procs x 6 coroutines, cohort limit 1, leases 1500/450 ms, shortening extends, "
+             "proxy faults, full-server spells; every key sampled for an expiry"};
     auto const run = opts.full ? 30s : 8s;
-    redis_server server;
-    fault_proxy proxy(server.port());
-    scratch_dir dir;
-    make_counter(dir.file("counter"));
+    proxied_server env;
     std::vector<std::unique_ptr<worker_process>> ws;
     auto const start = std::chrono::steady_clock::now();
     for (int p = 0; p < 2; ++p)
@@ -86,10 +82,10 @@ result lease_edges() {
                                                           "--health-ms",
                                                           "300",
                                                           "--counter",
-                                                          dir.file("counter"),
+                                                          env.dir.file("counter"),
                                                           "--history",
-                                                          dir.file("history")},
-                                                         proxy.url(), std::to_string(p))));
+                                                          env.dir.file("history")},
+                                                         env.proxy.url(), std::to_string(p))));
 
     std::atomic<bool> stop{false};
     expiry_sampler sampled;
@@ -97,7 +93,7 @@ result lease_edges() {
     std::thread sampler([&] {
         while (!stop) {
             try {
-                std::istringstream keys(server.cli({"EVAL", keys_without_expiry, "0"}));
+                std::istringstream keys(env.server.cli({"EVAL", keys_without_expiry, "0"}));
                 for (std::string key; std::getline(keys, key);)
                     if (!key.empty())
                         sampled.offenders.insert(key);
@@ -112,39 +108,32 @@ result lease_edges() {
         auto const until = start + run - 1000ms;
         while (std::chrono::steady_clock::now() < until) {
             std::this_thread::sleep_for(1200ms);
-            server.cli({"CONFIG", "SET", "maxmemory", "1"});
+            env.server.cli({"CONFIG", "SET", "maxmemory", "1"});
             std::this_thread::sleep_for(300ms);
-            server.cli({"CONFIG", "SET", "maxmemory", "0"});
+            env.server.cli({"CONFIG", "SET", "maxmemory", "0"});
             ++full_spells;
         }
     });
     std::mt19937 rng(opts.seed);
-    r.faults = inject_faults(proxy, start + run - 1500ms, rng, 600ms);
+    r.faults = inject_faults(env.proxy, start + run - 1500ms, rng, 600ms);
     full_server.join();
     auto total = collect(r, ws, run + 60s);
     stop = true;
     sampler.join();
     r.faults += full_spells;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
-    r.losses = static_cast<std::uint64_t>(total["losses"]);
-    auto const counter = read_counter(dir.file("counter"));
-    auto const increments = static_cast<std::int64_t>(total["increments"]);
-    r.check(counter == increments, fmt::format("counter {} but {} increments: {} updates lost",
-                                               counter, increments, increments - counter));
-    r.check(r.acquisitions >= (opts.full ? 300u : 60u),
-            fmt::format("only {} acquisitions", r.acquisitions));
+    tally(r, total, start, opts.full ? 300u : 60u);
+    auto const counter = check_counter(r, env.dir.file("counter"), total);
     r.check(total["extends"] > 0, "no shortening extend was sent");
-    check_history(r, dir.file("history"));
+    check_history(r, env.dir.file("history"));
     std::string offenders;
     for (auto const& k : sampled.offenders)
         offenders += (offenders.empty() ? "" : ", ") + k;
     r.check(sampled.offenders.empty(),
             fmt::format("keys without an expiry during the run: {}", offenders));
     r.check(sampled.samples >= 20, fmt::format("only {} samples of the keys", sampled.samples));
-    r.leaked_keys = lock_keys_left(server, {"l"}) + sampled.offenders.size();
+    r.leaked_keys = lock_keys_left(env.server, {"l"}) + sampled.offenders.size();
     r.check(r.leaked_keys == 0, "the lock is left held, or a key without an expiry");
-    auto const s = proxy.stats();
+    auto const s = env.proxy.stats();
     r.figures = fmt::format(
         "counter {} = increments; {} samples of every key, none without an expiry; {} "
         "full-server spells; {:.0f} shortening extends; proxy: {} drops, {} cuts, {} stalls, {} "

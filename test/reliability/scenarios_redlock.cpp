@@ -40,9 +40,8 @@ constexpr auto queue_entry_ttl = 3000ms;
 } // namespace
 
 result redlock_primaries() {
-    result r;
-    r.scenario = "k. Redlock: 4 procs x 32 coroutines over 3 primaries, random proxy faults, "
-                 "one primary at a time killed and restarted after the ttl";
+    result r{"k. Redlock: 4 procs x 32 coroutines over 3 primaries, random proxy faults, "
+             "one primary at a time killed and restarted after the ttl"};
     auto const run = opts.full ? 40s : 11s;
     constexpr auto ttl = 1000ms; // the longest (and only) ttl in use
     // The restart rule: a killed primary stays down for longer than the longest ttl.
@@ -111,11 +110,7 @@ result redlock_primaries() {
 
     auto total = collect(r, ws, run + 60s);
     auto const workers_gone = std::chrono::steady_clock::now();
-    r.seconds = std::chrono::duration<double>(workers_gone - start).count();
-    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
-    r.losses = static_cast<std::uint64_t>(total["losses"]);
-    r.check(r.acquisitions >= (opts.full ? 500u : 100u),
-            fmt::format("only {} acquisitions", r.acquisitions));
+    tally(r, total, start, opts.full ? 500u : 100u);
     r.check(downs.size() >= (opts.full ? 9u : 3u),
             fmt::format("only {} primaries killed", downs.size()));
     r.check(shortest_down_ns > std::chrono::nanoseconds(ttl).count(),
@@ -132,10 +127,7 @@ result redlock_primaries() {
     // No lost update: the counter is the number of increments, and the journals hold every
     // value from 1 to it exactly once (two holders reading the same value would write it
     // twice, naming both).
-    auto const counter = read_counter(dir.file("counter"));
-    auto const increments = static_cast<std::int64_t>(total["increments"]);
-    r.check(counter == increments, fmt::format("counter {} but {} increments: {} updates lost",
-                                               counter, increments, increments - counter));
+    auto const counter = check_counter(r, dir.file("counter"), total);
     std::vector<std::int64_t> written;
     std::uint64_t journal_acquisitions = 0;
     for (int p = 0; p < 4; ++p) {
@@ -174,21 +166,10 @@ result redlock_primaries() {
                         "ttl after the run",
                         r.leaked_keys));
     auto const settle_until = workers_gone + queue_entry_ttl + 2s;
-    std::vector<std::string> keys_left;
-    std::size_t records = 0;
-    do {
-        keys_left.clear();
-        records = 0;
-        for (std::size_t i = 0; i < primaries.size(); ++i)
-            for (auto const& key : primaries[i].cli_lines({"KEYS", "*"})) {
-                if (key.starts_with("colock:locker:"))
-                    ++records;
-                else
-                    keys_left.push_back(fmt::format("{} on primary {}", key, i));
-            }
-        if (!keys_left.empty())
-            std::this_thread::sleep_for(100ms);
-    } while (!keys_left.empty() && std::chrono::steady_clock::now() < settle_until);
+    std::vector<std::pair<colock::test::redis_server const*, std::string>> nodes;
+    for (std::size_t i = 0; i < primaries.size(); ++i)
+        nodes.emplace_back(&primaries[i], fmt::format("primary {}", i));
+    auto const [keys_left, records] = settle_keys(nodes, settle_until);
     auto const settle_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - workers_gone).count();
     r.check(keys_left.empty(),

@@ -29,8 +29,7 @@ using colock::test::sentinel_set;
 } // namespace
 
 result sentinel_failovers() {
-    result r;
-    r.scenario = "i. Sentinel: 4 procs x 32 coroutines, failovers, connections killed";
+    result r{"i. Sentinel: 4 procs x 32 coroutines, failovers, connections killed"};
     auto const run = opts.full ? 40s : 10s;
     constexpr auto ttl = 1000ms;
     sentinel_set set;
@@ -57,14 +56,12 @@ result sentinel_failovers() {
     std::vector<std::pair<double, char>> plan = {{0.25, 'f'}};
     if (opts.full)
         plan.insert(plan.end(), {{0.6, 'f'}, {0.8, 'k'}});
-    std::size_t next = 0;
-    auto const until = start + run - 2s;
-    while (std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(milliseconds(pick(200, 700)));
-        auto const elapsed = std::chrono::steady_clock::now() - start;
-        if (next < plan.size() && elapsed >= plan[next].first * run) {
+    follow_plan(
+        start, run, plan.size(), [&](std::size_t i) { return plan[i].first; },
+        [&] { return pick(200, 700); },
+        [&](std::size_t i) {
             window w{steady_now_ns(), 0};
-            if (plan[next].second == 'f') {
+            if (plan[i].second == 'f') {
                 primary = set.failover(20s);
                 ++failovers;
             } else {
@@ -76,24 +73,20 @@ result sentinel_failovers() {
             }
             w.end_ns = steady_now_ns() + std::chrono::nanoseconds(2 * ttl).count();
             windows.push_back(w);
-            ++next;
-            continue;
-        }
-        // Drop the workers' connections to the primary (their subscriptions too).
-        try {
-            set.node_on(primary).cli({"CLIENT", "KILL", "TYPE", pick(0, 1) ? "normal" : "pubsub"});
-            ++connection_kills;
-        } catch (std::runtime_error const&) {
-            // the primary is restarting
-        }
-    }
+        },
+        [&] {
+            // Drop the workers' connections to the primary (their subscriptions too).
+            try {
+                set.node_on(primary).cli(
+                    {"CLIENT", "KILL", "TYPE", pick(0, 1) ? "normal" : "pubsub"});
+                ++connection_kills;
+            } catch (std::runtime_error const&) {
+                // the primary is restarting
+            }
+        });
     r.faults = failovers + kills + connection_kills;
     auto total = collect(r, ws, run + 60s);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
-    r.losses = static_cast<std::uint64_t>(total["losses"]);
-    r.check(r.acquisitions >= (opts.full ? 500u : 100u),
-            fmt::format("only {} acquisitions", r.acquisitions));
+    tally(r, total, start, opts.full ? 500u : 100u);
 
     auto const history = colock::test::read_history(dir.file("history"));
     auto const report = colock::test::check_history(history);

@@ -10,14 +10,10 @@
 namespace colock::test {
 namespace {
 
-using detail::info_field;
-using detail::poll_until;
-
+using namespace detail;
 using namespace std::chrono_literals;
 
-[[noreturn]] void fail(std::string const& what) {
-    throw std::runtime_error("cluster_set: " + what);
-}
+constexpr setup_failure fail{"cluster_set"};
 
 // One line of CLUSTER NODES: "<id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch>
 // <link> <slot ranges...>", which redis-cli prints as it is (CLUSTER SLOTS it flattens).

@@ -1,5 +1,6 @@
 // What the deployment fixtures (sentinel_set, cluster_set) share: polling redis-cli until a
-// condition holds, and reading a field of an INFO reply. Private to test/support.
+// condition holds, reading a field of an INFO reply, and failing with the fixture's name.
+// Private to test/support.
 #pragma once
 
 #include <chrono>
@@ -8,6 +9,16 @@
 #include <thread>
 
 namespace colock::test::detail {
+
+/// `fail("what")` throws std::runtime_error("<fixture>: what"): a fixture that could not set
+/// itself up says which it is.
+struct setup_failure {
+    char const* fixture;
+
+    [[noreturn]] void operator()(std::string const& what) const {
+        throw std::runtime_error(std::string(fixture) + ": " + what);
+    }
+};
 
 /// The value of `field:` in an INFO text, or empty.
 inline std::string info_field(std::string const& info, std::string const& field) {

@@ -8,14 +8,10 @@
 namespace colock::test {
 namespace {
 
-using detail::info_field;
-using detail::poll_until;
-
+using namespace detail;
 using namespace std::chrono_literals;
 
-[[noreturn]] void fail(std::string const& what) {
-    throw std::runtime_error("sentinel_set: " + what);
-}
+constexpr setup_failure fail{"sentinel_set"};
 
 redis_server_options data_node_options(std::uint16_t primary_port, std::string const& password,
                                        bool tls, std::string const& tls_files) {

@@ -316,15 +316,29 @@ asio::awaitable<grant_result> fake_store::grant(lock_keys const& keys, std::stri
     co_return r;
 }
 
+asio::awaitable<fake_store::lease_request_start>
+fake_store::start_lease_request(std::deque<fault>& faults) {
+    lease_request_start start;
+    if (!co_await send(std::nullopt)) {
+        start.early.ec = asio::error::operation_aborted;
+        co_return start;
+    }
+    start.f = next_fault(faults);
+    if (start.f && start.f->what == fault::kind::refused) {
+        co_await reply_delay();
+        start.early.ec = redis::error::server_error;
+        co_return start;
+    }
+    start.runs = true;
+    co_return start;
+}
+
 asio::awaitable<lease_reply> fake_store::extend(lock_keys const& keys, std::string const& token,
                                                 milliseconds ttl, std::int64_t fence) {
-    if (!co_await send(std::nullopt))
-        co_return lease_reply{asio::error::operation_aborted};
-    auto const f = next_fault(server_.extend_faults);
-    if (f && f->what == fault::kind::refused) {
-        co_await reply_delay();
-        co_return lease_reply{redis::error::server_error};
-    }
+    auto const start = co_await start_lease_request(server_.extend_faults);
+    if (!start.runs)
+        co_return start.early;
+    auto const& f = start.f;
     if (f && f->what == fault::kind::lost_before) {
         co_await reply_delay();
         co_return lease_reply{redis::error::connection_lost};
@@ -342,16 +356,12 @@ asio::awaitable<lease_reply> fake_store::extend(lock_keys const& keys, std::stri
 
 asio::awaitable<lease_reply> fake_store::release(lock_keys const& keys, std::string const& token,
                                                  milliseconds claim, std::int64_t last_fence) {
-    if (!co_await send(std::nullopt))
-        co_return lease_reply{asio::error::operation_aborted};
-    auto const f = next_fault(server_.release_faults);
-    if (f && f->what == fault::kind::refused) {
-        co_await reply_delay();
-        co_return lease_reply{redis::error::server_error};
-    }
+    auto const start = co_await start_lease_request(server_.release_faults);
+    if (!start.runs)
+        co_return start.early;
     auto r = server_.release(keys, token, claim, last_fence, false);
     co_await reply_delay();
-    if (f)
+    if (start.f) // any fault but a refusal: lost after the release ran
         co_return lease_reply{redis::error::connection_lost};
     co_return r;
 }

@@ -190,6 +190,15 @@ private:
     boost::asio::awaitable<void> reply_delay();
     // Waits until cancelled: a reply that never comes.
     boost::asio::awaitable<void> forever();
+    // The start of an extend or a release: whether its script runs; if not, the reply it ends
+    // with (not sent, or refused by the first of the faults); if so, the fault, if any, for
+    // what follows the run.
+    struct lease_request_start {
+        bool runs = false;
+        lease_reply early;
+        std::optional<fault> f;
+    };
+    boost::asio::awaitable<lease_request_start> start_lease_request(std::deque<fault>& faults);
 
     fake_server& server_;
     boost::asio::strand<boost::asio::any_io_executor> strand_;

@@ -87,6 +87,16 @@ struct world {
     }
 };
 
+// The cast of most tests: a world with one process's locker `a`, or with a second process's `b`.
+struct one_process {
+    world w;
+    locker a = locker_access::make(w.process());
+};
+
+struct two_processes : one_process {
+    locker b = locker_access::make(w.process());
+};
+
 std::string const lock_key = "colock:{n}";
 
 lock_options short_lease(std::chrono::milliseconds ttl = 2000ms) {
@@ -158,11 +168,9 @@ TEST_CASE("orchestration: calls on one name in one process are served in call or
     CHECK(after->fence == fences.back());
 }
 
-TEST_CASE("orchestration: a release goes to the process queued for it at once, not after a "
-          "poll") {
-    world w;
-    auto a = locker_access::make(w.process());
-    auto b = locker_access::make(w.process());
+TEST_CASE_FIXTURE(two_processes,
+                  "orchestration: a release goes to the process queued for it at once, not after a "
+                  "poll") {
     w.run([&]() -> asio::awaitable<void> {
         auto held = co_await a.co_lock("n", short_lease(10s));
         std::optional<clock_type::time_point> b_got;
@@ -191,10 +199,9 @@ TEST_CASE("orchestration: a release goes to the process queued for it at once, n
     });
 }
 
-TEST_CASE("orchestration: with another process queued, local hand-offs stop at cohort_limit") {
-    world w;
-    auto a = locker_access::make(w.process());
-    auto b = locker_access::make(w.process());
+TEST_CASE_FIXTURE(
+    two_processes,
+    "orchestration: with another process queued, local hand-offs stop at cohort_limit") {
     std::vector<std::string> order;
     int finished = 0;
     auto opt = short_lease(10s);
@@ -225,10 +232,8 @@ TEST_CASE("orchestration: with another process queued, local hand-offs stop at c
     CHECK(order == std::vector<std::string>{"a1", "a2", "b1", "a3"});
 }
 
-TEST_CASE("orchestration: co_try_lock of a held lock answers nothing and queues nothing") {
-    world w;
-    auto a = locker_access::make(w.process());
-    auto b = locker_access::make(w.process());
+TEST_CASE_FIXTURE(two_processes,
+                  "orchestration: co_try_lock of a held lock answers nothing and queues nothing") {
     w.run([&]() -> asio::awaitable<void> {
         auto held = co_await a.co_lock("n", short_lease());
         auto got = co_await b.co_try_lock("n", short_lease());
@@ -239,10 +244,9 @@ TEST_CASE("orchestration: co_try_lock of a held lock answers nothing and queues 
     });
 }
 
-TEST_CASE("orchestration: a co_lock cancelled while queued leaves both queues, and the next "
-          "release frees the lock rather than hand it to the gone caller") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(
+    one_process, "orchestration: a co_lock cancelled while queued leaves both queues, and the next "
+                 "release frees the lock rather than hand it to the gone caller") {
     auto b_store = w.process();
     auto b = locker_access::make(b_store);
     w.run([&]() -> asio::awaitable<void> {
@@ -261,9 +265,8 @@ TEST_CASE("orchestration: a co_lock cancelled while queued leaves both queues, a
     });
 }
 
-TEST_CASE("orchestration: a co_lock cancelled before its attempt was sent leaves nothing") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(one_process,
+                  "orchestration: a co_lock cancelled before its attempt was sent leaves nothing") {
     w.run([&]() -> asio::awaitable<void> {
         w.server.away();
         asio::steady_timer give_up(w.ctx, 30ms);
@@ -276,10 +279,10 @@ TEST_CASE("orchestration: a co_lock cancelled before its attempt was sent leaves
     });
 }
 
-TEST_CASE("orchestration: a co_lock cancelled after its attempt ran, before the reply, gives "
-          "the lock back") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(
+    one_process,
+    "orchestration: a co_lock cancelled after its attempt ran, before the reply, gives "
+    "the lock back") {
     w.server.latency = 40ms;
     w.run([&]() -> asio::awaitable<void> {
         asio::cancellation_signal cancel;
@@ -304,10 +307,9 @@ TEST_CASE("orchestration: a co_lock cancelled after its attempt ran, before the 
     });
 }
 
-TEST_CASE("orchestration: an attempt whose reply was lost after it ran is asked again and "
-          "keeps the grant; co_try_lock gives it back") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(one_process,
+                  "orchestration: an attempt whose reply was lost after it ran is asked again and "
+                  "keeps the grant; co_try_lock gives it back") {
     w.run([&]() -> asio::awaitable<void> {
         w.server.grant_faults.push_back({fault::kind::lost_after});
         auto g = co_await a.co_lock("n", short_lease());
@@ -334,9 +336,8 @@ TEST_CASE("orchestration: an attempt whose reply was lost after it ran is asked 
     });
 }
 
-TEST_CASE("orchestration: a refused attempt fails co_lock with the server's words") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(one_process,
+                  "orchestration: a refused attempt fails co_lock with the server's words") {
     w.run([&]() -> asio::awaitable<void> {
         w.server.grant_faults.push_back({fault::kind::refused, "NOPERM no scripts for you"});
         std::string what;
@@ -352,11 +353,10 @@ TEST_CASE("orchestration: a refused attempt fails co_lock with the server's word
     });
 }
 
-TEST_CASE("orchestration: wait_timeout ends a queued co_lock with error::timeout, out of the "
-          "server's queue") {
-    world w;
-    auto a = locker_access::make(w.process());
-    auto b = locker_access::make(w.process());
+TEST_CASE_FIXTURE(
+    two_processes,
+    "orchestration: wait_timeout ends a queued co_lock with error::timeout, out of the "
+    "server's queue") {
     w.run([&]() -> asio::awaitable<void> {
         auto held = co_await a.co_lock("n", short_lease(10s));
         auto opt = short_lease();
@@ -372,10 +372,8 @@ TEST_CASE("orchestration: wait_timeout ends a queued co_lock with error::timeout
     });
 }
 
-TEST_CASE("orchestration: a locker destroyed with a call waiting ends it with "
-          "operation_aborted, and nothing of it stays queued") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(one_process, "orchestration: a locker destroyed with a call waiting ends it with "
+                               "operation_aborted, and nothing of it stays queued") {
     w.run([&]() -> asio::awaitable<void> {
         auto held = co_await a.co_lock("n", short_lease(10s));
         std::optional<error_code> ended;
@@ -396,9 +394,7 @@ TEST_CASE("orchestration: a locker destroyed with a call waiting ends it with "
     });
 }
 
-TEST_CASE("orchestration: renewal extends the lease every renew_interval") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(one_process, "orchestration: renewal extends the lease every renew_interval") {
     w.run([&]() -> asio::awaitable<void> {
         auto opt = short_lease(300ms);
         opt.renew_interval = 50ms;
@@ -418,10 +414,9 @@ TEST_CASE("orchestration: renewal extends the lease every renew_interval") {
     });
 }
 
-TEST_CASE("orchestration: renewals that are never answered: the guard is lost at its local "
-          "deadline, which is not later than the server's expiry") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(one_process,
+                  "orchestration: renewals that are never answered: the guard is lost at its local "
+                  "deadline, which is not later than the server's expiry") {
     auto observer = std::make_shared<recording_observer>();
     a.set_observer(observer);
     w.run([&]() -> asio::awaitable<void> {
@@ -446,10 +441,9 @@ TEST_CASE("orchestration: renewals that are never answered: the guard is lost at
     });
 }
 
-TEST_CASE("orchestration: a renewal refused for a passing reason is tried again, and the "
-          "lease is kept") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(one_process,
+                  "orchestration: a renewal refused for a passing reason is tried again, and the "
+                  "lease is kept") {
     w.run([&]() -> asio::awaitable<void> {
         w.server.extend_faults.push_back({fault::kind::refused, "BUSY script running"});
         w.server.extend_faults.push_back({fault::kind::lost_before});
@@ -464,10 +458,10 @@ TEST_CASE("orchestration: a renewal refused for a passing reason is tried again,
     });
 }
 
-TEST_CASE("orchestration: a lease gone at the server is reported lost (not_ours) at the next "
-          "renewal") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(
+    one_process,
+    "orchestration: a lease gone at the server is reported lost (not_ours) at the next "
+    "renewal") {
     w.run([&]() -> asio::awaitable<void> {
         auto opt = short_lease(2000ms);
         opt.renew_interval = 50ms;
@@ -481,9 +475,8 @@ TEST_CASE("orchestration: a lease gone at the server is reported lost (not_ours)
     });
 }
 
-TEST_CASE("orchestration: a replaced server marks the guards held there lost at once") {
-    world w;
-    auto a = locker_access::make(w.process());
+TEST_CASE_FIXTURE(one_process,
+                  "orchestration: a replaced server marks the guards held there lost at once") {
     w.run([&]() -> asio::awaitable<void> {
         auto g = co_await a.co_lock("n", short_lease(10s));
         w.server.replace();

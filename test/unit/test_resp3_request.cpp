@@ -12,8 +12,21 @@
 #include <string_view>
 #include <vector>
 
+using colock::resp3::reply_kind;
 using colock::resp3::request;
 using namespace std::string_view_literals;
+
+namespace {
+
+// What a request of the one command `name args...` names as unmatchable (empty when none).
+template <class... Args>
+std::string unmatchable_of(std::string_view name, Args const&... args) {
+    request r;
+    r.push(name, args...);
+    return r.unmatchable_command();
+}
+
+} // namespace
 
 TEST_SUITE("resp3.request") {
 
@@ -114,7 +127,6 @@ TEST_SUITE("resp3.request") {
     }
 
     TEST_CASE("each command's reply shape; nothing recorded while all are ordinary") {
-        using colock::resp3::reply_kind;
         using colock::resp3::reply_shape;
         request r;
         r.push("GET", "k");
@@ -137,7 +149,6 @@ TEST_SUITE("resp3.request") {
     }
 
     TEST_CASE("inside a MULTI of the same request, the subscribe family is answered +QUEUED") {
-        using colock::resp3::reply_kind;
         request r;
         r.push("MULTI");
         r.push("SUBSCRIBE", "a");
@@ -156,7 +167,6 @@ TEST_SUITE("resp3.request") {
     }
 
     TEST_CASE("MONITOR, RESET and CLIENT REPLY OFF|SKIP are unmatchable, and named") {
-        using colock::resp3::reply_kind;
         request r;
         r.push("CLIENT", "REPLY", "ON");
         r.push("CLIENT", "SETNAME", "x");
@@ -169,37 +179,24 @@ TEST_SUITE("resp3.request") {
         CHECK(r.unmatchable_command() == "client reply skip"); // the first one
         CHECK(r.shape(3).kind == reply_kind::unmatchable);
 
-        request m;
-        m.push("monitor");
-        CHECK(m.unmatchable_command() == "monitor");
-        request x;
-        x.push("RESET");
-        CHECK(x.unmatchable_command() == "RESET");
+        CHECK(unmatchable_of("monitor") == "monitor");
+        CHECK(unmatchable_of("RESET") == "RESET");
         request off;
         off.push_range("CLIENT", std::vector<std::string>{"REPLY", "OFF"});
         CHECK(off.unmatchable_command() == "CLIENT REPLY OFF");
-        request client;
-        client.push("CLIENT");
-        CHECK(client.unmatchable_command().empty());
+        CHECK(unmatchable_of("CLIENT").empty());
     }
 
     TEST_CASE("HELLO is unmatchable: HELLO 2 would switch the shared connection to RESP2") {
-        using colock::resp3::reply_kind;
         request two;
         two.push("PING");
         two.push("hello", "2");
         CHECK(two.shape(1).kind == reply_kind::unmatchable);
         CHECK(two.unmatchable_command() == "hello");
         // Any HELLO, even one that keeps RESP3: it may re-authenticate or rename the client.
-        request three;
-        three.push("HELLO", "3");
-        CHECK(three.unmatchable_command() == "HELLO");
-        request bare;
-        bare.push("HELLO");
-        CHECK(bare.unmatchable_command() == "HELLO");
-        request helloish;
-        helloish.push("HELLOS");
-        CHECK(helloish.unmatchable_command().empty());
+        CHECK(unmatchable_of("HELLO", "3") == "HELLO");
+        CHECK(unmatchable_of("HELLO") == "HELLO");
+        CHECK(unmatchable_of("HELLOS").empty());
     }
 
     TEST_CASE("names that only resemble the subscribe family are ordinary") {

@@ -33,6 +33,12 @@ book::finished const* outcome(std::vector<book::finished> const& finished, book:
     return nullptr;
 }
 
+// A book with its session open: the fixture of the tests that start connected.
+struct open_book {
+    open_book() { b.open_session(); }
+    book b;
+};
+
 } // namespace
 
 TEST_SUITE("redis.subscription_book") {
@@ -56,9 +62,9 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(b.on_server("a"));
     }
 
-    TEST_CASE("the first subscriber sends SUBSCRIBE and waits for the server; the next waits too") {
-        book b;
-        b.open_session();
+    TEST_CASE_FIXTURE(
+        open_book,
+        "the first subscriber sends SUBSCRIBE and waits for the server; the next waits too") {
         auto [first, commands] = b.change(true, names("a"));
         REQUIRE(commands.size() == 1);
         CHECK(commands[0].channels == names("a"));
@@ -78,9 +84,9 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(outcome(b.take_finished(), third));
     }
 
-    TEST_CASE("a refused SUBSCRIBE fails everyone waiting for it and takes back their counts") {
-        book b;
-        b.open_session();
+    TEST_CASE_FIXTURE(
+        open_book,
+        "a refused SUBSCRIBE fails everyone waiting for it and takes back their counts") {
         auto [first, commands] = b.change(true, names("a"));
         auto [second, none] = b.change(true, names("a"));
         b.on_answer(commands[0].id, true, "NOPERM no");
@@ -99,9 +105,7 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(again.size() == 1);
     }
 
-    TEST_CASE("an operation on several channels is all or nothing") {
-        book b;
-        b.open_session();
+    TEST_CASE_FIXTURE(open_book, "an operation on several channels is all or nothing") {
         auto [op_a, cmd_a] = b.change(true, names("a"));
         b.on_answer(cmd_a.at(0).id, false, "");
         b.take_finished();
@@ -116,9 +120,8 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(b.count("forbidden") == 0);
     }
 
-    TEST_CASE("the last unsubscriber sends UNSUBSCRIBE; a refusal keeps the count at zero") {
-        book b;
-        b.open_session();
+    TEST_CASE_FIXTURE(
+        open_book, "the last unsubscriber sends UNSUBSCRIBE; a refusal keeps the count at zero") {
         auto [s1, sub] = b.change(true, names("a"));
         b.change(true, names("a"));
         b.on_answer(sub.at(0).id, false, "");
@@ -142,9 +145,7 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(nothing.empty());
     }
 
-    TEST_CASE("unsubscribing what is not counted does nothing") {
-        book b;
-        b.open_session();
+    TEST_CASE_FIXTURE(open_book, "unsubscribing what is not counted does nothing") {
         auto [op, commands] = b.change(false, names("never"));
         CHECK(commands.empty());
         CHECK(outcome(b.take_finished(), op));
@@ -279,9 +280,8 @@ TEST_SUITE("redis.subscription_book") {
         CHECK_FALSE(b.on_server("b"));
     }
 
-    TEST_CASE("a rolled-back channel another subscriber still counts stays subscribed") {
-        book b;
-        b.open_session();
+    TEST_CASE_FIXTURE(open_book,
+                      "a rolled-back channel another subscriber still counts stays subscribed") {
         auto [first, sub] = b.change(true, names("b"));
         REQUIRE(sub.size() == 1);
         // [a, b]: a goes out now; b rides on the SUBSCRIBE already on its way.
@@ -319,9 +319,8 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(c.count("a") == 0);
     }
 
-    TEST_CASE("close_session with an error fails the waiting operations and takes back") {
-        book b;
-        b.open_session();
+    TEST_CASE_FIXTURE(open_book,
+                      "close_session with an error fails the waiting operations and takes back") {
         auto [op, commands] = b.change(true, names("a"));
         b.close_session(colock::redis::error::closed);
         auto done = b.take_finished();

@@ -23,12 +23,10 @@ struct cluster_set_options {
 /// The nodes are redis_server objects (kill, pause, restart work; a restarted node keeps its
 /// identity, nodes.conf, and rejoins). The constructor returns once every node agrees that the
 /// cluster is ok and every slot is served. Not thread-safe.
-class cluster_set {
+class cluster_set : process_fixture {
 public:
     explicit cluster_set(cluster_set_options opts = {});
     ~cluster_set();
-    cluster_set(cluster_set const&) = delete;
-    cluster_set& operator=(cluster_set const&) = delete;
 
     std::size_t node_count() const noexcept { return nodes_.size(); }
     redis_server& node(std::size_t i) { return *nodes_.at(i); }

@@ -13,6 +13,18 @@
 
 namespace colock::test {
 
+/// The base of the fixtures that start processes (a server, a deployment of servers): each
+/// stops what it started when it goes, so none may be copied.
+class process_fixture {
+public:
+    process_fixture(process_fixture const&) = delete;
+    process_fixture& operator=(process_fixture const&) = delete;
+
+protected:
+    process_fixture() = default;
+    ~process_fixture() = default;
+};
+
 struct redis_server_options {
     /// Also listen on a TLS port, with a certificate (SAN IP:127.0.0.1 and DNS:localhost) signed
     /// by a throwaway CA that openssl makes in the server's temporary directory. Clients are not
@@ -60,15 +72,13 @@ struct redis_server_options {
 /// @par Thread safety
 /// The control functions (kill, restart, stop, pause, resume) must not run concurrently with
 /// each other; the const functions may be called from any thread.
-class redis_server {
+class redis_server : process_fixture {
 public:
     /// Picks a free loopback port, starts redis-server and waits until it answers (and is the
     /// process we started). Throws std::runtime_error with the server's log tail on failure.
     explicit redis_server(redis_server_options opts = {});
     /// Stops the server (SIGTERM, SIGKILL after 5 s) and removes its temporary directory.
     ~redis_server();
-    redis_server(redis_server const&) = delete;
-    redis_server& operator=(redis_server const&) = delete;
 
     std::uint16_t port() const noexcept { return port_; }
     /// The TLS port; 0 unless options.tls.

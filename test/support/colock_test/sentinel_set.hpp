@@ -33,12 +33,10 @@ struct sentinel_set_options {
     bool tls = false;
 };
 
-class sentinel_set {
+class sentinel_set : process_fixture {
 public:
     explicit sentinel_set(sentinel_set_options opts = {});
     ~sentinel_set();
-    sentinel_set(sentinel_set const&) = delete;
-    sentinel_set& operator=(sentinel_set const&) = delete;
 
     std::string const& master_name() const noexcept { return master_name_; }
     redis_server& node(std::size_t i) { return *nodes_.at(i); }
