@@ -302,18 +302,28 @@ inline auto record_lock_call(error_code& ec, bool& got_guard, bool& done) {
     return handler{ec, got_guard, done};
 }
 
-/// A pending wait_lost, started with a callback by watch().
+/// A pending wait_lost, started with a callback by watch(). The callback may come after the
+/// watch's scope has ended (a guard let go completes its waiters with not_held, in the
+/// background): it writes only while the watch lives, on the test's thread.
 struct lost_watch {
     bool done = false;
     boost::system::error_code ec;
     steady::time_point at;
+    std::shared_ptr<lost_watch*> const alive = std::make_shared<lost_watch*>(this);
+
+    lost_watch() = default;
+    lost_watch(lost_watch const&) = delete;
+    lost_watch& operator=(lost_watch const&) = delete;
+    ~lost_watch() { *alive = nullptr; }
 };
 
 inline void watch(lock_guard& g, lost_watch& w) {
-    g.async_wait_lost([&w](boost::system::error_code ec) {
-        w.ec = ec;
-        w.at = steady::now();
-        w.done = true;
+    g.async_wait_lost([alive = w.alive](boost::system::error_code ec) {
+        if (lost_watch* seen = *alive) {
+            seen->ec = ec;
+            seen->at = steady::now();
+            seen->done = true;
+        }
     });
 }
 

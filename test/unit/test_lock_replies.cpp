@@ -60,6 +60,14 @@ std::vector<std::pair<std::string, value>> foreign_shapes() {
     };
 }
 
+// Runs `check(what, value)` for each shape. (A lambda's parameters, not a structured binding:
+// Clang 14 lets the CHECK macros' lambdas capture no structured binding.)
+template <class Check>
+void for_each_shape(std::vector<std::pair<std::string, value>> const& shapes, Check check) {
+    for (auto const& shape : shapes)
+        check(shape.first, shape.second);
+}
+
 } // namespace
 
 TEST_CASE("read_grant: granted, held by another, and what the holder's ttl says") {
@@ -117,16 +125,13 @@ TEST_CASE("read_grant: a reply of any other shape is unexpected_reply of unknown
     shapes.emplace_back("an others flag of 3", array({number(0), number(10), number(3)}));
     shapes.emplace_back("a set, not an array",
                         aggregate(colock::resp3::type::set, {number(1), number(5), number(0)}));
-    for (auto const& shape : shapes) {
-        // Named copies: Clang 14 lets no lambda (the CHECK macros') capture a structured binding.
-        auto const& what = shape.first;
-        auto const& v = shape.second;
+    for_each_shape(shapes, [](std::string const& what, value const& v) {
         auto const r = read_grant(answered(v));
         CHECK_MESSAGE(r.ec == colock::error::unexpected_reply, what);
         CHECK_FALSE_MESSAGE(r.granted, what);
         CHECK_MESSAGE(r.outcome_unknown, what); // the script ran: release with the token
         CHECK_MESSAGE(r.server_text == colock::resp3::to_debug_string(v), what);
-    }
+    });
 }
 
 TEST_CASE("replicas_failure_text says how many acknowledged, and why WAIT was refused") {
@@ -155,10 +160,7 @@ TEST_CASE("read_extend and read_release: the scripts' numbers, and nothing else"
     shapes.emplace_back("a number as a string", blob("1"));
     shapes.emplace_back("a 3", number(3));
     shapes.emplace_back("an array of a 1", array({number(1)}));
-    for (auto const& shape : shapes) {
-        // Named copies: Clang 14 lets no lambda (the CHECK macros') capture a structured binding.
-        auto const& what = shape.first;
-        auto const& v = shape.second;
+    for_each_shape(shapes, [](std::string const& what, value const& v) {
         auto const e = read_extend(answered(v));
         CHECK_MESSAGE(e.ec == colock::error::unexpected_reply, what);
         CHECK_FALSE_MESSAGE(e.ours, what);
@@ -166,7 +168,7 @@ TEST_CASE("read_extend and read_release: the scripts' numbers, and nothing else"
         CHECK_MESSAGE(rel.ec == colock::error::unexpected_reply, what);
         CHECK_FALSE_MESSAGE(rel.ours, what);
         CHECK_FALSE_MESSAGE(rel.handed, what);
-    }
+    });
     // extend's 2 is as foreign as release's 3.
     CHECK(read_extend(answered(number(2))).ec == colock::error::unexpected_reply);
 
@@ -198,14 +200,11 @@ TEST_CASE("read_lock: the status script's reading") {
     shapes.emplace_back("a string for the pttl",
                         array({blob(""), blob("x"), number(0), number(1)}));
     shapes.emplace_back("a negative queue", array({blob(""), number(-2), number(-1), number(1)}));
-    for (auto const& shape : shapes) {
-        // Named copies: Clang 14 lets no lambda (the CHECK macros') capture a structured binding.
-        auto const& what = shape.first;
-        auto const& v = shape.second;
+    for_each_shape(shapes, [](std::string const& what, value const& v) {
         auto const bad = read_lock(answered(v));
         CHECK_MESSAGE(bad.ec == colock::error::unexpected_reply, what);
         CHECK_MESSAGE(bad.server_text == colock::resp3::to_debug_string(v), what);
-    }
+    });
 }
 
 TEST_CASE("read_record: a map (RESP3) or a flat array (RESP2) of strings") {
@@ -252,14 +251,11 @@ TEST_CASE("read_forced_unlock: whose lease was ended, or that none was") {
     shapes.emplace_back("ended with a number for the owner",
                         array({number(1), number(5), blob("tok")}));
     shapes.emplace_back("a 2", array({number(2)}));
-    for (auto const& shape : shapes) {
-        // Named copies: Clang 14 lets no lambda (the CHECK macros') capture a structured binding.
-        auto const& what = shape.first;
-        auto const& v = shape.second;
+    for_each_shape(shapes, [](std::string const& what, value const& v) {
         auto const bad = read_forced_unlock(answered(v));
         CHECK_MESSAGE(bad.ec == colock::error::unexpected_reply, what);
         CHECK_FALSE_MESSAGE(bad.ended, what);
-    }
+    });
 }
 
 TEST_CASE("last_reply: a request's outcome as one reply") {

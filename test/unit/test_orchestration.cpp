@@ -41,7 +41,8 @@ using colock::detail::locker_access;
 using colock::test::fake_server;
 using colock::test::fake_store;
 using colock::test::fault;
-using clock_type = std::chrono::steady_clock;
+// The lock layer's clock, which the fake server's expiries run on too.
+using clock_type = colock::detail::lock_clock;
 
 namespace {
 

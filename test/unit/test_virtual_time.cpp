@@ -28,9 +28,7 @@ using namespace std::chrono_literals;
 using colock::detail::lock_clock;
 using colock::detail::lock_timer;
 using colock::detail::locker_access;
-using colock::test::fake_server;
-using colock::test::fake_store;
-using colock::test::fault;
+using namespace colock::test;
 
 namespace {
 
