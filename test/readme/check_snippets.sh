@@ -20,24 +20,11 @@ usage() {
     echo "usage: $0 MARKDOWN... -- SOURCE...   (or: $0 README.md SOURCE...)" >&2
     exit 2
 }
-pages=()
-sources=()
-if printf '%s\n' "$@" | grep -qx -- '--'; then
-    seen_separator=0
-    for arg in "$@"; do
-        if [ "$seen_separator" -eq 0 ] && [ "$arg" = "--" ]; then
-            seen_separator=1
-        elif [ "$seen_separator" -eq 0 ]; then
-            pages+=("$arg")
-        else
-            sources+=("$arg")
-        fi
-    done
-elif [ "$#" -ge 2 ]; then
-    pages=("$1")
-    shift
-    sources=("$@")
-fi
+# shellcheck source=snippet_args.sh
+source "$(dirname "${BASH_SOURCE[0]}")/snippet_args.sh"
+parse_snippet_args "$@"
+pages=("${snippet_pages[@]}")
+sources=("${snippet_sources[@]}")
 if [ "${#pages[@]}" -eq 0 ] || [ "${#sources[@]}" -eq 0 ]; then
     usage
 fi

@@ -16,24 +16,11 @@ usage() {
 }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 check="$here/check_snippets.sh"
-pages_in=()
-sources_in=()
-if printf '%s\n' "$@" | grep -qx -- '--'; then
-    seen_separator=0
-    for arg in "$@"; do
-        if [ "$seen_separator" -eq 0 ] && [ "$arg" = "--" ]; then
-            seen_separator=1
-        elif [ "$seen_separator" -eq 0 ]; then
-            pages_in+=("$arg")
-        else
-            sources_in+=("$arg")
-        fi
-    done
-elif [ "$#" -ge 2 ]; then
-    pages_in=("$1")
-    shift
-    sources_in=("$@")
-fi
+# shellcheck source=snippet_args.sh
+source "$here/snippet_args.sh"
+parse_snippet_args "$@"
+pages_in=("${snippet_pages[@]}")
+sources_in=("${snippet_sources[@]}")
 if [ "${#pages_in[@]}" -eq 0 ] || [ "${#sources_in[@]}" -eq 0 ]; then
     usage
 fi
