@@ -2,12 +2,14 @@
 // its name, without a round trip to Redis (lock cohorting, Dice, Marathe and Shavit, PPoPP
 // 2012). The lock key keeps the lease's token; each holder gets its own guard, token and the
 // next fence; the release to Redis stores the last fence given. A waiter that leaves with a
-// baton passes it on. On the locker's strand.
+// baton passes it on. A forced unlock takes a baton of its lease back. On the locker's strand.
 #include "guard.hpp"
 #include "locker_impl.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+
+#include <string_view>
 
 namespace colock::detail {
 
@@ -82,6 +84,28 @@ void locker_impl::wake_local_head(lock_keys const& keys) {
         q->wake_pending = true; // seen even if the head is busy asking
         local_queues::wake(q->waiters.front());
     }
+}
+
+void locker_impl::on_forced(std::string const& payload) {
+    // "f <token> <lock key>"
+    std::string_view rest(payload);
+    if (!rest.starts_with("f "))
+        return;
+    rest.remove_prefix(2);
+    auto const space = rest.find(' ');
+    if (space == std::string_view::npos)
+        return;
+    auto const token = rest.substr(0, space);
+    auto const key = rest.substr(space + 1);
+    book_->mark_forced_lost(key, token);
+    // A waiter here that a holder of this process handed the lease to must not take it now.
+    // The key no longer holds the lease (the script made it "R <fence> -"), so the give-back
+    // changes nothing there; with Redlock the store forgets the lease.
+    if (auto* q = queues_.find(lock_keys(std::string(key), owner_)))
+        for (auto& w : q->waiters)
+            if (w.baton && w.baton->lease_token == token)
+                give_back(q->keys, std::move(*std::exchange(w.baton, nullptr)),
+                          handoff_claim(static_cast<lock_operation&>(w).options().ttl));
 }
 
 } // namespace colock::detail

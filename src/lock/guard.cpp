@@ -44,7 +44,7 @@ guard_state::guard_state(std::shared_ptr<locker_impl> owner, std::string name, l
 
 void guard_state::hold() {
     enter_book();
-    locker_->keep_record(ttl());
+    locker_->record().keep(ttl());
     start();
 }
 
@@ -69,11 +69,11 @@ void guard_state::give_back_now() noexcept {
 }
 
 void guard_state::on_lost(loss_reason why) {
-    locker_->note_lost(*this, why);
+    locker_->notes().lost(*this, why);
 }
 
 void guard_state::on_renewal(clock_type::duration latency, bool extended, error_code ec) {
-    locker_->note_renewal(*this, latency, extended, ec);
+    locker_->notes().renewal(*this, latency, extended, ec);
     if (ec && ec != error::timeout && locker_->store().logs(log_level::debug))
         locker_->store().log(log_level::debug,
                              fmt::format("renewal of lock '{}' (fence {}) failed: {}; retrying",
@@ -81,7 +81,7 @@ void guard_state::on_renewal(clock_type::duration latency, bool extended, error_
 }
 
 void guard_state::on_confirmed(std::chrono::milliseconds ttl) {
-    locker_->keep_record(ttl);
+    locker_->record().keep(ttl);
 }
 
 namespace {
@@ -121,7 +121,7 @@ void send_release(std::shared_ptr<guard_state> st) {
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
     st->stop();
     bool const handed = st->locker().hand_off_locally(*st);
-    st->locker().note_released(*st, handed);
+    st->locker().notes().released(*st, handed);
     if (handed)
         co_return std::tuple{error_code{}, true};
     co_return co_await release_to_server(std::move(st));
@@ -138,7 +138,7 @@ void release_in_background(std::shared_ptr<guard_state> st) {
         asio::dispatch(strand, [st = std::move(st)]() mutable {
             st->stop();
             bool const handed = st->locker().hand_off_locally(*st);
-            st->locker().note_released(*st, handed);
+            st->locker().notes().released(*st, handed);
             if (!handed)
                 send_release(std::move(st));
         });
@@ -150,7 +150,7 @@ void release_in_background(std::shared_ptr<guard_state> st) {
 void release_now(std::shared_ptr<guard_state> st) {
     asio::dispatch(st->strand(), [st] {
         st->stop();
-        st->locker().note_released(*st, false);
+        st->locker().notes().released(*st, false);
     });
     send_release(std::move(st));
 }

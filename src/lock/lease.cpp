@@ -130,10 +130,10 @@ void lease_book::give_all_back_now() noexcept {
 }
 
 void lease_book::drop_waiters() noexcept {
-    std::vector<std::shared_ptr<lease::lost_waiter>> dropped; // destroyed last
+    std::vector<std::shared_ptr<loss_waiters::call>> dropped; // destroyed last
     try {
         for (auto const& l : leases())
-            for (auto& w : std::exchange(l->lost_waiters_, {}))
+            for (auto& w : l->waiters_->take_all())
                 dropped.push_back(std::move(w));
     } catch (...) {
     }
@@ -180,20 +180,6 @@ void lease_book::start_due_renewals() {
 
 // ------------------------------------------------------------------ the lease
 
-// A pending wait_lost. Its cancellation handler is installed on the caller's thread before
-// anything is posted, so no cancellation can be missed; `done` makes sure exactly one of
-// (lost, let go, cancelled) completes it.
-struct lease::lost_waiter {
-    // Move-constructed only: Boost 1.81's any_completion_handler move *assignment* recurses
-    // forever (it copies from an lvalue through its converting constructor).
-    explicit lost_waiter(asio::any_completion_handler<void(error_code)> h)
-        : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
-
-    asio::any_completion_handler<void(error_code)> handler;
-    asio::cancellation_slot slot;
-    bool done = false;
-};
-
 lease::lease(std::shared_ptr<lease_book> book, lease_terms const& terms,
              clock_type::time_point acquired_at, clock_type::time_point deadline,
              std::uint64_t server_generation)
@@ -203,7 +189,8 @@ lease::lease(std::shared_ptr<lease_book> book, lease_terms const& terms,
     , server_generation_(server_generation)
     , ttl_(terms.ttl)
     , renew_timer_(book_->strand())
-    , turns_(book_->strand()) {
+    , turns_(book_->strand())
+    , waiters_(std::make_shared<loss_waiters>(book_->strand())) {
     set_deadline(deadline);
 }
 
@@ -290,45 +277,19 @@ void lease::stop() {
         book_->remove(*std::exchange(registration_, std::nullopt));
 }
 
-void lease::finish_waiter(std::shared_ptr<lost_waiter> const& w, error_code ec) {
-    if (w->done)
-        return;
-    w->done = true;
-    complete_now(book_->strand(), std::move(w->handler), w->slot, ec);
-}
-
 void lease::finish_waiters() {
-    auto waiters = std::move(lost_waiters_);
-    lost_waiters_.clear();
-    for (auto& w : waiters)
-        finish_waiter(w, lost_ ? error_code{} : error_code(error::not_held));
+    waiters_->finish_all(lost_ ? error_code{} : error_code(error::not_held));
 }
 
 void lease::wait_lost(asio::any_completion_handler<void(error_code)> handler) {
-    auto w = std::make_shared<lost_waiter>(std::move(handler));
-    auto self = shared_from_this();
-    if (w->slot.is_connected()) {
-        w->slot.assign([weak_w = std::weak_ptr<lost_waiter>(w),
-                        weak_self = weak_from_this()](asio::cancellation_type) {
-            auto cw = weak_w.lock();
-            auto cself = weak_self.lock();
-            if (!cw || !cself)
-                return;
-            asio::dispatch(cself->strand(), [cw, cself] {
-                std::erase(cself->lost_waiters_, cw);
-                cself->finish_waiter(cw, asio::error::operation_aborted);
-            });
-        });
-    }
-    asio::dispatch(strand(), [self, w] {
-        if (w->done)
-            return; // cancelled already
+    auto w = waiters_->make(std::move(handler));
+    asio::dispatch(strand(), [self = shared_from_this(), w] {
         if (self->lost_ || self->released_) {
-            self->finish_waiter(w, self->lost_ ? error_code{} : error_code(error::not_held));
+            self->waiters_->finish(w, self->lost_ ? error_code{} : error_code(error::not_held));
             return;
         }
-        self->start_watch(); // without auto_renew, someone must notice the lease's end
-        self->lost_waiters_.push_back(w);
+        if (self->waiters_->enroll(w)) // not cancelled already
+            self->start_watch();       // without auto_renew, someone must notice the lease's end
     });
 }
 

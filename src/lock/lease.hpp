@@ -10,6 +10,7 @@
 
 #include "common.hpp"
 #include "lease_store.hpp"
+#include "loss_waiters.hpp"
 
 #include <colock/lock_observer.hpp>
 
@@ -215,7 +216,6 @@ protected:
 
 private:
     friend class lease_book;
-    struct lost_waiter;
 
     void set_deadline(clock_type::time_point t) noexcept {
         deadline_ticks_ = t.time_since_epoch().count();
@@ -232,7 +232,6 @@ private:
     clock_type::time_point next_renewal() const;
     void start_watch();
     void finish_waiters();
-    void finish_waiter(std::shared_ptr<lost_waiter> const& w, boost::system::error_code ec);
     static boost::asio::awaitable<void> renew_loop(std::shared_ptr<lease> self);
 
     std::shared_ptr<lease_book> const book_;
@@ -255,7 +254,7 @@ private:
     std::optional<lease_book::renewal_entry> renewal_scheduled_;
     std::optional<clock_type::time_point> first_renewal_;
     std::optional<lease_book::held_entry> registration_;
-    std::vector<std::shared_ptr<lost_waiter>> lost_waiters_;
+    std::shared_ptr<loss_waiters> const waiters_; // shared with their cancellation handlers
 };
 
 } // namespace colock::detail

@@ -31,6 +31,8 @@ namespace colock::detail {
 
 class locker_impl;
 class guard_state;
+class lock_calls;
+class queue_wait;
 
 // How a call ended.
 struct lock_outcome {
@@ -40,7 +42,18 @@ struct lock_outcome {
     std::shared_ptr<guard_state> state;
 };
 
-struct lock_operation : waiter, std::enable_shared_from_this<lock_operation> {
+// Its place among the locker's calls under way, from begin to finish: a locker that is
+// destroyed ends them.
+using pending_hook =
+    boost::intrusive::list_base_hook<boost::intrusive::tag<struct pending_tag>,
+                                     boost::intrusive::link_mode<boost::intrusive::safe_link>>;
+
+// The call's state is written by the two units that drive it: lock_calls (its start, first
+// attempt, cancellation and end) and queue_wait (its turns in the local queue).
+class lock_operation : public waiter,
+                       public pending_hook,
+                       public std::enable_shared_from_this<lock_operation> {
+public:
     lock_operation(std::shared_ptr<locker_impl> owner, std::string lock_name, lock_options options,
                    bool waits);
     // Destroyed while still queued only when the io_context goes with it parked: it leaves the
@@ -49,60 +62,66 @@ struct lock_operation : waiter, std::enable_shared_from_this<lock_operation> {
     lock_operation(lock_operation const&) = delete;
     lock_operation& operator=(lock_operation const&) = delete;
 
-    // Completes the caller's handler with `out` (or `exception`), posted out of the strand.
-    // Once, by locker_impl::finish.
+    // Completes the caller's handler with `out_` (or `exception_`), posted out of the strand.
+    // Once, by lock_calls::finish.
     virtual void deliver() = 0;
 
     // Where handlers without an executor of their own complete: the locker's.
     boost::asio::any_io_executor io_executor() const;
 
+    locker_impl& locker() const noexcept { return *locker_; }
+    std::string const& name() const noexcept { return name_; }
+    lock_options const& options() const noexcept { return opt_; }
     // The lock's keys: its own until it queues, then its queue's.
-    lock_keys const& keys() const { return queue ? queue->keys : *own_keys; }
+    lock_keys const& keys() const { return queue_ ? queue_->keys : *own_keys_; }
+    // Parked with no timer, the call holds itself: given up when the io_context shuts down.
+    std::shared_ptr<lock_operation> release_parked_self() noexcept {
+        return std::move(parked_self_);
+    }
+
+protected:
+    lock_outcome out_;
+    std::exception_ptr exception_; // a coroutine of it threw
+
+private:
+    friend class lock_calls;
+    friend class queue_wait;
+
     // The token it holds the lock with, made when first needed (the first attempt, or a
     // hand-off from a holder of this process).
     std::string const& holder_token();
 
-    std::shared_ptr<locker_impl> const locker;
-    std::string const name;
-    lock_options const opt;
-    bool const wait; // co_lock; co_try_lock asks once
+    std::shared_ptr<locker_impl> const locker_;
+    std::string const name_;
+    lock_options const opt_;
+    bool const wait_; // co_lock; co_try_lock asks once
     // When the call was made: its deadlines count from here, and so does the wait an observer
     // is told of.
-    clock_type::time_point const started = clock_type::now();
-    std::string token;
-    std::unique_ptr<lock_keys> own_keys;
-    std::shared_ptr<name_queue> queue; // while in the local queue
-    wait_deadlines deadlines{};
+    clock_type::time_point const started_ = clock_type::now();
+    std::string token_;
+    std::unique_ptr<lock_keys> own_keys_;
+    std::shared_ptr<name_queue> queue_; // while in the local queue
+    wait_deadlines deadlines_{};
     // The wait: how long the head sleeps before asking again, attempts made, and whether the
     // last answer still stands.
-    std::chrono::milliseconds sleep{0};
-    int attempts = 0;
-    bool need_attempt = true;
+    std::chrono::milliseconds sleep_{0};
+    int attempts_ = 0;
+    bool need_attempt_ = true;
 
     // A coroutine runs for it: the caller's cancellation goes to that coroutine (through
-    // `signal`, which each one is spawned with); otherwise it is parked in the queue and a
+    // `signal_`, which each one is spawned with); otherwise it is parked in the queue and a
     // cancellation ends it there.
-    bool driving = false;
-    bool finished = false;
-    boost::asio::cancellation_signal signal;
+    bool driving_ = false;
+    bool finished_ = false;
+    boost::asio::cancellation_signal signal_;
     // Parked: the timer of a sleep with an end (made on first use), or, for one that only a
-    // wake ends, itself (see locker_impl::park).
-    std::unique_ptr<lock_timer> timer;
-    std::shared_ptr<lock_operation> parked_self;
-
-    lock_outcome out;
-    std::exception_ptr exception; // a coroutine of it threw
-
-    // Its place among the locker's calls under way, from begin() to finish(): a locker that is
-    // destroyed ends them.
-    boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>
-        pending_hook;
+    // wake ends, itself (see queue_wait::park).
+    std::unique_ptr<lock_timer> timer_;
+    std::shared_ptr<lock_operation> parked_self_;
 };
 
-using pending_operations = boost::intrusive::list<
-    lock_operation,
-    boost::intrusive::member_hook<lock_operation, decltype(lock_operation::pending_hook),
-                                  &lock_operation::pending_hook>>;
+using pending_operations =
+    boost::intrusive::list<lock_operation, boost::intrusive::base_hook<pending_hook>>;
 
 // The call's handler and what turns the outcome into its arguments.
 template <class Handler, class Finish>
@@ -116,7 +135,7 @@ struct lock_operation_for final : lock_operation {
 
     void deliver() override {
         post_invocation(io_executor(), std::move(handler), slot,
-                        [f = std::move(finish), e = exception, o = std::move(out)](
+                        [f = std::move(finish), e = exception_, o = std::move(out_)](
                             Handler h) mutable { f(std::move(h), e, std::move(o)); });
     }
 

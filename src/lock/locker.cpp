@@ -103,14 +103,14 @@ void start_operation(std::shared_ptr<detail::locker_impl> const& impl, std::stri
         slot.assign(
             [weak = std::weak_ptr<detail::lock_operation>(op)](asio::cancellation_type type) {
                 if (auto target = weak.lock()) {
-                    auto const& strand = target->locker->strand();
+                    auto const& strand = target->locker().strand();
                     asio::dispatch(strand, [target = std::move(target), type] {
-                        target->locker->cancel(*target, type);
+                        target->locker().calls().cancel(*target, type);
                     });
                 }
             });
     }
-    impl->start(std::move(op));
+    impl->calls().start(std::move(op));
 }
 
 // co_lock and co_try_lock are not coroutines of their own: each is asio's awaitable of one

@@ -1,6 +1,6 @@
 // Seeing and operating locks from outside their holders: status reads what the server holds
 // for a lock and who holds it; a forced unlock ends a holder's lease and tells its locker at
-// once; and the holder record, which names a locker's process, kept while it holds leases.
+// once (the holder record it names is kept in holder_record.cpp).
 #include "../detail/spawn.hpp"
 #include "awaited_call.hpp"
 #include "errors.hpp"
@@ -20,12 +20,6 @@
 #include <climits>
 #include <exception>
 #include <string_view>
-
-#include <unistd.h>
-
-#if defined(__GLIBC__)
-#include <errno.h> // program_invocation_short_name
-#endif
 
 namespace colock {
 
@@ -49,21 +43,6 @@ std::string_view to_string(lock_state state) noexcept {
 namespace detail {
 
 namespace {
-
-std::string host_name() {
-    char name[HOST_NAME_MAX + 1] = {};
-    if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0')
-        return "unknown";
-    return name;
-}
-
-std::string program_name() {
-#if defined(__GLIBC__)
-    if (program_invocation_short_name && *program_invocation_short_name)
-        return program_invocation_short_name;
-#endif
-    return "unknown";
-}
 
 template <class Int>
 std::optional<Int> parse_integer(std::string_view text) {
@@ -225,21 +204,6 @@ asio::awaitable<force_unlock_outcome> run_force_unlock(std::shared_ptr<locker_im
 
 } // namespace
 
-asio::awaitable<void> locker_impl::listen_for_forced(std::shared_ptr<locker_impl> self) {
-    auto const [ec, refusal] = co_await self->store_->subscribe(self->record_key_);
-    if (!ec) {
-        self->subscribed_for_forced_ = true;
-        if (self->closed_) // the locker went while the subscription was on its way
-            self->store_->unsubscribe(self->record_key_);
-        co_return;
-    }
-    if (self->store_->logs(log_level::warning))
-        self->store_->log(log_level::warning,
-                          fmt::format("colock: not subscribed to {} ({}); a forced unlock of a "
-                                      "lock this locker holds is noticed at its next renewal",
-                                      self->record_key_, refusal.empty() ? ec.message() : refusal));
-}
-
 namespace {
 
 // The awaitable of `run(impl, name)`, for co_status and co_force_unlock: the name checked when
@@ -266,55 +230,6 @@ asio::awaitable<Result> await_run(std::shared_ptr<locker_impl> impl, std::string
 }
 
 } // namespace
-
-std::vector<std::pair<std::string, std::string>>
-holder_record_fields(std::string const& client_name) {
-    auto const started = std::chrono::duration_cast<milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-    return {{"host", host_name()},
-            {"pid", std::to_string(::getpid())},
-            {"program", program_name()},
-            {"client_name", client_name},
-            {"started", std::to_string(started)}};
-}
-
-void locker_impl::keep_record(milliseconds ttl) {
-    if (!listening_for_forced_ && !closed_) {
-        listening_for_forced_ = true;
-        asio::co_spawn(strand_, listen_for_forced(shared_from_this()), asio::detached);
-    }
-    // Written to outlive the lease by two minutes, and again once it would not outlive it by
-    // one: about once a minute while leases keep being granted or renewed.
-    constexpr milliseconds margin{60000};
-    auto const now = clock_type::now();
-    if (now + ttl + margin <= record_expires_)
-        return;
-    record_expires_ = now + ttl + 2 * margin;
-    store_->write_record(record_key_, record_fields_, ttl + 2 * margin);
-}
-
-void locker_impl::on_forced(std::string const& payload) {
-    // "f <token> <lock key>"
-    std::string_view rest(payload);
-    if (!rest.starts_with("f "))
-        return;
-    rest.remove_prefix(2);
-    auto const space = rest.find(' ');
-    if (space == std::string_view::npos)
-        return;
-    auto const token = rest.substr(0, space);
-    auto const key = rest.substr(space + 1);
-    book_->mark_forced_lost(key, token);
-    // A waiter here that a holder of this process handed the lease to must not take it now.
-    // The key no longer holds the lease (the script made it "R <fence> -"), so the give-back
-    // changes nothing there; with Redlock the store forgets the lease.
-    if (auto* q = queues_.find(lock_keys(std::string(key), owner_)))
-        for (auto& w : q->waiters)
-            if (w.baton && w.baton->lease_token == token)
-                give_back(q->keys, std::move(*std::exchange(w.baton, nullptr)),
-                          handoff_claim(static_cast<lock_operation&>(w).opt.ttl));
-}
 
 } // namespace detail
 

@@ -1,0 +1,165 @@
+// One ask of the lease store for a call, and the guard or failure text its answer makes.
+#include "acquirer.hpp"
+
+#include "errors.hpp"
+#include "guard.hpp"
+#include "locker_impl.hpp"
+
+#include <colock/redis/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace colock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using std::chrono::milliseconds;
+
+asio::awaitable<grant_result> acquirer::attempt(lock_keys const& keys, std::string const& token,
+                                                milliseconds ttl, queueing queue,
+                                                asio::cancellation_state cs,
+                                                clock_type::time_point deadline,
+                                                replica_wait replicas) {
+    auto stop = std::make_shared<asio::cancellation_signal>();
+    auto caller_slot = cs.slot();
+    if (caller_slot.is_connected())
+        caller_slot.assign(
+            [stop](asio::cancellation_type) { stop->emit(asio::cancellation_type::total); });
+    std::optional<lock_timer> deadline_timer;
+    if (deadline != clock_type::time_point::max()) {
+        deadline_timer.emplace(locker_.strand());
+        deadline_timer->expires_at(deadline);
+        deadline_timer->async_wait([stop](error_code ec) {
+            if (!ec)
+                stop->emit(asio::cancellation_type::total);
+        });
+    }
+    auto r = co_await locker_.store().grant(keys, token, ttl, queue, stop->slot(), replicas);
+    if (caller_slot.is_connected())
+        caller_slot.clear();
+    if (deadline_timer)
+        deadline_timer->cancel();
+    co_return r;
+}
+
+void acquirer::set_failure(lock_outcome& out, std::string const& name, error_code ec,
+                           std::string const& detail_text) {
+    // Without the source location Asio attaches: the message is about the lock, not about
+    // where in Asio the error was noticed.
+    out.ec = error_code(ec.value(), ec.category());
+    out.message = detail_text.empty() ? fmt::format("colock: lock '{}'", name)
+                                      : fmt::format("colock: lock '{}': {}", name, detail_text);
+}
+
+// The server's text for its errors, and for a connection that could not be established, the
+// connection's account of why (endpoint and cause), which the bare error code lacks.
+std::string acquirer::failure_text(error_code ec, std::string const& server_text,
+                                   lock_options const& opt, bool waited) const {
+    if (!is_connect_failure(ec))
+        return server_text;
+    std::string why = locker_.store().last_error_text();
+    if (why.empty())
+        why = ec.message();
+    if (!waited || is_lasting_connect_failure(ec))
+        return fmt::format("no connection to the Redis server: {}", why);
+    auto budget = opt.first_connect_timeout;
+    if (opt.wait_timeout)
+        budget = std::min(budget, *opt.wait_timeout);
+    return fmt::format("no connection to the Redis server within {} ms: {}", budget.count(), why);
+}
+
+// Names the connection when it is what kept the lock away.
+std::string acquirer::timeout_text(lock_options const& opt) const {
+    std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());
+    if (locker_.store().is_connected())
+        return text;
+    std::string why = locker_.store().last_error_text();
+    return why.empty() ? text + "; the connection to the Redis server is not established"
+                       : fmt::format("{}; the connection to the Redis server is not "
+                                     "established: {}",
+                                     text, why);
+}
+
+std::shared_ptr<guard_state> acquirer::make_guard(std::string name, lock_keys keys,
+                                                  std::string token, std::int64_t fence,
+                                                  lock_options const& opt,
+                                                  clock_type::time_point attempt_start,
+                                                  std::uint64_t server_changes) {
+    lease_origin origin;
+    origin.lease_token = token;
+    origin.lease_fence = fence;
+    origin.granted_at = clock_type::now();
+    // The count the grant was checked against, not a newer one: a change counted since then
+    // is one this lease did not survive.
+    origin.server_changes = server_changes;
+    origin.acquired_at = attempt_start;
+    origin.deadline = attempt_start + locker_.store().safe_ttl(opt.ttl);
+    auto st =
+        std::make_shared<guard_state>(locker_.shared_from_this(), std::move(name), std::move(keys),
+                                      std::move(token), fence, opt, std::move(origin));
+    st->hold();
+    return st;
+}
+
+std::shared_ptr<guard_state> acquirer::make_handed_guard(std::string name, lock_keys keys,
+                                                         std::string token, lease_baton baton,
+                                                         lock_options const& opt) {
+    lease_origin origin;
+    origin.lease_token = std::move(baton.lease_token);
+    origin.lease_fence = baton.lease_fence;
+    origin.granted_at = baton.granted_at;
+    origin.local_handoffs = baton.local_handoffs;
+    origin.server_changes = baton.server_changes;
+    origin.acquired_at = clock_type::now();
+    origin.deadline = baton.deadline;
+    auto st =
+        std::make_shared<guard_state>(locker_.shared_from_this(), std::move(name), std::move(keys),
+                                      std::move(token), baton.fence, opt, std::move(origin));
+    st->hold();
+    return st;
+}
+
+asio::awaitable<std::optional<grant_result>>
+acquirer::try_once(lock_keys const& keys, std::string const& token, std::string const& name,
+                   lock_options const& opt, queueing queue, asio::cancellation_state cs,
+                   clock_type::time_point deadline, lock_outcome& out) {
+    auto started = clock_type::now();
+    auto server_changes = locker_.store().server_changes(keys);
+    replica_wait const replicas{opt.wait_replicas, opt.replicas_timeout};
+    grant_result r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline, replicas);
+    // Granted by a server instance that has been replaced since (its keys may be gone, and the
+    // guards it granted were marked lost): ask the new one. Same token, so this is idempotent.
+    for (int rounds = 0; !r.ec && r.granted && !cancelled(cs) && rounds < 3 &&
+                         locker_.store().server_changes(keys) != server_changes;
+         ++rounds) {
+        started = clock_type::now();
+        server_changes = locker_.store().server_changes(keys);
+        r = co_await attempt(keys, token, opt.ttl, queue, cs, deadline, replicas);
+    }
+    if (!r.ec && r.granted && locker_.store().server_changes(keys) != server_changes) {
+        // The server keeps changing: give up this attempt, as one whose reply was lost (a
+        // passing error, so co_lock tries again), and release on the way out.
+        r.ec = redis::error::connection_lost;
+        r.granted = false;
+        r.outcome_unknown = true;
+    }
+    if (r.outcome_unknown)
+        out.outcome_unknown = true; // it may have been applied: release on the way out
+    if (!r.ec && r.granted && cancelled(cs)) {
+        auto const released =
+            co_await locker_.store().release(keys, token, handoff_claim(opt.ttl), 0);
+        if (released.ec)
+            out.outcome_unknown = true; // try once more on the way out
+        r.granted = false;
+        r.ec = asio::error::operation_aborted;
+    }
+    if (r.ec == asio::error::operation_aborted && !cancelled(cs))
+        r.ec = error::timeout; // stopped by the wait deadline before it was sent
+    if (!r.ec && r.granted)
+        out.state = make_guard(name, keys, token, r.fence, opt, started, server_changes);
+    co_return r;
+}
+
+} // namespace colock::detail
