@@ -5,8 +5,13 @@
 parse_snippet_args() {
     snippet_pages=()
     snippet_sources=()
-    if printf '%s\n' "$@" | grep -qx -- '--'; then
-        local seen_separator=0 arg
+    # No `printf | grep -q` here: under pipefail, grep leaving early can fail printf (SIGPIPE).
+    local has_separator=0 arg
+    for arg in "$@"; do
+        [ "$arg" = "--" ] && has_separator=1
+    done
+    if [ "$has_separator" -eq 1 ]; then
+        local seen_separator=0
         for arg in "$@"; do
             if [ "$seen_separator" -eq 0 ] && [ "$arg" = "--" ]; then
                 seen_separator=1
