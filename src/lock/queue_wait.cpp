@@ -26,7 +26,11 @@ bool queue_wait::take_baton(lock_operation& op) {
     auto baton = std::exchange(op.baton, nullptr);
     // One granted to a lease whose server has been replaced since is not taken: it is lost.
     // Its token may still be in the key (a failover to a replica that had it), so it goes back.
-    if (baton->server_changes != locker_.store().server_changes(op.keys())) {
+    // Nor one whose deadline passed while the waiter was busy asking (nobody renews a lease
+    // on its way between holders): its guard would be over at once, with the old lease's
+    // fence, below one Redis may have granted since. It goes back, and the waiter asks on.
+    if (baton->server_changes != locker_.store().server_changes(op.keys()) ||
+        clock_type::now() + std::chrono::milliseconds{1} >= baton->deadline) {
         locker_.give_back(op.keys(), std::move(*baton), handoff_claim(op.opt_.ttl));
         return false;
     }

@@ -254,7 +254,8 @@ asio::awaitable<bool> fake_store::send(std::optional<asio::cancellation_slot> st
 }
 
 asio::awaitable<void> fake_store::reply_delay() {
-    asio::steady_timer t(strand_, server_.latency);
+    // On the lock clock, so that virtual time moves replies on too.
+    detail::lock_timer t(strand_, server_.latency);
     // Once sent, the reply is read: the caller's cancellation does not cut it short.
     co_await t.async_wait(asio::bind_cancellation_slot(asio::cancellation_slot(), nothrow));
 }

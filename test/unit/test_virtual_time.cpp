@@ -176,3 +176,38 @@ TEST_CASE("virtual time: a waiter keeps its entry in the server's queue alive fo
     CHECK(w.server.queue(lock_key).empty());
     CHECK(held.owns_lock());
 }
+
+TEST_CASE("virtual time: a lease handed on while the head is asking, whose deadline passes "
+          "before the answer comes, is not taken: the head acquires anew from the server") {
+    virtual_world w;
+    auto a = locker_access::make(w.process());
+    auto opt = lease_of(30s, 10s);
+    opt.auto_renew = false; // the holder's lease runs out 30 s after its grant
+    auto first = take(w, a, opt);
+    auto const first_fence = first.fence();
+    std::optional<colock::lock_guard> second;
+    asio::co_spawn(w.ctx, a.co_lock("n", opt), [&](std::exception_ptr e, colock::lock_guard g) {
+        REQUIRE_FALSE(e);
+        second = std::move(g);
+    });
+    w.settle();
+    REQUIRE(a.waiting() == 1);
+    w.advance(5s);
+    // The head asks at least once a second; its next question is answered 25 s later.
+    w.server.latency = 25s;
+    w.advance(2s);
+    auto const asked = w.server.calls().grants;
+    // The holder lets go: its lease (deadline 30 s) is handed to the head, which is asking.
+    first = colock::lock_guard{};
+    w.settle();
+    CHECK_FALSE(second);
+    w.advance(22s); // 29 s: the lease is still the holder's at the server
+    CHECK_FALSE(second);
+    w.server.latency = 0ms;
+    w.advance(3500ms); // 32.5 s: the answer came after the handed lease's deadline
+    REQUIRE(second);
+    CHECK(w.server.calls().grants > asked); // asked the server again rather than take it
+    CHECK(second->owns_lock());
+    CHECK(second->lease_expiry() > lock_clock::now() + 25s); // a fresh 30 s lease
+    CHECK(second->fence() > first_fence);
+}
