@@ -8,6 +8,7 @@ packages=(
     redis-server redis-tools redis-sentinel openssl curl
     ninja-build cmake g++ pkg-config
     clang-14 libclang-rt-14-dev
+    doxygen
 )
 
 missing=()

@@ -1,5 +1,36 @@
-// The public surface of colock.
+/// \file
+/// The public surface of colock: includes every public header.
 #pragma once
+
+/// \mainpage colock API reference
+///
+/// colock is a C++20 library of Redis-backed distributed locks for Boost.Asio coroutines. This
+/// reference is generated from the comments of the public headers; the guide, the options,
+/// the deployments and the rest are the pages of the repository's docs/ folder.
+///
+/// Where to start:
+/// - colock::redis::connection, made from a colock::redis::config (or
+///   colock::redis::config::from_url): one multiplexed, pipelined connection to a Redis
+///   server, a Sentinel-resolved primary or a Cluster.
+/// - colock::locker: takes locks on a connection (or, for Redlock, on several), with
+///   co_lock / co_try_lock and their async_ forms.
+/// - colock::lock_guard: holds one lock, renews its lease, reports its loss (wait_lost) and
+///   gives it back (unlock, or its destructor).
+/// - colock::lock_options: the lease, renewal, waiting and replication settings of one call.
+/// - colock::error, colock::redis::error and colock::resp3::error: the error codes, each with
+///   its own category.
+///
+/// Include `<colock/colock.hpp>` for all of it.
+
+/// \namespace colock
+/// Distributed locks: colock::locker, colock::lock_guard, their options, status, observer and
+/// errors.
+
+/// \namespace colock::redis
+/// The Redis connection (colock::redis::connection), its configuration and its errors.
+
+/// \namespace colock::resp3
+/// The RESP3 protocol without I/O: the request builder, the reply parser and the value tree.
 
 #include <colock/error.hpp>
 #include <colock/lock_observer.hpp>

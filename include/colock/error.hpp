@@ -1,4 +1,5 @@
-// Errors of the lock layer, with their own category.
+/// \file
+/// Errors of the lock layer, with their own category.
 #pragma once
 
 #include <boost/system/error_code.hpp>
@@ -8,6 +9,8 @@
 
 namespace colock {
 
+/// The errors of the lock layer (locker, lock_guard). Their category is error_category();
+/// an error_code made from one compares equal to the enumerator (`ec == colock::error::timeout`).
 enum class error {
     /// A deadline passed: co_lock's lock_options::wait_timeout before the lock was free, or
     /// unlock's release deadline before the server confirmed the release. One code for both,
@@ -31,6 +34,7 @@ enum class error {
     no_quorum,
 };
 
+/// The category of colock::error codes; its name() is "colock".
 boost::system::error_category const& error_category() noexcept;
 
 /// The enumerator's name (e.g. "not_held"), for logs and metrics labels; "unknown" for a value
@@ -44,11 +48,17 @@ std::string_view to_string(error e) noexcept;
 /// within their deadlines. `server_text` is the reply's text, e.g. "LOADING Redis is loading".
 bool is_transient_server_error(std::string_view server_text) noexcept;
 
+/// The error_code for `e`, in error_category(). Found by argument-dependent lookup, it lets a
+/// colock::error convert to boost::system::error_code.
 inline boost::system::error_code make_error_code(error e) noexcept {
     return {static_cast<int>(e), error_category()};
 }
 
 } // namespace colock
 
+/// \cond
+// Lets colock::error convert to boost::system::error_code. Hidden from the API reference,
+// whose parser cannot place a specialisation of another library's template.
 template <>
 struct boost::system::is_error_code_enum<colock::error> : std::true_type {};
+/// \endcond

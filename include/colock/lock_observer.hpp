@@ -1,5 +1,6 @@
-// What a locker tells an observer: acquisitions, releases, losses, renewals, queue depth and
-// reconnections, for metrics and logs. See locker::set_observer.
+/// \file
+/// What a locker tells an observer: acquisitions, releases, losses, renewals, queue depth and
+/// reconnections, for metrics and logs. See locker::set_observer.
 #pragma once
 
 #include <boost/system/error_code.hpp>
@@ -48,18 +49,23 @@ std::string_view to_string(loss_reason why) noexcept;
 
 /// A call of co_lock / co_try_lock / async_lock / async_try_lock got the lock.
 struct acquired_event {
+    /// The lock's name; valid during the call only.
     std::string_view name;
+    /// The holder's fence (lock_guard::fence()).
     std::int64_t fence = 0;
     /// From the call to the grant.
     std::chrono::steady_clock::duration waited{};
     /// Server attempts the call made (0 for a local hand-off that came before its first).
     int attempts = 0;
+    /// How the lock was obtained.
     acquired_by how = acquired_by::first_attempt;
 };
 
 /// A holder let the lock go (unlock, or its guard went away) while it still held it.
 struct released_event {
+    /// The lock's name; valid during the call only.
     std::string_view name;
+    /// The holder's fence (lock_guard::fence()).
     std::int64_t fence = 0;
     /// From the call that acquired the lock to its release.
     std::chrono::steady_clock::duration held{};
@@ -70,8 +76,11 @@ struct released_event {
 
 /// A holder's lease was lost. wait_lost() completes for it.
 struct lost_event {
+    /// The lock's name; valid during the call only.
     std::string_view name;
+    /// The holder's fence (lock_guard::fence()).
     std::int64_t fence = 0;
+    /// Why the lease was lost.
     loss_reason reason = loss_reason::not_ours;
     /// From the call that acquired the lock to the loss being noticed.
     std::chrono::steady_clock::duration held{};
@@ -80,7 +89,9 @@ struct lost_event {
 /// A renewal of a lease (the background renewal, not lock_guard::extend) got its answer, or
 /// none by the lease's deadline.
 struct renewal_event {
+    /// The lock's name; valid during the call only.
     std::string_view name;
+    /// The holder's fence (lock_guard::fence()).
     std::int64_t fence = 0;
     /// From sending the renewal to its answer.
     std::chrono::steady_clock::duration latency{};
@@ -94,6 +105,7 @@ struct renewal_event {
 
 /// The number of this locker's calls waiting on one name changed.
 struct queue_event {
+    /// The lock's name; valid during the call only.
     std::string_view name;
     /// Calls waiting on the name now, in this locker.
     std::size_t depth = 0;
@@ -113,11 +125,17 @@ struct reconnect_event {
 class lock_observer {
 public:
     virtual ~lock_observer() = default;
+    /// A call got the lock.
     virtual void on_acquired(acquired_event const&) {}
+    /// A holder let the lock go while it still held it.
     virtual void on_released(released_event const&) {}
+    /// A holder's lease was lost.
     virtual void on_lost(lost_event const&) {}
+    /// A background renewal got its answer, or none by the lease's deadline.
     virtual void on_renewal(renewal_event const&) {}
+    /// The number of calls waiting on a name in this locker changed.
     virtual void on_queue(queue_event const&) {}
+    /// The locker's connection was re-established after a loss.
     virtual void on_reconnect(reconnect_event const&) {}
 };
 

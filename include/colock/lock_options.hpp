@@ -1,4 +1,5 @@
-// How a lock is taken, held and waited for.
+/// \file
+/// How a lock is taken, held and waited for.
 #pragma once
 
 #include <chrono>
@@ -13,8 +14,11 @@ namespace colock {
 /// release ends any sleep early, so backoff only bounds how long a missed message can cost.
 /// Durations up to milliseconds::max() are accepted; a sleep never outlasts wait_timeout.
 struct retry_options {
+    /// The ceiling of the first sleep; positive.
     std::chrono::milliseconds initial{50};
+    /// The ceiling no sleep goes above, however many attempts; at least `initial`.
     std::chrono::milliseconds max{1000};
+    /// How much the ceiling grows per attempt; finite and at least 1.
     double multiplier = 2.0;
 };
 
@@ -22,6 +26,9 @@ struct retry_options {
 /// longer one is a mistake rather than a wish; it also keeps every deadline representable.
 inline constexpr std::chrono::milliseconds max_lock_ttl = std::chrono::hours{24 * 366};
 
+/// How one call takes, holds and waits for a lock (co_lock, co_try_lock and their async_
+/// forms). Every field has a default; validate() says which values are refused, and
+/// docs/options.md when to change each.
 struct lock_options {
     /// Length of the lease, at most max_lock_ttl. The lock frees itself this long after the last
     /// renewal.
@@ -45,6 +52,7 @@ struct lock_options {
     /// worked before and was lost is waited for within wait_timeout alone, since it
     /// reconnects by itself. co_try_lock makes one attempt and reports the error.
     std::chrono::milliseconds first_connect_timeout{10'000};
+    /// Backoff between the attempts of a waiting co_lock (see retry_options).
     retry_options retry;
     /// Cohort hand-off: when a holder lets go and a waiter of this process (this locker) is
     /// next for the name, the lease passes to it without a round trip to Redis, with its own
@@ -65,7 +73,7 @@ struct lock_options {
     /// max_lock_ttl.
     std::chrono::milliseconds replicas_timeout{1000};
 
-    /// The renew interval in effect.
+    /// The renew interval in effect: renew_interval, or ttl / 3 when it is not set.
     std::chrono::milliseconds effective_renew_interval() const noexcept {
         return renew_interval.value_or(ttl / 3);
     }
@@ -76,9 +84,10 @@ inline constexpr std::size_t max_lock_name_length = 1024;
 
 /// Throws boost::system::system_error with error::invalid_argument, naming the field, when
 /// `name` or `opt` cannot be used (empty or oversized name, ttl <= 0 or above max_lock_ttl,
-/// renew_interval <= 0 or >= ttl, negative wait_timeout, max_hold or first_connect_timeout, a
-/// retry policy that does not grow, replicas_timeout <= 0 or above max_lock_ttl while
-/// wait_replicas is set).
+/// renew_interval <= 0 or >= ttl, a ttl below 3 ms with no renew_interval, negative
+/// wait_timeout, max_hold or first_connect_timeout, retry.initial <= 0, retry.max below
+/// retry.initial, a retry.multiplier below 1 or not finite, replicas_timeout <= 0 or above
+/// max_lock_ttl while wait_replicas is set, wait_replicas above a million).
 void validate(std::string_view name, lock_options const& opt);
 
 } // namespace colock

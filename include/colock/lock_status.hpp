@@ -1,5 +1,6 @@
-// What the server knows of one lock, as locker::co_status reports it: whether it is held, by
-// whom and since when, how long the lease has left, its last fence and who is queued.
+/// \file
+/// What the server knows of one lock, as locker::co_status reports it: whether it is held, by
+/// whom and since when, how long the lease has left, its last fence and who is queued.
 #pragma once
 
 #include <chrono>
@@ -44,7 +45,9 @@ struct holder_info {
 
 /// A lock as its key reads at one moment.
 struct lock_status {
+    /// The lock's name, as asked for.
     std::string name;
+    /// Whether the lock is free, held or handed over.
     lock_state state = lock_state::free;
     /// The last fence the server gave for the lock (a holder's own waiters, which it hands
     /// the lease to without a round trip, get the ones after it). 0 when the key is gone:
@@ -67,6 +70,7 @@ struct lock_status {
     /// Processes (one entry per locker) waiting for the lock, their entries still live.
     std::size_t queued = 0;
 
+    /// True when state is lock_state::held.
     bool held() const noexcept { return state == lock_state::held; }
 };
 

@@ -1,4 +1,5 @@
-// Distributed locks on one Redis connection: locker takes them, lock_guard holds them.
+/// \file
+/// Distributed locks on one Redis connection: locker takes them, lock_guard holds them.
 #pragma once
 
 #include <colock/error.hpp>
@@ -40,12 +41,15 @@ class lock_guard {
 public:
     /// A guard that holds nothing.
     lock_guard() noexcept;
+    /// Takes over `other`'s lock, its renewal included; `other` then holds nothing.
     lock_guard(lock_guard&& other) noexcept;
     /// Releases the lock this guard held (in the background), then takes over `other`'s.
     lock_guard& operator=(lock_guard&& other) noexcept;
+    /// Stops the renewal and releases the lock it holds, if any, in the background; never
+    /// blocks.
     ~lock_guard();
 
-    /// The lock's name; empty for a guard that never held one.
+    /// The lock's name; empty for a default-constructed or moved-from guard.
     std::string const& name() const noexcept;
     /// The 128-bit random token (32 hex digits) that marks this holder in Redis.
     std::string const& token() const noexcept;
@@ -54,6 +58,7 @@ public:
     std::int64_t fence() const noexcept;
     /// True while the lock is held: acquired, not lost, not released.
     bool owns_lock() const noexcept;
+    /// owns_lock().
     explicit operator bool() const noexcept { return owns_lock(); }
     /// True once the lease was found lost: taken from outside, expired, not renewable before
     /// its deadline, or held on a server instance that was replaced (a restart or failover
@@ -67,7 +72,7 @@ public:
     /// renewal or extend that may shorten the lease lowers it to its own send time plus its
     /// ttl before it is sent, since the server may apply it even if its reply is never seen;
     /// only a confirmed reply moves it later. owns_lock() is false from this point on unless a
-    /// renewal moves it. A default time_point for a guard that holds nothing.
+    /// renewal moves it. A default time_point for a default-constructed or moved-from guard.
     std::chrono::steady_clock::time_point lease_expiry() const noexcept;
 
     /// Completes when the lease is lost, or at once if it already is. Completes too when the
@@ -92,7 +97,8 @@ public:
     /// Sets the lease to `ttl` from now, if the lock is still ours; later renewals use `ttl`
     /// too. Returns false (and marks the guard lost) when the lock was no longer ours.
     /// Throws boost::system::system_error on network failure, and with error::not_held when
-    /// the guard was released or moved from, error::invalid_argument for ttl <= 0.
+    /// the guard was released or moved from, error::invalid_argument for ttl <= 0 or above
+    /// max_lock_ttl.
     /// Cancellation: as the connection's async_exec; a cancelled extend may still have run.
     boost::asio::awaitable<bool> extend(std::chrono::milliseconds ttl);
 
@@ -177,8 +183,11 @@ private:
 /// for a while delays neither the connection's reads nor the renewals.
 class locker {
 public:
+    /// The type of get_executor().
     using executor_type = boost::asio::any_io_executor;
 
+    /// Takes locks on `conn`, in keys and channels whose names start with `key_prefix`:
+    /// processes that are to exclude one another use the same prefix on the same server.
     explicit locker(redis::connection& conn, std::string key_prefix = "colock:");
     /// Redlock: the same locks over `primaries`, independent Redis servers (an odd number, at
     /// least 3; each a single server or a Sentinel-resolved primary, not a Cluster). A lock is
@@ -203,6 +212,7 @@ public:
     locker(locker const&) = delete;
     locker& operator=(locker const&) = delete;
 
+    /// The prefix given at construction, which starts every key and channel of this locker.
     std::string const& key_prefix() const noexcept;
     /// How many co_lock calls of this locker are waiting in its local queues now; from any
     /// thread. For monitoring: the figure may change as soon as it is read.

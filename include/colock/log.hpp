@@ -1,6 +1,7 @@
-// A hook for colock's log lines: what a connection and a locker did that an operator may want to
-// see (connections lost and regained, a server replaced, a lease lost, a release that failed).
-// Off unless a handler is set (redis::config::log).
+/// \file
+/// A hook for colock's log lines: what a connection and a locker did that an operator may want to
+/// see (connections lost and regained, a server replaced, a lease lost, a release that failed).
+/// Off unless a handler is set (redis::config::log).
 #pragma once
 
 #include <functional>
@@ -8,6 +9,7 @@
 
 namespace colock {
 
+/// How much a log line matters. Lines below redis::config::min_log_level are not even formatted.
 enum class log_level {
     debug,   ///< routine steps: each retried renewal
     info,    ///< connected, reconnected

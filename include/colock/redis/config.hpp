@@ -1,4 +1,5 @@
-// Where and how a connection reaches its Redis server.
+/// \file
+/// Where and how a connection reaches its Redis server.
 #pragma once
 
 #include <colock/log.hpp>
@@ -13,9 +14,13 @@ namespace colock::redis {
 
 /// Where a server listens: a host name or IP address, and a port.
 struct server_address {
+    /// Host name or IP address.
     std::string host;
+    /// TCP port. The default, 26379, is a sentinel's: set it for a Cluster seed (a node
+    /// listens on 6379 unless told otherwise, the port a redis-cluster:// URL assumes).
     std::uint16_t port = 26379;
 
+    /// Equal when host and port are, as written: names are not resolved.
     friend bool operator==(server_address const&, server_address const&) = default;
 };
 
@@ -31,6 +36,8 @@ struct sentinel_config {
     /// The sentinels' own credentials, which are separate from the data nodes' (`username`,
     /// `password` of the config), as in go-redis and Lettuce. `password` empty: no AUTH.
     std::string username;
+    /// The sentinels' password, sent with HELLO 3 AUTH (user "default" when `username` is
+    /// empty); empty: no AUTH.
     std::string password;
 };
 
@@ -46,7 +53,10 @@ struct cluster_config {
 /// Settings of one connection. Every field has a usable default, so `config{}` reaches a
 /// server on 127.0.0.1:6379 without TLS or authentication.
 struct config {
+    /// The server's host name or IP address; ignored with a `unix_socket`, sentinels or
+    /// cluster seeds.
     std::string host = "127.0.0.1";
+    /// The server's TCP port; ignored when `host` is.
     std::uint16_t port = 6379;
     /// Path of the server's unix domain socket (redis.conf `unixsocket`). When not empty the
     /// connection uses it and ignores `host` and `port`. TLS over a unix socket is not supported: a
@@ -97,6 +107,7 @@ struct config {
     /// subscriptions fail with the same error rather than start another attempt (async_connect
     /// always starts one).
     std::chrono::milliseconds reconnect_initial_delay{50};
+    /// The longest delay between reconnect attempts: where the doubling stops.
     std::chrono::milliseconds reconnect_max_delay{2000};
     /// How long close() and the connection's destructor may spend sending the requests already made
     /// and reading the replies of those in flight before they close the socket. 0 closes at once:
@@ -105,6 +116,7 @@ struct config {
     /// Where this connection, and the lockers on it, log: off when empty. Lines below
     /// `min_log_level` are not even formatted.
     log_handler log;
+    /// The least level that `log` receives.
     log_level min_log_level = log_level::info;
 
     /// Parses one of

@@ -1,5 +1,6 @@
-// One multiplexed, automatically pipelined connection to a Redis deployment: one server, a
-// primary found through Sentinel, or a Cluster.
+/// \file
+/// One multiplexed, automatically pipelined connection to a Redis deployment: one server, a
+/// primary found through Sentinel, or a Cluster.
 #pragma once
 
 #include <colock/redis/config.hpp>
@@ -31,7 +32,9 @@ using response = std::vector<resp3::value>;
 /// error::server_error and what() carries the server's own text ("ERR unknown command ...").
 class server_error : public boost::system::system_error {
 public:
+    /// The exception for an error reply whose text is `server_message`.
     explicit server_error(std::string const& server_message);
+    /// The server's text alone, as the error reply held it.
     std::string const& server_message() const noexcept { return server_message_; }
 
 private:
@@ -52,7 +55,10 @@ private:
 /// no source location, so code().what() is the cause and its category only.
 class connect_error : public boost::system::system_error {
 public:
+    /// The exception for a connection that failed with `ec`; `message` is what() (the endpoint,
+    /// the step and the cause).
     connect_error(boost::system::error_code ec, std::string message);
+    /// The message alone, without the code's message that system_error::what() would append.
     char const* what() const noexcept override;
 
 private:
@@ -82,6 +88,7 @@ struct connection_access;
 class push_listener {
 public:
     virtual ~push_listener() = default;
+    /// One push message, as parsed (type resp3::type::push).
     virtual void on_push(resp3::value const& push) = 0;
     /// The connection is up again after a loss; subscriptions made through async_subscribe
     /// have been renewed, but messages published meanwhile were missed.
@@ -151,14 +158,26 @@ public:
 /// memory.
 class connection {
 public:
+    /// The type of get_executor().
     using executor_type = boost::asio::any_io_executor;
 
+    /// A connection whose strand runs on `ex`, to the server or deployment `cfg` names. It does
+    /// not connect yet: async_connect, or the first request or subscription, does. Throws
+    /// std::invalid_argument for a config it cannot use (sentinels without a master_name;
+    /// sentinels and cluster seeds together; either with a `unix_socket`; a sentinel or seed
+    /// without a host or port; a Cluster with a database other than 0; `use_tls` with a
+    /// `unix_socket`), and boost::system::system_error when TLS is on and `tls_ca_file`
+    /// cannot be loaded.
     connection(executor_type ex, config cfg);
+    /// Closes the connection as close() does, flush included; never blocks.
     ~connection();
     connection(connection const&) = delete;
     connection& operator=(connection const&) = delete;
 
+    /// The executor given at construction: where the connection's strand runs, and where
+    /// handlers without an executor of their own complete.
     executor_type get_executor() const noexcept;
+    /// The settings the connection was made with.
     config const& get_config() const noexcept;
 
     /// Establishes the connection (resolve, TCP, TLS, handshake) if it is not up, and keeps
@@ -289,6 +308,9 @@ public:
     /// Registers a listener for push messages and reconnections. The listener is shared with
     /// the connection, which calls it on its strand until it is removed.
     void add_push_listener(std::shared_ptr<push_listener> listener);
+    /// Removes a listener added with add_push_listener. The removal runs on the connection's
+    /// strand: a push the strand handles before it still reaches the listener, which the
+    /// connection keeps alive until then.
     void remove_push_listener(push_listener const* listener);
 
     /// Closes the connection, first sending what was asked of it before: requests already made

@@ -1,4 +1,5 @@
-// Errors of the Redis connection, with their own category.
+/// \file
+/// Errors of the Redis connection, with their own category.
 #pragma once
 
 #include <boost/system/error_code.hpp>
@@ -8,6 +9,8 @@
 
 namespace colock::redis {
 
+/// The errors of the Redis connection. Their category is redis::error_category(); an
+/// error_code made from one compares equal to the enumerator.
 enum class error {
     /// The server answered a command with an error reply; the reply holds the server's text.
     server_error = 1,
@@ -27,7 +30,8 @@ enum class error {
     /// close() was called, or the connection object was destroyed.
     closed,
     /// The request holds a command that would change how the server answers later commands
-    /// (MONITOR, RESET, CLIENT REPLY OFF|SKIP), which a shared connection cannot send. Nothing
+    /// (MONITOR, RESET, HELLO, CLIENT REPLY OFF|SKIP), which a shared connection cannot send.
+    /// Nothing
     /// was written; the response names the command.
     unsupported_command,
     /// Redis Sentinel: no sentinel gave the address of the primary (none reachable, none knows
@@ -47,17 +51,24 @@ enum class error {
     cross_slot,
 };
 
+/// The category of redis::error codes; its name() is "colock.redis".
 boost::system::error_category const& error_category() noexcept;
 
 /// The enumerator's name (e.g. "connection_lost"), for logs and metrics labels; "unknown" for a
 /// value outside the enumeration. The error_code's message() says what it means.
 std::string_view to_string(error e) noexcept;
 
+/// The error_code for `e`, in redis::error_category(). Found by argument-dependent lookup, it
+/// lets a redis::error convert to boost::system::error_code.
 inline boost::system::error_code make_error_code(error e) noexcept {
     return {static_cast<int>(e), error_category()};
 }
 
 } // namespace colock::redis
 
+/// \cond
+// Lets colock::redis::error convert to boost::system::error_code; hidden from the API reference,
+// as in colock/error.hpp.
 template <>
 struct boost::system::is_error_code_enum<colock::redis::error> : std::true_type {};
+/// \endcond

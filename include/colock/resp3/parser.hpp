@@ -1,4 +1,5 @@
-// Incremental RESP3 reply parser, sans I/O.
+/// \file
+/// Incremental RESP3 reply parser, sans I/O.
 #pragma once
 
 #include <colock/resp3/value.hpp>
@@ -15,13 +16,16 @@ namespace colock::resp3 {
 /// Bounds that hostile or broken input cannot exceed. Checked against the lengths a peer
 /// *declares*, before anything is allocated for them.
 struct parser_limits {
-    std::size_t max_depth = 64;                        // nested aggregates
-    std::size_t max_blob_length = 512 * 1024 * 1024;   // bytes in one blob/verbatim string
-    std::size_t max_aggregate_size = 16 * 1024 * 1024; // elements declared by one aggregate
-    std::size_t max_line_length = 64 * 1024;           // bytes in one line before its "\r\n"
+    /// The most aggregates nested in one another.
+    std::size_t max_depth = 64;
+    /// The most bytes in one blob or verbatim string.
+    std::size_t max_blob_length = 512 * 1024 * 1024;
+    /// The most elements one aggregate may declare (pairs for a map or attribute).
+    std::size_t max_aggregate_size = 16 * 1024 * 1024;
+    /// The most bytes in one line before its `"\r\n"`, the type byte not counted: a simple string
+    /// of max_line_length bytes is accepted.
+    std::size_t max_line_length = 64 * 1024;
 };
-// The line length counts the bytes after the type byte: a simple string of max_line_length
-// bytes is accepted. An aggregate's size counts what it declares: pairs for a map or attribute.
 
 /// Parses one RESP3 value at a time from a byte stream that may be split at any byte.
 ///
@@ -33,6 +37,7 @@ struct parser_limits {
 /// After an error the parser stays failed until `reset()`: the stream cannot be resynchronised.
 class parser {
 public:
+    /// A parser that refuses input beyond `limits`.
     explicit parser(parser_limits limits = {});
 
     /// Consumes complete tokens from the front of `input`, stopping when a top-level value is
@@ -54,6 +59,7 @@ public:
     /// The error that failed the parser, or an empty code.
     boost::system::error_code error() const noexcept { return error_; }
 
+    /// The limits given at construction.
     parser_limits const& limits() const noexcept { return limits_; }
 
 private:

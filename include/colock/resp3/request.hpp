@@ -1,4 +1,5 @@
-// RESP request builder, sans I/O.
+/// \file
+/// RESP request builder, sans I/O.
 #pragma once
 
 #include <charconv>
@@ -17,16 +18,20 @@ namespace colock::resp3 {
 enum class reply_kind : std::uint8_t {
     /// One reply, which may be an error reply.
     ordinary,
-    /// One push confirmation per channel ("subscribe", channel, count), or, when the server
-    /// refuses the command (NOPERM, BUSY, ...), one ordinary error reply for all of it.
+    /// SUBSCRIBE: one push confirmation per channel ("subscribe", channel, count), or, when the
+    /// server refuses the command (NOPERM, BUSY, ...), one ordinary error reply for all of it.
     subscribe,
+    /// PSUBSCRIBE: as subscribe, one confirmation per pattern.
     psubscribe,
+    /// SSUBSCRIBE: as subscribe, for shard channels.
     ssubscribe,
-    /// One push confirmation per channel named. Without channels: one per channel of its kind
-    /// the connection was subscribed to, or a single one with a null channel when there were
-    /// none. Or one ordinary error reply.
+    /// UNSUBSCRIBE: one push confirmation per channel named. Without channels: one per channel
+    /// of its kind the connection was subscribed to, or a single one with a null channel when
+    /// there were none. Or one ordinary error reply.
     unsubscribe,
+    /// PUNSUBSCRIBE: as unsubscribe, for patterns.
     punsubscribe,
+    /// SUNSUBSCRIBE: as unsubscribe, for shard channels.
     sunsubscribe,
     /// MONITOR, RESET, HELLO, CLIENT REPLY OFF|SKIP: they change how, or whether, the server
     /// answers the commands after them (HELLO 2 switches to RESP2, where pushes look like
@@ -40,10 +45,12 @@ std::string_view to_string(reply_kind kind) noexcept;
 
 /// The answer a command expects.
 struct reply_shape {
+    /// How the command is answered.
     reply_kind kind = reply_kind::ordinary;
     /// Channels (or patterns) the command names, for the subscribe family.
     std::size_t channels = 0;
 
+    /// Equal when kind and channels are.
     friend bool operator==(reply_shape, reply_shape) noexcept = default;
 };
 
@@ -135,8 +142,11 @@ public:
     /// "HELLO", "CLIENT REPLY OFF"); empty when there is none.
     std::string const& unmatchable_command() const noexcept { return unmatchable_; }
 
+    /// True when no command has been pushed.
     bool empty() const noexcept { return commands_ == 0; }
+    /// Forgets every command pushed: the request is as new (its memory is kept).
     void clear() noexcept;
+    /// Makes room for `bytes` bytes of payload, to push commands without reallocating.
     void reserve(std::size_t bytes) { payload_.reserve(bytes); }
 
 private:

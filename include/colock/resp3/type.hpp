@@ -1,4 +1,5 @@
-// The RESP3 data types, as named by the protocol specification.
+/// \file
+/// The RESP3 data types, as named by the protocol specification.
 #pragma once
 
 #include <cstdint>
@@ -6,22 +7,24 @@
 
 namespace colock::resp3 {
 
+/// The type of a RESP3 value, as the specification names it, with the byte that starts such a
+/// value on the wire.
 enum class type : std::uint8_t {
-    simple_string,   // +
-    simple_error,    // -
-    blob_string,     // $
-    blob_error,      // !
-    number,          // :
-    double_type,     // ,
-    big_number,      // (
-    boolean,         // #
-    null,            // _
-    verbatim_string, // =
-    array,           // *
-    map,             // %
-    set,             // ~
-    attribute,       // |
-    push,            // >
+    simple_string,   ///< `+`
+    simple_error,    ///< `-`
+    blob_string,     ///< `$`
+    blob_error,      ///< `!`
+    number,          ///< `:`
+    double_type,     ///< `,`
+    big_number,      ///< `(`
+    boolean,         ///< `#`
+    null,            ///< `_`
+    verbatim_string, ///< `=`
+    array,           ///< `*`
+    map,             ///< `%`
+    set,             ///< `~`
+    attribute,       ///< `|`
+    push,            ///< `>`
 };
 
 /// The type's name in lowercase, as used in error messages ("blob_string"; "double" for
