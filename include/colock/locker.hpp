@@ -12,15 +12,20 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 
 namespace colock {
 
@@ -163,6 +168,28 @@ private:
     std::shared_ptr<detail::guard_state> state_;
 };
 
+namespace detail {
+
+// The R of a boost::asio::awaitable<R>.
+template <class Awaitable>
+struct awaited_value;
+template <class T, class Executor>
+struct awaited_value<boost::asio::awaitable<T, Executor>> {
+    using type = T;
+};
+
+// What locker::co_with_lock(name, f) returns: the value of the awaitable f(guard) returns.
+template <class F>
+using with_lock_result_t = typename awaited_value<std::invoke_result_t<F&, lock_guard&>>::type;
+
+// co_with_lock's end: gives the lock back, then throws lock_lost (or not_held) when wait_lost()
+// won the race (`lease_went_first`; the work's exception is then its cancellation's), or
+// rethrows the work's `failure`.
+boost::asio::awaitable<void> end_with_lock(lock_guard& guard, std::exception_ptr failure,
+                                           bool lease_went_first);
+
+} // namespace detail
+
 /// Takes distributed locks on one Redis connection. Lock `name` lives in the key
 /// `<prefix>{name}` (its holder and fence); processes waiting for it queue in
 /// `<prefix>{name}:q` and `<prefix>{name}:qd`, and each is told of its turn on the channel
@@ -283,6 +310,27 @@ public:
     boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string name,
                                                                   lock_options opt = {});
 
+    /// Runs `f` under lock `name`, the `co_await (work() || guard.wait_lost())` users write by
+    /// hand: takes the lock as co_lock(name, opt) does, runs the awaitable that `f(guard)`
+    /// returns raced against the guard's wait_lost(), gives the lock back when it ends, and
+    /// returns its result.
+    ///
+    /// `f` is called once, as `f(guard)` with a `lock_guard&` (for fence(), extend(), ...), and
+    /// returns a `boost::asio::awaitable<R>` (R may be void). It must not let go of the guard
+    /// (unlock, move): the lock is co_with_lock's to give back.
+    ///
+    /// Throws as co_lock while waiting for the lock. If the lease is lost while `f` runs, `f` is
+    /// cancelled (terminal cancellation, at its next co_await), the lock is given back and
+    /// boost::system::system_error(error::lock_lost) is thrown, naming the lock and why it was
+    /// lost (error::not_held if `f` let go of the guard instead). If `f` throws, the lock is
+    /// given back and its exception rethrown. A release that cannot be confirmed after `f`
+    /// returned does not hide `f`'s result: the lease then runs out by its ttl.
+    /// Cancelling the caller cancels `f` (or the co_lock still waiting), then gives the lock
+    /// back.
+    template <class F>
+    auto co_with_lock(std::string name, F f, lock_options opt = {})
+        -> boost::asio::awaitable<detail::with_lock_result_t<F>>;
+
     /// What the server holds for lock `name` now: free, held or handed over; the holder's
     /// locker id, token, lease start and record (host, pid, program, client_name); the time
     /// left; the last fence; how many processes are queued. One script that reads the lock's
@@ -360,5 +408,38 @@ private:
 
     std::shared_ptr<detail::locker_impl> impl_;
 };
+
+template <class F>
+auto locker::co_with_lock(std::string name, F f, lock_options opt)
+    -> boost::asio::awaitable<detail::with_lock_result_t<F>> {
+    using namespace boost::asio::experimental::awaitable_operators;
+    using result_type = detail::with_lock_result_t<F>;
+    using kept_type = std::conditional_t<std::is_void_v<result_type>, std::monostate, result_type>;
+    // The lock goes back even after the caller's cancellation: the awaits after the race must
+    // not throw for it (unlock() itself is not cancelled by the caller).
+    co_await boost::asio::this_coro::throw_if_cancelled(false);
+    auto guard = co_await co_lock(std::move(name), std::move(opt));
+    // The work's exception is kept rather than thrown into the race: operator|| waits for a
+    // branch that succeeds, and wait_lost() may never complete.
+    std::exception_ptr failure;
+    auto work = [&]() -> boost::asio::awaitable<std::optional<kept_type>> {
+        try {
+            if constexpr (std::is_void_v<result_type>) {
+                co_await f(guard);
+                co_return kept_type{};
+            } else {
+                co_return co_await f(guard);
+            }
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        co_return std::nullopt;
+    };
+    auto outcome = co_await (work() || guard.wait_lost());
+    bool const lease_went_first = outcome.index() == 1;
+    co_await detail::end_with_lock(guard, failure, lease_went_first);
+    if constexpr (!std::is_void_v<result_type>)
+        co_return std::move(*std::get<0>(std::move(outcome)));
+}
 
 } // namespace colock

@@ -194,4 +194,32 @@ asio::awaitable<std::optional<lock_guard>> locker::co_try_lock(std::string name,
         });
 }
 
+namespace detail {
+
+asio::awaitable<void> end_with_lock(lock_guard& guard, std::exception_ptr failure,
+                                    bool lease_went_first) {
+    auto const why = guard.loss();
+    std::string const name = guard.name();
+    try {
+        co_await guard.unlock(); // false at once for a lost lease; its release goes anyway
+    } catch (boost::system::system_error const&) {
+        // Not confirmed in time: the lease runs out by its ttl. What the work did stands.
+    }
+    if (!lease_went_first) {
+        if (failure)
+            std::rethrow_exception(failure);
+        co_return;
+    }
+    if (why)
+        throw boost::system::system_error(
+            error::lock_lost,
+            fmt::format("colock: lock '{}': lost while the work ran ({}), which was cancelled",
+                        name, to_string(*why)));
+    throw boost::system::system_error(
+        error::not_held,
+        fmt::format("colock: lock '{}': the work let go of its guard, and was cancelled", name));
+}
+
+} // namespace detail
+
 } // namespace colock

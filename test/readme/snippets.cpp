@@ -132,6 +132,16 @@ asio::awaitable<void> close_account(colock::locker& locker) {
 }
 //]
 
+//[guide_with_lock
+// The work gets the guard (for its fence); the lock goes back when it ends.
+asio::awaitable<std::int64_t> charge(colock::locker& locker) {
+    co_return co_await locker.co_with_lock(
+        "account:42", [](colock::lock_guard& account) -> asio::awaitable<std::int64_t> {
+            co_return account.fence(); // ... write the account, fenced ...
+        });
+}
+//]
+
 // Stands for work that may be skipped when another process is doing it.
 asio::awaitable<void> rebuild_cache() {
     co_return;
@@ -278,6 +288,11 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     co_await again->unlock();
     // Two fencing holders, close_account's and this one.
     check(metrics->acquired == 4 && metrics->lost == 0, "the observer counted the acquisitions");
+    // Work under the lock in one call: its result, and the lock free afterwards.
+    check(co_await charge(locker) > 0, "co_with_lock returned the work's result");
+    std::optional<colock::lock_guard> after_charge = co_await locker.co_try_lock("account:42");
+    check(after_charge.has_value(), "co_with_lock released the lock");
+    co_await after_charge->unlock();
 
     // One attempt on a free name, and a lock taken with options.
     check(co_await try_lock(locker), "co_try_lock got a free lock");

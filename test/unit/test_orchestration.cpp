@@ -488,3 +488,102 @@ TEST_CASE_FIXTURE(one_process,
         CHECK_FALSE(g.owns_lock());
     });
 }
+
+// ------------------------------------------------------------------ co_with_lock
+
+TEST_CASE_FIXTURE(one_process, "co_with_lock: runs the work under the lock, returns its result "
+                               "and gives the lock back") {
+    w.run([&]() -> asio::awaitable<void> {
+        std::int64_t seen_fence = 0;
+        bool held_inside = false;
+        auto const result = co_await a.co_with_lock(
+            "n",
+            [&](lock_guard& g) -> asio::awaitable<int> {
+                seen_fence = g.fence();
+                held_inside = g.owns_lock() &&
+                              w.server.lock(lock_key)->kind == fake_server::lock_entry::state::held;
+                co_return 42;
+            },
+            short_lease());
+        CHECK(result == 42);
+        CHECK(held_inside);
+        CHECK(seen_fence > 0);
+        CHECK(w.server.calls().releases == 1);
+        auto const after = w.server.lock(lock_key);
+        REQUIRE(after);
+        CHECK(after->kind == fake_server::lock_entry::state::free);
+        // Work that returns nothing.
+        int runs = 0;
+        co_await a.co_with_lock("n", [&](lock_guard&) -> asio::awaitable<void> {
+            ++runs;
+            co_return;
+        });
+        CHECK(runs == 1);
+        CHECK(w.server.calls().releases == 2);
+    });
+}
+
+TEST_CASE_FIXTURE(one_process, "co_with_lock: a lease lost while the work runs cancels the work "
+                               "and throws lock_lost, naming the lock and why") {
+    w.run([&]() -> asio::awaitable<void> {
+        auto opt = short_lease(2000ms);
+        opt.renew_interval = 50ms;
+        bool work_cancelled = false;
+        error_code thrown;
+        std::string message;
+        try {
+            co_await a.co_with_lock(
+                "n",
+                [&](lock_guard&) -> asio::awaitable<int> {
+                    w.server.drop(lock_key); // the lease goes from outside
+                    asio::steady_timer forever(w.ctx, 60s);
+                    auto [ec] = co_await forever.async_wait(nothrow);
+                    work_cancelled = ec == asio::error::operation_aborted;
+                    co_return 1;
+                },
+                opt);
+        } catch (boost::system::system_error const& e) {
+            thrown = e.code();
+            message = e.what();
+        }
+        CHECK(work_cancelled);
+        CHECK(thrown == colock::error::lock_lost);
+        CHECK(message.find("lock 'n'") != std::string::npos);
+        CHECK(message.find("not_ours") != std::string::npos);
+    });
+}
+
+TEST_CASE_FIXTURE(one_process, "co_with_lock: work that throws: the lock goes back and the "
+                               "exception comes through unchanged") {
+    w.run([&]() -> asio::awaitable<void> {
+        bool caught = false;
+        try {
+            co_await a.co_with_lock("n", [&](lock_guard&) -> asio::awaitable<void> {
+                throw std::runtime_error("the work failed");
+                co_return;
+            });
+        } catch (std::runtime_error const& e) {
+            caught = std::string(e.what()) == "the work failed";
+        }
+        CHECK(caught);
+        CHECK(w.server.calls().releases == 1);
+        CHECK(w.server.lock(lock_key)->kind == fake_server::lock_entry::state::free);
+    });
+}
+
+TEST_CASE_FIXTURE(one_process, "co_with_lock: the caller's cancellation cancels the work, and the "
+                               "lock still goes back") {
+    w.run([&]() -> asio::awaitable<void> {
+        bool work_cancelled = false;
+        asio::steady_timer give_up(w.ctx, 50ms);
+        auto outcome = co_await (a.co_with_lock("n", [&](lock_guard&) -> asio::awaitable<void> {
+            asio::steady_timer t(w.ctx, 60s);
+            auto [ec] = co_await t.async_wait(nothrow);
+            work_cancelled = ec == asio::error::operation_aborted;
+        }) || give_up.async_wait(nothrow));
+        CHECK(outcome.index() == 1);
+        CHECK(work_cancelled);
+        co_await until([&] { return w.server.calls().releases == 1; });
+        CHECK(w.server.lock(lock_key)->kind == fake_server::lock_entry::state::free);
+    });
+}
