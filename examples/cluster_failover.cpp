@@ -74,7 +74,8 @@ asio::awaitable<int> run(colock::redis::config cfg) {
     auto guard = co_await locker.co_lock(name, opt);
 
     // Which primary holds the lock, and which replica of it is to take over. The lock's keys
-    // are "colock:{name}" and "colock:{name}:fence": both in the slot of the hash tag {name}.
+    // ("colock:{name}", which holds the holder and the fence, and its queue's) all share the
+    // slot of the hash tag {name}.
     colock::resp3::request req;
     req.push("CLUSTER", "KEYSLOT", "colock:{" + name + "}");
     req.push("CLUSTER", "NODES"); // keyless: any primary answers, as it sees the cluster now
