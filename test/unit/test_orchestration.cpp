@@ -16,18 +16,22 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -114,6 +118,16 @@ asio::awaitable<error_code> lock_error(locker& l, std::string name, lock_options
     } catch (boost::system::system_error const& e) {
         co_return e.code();
     }
+}
+
+// Whether `s` listens on the wake channel of `l` for the lock (a locker that holds a lease also
+// listens on a channel of its own, for a forced unlock).
+bool listens(fake_store const& s, locker const& l) {
+    return s.subscriptions().contains(lock_key + ":w:" + l.id());
+}
+
+bool free_or_gone(std::optional<fake_server::lock_entry> const& e) {
+    return !e || e->kind == fake_server::lock_entry::state::free;
 }
 
 struct recording_observer final : colock::lock_observer {
@@ -486,5 +500,122 @@ TEST_CASE_FIXTURE(one_process,
         CHECK(outcome.index() == 0);
         CHECK(g.loss() == colock::loss_reason::server_replaced);
         CHECK_FALSE(g.owns_lock());
+    });
+}
+
+TEST_CASE("orchestration: calls queued behind another process's lease wait in the local queue, "
+          "only its head asking the server, and get the lock one at a time in call order") {
+    world w;
+    auto a = locker_access::make(w.process());
+    auto b_store = w.process();
+    auto b = locker_access::make(b_store);
+    constexpr std::size_t calls = 40;
+    std::vector<std::size_t> order;
+    std::vector<std::int64_t> fences;
+    std::size_t done = 0;
+    int inside = 0;
+    bool overlapped = false;
+    w.run([&]() -> asio::awaitable<void> {
+        auto holder = co_await a.co_lock("n", short_lease(10s));
+        auto const grants_before = w.server.calls().grants;
+        for (std::size_t i = 0; i < calls; ++i)
+            asio::co_spawn(
+                w.ctx,
+                [&, i]() -> asio::awaitable<void> {
+                    auto g = co_await b.co_lock("n", short_lease(10s));
+                    overlapped = overlapped || ++inside != 1;
+                    order.push_back(i);
+                    fences.push_back(g.fence());
+                    co_await sleep_for(1ms);
+                    --inside;
+                    co_await g.unlock();
+                    ++done;
+                },
+                asio::detached);
+        co_await until([&] { return b.waiting() == calls; });
+        // The first call's attempt, the head's after subscribing, and its backoff polls: a few,
+        // however many calls wait; one attempt per call would be 40.
+        auto const asked = w.server.calls().grants - grants_before;
+        CHECK(asked < static_cast<int>(calls / 4));
+        CHECK(order.empty());
+
+        CHECK(co_await holder.unlock());
+        co_await until([&] { return done == calls; });
+        co_await until([&] { return !listens(*b_store, b); });
+    });
+    CHECK_FALSE(overlapped);
+    std::vector<std::size_t> made(calls);
+    for (std::size_t i = 0; i < calls; ++i)
+        made[i] = i;
+    CHECK(order == made);
+    for (std::size_t i = 1; i < fences.size(); ++i)
+        CHECK(fences[i] > fences[i - 1]);
+    CHECK(b.waiting() == 0);
+    CHECK(free_or_gone(w.server.lock(lock_key)));
+}
+
+TEST_CASE("orchestration: of calls queued behind another process, one cancelled and one out of "
+          "time leave at once, and the others still get the lock in turn") {
+    world w;
+    auto a = locker_access::make(w.process());
+    auto b_store = w.process();
+    auto b = locker_access::make(b_store);
+    constexpr std::size_t calls = 5;
+    constexpr std::size_t cancelled_call = 2;
+    constexpr std::size_t timed_call = 3;
+    w.run([&]() -> asio::awaitable<void> {
+        auto holder = co_await a.co_lock("n", short_lease(10s));
+        asio::cancellation_signal cancel;
+        std::vector<error_code> results(calls);
+        std::vector<clock_type::time_point> ended(calls);
+        std::vector<std::size_t> order;
+        std::size_t done = 0;
+        auto const started = clock_type::now();
+        for (std::size_t i = 0; i < calls; ++i) {
+            auto opt = short_lease(10s);
+            if (i == timed_call)
+                opt.wait_timeout = 100ms;
+            auto call = [&, i, opt]() -> asio::awaitable<void> {
+                // The outcome as a value, also for the cancelled call.
+                co_await asio::this_coro::throw_if_cancelled(false);
+                auto outcome = co_await b.async_lock("n", opt, nothrow);
+                results[i] = std::get<0>(outcome);
+                ended[i] = clock_type::now();
+                if (!std::get<0>(outcome)) {
+                    order.push_back(i);
+                    co_await std::get<1>(outcome).unlock();
+                }
+            };
+            if (i == cancelled_call)
+                asio::co_spawn(w.ctx, call,
+                               asio::bind_cancellation_slot(cancel.slot(),
+                                                            [&](std::exception_ptr) { ++done; }));
+            else
+                asio::co_spawn(w.ctx, call, [&](std::exception_ptr) { ++done; });
+        }
+        co_await until([&] { return b.waiting() == calls; });
+
+        auto const cancelled_at = clock_type::now();
+        cancel.emit(asio::cancellation_type::terminal);
+        co_await until([&] { return done >= 1; });
+        CHECK(done == 1);
+        CHECK(results[cancelled_call] == asio::error::operation_aborted);
+        CHECK(ended[cancelled_call] - cancelled_at < 100ms);
+        CHECK(b.waiting() == calls - 1);
+
+        co_await until([&] { return done >= 2; });
+        CHECK(done == 2);
+        CHECK(results[timed_call] == colock::error::timeout);
+        CHECK(ended[timed_call] - started >= 100ms);
+        CHECK(ended[timed_call] - started < 2000ms); // not held up until the holder lets go
+        CHECK(b.waiting() == calls - 2);
+
+        CHECK(co_await holder.unlock());
+        co_await until([&] { return done == calls; });
+        CHECK(order == std::vector<std::size_t>{0, 1, 4});
+        CHECK(b.waiting() == 0);
+        co_await until([&] { return !listens(*b_store, b); });
+        CHECK(w.server.queue(lock_key).empty());
+        CHECK(free_or_gone(w.server.lock(lock_key)));
     });
 }
