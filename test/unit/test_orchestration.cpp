@@ -120,6 +120,42 @@ asio::awaitable<error_code> lock_error(locker& l, std::string name, lock_options
     }
 }
 
+// The outcome of one async_lock or async_try_lock started with a callback.
+struct call_result {
+    bool done = false;
+    error_code ec;
+    bool got = false; // a guard that owns the lock (async_try_lock: any guard)
+    clock_type::time_point at;
+    // What the server's lock key said when the call completed.
+    std::optional<fake_server::lock_entry> key_at_completion;
+};
+
+struct record_call {
+    call_result& r;
+    fake_server* server = nullptr;
+
+    void finish(error_code ec, bool got) const {
+        r.ec = ec;
+        r.got = got;
+        r.at = clock_type::now();
+        if (server)
+            r.key_at_completion = server->lock(lock_key);
+        r.done = true;
+    }
+    void operator()(error_code ec, lock_guard g) const { finish(ec, g.owns_lock()); }
+    void operator()(error_code ec, std::optional<lock_guard> g) const { finish(ec, g.has_value()); }
+};
+
+// Options for a waiter that sleeps long between its own attempts (a message or a cancellation
+// ends the sleep; the queue refresh still asks once a second).
+lock_options patient_waiter() {
+    lock_options opt = short_lease(10s);
+    opt.retry.initial = 5s;
+    opt.retry.max = 5s;
+    opt.retry.multiplier = 1.0;
+    return opt;
+}
+
 // Whether `s` listens on the wake channel of `l` for the lock (a locker that holds a lease also
 // listens on a channel of its own, for a forced unlock).
 bool listens(fake_store const& s, locker const& l) {
@@ -618,4 +654,214 @@ TEST_CASE("orchestration: of calls queued behind another process, one cancelled 
         CHECK(w.server.queue(lock_key).empty());
         CHECK(free_or_gone(w.server.lock(lock_key)));
     });
+}
+
+TEST_CASE("orchestration: sleeping waiters cancelled (terminal, partial): the one behind the head "
+          "first, then the head; each returns at once, the holder is not disturbed, and a new "
+          "waiter is woken by the release") {
+    for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial}) {
+        CAPTURE(static_cast<int>(type));
+        world w;
+        auto a = locker_access::make(w.process());
+        auto b_store = w.process();
+        auto b = locker_access::make(b_store);
+        w.run([&]() -> asio::awaitable<void> {
+            auto holder = co_await a.co_lock("n", short_lease(10s));
+
+            // Two waiters: the head (subscribed, queued at the server) and one behind it.
+            asio::cancellation_signal head_signal, second_signal;
+            call_result head, second;
+            b.async_lock("n", patient_waiter(),
+                         asio::bind_cancellation_slot(head_signal.slot(), record_call{head}));
+            co_await until(
+                [&] { return listens(*b_store, b) && w.server.queue(lock_key).size() == 1; });
+            b.async_lock("n", patient_waiter(),
+                         asio::bind_cancellation_slot(second_signal.slot(), record_call{second}));
+            co_await until([&] { return b.waiting() == 2; });
+
+            // The one behind first: the head keeps waiting, subscribed and queued.
+            auto emitted = clock_type::now();
+            second_signal.emit(type);
+            co_await until([&] { return second.done; });
+            CHECK(second.ec == asio::error::operation_aborted);
+            CHECK_FALSE(second.got);
+            CHECK(second.at - emitted < 100ms);
+            co_await sleep_for(5ms);
+            CHECK_FALSE(head.done);
+            CHECK(b.waiting() == 1);
+            CHECK(listens(*b_store, b));
+            CHECK(w.server.queue(lock_key).size() == 1);
+
+            // Then the head: nothing of the locker's stays, subscription or queue entry.
+            emitted = clock_type::now();
+            head_signal.emit(type);
+            co_await until([&] { return head.done; });
+            CHECK(head.ec == asio::error::operation_aborted);
+            CHECK_FALSE(head.got);
+            CHECK(head.at - emitted < 100ms);
+            co_await until(
+                [&] { return !listens(*b_store, b) && w.server.queue(lock_key).empty(); });
+            auto const held = w.server.lock(lock_key);
+            REQUIRE(held);
+            CHECK(held->token == holder.token());
+
+            // A new waiter on the same locker queues, subscribes and is woken by the release,
+            // not by its next attempt.
+            call_result next;
+            b.async_lock("n", patient_waiter(), record_call{next});
+            co_await until(
+                [&] { return listens(*b_store, b) && w.server.queue(lock_key).size() == 1; });
+            auto const released_at = clock_type::now();
+            CHECK(co_await holder.unlock());
+            co_await until([&] { return next.done; });
+            CHECK_FALSE(next.ec);
+            CHECK(next.got);
+            CHECK(next.at - released_at < 500ms);
+        });
+    }
+}
+
+TEST_CASE("orchestration: cancelled with its attempt in flight on a free lock (terminal, partial, "
+          "co_try_lock, a timer raced with ||): the lease granted is given back before the call "
+          "completes with operation_aborted") {
+    enum class how { terminal_slot, partial_slot, try_lock_terminal, timer_or };
+    for (auto way :
+         {how::terminal_slot, how::partial_slot, how::try_lock_terminal, how::timer_or}) {
+        CAPTURE(static_cast<int>(way));
+        one_process p;
+        auto& w = p.w;
+        w.server.latency = 40ms; // the attempt ran; its reply is due meanwhile
+        w.run([&]() -> asio::awaitable<void> {
+            asio::cancellation_signal signal;
+            call_result r;
+            record_call rec{r, &w.server};
+            if (way == how::timer_or) {
+                asio::co_spawn(
+                    w.ctx,
+                    [&]() -> asio::awaitable<void> {
+                        asio::steady_timer timer(w.ctx, 20ms);
+                        auto race = co_await (p.a.co_lock("n", short_lease(10s)) ||
+                                              timer.async_wait(nothrow));
+                        if (race.index() == 0)
+                            rec(error_code{}, std::move(std::get<0>(race)));
+                        else
+                            rec(asio::error::operation_aborted, lock_guard{});
+                    },
+                    asio::detached);
+            } else if (way == how::try_lock_terminal) {
+                p.a.async_try_lock("n", short_lease(10s),
+                                   asio::bind_cancellation_slot(signal.slot(), rec));
+            } else {
+                p.a.async_lock("n", short_lease(10s),
+                               asio::bind_cancellation_slot(signal.slot(), rec));
+            }
+            co_await until([&] { return w.server.calls().grants == 1; });
+            CHECK_FALSE(r.done);
+            if (way != how::timer_or)
+                signal.emit(way == how::partial_slot ? asio::cancellation_type::partial
+                                                     : asio::cancellation_type::terminal);
+            co_await until([&] { return r.done; });
+            CHECK(r.ec == asio::error::operation_aborted);
+            CHECK_FALSE(r.got);
+            // Granted at the server, and given back before the call completed.
+            CHECK(w.server.calls().leases == 1);
+            CHECK(w.server.calls().releases == 1);
+            CHECK(free_or_gone(r.key_at_completion));
+            CHECK(w.server.queue(lock_key).empty());
+        });
+    }
+}
+
+TEST_CASE("orchestration: cancelled in the same turn as async_lock or async_try_lock on a free "
+          "lock: operation_aborted, and nothing held") {
+    for (bool try_lock : {false, true}) {
+        CAPTURE(try_lock);
+        one_process p;
+        p.w.run([&]() -> asio::awaitable<void> {
+            asio::cancellation_signal signal;
+            call_result r;
+            if (try_lock)
+                p.a.async_try_lock("n", short_lease(10s),
+                                   asio::bind_cancellation_slot(signal.slot(), record_call{r}));
+            else
+                p.a.async_lock("n", short_lease(10s),
+                               asio::bind_cancellation_slot(signal.slot(), record_call{r}));
+            signal.emit(asio::cancellation_type::terminal);
+            co_await until([&] { return r.done; });
+            CHECK(r.ec == asio::error::operation_aborted);
+            CHECK_FALSE(r.got);
+            co_await sleep_for(10ms); // a release, had anything been granted
+            CHECK(free_or_gone(p.w.server.lock(lock_key)));
+        });
+    }
+}
+
+TEST_CASE_FIXTURE(two_processes, "orchestration: co_try_lock cancelled with its attempt in flight "
+                                 "on a held lock reports operation_aborted, and queues nothing") {
+    w.run([&]() -> asio::awaitable<void> {
+        auto holder = co_await a.co_lock("n", short_lease(10s));
+        w.server.latency = 40ms;
+        asio::cancellation_signal signal;
+        call_result r;
+        b.async_try_lock("n", short_lease(10s),
+                         asio::bind_cancellation_slot(signal.slot(), record_call{r}));
+        co_await until([&] { return w.server.calls().grants == 2; }); // ran; the reply is due
+        signal.emit(asio::cancellation_type::terminal);
+        co_await until([&] { return r.done; });
+        CHECK_FALSE(r.got);
+        // A cancellation requested before the operation completed is reported, as for every
+        // Asio operation; "held elsewhere" would hide that it was cancelled.
+        CHECK(r.ec == asio::error::operation_aborted);
+        CHECK(w.server.queue(lock_key).empty());
+        CHECK(b.waiting() == 0);
+        auto const held = w.server.lock(lock_key);
+        REQUIRE(held);
+        CHECK(held->token == holder.token());
+        w.server.latency = 0ms;
+        CHECK(co_await holder.unlock());
+    });
+}
+
+TEST_CASE("orchestration: the head waiter cancelled while its attempt is in flight returns when "
+          "the reply comes, not after its backoff") {
+    // Several rounds: the waiter's sleep after an attempt is random (jitter), so one round could
+    // hide a waiter that sleeps before it looks at its cancellation.
+    for (int round = 0; round < 4; ++round) {
+        CAPTURE(round);
+        world w;
+        auto a = locker_access::make(w.process());
+        auto b_store = w.process();
+        auto b = locker_access::make(b_store);
+        w.run([&]() -> asio::awaitable<void> {
+            auto holder = co_await a.co_lock("n", short_lease(10s));
+            asio::cancellation_signal signal;
+            call_result r;
+            b.async_lock("n", patient_waiter(),
+                         asio::bind_cancellation_slot(signal.slot(), record_call{r}));
+            co_await until(
+                [&] { return listens(*b_store, b) && w.server.queue(lock_key).size() == 1; });
+            co_await sleep_for(10ms); // asleep in its backoff
+
+            // A wake-up makes the head ask again, and its reply takes 150 ms.
+            w.server.latency = 150ms;
+            auto const grants = w.server.calls().grants;
+            b_store->deliver(lock_key + ":w:" + b.id(), "1");
+            co_await until([&] { return w.server.calls().grants == grants + 1; });
+            auto const in_flight = clock_type::now();
+            signal.emit(asio::cancellation_type::terminal);
+            co_await until([&] { return r.done; });
+            CHECK(r.ec == asio::error::operation_aborted);
+            CHECK_FALSE(r.got);
+            // The reply comes 150 ms after the attempt ran; then it must stop, not sleep its
+            // backoff (up to a second, the queue's refresh) before it looks at the cancellation.
+            CHECK(r.at - in_flight < 600ms);
+            w.server.latency = 0ms;
+            co_await until(
+                [&] { return !listens(*b_store, b) && w.server.queue(lock_key).empty(); });
+            auto const held = w.server.lock(lock_key);
+            REQUIRE(held);
+            CHECK(held->token == holder.token());
+            CHECK(co_await holder.unlock());
+        });
+    }
 }
