@@ -865,3 +865,119 @@ TEST_CASE("orchestration: the head waiter cancelled while its attempt is in flig
         });
     }
 }
+
+TEST_CASE_FIXTURE(one_process, "orchestration: co_await (work() || g.wait_lost()) cancels the work "
+                               "when the lease goes; work that ends first ends wait_lost quietly") {
+    w.run([&]() -> asio::awaitable<void> {
+        auto opt = short_lease(1000ms);
+        opt.renew_interval = 50ms;
+        auto g = co_await a.co_lock("n", opt);
+        bool work_cancelled = false, work_finished = false;
+        auto work = [&]() -> asio::awaitable<void> {
+            try {
+                asio::steady_timer t(w.ctx, 10s);
+                co_await t.async_wait(asio::use_awaitable);
+                work_finished = true;
+            } catch (boost::system::system_error const& e) {
+                work_cancelled = e.code() == asio::error::operation_aborted;
+                throw;
+            }
+        };
+        auto const started = clock_type::now();
+        std::optional<clock_type::time_point> dropped_at;
+        asio::co_spawn(
+            w.ctx,
+            [&]() -> asio::awaitable<void> {
+                co_await sleep_for(30ms);
+                w.server.drop(lock_key);
+                dropped_at = clock_type::now();
+            },
+            asio::detached);
+        auto result = co_await (work() || g.wait_lost());
+        auto const ended = clock_type::now();
+        CHECK(result.index() == 1);
+        CHECK(work_cancelled);
+        CHECK_FALSE(work_finished);
+        CHECK(g.lost());
+        REQUIRE(dropped_at);
+        CHECK(ended - started < 1000ms);
+        CHECK(ended - *dropped_at < 500ms); // at the next renewal
+
+        // While the lease holds, the work finishes first.
+        auto g2 = co_await a.co_lock("m", opt);
+        auto quick = [&]() -> asio::awaitable<int> {
+            co_await sleep_for(120ms); // past a couple of renewals
+            co_return 42;
+        };
+        auto kept = co_await (quick() || g2.wait_lost());
+        REQUIRE(kept.index() == 0);
+        CHECK(std::get<0>(kept) == 42);
+        CHECK(g2.owns_lock());
+        CHECK_FALSE(g2.lost());
+        CHECK(co_await g2.unlock());
+    });
+}
+
+TEST_CASE_FIXTURE(one_process,
+                  "orchestration: a pending wait_lost ends with not_held when the guard "
+                  "is unlocked, which is no loss") {
+    w.run([&]() -> asio::awaitable<void> {
+        auto g = co_await a.co_lock("n", short_lease());
+        std::optional<error_code> told;
+        g.async_wait_lost([&](error_code ec) { told = ec; });
+        co_await sleep_for(5ms);
+        CHECK_FALSE(told);
+        CHECK(co_await g.unlock());
+        co_await until([&] { return told.has_value(); });
+        CHECK(*told == colock::error::not_held);
+        CHECK_FALSE(g.lost());
+        CHECK_FALSE(g.owns_lock());
+    });
+}
+
+TEST_CASE_FIXTURE(one_process, "orchestration: unlock() from a cancelled caller still releases: "
+                               "cancelled with the release in flight, or called after a "
+                               "cancellation") {
+    w.run([&]() -> asio::awaitable<void> {
+        // Cancelled while the release is in flight.
+        {
+            auto g = co_await a.co_lock("n", short_lease(5s));
+            w.server.latency = 60ms;
+            std::optional<bool> unlocked;
+            auto do_unlock = [&]() -> asio::awaitable<void> { unlocked = co_await g.unlock(); };
+            asio::steady_timer timer(w.ctx, 10ms);
+            auto const started = clock_type::now();
+            auto r = co_await (do_unlock() || timer.async_wait(nothrow));
+            CHECK(r.index() == 1); // the timer came first and cancelled the caller
+            CHECK(clock_type::now() - started >= 50ms);
+            REQUIRE(unlocked.has_value());
+            CHECK(*unlocked);
+            CHECK(free_or_gone(w.server.lock(lock_key)));
+            CHECK_FALSE(g.owns_lock());
+            w.server.latency = 0ms;
+        }
+        // Called from a coroutine that was cancelled before (and chose not to throw).
+        {
+            auto g = co_await a.co_lock("n", short_lease(5s));
+            asio::cancellation_signal signal;
+            std::optional<bool> unlocked;
+            bool done = false;
+            asio::co_spawn(
+                w.ctx,
+                [&]() -> asio::awaitable<void> {
+                    co_await asio::this_coro::throw_if_cancelled(false);
+                    asio::steady_timer t(co_await asio::this_coro::executor, 5s);
+                    co_await t.async_wait(nothrow); // ends with operation_aborted
+                    unlocked = co_await g.unlock();
+                },
+                asio::bind_cancellation_slot(signal.slot(),
+                                             [&](std::exception_ptr) { done = true; }));
+            co_await sleep_for(5ms);
+            signal.emit(asio::cancellation_type::terminal);
+            co_await until([&] { return done; });
+            REQUIRE(unlocked.has_value());
+            CHECK(*unlocked);
+            CHECK(free_or_gone(w.server.lock(lock_key)));
+        }
+    });
+}
