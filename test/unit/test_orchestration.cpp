@@ -184,7 +184,11 @@ TEST_CASE("orchestration: calls on one name in one process are served in call or
     l.set_observer(observer);
     std::vector<int> order;
     std::vector<std::int64_t> fences;
+    std::vector<std::string> tokens;
+    std::vector<std::string> key_tokens; // what the lock key said during each turn
     int finished = 0;
+    int released = 0;
+    std::int64_t next_fence = 0;
     w.run([&]() -> asio::awaitable<void> {
         for (int i = 0; i < 4; ++i)
             asio::co_spawn(
@@ -193,30 +197,56 @@ TEST_CASE("orchestration: calls on one name in one process are served in call or
                     auto g = co_await l.co_lock("n", short_lease());
                     order.push_back(i);
                     fences.push_back(g.fence());
+                    tokens.push_back(g.token());
+                    auto const key = w.server.lock(lock_key);
+                    key_tokens.push_back(key ? key->token : "");
                     co_await sleep_for(5ms);
-                    CHECK(co_await g.unlock());
+                    if (co_await g.unlock())
+                        ++released;
                     ++finished;
                 },
                 asio::detached);
         while (finished < 4)
             co_await sleep_for(1ms);
+        // One release for the lease, with the last fence given.
+        CHECK(w.server.calls().releases == 1);
+        auto const freed = w.server.lock(lock_key);
+        REQUIRE(freed);
+        CHECK(freed->kind == fake_server::lock_entry::state::free);
+        CHECK(freed->fence == fences.back());
+        auto next = co_await l.co_lock("n", short_lease());
+        next_fence = next.fence();
+        co_await next.unlock();
     });
     CHECK(order == std::vector<int>{0, 1, 2, 3});
+    CHECK(released == 4);
     REQUIRE(fences.size() == 4);
     for (std::size_t i = 1; i < fences.size(); ++i)
         CHECK(fences[i] == fences[i - 1] + 1);
-    // One lease from the server, for the first call; the others took batons (the queue's head
-    // may ask meanwhile, and find its own process holding). The last holder gave the lease
-    // back, with the last fence given.
-    CHECK(w.server.calls().leases == 1);
-    CHECK(observer->acquired ==
+    // Each holder has a guard and a token of its own; the lock key keeps the first holder's, the
+    // lease's, all along.
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        CHECK(key_tokens[i] == tokens[0]);
+        for (std::size_t j = 0; j < i; ++j)
+            CHECK(tokens[i] != tokens[j]);
+    }
+    // The release stored the last fence given: the next lease's is one more.
+    CHECK(next_fence == fences.back() + 1);
+    // One lease from the server for the four turns, the first call's: the others took batons
+    // (the queue's head may ask meanwhile, and find its own process holding); then the next
+    // call's.
+    CHECK(w.server.calls().leases == 2);
+    CHECK(w.server.calls().releases == 2);
+    REQUIRE(observer->acquired.size() == 5);
+    CHECK(std::vector<colock::acquired_by>(observer->acquired.begin(),
+                                           observer->acquired.begin() + 4) ==
           std::vector<colock::acquired_by>{
               colock::acquired_by::first_attempt, colock::acquired_by::local_handoff,
               colock::acquired_by::local_handoff, colock::acquired_by::local_handoff});
     auto const after = w.server.lock(lock_key);
     REQUIRE(after);
     CHECK(after->kind == fake_server::lock_entry::state::free);
-    CHECK(after->fence == fences.back());
+    CHECK(after->fence == next_fence);
 }
 
 TEST_CASE_FIXTURE(two_processes,
@@ -932,6 +962,116 @@ TEST_CASE_FIXTURE(one_process,
         CHECK(*told == colock::error::not_held);
         CHECK_FALSE(g.lost());
         CHECK_FALSE(g.owns_lock());
+    });
+}
+
+TEST_CASE("orchestration: cohort_limit = 0: every waiter of the process takes a lease of its own "
+          "from the server") {
+    world w;
+    auto l = locker_access::make(w.process());
+    auto observer = std::make_shared<recording_observer>();
+    l.set_observer(observer);
+    auto opt = short_lease(10s);
+    opt.cohort_limit = 0;
+    std::vector<std::string> tokens, key_tokens;
+    int done = 0;
+    w.run([&]() -> asio::awaitable<void> {
+        auto holder = co_await l.co_lock("n", opt);
+        for (int i = 0; i < 3; ++i)
+            asio::co_spawn(
+                w.ctx,
+                [&]() -> asio::awaitable<void> {
+                    auto g = co_await l.co_lock("n", opt);
+                    tokens.push_back(g.token());
+                    auto const key = w.server.lock(lock_key);
+                    key_tokens.push_back(key ? key->token : "");
+                    CHECK(co_await g.unlock());
+                    ++done;
+                },
+                asio::detached);
+        co_await until([&] { return l.waiting() == 3; });
+        CHECK(co_await holder.unlock());
+        co_await until([&] { return done == 3; });
+    });
+    REQUIRE(tokens.size() == 3);
+    CHECK(key_tokens == tokens);
+    CHECK(w.server.calls().leases == 4);
+    for (auto how : observer->acquired)
+        CHECK(how != colock::acquired_by::local_handoff);
+}
+
+TEST_CASE("orchestration: a cohort's lease lost: its holder is told, and the next waiter of the "
+          "process takes a lease of its own from the server") {
+    world w;
+    auto l = locker_access::make(w.process());
+    auto opt = short_lease(3000ms);
+    opt.renew_interval = 50ms;
+    w.run([&]() -> asio::awaitable<void> {
+        auto first = co_await l.co_lock("n", opt);
+        std::optional<lock_guard> second, third;
+        asio::co_spawn(
+            w.ctx, [&]() -> asio::awaitable<void> { second = co_await l.co_lock("n", opt); },
+            asio::detached);
+        asio::co_spawn(
+            w.ctx, [&]() -> asio::awaitable<void> { third = co_await l.co_lock("n", opt); },
+            asio::detached);
+        co_await until([&] { return l.waiting() == 2; });
+        CHECK(co_await first.unlock()); // to the second, locally
+        co_await until([&] { return second.has_value(); });
+        auto const lease = w.server.lock(lock_key);
+        REQUIRE(lease);
+        CHECK(lease->token == first.token()); // the lease goes on
+
+        // Gone at the server: the holder (the second) finds out at its next renewal.
+        w.server.drop(lock_key);
+        co_await second->wait_lost();
+        CHECK(second->lost());
+        CHECK(second->loss() == colock::loss_reason::not_ours);
+        CHECK_FALSE(co_await second->unlock());
+        // The third does not get the lost lease: it asks the server for one of its own.
+        co_await until([&] { return third.has_value(); });
+        auto const own = w.server.lock(lock_key);
+        REQUIRE(own);
+        CHECK(own->token == third->token());
+        CHECK(third->fence() > second->fence());
+        CHECK(co_await third->unlock());
+    });
+}
+
+TEST_CASE_FIXTURE(two_processes, "orchestration: a cohort whose locker missed the \"q\" message "
+                                 "still yields: the queued process's next attempt tells it again") {
+    auto opt = short_lease(10s);
+    opt.cohort_limit = 2;
+    w.run([&]() -> asio::awaitable<void> {
+        // Process a: eight calls pass the lease among themselves for as long as they run, each
+        // holding it for one turn, so that no waiter of a stays at the head of its queue long
+        // enough to ask the server again (which would tell it too).
+        bool stop = false;
+        int a_running = 0;
+        for (int i = 0; i < 8; ++i) {
+            ++a_running;
+            asio::co_spawn(
+                w.ctx,
+                [&]() -> asio::awaitable<void> {
+                    while (!stop) {
+                        auto g = co_await a.co_lock("n", opt);
+                        co_await asio::post(w.ctx, asio::use_awaitable);
+                        co_await g.unlock();
+                    }
+                },
+                [&](std::exception_ptr) { --a_running; });
+        }
+        co_await until([&] { return a.waiting() > 0; }); // a's cohort is under way
+        // The first "q" that b's attempts send is lost.
+        w.server.lose_q_messages = 1;
+        auto b_opt = opt;
+        b_opt.wait_timeout = 3000ms;
+        auto got = co_await b.co_lock("n", b_opt);
+        CHECK(got.owns_lock());
+        CHECK(w.server.lose_q_messages == 0); // one was lost
+        co_await got.unlock();
+        stop = true;
+        co_await until([&] { return a_running == 0; });
     });
 }
 
