@@ -965,6 +965,46 @@ TEST_CASE_FIXTURE(one_process,
     });
 }
 
+TEST_CASE("orchestration: not reentrant: a second co_lock of a held name, from the same locker or "
+          "another of the same process, waits for itself until wait_timeout; co_try_lock comes "
+          "back empty") {
+    world w;
+    auto store = w.process();
+    auto locks = locker_access::make(store);
+    auto same_process = locker_access::make(store); // another part of the program, one connection
+    w.run([&]() -> asio::awaitable<void> {
+        auto held = co_await locks.co_lock("n", short_lease(10s));
+        auto again = short_lease(10s);
+        again.wait_timeout = 100ms;
+        std::array<locker*, 2> const askers{&locks, &same_process};
+        for (locker* l : askers) {
+            auto const started = clock_type::now();
+            error_code code;
+            std::string what;
+            try {
+                auto second = co_await l->co_lock("n", again);
+                what = "acquired a second time, fence " + std::to_string(second.fence());
+            } catch (boost::system::system_error const& e) {
+                code = e.code();
+                what = e.what();
+            }
+            INFO(what);
+            CHECK(code == colock::error::timeout);
+            CHECK(what.find("'n'") != std::string::npos);
+            CHECK(clock_type::now() - started >= 100ms);
+            CHECK(clock_type::now() - started < 2000ms);
+        }
+        auto once = co_await locks.co_try_lock("n", short_lease());
+        CHECK_FALSE(once.has_value());
+        // The first guard is untouched.
+        CHECK(held.owns_lock());
+        auto const key = w.server.lock(lock_key);
+        REQUIRE(key);
+        CHECK(key->token == held.token());
+        CHECK(co_await held.unlock());
+    });
+}
+
 TEST_CASE("orchestration: cohort_limit = 0: every waiter of the process takes a lease of its own "
           "from the server") {
     world w;
