@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -306,9 +307,19 @@ TEST_CASE("SCRIPT FLUSH while locks are in use: lock, renew, extend and unlock r
         opt.renew_interval = 150ms;
         auto g = co_await locks.co_lock(name, opt);
 
-        // The renewal meets NOSCRIPT and must reload, or the 600 ms lease runs out.
+        // The renewal meets NOSCRIPT and must reload, or the 600 ms lease runs out: the key's
+        // PTTL rises above its lowest reading since the flush only by a renewal run after it.
         flush();
-        co_await sleep_for(1000ms);
+        auto lowest = co_await integer(probe, command("PTTL", lock_key(name)));
+        bool renewed = false;
+        auto const end = steady::now() + 2000ms;
+        while (!renewed && steady::now() < end) {
+            co_await sleep_for(10ms);
+            auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+            renewed = pttl > lowest + 50;
+            lowest = std::min(lowest, pttl);
+        }
+        CHECK(renewed);
         CHECK(g.owns_lock());
         CHECK_FALSE(g.lost());
         auto held = co_await held_by(probe, name);
