@@ -79,6 +79,10 @@ void fake_server::dequeue(std::string const& key, std::string const& owner) {
 
 void fake_server::publish(std::string const& channel, std::string const& payload) {
     ++calls_.publishes;
+    if (payload == "q" && lose_q_messages > 0) {
+        --lose_q_messages;
+        return;
+    }
     for (auto* s : stores_)
         s->deliver(channel, payload);
 }
@@ -214,6 +218,11 @@ void fake_server::replace() {
     ++changes_;
     for (auto* s : stores_)
         s->server_replaced();
+}
+
+void fake_server::reconnect() {
+    for (auto* s : stores_)
+        s->reconnected();
 }
 
 void fake_server::away() {
@@ -433,6 +442,14 @@ void fake_store::server_replaced() {
             events->on_server_change();
             events->on_reconnect();
         }
+    });
+}
+
+void fake_store::reconnected() {
+    ++reconnects_;
+    asio::post(strand_, [weak = events_] {
+        if (auto events = weak.lock())
+            events->on_reconnect();
     });
 }
 

@@ -75,6 +75,8 @@ public:
 
     // How long a reply takes; 0: the next turn of the strand.
     std::chrono::milliseconds latency{0};
+    // The next this many "q" messages are lost on the way (a locker not yet subscribed).
+    int lose_q_messages = 0;
 
     // The next request of each kind meets these first, in order.
     std::deque<fault> grant_faults;
@@ -92,6 +94,8 @@ public:
     // Deletes every key: a restart without persistence, seen by every store as a server change
     // then a reconnection.
     void replace();
+    // Every store loses its connection and reconnects to this same server: its keys are kept.
+    void reconnect();
     // Takes the server away: requests wait unsent (a cancellation reaches them) until back().
     void away();
     void back();
@@ -179,6 +183,7 @@ public:
     // For fake_server: a message on `channel`, delivered when subscribed; the server replaced.
     void deliver(std::string const& channel, std::string const& payload);
     void server_replaced();
+    void reconnected();
 
     // The channels subscribed now.
     std::set<std::string> const& subscriptions() const noexcept { return subscribed_; }

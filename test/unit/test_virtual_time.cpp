@@ -67,15 +67,56 @@ struct virtual_world {
 };
 
 // A guard taken on `l`, settled.
-colock::lock_guard take(virtual_world& w, colock::locker& l, colock::lock_options const& opt) {
+colock::lock_guard take(virtual_world& w, colock::locker& l, colock::lock_options const& opt,
+                        std::string name = "n") {
     std::optional<colock::lock_guard> guard;
-    asio::co_spawn(w.ctx, l.co_lock("n", opt), [&](std::exception_ptr e, colock::lock_guard g) {
-        REQUIRE_FALSE(e);
-        guard = std::move(g);
-    });
+    asio::co_spawn(w.ctx, l.co_lock(std::move(name), opt),
+                   [&](std::exception_ptr e, colock::lock_guard g) {
+                       REQUIRE_FALSE(e);
+                       guard = std::move(g);
+                   });
     w.settle();
     REQUIRE(guard);
     return std::move(*guard);
+}
+
+// What `op` returns, run to its end without moving the clock.
+template <class T>
+T result_of(virtual_world& w, asio::awaitable<T> op) {
+    std::optional<T> out;
+    asio::co_spawn(w.ctx, std::move(op), [&](std::exception_ptr e, T value) {
+        REQUIRE_FALSE(e);
+        out = std::move(value);
+    });
+    w.settle();
+    REQUIRE(out);
+    return std::move(*out);
+}
+
+// The code `op` throws as a system_error (none when it returns), run as result_of runs it.
+template <class T>
+boost::system::error_code error_of(virtual_world& w, asio::awaitable<T> op) {
+    std::optional<boost::system::error_code> out;
+    asio::co_spawn(w.ctx, std::move(op), [&](std::exception_ptr e, auto&&...) {
+        out.emplace();
+        try {
+            if (e)
+                std::rethrow_exception(e);
+        } catch (boost::system::system_error const& failure) {
+            *out = failure.code();
+        }
+    });
+    w.settle();
+    REQUIRE(out);
+    return *out;
+}
+
+// What async_wait_lost on `g` completes with, if it completes without moving the clock.
+std::optional<boost::system::error_code> wait_lost_now(virtual_world& w, colock::lock_guard& g) {
+    std::optional<boost::system::error_code> told;
+    g.async_wait_lost([&](boost::system::error_code ec) { told = ec; });
+    w.settle();
+    return told;
 }
 
 colock::lock_options lease_of(std::chrono::milliseconds ttl, std::chrono::milliseconds renew) {
@@ -210,4 +251,182 @@ TEST_CASE("virtual time: a lease handed on while the head is asking, whose deadl
     CHECK(second->owns_lock());
     CHECK(second->lease_expiry() > lock_clock::now() + 25s); // a fresh 30 s lease
     CHECK(second->fence() > first_fence);
+}
+
+TEST_CASE("virtual time: each guard is renewed when its own renewal is due, whatever the order "
+          "they were taken in: short leases after a long one stay ours") {
+    virtual_world w;
+    auto a = locker_access::make(w.process());
+    // First due in 10 s; then one due in 100 ms (sooner than the schedule's timer), then one due
+    // in 300 ms (later than the timer, found when it fires).
+    auto long_guard = take(w, a, lease_of(30s, 10s), "long");
+    auto short_guard = take(w, a, lease_of(300ms, 100ms), "short");
+    auto mid_guard = take(w, a, lease_of(900ms, 300ms), "mid");
+    w.advance(2000ms, 20ms); // several times both short ttls
+    CHECK(short_guard.owns_lock());
+    CHECK(mid_guard.owns_lock());
+    CHECK(long_guard.owns_lock());
+    CHECK_FALSE(short_guard.lost());
+    CHECK_FALSE(mid_guard.lost());
+    auto const short_key = w.server.lock("colock:{short}");
+    auto const mid_key = w.server.lock("colock:{mid}");
+    REQUIRE(short_key);
+    REQUIRE(mid_key);
+    CHECK(short_key->token == short_guard.token());
+    CHECK(mid_key->token == mid_guard.token());
+    // Every 100 ms and every 300 ms for 2 s; the long one not yet.
+    CHECK(w.server.calls().extends >= 19 + 6);
+    CHECK(w.server.calls().extends <= 20 + 7);
+    CHECK(result_of(w, short_guard.unlock()));
+    CHECK(result_of(w, mid_guard.unlock()));
+    CHECK(result_of(w, long_guard.unlock()));
+}
+
+TEST_CASE("virtual time: a lease gone at the server: lost at the next renewal; then wait_lost "
+          "completes at once, renewal stops and the key is not written again") {
+    virtual_world w;
+    auto a = locker_access::make(w.process());
+    auto guard = take(w, a, lease_of(30s, 10s));
+    auto const pending = std::make_shared<std::optional<boost::system::error_code>>();
+    guard.async_wait_lost([pending](boost::system::error_code ec) { *pending = ec; });
+    w.advance(5s);
+    w.server.drop(lock_key);
+    CHECK_FALSE(guard.lost());
+    w.advance(5500ms); // the renewal at 10 s
+    CHECK(w.server.calls().extends == 1);
+    CHECK(guard.lost());
+    CHECK(guard.loss() == colock::loss_reason::not_ours);
+    CHECK_FALSE(guard.owns_lock());
+    REQUIRE(pending->has_value());
+    CHECK_FALSE(**pending);
+    // Again on a lost guard: at once, as a loss.
+    auto const again = wait_lost_now(w, guard);
+    REQUIRE(again);
+    CHECK_FALSE(*again);
+    CHECK_FALSE(error_of(w, guard.wait_lost()));
+    w.advance(60s);
+    CHECK(w.server.calls().extends == 1);
+    CHECK_FALSE(w.server.lock(lock_key).has_value());
+    CHECK_FALSE(result_of(w, guard.unlock()));
+}
+
+TEST_CASE("virtual time: a moved-from guard holds nothing; the renewal goes with the moved-to one; "
+          "move-assignment releases what the target held") {
+    virtual_world w;
+    auto l = locker_access::make(w.process());
+    auto a = take(w, l, lease_of(600ms, 200ms), "a");
+    std::string const token_a = a.token();
+    colock::lock_guard moved = std::move(a);
+    CHECK_FALSE(a.owns_lock());
+    CHECK_FALSE(a.lost());
+    CHECK(a.name().empty());
+    CHECK(a.token().empty());
+    CHECK(a.fence() == 0);
+    CHECK_FALSE(result_of(w, a.unlock()));
+    CHECK(error_of(w, a.extend(1000ms)) == colock::error::not_held);
+    CHECK(wait_lost_now(w, a) == colock::error::not_held);
+
+    CHECK(moved.owns_lock());
+    CHECK(moved.name() == "a");
+    CHECK(moved.token() == token_a);
+    w.advance(2000ms); // past the 600 ms ttl several times: only renewal keeps it
+    CHECK(moved.owns_lock());
+    auto const held = w.server.lock("colock:{a}");
+    REQUIRE(held);
+    CHECK(held->token == token_a);
+
+    auto b = take(w, l, lease_of(10s, 2s), "b");
+    b = std::move(moved);
+    w.settle();
+    CHECK(b.name() == "a");
+    CHECK(b.owns_lock());
+    auto const b_key = w.server.lock("colock:{b}");
+    REQUIRE(b_key);
+    CHECK(b_key->kind == fake_server::lock_entry::state::free);
+    auto const a_key = w.server.lock("colock:{a}");
+    REQUIRE(a_key);
+    CHECK(a_key->token == token_a);
+    CHECK(result_of(w, b.unlock()));
+
+    colock::lock_guard none;
+    CHECK_FALSE(none.owns_lock());
+    CHECK(none.name().empty());
+    CHECK_FALSE(result_of(w, none.unlock()));
+}
+
+TEST_CASE("virtual time: a guard outlives its locker: renewal and unlock still work") {
+    virtual_world w;
+    colock::lock_guard guard;
+    {
+        auto a = locker_access::make(w.process());
+        guard = take(w, a, lease_of(300ms, 100ms));
+    }
+    w.advance(1000ms);
+    CHECK(guard.owns_lock());
+    CHECK(w.server.calls().extends >= 9);
+    auto const held = w.server.lock(lock_key);
+    REQUIRE(held);
+    CHECK(held->token == guard.token());
+    CHECK(result_of(w, guard.unlock()));
+    auto const after = w.server.lock(lock_key);
+    REQUIRE(after);
+    CHECK(after->kind == fake_server::lock_entry::state::free);
+}
+
+TEST_CASE("virtual time: a guard destroyed stops its renewal and releases in the background") {
+    virtual_world w;
+    auto a = locker_access::make(w.process());
+    auto pending = std::make_shared<std::optional<boost::system::error_code>>();
+    {
+        // A long ttl: if the key is free, it was released, not expired.
+        auto guard = take(w, a, lease_of(10s, 100ms));
+        guard.async_wait_lost([pending](boost::system::error_code ec) { *pending = ec; });
+        w.advance(250ms);
+        CHECK(w.server.calls().extends >= 2);
+    }
+    auto const extends = w.server.calls().extends;
+    w.settle();
+    auto const after = w.server.lock(lock_key);
+    REQUIRE(after);
+    CHECK(after->kind == fake_server::lock_entry::state::free);
+    CHECK(w.server.calls().releases == 1);
+    REQUIRE(pending->has_value());
+    CHECK(**pending == colock::error::not_held);
+    w.advance(10s);
+    CHECK(w.server.calls().extends == extends);
+}
+
+TEST_CASE("virtual time: a reconnection to the same server renews every lease at once, not at its "
+          "next interval") {
+    virtual_world w;
+    auto a = locker_access::make(w.process());
+    auto guard = take(w, a, lease_of(6s, 3s));
+    w.advance(1000ms);
+    CHECK(w.server.calls().extends == 0);
+    w.server.reconnect();
+    w.advance(50ms);
+    CHECK(w.server.calls().extends == 1);
+    auto const held = w.server.lock(lock_key);
+    REQUIRE(held);
+    CHECK(held->expires > lock_clock::now() + 5900ms);
+    CHECK(guard.owns_lock());
+    CHECK_FALSE(guard.lost());
+}
+
+TEST_CASE("virtual time: extend raises the lease, and later renewals keep the new ttl") {
+    virtual_world w;
+    auto a = locker_access::make(w.process());
+    auto guard = take(w, a, lease_of(600ms, 200ms));
+    CHECK(result_of(w, guard.extend(60s)));
+    auto held = w.server.lock(lock_key);
+    REQUIRE(held);
+    CHECK(held->expires > lock_clock::now() + 59s);
+    auto const extends = w.server.calls().extends;
+    w.advance(3s);
+    CHECK(w.server.calls().extends > extends); // renewals went on
+    held = w.server.lock(lock_key);
+    REQUIRE(held);
+    CHECK(held->expires > lock_clock::now() + 50s); // with 60 s, not 600 ms
+    CHECK(guard.owns_lock());
+    CHECK(error_of(w, guard.extend(0ms)) == colock::error::invalid_argument);
 }
