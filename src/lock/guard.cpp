@@ -119,7 +119,7 @@ void send_release(std::shared_ptr<guard_state> st) {
 } // namespace
 
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
-    st->stop();
+    st->stop(st->locker().waiting() > 0); // a local taker re-arms no timer
     bool const handed = st->locker().hand_off_locally(*st);
     st->locker().notes().released(*st, handed);
     if (handed)
@@ -136,7 +136,7 @@ void release_in_background(std::shared_ptr<guard_state> st) {
     if (st->locker().waiting() > 0) {
         auto strand = st->strand();
         asio::dispatch(strand, [st = std::move(st)]() mutable {
-            st->stop();
+            st->stop(st->locker().waiting() > 0);
             bool const handed = st->locker().hand_off_locally(*st);
             st->locker().notes().released(*st, handed);
             if (!handed)

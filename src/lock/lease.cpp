@@ -157,8 +157,13 @@ void lease_book::set_renewal_timer(clock_type::time_point at) {
     });
 }
 
-void lease_book::unschedule(renewal_entry e) {
+void lease_book::unschedule(renewal_entry e, bool keep_timer) {
     renewals_due_.erase(e);
+    if (!keep_timer)
+        cancel_idle_timer();
+}
+
+void lease_book::cancel_idle_timer() {
     if (renewals_due_.empty() && renewal_timer_at_ != clock_type::time_point::max()) {
         renewal_timer_at_ = clock_type::time_point::max();
         renewal_timer_.cancel();
@@ -268,11 +273,11 @@ void lease::start_watch() {
                    asio::bind_cancellation_slot(renew_stop_.slot(), asio::detached));
 }
 
-void lease::stop() {
+void lease::stop(bool keep_renewal_timer) {
     renew_stop_.emit(asio::cancellation_type::terminal);
     finish_waiters();
     if (renewal_scheduled_)
-        book_->unschedule(*std::exchange(renewal_scheduled_, std::nullopt));
+        book_->unschedule(*std::exchange(renewal_scheduled_, std::nullopt), keep_renewal_timer);
     if (registration_)
         book_->remove(*std::exchange(registration_, std::nullopt));
 }

@@ -98,6 +98,9 @@ public:
     // The wait_lost handlers, which may own the coroutine that owns the guard, at the
     // io_context's shutdown.
     void drop_waiters() noexcept;
+    // Stops the renewal timer when nothing is scheduled: kept for a local waiter (see
+    // unschedule) that is gone now, or the locker closes. On the strand.
+    void cancel_idle_timer();
 
 private:
     friend class lease;
@@ -111,8 +114,11 @@ private:
     // serves them all.
     renewal_entry schedule(clock_type::time_point due, std::shared_ptr<lease> const& l);
     // Takes a renewal off the schedule; with none left, the timer stops, so that it does not
-    // keep io_context::run() from returning.
-    void unschedule(renewal_entry e);
+    // keep io_context::run() from returning; unless `keep_timer`: a waiter of this process is
+    // about to take the lease, and re-arming the timer for it would cost a system call per
+    // hand-off (Asio reprograms its timerfd when a timer becomes its clock's earliest). A kept
+    // timer that fires finds nothing due and stops; cancel_idle_timer() stops it sooner.
+    void unschedule(renewal_entry e, bool keep_timer = false);
     void start_due_renewals();
     void set_renewal_timer(clock_type::time_point at);
 
@@ -187,7 +193,8 @@ public:
     void renew_now();
     // Stops renewal and wakes wait_lost, and leaves the book. On the strand; before any
     // release is sent, so no renewal can be queued behind the release and revive the lock.
-    void stop();
+    // `keep_renewal_timer`: a local waiter is about to take the lease (lease_book::unschedule).
+    void stop(bool keep_renewal_timer = false);
     // An explicit extension of `self`, in turn with the renewal: `ours` false marks it lost.
     // On the strand.
     static boost::asio::awaitable<std::tuple<boost::system::error_code, bool>>

@@ -152,6 +152,8 @@ void lock_calls::finish(lock_operation& op) {
         locker_.notes().queue(op.name_, q->waiters.size());
         if (baton)
             locker_.pass_on(q->keys, std::move(*baton), claim);
+        if (locker_.waiting() == 0)
+            locker_.book()->cancel_idle_timer(); // kept for a taker that is gone
     }
     op.on_wake = nullptr;
     op.parked_self_.reset();

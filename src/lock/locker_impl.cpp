@@ -41,6 +41,7 @@ void locker_impl::close() {
     asio::dispatch(strand_, [self = shared_from_this()] {
         self->calls_.abort_pending();
         self->record_->close();
+        self->book_->cancel_idle_timer();
     });
 }
 

@@ -263,3 +263,23 @@ TEST_CASE_FIXTURE(one_process,
         CHECK_FALSE(g.owns_lock());
     });
 }
+
+TEST_CASE_FIXTURE(one_process, "orchestration: the renewal timer kept for a local hand-off stops "
+                               "once nothing is held: io_context::run() returns at once") {
+    w.run([&]() -> asio::awaitable<void> {
+        auto first = co_await a.co_lock("n", short_lease(30s)); // renewals every 10 s
+        std::optional<lock_guard> second;
+        asio::co_spawn(
+            w.ctx,
+            [&]() -> asio::awaitable<void> { second = co_await a.co_lock("n", short_lease(30s)); },
+            asio::detached);
+        co_await until([&] { return a.waiting() == 1; });
+        CHECK(co_await first.unlock()); // handed to the waiter: the timer is kept for it
+        co_await until([&] { return second.has_value(); });
+        CHECK(co_await second->unlock());
+    });
+    w.ctx.restart();
+    auto const started = clock_type::now();
+    w.ctx.run(); // nothing left to wait for: no renewal timer 10 s away
+    CHECK(clock_type::now() - started < 1s);
+}
