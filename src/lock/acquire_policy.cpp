@@ -44,10 +44,14 @@ acquire_decision decide_after_attempt(grant_result const& r, attempt_context con
     return {next_step::wait, r.ec ? ctx.retry_max : r.holder_ttl};
 }
 
+bool lease_left_to_pass(clock_type::time_point deadline, clock_type::time_point now) {
+    return now + milliseconds{1} < deadline;
+}
+
 bool may_hand_off_locally(cohort_facts const& f, clock_type::time_point now) {
     if (f.cohort_limit == 0 || f.lost)
         return false;
-    if (now + milliseconds{1} >= f.lease_deadline)
+    if (!lease_left_to_pass(f.lease_deadline, now))
         return false;
     if (f.others_queued && f.local_handoffs >= f.cohort_limit)
         return false;

@@ -60,6 +60,10 @@ acquire_decision decide_after_attempt(grant_result const& r, attempt_context con
 // The n-th backoff (n from 0): uniform in [1, min(max, initial * multiplier^n) + 1] ms.
 std::chrono::milliseconds backoff(retry_options const& retry, int attempt, std::minstd_rand& rng);
 
+// Whether a lease whose local deadline is `deadline` may still pass to another holder of this
+// process at `now` (a hand-off, a baton passed on or taken): at least 1 ms left.
+bool lease_left_to_pass(clock_type::time_point deadline, clock_type::time_point now);
+
 // What decides whether a holder letting go passes its lease to the next waiter of its own
 // process (cohort hand-off) rather than through Redis.
 struct cohort_facts {

@@ -57,7 +57,7 @@ bool locker_impl::hand_off_locally(guard_state& st) {
 void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds claim) {
     auto* q = queues_.find(keys);
     if (q && !q->waiters.front().baton && baton.server_changes == store_->server_changes(keys) &&
-        clock_type::now() + milliseconds{1} < baton.deadline) {
+        lease_left_to_pass(baton.deadline, clock_type::now())) {
         // The same hand-off, to the next in line: its fence was never used.
         waiter& next = q->waiters.front();
         next.baton = std::make_unique<lease_baton>(std::move(baton));

@@ -30,7 +30,7 @@ bool queue_wait::take_baton(lock_operation& op) {
     // on its way between holders): its guard would be over at once, with the old lease's
     // fence, below one Redis may have granted since. It goes back, and the waiter asks on.
     if (baton->server_changes != locker_.store().server_changes(op.keys()) ||
-        clock_type::now() + std::chrono::milliseconds{1} >= baton->deadline) {
+        !lease_left_to_pass(baton->deadline, clock_type::now())) {
         locker_.give_back(op.keys(), std::move(*baton), handoff_claim(op.opt_.ttl));
         return false;
     }
