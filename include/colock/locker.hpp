@@ -153,6 +153,7 @@ public:
 
 private:
     friend class detail::locker_impl;
+    friend struct detail::locker_access;
     friend class locker;
     using result_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;

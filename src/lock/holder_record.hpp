@@ -7,6 +7,8 @@
 #include "common.hpp"
 #include "lease_store.hpp"
 
+#include <colock/lock_status.hpp>
+
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
@@ -20,6 +22,9 @@ namespace colock::detail {
 // The fields of a locker's holder record: host, pid, program, client_name, started.
 std::vector<std::pair<std::string, std::string>>
 holder_record_fields(std::string const& client_name);
+
+// A holder record as read back (status.cpp); fields it does not know are left out.
+holder_info read_holder(std::vector<std::pair<std::string, std::string>> const& fields);
 
 class holder_record : public std::enable_shared_from_this<holder_record> {
 public:

@@ -31,6 +31,16 @@
 
 namespace colock::detail {
 
+class script_client;
+
+// Where the leases of a kind live: the locks under the locker's prefix; a synchronizer's under
+// a prefix of its own, each lease with a record (a hash, `<lock key>:e`) that the extend and the
+// release scripts keep and end with it (an election's term and value).
+struct key_space {
+    std::string prefix;
+    bool with_record = false;
+};
+
 // The keys of lock `name` under a prefix, all in the hash slot of `{name}` (the layout is in
 // lock_scripts.hpp), and this locker's wake channel for it.
 struct lock_keys {
@@ -40,9 +50,16 @@ struct lock_keys {
     std::string channel_prefix; // + a locker's owner id: where it is told of a hand-off
     std::string owner;          // this locker's id
     std::string channel;        // this locker's wake channel
+    std::string record_key;     // the lease's record, or empty: a lock has none
 
     lock_keys(std::string const& prefix, std::string_view name, std::string_view owner_id)
         : lock_keys(fmt::format("{}{{{}}}", prefix, name), owner_id) {}
+
+    lock_keys(key_space const& space, std::string_view name, std::string_view owner_id)
+        : lock_keys(space.prefix, name, owner_id) {
+        if (space.with_record)
+            record_key = key + ":e";
+    }
 
     // From the lock's key itself (`prefix{name}`).
     lock_keys(std::string lock_key, std::string_view owner_id)
@@ -253,6 +270,10 @@ public:
     // caller's cancellation does not reach it.
     virtual boost::asio::awaitable<forced_unlock_result>
     force_unlock(lock_keys const& keys, std::string const& notify_prefix) = 0;
+
+    // The one connection's script client, for a synchronizer's own scripts; null for a store
+    // over several (a quorum), which a synchronizer refuses until it is proven there.
+    virtual std::shared_ptr<script_client> scripts() const { return nullptr; }
 
     // Connection facts the algorithm's decisions and messages consult.
     virtual bool is_connected() const noexcept = 0;

@@ -36,9 +36,10 @@ asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_k
 
 // ------------------------------------------------------------------ the call
 
-lock_operation::lock_operation(std::shared_ptr<locker_impl> owner, std::string lock_name,
-                               lock_options options, bool waits)
+lock_operation::lock_operation(std::shared_ptr<locker_impl> owner, key_space space,
+                               std::string lock_name, lock_options options, bool waits)
     : locker_(std::move(owner))
+    , space_(std::move(space))
     , name_(std::move(lock_name))
     , opt_(std::move(options))
     , wait_(waits) {}
@@ -72,7 +73,7 @@ void lock_calls::begin(std::shared_ptr<lock_operation> const& op) {
                                                 : clock_type::time_point::max();
     op->deadlines_.first_connect =
         std::min(op->deadlines_.wait, saturating_add(start, op->opt_.first_connect_timeout));
-    op->own_keys_ = std::make_unique<lock_keys>(locker_.prefix(), op->name_, locker_.id());
+    op->own_keys_ = std::make_unique<lock_keys>(op->space_, op->name_, locker_.id());
     if (op->wait_ && locker_.queues().busy(*op->own_keys_)) {
         // Others of this process wait on the name, or ask for it now: queue behind them (FIFO,
         // and no attempt that would fail anyway), parked until its turn.

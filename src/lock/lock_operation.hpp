@@ -54,8 +54,9 @@ class lock_operation : public waiter,
                        public pending_hook,
                        public std::enable_shared_from_this<lock_operation> {
 public:
-    lock_operation(std::shared_ptr<locker_impl> owner, std::string lock_name, lock_options options,
-                   bool waits);
+    // A lock of `space` (the locker's locks, or a synchronizer's leases).
+    lock_operation(std::shared_ptr<locker_impl> owner, key_space space, std::string lock_name,
+                   lock_options options, bool waits);
     // Destroyed while still queued only when the io_context goes with it parked: it leaves the
     // queue without a word to the server.
     virtual ~lock_operation();
@@ -92,6 +93,7 @@ private:
     std::string const& holder_token();
 
     std::shared_ptr<locker_impl> const locker_;
+    key_space const space_;
     std::string const name_;
     lock_options const opt_;
     bool const wait_; // co_lock; co_try_lock asks once
@@ -126,9 +128,10 @@ using pending_operations =
 // The call's handler and what turns the outcome into its arguments.
 template <class Handler, class Finish>
 struct lock_operation_for final : lock_operation {
-    lock_operation_for(std::shared_ptr<locker_impl> owner, std::string lock_name,
+    lock_operation_for(std::shared_ptr<locker_impl> owner, key_space space, std::string lock_name,
                        lock_options options, bool waits, Handler h, Finish f)
-        : lock_operation(std::move(owner), std::move(lock_name), std::move(options), waits)
+        : lock_operation(std::move(owner), std::move(space), std::move(lock_name),
+                         std::move(options), waits)
         , slot(boost::asio::get_associated_cancellation_slot(h))
         , handler(std::move(h))
         , finish(std::move(f)) {}

@@ -132,7 +132,7 @@ return redis.error_reply('COLOCK the lock key ' .. KEYS[1] .. ' holds "' .. stri
                          '2^53 - 1); delete the key to use the lock')
 )lua";
 
-// Release and leave. KEYS as for acquire. ARGV[1] the holder's token to release, or "" to take
+// Release and leave. KEYS as for acquire, and KEYS[4] the lease's record when it has one. ARGV[1] the holder's token to release, or "" to take
 // locker ARGV[4] out of the queue (its waiters left), ARGV[2] the channel prefix p{name}:w:,
 // ARGV[3] the claim's length in ms, ARGV[5] the last fence the holder's process gave (its
 // own waiters' turns), stored when larger, ARGV[6] "1" to leave the lock free rather than hand
@@ -205,14 +205,35 @@ end
 if not v then return 0 end
 local fence, holder, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (%d)$')
 if not fence or token ~= ARGV[1] then return 0 end
+-- The lease's record (an election's term), when it has one, ends with the lease; its channel
+-- is told: "R <seq> <term> <claim ms>" handed to a queued locker, which claims it at once (else
+-- the record lapses with the claim), "N <seq> <term>" nobody leads. See election_scripts.hpp.
+local function end_record(handed)
+  if not KEYS[4] or redis.call('HGET', KEYS[4], 'token') ~= ARGV[1] then return end
+  local term = redis.call('HGET', KEYS[4], 'term') or '0'
+  local seq = (tonumber(redis.call('HGET', KEYS[4], 'seq')) or 0) + 1
+  local kept = handed and redis.pcall('HSET', KEYS[4], 'token', '', 'seq', seq)
+  if kept and type(kept) ~= 'table' then
+    redis.call('PEXPIRE', KEYS[4], ARGV[3])
+    redis.pcall('PUBLISH', KEYS[4], 'R ' .. seq .. ' ' .. term .. ' ' .. ARGV[3])
+  else
+    redis.call('DEL', KEYS[4])
+    redis.pcall('PUBLISH', KEYS[4], 'N ' .. seq .. ' ' .. term)
+  end
+end
 local last = tonumber(ARGV[5] or '0') or 0
 if last > tonumber(fence) then fence = string.format('%.0f', last) end
-if queued ~= '0' and ARGV[6] ~= '1' and hand_off(fence, holder) then return 2 end
+if queued ~= '0' and ARGV[6] ~= '1' and hand_off(fence, holder) then
+  end_record(true)
+  return 2
+end
 put('F ' .. fence, 'KEEPTTL')
+end_record(false)
 return 1
 )lua";
 
-// KEYS[1] lock; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the holder's fence. 1 when extended, 0
+// KEYS[1] lock, KEYS[2] (when the lease has one) its record; ARGV[1] token, ARGV[2] ttl ms,
+// ARGV[3] the holder's fence. 1 when extended (the record too, when it is this lease's), 0
 // when not ours. A fence above the stored one is stored: with Redlock, each primary grants its
 // own fence and the lease's is the largest, which a majority must keep (see docs/safety.md,
 // "Fences across primaries"); on one server, a holder handed the lease in its process numbers on
@@ -227,6 +248,9 @@ if not fence or token ~= ARGV[1] then return 0 end
 -- write, so the SET that stores a larger fence then runs as well; pcall all the same, so that
 -- a refusal could only leave the stored fence as it was, never the lease unrenewed.
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if KEYS[2] and redis.call('HGET', KEYS[2], 'token') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
 local wanted = tonumber(ARGV[3] or '0') or 0
 if wanted > tonumber(fence) then
   redis.pcall('SET', KEYS[1], 'H ' .. string.format('%.0f', wanted) .. ' ' .. rest, 'KEEPTTL')

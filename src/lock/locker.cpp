@@ -93,11 +93,13 @@ using outcome_type = detail::lock_outcome;
 // cancellation goes to the strand, and to the call only while it has not finished (the slot
 // holds the call weakly: a call that is done is not kept alive by its caller's slot).
 template <class Handler, class Finish>
-void start_operation(std::shared_ptr<detail::locker_impl> const& impl, std::string name,
-                     lock_options opt, bool wait, Handler handler, Finish finish) {
+void start_operation(std::shared_ptr<detail::locker_impl> const& impl, detail::key_space space,
+                     std::string name, lock_options opt, bool wait, Handler handler,
+                     Finish finish) {
     auto slot = asio::get_associated_cancellation_slot(handler);
     auto op = std::make_shared<detail::lock_operation_for<Handler, Finish>>(
-        impl, std::move(name), std::move(opt), wait, std::move(handler), std::move(finish));
+        impl, std::move(space), std::move(name), std::move(opt), wait, std::move(handler),
+        std::move(finish));
     if (slot.is_connected()) {
         // Installed here, on the caller's thread, where the caller emits.
         slot.assign(
@@ -121,8 +123,8 @@ void start_operation(std::shared_ptr<detail::locker_impl> const& impl, std::stri
 // lock. `finish(outcome)` makes the result of a good outcome. `impl` is a raw pointer: the
 // caller's locker outlives the operation, as it does any of its operations.
 template <class Result, class Finish>
-auto await_lock(detail::locker_impl* impl, std::string name, lock_options opt, bool wait,
-                Finish finish) {
+auto await_lock(detail::locker_impl* impl, detail::key_space space, std::string name,
+                lock_options opt, bool wait, Finish finish) {
     // The arguments travel on the heap until the call starts, not as the initiation's
     // arguments: asio's awaitable keeps those in its frame for as long as the call waits.
     struct call_arguments {
@@ -132,7 +134,8 @@ auto await_lock(detail::locker_impl* impl, std::string name, lock_options opt, b
     auto args = std::make_unique<call_arguments>();
     args->name = std::move(name);
     args->opt = std::move(opt);
-    auto initiation = [impl, wait, finish, args = std::move(args)](auto handler) mutable {
+    auto initiation = [impl, space = std::move(space), wait, finish,
+                       args = std::move(args)](auto handler) mutable {
         auto [n, o] = std::move(*args);
         args.reset();
         try {
@@ -142,8 +145,8 @@ auto await_lock(detail::locker_impl* impl, std::string name, lock_options opt, b
             return;
         }
         start_operation(
-            impl->shared_from_this(), std::move(n), std::move(o), wait, std::move(handler),
-            [finish](auto h, std::exception_ptr e, outcome_type out) {
+            impl->shared_from_this(), std::move(space), std::move(n), std::move(o), wait,
+            std::move(handler), [finish](auto h, std::exception_ptr e, outcome_type out) {
                 detail::complete_awaited<Result>(std::move(h), e, std::move(out), finish);
             });
     };
@@ -154,8 +157,8 @@ auto await_lock(detail::locker_impl* impl, std::string name, lock_options opt, b
 } // namespace
 
 void locker::start_lock(std::string name, lock_options opt, lock_handler handler) {
-    start_operation(impl_, std::move(name), std::move(opt), true, std::move(handler),
-                    [](lock_handler h, std::exception_ptr e, outcome_type out) {
+    start_operation(impl_, {impl_->prefix()}, std::move(name), std::move(opt), true,
+                    std::move(handler), [](lock_handler h, std::exception_ptr e, outcome_type out) {
                         if (e) {
                             std::move(h)(make_error_code(error::unexpected_reply), lock_guard{});
                             return;
@@ -165,7 +168,8 @@ void locker::start_lock(std::string name, lock_options opt, lock_handler handler
 }
 
 void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler handler) {
-    start_operation(impl_, std::move(name), std::move(opt), false, std::move(handler),
+    start_operation(impl_, {impl_->prefix()}, std::move(name), std::move(opt), false,
+                    std::move(handler),
                     [](try_lock_handler h, std::exception_ptr e, outcome_type out) {
                         if (e) {
                             std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
@@ -180,21 +184,29 @@ void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler
 
 asio::awaitable<lock_guard> locker::co_lock(std::string name, lock_options opt) {
     return await_lock<lock_guard>(
-        impl_.get(), std::move(name), std::move(opt), true,
+        impl_.get(), {impl_->prefix()}, std::move(name), std::move(opt), true,
         [](outcome_type out) { return lock_guard(std::move(out.state)); });
 }
 
 asio::awaitable<std::optional<lock_guard>> locker::co_try_lock(std::string name, lock_options opt) {
-    return await_lock<std::optional<lock_guard>>(
-        impl_.get(), std::move(name), std::move(opt), false, [](outcome_type out) {
-            std::optional<lock_guard> g;
-            if (out.state)
-                g.emplace(lock_guard(std::move(out.state)));
-            return g;
-        });
+    return await_lock<std::optional<lock_guard>>(impl_.get(), {impl_->prefix()}, std::move(name),
+                                                 std::move(opt), false, [](outcome_type out) {
+                                                     std::optional<lock_guard> g;
+                                                     if (out.state)
+                                                         g.emplace(
+                                                             lock_guard(std::move(out.state)));
+                                                     return g;
+                                                 });
 }
 
 namespace detail {
+
+asio::awaitable<lock_guard> locker_access::co_lock_in(locker_impl& impl, key_space space,
+                                                      std::string name, lock_options opt) {
+    return await_lock<lock_guard>(
+        &impl, std::move(space), std::move(name), std::move(opt), true,
+        [](outcome_type out) { return lock_guard(std::move(out.state)); });
+}
 
 asio::awaitable<void> end_with_lock(lock_guard& guard, std::exception_ptr failure,
                                     bool lease_went_first) {

@@ -18,6 +18,12 @@ struct locker_access {
     // A locker that listens to `store` and ends its calls when its io_context shuts down.
     static locker make(std::shared_ptr<lease_store> store,
                        std::string prefix = "colock:", std::string client_name = {});
+    // The locker's state.
+    static std::shared_ptr<locker_impl> const& impl(locker const& l) noexcept { return l.impl_; }
+    // co_lock of a lease in `space` (a synchronizer's): the lock's whole algorithm (queues,
+    // hand-offs, renewal) on keys of its own.
+    static boost::asio::awaitable<lock_guard> co_lock_in(locker_impl& impl, key_space space,
+                                                         std::string name, lock_options opt);
 };
 
 } // namespace colock::detail

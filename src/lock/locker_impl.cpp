@@ -40,6 +40,7 @@ void locker_impl::close() {
     store_->stop_listening();
     asio::dispatch(strand_, [self = shared_from_this()] {
         self->calls_.abort_pending();
+        self->routes_.closed();
         self->record_->close();
         self->book_->cancel_idle_timer();
     });
@@ -53,6 +54,7 @@ void locker_impl::set_observer(std::shared_ptr<lock_observer> observer) {
 
 void locker_impl::drop_handlers_at_shutdown() noexcept {
     book_->drop_waiters();
+    routes_.drop_handlers();
     // Calls parked with no timer hold themselves (and their handlers); destroyed after the
     // walk, as each leaves its queue.
     std::vector<std::shared_ptr<lock_operation>> parked;
@@ -65,7 +67,7 @@ void locker_impl::drop_handlers_at_shutdown() noexcept {
 void locker_impl::on_message(std::string const& channel, std::string const& payload) {
     if (channel == record_->key())
         on_forced(payload);
-    else
+    else if (!routes_.deliver(channel, payload))
         queues_.on_message(channel, payload);
 }
 
@@ -73,6 +75,7 @@ void locker_impl::on_reconnect() {
     notes_.reconnect();
     // Messages published while the connection was down were missed: let every head look.
     queues_.wake_heads();
+    routes_.reconnected();
     // The outage may have outlasted a lease, or the server may have lost its keys: renew now
     // rather than at the next interval, so a loss is known one round trip after reconnecting.
     book_->renew_all_now();
@@ -84,7 +87,10 @@ void locker_impl::on_connection_close() noexcept {
         // close sends it; a guard let go afterwards has nothing left to send (unlock() answers
         // false, extend() not_held). Not to a waiter here: the calls under way end too.
         book_->give_all_back_now();
-        asio::dispatch(strand_, [self = shared_from_this()] { self->calls_.abort_pending(); });
+        asio::dispatch(strand_, [self = shared_from_this()] {
+            self->calls_.abort_pending();
+            self->routes_.closed();
+        });
     } catch (...) {
         // Out of memory: what was not handed to the connection runs out by its ttl.
     }

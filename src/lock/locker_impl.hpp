@@ -5,6 +5,7 @@
 
 #include "../detail/context_shutdown.hpp"
 #include "acquirer.hpp"
+#include "channel_routes.hpp"
 #include "common.hpp"
 #include "holder_record.hpp"
 #include "lease.hpp"
@@ -70,6 +71,8 @@ public:
     local_queues& queues() noexcept { return queues_; }
     lock_notes const& notes() const noexcept { return notes_; }
     holder_record& record() noexcept { return *record_; }
+    // The channels of the synchronizers built on this locker (an election's watches).
+    channel_routes& routes() noexcept { return routes_; }
 
     // Cohort hand-off (cohort.cpp), on the strand: passes the lease of `st`, which is letting
     // go, to the next waiter of this process on its name, if allowed; true when it did.
@@ -110,6 +113,7 @@ private:
     acquirer acquirer_;
     lock_calls calls_;
     queue_wait waits_;
+    channel_routes routes_;
     // The leases of the guards taken through this locker: their renewal schedule, and the
     // book a reconnection, a server change and the connection's close go through.
     std::shared_ptr<lease_book> const book_;

@@ -43,11 +43,13 @@ namespace {
 // EVALSHA sha / EVAL source, numkeys, keys, args.
 void push_script(resp3::request& req, script_call const& call, send_as how) {
     boost::container::small_vector<std::string_view, 16> words;
-    auto const key_count = std::to_string(call.keys.size());
+    auto const key_count = std::to_string(call.keys.size() + (call.last_key.empty() ? 0 : 1));
     words.push_back(how == send_as::sha ? std::string_view(call.code.sha)
                                         : std::string_view(call.code.source));
     words.push_back(key_count);
     words.insert(words.end(), call.keys.begin(), call.keys.end());
+    if (!call.last_key.empty())
+        words.push_back(call.last_key);
     words.insert(words.end(), call.args.begin(), call.args.end());
     req.push_range(how == send_as::sha ? "EVALSHA" : "EVAL", words);
 }

@@ -62,6 +62,9 @@ struct script_call {
     script const& code;
     std::initializer_list<std::string_view> keys;
     std::initializer_list<std::string_view> args;
+    // One more key after `keys` when not empty: one the script takes when the caller has it
+    // (a lease's record).
+    std::string_view last_key = {};
 };
 
 // How a script is sent.

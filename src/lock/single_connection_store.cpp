@@ -84,7 +84,8 @@ public:
         // lease to a ttl nobody counts on. One request keeps its place.
         auto const ttl_text = std::to_string(ttl.count());
         auto const fence_text = std::to_string(fence);
-        script_call const call{extend_script(), {keys.key}, {token, ttl_text, fence_text}};
+        script_call const call{
+            extend_script(), {keys.key}, {token, ttl_text, fence_text}, keys.record_key};
         co_return read_extend(co_await client_->run(call, send_as::in_place));
     }
 
@@ -97,7 +98,8 @@ public:
         // first one went through, so `true` is only reported when known).
         script_call const call{release_script(client_->sharded()),
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {token, keys.channel_prefix, claim_text, "", fence_text}};
+                               {token, keys.channel_prefix, claim_text, "", fence_text},
+                               keys.record_key};
         co_return read_release(co_await client_->run_retrying(call, send_as::sha, release_retries));
     }
 
@@ -108,7 +110,8 @@ public:
         auto const fence_text = std::to_string(last_fence);
         script_call const call{release_script(client_->sharded()),
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {token, keys.channel_prefix, claim_text, "", fence_text, "0"}};
+                               {token, keys.channel_prefix, claim_text, "", fence_text, "0"},
+                               keys.record_key};
         client_->run_detached(
             call, [strand = strand(), retry = std::move(retry)](script_reply const& reply) {
                 if (reply.ec && is_transient(reply.ec, reply.server_text()))
@@ -190,6 +193,8 @@ public:
         co_return r;
     }
 
+    std::shared_ptr<script_client> scripts() const override { return client_; }
+
     bool is_connected() const noexcept override { return client_->is_connected(); }
     std::string last_error_text() const override { return client_->last_error_text(); }
     std::uint64_t server_changes(lock_keys const& keys) const noexcept override {
@@ -212,7 +217,8 @@ private:
                                            std::function<bool()> current) {
         script_call const call{release_script(self->client_->sharded()),
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {token, keys.channel_prefix, "0", "", "0", "1"}};
+                               {token, keys.channel_prefix, "0", "", "0", "1"},
+                               keys.record_key};
         co_await self->client_->run_retrying(call, send_as::in_place, release_retries,
                                              std::move(current));
     }

@@ -107,6 +107,8 @@ bool read_lock_value(lock_reading const& r, lock_status& st) {
     return false;
 }
 
+} // namespace
+
 holder_info read_holder(std::vector<std::pair<std::string, std::string>> const& fields) {
     holder_info h;
     for (auto const& [field, text] : fields) {
@@ -125,6 +127,8 @@ holder_info read_holder(std::vector<std::pair<std::string, std::string>> const& 
     }
     return h;
 }
+
+namespace {
 
 // What went wrong, naming the lock and the operation; for a connection that could not be
 // established, the connection's account of why.
