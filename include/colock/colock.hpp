@@ -32,6 +32,7 @@
 /// \namespace colock::resp3
 /// The RESP3 protocol without I/O: the request builder, the reply parser and the value tree.
 
+#include <colock/election.hpp>
 #include <colock/error.hpp>
 #include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>

@@ -1,0 +1,209 @@
+/// @file
+/// Leader election on a locker: candidates queue FIFO across processes, one leads at a time,
+/// and its term is a fence.
+#pragma once
+
+#include <colock/lock_options.hpp>
+#include <colock/lock_status.hpp>
+#include <colock/locker.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace colock {
+
+namespace detail {
+class election_core;
+class watch_state;
+} // namespace detail
+
+/// Who leads an election now, as election::co_leader() reads it.
+struct leader_info {
+    /// What the leader proclaimed (co_campaign's value, or co_proclaim's since).
+    std::string value;
+    /// The leader's term: its lease's fence, strictly increasing per election.
+    std::int64_t term = 0;
+    /// The leader's locker (its id in the server's keys).
+    std::string holder_id;
+    /// The leader's process (host, pid, program, ...), when its locker's record was found.
+    std::optional<holder_info> holder;
+    /// How long the leader's lease has left on the server, unless it is renewed.
+    std::chrono::milliseconds ttl{0};
+};
+
+/// One change an election's leader_watch reports.
+struct leader_change {
+    /// True: `value` and `term` are the leader's now (a new leader, or a new value of the
+    /// same term). False: nobody leads (the lease lapsed, or the leader resigned with nobody
+    /// queued); `term` is the term that ended, when known (else 0), and `value` is empty. A
+    /// leader may proclaim an empty value, so an empty value alone does not mean "no leader".
+    bool leading = false;
+    /// The leader's value.
+    std::string value;
+    /// The leader's term (or the term that ended).
+    std::int64_t term = 0;
+    /// The watch read the election again after it may have missed messages (a reconnection,
+    /// a message that did not come): this is the state now, and changes between the previous
+    /// event and this one may be missing. False: nothing between was missed.
+    bool resynced = false;
+};
+
+/// This process's leadership of an election, from co_campaign until it resigns, is lost or
+/// is destroyed. It holds the leadership's lease through a lock_guard, renewed in the
+/// background as a lock's: see lock_guard for the thread rules and the loss. Destroying it
+/// (or moving from it) resigns in the background, as a guard's destruction releases.
+class leadership {
+public:
+    /// Leads nothing.
+    leadership() noexcept;
+    /// Takes over `other`'s leadership; `other` then leads nothing.
+    leadership(leadership&& other) noexcept;
+    /// Resigns what this leads, in the background, then takes over `other`'s.
+    leadership& operator=(leadership&& other) noexcept;
+    /// Resigns in the background, if it still leads: the next candidate leads at once.
+    ~leadership();
+
+    /// The election's name.
+    std::string const& name() const noexcept;
+    /// The term: the lease's fence, strictly increasing per election over every leader (across
+    /// failovers, as a lock's fence). Pass it to the resources the leader writes to, so they
+    /// can refuse a late write from an earlier leader.
+    std::int64_t term() const noexcept;
+    /// What this leader proclaimed last.
+    std::string const& value() const noexcept;
+    /// Whether it leads now (the lease is held and its local deadline has not passed); from
+    /// any thread.
+    bool leads() const noexcept;
+    /// The lease's guard: its lease_expiry(), lost(), extend(). Unlocking it resigns.
+    lock_guard& guard() noexcept { return guard_; }
+    /// The lease's guard.
+    lock_guard const& guard() const noexcept { return guard_; }
+
+    /// Returns when the leadership is lost (or let go): lock_guard::wait_lost(). Meant for
+    /// `co_await (lead() || leadership.wait_lost())`.
+    boost::asio::awaitable<void> wait_lost();
+    /// Publishes a new value for the same term: co_leader() and every watch see it.
+    /// Throws boost::system::system_error: error::lock_lost when the term is over (the lease
+    /// was lost or let go), a network error or redis::error::server_error otherwise, each
+    /// naming the election.
+    /// @par Per-operation cancellation
+    /// As the connection's async_exec: honoured while the request is unsent; a cancelled
+    /// proclaim may still have been applied.
+    boost::asio::awaitable<void> co_proclaim(std::string value);
+    /// Gives the leadership up: the first queued candidate (of any process) leads at once;
+    /// with nobody queued, every watch is told that nobody leads. Returns what
+    /// lock_guard::unlock() returns: true when it still led and gave the leadership up.
+    /// @par Per-operation cancellation
+    /// As lock_guard::unlock().
+    boost::asio::awaitable<bool> co_resign();
+
+private:
+    friend class election;
+    leadership(lock_guard guard, std::string name, std::string value,
+               std::shared_ptr<detail::election_core> core) noexcept;
+
+    lock_guard guard_;
+    std::string name_;
+    std::string value_;
+    std::shared_ptr<detail::election_core> core_;
+};
+
+/// The changes of an election's leader, in order, from election::observe(). Every change is
+/// reported: a new leader, a new value, nobody leading (on the server's clock: a lapsed lease is
+/// seen when it lapses). When the watch may have missed messages (a reconnection), it reads the
+/// election again and says so (leader_change::resynced) rather than going quiet.
+///
+/// @par Thread safety
+/// As an Asio I/O object: one co_next() at a time; destroy it where it is used.
+class leader_watch {
+public:
+    /// Watches nothing: co_next() returns an empty optional.
+    leader_watch() noexcept;
+    /// Takes over `other`'s watch.
+    leader_watch(leader_watch&& other) noexcept;
+    /// Closes this watch, then takes over `other`'s.
+    leader_watch& operator=(leader_watch&& other) noexcept;
+    /// Closes the watch: a co_next() under way ends with operation_aborted.
+    ~leader_watch();
+
+    /// The next change: the first call returns the state when the watch started (who leads,
+    /// or nobody). An empty optional once the watch is closed, its locker is gone, or its
+    /// connection was closed by its user. Throws boost::system::system_error when the
+    /// subscription is refused (an ACL without the channel), naming the channel.
+    /// @par Per-operation cancellation
+    /// terminal, partial, total: returns at once (operation_aborted); no change is lost, the
+    /// next call returns it.
+    boost::asio::awaitable<std::optional<leader_change>> co_next();
+    /// Stops watching: the subscription ends, a co_next() under way ends with
+    /// operation_aborted and later ones return an empty optional.
+    void close();
+
+private:
+    friend class election;
+    explicit leader_watch(std::shared_ptr<detail::watch_state> state) noexcept;
+
+    std::shared_ptr<detail::watch_state> state_;
+};
+
+/// A leader election named `name` among the processes that use the same locker prefix on the
+/// same deployment. Candidates queue FIFO across processes (the lock's process queue), so a
+/// resign or a release hands leadership to the next candidate at once; a leader that dies is
+/// followed when its lease lapses (its ttl). The leadership is a lock's lease, granted by the
+/// server for each term (never handed between candidates of one process without it, whatever
+/// lock_options::cohort_limit says), so each term is a fence of the server's.
+///
+/// Its keys are `<prefix>election:{name}` (the leadership's lock) and
+/// `<prefix>election:{name}:e` (the term's record, which lives and ends with the lease); its
+/// channel is the record's name. A locker whose prefix is another's prefix + "election:" would
+/// share them: do not use one.
+///
+/// Works on one server, a Sentinel-resolved primary and a Cluster (all keys in the slot of
+/// `{name}`). A Redlock locker is refused for now.
+///
+/// @par Thread safety
+/// Any member function may be called from any thread. The locker must outlive the election
+/// and its watches; a leadership keeps what it needs alive itself, as a guard does.
+class election {
+public:
+    /// An election of `name` on `locker`. Throws boost::system::system_error
+    /// (error::invalid_argument) for a name the lock would refuse (see colock::validate), or a
+    /// Redlock locker.
+    election(locker& locker, std::string name);
+    /// An election object can be dropped at any time: what it started lives on by itself.
+    ~election();
+    election(election const&) = delete;
+    election& operator=(election const&) = delete;
+
+    /// The election's name.
+    std::string const& name() const noexcept;
+
+    /// Waits to lead, then proclaims `value`: returns when this candidate leads and every
+    /// watch has been told. `opt` as for locker::co_lock: the ttl of the leadership's lease
+    /// (how long a dead leader holds the election up), its renewal, wait_timeout (then
+    /// error::timeout), and so on; cohort_limit is ignored. Throws as locker::co_lock does,
+    /// naming the election.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as locker::co_lock; a term won meanwhile is resigned before the
+    /// call ends with operation_aborted.
+    boost::asio::awaitable<leadership> co_campaign(std::string value, lock_options opt = {});
+
+    /// Who leads now, or an empty optional when nobody does (nobody campaigned, the leader
+    /// resigned with nobody queued, its lease lapsed, or the next candidate has not yet taken
+    /// over). One script, and a read of the leader's process record.
+    /// Throws boost::system::system_error: a network error, redis::error::server_error, or
+    /// error::unexpected_reply for keys that do not read as an election's.
+    boost::asio::awaitable<std::optional<leader_info>> co_leader();
+
+    /// A watch of this election's changes from now on; see leader_watch.
+    leader_watch observe();
+
+private:
+    std::shared_ptr<detail::election_core> core_;
+};
+
+} // namespace colock

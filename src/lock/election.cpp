@@ -1,0 +1,231 @@
+// Leader election: the campaign (the lock's queue and grant on the election's keys, then the
+// claim of the term), the leadership's proclaim and resign, and who leads now. The watch is in
+// leader_watch.cpp, what it reports in leader_tracker.cpp.
+#include "election_core.hpp"
+
+#include "../detail/spawn.hpp"
+#include "election_scripts.hpp"
+#include "errors.hpp"
+#include "holder_record.hpp"
+#include "locker_access.hpp"
+#include "locker_impl.hpp"
+
+#include <colock/error.hpp>
+#include <colock/redis/error.hpp>
+
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace colock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using boost::system::system_error;
+using std::chrono::milliseconds;
+
+namespace detail {
+
+namespace {
+
+std::shared_ptr<script_client> one_connection(locker_impl const& l, std::string const& name) {
+    auto client = l.store().scripts();
+    if (!client)
+        throw system_error(error::invalid_argument,
+                           fmt::format("colock: election '{}': a Redlock locker (a quorum of "
+                                       "primaries) does not run elections yet; use a locker on "
+                                       "one connection (a server, Sentinel or Cluster)",
+                                       name));
+    return client;
+}
+
+// Runs `op` on `strand` for an awaiting caller, whose cancellation reaches it there.
+template <class T>
+asio::awaitable<T> on_strand(asio::strand<asio::any_io_executor> strand, asio::awaitable<T> op) {
+    auto initiation = [strand, op = std::move(op)](auto handler) mutable {
+        spawn_cancellable(
+            strand, std::move(op), std::move(handler),
+            [](auto h, std::exception_ptr e, T value) { std::move(h)(e, std::move(value)); });
+    };
+    return asio::async_initiate<asio::use_awaitable_t<> const, void(std::exception_ptr, T)>(
+        std::move(initiation), asio::use_awaitable);
+}
+
+} // namespace
+
+election_core::election_core(std::shared_ptr<locker_impl> locker, std::string name)
+    : locker_(std::move(locker))
+    , client_(one_connection(*locker_, name))
+    , name_(std::move(name))
+    , space_{locker_->prefix() + "election:", true}
+    , keys_(space_, name_, locker_->id()) {}
+
+std::string election_core::failure_text(std::string_view what, error_code ec,
+                                        std::string_view server_text) const {
+    std::string why(server_text);
+    if (why.empty() && is_connect_failure(ec))
+        why = locker_->store().last_error_text();
+    if (why.empty())
+        why = ec.message();
+    return fmt::format("colock: {} of election '{}': {}", what, name_, why);
+}
+
+asio::awaitable<std::int64_t> election_core::proclaim(lock_guard const& guard,
+                                                      std::string const& value, bool retrying) {
+    auto const token = guard.token();
+    auto const term = std::to_string(guard.fence());
+    script_call const call{proclaim_script(client_->sharded()),
+                           {keys_.key, keys_.record_key},
+                           {token, term, value, locker_->id()}};
+    script_reply reply;
+    if (retrying) {
+        // Sent again over passing errors, for as long as the lease is known to be ours.
+        auto const left = std::chrono::duration_cast<milliseconds>(
+            guard.lease_expiry() - std::chrono::steady_clock::now());
+        retry_schedule const schedule{std::numeric_limits<int>::max(), milliseconds{20},
+                                      milliseconds{250}, std::max(left, milliseconds{1})};
+        reply = co_await client_->run_retrying(call, send_as::sha, schedule,
+                                               [&guard] { return guard.owns_lock(); });
+    } else {
+        reply = co_await client_->run(call, send_as::sha);
+    }
+    if (reply.ec)
+        throw system_error(reply.ec, failure_text("proclaim", reply.ec, reply.server_text()));
+    auto const seq = reply.value.type == resp3::type::number ? reply.value.as_integer()
+                                                             : std::optional<std::int64_t>();
+    if (!seq || *seq < 0)
+        throw system_error(
+            error::unexpected_reply,
+            failure_text("proclaim", error::unexpected_reply, resp3::to_debug_string(reply.value)));
+    co_return *seq;
+}
+
+asio::awaitable<election_reading> election_core::read() {
+    script_call const call{election_read_script(), {keys_.key, keys_.record_key}, {}};
+    co_return read_election(co_await client_->run(call, send_as::sha));
+}
+
+asio::awaitable<std::optional<leader_info>> election_core::leader() {
+    auto const r = co_await read();
+    if (r.ec)
+        throw system_error(r.ec, failure_text("leader query", r.ec, r.server_text));
+    if (!r.leading)
+        co_return std::nullopt;
+    leader_info info{r.value, r.term, r.owner, std::nullopt, r.record_ttl};
+    auto const record =
+        co_await locker_->store().read_record(locker_->locker_key_prefix() + r.owner);
+    if (record.ec)
+        throw system_error(record.ec, failure_text("leader query", record.ec, record.server_text));
+    if (!record.fields.empty())
+        info.holder = read_holder(record.fields);
+    co_return info;
+}
+
+} // namespace detail
+
+// ---------------------------------------------------------------------- leadership
+
+leadership::leadership() noexcept = default;
+leadership::leadership(leadership&& other) noexcept = default;
+leadership& leadership::operator=(leadership&& other) noexcept = default;
+leadership::~leadership() = default;
+
+leadership::leadership(lock_guard guard, std::string name, std::string value,
+                       std::shared_ptr<detail::election_core> core) noexcept
+    : guard_(std::move(guard))
+    , name_(std::move(name))
+    , value_(std::move(value))
+    , core_(std::move(core)) {}
+
+std::string const& leadership::name() const noexcept {
+    return name_;
+}
+
+std::int64_t leadership::term() const noexcept {
+    return guard_.fence();
+}
+
+std::string const& leadership::value() const noexcept {
+    return value_;
+}
+
+bool leadership::leads() const noexcept {
+    return guard_.owns_lock();
+}
+
+asio::awaitable<void> leadership::wait_lost() {
+    return guard_.wait_lost();
+}
+
+asio::awaitable<void> leadership::co_proclaim(std::string value) {
+    if (!core_)
+        throw system_error(error::not_held, "colock: proclaim of a leadership that leads nothing");
+    auto core = core_;
+    auto const seq = co_await detail::on_strand<std::int64_t>(core->locker().strand(),
+                                                              core->proclaim(guard_, value, false));
+    if (seq == 0)
+        throw system_error(error::lock_lost,
+                           fmt::format("colock: proclaim of election '{}': term {} is over; the "
+                                       "value was not published",
+                                       name_, guard_.fence()));
+    value_ = std::move(value);
+}
+
+asio::awaitable<bool> leadership::co_resign() {
+    // The release ends the term's record with the lease, and tells the watches.
+    return guard_.unlock();
+}
+
+// ---------------------------------------------------------------------- election
+
+election::election(locker& l, std::string name) {
+    validate(name, lock_options{});
+    core_ =
+        std::make_shared<detail::election_core>(detail::locker_access::impl(l), std::move(name));
+}
+
+election::~election() = default;
+
+std::string const& election::name() const noexcept {
+    return core_->name();
+}
+
+asio::awaitable<leadership> election::co_campaign(std::string value, lock_options opt) {
+    auto core = core_;
+    // Each term is granted by the server: never handed within this process without it.
+    opt.cohort_limit = 0;
+    auto const wait_until = opt.wait_timeout ? std::chrono::steady_clock::now() + *opt.wait_timeout
+                                             : std::chrono::steady_clock::time_point::max();
+    for (;;) {
+        auto this_round = opt;
+        if (opt.wait_timeout)
+            this_round.wait_timeout =
+                std::max(milliseconds{0}, std::chrono::duration_cast<milliseconds>(
+                                              wait_until - std::chrono::steady_clock::now()));
+        lock_guard guard = co_await detail::locker_access::co_lock_in(core->locker(), core->space(),
+                                                                      core->name(), this_round);
+        auto const seq = co_await detail::on_strand<std::int64_t>(
+            core->locker().strand(), core->proclaim(guard, value, true));
+        auto const cs = co_await asio::this_coro::cancellation_state;
+        if (cs.cancelled() != asio::cancellation_type::none)
+            // The guard goes, and its release ends the term just claimed.
+            throw system_error(
+                asio::error::operation_aborted,
+                fmt::format("colock: campaign of election '{}' cancelled", core->name()));
+        if (seq != 0)
+            co_return leadership(std::move(guard), core->name(), std::move(value), core);
+        // The lease was lost between its grant and the claim: campaign again.
+    }
+}
+
+asio::awaitable<std::optional<leader_info>> election::co_leader() {
+    auto core = core_;
+    co_return co_await detail::on_strand<std::optional<leader_info>>(core->locker().strand(),
+                                                                     core->leader());
+}
+
+} // namespace colock

@@ -1,0 +1,58 @@
+// What an election, its leaderships and its watches share: the locker, the script client of
+// its one connection, the election's keys, and the election's own requests (proclaim, read),
+// each run on the locker's strand. Private to the library's sources.
+#pragma once
+
+#include "leader_tracker.hpp"
+#include "lease_store.hpp"
+#include "script_client.hpp"
+
+#include <colock/election.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace colock::detail {
+
+class locker_impl;
+
+class election_core {
+public:
+    // Throws system_error(invalid_argument) for a store over several connections (Redlock).
+    election_core(std::shared_ptr<locker_impl> locker, std::string name);
+
+    locker_impl& locker() const noexcept { return *locker_; }
+    script_client& client() const noexcept { return *client_; }
+    std::string const& name() const noexcept { return name_; }
+    key_space const& space() const noexcept { return space_; }
+    lock_keys const& keys() const noexcept { return keys_; }
+    // The election's channel: its record's name.
+    std::string const& channel() const noexcept { return keys_.record_key; }
+
+    // Writes `value` into the term of `guard`'s lease and tells the channel: the record's seq,
+    // or 0 when the lease is not the guard's any more. `retrying`: sent again over passing
+    // errors while the lease lasts (the campaign's claim, not cancellable); else once,
+    // cancelled as the connection's requests are. On the strand.
+    boost::asio::awaitable<std::int64_t> proclaim(lock_guard const& guard, std::string const& value,
+                                                  bool retrying);
+    // Reads the election. On the strand.
+    boost::asio::awaitable<election_reading> read();
+    // Who leads, with the leader's process record. On the strand.
+    boost::asio::awaitable<std::optional<leader_info>> leader();
+
+    // A failure's message, naming the election and what was done.
+    std::string failure_text(std::string_view what, boost::system::error_code ec,
+                             std::string_view server_text) const;
+
+private:
+    std::shared_ptr<locker_impl> const locker_;
+    std::shared_ptr<script_client> const client_;
+    std::string const name_;
+    key_space const space_;
+    lock_keys const keys_;
+};
+
+} // namespace colock::detail

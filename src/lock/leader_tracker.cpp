@@ -1,0 +1,221 @@
+// What an election's watch reports, sans I/O.
+#include "leader_tracker.hpp"
+
+#include "lock_replies.hpp"
+
+#include <charconv>
+
+namespace colock::detail {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+std::optional<std::int64_t> number(std::string_view text) {
+    std::int64_t n = 0;
+    auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec != std::errc() || end != text.data() + text.size() || n < 0)
+        return std::nullopt;
+    return n;
+}
+
+// The next word of `text` (up to a space), taken off it.
+std::string_view next_word(std::string_view& text) {
+    auto const space = text.find(' ');
+    auto const word = text.substr(0, space);
+    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+    return word;
+}
+
+// The token of a lock value "H <fence> <owner> <token> <since> <queued>", else empty.
+std::string_view holding_token(std::string_view lock_value) {
+    if (next_word(lock_value) != "H")
+        return {};
+    next_word(lock_value);
+    next_word(lock_value);
+    return next_word(lock_value);
+}
+
+} // namespace
+
+election_reading read_election(script_reply const& reply) {
+    return replies::read_value<election_reading>(
+        reply, [](resp3::value const& v, election_reading& r) {
+            if (v.type != resp3::type::array || v.elements.size() != 7 ||
+                v.elements[6].type != resp3::type::number)
+                return false;
+            std::string_view text[6];
+            for (int i = 0; i < 6; ++i) {
+                auto const s = v.elements[i].as_string();
+                if (!s)
+                    return false;
+                text[i] = *s;
+            }
+            auto const& [lock_value, token, term, value, seq, owner] = text;
+            r.record_ttl = milliseconds(v.elements[6].integer);
+            if (seq.empty())
+                return term.empty() && token.empty(); // no record
+            auto const seq_n = number(seq);
+            auto const term_n = number(term);
+            if (!seq_n || *seq_n == 0 || !term_n)
+                return false;
+            r.seq = *seq_n;
+            r.term = *term_n;
+            r.value = std::string(value);
+            r.owner = std::string(owner);
+            r.leading = !token.empty() && holding_token(lock_value) == token;
+            return true;
+        });
+}
+
+std::optional<election_message> parse_election_message(std::string_view payload) {
+    election_message m;
+    auto const kind = next_word(payload);
+    if (kind == "L")
+        m.what = election_message::kind::leader;
+    else if (kind == "R")
+        m.what = election_message::kind::handed;
+    else if (kind == "N")
+        m.what = election_message::kind::ended;
+    else
+        return std::nullopt;
+    auto const seq = number(next_word(payload));
+    auto const term = number(next_word(payload));
+    if (!seq || *seq == 0 || !term)
+        return std::nullopt;
+    m.seq = *seq;
+    m.term = *term;
+    if (m.what == election_message::kind::ended)
+        return payload.empty() ? std::optional(m) : std::nullopt;
+    // The ttl: a PTTL, which is -1 or -2 for a key gone meanwhile (none to wait for).
+    auto const ttl_word = next_word(payload);
+    std::int64_t ttl = 0;
+    auto const [end, ec] = std::from_chars(ttl_word.data(), ttl_word.data() + ttl_word.size(), ttl);
+    if (ttl_word.empty() || ec != std::errc() || end != ttl_word.data() + ttl_word.size())
+        return std::nullopt;
+    m.ttl = milliseconds(std::max<std::int64_t>(ttl, 0));
+    if (m.what == election_message::kind::handed)
+        return payload.empty() ? std::optional(m) : std::nullopt;
+    m.value = std::string(payload);
+    return m;
+}
+
+bool leader_tracker::older_than_known(std::int64_t term, std::int64_t seq) const noexcept {
+    return term < term_ || (term == term_ && seq <= seq_);
+}
+
+void leader_tracker::report(step& s, bool resynced) {
+    if (leading_) {
+        if (reported_leading_ && reported_term_ == term_ && reported_value_ == value_)
+            return;
+        s.changes.push_back(leader_change{true, value_, term_, resynced});
+        reported_leading_ = true;
+        reported_term_ = term_;
+        reported_value_ = value_;
+        return;
+    }
+    if (!reported_leading_)
+        return;
+    s.changes.push_back(leader_change{false, {}, reported_term_, resynced});
+    reported_leading_ = false;
+    reported_value_.clear();
+}
+
+leader_tracker::step leader_tracker::on_reading(election_reading const& r, bool after_gap) {
+    step s;
+    if (r.record_ttl.count() > 0)
+        s.look_in = r.record_ttl;
+    else
+        s.stop_looking = true;
+    bool const has_record = r.seq != 0;
+    if (!started_) {
+        started_ = true;
+        leading_ = r.leading;
+        record_ = has_record;
+        term_ = r.term;
+        seq_ = r.seq;
+        value_ = r.value;
+        if (leading_)
+            report(s, false);
+        else // nobody leads; the last term when a record says which
+            s.changes.push_back(leader_change{false, {}, r.term, false});
+        return s;
+    }
+    // A reading older than a message that came while it was under way says nothing new.
+    if (has_record && (r.term < term_ || (r.term == term_ && r.seq < seq_)))
+        return s;
+    // The one next change, which cannot hide another; or no change at all.
+    bool const contiguous = has_record && record_ && r.term == term_ && r.seq == seq_ + 1;
+    bool const same = has_record == record_ && (!has_record || (r.term == term_ && r.seq == seq_));
+    leading_ = r.leading;
+    record_ = has_record;
+    if (has_record) {
+        term_ = r.term;
+        seq_ = r.seq;
+    }
+    value_ = r.value;
+    report(s, after_gap && !contiguous && !same);
+    return s;
+}
+
+leader_tracker::step leader_tracker::on_message(std::string_view payload) {
+    step s;
+    if (!started_)
+        return s;
+    auto const m = parse_election_message(payload);
+    if (!m) {
+        s.read_again = true;
+        return s;
+    }
+    if (older_than_known(m->term, m->seq))
+        return s; // already known from a reading
+    bool const next_of_record = record_ && m->term >= term_ && m->seq == seq_ + 1;
+    using kind = election_message::kind;
+    switch (m->what) {
+    case kind::leader: {
+        bool const new_record = m->term > term_ && m->seq == 1;
+        if (m->term == term_ ? !(leading_ && next_of_record) : !(next_of_record || new_record)) {
+            s.read_again = true;
+            return s;
+        }
+        if (new_record && record_) {
+            // A new record while the last one was still known: that term lapsed first.
+            leading_ = false;
+            report(s, false);
+        }
+        leading_ = true;
+        record_ = true;
+        term_ = m->term;
+        seq_ = m->seq;
+        value_ = m->value;
+        s.look_in = m->ttl;
+        report(s, false);
+        return s;
+    }
+    case kind::handed:
+        if (m->term != term_ || !next_of_record || !leading_) {
+            s.read_again = true;
+            return s;
+        }
+        // Ended and handed on: reported when the next leader claims it, or when the claim
+        // lapses and a look finds nobody.
+        leading_ = false;
+        seq_ = m->seq;
+        s.look_in = m->ttl;
+        return s;
+    case kind::ended:
+        if (m->term != term_ || !next_of_record) {
+            s.read_again = true;
+            return s;
+        }
+        leading_ = false;
+        record_ = false;
+        seq_ = m->seq;
+        s.stop_looking = true;
+        report(s, false);
+        return s;
+    }
+    return s;
+}
+
+} // namespace colock::detail

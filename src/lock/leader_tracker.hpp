@@ -1,0 +1,88 @@
+// What an election's watch reports, sans I/O: the election read by its script, its channel's
+// messages, and the decision of which changes they make, when the watch must read the election
+// again (a gap) and when it must look again (a lease that may lapse without a word). The
+// layout of keys and messages is in election_scripts.hpp. Private to the library's sources.
+#pragma once
+
+#include "script_client.hpp"
+
+#include <colock/election.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace colock::detail {
+
+// The election as its read script found it.
+struct election_reading {
+    // As lock_reading's: the network's code, server_error with its text, or unexpected_reply
+    // (a reply of another shape, shown in server_text).
+    boost::system::error_code ec;
+    std::string server_text;
+    bool leading = false; // the record's lease holds the lock now
+    std::int64_t term = 0;
+    std::int64_t seq = 0; // 0: no record
+    std::string value;
+    std::string owner;
+    std::chrono::milliseconds record_ttl{-2}; // the record's PTTL: -2 none
+};
+
+election_reading read_election(script_reply const& reply);
+
+// One message of the election's channel.
+struct election_message {
+    enum class kind { leader, handed, ended } what = kind::ended;
+    std::int64_t seq = 0;
+    std::int64_t term = 0;
+    std::chrono::milliseconds ttl{0}; // leader: the record's; handed: the claim's
+    std::string value;                // leader
+};
+
+// Nothing when `payload` is not a message of the election's.
+std::optional<election_message> parse_election_message(std::string_view payload);
+
+class leader_tracker {
+public:
+    struct step {
+        std::vector<leader_change> changes;
+        // Messages may have been missed: read the election again.
+        bool read_again = false;
+        // Look again (read) after this long: a lease that may lapse, a hand-over that may not
+        // be claimed. Nothing: no lease to watch (or keep the look already planned).
+        std::optional<std::chrono::milliseconds> look_in;
+        // Forget the look planned: nobody leads and no hand-over is under way.
+        bool stop_looking = false;
+    };
+
+    // A reading of the election; `after_gap`: read because messages may have been missed.
+    // The first reading reports the state it finds.
+    step on_reading(election_reading const& r, bool after_gap);
+    // A message of the election's channel; ignored before the first reading, which includes
+    // what it says.
+    step on_message(std::string_view payload);
+
+    bool started() const noexcept { return started_; }
+
+private:
+    // Reports what the server state says, when it differs from what was reported last.
+    void report(step& s, bool resynced);
+    bool older_than_known(std::int64_t term, std::int64_t seq) const noexcept;
+
+    bool started_ = false;
+    // What the server holds, as far as known.
+    bool leading_ = false;
+    bool record_ = false;   // the term's record exists
+    std::int64_t term_ = 0; // the newest term known, and its last seq
+    std::int64_t seq_ = 0;
+    std::string value_;
+    // What was reported last.
+    bool reported_leading_ = false;
+    std::int64_t reported_term_ = 0;
+    std::string reported_value_;
+};
+
+} // namespace colock::detail

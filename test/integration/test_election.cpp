@@ -1,0 +1,272 @@
+// Leader election against a real server: campaigns queue FIFO across lockers, a resign hands
+// leadership on at once, co_leader names the leader, a watch sees every change in order, and a
+// leader that stops renewing is followed when its lease lapses.
+#include <colock/election.hpp>
+
+#include "lock_fixture.hpp"
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using namespace colock::test;
+using namespace boost::asio::experimental::awaitable_operators;
+
+namespace {
+
+// The next change of `w`; fails the test after `limit`.
+asio::awaitable<leader_change> next_change(leader_watch& w,
+                                           std::chrono::milliseconds limit = 3000ms) {
+    asio::steady_timer timer(co_await asio::this_coro::executor, limit);
+    auto r = co_await (w.co_next() || timer.async_wait(asio::use_awaitable));
+    REQUIRE(r.index() == 0);
+    auto change = std::get<0>(std::move(r));
+    REQUIRE(change.has_value());
+    co_return *change;
+}
+
+// Whether `w` reports nothing for `d`.
+asio::awaitable<bool> quiet_for(leader_watch& w, std::chrono::milliseconds d) {
+    asio::steady_timer timer(co_await asio::this_coro::executor, d);
+    auto r = co_await (w.co_next() || timer.async_wait(asio::use_awaitable));
+    co_return r.index() == 1;
+}
+
+std::string election_key(std::string const& name) {
+    return "colock:election:{" + name + "}";
+}
+
+// A campaign run beside the test: its leadership once it leads.
+struct campaign_run {
+    std::optional<leadership> lead;
+    steady::time_point at;
+    bool done = false;
+};
+
+void start_campaign(asio::any_io_executor ex, election& e, std::string value, lock_options opt,
+                    campaign_run& run) {
+    asio::co_spawn(
+        ex,
+        [&e, value, opt, &run]() -> asio::awaitable<void> {
+            run.lead = co_await e.co_campaign(value, opt);
+            run.at = steady::now();
+        },
+        check_nothrow_then_mark(run.done));
+}
+
+} // namespace
+
+TEST_CASE("election: co_leader names the leader; a second candidate waits, and leads at once "
+          "when the first resigns, with a higher term; nothing is left behind") {
+    run_lock_test<two_lockers>(
+        "election-handover",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            election ea{a, name};
+            election eb{b, name};
+            CHECK_FALSE((co_await eb.co_leader()).has_value());
+
+            auto lead_a = co_await ea.co_campaign("node-a", lease(5000ms));
+            CHECK(lead_a.leads());
+            CHECK(lead_a.value() == "node-a");
+            CHECK(lead_a.name() == name);
+            auto const who = co_await eb.co_leader();
+            REQUIRE(who.has_value());
+            CHECK(who->value == "node-a");
+            CHECK(who->term == lead_a.term());
+            CHECK(who->holder_id.size() == 16);
+            REQUIRE(who->holder.has_value());
+            CHECK(who->holder->pid == ::getpid());
+            CHECK(who->ttl > 4000ms);
+            CHECK(who->ttl <= 5000ms);
+
+            campaign_run second;
+            start_campaign(co_await asio::this_coro::executor, eb, "node-b", lease(5000ms), second);
+            co_await sleep_for(200ms);
+            CHECK_FALSE(second.done); // queued behind the leader
+
+            auto const resigned_at = steady::now();
+            CHECK(co_await lead_a.co_resign());
+            CHECK_FALSE(lead_a.leads());
+            REQUIRE(co_await finishes(second.done, 2000ms));
+            REQUIRE(second.lead.has_value());
+            // The acceptance bound of the hand-over: the release hands the lock to the queued
+            // locker, which claims it and proclaims its term (a few round trips).
+            CHECK(ms_between(resigned_at, second.at) < 50);
+            CHECK(second.lead->term() > lead_a.term());
+            auto const now_leads = co_await ea.co_leader();
+            REQUIRE(now_leads.has_value());
+            CHECK(now_leads->value == "node-b");
+            CHECK(now_leads->term == second.lead->term());
+
+            CHECK(co_await second.lead->co_resign());
+            CHECK_FALSE(co_await second.lead->co_resign()); // once
+            CHECK_FALSE((co_await ea.co_leader()).has_value());
+            // The record went with the term; the lock key lapses with the rest of the lease.
+            CHECK(co_await exists_becomes(probe, election_key(name) + ":e", 0, 1000ms) == 0);
+        });
+}
+
+TEST_CASE("election: a watch sees the state it starts in, then every change in order: a "
+          "leader, its new value, a hand-over, and nobody leading after a resign") {
+    run_lock_test<two_lockers>(
+        "election-watch",
+        [](redis::connection&, redis::connection&, redis::connection&, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            election ea{a, name};
+            election eb{b, name};
+            auto w = eb.observe();
+            auto first = co_await next_change(w);
+            CHECK_FALSE(first.leading);
+            CHECK_FALSE(first.resynced);
+
+            auto lead_a = co_await ea.co_campaign("a1", lease(5000ms));
+            auto c = co_await next_change(w);
+            CHECK(c.leading);
+            CHECK(c.value == "a1");
+            CHECK(c.term == lead_a.term());
+            CHECK_FALSE(c.resynced);
+
+            co_await lead_a.co_proclaim("a2");
+            CHECK(lead_a.value() == "a2");
+            c = co_await next_change(w);
+            CHECK(c.leading);
+            CHECK(c.value == "a2");
+            CHECK(c.term == lead_a.term());
+            auto const who = co_await eb.co_leader();
+            REQUIRE(who.has_value());
+            CHECK(who->value == "a2");
+            co_await lead_a.co_proclaim("a2"); // the same value again: no change to report
+            CHECK(co_await quiet_for(w, 100ms));
+
+            campaign_run second;
+            start_campaign(co_await asio::this_coro::executor, eb, "b1", lease(5000ms), second);
+            co_await sleep_for(100ms);
+            CHECK(co_await lead_a.co_resign());
+            c = co_await next_change(w); // straight to the next leader: somebody was queued
+            CHECK(c.leading);
+            CHECK(c.value == "b1");
+            REQUIRE(co_await finishes(second.done, 2000ms));
+            CHECK(c.term == second.lead->term());
+            CHECK(c.term > lead_a.term());
+
+            CHECK(co_await second.lead->co_resign());
+            c = co_await next_change(w);
+            CHECK_FALSE(c.leading);
+            CHECK(c.term == second.lead->term());
+            CHECK(co_await quiet_for(w, 100ms));
+
+            // A proclaim after the term ended is refused, naming the election.
+            auto const f = co_await failure_of(lead_a.co_proclaim("late"));
+            CHECK(f.code == error::lock_lost);
+            CHECK(f.what.find("election '" + name + "'") != std::string::npos);
+            w.close();
+            CHECK_FALSE((co_await w.co_next()).has_value());
+        });
+}
+
+TEST_CASE("election: a leader that stops renewing (as a dead process) is followed when its "
+          "lease lapses; it learns of the loss first; the watch sees nobody, then the next") {
+    run_lock_test<two_lockers>(
+        "election-lapse",
+        [](redis::connection&, redis::connection&, redis::connection&, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            election ea{a, name};
+            election eb{b, name};
+            auto w = eb.observe();
+            CHECK_FALSE((co_await next_change(w)).leading);
+
+            auto opt = lease(600ms);
+            opt.auto_renew = false;
+            auto lead_a = co_await ea.co_campaign("a", opt);
+            auto const granted = steady::now();
+            CHECK((co_await next_change(w)).value == "a");
+            lost_watch lost;
+            watch(lead_a.guard(), lost);
+
+            campaign_run second;
+            start_campaign(co_await asio::this_coro::executor, eb, "b", lease(5000ms), second);
+            REQUIRE(co_await finishes(second.done, 2000ms));
+            // Within the ttl and 100 ms of the last grant.
+            CHECK(ms_between(granted, second.at) < 700);
+            REQUIRE(lost.done);
+            CHECK(lost.at <= second.at); // the old leader knew before the new one led
+            CHECK(second.lead->term() > lead_a.term());
+
+            auto c = co_await next_change(w);
+            if (!c.leading) { // nobody led between the lapse and the next claim
+                CHECK(c.term == lead_a.term());
+                c = co_await next_change(w);
+            }
+            CHECK(c.leading);
+            CHECK(c.value == "b");
+            CHECK(c.term == second.lead->term());
+            CHECK(co_await second.lead->co_resign());
+        });
+}
+
+TEST_CASE("election: a leader's lease lapses with nobody queued: the watch sees nobody at the "
+          "lapse; a leadership destroyed resigns; a cancelled campaign leaves nothing") {
+    run_lock_test<two_lockers>(
+        "election-alone",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            election ea{a, name};
+            election eb{b, name};
+            auto w = eb.observe();
+            CHECK_FALSE((co_await next_change(w)).leading);
+
+            auto opt = lease(400ms);
+            opt.auto_renew = false;
+            auto const start = steady::now();
+            {
+                auto lead = co_await ea.co_campaign("a", opt);
+                CHECK((co_await next_change(w)).leading);
+                auto c = co_await next_change(w, 2000ms);
+                CHECK_FALSE(c.leading);
+                CHECK(c.term == lead.term());
+                CHECK(ms_since(start) >= 400);
+                CHECK(ms_since(start) < 1000);
+            }
+            {
+                auto lead = co_await ea.co_campaign("a", lease(5000ms));
+                CHECK((co_await next_change(w)).leading);
+            } // destroyed: resigned in the background
+            auto c = co_await next_change(w);
+            CHECK_FALSE(c.leading);
+
+            // A campaign cancelled while it waits leaves no queue entry and no term behind.
+            auto lead_b = co_await eb.co_campaign("b", lease(5000ms));
+            CHECK((co_await next_change(w)).value == "b");
+            asio::steady_timer timer(co_await asio::this_coro::executor, 200ms);
+            auto r = co_await (ea.co_campaign("a", lease(5000ms)) ||
+                               timer.async_wait(asio::use_awaitable));
+            CHECK(r.index() == 1);
+            CHECK(co_await lead_b.co_resign());
+            c = co_await next_change(w);
+            CHECK_FALSE(c.leading);
+            CHECK(co_await exists_becomes(probe, election_key(name) + ":q", 0, 1000ms) == 0);
+            CHECK_FALSE((co_await ea.co_leader()).has_value());
+        });
+}
+
+TEST_CASE("election: a name the lock refuses is refused at construction") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    CHECK_THROWS_AS(election(locks, ""), system_error);
+    conn.close();
+}
