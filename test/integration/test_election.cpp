@@ -4,6 +4,7 @@
 #include <colock/election.hpp>
 
 #include "lock_fixture.hpp"
+#include "proxy_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -261,6 +262,46 @@ TEST_CASE("election: a leader's lease lapses with nobody queued: the watch sees 
             CHECK(co_await exists_becomes(probe, election_key(name) + ":q", 0, 1000ms) == 0);
             CHECK_FALSE((co_await ea.co_leader()).has_value());
         });
+}
+
+TEST_CASE("election: a watch whose connection was lost reads the election again when it is back, "
+          "and says that changes may have been missed") {
+    fault_proxy proxy{shared_server().port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn_a{ctx.get_executor(), shared_server().config()};
+        redis::connection conn_w{ctx.get_executor(), through(proxy)};
+        locker a{conn_a};
+        locker watcher{conn_w};
+        std::string const name = unique_key("election-resync");
+        election ea{a, name};
+        election ew{watcher, name};
+        auto w = ew.observe();
+        CHECK_FALSE((co_await next_change(w)).leading);
+        auto lead = co_await ea.co_campaign("a1", lease(5000ms));
+        CHECK((co_await next_change(w)).value == "a1");
+
+        proxy.set_black_hole(true);
+        proxy.drop_connections();
+        co_await sleep_for(100ms);
+        co_await lead.co_proclaim("a2"); // missed
+        CHECK(co_await lead.co_resign());
+        auto next = co_await ea.co_campaign("a3", lease(5000ms)); // missed too
+        proxy.set_black_hole(false);
+        auto c = co_await next_change(w, 5000ms);
+        CHECK(c.leading);
+        CHECK(c.value == "a3");
+        CHECK(c.term == next.term());
+        CHECK(c.resynced);
+        // And live again: the next change comes as a message.
+        co_await next.co_proclaim("a4");
+        c = co_await next_change(w);
+        CHECK(c.value == "a4");
+        CHECK_FALSE(c.resynced);
+        CHECK(co_await next.co_resign());
+        CHECK_FALSE((co_await next_change(w)).leading);
+        conn_a.close();
+        conn_w.close();
+    });
 }
 
 TEST_CASE("election: a name the lock refuses is refused at construction") {
