@@ -1,9 +1,11 @@
 // The connection and the locker on a real Redis Cluster (3 primaries, 3 replicas) that the
 // fixture starts: routing by slot, MOVED after a migration, ASK during one, cross-slot refusals,
 // locks on names over every primary, and a primary's failover.
+#include <colock/election.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
 
+#include "election_fixture.hpp"
 #include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/cluster_set.hpp>
@@ -291,6 +293,41 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             REQUIRE(woken);
             CHECK(woken->fence() > held.fence());
             co_await woken->unlock();
+
+            // An election: its keys on the slot of its name, its changes by sharded pub/sub.
+            election ea{a, "sched"};
+            election eb{b, "sched"};
+            auto watch = eb.observe();
+            CHECK_FALSE((co_await next_change(watch)).leading);
+            auto lead_a = co_await ea.co_campaign("a", lease(10s));
+            auto c = co_await next_change(watch);
+            CHECK(c.value == "a");
+            CHECK(c.term == lead_a.term());
+            auto& node = cluster.node_on(cluster.owner_of(hash_slot(election_key("sched"))));
+            CHECK(holds_key(node, election_key("sched") + ":e"));
+            std::optional<leadership> lead_b;
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    lead_b.emplace(co_await eb.co_campaign("b", lease(10s)));
+                },
+                asio::detached);
+            co_await sleep_for(100ms);
+            CHECK(co_await lead_a.co_resign());
+            c = co_await next_change(watch);
+            CHECK(c.value == "b");
+            start = steady::now(); // the watch may hear of it before the campaign returns
+            while (!lead_b && ms_since(start) < 2000)
+                co_await sleep_for(5ms);
+            REQUIRE(lead_b);
+            CHECK(c.term == lead_b->term());
+            CHECK(c.term > lead_a.term());
+            auto const who = co_await ea.co_leader();
+            REQUIRE(who);
+            CHECK(who->value == "b");
+            CHECK(co_await lead_b->co_resign());
+            CHECK_FALSE((co_await next_change(watch)).leading);
+            CHECK_FALSE(holds_key(node, election_key("sched") + ":e"));
             conn_a.close();
             conn_b.close();
         },

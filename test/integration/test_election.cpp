@@ -3,6 +3,7 @@
 // leader that stops renewing is followed when its lease lapses.
 #include <colock/election.hpp>
 
+#include "election_fixture.hpp"
 #include "lock_fixture.hpp"
 #include "proxy_fixture.hpp"
 #include "test_util.hpp"
@@ -27,28 +28,6 @@ using namespace colock::test;
 using namespace boost::asio::experimental::awaitable_operators;
 
 namespace {
-
-// The next change of `w`; fails the test after `limit`.
-asio::awaitable<leader_change> next_change(leader_watch& w,
-                                           std::chrono::milliseconds limit = 3000ms) {
-    asio::steady_timer timer(co_await asio::this_coro::executor, limit);
-    auto r = co_await (w.co_next() || timer.async_wait(asio::use_awaitable));
-    REQUIRE(r.index() == 0);
-    auto change = std::get<0>(std::move(r));
-    REQUIRE(change.has_value());
-    co_return *change;
-}
-
-// Whether `w` reports nothing for `d`.
-asio::awaitable<bool> quiet_for(leader_watch& w, std::chrono::milliseconds d) {
-    asio::steady_timer timer(co_await asio::this_coro::executor, d);
-    auto r = co_await (w.co_next() || timer.async_wait(asio::use_awaitable));
-    co_return r.index() == 1;
-}
-
-std::string election_key(std::string const& name) {
-    return "colock:election:{" + name + "}";
-}
 
 // A campaign run beside the test: its leadership once it leads.
 struct campaign_run {

@@ -1,9 +1,11 @@
 // The connection and the locker through Redis Sentinel, against a real deployment the fixture
 // starts: a primary, a replica and three redis-sentinel processes. Failovers are real:
 // SENTINEL FAILOVER, and a killed primary.
+#include <colock/election.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
 
+#include "election_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 #include <colock_test/sentinel_set.hpp>
@@ -80,6 +82,18 @@ TEST_CASE("sentinel: the connection goes to the primary the sentinels name, and 
         CHECK_FALSE(lock_key_free(set.node_on(primary_port), lock_key(name)));
         CHECK(co_await guard.unlock());
         CHECK(lock_key_free(set.node_on(primary_port), lock_key(name)));
+
+        // An election on the primary: a leader, its value seen by a watch, its resign.
+        election e{locks, name};
+        auto watch = e.observe();
+        CHECK_FALSE((co_await next_change(watch)).leading);
+        auto lead = co_await e.co_campaign("here", lease(10s));
+        auto const c = co_await next_change(watch);
+        CHECK(c.value == "here");
+        CHECK(c.term == lead.term());
+        CHECK(holds_key(set.node_on(primary_port), election_key(name) + ":e"));
+        CHECK(co_await lead.co_resign());
+        CHECK_FALSE((co_await next_change(watch)).leading);
         conn.close();
     });
 }
