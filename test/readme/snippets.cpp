@@ -142,6 +142,43 @@ asio::awaitable<std::int64_t> charge(colock::locker& locker) {
 }
 //]
 
+// The term of the last schedule() run.
+std::int64_t last_term = 0;
+
+//[election_scheduler
+// A scheduler that runs on one node at a time: it waits to lead, works while it leads, and
+// gives the leadership up when asked to stop.
+asio::awaitable<void> run_jobs([[maybe_unused]] std::int64_t term) { // writes pass the term
+    asio::steady_timer tick{co_await asio::this_coro::executor, std::chrono::milliseconds{50}};
+    co_await tick.async_wait(asio::use_awaitable); // ... the jobs of one tick ...
+}
+
+asio::awaitable<void> schedule(colock::locker& locker) {
+    colock::election election{locker, "scheduler"};
+    colock::leadership lead = co_await election.co_campaign("node-a:8080"); // waits to lead
+    co_await (run_jobs(lead.term()) || lead.wait_lost()); // stops if the lease is lost
+    //<-
+    last_term = lead.term();
+    //->
+    co_await lead.co_resign(); // the next candidate leads at once
+}
+//]
+
+//[election_who_leads
+// Who leads now, and every change from here on.
+asio::awaitable<std::string> who_leads(colock::locker& locker) {
+    colock::election election{locker, "scheduler"};
+    std::optional<colock::leader_info> now = co_await election.co_leader();
+    std::string line = now ? fmt::format("{} leads (term {}, pid {})", now->value, now->term,
+                                         now->holder ? now->holder->pid : 0)
+                           : "nobody leads";
+    colock::leader_watch changes = election.observe();
+    if (std::optional<colock::leader_change> c = co_await changes.co_next()) // the state now
+        line += c->leading ? "; watching " + c->value : "; watching, nobody leads";
+    co_return line;
+}
+//]
+
 // Stands for work that may be skipped when another process is doing it.
 asio::awaitable<void> rebuild_cache() {
     co_return;
@@ -293,6 +330,12 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     std::optional<colock::lock_guard> after_charge = co_await locker.co_try_lock("account:42");
     check(after_charge.has_value(), "co_with_lock released the lock");
     co_await after_charge->unlock();
+
+    // An election: a term, then nobody leads; who_leads says so.
+    co_await schedule(locker);
+    check(last_term > 0, "the scheduler led with a term");
+    check(co_await who_leads(locker) == "nobody leads; watching, nobody leads",
+          "nobody leads after the resign");
 
     // One attempt on a free name, and a lock taken with options.
     check(co_await try_lock(locker), "co_try_lock got a free lock");
