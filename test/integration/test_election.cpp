@@ -283,6 +283,37 @@ TEST_CASE("election: a watch whose connection was lost reads the election again 
     });
 }
 
+TEST_CASE("election: two candidates of one locker: the second leads when the first resigns, "
+          "with a term the server granted (no cohort hand-off)") {
+    run_lock_test<one_locker>(
+        "election-one-process",
+        [](redis::connection&, redis::connection&, locker& locks,
+           std::string const& name) -> asio::awaitable<void> {
+            election first{locks, name};
+            election second{locks, name};
+            auto w = first.observe();
+            CHECK_FALSE((co_await next_change(w)).leading);
+            auto lead = co_await first.co_campaign("one", lease(5000ms));
+            CHECK((co_await next_change(w)).value == "one");
+            campaign_run next;
+            start_campaign(co_await asio::this_coro::executor, second, "two", lease(5000ms), next);
+            co_await sleep_for(100ms);
+            CHECK_FALSE(next.done);
+            auto const resigned_at = steady::now();
+            CHECK(co_await lead.co_resign());
+            auto const c = co_await next_change(w);
+            CHECK(c.value == "two");
+            REQUIRE(co_await finishes(next.done, 2000ms));
+            CHECK(ms_between(resigned_at, next.at) < 50);
+            CHECK(next.lead->term() > lead.term());
+            CHECK(c.term == next.lead->term());
+            auto const who = co_await first.co_leader();
+            REQUIRE(who);
+            CHECK(who->term == next.lead->term()); // the server's record has the new term
+            CHECK(co_await next.lead->co_resign());
+        });
+}
+
 TEST_CASE("election: a name the lock refuses is refused at construction") {
     asio::io_context ctx;
     redis::connection conn{ctx.get_executor(), shared_server().config()};
