@@ -2,6 +2,7 @@
 // primary while held and after, the validity it reports, try_lock against another holder,
 // unlock by majority, mutual exclusion and fences under contention, cancellation, renewal, and
 // a primary killed while lockers contend. Faults and bad configurations: test_redlock_faults.cpp.
+#include <colock/election.hpp>
 #include <colock/locker.hpp>
 
 #include "redlock_fixture.hpp"
@@ -71,6 +72,14 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
                             primary_connections& probe, locker& a, locker& b,
                             std::string const& name) -> asio::awaitable<void> {
             CHECK(a.key_prefix() == "colock:");
+            // An election is refused on a quorum for now, naming it, before any I/O.
+            try {
+                election refused{a, name};
+                FAIL("an election was made on a Redlock locker");
+            } catch (system_error const& e) {
+                CHECK(e.code() == error::invalid_argument);
+                CHECK(std::string(e.what()).find("election '" + name + "'") != std::string::npos);
+            }
             // Connected first, so that the attempt below takes milliseconds: well below the
             // drift, which the lease's validity must then show.
             co_await conns_a.connect_all();
