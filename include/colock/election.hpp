@@ -110,6 +110,7 @@ private:
     lock_guard guard_;
     std::string name_;
     std::string value_;
+    std::int64_t version_ = 0; // of the value: 1 for the campaign's, one more per proclaim
     std::shared_ptr<detail::election_core> core_;
 };
 

@@ -7,6 +7,7 @@
 #include "election_scripts.hpp"
 #include "errors.hpp"
 #include "holder_record.hpp"
+#include "lock_replies.hpp"
 #include "locker_access.hpp"
 #include "locker_impl.hpp"
 
@@ -74,13 +75,14 @@ std::string election_core::failure_text(std::string_view what, error_code ec,
     return fmt::format("colock: {} of election '{}': {}", what, name_, why);
 }
 
-asio::awaitable<std::int64_t> election_core::proclaim(lock_guard const& guard,
-                                                      std::string const& value, bool retrying) {
+asio::awaitable<bool> election_core::proclaim(lock_guard const& guard, std::string const& value,
+                                              std::int64_t version, bool retrying) {
     auto const token = guard.token();
     auto const term = std::to_string(guard.fence());
+    auto const version_text = std::to_string(version);
     script_call const call{proclaim_script(client_->sharded()),
                            {keys_.key, keys_.record_key},
-                           {token, term, value, locker_->id()}};
+                           {token, term, value, locker_->id(), version_text}};
     script_reply reply;
     if (retrying) {
         // Sent again over passing errors, for as long as the lease is known to be ours.
@@ -95,13 +97,12 @@ asio::awaitable<std::int64_t> election_core::proclaim(lock_guard const& guard,
     }
     if (reply.ec)
         throw system_error(reply.ec, failure_text("proclaim", reply.ec, reply.server_text()));
-    auto const seq = reply.value.type == resp3::type::number ? reply.value.as_integer()
-                                                             : std::optional<std::int64_t>();
-    if (!seq || *seq < 0)
+    auto const done = replies::flag(reply.value, 0, 1);
+    if (!done)
         throw system_error(
             error::unexpected_reply,
             failure_text("proclaim", error::unexpected_reply, resp3::to_debug_string(reply.value)));
-    co_return *seq;
+    co_return *done == 1;
 }
 
 asio::awaitable<election_reading> election_core::read() {
@@ -139,6 +140,7 @@ leadership::leadership(lock_guard guard, std::string name, std::string value,
     : guard_(std::move(guard))
     , name_(std::move(name))
     , value_(std::move(value))
+    , version_(1)
     , core_(std::move(core)) {}
 
 std::string const& leadership::name() const noexcept {
@@ -165,9 +167,11 @@ asio::awaitable<void> leadership::co_proclaim(std::string value) {
     if (!core_)
         throw system_error(error::not_held, "colock: proclaim of a leadership that leads nothing");
     auto core = core_;
-    auto const seq = co_await detail::on_strand<std::int64_t>(core->locker().strand(),
-                                                              core->proclaim(guard_, value, false));
-    if (seq == 0)
+    // A version of its own even when this call fails: it may have been applied.
+    auto const version = ++version_;
+    auto const done = co_await detail::on_strand<bool>(
+        core->locker().strand(), core->proclaim(guard_, value, version, false));
+    if (!done)
         throw system_error(error::lock_lost,
                            fmt::format("colock: proclaim of election '{}': term {} is over; the "
                                        "value was not published",
@@ -208,15 +212,15 @@ asio::awaitable<leadership> election::co_campaign(std::string value, lock_option
                                               wait_until - std::chrono::steady_clock::now()));
         lock_guard guard = co_await detail::locker_access::co_lock_in(core->locker(), core->space(),
                                                                       core->name(), this_round);
-        auto const seq = co_await detail::on_strand<std::int64_t>(
-            core->locker().strand(), core->proclaim(guard, value, true));
+        auto const claimed = co_await detail::on_strand<bool>(
+            core->locker().strand(), core->proclaim(guard, value, 1, true));
         auto const cs = co_await asio::this_coro::cancellation_state;
         if (cs.cancelled() != asio::cancellation_type::none)
             // The guard goes, and its release ends the term just claimed.
             throw system_error(
                 asio::error::operation_aborted,
                 fmt::format("colock: campaign of election '{}' cancelled", core->name()));
-        if (seq != 0)
+        if (claimed)
             co_return leadership(std::move(guard), core->name(), std::move(value), core);
         // The lease was lost between its grant and the claim: campaign again.
     }

@@ -32,12 +32,12 @@ public:
     // The election's channel: its record's name.
     std::string const& channel() const noexcept { return keys_.record_key; }
 
-    // Writes `value` into the term of `guard`'s lease and tells the channel: the record's seq,
-    // or 0 when the lease is not the guard's any more. `retrying`: sent again over passing
-    // errors while the lease lasts (the campaign's claim, not cancellable); else once,
-    // cancelled as the connection's requests are. On the strand.
-    boost::asio::awaitable<std::int64_t> proclaim(lock_guard const& guard, std::string const& value,
-                                                  bool retrying);
+    // Writes `value` as `version` of the term of `guard`'s lease and tells the channel; false
+    // when the lease is not the guard's any more. `retrying`: sent again over passing errors
+    // while the lease lasts (the campaign's claim, not cancellable); else once, cancelled as
+    // the connection's requests are. On the strand.
+    boost::asio::awaitable<bool> proclaim(lock_guard const& guard, std::string const& value,
+                                          std::int64_t version, bool retrying);
     // Reads the election. On the strand.
     boost::asio::awaitable<election_reading> read();
     // Who leads, with the leader's process record. On the strand.

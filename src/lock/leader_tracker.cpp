@@ -51,15 +51,16 @@ election_reading read_election(script_reply const& reply) {
                     return false;
                 text[i] = *s;
             }
-            auto const& [lock_value, token, term, value, seq, owner] = text;
+            auto const& [lock_value, token, term, value, version, owner] = text;
             r.record_ttl = milliseconds(v.elements[6].integer);
-            if (seq.empty())
+            if (version.empty())
                 return term.empty() && token.empty(); // no record
-            auto const seq_n = number(seq);
+            auto const version_n = number(version);
             auto const term_n = number(term);
-            if (!seq_n || *seq_n == 0 || !term_n)
+            if (!version_n || *version_n == 0 || !term_n || *term_n == 0)
                 return false;
-            r.seq = *seq_n;
+            r.record = true;
+            r.version = *version_n;
             r.term = *term_n;
             r.value = std::string(value);
             r.owner = std::string(owner);
@@ -79,12 +80,12 @@ std::optional<election_message> parse_election_message(std::string_view payload)
         m.what = election_message::kind::ended;
     else
         return std::nullopt;
-    auto const seq = number(next_word(payload));
     auto const term = number(next_word(payload));
-    if (!seq || *seq == 0 || !term)
+    auto const version = number(next_word(payload));
+    if (!term || *term == 0 || !version || *version == 0)
         return std::nullopt;
-    m.seq = *seq;
     m.term = *term;
+    m.version = *version;
     if (m.what == election_message::kind::ended)
         return payload.empty() ? std::optional(m) : std::nullopt;
     // The ttl: a PTTL, which is -1 or -2 for a key gone meanwhile (none to wait for).
@@ -98,10 +99,6 @@ std::optional<election_message> parse_election_message(std::string_view payload)
         return payload.empty() ? std::optional(m) : std::nullopt;
     m.value = std::string(payload);
     return m;
-}
-
-bool leader_tracker::older_than_known(std::int64_t term, std::int64_t seq) const noexcept {
-    return term < term_ || (term == term_ && seq <= seq_);
 }
 
 void leader_tracker::report(step& s, bool resynced) {
@@ -127,13 +124,11 @@ leader_tracker::step leader_tracker::on_reading(election_reading const& r, bool 
         s.look_in = r.record_ttl;
     else
         s.stop_looking = true;
-    bool const has_record = r.seq != 0;
     if (!started_) {
         started_ = true;
-        leading_ = r.leading;
-        record_ = has_record;
         term_ = r.term;
-        seq_ = r.seq;
+        version_ = r.version;
+        leading_ = r.leading;
         value_ = r.value;
         if (leading_)
             report(s, false);
@@ -142,17 +137,17 @@ leader_tracker::step leader_tracker::on_reading(election_reading const& r, bool 
         return s;
     }
     // A reading older than a message that came while it was under way says nothing new.
-    if (has_record && (r.term < term_ || (r.term == term_ && r.seq < seq_)))
+    if (r.record && (r.term < term_ || (r.term == term_ && r.version < version_)))
         return s;
     // The one next change, which cannot hide another; or no change at all.
-    bool const contiguous = has_record && record_ && r.term == term_ && r.seq == seq_ + 1;
-    bool const same = has_record == record_ && (!has_record || (r.term == term_ && r.seq == seq_));
-    leading_ = r.leading;
-    record_ = has_record;
-    if (has_record) {
+    bool const contiguous = leading_ && r.leading && r.term == term_ && r.version == version_ + 1;
+    bool const same =
+        r.leading == leading_ && (!r.record || (r.term == term_ && r.version == version_));
+    if (r.record) {
         term_ = r.term;
-        seq_ = r.seq;
+        version_ = r.version;
     }
+    leading_ = r.leading;
     value_ = r.value;
     report(s, after_gap && !contiguous && !same);
     return s;
@@ -167,54 +162,47 @@ leader_tracker::step leader_tracker::on_message(std::string_view payload) {
         s.read_again = true;
         return s;
     }
-    if (older_than_known(m->term, m->seq))
-        return s; // already known from a reading
-    bool const next_of_record = record_ && m->term >= term_ && m->seq == seq_ + 1;
     using kind = election_message::kind;
-    switch (m->what) {
-    case kind::leader: {
-        bool const new_record = m->term > term_ && m->seq == 1;
-        if (m->term == term_ ? !(leading_ && next_of_record) : !(next_of_record || new_record)) {
+    if (m->term < term_)
+        return s; // an older term's: known from a reading, or a quorum's other primary
+    if (m->what == kind::leader) {
+        if (m->term == term_ && m->version <= version_)
+            return s; // seen
+        bool const next =
+            m->term == term_ ? leading_ && m->version == version_ + 1 : m->version == 1;
+        if (!next) {
             s.read_again = true;
             return s;
         }
-        if (new_record && record_) {
-            // A new record while the last one was still known: that term lapsed first.
+        if (m->term > term_ && leading_) {
+            // A new term while the last one was not seen to end: that one lapsed first.
             leading_ = false;
             report(s, false);
         }
-        leading_ = true;
-        record_ = true;
         term_ = m->term;
-        seq_ = m->seq;
+        version_ = m->version;
+        leading_ = true;
         value_ = m->value;
         s.look_in = m->ttl;
         report(s, false);
         return s;
     }
-    case kind::handed:
-        if (m->term != term_ || !next_of_record || !leading_) {
-            s.read_again = true;
-            return s;
-        }
-        // Ended and handed on: reported when the next leader claims it, or when the claim
-        // lapses and a look finds nobody.
-        leading_ = false;
-        seq_ = m->seq;
-        s.look_in = m->ttl;
-        return s;
-    case kind::ended:
-        if (m->term != term_ || !next_of_record) {
-            s.read_again = true;
-            return s;
-        }
-        leading_ = false;
-        record_ = false;
-        seq_ = m->seq;
-        s.stop_looking = true;
-        report(s, false);
+    // The end of a term, after `version`.
+    if (m->term == term_ && !leading_)
+        return s; // seen
+    if (m->term != term_ || m->version != version_) {
+        s.read_again = true;
         return s;
     }
+    leading_ = false;
+    if (m->what == kind::handed) {
+        // Reported when the next leader claims it, or when the claim lapses and a look finds
+        // nobody.
+        s.look_in = m->ttl;
+        return s;
+    }
+    s.stop_looking = true;
+    report(s, false);
     return s;
 }
 

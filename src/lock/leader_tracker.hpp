@@ -24,8 +24,9 @@ struct election_reading {
     boost::system::error_code ec;
     std::string server_text;
     bool leading = false; // the record's lease holds the lock now
+    bool record = false;  // the term's record exists (leading, or handed on and unclaimed)
     std::int64_t term = 0;
-    std::int64_t seq = 0; // 0: no record
+    std::int64_t version = 0;
     std::string value;
     std::string owner;
     std::chrono::milliseconds record_ttl{-2}; // the record's PTTL: -2 none
@@ -36,8 +37,8 @@ election_reading read_election(script_reply const& reply);
 // One message of the election's channel.
 struct election_message {
     enum class kind { leader, handed, ended } what = kind::ended;
-    std::int64_t seq = 0;
     std::int64_t term = 0;
+    std::int64_t version = 0;
     std::chrono::milliseconds ttl{0}; // leader: the record's; handed: the claim's
     std::string value;                // leader
 };
@@ -70,14 +71,13 @@ public:
 private:
     // Reports what the server state says, when it differs from what was reported last.
     void report(step& s, bool resynced);
-    bool older_than_known(std::int64_t term, std::int64_t seq) const noexcept;
 
     bool started_ = false;
-    // What the server holds, as far as known.
+    // What the server holds, as far as known: the newest term and version seen, and whether
+    // that term still leads.
+    std::int64_t term_ = 0;
+    std::int64_t version_ = 0;
     bool leading_ = false;
-    bool record_ = false;   // the term's record exists
-    std::int64_t term_ = 0; // the newest term known, and its last seq
-    std::int64_t seq_ = 0;
     std::string value_;
     // What was reported last.
     bool reported_leading_ = false;

@@ -206,19 +206,21 @@ if not v then return 0 end
 local fence, holder, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (%d)$')
 if not fence or token ~= ARGV[1] then return 0 end
 -- The lease's record (an election's term), when it has one, ends with the lease; its channel
--- is told: "R <seq> <term> <claim ms>" handed to a queued locker, which claims it at once (else
--- the record lapses with the claim), "N <seq> <term>" nobody leads. See election_scripts.hpp.
+-- is told: "R <term> <version> <claim ms>" handed to a queued locker, which claims it at once
+-- (else the record lapses with the claim), "N <term> <version>" nobody leads. See
+-- election_scripts.hpp.
 local function end_record(handed)
-  if not KEYS[4] or redis.call('HGET', KEYS[4], 'token') ~= ARGV[1] then return end
-  local term = redis.call('HGET', KEYS[4], 'term') or '0'
-  local seq = (tonumber(redis.call('HGET', KEYS[4], 'seq')) or 0) + 1
-  local kept = handed and redis.pcall('HSET', KEYS[4], 'token', '', 'seq', seq)
+  if not KEYS[4] then return end
+  local r = redis.call('HMGET', KEYS[4], 'token', 'term', 'version')
+  if r[1] ~= ARGV[1] then return end
+  local told = (r[2] or '0') .. ' ' .. (r[3] or '0')
+  local kept = handed and redis.pcall('HSET', KEYS[4], 'token', '')
   if kept and type(kept) ~= 'table' then
     redis.call('PEXPIRE', KEYS[4], ARGV[3])
-    redis.pcall('PUBLISH', KEYS[4], 'R ' .. seq .. ' ' .. term .. ' ' .. ARGV[3])
+    redis.pcall('PUBLISH', KEYS[4], 'R ' .. told .. ' ' .. ARGV[3])
   else
     redis.call('DEL', KEYS[4])
-    redis.pcall('PUBLISH', KEYS[4], 'N ' .. seq .. ' ' .. term)
+    redis.pcall('PUBLISH', KEYS[4], 'N ' .. told)
   end
 end
 local last = tonumber(ARGV[5] or '0') or 0
