@@ -32,7 +32,8 @@ struct leader_info {
     std::string holder_id;
     /// The leader's process (host, pid, program, ...), when its locker's record was found.
     std::optional<holder_info> holder;
-    /// How long the leader's lease has left on the server, unless it is renewed.
+    /// How long the leader's lease has left on the server, unless it is renewed (with Redlock,
+    /// the least of the majority's).
     std::chrono::milliseconds ttl{0};
 };
 
@@ -164,7 +165,8 @@ private:
 /// share them: do not use one.
 ///
 /// Works on one server, a Sentinel-resolved primary and a Cluster (all keys in the slot of
-/// `{name}`). A Redlock locker is refused for now.
+/// `{name}`), and on a Redlock locker: a term is claimed, proclaimed and read on a majority of
+/// the primaries, and a watch reports a change once a majority has told it.
 ///
 /// @par Thread safety
 /// Any member function may be called from any thread. The locker must outlive the election
@@ -172,8 +174,7 @@ private:
 class election {
 public:
     /// An election of `name` on `locker`. Throws boost::system::system_error
-    /// (error::invalid_argument) for a name the lock would refuse (see colock::validate), or a
-    /// Redlock locker.
+    /// (error::invalid_argument) for a name the lock would refuse (see colock::validate).
     election(locker& locker, std::string name);
     /// An election object can be dropped at any time: what it started lives on by itself.
     ~election();
@@ -196,8 +197,9 @@ public:
     /// Who leads now, or an empty optional when nobody does (nobody campaigned, the leader
     /// resigned with nobody queued, its lease lapsed, or the next candidate has not yet taken
     /// over). One script, and a read of the leader's process record.
-    /// Throws boost::system::system_error: a network error, redis::error::server_error, or
-    /// error::unexpected_reply for keys that do not read as an election's.
+    /// Throws boost::system::system_error: a network error, redis::error::server_error,
+    /// error::unexpected_reply for keys that do not read as an election's, or (Redlock)
+    /// error::no_quorum when no majority of the primaries agrees.
     boost::asio::awaitable<std::optional<leader_info>> co_leader();
 
     /// A watch of this election's changes from now on; see leader_watch.

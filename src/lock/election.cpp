@@ -33,17 +33,6 @@ namespace detail {
 
 namespace {
 
-std::shared_ptr<script_client> one_connection(locker_impl const& l, std::string const& name) {
-    auto client = l.store().scripts();
-    if (!client)
-        throw system_error(error::invalid_argument,
-                           fmt::format("colock: election '{}': a Redlock locker (a quorum of "
-                                       "primaries) does not run elections yet; use a locker on "
-                                       "one connection (a server, Sentinel or Cluster)",
-                                       name));
-    return client;
-}
-
 // Runs `op` on `strand` for an awaiting caller, whose cancellation reaches it there.
 template <class T>
 asio::awaitable<T> on_strand(asio::strand<asio::any_io_executor> strand, asio::awaitable<T> op) {
@@ -57,74 +46,6 @@ asio::awaitable<T> on_strand(asio::strand<asio::any_io_executor> strand, asio::a
 }
 
 } // namespace
-
-election_core::election_core(std::shared_ptr<locker_impl> locker, std::string name)
-    : locker_(std::move(locker))
-    , client_(one_connection(*locker_, name))
-    , name_(std::move(name))
-    , space_{locker_->prefix() + "election:", true}
-    , keys_(space_, name_, locker_->id()) {}
-
-std::string election_core::failure_text(std::string_view what, error_code ec,
-                                        std::string_view server_text) const {
-    std::string why(server_text);
-    if (why.empty() && is_connect_failure(ec))
-        why = locker_->store().last_error_text();
-    if (why.empty())
-        why = ec.message();
-    return fmt::format("colock: {} of election '{}': {}", what, name_, why);
-}
-
-asio::awaitable<bool> election_core::proclaim(lock_guard const& guard, std::string const& value,
-                                              std::int64_t version, bool retrying) {
-    auto const token = guard.token();
-    auto const term = std::to_string(guard.fence());
-    auto const version_text = std::to_string(version);
-    script_call const call{proclaim_script(client_->sharded()),
-                           {keys_.key, keys_.record_key},
-                           {token, term, value, locker_->id(), version_text}};
-    script_reply reply;
-    if (retrying) {
-        // Sent again over passing errors, for as long as the lease is known to be ours.
-        auto const left = std::chrono::duration_cast<milliseconds>(
-            guard.lease_expiry() - std::chrono::steady_clock::now());
-        retry_schedule const schedule{std::numeric_limits<int>::max(), milliseconds{20},
-                                      milliseconds{250}, std::max(left, milliseconds{1})};
-        reply = co_await client_->run_retrying(call, send_as::sha, schedule,
-                                               [&guard] { return guard.owns_lock(); });
-    } else {
-        reply = co_await client_->run(call, send_as::sha);
-    }
-    if (reply.ec)
-        throw system_error(reply.ec, failure_text("proclaim", reply.ec, reply.server_text()));
-    auto const done = replies::flag(reply.value, 0, 1);
-    if (!done)
-        throw system_error(
-            error::unexpected_reply,
-            failure_text("proclaim", error::unexpected_reply, resp3::to_debug_string(reply.value)));
-    co_return *done == 1;
-}
-
-asio::awaitable<election_reading> election_core::read() {
-    script_call const call{election_read_script(), {keys_.key, keys_.record_key}, {}};
-    co_return read_election(co_await client_->run(call, send_as::sha));
-}
-
-asio::awaitable<std::optional<leader_info>> election_core::leader() {
-    auto const r = co_await read();
-    if (r.ec)
-        throw system_error(r.ec, failure_text("leader query", r.ec, r.server_text));
-    if (!r.leading)
-        co_return std::nullopt;
-    leader_info info{r.value, r.term, r.owner, std::nullopt, r.record_ttl};
-    auto const record =
-        co_await locker_->store().read_record(locker_->locker_key_prefix() + r.owner);
-    if (record.ec)
-        throw system_error(record.ec, failure_text("leader query", record.ec, record.server_text));
-    if (!record.fields.empty())
-        info.holder = read_holder(record.fields);
-    co_return info;
-}
 
 } // namespace detail
 

@@ -1,6 +1,6 @@
-// What an election, its leaderships and its watches share: the locker, the script client of
-// its one connection, the election's keys, and the election's own requests (proclaim, read),
-// each run on the locker's strand. Private to the library's sources.
+// What an election, its leaderships and its watches share: the locker, the script clients of its
+// servers (one, or a quorum's primaries), the election's keys, and the election's own requests
+// (proclaim, read), each run on the locker's strand. Private to the library's sources.
 #pragma once
 
 #include "leader_tracker.hpp"
@@ -11,9 +11,11 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace colock::detail {
 
@@ -21,11 +23,12 @@ class locker_impl;
 
 class election_core {
 public:
-    // Throws system_error(invalid_argument) for a store over several connections (Redlock).
     election_core(std::shared_ptr<locker_impl> locker, std::string name);
 
     locker_impl& locker() const noexcept { return *locker_; }
-    script_client& client() const noexcept { return *client_; }
+    // A quorum's primaries (Redlock): the requests go to each, decided by majority.
+    bool quorum() const noexcept { return clients_.size() > 1; }
+    std::size_t majority() const noexcept { return majority_; }
     std::string const& name() const noexcept { return name_; }
     key_space const& space() const noexcept { return space_; }
     lock_keys const& keys() const noexcept { return keys_; }
@@ -49,7 +52,8 @@ public:
 
 private:
     std::shared_ptr<locker_impl> const locker_;
-    std::shared_ptr<script_client> const client_;
+    std::vector<std::shared_ptr<script_client>> const clients_;
+    std::size_t const majority_;
     std::string const name_;
     key_space const space_;
     lock_keys const keys_;

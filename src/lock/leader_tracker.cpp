@@ -3,6 +3,11 @@
 
 #include "lock_replies.hpp"
 
+#include <colock/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <charconv>
 
 namespace colock::detail {
@@ -25,6 +30,14 @@ std::string_view next_word(std::string_view& text) {
     auto const word = text.substr(0, space);
     text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
     return word;
+}
+
+// The fence of a lock value ("H <fence> ...", "R <fence> <owner>", "F <fence>"), else 0.
+std::int64_t fence_of(std::string_view lock_value) {
+    auto const kind = next_word(lock_value);
+    if (kind != "H" && kind != "R" && kind != "F")
+        return 0;
+    return number(next_word(lock_value)).value_or(0);
 }
 
 // The token of a lock value "H <fence> <owner> <token> <since> <queued>", else empty.
@@ -53,6 +66,7 @@ election_reading read_election(script_reply const& reply) {
             }
             auto const& [lock_value, token, term, value, version, owner] = text;
             r.record_ttl = milliseconds(v.elements[6].integer);
+            r.lock_fence = fence_of(lock_value);
             if (version.empty())
                 return term.empty() && token.empty(); // no record
             auto const version_n = number(version);
@@ -101,6 +115,63 @@ std::optional<election_message> parse_election_message(std::string_view payload)
     return m;
 }
 
+election_reading decide_reading(std::vector<election_reading> const& readings,
+                                std::size_t majority) {
+    std::map<std::int64_t, std::vector<election_reading const*>> leading_by_term;
+    std::size_t not_leading = 0;
+    milliseconds pending_claim{-2};
+    std::int64_t lock_fence = 0;
+    for (auto const& r : readings) {
+        if (r.ec)
+            continue;
+        if (r.leading) {
+            leading_by_term[r.term].push_back(&r);
+        } else {
+            ++not_leading;
+            pending_claim = std::max(pending_claim, r.record_ttl);
+            lock_fence = std::max(lock_fence, r.lock_fence);
+        }
+    }
+    for (auto const& [term, group] : leading_by_term) {
+        if (group.size() < majority)
+            continue;
+        std::vector<election_reading const*> by_version = group;
+        std::sort(by_version.begin(), by_version.end(),
+                  [](auto const* a, auto const* b) { return a->version > b->version; });
+        election_reading out = *by_version[majority - 1];
+        for (auto const* r : group)
+            if (r->record_ttl.count() > 0)
+                out.record_ttl = std::min(out.record_ttl, r->record_ttl);
+        return out;
+    }
+    election_reading out;
+    if (not_leading >= majority) {
+        out.record_ttl = pending_claim; // a hand-over's claim: look again when it lapses
+        out.lock_fence = lock_fence;
+        return out;
+    }
+    auto const answered = static_cast<std::size_t>(
+        std::count_if(readings.begin(), readings.end(), [](auto const& r) { return !r.ec; }));
+    out.ec = error::no_quorum;
+    out.server_text = fmt::format("{} of {} primaries answered, and no majority of them agrees "
+                                  "on who leads",
+                                  answered, readings.size());
+    return out;
+}
+
+bool majority_messages::told(std::string const& payload) {
+    if (!parse_election_message(payload))
+        return true;
+    return ++counts_[payload] == majority_;
+}
+
+void majority_messages::forget_before(std::int64_t term) {
+    std::erase_if(counts_, [term](auto const& entry) {
+        auto const m = parse_election_message(entry.first);
+        return !m || m->term < term;
+    });
+}
+
 void leader_tracker::report(step& s, bool resynced) {
     if (leading_) {
         if (reported_leading_ && reported_term_ == term_ && reported_value_ == value_)
@@ -143,6 +214,14 @@ leader_tracker::step leader_tracker::on_reading(election_reading const& r, bool 
     bool const contiguous = leading_ && r.leading && r.term == term_ && r.version == version_ + 1;
     bool const same =
         r.leading == leading_ && (!r.record || (r.term == term_ && r.version == version_));
+    if (after_gap && !leading_ && !r.leading && (r.lock_fence == 0 || r.lock_fence > term_)) {
+        // Nobody leads, as before the gap; but the lock's key is gone, or has a fence above
+        // the last term known: terms may have come and gone meanwhile. Said, not kept quiet.
+        term_ = std::max(term_, r.lock_fence);
+        value_.clear();
+        s.changes.push_back(leader_change{false, {}, term_, true});
+        return s;
+    }
     if (r.record) {
         term_ = r.term;
         version_ = r.version;

@@ -9,7 +9,9 @@
 #include <colock/election.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +32,9 @@ struct election_reading {
     std::string value;
     std::string owner;
     std::chrono::milliseconds record_ttl{-2}; // the record's PTTL: -2 none
+    // The last fence in the lock's key (held, handed or free), 0 when the key is gone: a term
+    // above the last one known came and went.
+    std::int64_t lock_fence = 0;
 };
 
 election_reading read_election(script_reply const& reply);
@@ -45,6 +50,29 @@ struct election_message {
 
 // Nothing when `payload` is not a message of the election's.
 std::optional<election_message> parse_election_message(std::string_view payload);
+
+// The election as a quorum's primaries read it (a failed reading says nothing): a leader when
+// a majority of them has the same term leading (its version the newest that a majority has,
+// each primary holding every version before its own), nobody when a majority has nobody
+// leading, else error::no_quorum.
+election_reading decide_reading(std::vector<election_reading> const& readings,
+                                std::size_t majority);
+
+// A quorum's messages: each primary tells each change once; a change is passed on when a
+// majority has told it, so that one a minority alone saw (a proclaim that failed) is not.
+class majority_messages {
+public:
+    explicit majority_messages(std::size_t majority) : majority_(majority) {}
+    // True when `payload` has now been told by a majority (once: at that count), or cannot be
+    // read (the tracker asks for a reading).
+    bool told(std::string const& payload);
+    // Forgets the messages of terms before `term`.
+    void forget_before(std::int64_t term);
+
+private:
+    std::size_t const majority_;
+    std::map<std::string, std::size_t> counts_;
+};
 
 class leader_tracker {
 public:
@@ -67,6 +95,8 @@ public:
     step on_message(std::string_view payload);
 
     bool started() const noexcept { return started_; }
+    // The newest term known.
+    std::int64_t term() const noexcept { return term_; }
 
 private:
     // Reports what the server state says, when it differs from what was reported last.

@@ -50,7 +50,10 @@ public:
     using handler_type = asio::any_completion_handler<void(std::exception_ptr, result_type)>;
 
     explicit watch_state(std::shared_ptr<election_core> core)
-        : core_(std::move(core)), strand_(core_->locker().strand()), look_timer_(strand_) {}
+        : core_(std::move(core)), strand_(core_->locker().strand()), look_timer_(strand_) {
+        if (core_->quorum())
+            by_majority_.emplace(core_->majority());
+    }
 
     // From any thread.
     void start() {
@@ -96,8 +99,13 @@ public:
     void on_message(std::string const& payload) override {
         if (ended_)
             return;
+        // A quorum's primaries each tell every change: it counts once a majority told it.
+        if (by_majority_ && !by_majority_->told(payload))
+            return;
         ++messages_;
         apply(tracker_.on_message(payload));
+        if (by_majority_)
+            by_majority_->forget_before(tracker_.term());
     }
     void on_reconnect() override {
         if (!ended_ && subscribed_)
@@ -215,7 +223,8 @@ private:
         }
     }
 
-    void complete(std::shared_ptr<call> const& c, std::exception_ptr e, result_type r) {
+    // `c` by value: it may be waiting_, which this resets.
+    void complete(std::shared_ptr<call> c, std::exception_ptr e, result_type r) {
         if (c->done)
             return;
         c->done = true;
@@ -242,8 +251,8 @@ private:
             core_->locker().store().unsubscribe(core_->channel());
         if (by_user) {
             events_.clear();
-            if (waiting_)
-                complete(waiting_, aborted(), std::nullopt);
+            if (auto c = waiting_) // a copy: complete() resets waiting_
+                complete(c, aborted(), std::nullopt);
         }
         deliver();
     }
@@ -251,6 +260,7 @@ private:
     std::shared_ptr<election_core> const core_;
     asio::strand<asio::any_io_executor> const strand_;
     leader_tracker tracker_;
+    std::optional<majority_messages> by_majority_;
     lock_timer look_timer_;
     std::deque<leader_change> events_;
     std::shared_ptr<call> waiting_;

@@ -271,9 +271,10 @@ public:
     virtual boost::asio::awaitable<forced_unlock_result>
     force_unlock(lock_keys const& keys, std::string const& notify_prefix) = 0;
 
-    // The one connection's script client, for a synchronizer's own scripts; null for a store
-    // over several (a quorum), which a synchronizer refuses until it is proven there.
-    virtual std::shared_ptr<script_client> scripts() const { return nullptr; }
+    // The script clients of the store's servers, for a synchronizer's own scripts: one for a
+    // store over one connection, one per primary for a quorum (whose synchronizer then decides
+    // by majority).
+    virtual std::vector<std::shared_ptr<script_client>> script_clients() const = 0;
 
     // Connection facts the algorithm's decisions and messages consult.
     virtual bool is_connected() const noexcept = 0;

@@ -170,6 +170,14 @@ public:
 
     // ------------------------------------------------------------------ facts
 
+    std::vector<std::shared_ptr<script_client>> script_clients() const override {
+        std::vector<std::shared_ptr<script_client>> clients;
+        for (std::size_t i = 0; i < members_->size(); ++i)
+            for (auto& c : members_->store(i).script_clients())
+                clients.push_back(std::move(c));
+        return clients;
+    }
+
     bool is_connected() const noexcept override { return members_->is_connected(); }
 
     std::string last_error_text() const override { return members_->last_error_text(); }

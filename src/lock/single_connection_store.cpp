@@ -193,7 +193,9 @@ public:
         co_return r;
     }
 
-    std::shared_ptr<script_client> scripts() const override { return client_; }
+    std::vector<std::shared_ptr<script_client>> script_clients() const override {
+        return {client_};
+    }
 
     bool is_connected() const noexcept override { return client_->is_connected(); }
     std::string last_error_text() const override { return client_->last_error_text(); }

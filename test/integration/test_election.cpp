@@ -10,6 +10,7 @@
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -153,7 +154,19 @@ TEST_CASE("election: a watch sees the state it starts in, then every change in o
             auto const f = co_await failure_of(lead_a.co_proclaim("late"));
             CHECK(f.code == error::lock_lost);
             CHECK(f.what.find("election '" + name + "'") != std::string::npos);
+            // A watch closed while a co_next waits: that one ends with operation_aborted, the
+            // next ones return nothing.
+            bool aborted = false;
+            asio::co_spawn(
+                co_await asio::this_coro::executor,
+                [&]() -> asio::awaitable<void> {
+                    auto const pending = co_await failure_of(w.co_next());
+                    aborted = pending.code == asio::error::operation_aborted;
+                },
+                asio::detached);
+            co_await sleep_for(20ms);
             w.close();
+            CHECK(co_await finishes(aborted, 1000ms));
             CHECK_FALSE((co_await w.co_next()).has_value());
         });
 }

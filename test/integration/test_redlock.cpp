@@ -5,6 +5,7 @@
 #include <colock/election.hpp>
 #include <colock/locker.hpp>
 
+#include "election_fixture.hpp"
 #include "redlock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/primary_set.hpp>
@@ -72,14 +73,6 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
                             primary_connections& probe, locker& a, locker& b,
                             std::string const& name) -> asio::awaitable<void> {
             CHECK(a.key_prefix() == "colock:");
-            // An election is refused on a quorum for now, naming it, before any I/O.
-            try {
-                election refused{a, name};
-                FAIL("an election was made on a Redlock locker");
-            } catch (system_error const& e) {
-                CHECK(e.code() == error::invalid_argument);
-                CHECK(std::string(e.what()).find("election '" + name + "'") != std::string::npos);
-            }
             // Connected first, so that the attempt below takes milliseconds: well below the
             // drift, which the lease's validity must then show.
             co_await conns_a.connect_all();
@@ -168,6 +161,66 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             CHECK(keys_without_ttl(servers, "colock:*").empty());
         };
         run_redlock_test(configs_of(servers), "redlock-basic", scenario);
+    });
+}
+
+TEST_CASE("redlock: an election: the leader on a majority, read by majority (a primary that "
+          "lost the term's record is outvoted), a watch of every change, hand-over on resign") {
+    on_3_and_5_primaries([&](std::size_t n, std::vector<redis_server*> const& servers) {
+        auto scenario = [&](asio::io_context& ctx, primary_connections&, primary_connections&,
+                            primary_connections& probe, locker& a, locker& b,
+                            std::string const& name) -> asio::awaitable<void> {
+            election ea{a, name};
+            election eb{b, name};
+            auto watch = eb.observe();
+            CHECK_FALSE((co_await next_change(watch)).leading);
+            auto lead_a = co_await ea.co_campaign("a1", lease(10s));
+            auto c = co_await next_change(watch);
+            CHECK(c.value == "a1");
+            CHECK(c.term == lead_a.term());
+            std::string const record = election_key(name) + ":e";
+            std::size_t holding = 0;
+            for (std::size_t i = 0; i < n; ++i)
+                holding += co_await integer(probe[i], command("EXISTS", record)) == 1 ? 1 : 0;
+            CHECK(holding >= n / 2 + 1);
+
+            co_await lead_a.co_proclaim("a2");
+            c = co_await next_change(watch);
+            CHECK(c.value == "a2");
+            CHECK(c.term == lead_a.term());
+            // One primary loses the record: the majority still names the leader.
+            co_await probe[0].co_exec(command("DEL", record));
+            auto const who = co_await eb.co_leader();
+            REQUIRE(who.has_value());
+            CHECK(who->value == "a2");
+            CHECK(who->term == lead_a.term());
+
+            std::optional<leadership> lead_b;
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    lead_b.emplace(co_await eb.co_campaign("b1", lease(10s)));
+                },
+                asio::detached);
+            co_await sleep_for(100ms);
+            CHECK_FALSE(lead_b);
+            CHECK(co_await lead_a.co_resign());
+            c = co_await next_change(watch);
+            CHECK(c.leading);
+            CHECK(c.value == "b1");
+            CHECK_FALSE(c.resynced);
+            auto const start = steady::now();
+            while (!lead_b && ms_since(start) < 2000)
+                co_await sleep_for(5ms);
+            REQUIRE(lead_b);
+            CHECK(c.term == lead_b->term());
+            CHECK(lead_b->term() > lead_a.term());
+            CHECK(co_await lead_b->co_resign());
+            c = co_await next_change(watch);
+            CHECK_FALSE(c.leading);
+            CHECK_FALSE((co_await ea.co_leader()).has_value());
+        };
+        run_redlock_test(configs_of(servers), "redlock-election", scenario);
     });
 }
 

@@ -223,3 +223,67 @@ TEST_CASE("leader tracker: a reading older than a message that overtook it is ig
     REQUIRE(first.changes.size() == 1);
     CHECK(u.on_reading(leading(8, 4, "old"), false).changes.empty()); // an older term
 }
+
+TEST_CASE("leader tracker: nobody leads before and after a gap: quiet only when the lock's fence "
+          "proves that no term came and went") {
+    auto const free_at = [](std::int64_t fence) {
+        election_reading r;
+        r.lock_fence = fence;
+        return r;
+    };
+    leader_tracker t;
+    t.on_reading(leading(7, 1, "a"), false);
+    CHECK(t.on_message("N 7 1").changes.size() == 1);
+    // The lock is still free at the last term's fence: nothing happened while away.
+    CHECK(t.on_reading(free_at(7), true).changes.empty());
+    // A fence above it: a term came and went unseen.
+    auto s = t.on_reading(free_at(12), true);
+    REQUIRE(s.changes.size() == 1);
+    check_nobody(s.changes[0], 12, true);
+    CHECK(t.on_reading(free_at(12), true).changes.empty());
+    // The key lapsed: nothing proves that nothing happened.
+    s = t.on_reading(free_at(0), true);
+    REQUIRE(s.changes.size() == 1);
+    check_nobody(s.changes[0], 12, true);
+    // Without a gap (a look), a free lock is no news.
+    CHECK(t.on_reading(free_at(0), false).changes.empty());
+    // The lock's fence is read from every state of its key.
+    CHECK(read_election(read_reply("F 41", "", "", "", "", "", -2)).lock_fence == 41);
+    CHECK(read_election(read_reply("R 42 o", "", "", "", "", "", -2)).lock_fence == 42);
+    CHECK(read_election(read_reply("H 43 o t 1 0", "", "", "", "", "", -2)).lock_fence == 43);
+    CHECK(read_election(read_reply("", "", "", "", "", "", -2)).lock_fence == 0);
+}
+
+TEST_CASE("quorum reading: a majority's leader with the newest version a majority has, nobody "
+          "by majority, else no_quorum; messages counted until a majority told them") {
+    auto failed = [] {
+        election_reading r;
+        r.ec = colock::error::timeout;
+        return r;
+    };
+    auto r = decide_reading({leading(7, 3, "c"), leading(7, 2, "b"), failed()}, 2);
+    CHECK_FALSE(r.ec);
+    CHECK(r.leading);
+    CHECK(r.version == 2); // the newest that two primaries have
+    CHECK(r.value == "b");
+    r = decide_reading({leading(7, 3, "c"), leading(7, 3, "c"), nobody()}, 2);
+    CHECK(r.version == 3);
+    r = decide_reading({nobody(), nobody(), leading(7, 1, "a")}, 2);
+    CHECK_FALSE(r.ec);
+    CHECK_FALSE(r.leading);
+    r = decide_reading({nobody(), leading(7, 1, "a"), failed()}, 2);
+    CHECK(r.ec == colock::error::no_quorum);
+    CHECK(r.server_text.find("2 of 3 primaries answered") != std::string::npos);
+    r = decide_reading({leading(7, 1, "a"), leading(8, 1, "b"), leading(9, 1, "c")}, 2);
+    CHECK(r.ec == colock::error::no_quorum);
+
+    majority_messages m{2};
+    CHECK_FALSE(m.told("L 7 1 5000 a"));
+    CHECK(m.told("L 7 1 5000 a"));
+    CHECK_FALSE(m.told("L 7 1 5000 a")); // a third copy: passed on once
+    CHECK(m.told("garbage"));            // unreadable: the tracker asks for a reading
+    CHECK_FALSE(m.told("L 8 1 5000 b"));
+    m.forget_before(8);
+    CHECK(m.told("L 8 1 5000 b"));       // kept
+    CHECK_FALSE(m.told("L 7 1 5000 a")); // forgotten: counted anew
+}
