@@ -159,16 +159,29 @@ election_reading decide_reading(std::vector<election_reading> const& readings,
     return out;
 }
 
+namespace {
+
+// What names a change on every primary alike: its kind, term and version (a leader's ttl is
+// each primary's own).
+std::string change_of(election_message const& m) {
+    return fmt::format("{} {} {}", static_cast<int>(m.what), m.term, m.version);
+}
+
+} // namespace
+
 bool majority_messages::told(std::string const& payload) {
-    if (!parse_election_message(payload))
+    auto const m = parse_election_message(payload);
+    if (!m)
         return true;
-    return ++counts_[payload] == majority_;
+    return ++counts_[change_of(*m)] == majority_;
 }
 
 void majority_messages::forget_before(std::int64_t term) {
     std::erase_if(counts_, [term](auto const& entry) {
-        auto const m = parse_election_message(entry.first);
-        return !m || m->term < term;
+        auto const space = entry.first.find(' ');
+        std::int64_t t = 0;
+        std::from_chars(entry.first.data() + space + 1, entry.first.data() + entry.first.size(), t);
+        return t < term;
     });
 }
 

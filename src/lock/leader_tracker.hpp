@@ -71,7 +71,7 @@ public:
 
 private:
     std::size_t const majority_;
-    std::map<std::string, std::size_t> counts_;
+    std::map<std::string, std::size_t> counts_; // by change (kind, term, version)
 };
 
 class leader_tracker {

@@ -279,9 +279,10 @@ TEST_CASE("quorum reading: a majority's leader with the newest version a majorit
 
     majority_messages m{2};
     CHECK_FALSE(m.told("L 7 1 5000 a"));
-    CHECK(m.told("L 7 1 5000 a"));
+    CHECK(m.told("L 7 1 4999 a"));       // each primary's own ttl: the same change
     CHECK_FALSE(m.told("L 7 1 5000 a")); // a third copy: passed on once
     CHECK(m.told("garbage"));            // unreadable: the tracker asks for a reading
+    CHECK_FALSE(m.told("R 7 1 1000"));   // another kind of change of the same version
     CHECK_FALSE(m.told("L 8 1 5000 b"));
     m.forget_before(8);
     CHECK(m.told("L 8 1 5000 b"));       // kept
