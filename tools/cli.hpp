@@ -18,21 +18,24 @@ namespace colock::cli {
 // Exit codes. 0, 1 and a command's own status are the answer; the 12x codes are above what
 // commands commonly use and below the shell's 126/127 and 128+N.
 inline constexpr int exit_ok = 0;
-/// status: the lock is not held (free or handed over); unlock: nobody held it.
+/// status: the lock is not held (free or handed over); unlock: nobody held it; leader: nobody
+/// leads.
 inline constexpr int exit_no = 1;
 inline constexpr int exit_usage = 2;
-/// exec: the lock was not acquired within --wait.
+/// exec: the lock was not acquired within --wait; elect: not elected within --wait.
 inline constexpr int exit_not_acquired = 120;
-/// exec: the lease was lost while the command ran; the command was sent SIGTERM.
+/// exec: the lease was lost while the command ran; elect: the leadership was lost. The
+/// command was sent SIGTERM.
 inline constexpr int exit_lost = 121;
-/// The server could not be reached, or Redis or the tool failed.
+/// The server could not be reached, or Redis or the tool failed; leader --watch: the watch
+/// ended without a signal.
 inline constexpr int exit_failure = 122;
-/// exec: the command was found but could not be executed (as shells report it).
+/// exec, elect: the command was found but could not be executed (as shells report it).
 inline constexpr int exit_not_executable = 126;
-/// exec: the command was not found (as shells report it).
+/// exec, elect: the command was not found (as shells report it).
 inline constexpr int exit_not_found = 127;
 
-enum class subcommand { none, exec, status, list, unlock };
+enum class subcommand { none, exec, status, list, unlock, elect, leader };
 
 /// The command line, parsed and checked.
 struct options {
@@ -45,18 +48,23 @@ struct options {
     std::string prefix = "colock:";
     bool verbose = false;
 
-    // exec
+    // exec, elect
     std::chrono::milliseconds ttl{30'000};
-    /// How long to wait for the lock; nullopt: without a limit ("--wait forever").
+    /// How long to wait for the lock or the leadership; nullopt: without a limit ("--wait
+    /// forever", and elect's default).
     std::optional<std::chrono::milliseconds> wait = std::chrono::milliseconds{10'000};
     std::chrono::milliseconds grace{10'000};
     std::vector<std::string> command;
+    /// elect: what the leader proclaims; nullopt: "<host>:<pid>" of the tool's process.
+    std::optional<std::string> value;
 
-    // exec, status, unlock: the lock; list: the pattern.
+    // exec, status, unlock: the lock; elect, leader: the election; list: the pattern.
     std::string name;
     std::string pattern = "*";
     bool json = false;
     bool force = false;
+    /// leader: print every change until a signal.
+    bool watch = false;
 };
 
 /// A command line the tool cannot run: the message names what is wrong; main prints it with
@@ -89,6 +97,8 @@ boost::asio::awaitable<int> run_exec(options const& opt, redis::connection& conn
 boost::asio::awaitable<int> run_status(options const& opt, locker& lk);
 boost::asio::awaitable<int> run_list(options const& opt, redis::connection& conn, locker& lk);
 boost::asio::awaitable<int> run_unlock(options const& opt, locker& lk);
+boost::asio::awaitable<int> run_elect(options const& opt, redis::connection& conn, locker& lk);
+boost::asio::awaitable<int> run_leader(options const& opt, locker& lk);
 
 /// Prints "colock: <message>" to stderr.
 void complain(std::string_view message);

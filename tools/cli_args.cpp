@@ -28,14 +28,29 @@ std::string_view name_of(subcommand cmd) {
         return "list";
     case subcommand::unlock:
         return "unlock";
+    case subcommand::elect:
+        return "elect";
+    case subcommand::leader:
+        return "leader";
     case subcommand::none:
         break;
     }
     return "";
 }
 
+// exec and elect run a command after "--".
+bool runs_command(subcommand cmd) {
+    return cmd == subcommand::exec || cmd == subcommand::elect;
+}
+
+// The word for the NAME operand, in messages.
+std::string_view name_word(subcommand cmd) {
+    return cmd == subcommand::elect || cmd == subcommand::leader ? "election name" : "lock name";
+}
+
 std::optional<subcommand> subcommand_named(std::string_view word) {
-    for (auto cmd : {subcommand::exec, subcommand::status, subcommand::list, subcommand::unlock})
+    for (auto cmd : {subcommand::exec, subcommand::status, subcommand::list, subcommand::unlock,
+                     subcommand::elect, subcommand::leader})
         if (word == name_of(cmd))
             return cmd;
     return std::nullopt;
@@ -69,7 +84,7 @@ public:
         for (i_ = 0; i_ < args_.size(); ++i_) {
             std::string const& a = args_[i_];
             if (!options_ended && a == "--") {
-                if (o_.cmd == subcommand::exec) {
+                if (runs_command(o_.cmd)) {
                     saw_separator = true;
                     o_.command.assign(args_.begin() + static_cast<std::ptrdiff_t>(i_ + 1),
                                       args_.end());
@@ -92,6 +107,9 @@ public:
             }
             operands.push_back(a);
         }
+        // A candidate stands by until it leads, unless told otherwise.
+        if (o_.cmd == subcommand::elect && !wait_given_)
+            o_.wait = std::nullopt;
         finish(std::move(operands), saw_separator);
         return o_;
     }
@@ -133,15 +151,22 @@ private:
             o_.prefix = value();
         } else if (name == "-v" || name == "--verbose") {
             flag(o_.verbose);
-        } else if (cmd == subcommand::exec && name == "--ttl") {
+        } else if (runs_command(cmd) && name == "--ttl") {
             o_.ttl = duration(name, value());
-        } else if (cmd == subcommand::exec && name == "--wait") {
+        } else if (runs_command(cmd) && name == "--wait") {
             auto const v = value();
             o_.wait = v == "forever" ? std::nullopt : std::optional{duration(name, v)};
-        } else if (cmd == subcommand::exec && name == "--grace") {
+            wait_given_ = true;
+        } else if (runs_command(cmd) && name == "--grace") {
             o_.grace = duration(name, value());
-        } else if ((cmd == subcommand::status || cmd == subcommand::list) && name == "--json") {
+        } else if (cmd == subcommand::elect && name == "--value") {
+            o_.value = value();
+        } else if ((cmd == subcommand::status || cmd == subcommand::list ||
+                    cmd == subcommand::leader) &&
+                   name == "--json") {
             flag(o_.json);
+        } else if (cmd == subcommand::leader && name == "--watch") {
+            flag(o_.watch);
         } else if (cmd == subcommand::unlock && name == "--force") {
             flag(o_.force);
         } else if (cmd == subcommand::none) {
@@ -161,12 +186,13 @@ private:
         return *d;
     }
 
-    void need_name(std::vector<std::string> const& operands, std::string_view what) {
+    void need_name(std::vector<std::string> const& operands) {
+        auto const what = name_word(o_.cmd);
         if (operands.empty())
             refuse(fmt::format("missing the {}", what));
         o_.name = operands.front();
         if (o_.name.size() > max_lock_name_length)
-            refuse(fmt::format("the lock name is {} bytes, over the limit of {}", o_.name.size(),
+            refuse(fmt::format("the {} is {} bytes, over the limit of {}", what, o_.name.size(),
                                max_lock_name_length));
     }
 
@@ -175,22 +201,26 @@ private:
         case subcommand::none:
             throw usage_error(subcommand::none, "missing the subcommand");
         case subcommand::exec:
+        case subcommand::elect:
             if (!saw_separator)
                 refuse(operands.size() > 1
-                           ? "missing '--' between the lock name and the command"
+                           ? fmt::format("missing '--' between the {} and the command",
+                                         name_word(o_.cmd))
                            : "missing '--' and the command to run (NAME -- COMMAND [ARGS...])");
             if (operands.size() > 1)
-                refuse(fmt::format("one lock name expected before '--', got {}", operands.size()));
-            need_name(operands, "lock name");
+                refuse(fmt::format("one {} expected before '--', got {}", name_word(o_.cmd),
+                                   operands.size()));
+            need_name(operands);
             if (o_.command.empty())
                 refuse("no command after '--'");
-            check_exec_durations();
+            check_lease_durations();
             break;
         case subcommand::status:
         case subcommand::unlock:
+        case subcommand::leader:
             if (operands.size() > 1)
-                refuse(fmt::format("one lock name expected, got {}", operands.size()));
-            need_name(operands, "lock name");
+                refuse(fmt::format("one {} expected, got {}", name_word(o_.cmd), operands.size()));
+            need_name(operands);
             if (o_.cmd == subcommand::unlock && !o_.force)
                 refuse("refusing without --force: it ends the lease of whoever holds the lock, "
                        "while that holder may still be at work");
@@ -205,10 +235,10 @@ private:
             break;
         }
         if (o_.name.empty() && o_.cmd != subcommand::list)
-            refuse("the lock name is empty");
+            refuse(fmt::format("the {} is empty", name_word(o_.cmd)));
     }
 
-    void check_exec_durations() const {
+    void check_lease_durations() const {
         if (o_.ttl.count() <= 0)
             refuse("--ttl must be above 0");
         // The lease is renewed every third of it, which must be at least a millisecond.
@@ -223,6 +253,7 @@ private:
     std::vector<std::string> args_;
     std::size_t i_ = 0;
     options o_;
+    bool wait_given_ = false;
 };
 
 } // namespace
@@ -289,21 +320,30 @@ std::string usage_line(subcommand cmd) {
         return "usage: colock [OPTIONS] list [--json] [PATTERN]";
     case subcommand::unlock:
         return "usage: colock [OPTIONS] unlock --force NAME";
+    case subcommand::elect:
+        return "usage: colock [OPTIONS] elect [--value V] [--ttl D] [--wait D|forever] "
+               "[--grace D] NAME -- COMMAND [ARGS...]";
+    case subcommand::leader:
+        return "usage: colock [OPTIONS] leader [--json] [--watch] NAME";
     case subcommand::none:
         break;
     }
-    return "usage: colock [--url URL] [--prefix P] {exec|status|list|unlock} ...";
+    return "usage: colock [--url URL] [--prefix P] {exec|status|list|unlock|elect|leader} ...";
 }
 
 std::string help_text() {
     return fmt::format(
-        R"(colock {} - run a command under a distributed lock held in Redis, and inspect locks
+        R"(colock {} - run a command under a distributed lock held in Redis or while leading an
+election, and inspect locks and leaders
 
 usage:
   colock [OPTIONS] exec [--ttl D] [--wait D|forever] [--grace D] NAME -- COMMAND [ARGS...]
   colock [OPTIONS] status [--json] NAME
   colock [OPTIONS] list [--json] [PATTERN]
   colock [OPTIONS] unlock --force NAME
+  colock [OPTIONS] elect [--value V] [--ttl D] [--wait D|forever] [--grace D] NAME -- COMMAND
+                         [ARGS...]
+  colock [OPTIONS] leader [--json] [--watch] NAME
 
 subcommands:
   exec     Take lock NAME, run COMMAND while the lease is renewed, release the lock when
@@ -318,6 +358,14 @@ subcommands:
   unlock   End the lease of whoever holds NAME now. The holder is told at once and stops;
            its command gets SIGTERM. Needs --force. Exit 0 when a lease was ended, 1 when
            nobody held the lock.
+  elect    Campaign in election NAME (candidates lead in turn, first come first served),
+           run COMMAND while leading, resign when COMMAND exits (the next candidate leads at
+           once) and exit with its status. Waits to lead without a limit unless --wait says
+           otherwise. Loss of the leadership and signals as for exec.
+  leader   Show who leads election NAME: value, term, holder (locker id, host, pid,
+           program), time left. Exit 0 when someone leads, 1 when nobody does. With --watch,
+           print the leader now and then one line (or JSON object) per change, "no leader"
+           included, until SIGINT, SIGTERM or SIGHUP (exit 0).
 
 options (before or after the subcommand; --opt VALUE or --opt=VALUE):
   --url URL        the Redis server: redis://[[user]:password@]host[:port][/db],
@@ -327,25 +375,30 @@ options (before or after the subcommand; --opt VALUE or --opt=VALUE):
                    (default: $COLOCK_REDIS_URL, else redis://127.0.0.1:6379)
   --prefix P       key prefix of the locks (default colock:)
   -v, --verbose    print the library's log lines (connections, losses) to stderr
-  --ttl D          exec: the lease, renewed every third of it (default 30s)
-  --wait D         exec: how long to wait for the lock (default 10s; 0: one attempt;
-                   forever: no limit)
-  --grace D        exec: from SIGTERM to SIGKILL when the lease is lost (default 10s)
-  --json           status, list: print JSON
+  --ttl D          exec, elect: the lease, renewed every third of it (default 30s); for
+                   elect, how long a dead leader holds the election up
+  --wait D         exec, elect: how long to wait for the lock or to lead (exec's default
+                   10s, elect's forever; 0: one attempt; forever: no limit)
+  --grace D        exec, elect: from SIGTERM to SIGKILL when the lease is lost (default 10s)
+  --value V        elect: what the leader proclaims (default HOST:PID of colock)
+  --json           status, list, leader: print JSON
+  --watch          leader: print every change until a signal
   --force          unlock: required
   -h, --help       print this help
   --version        print the version
 Durations: 500ms, 30s, 2m, 1h, 1.5s; a bare number is seconds.
 
 exit status:
-  0    success; exec: the command's own status (128+N when signal N ended it)
-  1    status: the lock is not held; unlock: nobody held the lock
+  0    success; exec, elect: the command's own status (128+N when signal N ended it)
+  1    status: the lock is not held; unlock: nobody held the lock; leader: nobody leads
   2    usage error
-  120  exec: the lock was not acquired within --wait
-  121  exec: the lease was lost while the command ran (the command was sent SIGTERM)
-  122  the Redis server could not be reached, or a Redis or tool error
-  126  exec: the command could not be executed
-  127  exec: the command was not found
+  120  exec: the lock was not acquired within --wait; elect: not leading within --wait
+  121  exec, elect: the lease or the leadership was lost while the command ran (the
+       command was sent SIGTERM)
+  122  the Redis server could not be reached, or a Redis or tool error; leader --watch:
+       the watch ended without a signal
+  126  exec, elect: the command could not be executed
+  127  exec, elect: the command was not found
 
 environment:
   COLOCK_REDIS_URL  the Redis server when --url is not given

@@ -3,7 +3,8 @@
 #
 # Checks the colock tool against the Redis Cluster in COLOCK_REDIS_URL: `exec` on names whose
 # slots are on every primary, then `list` finds all of them (SCAN runs on each primary), `status`
-# and `unlock --force` reach the right node, and `list` with a pattern narrows the result.
+# and `unlock --force` reach the right node, and `list` with a pattern narrows the result; `elect`
+# runs its command while `leader` shows it leading, and nobody leads once it has resigned.
 
 set -euo pipefail
 
@@ -76,4 +77,18 @@ code=$?
 set -e
 holder=""
 [ "$code" -eq 121 ] || fail "exec of job:7 exited $code after the forced unlock, expected 121"
+# An election: its command asks who leads (the tool's own environment names the cluster).
+for name in el:1 el:2 el:3; do
+    out=$("$colock" elect --wait 5s --value "v-$name" "$name" -- "$colock" leader --json "$name") ||
+        fail "elect $name"
+    case $out in
+    *'"leading":true,"value":"v-'"$name"'"'*) ;;
+    *) fail "leader --json $name while it leads printed: $out" ;;
+    esac
+    set +e
+    "$colock" leader "$name" >/dev/null
+    code=$?
+    set -e
+    [ "$code" -eq 1 ] || fail "leader $name after the leader resigned exited $code, expected 1"
+done
 echo "colock_cluster_test: ok"

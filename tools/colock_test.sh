@@ -4,8 +4,10 @@
 # Checks the colock tool against the server in COLOCK_REDIS_URL: mutual exclusion of two
 # `exec`s, exit statuses passed through, a lock not acquired within --wait, a lease lost to a
 # deleted key and to a forced unlock (the command gets SIGTERM), status, list, usage errors, an
-# unreachable server, and SIGTERM passed on to the command. Every wait polls for its condition
-# with a bound; nothing relies on a fixed sleep being long enough.
+# unreachable server, and SIGTERM passed on to the command; `elect` and `leader`: a hand-over
+# between two candidates, `leader` (text, JSON, nobody leading), `leader --watch --json`, a lost
+# leadership. Every wait polls for its condition with a bound; nothing relies on a fixed sleep
+# being long enough.
 
 # shellcheck disable=SC2016 # single-quoted strings are scripts for sh -c, expanded there
 set -euo pipefail
@@ -118,10 +120,25 @@ grep -q -- '--force' "$work/usage.err" || fail "unlock without --force: the mess
 check_usage "an unknown option" status --bogus name
 check_usage "a missing name" status
 check_usage "exec without a command" exec name --
+check_usage "elect without --" elect name true
+grep -q "missing '--' between the election name and the command" "$work/usage.err" ||
+    fail "elect without --: the message does not say what is missing"
+check_usage "elect without a name" elect -- true
+grep -q "elect: missing the election name" "$work/usage.err" || fail "elect without a name: wrong message"
+check_usage "a too short elect --ttl" elect --ttl 1ms name -- true
+grep -q -- "--ttl 1ms: too short" "$work/usage.err" || fail "elect --ttl 1ms: wrong message"
+check_usage "elect --watch" elect --watch name -- true
+grep -q "elect: unknown option '--watch'" "$work/usage.err" || fail "elect --watch: wrong message"
+check_usage "leader without a name" leader --json
+grep -q "leader: missing the election name" "$work/usage.err" || fail "leader without a name: wrong message"
+check_usage "leader --value" leader --value v name
+grep -q "leader: unknown option '--value'" "$work/usage.err" || fail "leader --value: wrong message"
 run_colock help --help
 expect_status 0 "--help"
 grep -q '^exit status:' "$work/help.out" || fail "--help lists no exit codes"
 grep -q '121' "$work/help.out" || fail "--help does not name the lost code"
+grep -q '^  colock \[OPTIONS\] elect \[--value V\]' "$work/help.out" || fail "--help shows no elect"
+grep -q '^  colock \[OPTIONS\] leader \[--json\] \[--watch\] NAME' "$work/help.out" || fail "--help shows no leader"
 run_colock help exec --help
 expect_status 0 "exec --help"
 run_colock version --version
@@ -338,5 +355,125 @@ assert json.load(open(sys.argv[1]))["state"] == "free"
 ' "$work/status.out" || fail "status --json of a free lock: $(cat "$work/status.out")"
 pass "status: held (pid, host, JSON) while running, free (exit 1) afterwards"
 pass "SIGTERM to colock reached the command, colock exited with its status 3, the lock is free"
+
+# --- 11. elect and leader ----------------------------------------------------------------------
+# An election's lock key is colock:election:{NAME}, its queue colock:election:{NAME}:q.
+host=$(uname -n)
+
+run_colock leader leader nobody
+expect_status 1 "leader of an election nobody leads"
+grep -qx "leader: *none" "$work/leader.out" || fail "leader with nobody leading printed $(cat "$work/leader.out")"
+run_colock leader leader --json nobody
+expect_status 1 "leader --json of an election nobody leads"
+grep -qxF '{"name":"nobody","leading":false,"value":null,"term":null,"ttl_ms":null,"holder_id":null,"holder":null}' \
+    "$work/leader.out" || fail "leader --json with nobody leading: $(cat "$work/leader.out")"
+
+# A command that records its pid in $1, appends "start $3" to $2, waits until the file $1.go
+# exists, then appends "end $3"; on SIGTERM it appends "term $3" and exits with 3.
+gated_command=(sh -c 'echo $$ > "$1"; echo "start $3" >> "$2"
+    trap "echo \"term $3\" >> \"$2\"; exit 3" TERM
+    i=0; while [ ! -e "$1.go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+    echo "end $3" >> "$2"' sh)
+turns=$work/turns
+
+# The first candidate leads at once, with the default value HOST:PID.
+start_holder ea elect --ttl 10s handover -- "${gated_command[@]}" "$work/ea.pid" "$turns" a
+ea=$holder
+wait_until 10 "the first leader's command" test -s "$work/ea.pid"
+run_colock leader leader --json handover
+expect_status 0 "leader --json while a leader runs"
+term_a=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["name"] == "handover" and d["leading"] is True, d
+assert d["value"] == sys.argv[2] + ":" + sys.argv[3], d
+assert d["holder"]["pid"] == int(sys.argv[3]) and d["holder"]["host"] == sys.argv[2], d
+assert d["term"] > 0 and 0 < d["ttl_ms"] <= 10000 and d["holder_id"], d
+print(d["term"])
+' "$work/leader.out" "$host" "$ea") || fail "leader --json of the first leader: $(cat "$work/leader.out")"
+run_colock leader leader handover
+expect_status 0 "leader while a leader runs"
+grep -qx "leader: *$host:$ea" "$work/leader.out" || fail "leader does not show the value $host:$ea"
+grep -qx "term: *$term_a" "$work/leader.out" || fail "leader does not show the term $term_a"
+grep -qx "pid: *$ea" "$work/leader.out" || fail "leader does not show the leader's pid $ea"
+
+# The watch, from now on: the leader now, then each change.
+"$colock" leader --watch --json handover >"$work/watch.out" 2>"$work/watch.err" &
+watcher=$!
+bg_pids+=("$watcher")
+wait_until 10 "the watch's first line" test -s "$work/watch.out"
+
+# The second candidate waits in the queue; its command does not run while the first leads.
+start_holder eb elect --value "node b" --ttl 10s handover -- "${gated_command[@]}" "$work/eb.pid" "$turns" b
+eb=$holder
+queued() { [ "$("$redis_cli" -u "$COLOCK_REDIS_URL" LLEN 'colock:election:{handover}:q')" -ge 1 ]; }
+wait_until 10 "the second candidate in the election's queue" queued
+[ -e "$work/eb.pid" ] && fail "the second candidate's command runs while the first leads"
+run_colock busy elect --wait 300ms handover -- true
+expect_status 120 "elect --wait 300ms while another leads"
+grep -q "not leading election 'handover' within 300ms (led by $host:$ea, term $term_a" "$work/busy.err" ||
+    fail "elect --wait 300ms: the message does not name the leader"
+
+# The first command ends by itself: its colock resigns at once (a lapse would take 10 s) and
+# the second candidate's command runs.
+touch "$work/ea.pid.go"
+went=$(now_ms)
+wait_until 4 "the second candidate's command after the first resigned" test -s "$work/eb.pid"
+took=$(($(now_ms) - went))
+wait_exit "$ea" 10
+[ "$s" = 0 ] || fail "the first leader's colock exited $s, expected its command's 0"
+eb_cmd=$(cat "$work/eb.pid")
+run_colock leader leader --json handover
+expect_status 0 "leader --json after the hand-over"
+term_b=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["leading"] is True and d["value"] == "node b", d
+assert d["term"] > int(sys.argv[2]), d
+assert d["holder"]["pid"] == int(sys.argv[3]), d
+print(d["term"])
+' "$work/leader.out" "$term_a" "$eb") || fail "leader --json after the hand-over (term $term_a before): $(cat "$work/leader.out")"
+
+# SIGTERM to the second colock: passed on to its command, then it resigns (nobody leads at once).
+kill -TERM "$eb"
+wait_exit "$eb" 10
+[ "$s" = 3 ] || fail "the second leader's colock exited $s after SIGTERM, expected its command's 3"
+kill -0 "$eb_cmd" 2>/dev/null && fail "the second leader's command still runs"
+run_colock leader leader handover
+expect_status 1 "leader after the last leader resigned"
+[ "$(tr '\n' ' ' <"$turns")" = "start a end a start b term b " ] ||
+    fail "the candidates' commands overlapped or ran out of order: $(tr '\n' ' ' <"$turns")"
+
+# The watch saw the first leader, the second, and nobody; then SIGTERM ends it with 0.
+wait_until 5 "the watch's no-leader line" grep -q '"leading":false' "$work/watch.out"
+kill -TERM "$watcher"
+wait_exit "$watcher" 10
+[ "$s" = 0 ] || fail "leader --watch exited $s after SIGTERM, expected 0"
+python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+got = [(l["leading"], l["value"], l["term"], l["resynced"]) for l in lines]
+a, b = int(sys.argv[3]), int(sys.argv[4])
+assert got == [(True, sys.argv[2], a, False), (True, "node b", b, False), (False, None, b, False)], got
+assert all(l["name"] == "handover" and l["time"].endswith("Z") for l in lines), lines
+' "$work/watch.out" "$host:$ea" "$term_a" "$term_b" || fail "leader --watch --json printed: $(cat "$work/watch.out")"
+pass "elect: hand-over in $took ms to the queued candidate (term $term_a, then $term_b); leader and leader --watch --json show each change"
+
+# The command is not found: 127, and the candidate resigned.
+run_colock nf elect nf -- colock-no-such-command
+expect_status 127 "elect of a command not in PATH"
+run_colock nf leader nf
+expect_status 1 "leader after elect of a missing command"
+
+# --- 12. leadership lost (its lock key deleted): SIGTERM to the command, exit 121 ----------------
+start_holder elost elect --ttl 2s --grace 10s lostel -- "${trapping_command[@]}" "$work/elost.pid" "$work/elost.term"
+wait_until 10 "the leader's command" test -s "$work/elost.pid"
+"$redis_cli" -u "$COLOCK_REDIS_URL" DEL 'colock:election:{lostel}' >/dev/null
+wait_exit "$holder" 10
+[ "$s" = 121 ] || fail "elect whose lock key was deleted exited $s, expected 121"
+[ -s "$work/elost.term" ] || fail "the leader's command did not get SIGTERM when the leadership was lost"
+grep -q "lost the leadership of election 'lostel' (term [0-9]*)" "$work/elost.err" ||
+    fail "no message on the lost leadership"
+pass "elect: a lost leadership sends SIGTERM to the command, exit 121; a missing command 127"
 
 echo "colock_test: all checks passed"

@@ -38,17 +38,8 @@ std::string ttl_text(lock_status const& s) {
     return format_duration(s.ttl);
 }
 
-std::string json_or_null(std::string_view text) {
-    return text.empty() ? "null" : json_string(text);
-}
-
 std::string status_json(lock_status const& s) {
-    std::string holder = "null";
-    if (s.holder)
-        holder = fmt::format(R"({{"host":{},"pid":{},"program":{},"client_name":{},"started":{}}})",
-                             json_string(s.holder->host), s.holder->pid,
-                             json_string(s.holder->program), json_string(s.holder->client_name),
-                             json_string(iso8601(s.holder->started)));
+    std::string const holder = s.holder ? holder_json(*s.holder) : std::string("null");
     return fmt::format(R"({{"name":{},"state":{},"fence":{},"ttl_ms":{},"holder_id":{},)"
                        R"("token":{},"since":{},"holder":{},"queued":{}}})",
                        json_string(s.name), json_string(to_string(s.state)), s.fence,
@@ -59,29 +50,21 @@ std::string status_json(lock_status const& s) {
 }
 
 void print_status_text(lock_status const& s) {
-    auto line = [](std::string_view key, std::string const& value) {
-        fmt::print("{:<13}{}\n", fmt::format("{}:", key), value);
-    };
-    line("name", printable(s.name));
-    line("state", std::string(to_string(s.state)));
+    print_field("name", printable(s.name));
+    print_field("state", std::string(to_string(s.state)));
     if (s.state == lock_state::handed && s.holder_id.empty())
-        line("handed to", "nobody (a forced unlock; free within a second)");
+        print_field("handed to", "nobody (a forced unlock; free within a second)");
     else if (s.state == lock_state::handed)
-        line("handed to", printable(s.holder_id));
+        print_field("handed to", printable(s.holder_id));
     else if (!s.holder_id.empty())
-        line("holder id", printable(s.holder_id));
-    if (s.holder) {
-        line("host", printable(s.holder->host));
-        line("pid", std::to_string(s.holder->pid));
-        line("program", printable(s.holder->program));
-        line("client name", printable(s.holder->client_name));
-        line("started", iso8601(s.holder->started));
-    }
+        print_field("holder id", printable(s.holder_id));
+    if (s.holder)
+        print_holder_fields(*s.holder);
     if (s.since)
-        line("since", iso8601(*s.since));
-    line(s.state == lock_state::free ? "fence kept" : "ttl", ttl_text(s));
-    line("fence", s.fence != 0 ? std::to_string(s.fence) : std::string("none"));
-    line("queued", std::to_string(s.queued));
+        print_field("since", iso8601(*s.since));
+    print_field(s.state == lock_state::free ? "fence kept" : "ttl", ttl_text(s));
+    print_field("fence", s.fence != 0 ? std::to_string(s.fence) : std::string("none"));
+    print_field("queued", std::to_string(s.queued));
 }
 
 // A Redis glob matching `text` literally.

@@ -1,4 +1,5 @@
-// colock: run a command under a distributed lock, show locks, end a stuck holder's lease.
+// colock: run a command under a distributed lock or while leading an election, show locks and
+// leaders, end a stuck holder's lease.
 // See `colock --help` and docs/tool.md.
 #include "child_process.hpp"
 #include "cli.hpp"
@@ -52,6 +53,12 @@ asio::awaitable<int> run(options o, redis::config cfg) {
             break;
         case subcommand::unlock:
             code = co_await run_unlock(o, lk);
+            break;
+        case subcommand::elect:
+            code = co_await run_elect(o, conn, lk);
+            break;
+        case subcommand::leader:
+            code = co_await run_leader(o, lk);
             break;
         case subcommand::none:
             break;

@@ -136,4 +136,26 @@ std::string json_string(std::string_view text) {
     return out;
 }
 
+std::string json_or_null(std::string_view text) {
+    return text.empty() ? "null" : json_string(text);
+}
+
+std::string holder_json(holder_info const& h) {
+    return fmt::format(R"({{"host":{},"pid":{},"program":{},"client_name":{},"started":{}}})",
+                       json_string(h.host), h.pid, json_string(h.program),
+                       json_string(h.client_name), json_string(iso8601(h.started)));
+}
+
+void print_field(std::string_view key, std::string const& value) {
+    fmt::print("{:<13}{}\n", fmt::format("{}:", key), value);
+}
+
+void print_holder_fields(holder_info const& h) {
+    print_field("host", printable(h.host));
+    print_field("pid", std::to_string(h.pid));
+    print_field("program", printable(h.program));
+    print_field("client name", printable(h.client_name));
+    print_field("started", iso8601(h.started));
+}
+
 } // namespace colock::cli

@@ -2,6 +2,8 @@
 // terminal.
 #pragma once
 
+#include <colock/lock_status.hpp>
+
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -20,5 +22,17 @@ std::string iso8601(std::chrono::system_clock::time_point t);
 
 /// A JSON string literal, quotes included. Bytes that are not UTF-8 become U+FFFD.
 std::string json_string(std::string_view text);
+
+/// json_string(text), or null when `text` is empty.
+std::string json_or_null(std::string_view text);
+
+/// A lock holder's process as a JSON object: host, pid, program, client_name, started.
+std::string holder_json(holder_info const& h);
+
+/// One "key:        value" line of `status` and `leader`, to stdout.
+void print_field(std::string_view key, std::string const& value);
+
+/// A holder's process as print_field lines: host, pid, program, client name, started.
+void print_holder_fields(holder_info const& h);
 
 } // namespace colock::cli
