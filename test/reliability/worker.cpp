@@ -17,6 +17,16 @@
 //            "exit" on stdin so its background releases can finish.
 //   waiters  one holder, N coroutines waiting on the same name: memory per waiter, then M are
 //            served in turn and the rest cancelled; prints "summary ...".
+//   worker_election.cpp
+//   lead     campaigns once, then asks leads() every --step-ms and follows commands from stdin
+//            (write VALUE, state, resign); prints "leading NS TERM", "step NS LEADS LOST" at
+//            each step until one finds it does not lead, "lost NS", "write accepted|refused",
+//            "resigned 0|1".
+//   campaign campaigns again and again with random holds, proclaims and resigns, writing a
+//            fenced store while it leads and an election journal (election_journal.hpp) that
+//            survives a SIGKILL; prints "summary ...".
+//   observe  watches the election (leader_watch) and says each change it reports, "change NS
+//            LEADING TERM RESYNCED VALUE", until "exit" on stdin.
 #include "worker.hpp"
 
 #include "worker_support.hpp"
@@ -51,6 +61,12 @@ int worker_main(int argc, char** argv) {
             return run_storm(args);
         if (mode == "waiters")
             return run_waiters(args);
+        if (mode == "lead")
+            return run_lead(args);
+        if (mode == "campaign")
+            return run_campaign(args);
+        if (mode == "observe")
+            return run_observe(args);
         std::fprintf(stderr, "worker: unknown mode '%.*s'\n", static_cast<int>(mode.size()),
                      mode.data());
         return 2;

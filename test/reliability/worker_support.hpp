@@ -1,7 +1,8 @@
 // What the worker modes share (worker.cpp lists the modes): the "--key value" arguments, the
 // lines a worker says on stdout, the connection and locker it works on, lock options from the
 // arguments, and the small coroutines every mode uses. One file per mode family beside it:
-// worker_lock.cpp (contend, hold), worker_load.cpp (storm, waiters).
+// worker_lock.cpp (contend, hold), worker_load.cpp (storm, waiters), worker_election.cpp
+// (lead, campaign, observe).
 #pragma once
 
 #include <colock/colock.hpp>
@@ -114,5 +115,8 @@ int run_contend(arguments const& args);
 int run_hold(arguments const& args);
 int run_storm(arguments const& args);
 int run_waiters(arguments const& args);
+int run_lead(arguments const& args);
+int run_campaign(arguments const& args);
+int run_observe(arguments const& args);
 
 } // namespace colock::reliability
