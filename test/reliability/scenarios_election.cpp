@@ -384,13 +384,15 @@ result election_stopped_leader() {
         // after the resume. lost() turns true when the loss is marked, which may come after.
         r.check(first_step->at(1) == 0,
                 fmt::format("A's first step after SIGCONT found leads() {}", first_step->at(1)));
+    // Counted from the resume: kill(SIGSTOP) may return before the process has stopped, so a
+    // step may still run just after stopped_ns.
     std::size_t leading_steps_after = 0;
     for (auto const& line : a.lines())
-        if (line.starts_with("step ") && numbers(line).at(0) >= stopped_ns &&
+        if (line.starts_with("step ") && numbers(line).at(0) >= resumed_ns &&
             numbers(line).at(1) == 1)
             ++leading_steps_after;
     r.check(leading_steps_after == 0,
-            fmt::format("A stepped as leader {} times after it was stopped", leading_steps_after));
+            fmt::format("A stepped as leader {} times after it was resumed", leading_steps_after));
     r.check(numbers(*a_led).at(1) < numbers(*b_led).at(1),
             fmt::format("A's term {} is not below B's {}", numbers(*a_led).at(1),
                         numbers(*b_led).at(1)));
