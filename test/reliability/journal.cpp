@@ -49,6 +49,8 @@ void journal_writer::released(std::string const& holder, std::int64_t fence) {
 }
 
 void journal_writer::append(std::string const& line) {
+    if (fd_ < 0)
+        return;
     // One write() per line: O_APPEND keeps it whole, and nothing waits in a buffer of ours when
     // the process is killed.
     for (;;) {
@@ -110,10 +112,10 @@ journal read_journal(std::string const& path) {
     return j;
 }
 
-bool journal_in_tenure(std::string const& path) {
+char journal_last_kind(std::string const& path) {
     int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return false; // not made yet
+        return 0; // not made yet
     struct stat st {};
     char buf[512];
     ssize_t n = 0;
@@ -125,11 +127,16 @@ bool journal_in_tenure(std::string const& path) {
     std::string_view tail(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
     auto const end = tail.rfind('\n');
     if (end == std::string_view::npos)
-        return false;
+        return 0;
     auto const whole = tail.substr(0, end); // up to the last complete line's end
     auto const begin = whole.rfind('\n');
     auto const line = begin == std::string_view::npos ? whole : whole.substr(begin + 1);
-    return line.starts_with("a ") || line.starts_with("w ");
+    return line.size() >= 2 && line[1] == ' ' ? line[0] : 0;
+}
+
+bool journal_in_tenure(std::string const& path) {
+    auto const kind = journal_last_kind(path);
+    return kind == 'a' || kind == 'w';
 }
 
 } // namespace colock::reliability

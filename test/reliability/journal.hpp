@@ -35,10 +35,10 @@ public:
                   std::int64_t acquired_ns);
     void wrote(std::string const& holder, std::int64_t value);
     void released(std::string const& holder, std::int64_t fence);
-
-private:
+    /// Appends `line` (with its newline) in one write(); nothing without a journal.
     void append(std::string const& line);
 
+private:
     std::string path_;
     int fd_ = -1;
 };
@@ -57,6 +57,10 @@ struct journal {
 /// Reads a journal. A last line without its newline (a write the kill cut short) is ignored;
 /// throws std::runtime_error for any other malformed line.
 journal read_journal(std::string const& path);
+
+/// The kind (the first word, one letter) of the journal's last whole line, or 0 when it has
+/// none. Reads only the end of the file.
+char journal_last_kind(std::string const& path);
 
 /// Whether the journal's last whole line is "a" or "w": a tenure is going on (or was when the
 /// process died). Reads only the end of the file, so it is cheap to ask often.

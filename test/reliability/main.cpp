@@ -4,15 +4,17 @@
 // once and for fences out of order. At the end, one table; the exit code is non-zero when any
 // check failed.
 //
-// Usage: colock_reliability [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l] [--part K/N] [--seed N]
+// Usage: colock_reliability [--full] [--only a,b,...,l,m1,m2,m3,m4] [--part K/N] [--seed N]
 //   default: short versions (under two minutes, run by scripts/test.sh); --full: the long
 //   runs (scripts/reliability.sh). --part K/N runs every Nth scenario from the Kth: ctest runs
 //   the short versions as two tests side by side.
 //
 // Scenarios a-f are here; the helpers they share are in runner.cpp, g and h (worker processes
 // SIGKILLed) in scenarios_kill.cpp, i (Redis Sentinel failovers) in scenarios_sentinel.cpp, j
-// (Redis Cluster slot migrations and failovers) in scenarios_cluster.cpp, and k (Redlock over
-// three primaries, killed one at a time) in scenarios_redlock.cpp.
+// (Redis Cluster slot migrations and failovers) in scenarios_cluster.cpp, k (Redlock over
+// three primaries, killed one at a time) in scenarios_redlock.cpp, l (the lease's edges) in
+// scenarios_lease.cpp, and m1-m4 (the election: leaders killed and stopped, campaigns with
+// kills and proxy faults, a watch checked) in scenarios_election.cpp.
 #include "runner.hpp"
 #include "worker.hpp"
 
@@ -415,7 +417,11 @@ int run_all() {
         {"i", sentinel_failovers},
         {"j", cluster_migrations},
         {"k", redlock_primaries},
-        {"l", lease_edges}};
+        {"l", lease_edges},
+        {"m1", election_killed_leader},
+        {"m2", election_stopped_leader},
+        {"m3", election_campaigns_with_kills},
+        {"m4", election_proxy_faults}};
     for (auto const& key : opts.only) {
         if (std::none_of(scenarios.begin(), scenarios.end(),
                          [&](auto const& s) { return s.first == key; }))
@@ -496,10 +502,11 @@ int main(int argc, char** argv) {
         } else if (arg == "--seed" && i + 1 < argc) {
             run_opts.seed = static_cast<unsigned>(std::stoul(argv[++i]));
         } else {
-            std::fprintf(stderr,
-                         "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l] [--part K/N] "
-                         "[--seed N]\n",
-                         argv[0]);
+            std::fprintf(
+                stderr,
+                "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l,m1,m2,m3,m4] [--part K/N] "
+                "[--seed N]\n",
+                argv[0]);
             return 2;
         }
     }

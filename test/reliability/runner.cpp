@@ -215,4 +215,15 @@ std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<wor
     return total;
 }
 
+std::vector<std::string> wait_queue(redis_server const& server, std::string const& queue_key,
+                                    std::size_t n, milliseconds limit) {
+    auto const until = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+        auto entries = server.cli_lines({"LRANGE", queue_key, "0", "-1"});
+        if (entries.size() >= n || std::chrono::steady_clock::now() >= until)
+            return entries;
+        std::this_thread::sleep_for(10ms);
+    }
+}
+
 } // namespace colock::reliability

@@ -186,6 +186,11 @@ std::vector<std::string> worker_args(std::vector<std::string> args,
 std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<worker_process>>& ws,
                                       std::chrono::milliseconds limit);
 
+// Waits until the Redis queue of waiting lockers `queue_key` has `n` entries; returns them.
+std::vector<std::string> wait_queue(colock::test::redis_server const& server,
+                                    std::string const& queue_key, std::size_t n,
+                                    std::chrono::milliseconds limit);
+
 // The scenarios in scenarios_kill.cpp: worker processes SIGKILLed at the worst moments.
 result killed_in_cohort();
 result killed_at_queue_head();
@@ -199,5 +204,11 @@ result redlock_primaries();
 // scenarios_lease.cpp: the lease's edges (shortening renewals and extends, local hand-offs,
 // a full server) under contention and faults, every key sampled for an expiry.
 result lease_edges();
+// scenarios_election.cpp: the election's leaders SIGKILLed, SIGSTOPped, and campaigning with
+// kills or proxy faults, a watch checked against them.
+result election_killed_leader();
+result election_stopped_leader();
+result election_campaigns_with_kills();
+result election_proxy_faults();
 
 } // namespace colock::reliability

@@ -59,18 +59,6 @@ std::int64_t script_calls(redis_server const& server) {
     return pos == std::string::npos ? 0 : std::atoll(info.c_str() + pos + 22);
 }
 
-// Waits until the Redis queue of waiting lockers `queue_key` has `n` entries; returns them.
-std::vector<std::string> wait_queue(redis_server const& server, std::string const& queue_key,
-                                    std::size_t n, milliseconds limit) {
-    auto const until = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        auto entries = server.cli_lines({"LRANGE", queue_key, "0", "-1"});
-        if (entries.size() >= n || std::chrono::steady_clock::now() >= until)
-            return entries;
-        std::this_thread::sleep_for(10ms);
-    }
-}
-
 std::size_t settled_keys_left(redis_server const& server, std::vector<std::string> const& names,
                               milliseconds patience) {
     auto const until = std::chrono::steady_clock::now() + patience;
