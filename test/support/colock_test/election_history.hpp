@@ -71,7 +71,8 @@ struct watch_report {
 /// returned may still have had the change published, or may not (killed between the grant and
 /// the claim, a term is granted and never published, and nobody can see it). So:
 ///   1. Order: the reported leaders' (term, value index) strictly increase; a report that
-///      nobody leads names the term of the last leader reported before it.
+///      nobody leads names the term of the last leader reported before it, or, when resynced,
+///      a later one (a term the watch learned of only by the lock's fence).
 ///   2. Attribution: a reported leader names a journaled campaign and one of its values, with
 ///      the term co_campaign returned; a campaign whose co_campaign never returned may be
 ///      reported (its term published before the campaigner was stopped), once with one term,
