@@ -15,6 +15,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,7 @@ namespace colock {
 namespace detail {
 class guard_state;
 class locker_impl;
+struct guard_access;
 struct locker_access;
 } // namespace detail
 
@@ -39,9 +41,20 @@ struct locker_access;
 /// coroutine keeps the lease alive; when it goes, renewal stops and the lock is released in
 /// the background (fire-and-forget; the destructor never blocks).
 ///
+/// @par Sharing
+/// share() (and lock_scope, which uses it) makes more guards on one lease: the same name,
+/// token, fence and lease deadline, one renewal. The lease is given back (released, or handed
+/// to the next waiter as any release is) when the last of its guards lets go: destruction,
+/// unlock() or a move-assignment over it. Until then a guard that lets go only gives up its
+/// own hold (see unlock()). extend() through any of them extends the lease for all; lost(),
+/// loss() and lease_expiry() are the lease's, and wait_lost() completes on each of them when
+/// the lease is lost. A share is not an acquisition: no observer event, no holder-record
+/// write, no Redis command.
+///
 /// @par Thread safety
-/// name, token, fence, owns_lock and lost may be called from any thread. The awaitable
-/// operations of one guard must not run concurrently with its destruction or move.
+/// name, token, fence, owns_lock, lost, hold_count and share may be called from any thread,
+/// and guards sharing a lease may live on different threads. The awaitable operations of one
+/// guard (and its share()) must not run concurrently with its destruction or move.
 class lock_guard {
 public:
     /// A guard that holds nothing.
@@ -61,8 +74,20 @@ public:
     /// Fencing token: strictly increasing per name, over all holders. Pass it to the resource
     /// the lock protects so it can refuse a late write from an earlier holder.
     std::int64_t fence() const noexcept;
-    /// True while the lock is held: acquired, not lost, not released.
+    /// True while this guard holds the lock: acquired, not lost, not released, and not let go
+    /// through this guard (a guard that unlocked while others share the lease owns nothing).
     bool owns_lock() const noexcept;
+    /// Another guard on this guard's lease (see Sharing in the class's notes): the same name,
+    /// token, fence and lease deadline, and one hold more, so the lease is given back only
+    /// when every guard sharing it has let go. Makes no Redis command and no observer event.
+    /// A guard that holds nothing (default-constructed, moved from, or unlocked) returns an
+    /// empty guard, as a default-constructed one. A lost lease is shared as it is: the new
+    /// guard is lost() too.
+    lock_guard share() const noexcept;
+    /// How many guards hold this guard's lease now (1 for one never shared; each share() adds
+    /// one, each guard that lets go takes one off); 0 when this guard holds nothing. From any
+    /// thread; for the record, as it may change as soon as it is read.
+    std::size_t hold_count() const noexcept;
     /// owns_lock().
     explicit operator bool() const noexcept { return owns_lock(); }
     /// True once the lease was found lost: taken from outside, expired, not renewable before
@@ -81,8 +106,10 @@ public:
     std::chrono::steady_clock::time_point lease_expiry() const noexcept;
 
     /// Completes when the lease is lost, or at once if it already is. Completes too when the
-    /// guard stops holding (unlock, destruction, move), so no one waits forever; lost() tells
-    /// which. Meant for `co_await (work() || guard.wait_lost())`.
+    /// lease is let go (unlock, destruction, move of its last guard), so no one waits forever;
+    /// lost() tells which. A guard that shares its lease and lets go while others still hold
+    /// it leaves its pending waits as they are: they complete with the lease. Meant for
+    /// `co_await (work() || guard.wait_lost())`.
     ///
     /// @par Completion signature
     /// `void(boost::system::error_code)`: success when lost; error::not_held when the guard
@@ -109,6 +136,9 @@ public:
 
     /// Stops renewal, then releases the lock. Returns true when the lock was still ours and
     /// is now free; false when it was lost, already released, or this guard never held one.
+    /// A guard that shares its lease with others that still hold it (share(), lock_scope)
+    /// lets go of its own hold only: no Redis command, the lease stays with the others, and it
+    /// returns true when the lease was still ours (not lost, not run out), false otherwise.
     /// A guard whose loss has been reported (wait_lost completed: the server said so, the
     /// renewal's deadline passed, or the server was replaced) returns false at once, without
     /// waiting for the server; its release is still sent in the background.
@@ -121,8 +151,10 @@ public:
     boost::asio::awaitable<bool> unlock();
 
     /// unlock() for any completion token (callbacks, futures, deferred operations): the same
-    /// release, not cancelled by the caller, bounded by the same deadline. The guard may go
-    /// away once the operation has started.
+    /// release, not cancelled by the caller, bounded by the same deadline. The guard lets go
+    /// of its hold when this is called, and may go away at once: the operation carries the
+    /// hold (a deferred operation that is never launched gives it back as the destructor
+    /// would).
     ///
     /// @par Completion signature
     /// `void(boost::system::error_code, bool released)`: `released` as unlock() returns it;
@@ -133,7 +165,10 @@ public:
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_unlock(CompletionToken&& token = {}) {
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-            [st = state_](auto handler) { start_unlock(st, std::move(handler)); }, token);
+            [](auto handler, lock_guard hold) {
+                start_unlock(std::move(hold), std::move(handler));
+            },
+            token, take_hold());
     }
 
     /// extend() for any completion token. Refuses a ttl <= 0 or above max_lock_ttl by throwing
@@ -148,25 +183,37 @@ public:
     auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
         validate_extend(ttl);
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-            [st = state_, ttl](auto handler) { start_extend(st, ttl, std::move(handler)); }, token);
+            [st = held_state(), ttl](auto handler) { start_extend(st, ttl, std::move(handler)); },
+            token);
     }
 
 private:
     friend class detail::locker_impl;
     friend struct detail::locker_access;
     friend class locker;
+    friend struct detail::guard_access;
     using result_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
-    static void start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler);
+    static void start_unlock(lock_guard hold, result_handler handler);
     static void start_extend(std::shared_ptr<detail::guard_state> st, std::chrono::milliseconds ttl,
                              result_handler handler);
     void validate_extend(std::chrono::milliseconds ttl) const;
+    // A guard holding one hold on `state` (a hold taken already, or the first).
     explicit lock_guard(std::shared_ptr<detail::guard_state> state) noexcept;
     void
     start_wait_lost(boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
     void abandon() noexcept;
+    // This guard's hold, moved into a guard of its own (empty when it holds none).
+    lock_guard take_hold() noexcept;
+    // The state while this guard holds, else null.
+    std::shared_ptr<detail::guard_state> held_state() const;
+    // Lets go of this guard's hold: true when it had one; `last` tells whether it was the
+    // lease's last.
+    bool drop_hold(bool& last) noexcept;
 
     std::shared_ptr<detail::guard_state> state_;
+    // Whether this guard holds one of its lease's holds; cleared once, by whoever lets go.
+    std::atomic<bool> holding_{false};
 };
 
 namespace detail {
@@ -303,7 +350,8 @@ public:
     /// co_lock of a name this program already holds (through this locker or another) waits for
     /// that guard like any other waiter; from the coroutine that holds it, it waits for itself
     /// until wait_timeout (error::timeout), or for as long as the guard lives without one. Take
-    /// the lock once and pass the guard to the code that needs it held. co_try_lock of a held
+    /// the lock once and pass the guard to the code that needs it held, or share() it; for
+    /// re-entry by a logical owner (a request, a job), see lock_scope. co_try_lock of a held
     /// name returns an empty optional.
     boost::asio::awaitable<lock_guard> co_lock(std::string name, lock_options opt = {});
     /// Awaitable async_try_lock: an empty optional when the lock is held by someone else;
@@ -318,7 +366,8 @@ public:
     ///
     /// `f` is called once, as `f(guard)` with a `lock_guard&` (for fence(), extend(), ...), and
     /// returns a `boost::asio::awaitable<R>` (R may be void). It must not let go of the guard
-    /// (unlock, move): the lock is co_with_lock's to give back.
+    /// (unlock, move): the lock is co_with_lock's to give back. A share() of the guard that
+    /// outlives the call keeps the lease until it goes too.
     ///
     /// Throws as co_lock while waiting for the lock. If the lease is lost while `f` runs, `f` is
     /// cancelled (terminal cancellation, at its next co_await), the lock is given back and

@@ -48,6 +48,20 @@ void guard_state::hold() {
     start();
 }
 
+bool guard_state::try_add_hold() noexcept {
+    auto n = holds_.load();
+    while (n != 0)
+        if (holds_.compare_exchange_weak(n, n + 1))
+            return true;
+    return false;
+}
+
+lock_guard guard_access::try_share(std::shared_ptr<guard_state> st) noexcept {
+    if (!st || !st->try_add_hold())
+        return lock_guard{};
+    return lock_guard(std::move(st));
+}
+
 asio::awaitable<lease_reply> guard_state::extend_at_server(std::chrono::milliseconds ttl) {
     return locker_->store().extend(keys_, origin_.lease_token, ttl, fence_);
 }
@@ -159,13 +173,15 @@ void release_now(std::shared_ptr<guard_state> st) {
 
 lock_guard::lock_guard() noexcept = default;
 lock_guard::lock_guard(std::shared_ptr<detail::guard_state> state) noexcept
-    : state_(std::move(state)) {}
-lock_guard::lock_guard(lock_guard&& other) noexcept : state_(std::move(other.state_)) {}
+    : state_(std::move(state)), holding_(state_ != nullptr) {}
+lock_guard::lock_guard(lock_guard&& other) noexcept
+    : state_(std::move(other.state_)), holding_(other.holding_.exchange(false)) {}
 
 lock_guard& lock_guard::operator=(lock_guard&& other) noexcept {
     if (this != &other) {
         abandon();
         state_ = std::move(other.state_);
+        holding_ = other.holding_.exchange(false);
     }
     return *this;
 }
@@ -174,17 +190,49 @@ lock_guard::~lock_guard() {
     abandon();
 }
 
+bool lock_guard::drop_hold(bool& last) noexcept {
+    last = false;
+    if (!state_ || !holding_.exchange(false))
+        return false;
+    last = state_->drop_hold();
+    return true;
+}
+
 void lock_guard::abandon() noexcept {
-    if (!state_)
-        return;
+    bool last = false;
+    drop_hold(last);
     auto st = std::move(state_);
-    if (!st->release_once())
+    if (!last || !st->release_once())
         return;
     try {
         detail::release_in_background(std::move(st));
     } catch (...) {
         // Out of memory while posting: the lease runs out by its TTL.
     }
+}
+
+lock_guard lock_guard::take_hold() noexcept {
+    lock_guard hold;
+    if (state_ && holding_.exchange(false)) {
+        hold.state_ = state_;
+        hold.holding_ = true;
+    }
+    return hold;
+}
+
+std::shared_ptr<detail::guard_state> lock_guard::held_state() const {
+    return holding_ ? state_ : nullptr;
+}
+
+lock_guard lock_guard::share() const noexcept {
+    if (!state_ || !holding_)
+        return lock_guard{};
+    state_->add_hold();
+    return lock_guard(state_);
+}
+
+std::size_t lock_guard::hold_count() const noexcept {
+    return state_ && holding_ ? state_->holds() : 0;
 }
 
 namespace {
@@ -201,7 +249,7 @@ std::int64_t lock_guard::fence() const noexcept {
     return state_ ? state_->fence() : 0;
 }
 bool lock_guard::owns_lock() const noexcept {
-    return state_ && !state_->lost() && !state_->released() && state_->running();
+    return state_ && holding_ && !state_->lost() && !state_->released() && state_->running();
 }
 std::chrono::steady_clock::time_point lock_guard::lease_expiry() const noexcept {
     return state_ ? state_->deadline() : std::chrono::steady_clock::time_point{};
@@ -223,7 +271,7 @@ bool lock_guard::lost() const noexcept {
 
 void lock_guard::start_wait_lost(
     boost::asio::any_completion_handler<void(boost::system::error_code)> handler) {
-    auto st = state_;
+    auto st = held_state();
     if (!st) {
         auto ex = asio::get_associated_executor(handler);
         asio::dispatch(ex, [h = std::move(handler)]() mutable {
@@ -241,7 +289,7 @@ asio::awaitable<void> lock_guard::wait_lost() {
 }
 
 asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
-    auto st = state_;
+    auto st = held_state();
     if (!st || st->released())
         throw system_error(make_error_code(error::not_held), "colock: extend");
     validate_extend(ttl);
@@ -288,8 +336,16 @@ void lock_guard::validate_extend(std::chrono::milliseconds ttl) const {
                                        name(), max_lock_ttl.count(), ttl.count()));
 }
 
-void lock_guard::start_unlock(std::shared_ptr<detail::guard_state> st, result_handler handler) {
-    if (!st || !st->release_once()) {
+void lock_guard::start_unlock(lock_guard hold, result_handler handler) {
+    auto st = hold.state_;
+    bool last = false;
+    bool const held = hold.drop_hold(last);
+    if (held && !last) { // the lease stays with the guards that share it
+        complete_soon(std::move(handler), st->strand().get_inner_executor(), error_code{},
+                      !st->lost() && !st->released() && st->running());
+        return;
+    }
+    if (!held || !st->release_once()) {
         auto fallback =
             st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
         complete_soon(std::move(handler), fallback, error_code{}, false);
@@ -340,7 +396,11 @@ void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
 
 asio::awaitable<bool> lock_guard::unlock() {
     auto st = state_;
-    if (!st || !st->release_once())
+    bool last = false;
+    bool const held = drop_hold(last);
+    if (held && !last) // the lease stays with the guards that share it
+        co_return !st->lost() && !st->released() && st->running();
+    if (!held || !st->release_once())
         co_return false;
     if (st->lost()) {
         // Known lost: the answer is false whatever the server says, so do not wait for it

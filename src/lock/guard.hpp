@@ -10,6 +10,7 @@
 
 #include <colock/error.hpp>
 #include <colock/lock_options.hpp>
+#include <colock/locker.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -65,6 +66,17 @@ public:
     // Joins the locker's book and starts renewing; once, when made.
     void hold();
 
+    // --- the holds: how many lock_guards share this lease (share(), lock_scope). The lease is
+    // given back when the last lets go. Any thread.
+    std::size_t holds() const noexcept { return holds_.load(); }
+    // One more, from a guard that holds one (so never from zero).
+    void add_hold() noexcept { holds_.fetch_add(1); }
+    // One more unless none is left (a scope's record of a lease whose guards all went): once
+    // at zero the lease is being given back and stays so.
+    bool try_add_hold() noexcept;
+    // One fewer; true when it was the last.
+    bool drop_hold() noexcept { return holds_.fetch_sub(1) == 1; }
+
     std::shared_ptr<guard_state> shared() {
         return std::static_pointer_cast<guard_state>(shared_from_this());
     }
@@ -86,6 +98,16 @@ private:
     std::int64_t const fence_;
     lock_options const opt_;
     lease_origin const origin_;
+    std::atomic<std::size_t> holds_{1};
+};
+
+// What lock_scope (scope.cpp) needs of a lock_guard beyond its public face.
+struct guard_access {
+    static std::shared_ptr<guard_state> const& state(lock_guard const& g) noexcept {
+        return g.state_;
+    }
+    // A guard with one more hold on `st`, or an empty one when none is left.
+    static lock_guard try_share(std::shared_ptr<guard_state> st) noexcept;
 };
 
 // Stops renewal, then releases. On the locker's strand.
