@@ -36,6 +36,7 @@
 #include <colock/error.hpp>
 #include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
+#include <colock/lock_scope.hpp>
 #include <colock/lock_status.hpp>
 #include <colock/locker.hpp>
 #include <colock/log.hpp>
