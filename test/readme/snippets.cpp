@@ -179,6 +179,22 @@ asio::awaitable<std::string> who_leads(colock::locker& locker) {
 }
 //]
 
+//[guide_scope
+// One request, one scope: the helpers it calls take the account's lock through the scope and
+// get the request's lease again, at once; it goes back when the last guard goes.
+asio::awaitable<void> add_interest(colock::lock_scope& request) {
+    auto account = co_await request.co_lock("account:42"); // held already: no Redis command
+    co_return; // ... read and write the account, fenced by account.fence() ...
+}
+
+asio::awaitable<std::size_t> month_end(colock::locker& locker) {
+    colock::lock_scope request{locker};
+    auto account = co_await request.co_lock("account:42"); // takes the lock
+    co_await add_interest(request);
+    co_return account.hold_count(); // 1 again: add_interest's guard is gone
+}
+//]
+
 // Stands for work that may be skipped when another process is doing it.
 asio::awaitable<void> rebuild_cache() {
     co_return;
@@ -336,6 +352,12 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     check(last_term > 0, "the scheduler led with a term");
     check(co_await who_leads(locker) == "nobody leads; watching, nobody leads",
           "nobody leads after the resign");
+
+    // Re-entry through a scope: one lease, given back with the scope's last guard.
+    check(co_await month_end(locker) == 1, "the scope's guards shared one lease");
+    std::optional<colock::lock_guard> after_scope = co_await locker.co_try_lock("account:42");
+    check(after_scope.has_value(), "the scope's last guard released the lock");
+    co_await after_scope->unlock();
 
     // One attempt on a free name, and a lock taken with options.
     check(co_await try_lock(locker), "co_try_lock got a free lock");
