@@ -47,7 +47,9 @@ std::string_view to_string(acquired_by how) noexcept;
 /// metrics labels; "unknown" for a value outside the enumeration.
 std::string_view to_string(loss_reason why) noexcept;
 
-/// A call of co_lock / co_try_lock / async_lock / async_try_lock got the lock.
+/// A call of co_lock / co_try_lock / async_lock / async_try_lock got the lock. A guard that
+/// shares a lease held already (lock_guard::share(), a lock_scope's re-entry) is not an
+/// acquisition: no event.
 struct acquired_event {
     /// The lock's name; valid during the call only.
     std::string_view name;
@@ -61,7 +63,8 @@ struct acquired_event {
     acquired_by how = acquired_by::first_attempt;
 };
 
-/// A holder let the lock go (unlock, or its guard went away) while it still held it.
+/// A holder let the lock go (unlock, or its guard went away) while it still held it. For guards
+/// sharing one lease, once: when the last of them lets go.
 struct released_event {
     /// The lock's name; valid during the call only.
     std::string_view name;
