@@ -180,3 +180,34 @@ TEST_CASE_FIXTURE(one_process, "lock_scope: async_lock and async_try_lock with c
         CHECK(g4.hold_count() == 4);
     });
 }
+
+TEST_CASE_FIXTURE(two_processes, "lock_scope: a call waiting behind another call of the scope "
+                                 "gives up at its own wait_timeout; the other waits on") {
+    w.run([&]() -> asio::awaitable<void> {
+        auto holder = co_await b.co_lock("n", short_lease());
+        lock_scope scope{a};
+        std::optional<lock_guard> first;
+        asio::co_spawn(
+            w.ctx, [&]() -> asio::awaitable<void> { first.emplace(co_await scope.co_lock("n")); },
+            asio::detached);
+        co_await until([&] { return a.waiting() == 1; });
+        auto opt = short_lease();
+        opt.wait_timeout = 50ms;
+        auto const started = clock_type::now();
+        error_code behind;
+        try {
+            co_await scope.co_lock("n", opt);
+        } catch (boost::system::system_error const& e) {
+            behind = e.code();
+            CHECK(std::string(e.what()).find("'n'") != std::string::npos);
+        }
+        CHECK(behind == colock::error::timeout);
+        CHECK(clock_type::now() - started >= 50ms);
+        CHECK(clock_type::now() - started < 500ms);
+        CHECK_FALSE(first.has_value());
+        CHECK(a.waiting() == 1);
+        CHECK(co_await holder.unlock());
+        co_await until([&] { return first.has_value(); });
+        CHECK(first->hold_count() == 1);
+    });
+}
