@@ -132,13 +132,13 @@ return redis.error_reply('COLOCK the lock key ' .. KEYS[1] .. ' holds "' .. stri
                          '2^53 - 1); delete the key to use the lock')
 )lua";
 
-// Release and leave. KEYS as for acquire, and KEYS[4] the lease's record when it has one. ARGV[1] the holder's token to release, or "" to take
-// locker ARGV[4] out of the queue (its waiters left), ARGV[2] the channel prefix p{name}:w:,
-// ARGV[3] the claim's length in ms, ARGV[5] the last fence the holder's process gave (its
-// own waiters' turns), stored when larger, ARGV[6] "1" to leave the lock free rather than hand
-// it to a queued locker (Redlock gives back the grants of an acquisition without a majority
-// so: handed to another waiter that is itself giving back, they would only trade places).
-// A release of a lock some process is queued for hands it to the first live entry (its
+// Release and leave. KEYS as for acquire, and KEYS[4] the lease's record when it has one. ARGV[1]
+// the holder's token to release, or "" to take locker ARGV[4] out of the queue (its waiters left),
+// ARGV[2] the channel prefix p{name}:w:, ARGV[3] the claim's length in ms, ARGV[5] the last fence
+// the holder's process gave (its own waiters' turns), stored when larger, ARGV[6] "1" to leave the
+// lock free rather than hand it to a queued locker (Redlock gives back the grants of an acquisition
+// without a majority so: handed to another waiter that is itself giving back, they would only trade
+// places). A release of a lock some process is queued for hands it to the first live entry (its
 // fence stays, the next grant adds one) and tells that process alone; the releasing process's
 // own entry goes behind the others. Otherwise it leaves the lock free. A leaving locker that
 // was handed the lock passes it on the same way. 2 when handed to a queued locker, 1 when
