@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -39,12 +38,7 @@ std::string campaign_value(std::string const& campaign, std::size_t index) {
 }
 
 election_journal read_election_journal(std::string const& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw std::runtime_error("cannot read the journal " + path);
-    std::stringstream content;
-    content << in.rdbuf();
-    std::string const text = content.str();
+    std::string const text = read_journal_text(path);
 
     election_journal j;
     std::map<std::string, std::size_t> at; // campaign -> its record

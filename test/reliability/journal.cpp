@@ -64,13 +64,17 @@ void journal_writer::append(std::string const& line) {
     }
 }
 
-journal read_journal(std::string const& path) {
+std::string read_journal_text(std::string const& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw std::runtime_error("cannot read the journal " + path);
     std::stringstream content;
     content << in.rdbuf();
-    std::string const text = content.str();
+    return content.str();
+}
+
+journal read_journal(std::string const& path) {
+    std::string const text = read_journal_text(path);
 
     journal j;
     // Open tenures by holder: a coroutine is in one tenure at a time.

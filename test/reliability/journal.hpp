@@ -54,6 +54,9 @@ struct journal {
     std::size_t open_without_write = 0;
 };
 
+/// The whole journal at `path`; throws std::runtime_error when it cannot be read.
+std::string read_journal_text(std::string const& path);
+
 /// Reads a journal. A last line without its newline (a write the kill cut short) is ignored;
 /// throws std::runtime_error for any other malformed line.
 journal read_journal(std::string const& path);

@@ -201,10 +201,7 @@ int run_lead(arguments const& args) {
                           resign = line == "resign";
                           return false;
                       }));
-            auto h = tenure(lead.guard(), holder, acquired_ns);
-            if (lost_ns != 0)
-                h.released_ns = std::min(h.released_ns, lost_ns); // it stopped relying then
-            history.record(h);
+            history.record(tenure(lead.guard(), holder, acquired_ns, lost_ns));
             bool resigned = false;
             if (resign) {
                 try {

@@ -234,10 +234,7 @@ int run_hold(arguments const& args) {
                 unlock_requested = line == "unlock";
                 return false;
             });
-            auto h = tenure(g, holder, acquired_ns);
-            if (lost_ns != 0)
-                h.released_ns = std::min(h.released_ns, lost_ns); // it stopped relying then
-            history.record(h);
+            history.record(tenure(g, holder, acquired_ns, lost_ns));
             bool released = false;
             if (unlock_requested) {
                 try {

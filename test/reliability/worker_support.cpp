@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <istream>
@@ -157,13 +158,16 @@ std::int64_t lease_end_ns(lock_guard const& g) {
         .count();
 }
 
-colock::test::holding tenure(lock_guard const& g, std::string holder, std::int64_t acquired_ns) {
+colock::test::holding tenure(lock_guard const& g, std::string holder, std::int64_t acquired_ns,
+                             std::int64_t lost_ns) {
     colock::test::holding h;
     h.holder = std::move(holder);
     h.fence = g.fence();
     h.token = g.token();
     h.acquired_ns = acquired_ns;
     h.released_ns = colock::test::steady_now_ns();
+    if (lost_ns != 0)
+        h.released_ns = std::min(h.released_ns, lost_ns);
     h.lease_end_ns = lease_end_ns(g);
     return h;
 }

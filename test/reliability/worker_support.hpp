@@ -92,8 +92,10 @@ asio::awaitable<void> sleep_for(std::chrono::microseconds d);
 asio::awaitable<void> read_commands(asio::posix::stream_descriptor& in,
                                     std::function<bool(std::string const&)> on_line);
 
-// A guard's tenure for the history, ending now: from `acquired_ns` to now or its lease's end.
-colock::test::holding tenure(lock_guard const& g, std::string holder, std::int64_t acquired_ns);
+// A guard's tenure for the history, ending now: from `acquired_ns` to now or its lease's end;
+// or, when the holder learned of a loss (`lost_ns` not 0), then: it stopped relying then.
+colock::test::holding tenure(lock_guard const& g, std::string holder, std::int64_t acquired_ns,
+                             std::int64_t lost_ns = 0);
 
 // The local lease deadline of `g` on the history's clock.
 std::int64_t lease_end_ns(lock_guard const& g);
