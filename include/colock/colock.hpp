@@ -46,4 +46,5 @@
 #include <colock/resp3/parser.hpp>
 #include <colock/resp3/request.hpp>
 #include <colock/resp3/value.hpp>
+#include <colock/semaphore.hpp>
 #include <colock/version.hpp>

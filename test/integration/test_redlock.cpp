@@ -4,6 +4,7 @@
 // a primary killed while lockers contend. Faults and bad configurations: test_redlock_faults.cpp.
 #include <colock/election.hpp>
 #include <colock/locker.hpp>
+#include <colock/semaphore.hpp>
 
 #include "election_fixture.hpp"
 #include "redlock_fixture.hpp"
@@ -222,6 +223,18 @@ TEST_CASE("redlock: an election: the leader on a majority, read by majority (a p
         };
         run_redlock_test(configs_of(servers), "redlock-election", scenario);
     });
+}
+
+TEST_CASE("redlock: a semaphore is refused at construction, naming why") {
+    run_redlock_test(configs_of(shared_primaries(3)), "redlock-semaphore",
+                     [](primary_connections&, primary_connections&, primary_connections&,
+                        locker& locks, locker&, std::string const& name) -> asio::awaitable<void> {
+                         auto const refused = call_failure([&] { semaphore s{locks, name, 2}; });
+                         CHECK(refused.code == error::invalid_argument);
+                         CHECK(refused.what.find("Redlock") != std::string::npos);
+                         CHECK(refused.what.find(name) != std::string::npos);
+                         co_return;
+                     });
 }
 
 TEST_CASE("redlock: unlock is true when a majority released the lease, false when a majority no "

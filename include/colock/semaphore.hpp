@@ -1,0 +1,219 @@
+/// \file
+/// A semaphore: at most `capacity` permits held at once, over every process, each permit a lease
+/// like a lock's (renewed while it lives, expiring on the server's clock when its holder dies).
+#pragma once
+
+#include <colock/lock_observer.hpp>
+#include <colock/lock_options.hpp>
+#include <colock/locker.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace colock {
+
+namespace detail {
+class semaphore_core;
+class permit_state;
+} // namespace detail
+
+/// Permits of a semaphore, held from semaphore::co_acquire until release(), the permit's
+/// destruction, or the loss of its lease. Move-only; its destructor only signals (renewal stops
+/// and the release runs in the background), as lock_guard's. Thread-safe as lock_guard: its
+/// observers from any thread, one release at a time.
+class permit {
+public:
+    /// Holds nothing.
+    permit() noexcept;
+    permit(permit&& other) noexcept;
+    permit& operator=(permit&& other) noexcept;
+    permit(permit const&) = delete;
+    permit& operator=(permit const&) = delete;
+    /// Gives the permits back in the background if still held.
+    ~permit();
+
+    /// The semaphore's name; empty for a permit that holds nothing.
+    std::string const& name() const noexcept;
+    /// The holding's token at the server (random).
+    std::string const& token() const noexcept;
+    /// Strictly increasing per semaphore over all holders: a later acquisition has a larger
+    /// fence. 0 for a permit that holds nothing.
+    std::int64_t fence() const noexcept;
+    /// How many permits this holds (semaphore::co_acquire's `permits`); 0 once let go.
+    std::size_t count() const noexcept;
+    /// Still held: not released, not lost, its lease not run out.
+    bool owns() const noexcept;
+    /// The lease was lost (expired unrenewed, or gone from the server); see loss().
+    bool lost() const noexcept;
+    /// Why it was lost, once it was.
+    std::optional<loss_reason> loss() const noexcept;
+    /// The local bound of the lease, as lock_guard::lease_expiry(): never later than the
+    /// server's expiry.
+    std::chrono::steady_clock::time_point lease_expiry() const noexcept;
+
+    /// Completes when the lease is lost (or at once if it is), or with error::not_held once the
+    /// permit is let go, as lock_guard::async_wait_lost.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code)`.
+    /// @par Per-operation cancellation
+    /// terminal, partial, total: the wait ends with operation_aborted; nothing else changes.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_wait_lost(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+            [st = state_](auto handler) { start_wait_lost(st, std::move(handler)); }, token);
+    }
+    /// Awaitable async_wait_lost for `co_await (work() || permit.wait_lost())`: returns when lost
+    /// or let go; throws system_error(operation_aborted) when cancelled.
+    boost::asio::awaitable<void> wait_lost();
+
+    /// Stops renewal, then gives the permits back. Completes with true when they were still
+    /// ours (now free for others), false when the lease had expired or was gone (an expired
+    /// permit is never reported released), or the permit holds nothing. Not cancelled by the
+    /// caller; a release whose reply was lost is sent again until a deadline (5 s).
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool released)`: error::timeout when the release was
+    /// not confirmed by its deadline, or the connection's error (the lease then runs out).
+    /// @par Per-operation cancellation
+    /// None: a cancelled caller still gives the permits back.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_release(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [st = std::move(state_)](auto handler) mutable {
+                start_release(std::move(st), std::move(handler));
+            },
+            token);
+    }
+    /// Awaitable async_release; throws system_error naming the semaphore on a failure.
+    boost::asio::awaitable<bool> release();
+
+private:
+    friend class detail::semaphore_core;
+    friend class semaphore;
+    using release_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
+    explicit permit(std::shared_ptr<detail::permit_state> state) noexcept;
+    static void
+    start_wait_lost(std::shared_ptr<detail::permit_state> st,
+                    boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
+    static void start_release(std::shared_ptr<detail::permit_state> st, release_handler handler);
+
+    std::shared_ptr<detail::permit_state> state_;
+};
+
+/// A semaphore on a locker: at most `capacity` permits of `name` held at once, over every
+/// process that uses the name through the same Redis deployment and key prefix.
+///
+/// - Every user of a name must give the same capacity: a call that finds another one at the
+///   server fails with error::invalid_argument, naming both, and changes nothing.
+/// - Waiting calls are served first come, first served across processes; a call for several
+///   permits takes them all at once, and is not overtaken by later calls for fewer.
+/// - The free permits are the capacity less the live leases, counted at the server at each
+///   call: a holder that dies frees its permits when its lease runs out (lock_options::ttl).
+/// - A release wakes only the waiting calls its permits make room for.
+/// - One server, Sentinel and Cluster (the keys share the hash tag `{name}`). A locker over
+///   several primaries (Redlock) is refused at construction.
+///
+/// Like an Asio I/O object: destroying it ends its waiting calls with operation_aborted; the
+/// permits it gave live on. Thread-safe as the locker.
+class semaphore {
+public:
+    /// Throws system_error(error::invalid_argument) for an empty or overlong name, a capacity of
+    /// 0 or above 1,000,000, or a Redlock locker. Keeps the locker's state alive.
+    semaphore(locker& l, std::string name, std::size_t capacity);
+    semaphore(semaphore&& other) noexcept;
+    semaphore& operator=(semaphore&& other) noexcept;
+    semaphore(semaphore const&) = delete;
+    semaphore& operator=(semaphore const&) = delete;
+    /// Ends the waiting calls with operation_aborted.
+    ~semaphore();
+
+    std::string const& name() const noexcept;
+    std::size_t capacity() const noexcept;
+
+    /// Waits for `permits` (1 to the capacity, at most 1000) and holds them as one lease:
+    /// `opt.ttl`, renewal, `wait_timeout`, `retry` and `first_connect_timeout` as for
+    /// locker::async_lock (cohort_limit and wait_replicas do not apply). Refuses bad arguments by
+    /// throwing system_error(error::invalid_argument) before any I/O.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, permit)`: error::timeout when wait_timeout passed;
+    /// error::invalid_argument when the server holds another capacity for the name; a network
+    /// error or redis::error::server_error otherwise.
+    /// @par Per-operation cancellation
+    /// terminal, partial: a waiting call returns at once and leaves the queue; with a request in
+    /// flight, its reply is read and permits it was granted are given back before the operation
+    /// completes with operation_aborted.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_acquire(std::size_t permits, lock_options opt = {}, CompletionToken&& token = {}) {
+        check(permits, opt);
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, permit)>(
+            [core = core_](auto handler, std::size_t n, lock_options o) {
+                start_acquire(core, n, std::move(o), std::move(handler));
+            },
+            token, permits, std::move(opt));
+    }
+
+    /// One attempt: an empty optional when the permits are not free now (or calls queued before
+    /// want them). As async_acquire otherwise.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, std::optional<permit>)`.
+    /// @par Per-operation cancellation
+    /// As async_acquire.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_try_acquire(std::size_t permits, lock_options opt = {},
+                           CompletionToken&& token = {}) {
+        check(permits, opt);
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, std::optional<permit>)>(
+            [core = core_](auto handler, std::size_t n, lock_options o) {
+                start_try_acquire(core, n, std::move(o), std::move(handler));
+            },
+            token, permits, std::move(opt));
+    }
+
+    /// Awaitable async_acquire of one permit; throws system_error whose message names the
+    /// semaphore (and the server's text for server errors).
+    boost::asio::awaitable<permit> co_acquire(lock_options opt = {});
+    /// Awaitable async_acquire of `permits` at once.
+    boost::asio::awaitable<permit> co_acquire(std::size_t permits, lock_options opt = {});
+    /// Awaitable async_try_acquire of one permit.
+    boost::asio::awaitable<std::optional<permit>> co_try_acquire(lock_options opt = {});
+    /// Awaitable async_try_acquire of `permits` at once.
+    boost::asio::awaitable<std::optional<permit>> co_try_acquire(std::size_t permits,
+                                                                 lock_options opt = {});
+
+    /// The permits free now: the capacity less the live leases (a snapshot, for monitoring and
+    /// tests: it may change as soon as it is read). Throws system_error naming the semaphore:
+    /// error::invalid_argument when the server holds another capacity for the name.
+    /// Cancellation: as the connection's async_exec.
+    boost::asio::awaitable<std::size_t> co_available();
+
+private:
+    using acquire_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, permit)>;
+    using try_acquire_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, std::optional<permit>)>;
+    void check(std::size_t permits, lock_options const& opt) const;
+    static void start_acquire(std::shared_ptr<detail::semaphore_core> core, std::size_t permits,
+                              lock_options opt, acquire_handler handler);
+    static void start_try_acquire(std::shared_ptr<detail::semaphore_core> core, std::size_t permits,
+                                  lock_options opt, try_acquire_handler handler);
+
+    std::shared_ptr<detail::semaphore_core> core_;
+};
+
+} // namespace colock

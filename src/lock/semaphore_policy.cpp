@@ -1,0 +1,145 @@
+// A semaphore's decisions without I/O.
+#include "semaphore_policy.hpp"
+
+#include "lock_replies.hpp"
+
+#include <colock/error.hpp>
+#include <colock/lock_options.hpp>
+
+#include <boost/system/system_error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace colock::detail {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+// A non-negative number of the reply, or nothing.
+std::optional<std::int64_t> count(resp3::value const& v) {
+    return replies::flag(v, 0, std::numeric_limits<std::int64_t>::max());
+}
+
+} // namespace
+
+permit_grant read_permit_grant(script_reply const& reply) {
+    permit_grant g;
+    if (replies::failed(reply, g)) {
+        // Refused by the server, or stopped before it was sent: it did not run.
+        g.outcome_unknown = reply.ec != redis::error::server_error &&
+                            reply.ec != boost::asio::error::operation_aborted;
+        return g;
+    }
+    auto const& v = reply.value;
+    auto const& e = v.elements;
+    auto const kind =
+        v.type == resp3::type::array && !e.empty() ? replies::flag(e[0], -1, 1) : std::nullopt;
+    std::optional<std::int64_t> first, second;
+    if (kind && e.size() == (*kind == 0 ? 3u : 2u)) {
+        first = count(e[1]);
+        if (*kind == 0)
+            second = count(e[2]);
+    }
+    if (!kind || !first || (*kind == 0 && !second) || (*kind == 1 && *first == 0) ||
+        (*kind == -1 && *first == 0)) {
+        // A reply of another shape may still have granted permits to the token.
+        auto out = replies::garbled<permit_grant>(v);
+        out.outcome_unknown = true;
+        return out;
+    }
+    switch (*kind) {
+    case 1:
+        g.granted = true;
+        g.fence = *first;
+        break;
+    case 0:
+        g.wait = milliseconds(std::min<std::int64_t>(*first, max_lock_ttl.count()));
+        g.free = *second;
+        break;
+    default:
+        g.stored = *first;
+        break;
+    }
+    return g;
+}
+
+lease_reply read_permit_reply(script_reply const& reply) {
+    return read_extend(reply);
+}
+
+semaphore_reading read_semaphore(script_reply const& reply) {
+    return replies::read_value<semaphore_reading>(
+        reply, [](resp3::value const& v, semaphore_reading& r) {
+            if (v.type != resp3::type::array || v.elements.size() != 3)
+                return false;
+            auto const capacity =
+                replies::flag(v.elements[0], -1, static_cast<std::int64_t>(max_semaphore_capacity));
+            auto const held = count(v.elements[1]);
+            auto const queued = count(v.elements[2]);
+            if (!capacity || *capacity == 0 || !held || !queued)
+                return false;
+            if (*capacity > 0)
+                r.capacity = *capacity;
+            r.held = *held;
+            r.queued = *queued;
+            return true;
+        });
+}
+
+grant_result as_grant_result(permit_grant const& g) {
+    grant_result r;
+    r.ec = g.ec;
+    r.server_text = g.server_text;
+    r.granted = g.granted;
+    r.fence = g.fence;
+    r.holder_ttl = g.wait;
+    r.outcome_unknown = g.outcome_unknown;
+    return r;
+}
+
+std::string capacity_mismatch_text(std::string_view name, std::size_t capacity,
+                                   std::int64_t stored) {
+    return fmt::format("colock: semaphore '{}' has capacity {} at the server, not {}: every "
+                       "user of a semaphore must give the same capacity (nothing was changed)",
+                       name, stored, capacity);
+}
+
+namespace {
+
+[[noreturn]] void refuse(std::string text) {
+    throw boost::system::system_error(make_error_code(error::invalid_argument), text);
+}
+
+} // namespace
+
+void validate_semaphore(std::string_view name, std::size_t capacity) {
+    validate(name, lock_options{});
+    if (capacity == 0 || capacity > max_semaphore_capacity)
+        refuse(fmt::format("colock: semaphore '{}': capacity must be 1 to {}, got {}", name,
+                           max_semaphore_capacity, capacity));
+}
+
+void validate_permits(std::string_view name, std::size_t capacity, std::size_t permits) {
+    if (permits == 0 || permits > capacity || permits > max_permits_per_call)
+        refuse(fmt::format("colock: semaphore '{}': permits must be 1 to {} (its capacity, and "
+                           "at most {} per call), got {}",
+                           name, std::min(capacity, max_permits_per_call), max_permits_per_call,
+                           permits));
+}
+
+clock_type::time_point permit_wakes_at(clock_type::time_point now,
+                                       clock_type::time_point wait_deadline,
+                                       milliseconds first_expiry, bool listening,
+                                       milliseconds backoff) {
+    auto nap = first_expiry.count() > 0 ? first_expiry : backoff;
+    if (!listening)
+        nap = std::min(nap, backoff);
+    nap = std::clamp(nap, milliseconds{1}, queue_refresh_interval);
+    return std::min(wait_deadline, saturating_add(now, nap));
+}
+
+} // namespace colock::detail

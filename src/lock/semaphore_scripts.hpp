@@ -1,0 +1,240 @@
+// The Lua scripts of a semaphore. Private to the library's sources, its tests and benchmarks.
+//
+// Keys of semaphore `name` under prefix p (the locker's prefix + "semaphore:"), all in the hash
+// slot of `{name}`:
+//   p{name}      a hash: `capacity` (every user must agree on it) and `fence` (the last one
+//                given). Its expiry is never earlier than any permit's or queue entry's.
+//   p{name}:h    the permits held: a sorted set, one member per permit, scored by its expiry in
+//                the server's milliseconds. A holding of k permits with token T is the members
+//                T, T#2, ..., T#k. Free permits = capacity - live members: derived from the
+//                leases at each call, never a stored counter that could drift.
+//   p{name}:q    the waiting calls, in arrival order (a list of their tokens)
+//   p{name}:qd   each waiting call's entry (a hash): "<deadline ms> <permits> <owner> <woken>";
+//                the call refreshes the deadline while it waits, so a dead one's entry lapses.
+// Channel p{name}:w:<owner>: "g <token>" to locker `owner`: its waiting call `token` may fit now.
+//
+// Admission, first come first served across processes: a call is admitted when its permits and
+// those of every live entry ahead of it in the queue fit in the free permits (a call not queued
+// counts the whole queue as ahead). So a large request is never overtaken by small ones, and
+// the calls admitted together are exactly those a release made room for. A release wakes the
+// entries that now fit, each once (their `woken` mark), and shortens their deadline to the
+// claim: a woken process that died holds the others up that long at most.
+//
+// Fences: the server's clock in microseconds, or one more than the last fence when that is not
+// below it (two grants within a microsecond); the hash outlives every permit, and lapses at
+// least a ttl after the last grant, by when the clock is past every fence given.
+#pragma once
+
+#include "scripts.hpp"
+
+#include <string_view>
+
+namespace colock::detail {
+
+// A shared prologue: the time, the entries of the queue and the walk that admits or wakes.
+// `now` is the server's time in ms; live_entry(e) answers the permits entry `e` waits for, or
+// removes a lapsed (or garbled) entry and answers nil.
+#define COLOCK_SEMAPHORE_PROLOGUE                                                                  \
+    "local t = redis.call('TIME')\n"                                                               \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                      \
+    "local function live_entry(e)\n"                                                               \
+    "  local d = redis.call('HGET', KEYS[4], e)\n"                                                 \
+    "  if d then\n"                                                                                \
+    "    local deadline, want = string.match(d, '^(%d+) (%d+) ')\n"                                \
+    "    if deadline and tonumber(deadline) >= now then return tonumber(want), d end\n"            \
+    "  end\n"                                                                                      \
+    "  redis.call('HDEL', KEYS[4], e)\n"                                                           \
+    "  redis.call('LREM', KEYS[3], 1, e)\n"                                                        \
+    "  return nil\n"                                                                               \
+    "end\n"                                                                                        \
+    "-- Walks the queue from its head while the permits of the live entries fit in `free`,\n"      \
+    "-- calling visit(entry, want, record) for each that fits, until `stop_at` (an entry) is\n"    \
+    "-- reached. Returns the permits of the entries that fit ahead of `stop_at` (or of the\n"      \
+    "-- whole queue), and whether the walk ended because the next did not fit.\n"                  \
+    "local function walk(free, stop_at, visit)\n"                                                  \
+    "  local ahead = 0\n"                                                                          \
+    "  local pos = 0\n"                                                                            \
+    "  while true do\n"                                                                            \
+    "    local chunk = redis.call('LRANGE', KEYS[3], pos, pos + math.max(free, 1))\n"              \
+    "    if #chunk == 0 then return ahead, false end\n"                                            \
+    "    for _, e in ipairs(chunk) do\n"                                                           \
+    "      if e == stop_at then return ahead, false end\n"                                         \
+    "      local want, record = live_entry(e)\n"                                                   \
+    "      if want then\n"                                                                         \
+    "        if ahead + want > free then return ahead, true end\n"                                 \
+    "        ahead = ahead + want\n"                                                               \
+    "        pos = pos + 1\n"                                                                      \
+    "        if visit then visit(e, want, record) end\n"                                           \
+    "      end\n"                                                                                  \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "-- The members of holding `token` of `k` permits.\n"                                          \
+    "local function members(token, k)\n"                                                           \
+    "  local m = {token}\n"                                                                        \
+    "  for i = 2, k do m[i] = token .. '#' .. i end\n"                                             \
+    "  return m\n"                                                                                 \
+    "end\n"                                                                                        \
+    "-- Keeps `key` (made by this script when `fresh`) for `ms` from now at least.\n"              \
+    "local function keep(key, ms, fresh)\n"                                                        \
+    "  if fresh then redis.call('PEXPIRE', key, ms) else redis.call('PEXPIRE', key, ms, 'GT') "    \
+    "end\n"                                                                                        \
+    "end\n"
+
+// Acquire. KEYS[1] the semaphore, KEYS[2] its permits, KEYS[3] the queue, KEYS[4] its entries.
+// ARGV[1] token, ARGV[2] permits wanted (1..capacity), ARGV[3] the caller's capacity, ARGV[4]
+// ttl ms, ARGV[5] owner (the locker), ARGV[6] "1" to queue when not admitted ("0": a try),
+// ARGV[7] the queue entry's lifetime in ms.
+// Returns {1, fence} when granted; {0, ms until the first permit held expires (0 when none is
+// held: try again soon), free permits}; {-1, the capacity stored} when it differs from ARGV[3]
+// (nothing changed). A token already granted is not granted again: the caller uses a new token
+// after a request whose reply it did not see (and gives that one back).
+inline constexpr std::string_view semaphore_acquire_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
+local state = redis.call('HMGET', KEYS[1], 'capacity', 'fence')
+if state[1] and state[1] ~= ARGV[3] then return {-1, tonumber(state[1]) or -1} end
+local fresh_state = not state[1]
+local k = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local used = redis.call('ZCARD', KEYS[2])
+local free = tonumber(ARGV[3]) - used
+local admitted = false
+if free >= k then
+  local ahead, blocked = walk(free, ARGV[1], nil)
+  admitted = not blocked and ahead + k <= free
+end
+if admitted then
+  if redis.call('HDEL', KEYS[4], ARGV[1]) == 1 then redis.call('LREM', KEYS[3], 1, ARGV[1]) end
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(state[2] or '0') or 0
+  if last >= fence then fence = last + 1 end
+  local expiry = now + ttl
+  local m = members(ARGV[1], k)
+  local args = {}
+  for i = 1, k do
+    args[2 * i - 1] = expiry
+    args[2 * i] = m[i]
+  end
+  redis.call('ZADD', KEYS[2], unpack(args))
+  redis.call('HSET', KEYS[1], 'capacity', ARGV[3], 'fence', string.format('%.0f', fence))
+  keep(KEYS[2], ttl, used == 0)
+  keep(KEYS[1], ttl, fresh_state)
+  return {1, fence}
+end
+if ARGV[6] == '1' then
+  local life = tonumber(ARGV[7])
+  local entry = string.format('%.0f', now + life) .. ' ' .. k .. ' ' .. ARGV[5] .. ' 0'
+  if redis.call('HSET', KEYS[4], ARGV[1], entry) == 1 then
+    redis.call('RPUSH', KEYS[3], ARGV[1])
+  end
+  -- Each entry's deadline is at most `life` from its last refresh: the keys outlive them all.
+  redis.call('PEXPIRE', KEYS[3], life)
+  redis.call('PEXPIRE', KEYS[4], life)
+  if fresh_state then redis.call('HSET', KEYS[1], 'capacity', ARGV[3]) end
+  keep(KEYS[1], life, fresh_state)
+elseif fresh_state then
+  -- Nothing held, nothing written: a try needs no key.
+  return {0, 0, free}
+end
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local wait = 0
+if first[2] then wait = math.max(tonumber(first[2]) - now, 0) end
+return {0, wait, free}
+)lua";
+
+// Release, and leave. KEYS as for acquire. ARGV[1] token, ARGV[2] its permits, ARGV[3] the
+// channel prefix p{name}:w:, ARGV[4] the claim in ms (how long a woken entry is kept for its
+// process), ARGV[5] "1" when the call leaves the queue (a waiting call given up) rather than
+// gives back a holding. The permits freed go to the entries that now fit, first come first
+// served, each woken once. Returns 1 when the holding was live and is released (or the entry
+// left), 0 when it was not ours any more (expired, or never granted).
+inline constexpr std::string_view semaphore_release_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
+local ours = 0
+if ARGV[5] == '1' then
+  if redis.call('HDEL', KEYS[4], ARGV[1]) == 1 then
+    redis.call('LREM', KEYS[3], 1, ARGV[1])
+    ours = 1
+  end
+end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if score then
+  if tonumber(score) > now then ours = 1 end
+  redis.call('ZREM', KEYS[2], unpack(members(ARGV[1], tonumber(ARGV[2]))))
+end
+if redis.call('LLEN', KEYS[3]) > 0 then
+  local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '0') or 0
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  local free = capacity - redis.call('ZCARD', KEYS[2])
+  local claim = tonumber(ARGV[4])
+  walk(free, nil, function(e, want, record)
+    local deadline, owner, woken = string.match(record, '^(%d+) %d+ (%S+) (%d)$')
+    if woken == '0' and owner then
+      local until_ms = math.min(tonumber(deadline), now + claim)
+      redis.call('HSET', KEYS[4], e, string.format('%.0f', until_ms) .. ' ' .. want .. ' ' ..
+                 owner .. ' 1')
+      redis.pcall('PUBLISH', ARGV[3] .. owner, 'g ' .. e)
+    end
+  end)
+end
+return ours
+)lua";
+
+// Extend. KEYS[1] the semaphore, KEYS[2] its permits; ARGV[1] token, ARGV[2] its permits,
+// ARGV[3] ttl ms. 1 when extended, 0 when the holding is not live any more (an expired one is
+// removed: it is never revived).
+inline constexpr std::string_view semaphore_extend_source = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local k = tonumber(ARGV[2])
+local m = {ARGV[1]}
+for i = 2, k do m[i] = ARGV[1] .. '#' .. i end
+if not score then return 0 end
+if tonumber(score) <= now then
+  redis.call('ZREM', KEYS[2], unpack(m))
+  return 0
+end
+local ttl = tonumber(ARGV[3])
+local args = {'XX'}
+for i = 1, k do
+  args[2 * i] = now + ttl
+  args[2 * i + 1] = m[i]
+end
+redis.call('ZADD', KEYS[2], unpack(args))
+redis.call('PEXPIRE', KEYS[2], ttl, 'GT')
+redis.call('PEXPIRE', KEYS[1], ttl, 'GT')
+return 1
+)lua";
+
+// Reads the semaphore. KEYS[1] the semaphore, KEYS[2] its permits, KEYS[3] the queue.
+// Returns {capacity stored or -1, live permits, queued calls}.
+inline constexpr std::string_view semaphore_read_source = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '-1') or -1
+local live = redis.call('ZCOUNT', KEYS[2], '(' .. string.format('%.0f', now), '+inf')
+return {capacity, live, redis.call('LLEN', KEYS[3])}
+)lua";
+
+#undef COLOCK_SEMAPHORE_PROLOGUE
+
+// The scripts as sent, each made once.
+inline script const& semaphore_acquire_script() {
+    static script const s = make_script(semaphore_acquire_source);
+    return s;
+}
+inline script const& semaphore_release_script(bool sharded) {
+    static script const variants[2] = {make_script(semaphore_release_source, false),
+                                       make_script(semaphore_release_source, true)};
+    return variants[sharded ? 1 : 0];
+}
+inline script const& semaphore_extend_script() {
+    static script const s = make_script(semaphore_extend_source);
+    return s;
+}
+inline script const& semaphore_read_script() {
+    static script const s = make_script(semaphore_read_source);
+    return s;
+}
+
+} // namespace colock::detail

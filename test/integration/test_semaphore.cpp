@@ -1,0 +1,344 @@
+// The semaphore against a real server: never more than `capacity` permits held, waiting calls
+// served first come first served across lockers and woken by the release (not by polling), a
+// call for several permits not overtaken by later calls for one, the permits of a holder that
+// stops renewing back within their ttl, a lost holding reported, cancellation and destruction
+// that leave nothing queued, a capacity that differs refused, and every key with an expiry.
+#include <colock/semaphore.hpp>
+
+#include "lock_fixture.hpp"
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using namespace colock::test;
+using namespace asio::experimental::awaitable_operators;
+
+namespace {
+
+std::string semaphore_key(std::string const& name) {
+    return "colock:semaphore:{" + name + "}";
+}
+
+// Every key of the semaphore has an expiry (none is left forever); returns how many exist.
+asio::awaitable<int> keys_all_expire(redis::connection& probe, std::string const& name) {
+    int found = 0;
+    auto const base = semaphore_key(name);
+    for (auto const* suffix : {"", ":h", ":q", ":qd"}) {
+        auto const key = base + suffix;
+        auto const pttl = co_await integer(probe, command("PTTL", key));
+        if (pttl == -2)
+            continue;
+        ++found;
+        CHECK_MESSAGE(pttl > 0, key << " has no expiry");
+    }
+    co_return found;
+}
+
+// An acquire run beside the test.
+struct acquire_run {
+    std::optional<permit> got;
+    steady::time_point at;
+    bool done = false;
+    error_code ec;
+};
+
+void start_acquire(asio::any_io_executor ex, semaphore& sem, std::size_t permits, lock_options opt,
+                   acquire_run& run) {
+    asio::co_spawn(
+        ex,
+        [&sem, permits, opt, &run]() -> asio::awaitable<void> {
+            try {
+                run.got = co_await sem.co_acquire(permits, opt);
+            } catch (system_error const& e) {
+                run.ec = e.code();
+            }
+            run.at = steady::now();
+            run.done = true;
+        },
+        asio::detached);
+}
+
+} // namespace
+
+TEST_CASE("semaphore: at most capacity permits; try_acquire is empty when full; a release frees "
+          "a permit; fences increase; every key expires") {
+    run_lock_test<one_locker>(
+        "sem-basic",
+        [](redis::connection&, redis::connection& probe, locker& locks,
+           std::string const& name) -> asio::awaitable<void> {
+            semaphore sem{locks, name, 3};
+            CHECK(sem.capacity() == 3);
+            CHECK(sem.name() == name);
+            CHECK(co_await sem.co_available() == 3);
+            std::vector<permit> held;
+            std::int64_t last_fence = 0;
+            for (int i = 0; i < 3; ++i) {
+                held.push_back(co_await sem.co_acquire(lease(10'000ms)));
+                CHECK(held.back().owns());
+                CHECK(held.back().count() == 1);
+                CHECK(held.back().name() == name);
+                CHECK(held.back().fence() > last_fence);
+                last_fence = held.back().fence();
+            }
+            CHECK(co_await sem.co_available() == 0);
+            CHECK_FALSE((co_await sem.co_try_acquire()).has_value());
+            CHECK(co_await keys_all_expire(probe, name) == 2);
+            auto const pttl = co_await integer(probe, command("PTTL", semaphore_key(name)));
+            CHECK(pttl > 9000);
+
+            CHECK(co_await held[1].release());
+            CHECK_FALSE(held[1].owns());
+            CHECK_FALSE(co_await held[1].release()); // released already
+            CHECK(co_await sem.co_available() == 1);
+            auto again = co_await sem.co_try_acquire();
+            REQUIRE(again.has_value());
+            CHECK(again->fence() > last_fence);
+            for (auto& p : held)
+                co_await p.release();
+            co_await again->release();
+            CHECK(co_await sem.co_available() == 3);
+            // The permits are gone; the semaphore's hash keeps the last fence, with an expiry.
+            CHECK(co_await integer(probe, command("EXISTS", semaphore_key(name) + ":h")) == 0);
+            CHECK(co_await keys_all_expire(probe, name) == 1);
+        });
+}
+
+TEST_CASE("semaphore: a capacity other than the one at the server is refused, naming both, and "
+          "nothing changes; bad arguments are refused before any I/O") {
+    run_lock_test<two_lockers>(
+        "sem-capacity",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            semaphore five{a, name, 5};
+            semaphore four{b, name, 4};
+            auto p = co_await five.co_acquire();
+            auto const refused = co_await failure_of(four.co_acquire());
+            CHECK(refused.code == error::invalid_argument);
+            CHECK(refused.what.find("capacity 5") != std::string::npos);
+            CHECK(refused.what.find("not 4") != std::string::npos);
+            CHECK(refused.what.find(name) != std::string::npos);
+            CHECK((co_await failure_of(four.co_available())).code == error::invalid_argument);
+            CHECK(co_await integer(probe, command("ZCARD", semaphore_key(name) + ":h")) == 1);
+            CHECK(co_await integer(probe, command("EXISTS", semaphore_key(name) + ":q")) == 0);
+            CHECK(co_await p.release());
+
+            CHECK(call_failure([&] { semaphore bad{a, "", 3}; }).code == error::invalid_argument);
+            CHECK(call_failure([&] { semaphore bad{a, name, 0}; }).code == error::invalid_argument);
+            auto const too_many = call_failure([&] { (void)five.async_acquire(6); });
+            CHECK(too_many.code == error::invalid_argument);
+            CHECK(too_many.what.find("permits must be 1 to 5") != std::string::npos);
+            CHECK((co_await failure_of(five.co_acquire(0))).code == error::invalid_argument);
+            lock_options no_ttl;
+            no_ttl.ttl = 0ms;
+            CHECK((co_await failure_of(five.co_acquire(no_ttl))).code == error::invalid_argument);
+        });
+}
+
+TEST_CASE("semaphore: a waiting call on another locker is woken by the release, not by its "
+          "poll, and waiting calls are served in arrival order") {
+    run_lock_test<two_lockers>(
+        "sem-wake",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto ex = co_await asio::this_coro::executor;
+            semaphore sa{a, name, 1};
+            semaphore sb{b, name, 1};
+            auto held = co_await sa.co_acquire(lease(10'000ms));
+            acquire_run first, second;
+            start_acquire(ex, sb, 1, lease(10'000ms), first);
+            co_await sleep_for(100ms);
+            start_acquire(ex, sa, 1, lease(10'000ms), second);
+            CHECK(co_await numsub_becomes(probe, semaphore_key(name) + ":w:*", 2) == 2);
+            co_await sleep_for(1500ms); // past any poll made before the subscriptions
+            CHECK(co_await integer(probe, command("LLEN", semaphore_key(name) + ":q")) == 2);
+            CHECK_FALSE(first.done);
+
+            auto const released_at = steady::now();
+            CHECK(co_await held.release());
+            CHECK(co_await finishes(first.done, 2000ms));
+            REQUIRE(first.got.has_value());
+            // A poll would come up to a second later: the message woke it.
+            CHECK(ms_between(released_at, first.at) < 300);
+            CHECK_FALSE(second.done);
+            CHECK(first.got->fence() > held.fence());
+
+            CHECK(co_await first.got->release());
+            CHECK(co_await finishes(second.done, 2000ms));
+            REQUIRE(second.got.has_value());
+            CHECK(co_await second.got->release());
+            CHECK(co_await exists_becomes(probe, semaphore_key(name) + ":q", 0) == 0);
+            CHECK(co_await numsub_becomes(probe, semaphore_key(name) + ":w:*", 0) == 0);
+        });
+}
+
+TEST_CASE("semaphore: a call for several permits is not overtaken by later calls for one, and "
+          "gets them all at once") {
+    run_lock_test<two_lockers>(
+        "sem-large",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto ex = co_await asio::this_coro::executor;
+            semaphore sa{a, name, 4};
+            semaphore sb{b, name, 4};
+            std::vector<permit> small;
+            for (int i = 0; i < 3; ++i)
+                small.push_back(co_await sa.co_acquire(lease(10'000ms)));
+            acquire_run large;
+            start_acquire(ex, sb, 4, lease(10'000ms), large);
+            CHECK(co_await exists_becomes(probe, semaphore_key(name) + ":q", 1) == 1);
+            // One permit is free, but the call for four came first.
+            CHECK(co_await sa.co_available() == 1);
+            CHECK_FALSE((co_await sa.co_try_acquire()).has_value());
+            acquire_run later;
+            start_acquire(ex, sa, 1, lease(10'000ms), later);
+            co_await sleep_for(300ms);
+            CHECK_FALSE(later.done);
+            CHECK(co_await small[0].release());
+            CHECK(co_await small[1].release());
+            co_await sleep_for(200ms);
+            CHECK_FALSE(large.done);
+            CHECK_FALSE(later.done); // two free, and still behind the call for four
+            CHECK(co_await small[2].release());
+            CHECK(co_await finishes(large.done, 2000ms));
+            REQUIRE(large.got.has_value());
+            CHECK(large.got->count() == 4);
+            CHECK(co_await integer(probe, command("ZCARD", semaphore_key(name) + ":h")) == 4);
+            CHECK(co_await sa.co_available() == 0);
+            CHECK_FALSE(later.done);
+            CHECK(co_await large.got->release());
+            CHECK(co_await finishes(later.done, 2000ms));
+            REQUIRE(later.got.has_value());
+            CHECK(later.got->fence() > large.got->fence());
+            CHECK(co_await later.got->release());
+        });
+}
+
+TEST_CASE("semaphore: permits not renewed come back at their ttl to a waiting call; their "
+          "release answers false; a holding removed from outside is reported lost") {
+    run_lock_test<two_lockers>(
+        "sem-expiry",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto ex = co_await asio::this_coro::executor;
+            semaphore sa{a, name, 1};
+            semaphore sb{b, name, 1};
+            lock_options dying = lease(600ms);
+            dying.auto_renew = false; // as a holder that stopped
+            auto const taken_at = steady::now();
+            auto stale = co_await sa.co_acquire(dying);
+            acquire_run waiting;
+            start_acquire(ex, sb, 1, lease(600ms), waiting);
+            CHECK(co_await finishes(waiting.done, 3000ms));
+            REQUIRE(waiting.got.has_value());
+            CHECK(ms_between(taken_at, waiting.at) >= 590);
+            CHECK(ms_between(taken_at, waiting.at) < 2000);
+            CHECK(stale.lost());
+            CHECK(stale.loss() == loss_reason::expired);
+            CHECK_FALSE(co_await stale.release()); // an expired permit is never "released"
+            CHECK(waiting.got->owns());
+
+            // Renewed (every 200 ms), it stays held past its ttl...
+            co_await sleep_for(900ms);
+            CHECK(waiting.got->owns());
+            // ... until its holding is removed from outside: the renewal reports it lost.
+            co_await probe.co_exec(command("DEL", semaphore_key(name) + ":h"));
+            auto const deleted_at = steady::now();
+            auto const lost = co_await (waiting.got->wait_lost() || sleep_for(2000ms));
+            CHECK(lost.index() == 0);
+            CHECK(ms_between(deleted_at, steady::now()) < 600);
+            CHECK(waiting.got->loss() == loss_reason::not_ours);
+            CHECK_FALSE(co_await waiting.got->release());
+        });
+}
+
+TEST_CASE("semaphore: a waiting call cancelled, or ended by the semaphore's destruction, leaves "
+          "nothing queued, and a permit let go by its destructor is released") {
+    run_lock_test<two_lockers>(
+        "sem-cancel",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto ex = co_await asio::this_coro::executor;
+            semaphore sa{a, name, 1};
+            auto held = co_await sa.co_acquire(lease(10'000ms));
+            {
+                semaphore sb{b, name, 1};
+                auto const raced = co_await (sb.co_acquire() || sleep_for(300ms));
+                CHECK(raced.index() == 1);
+                CHECK(co_await exists_becomes(probe, semaphore_key(name) + ":q", 0) == 0);
+                CHECK(co_await numsub_becomes(probe, semaphore_key(name) + ":w:*", 0) == 0);
+
+                acquire_run ended;
+                start_acquire(ex, sb, 1, lease(10'000ms), ended);
+                CHECK(co_await exists_becomes(probe, semaphore_key(name) + ":q", 1) == 1);
+                co_await sleep_for(50ms);
+                CHECK_FALSE(ended.done);
+                sb = semaphore{b, name, 1}; // the first one goes
+                CHECK(co_await finishes(ended.done, 1000ms));
+                CHECK(ended.ec == asio::error::operation_aborted);
+                CHECK(co_await exists_becomes(probe, semaphore_key(name) + ":q", 0) == 0);
+            }
+            {
+                permit dropped = std::move(held); // let go by its destructor below
+            }
+            CHECK(co_await exists_becomes(probe, semaphore_key(name) + ":h", 0) == 0);
+            CHECK(co_await sa.co_available() == 1);
+        });
+}
+
+TEST_CASE("semaphore: 3 lockers x 6 coroutines on capacity 3 never hold more than 3, and every "
+          "coroutine gets its turns") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const cfg = shared_server().config();
+        std::vector<std::unique_ptr<redis::connection>> conns;
+        std::vector<std::unique_ptr<locker>> lockers;
+        std::vector<std::unique_ptr<semaphore>> sems;
+        auto const name = unique_key("sem-load");
+        for (int i = 0; i < 3; ++i) {
+            conns.push_back(std::make_unique<redis::connection>(ctx.get_executor(), cfg));
+            lockers.push_back(std::make_unique<locker>(*conns.back()));
+            sems.push_back(std::make_unique<semaphore>(*lockers.back(), name, 3));
+        }
+        int inside = 0, most = 0, finished = 0, failed = 0;
+        std::vector<int> turns(18, 0);
+        auto const end = steady::now() + 1500ms;
+        for (int w = 0; w < 18; ++w)
+            asio::co_spawn(
+                ctx,
+                [&, w]() -> asio::awaitable<void> {
+                    auto& sem = *sems[w % 3];
+                    while (steady::now() < end) {
+                        auto p = co_await sem.co_acquire(lease(5000ms));
+                        most = std::max(most, ++inside);
+                        ++turns[w];
+                        co_await sleep_for(2ms);
+                        --inside;
+                        if (!co_await p.release())
+                            ++failed;
+                    }
+                    ++finished;
+                },
+                count_failure(failed, finished));
+        while (finished < 18)
+            co_await sleep_for(20ms);
+        CHECK(failed == 0);
+        CHECK(most <= 3);
+        CHECK(most == 3);
+        auto const [least, largest] = std::minmax_element(turns.begin(), turns.end());
+        CHECK(*least > 0);
+        MESSAGE("turns per coroutine: " << *least << " to " << *largest);
+        for (auto& c : conns)
+            c->close();
+    });
+}
