@@ -1,0 +1,188 @@
+// A semaphore's decisions without a server: its scripts' replies (every shape they answer with,
+// and foreign ones, none of which may read as "granted" or be taken for certain not to have
+// run), the checks of its arguments, and when a waiting acquire asks again.
+#include "lock/semaphore_policy.hpp"
+
+#include "lock/acquire_policy.hpp"
+
+#include "value_builders.hpp"
+
+#include <colock/error.hpp>
+#include <colock/redis/error.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+
+using namespace colock::detail;
+using colock::resp3::value;
+using colock::test::array;
+using colock::test::blob;
+using colock::test::error_reply;
+using colock::test::number;
+using namespace std::chrono_literals;
+
+namespace {
+
+script_reply answered(value v) {
+    return script_reply{{}, std::move(v)};
+}
+
+// The code of the system_error `f` throws; empty when it throws none.
+template <class F>
+boost::system::error_code refusal(F f) {
+    try {
+        f();
+    } catch (boost::system::system_error const& e) {
+        return e.code();
+    }
+    return {};
+}
+
+} // namespace
+
+TEST_CASE("read_permit_grant: granted, not admitted, another capacity") {
+    auto g = read_permit_grant(answered(array({number(1), number(1700000000000123)})));
+    CHECK_FALSE(g.ec);
+    CHECK(g.granted);
+    CHECK(g.fence == 1700000000000123);
+    CHECK_FALSE(g.outcome_unknown);
+
+    g = read_permit_grant(answered(array({number(0), number(2500), number(1)})));
+    CHECK_FALSE(g.ec);
+    CHECK_FALSE(g.granted);
+    CHECK(g.wait == 2500ms);
+    CHECK(g.free == 1);
+    CHECK_FALSE(g.stored);
+
+    g = read_permit_grant(answered(array({number(-1), number(8)})));
+    CHECK_FALSE(g.ec);
+    CHECK_FALSE(g.granted);
+    REQUIRE(g.stored.has_value());
+    CHECK(*g.stored == 8);
+}
+
+TEST_CASE("read_permit_grant: a reply of another shape is unexpected_reply whose permits may be "
+          "held; a refusal did not run, a lost connection may have") {
+    value const foreign[] = {
+        blob("OK"),
+        number(1),
+        array({}),
+        array({number(1)}),
+        array({number(1), number(0)}),            // no fence is 0
+        array({number(1), number(5), number(0)}), // the grant has two elements
+        array({number(0), number(-5), number(1)}),
+        array({number(0), number(5)}),
+        array({number(2), number(5)}),
+        array({number(-1), number(0)}),
+        array({number(1), blob("5")}),
+    };
+    for (auto const& v : foreign) {
+        auto const g = read_permit_grant(answered(v));
+        CHECK(g.ec == colock::error::unexpected_reply);
+        CHECK_FALSE(g.granted);
+        CHECK(g.outcome_unknown);
+        CHECK_FALSE(g.server_text.empty());
+    }
+    auto g = read_permit_grant(
+        script_reply{colock::redis::error::server_error, error_reply("NOPERM no rights")});
+    CHECK(g.ec == colock::redis::error::server_error);
+    CHECK(g.server_text == "NOPERM no rights");
+    CHECK_FALSE(g.outcome_unknown);
+    g = read_permit_grant(script_reply{boost::asio::error::operation_aborted, {}});
+    CHECK_FALSE(g.outcome_unknown);
+    g = read_permit_grant(script_reply{colock::redis::error::connection_lost, {}});
+    CHECK(g.outcome_unknown);
+}
+
+TEST_CASE("read_permit_reply and read_semaphore") {
+    CHECK(read_permit_reply(answered(number(1))).ours);
+    CHECK_FALSE(read_permit_reply(answered(number(0))).ours);
+    CHECK(read_permit_reply(answered(number(2))).ec == colock::error::unexpected_reply);
+    CHECK(read_permit_reply(answered(blob("1"))).ec == colock::error::unexpected_reply);
+
+    auto r = read_semaphore(answered(array({number(5), number(2), number(3)})));
+    CHECK_FALSE(r.ec);
+    REQUIRE(r.capacity.has_value());
+    CHECK(*r.capacity == 5);
+    CHECK(r.held == 2);
+    CHECK(r.queued == 3);
+    r = read_semaphore(answered(array({number(-1), number(0), number(0)})));
+    CHECK_FALSE(r.ec);
+    CHECK_FALSE(r.capacity.has_value());
+    for (auto const& v :
+         {array({number(0), number(0), number(0)}), array({number(5), number(-1), number(0)}),
+          array({number(5), number(1)}), number(5)})
+        CHECK(read_semaphore(answered(v)).ec == colock::error::unexpected_reply);
+}
+
+TEST_CASE("a semaphore's arguments: name, capacity and permits per call") {
+    CHECK_FALSE(refusal([] { validate_semaphore("exports", 8); }));
+    CHECK(refusal([] { validate_semaphore("", 8); }) == colock::error::invalid_argument);
+    CHECK(refusal([] { validate_semaphore("exports", 0); }) == colock::error::invalid_argument);
+    CHECK(refusal([] { validate_semaphore("exports", max_semaphore_capacity + 1); }) ==
+          colock::error::invalid_argument);
+    CHECK_FALSE(refusal([] { validate_permits("exports", 8, 8); }));
+    CHECK(refusal([] { validate_permits("exports", 8, 0); }) == colock::error::invalid_argument);
+    CHECK(refusal([] { validate_permits("exports", 8, 9); }) == colock::error::invalid_argument);
+    CHECK(refusal([] { validate_permits("big", 5000, max_permits_per_call + 1); }) ==
+          colock::error::invalid_argument);
+    auto const text = capacity_mismatch_text("exports", 4, 8);
+    CHECK(text.find("'exports'") != std::string::npos);
+    CHECK(text.find("capacity 8") != std::string::npos);
+    CHECK(text.find("not 4") != std::string::npos);
+}
+
+TEST_CASE("permit_wakes_at: told by messages, a waiting call looks by itself only at the first "
+          "expiry or its entry's refresh; without them, or with nothing held, by its backoff") {
+    auto const now = clock_type::now();
+    auto const never = clock_type::time_point::max();
+    // Listening: the first expiry, at most the refresh interval; the backoff does not apply.
+    CHECK(permit_wakes_at(now, never, 200ms, true, 30ms) == now + 200ms);
+    CHECK(permit_wakes_at(now, never, 10'000ms, true, 30ms) == now + queue_refresh_interval);
+    // Nothing held (the calls ahead are about to take theirs): the backoff.
+    CHECK(permit_wakes_at(now, never, 0ms, true, 30ms) == now + 30ms);
+    // No messages: the backoff when it is sooner.
+    CHECK(permit_wakes_at(now, never, 200ms, false, 30ms) == now + 30ms);
+    CHECK(permit_wakes_at(now, never, 20ms, false, 30ms) == now + 20ms);
+    // At least 1 ms; never after the wait deadline.
+    CHECK(permit_wakes_at(now, never, 0ms, true, 0ms) == now + 1ms);
+    CHECK(permit_wakes_at(now, now + 5ms, 200ms, true, 30ms) == now + 5ms);
+}
+
+TEST_CASE("a permit's attempt as the lock's decision reads it: not admitted waits up to the "
+          "first expiry; another capacity or a refusal fails; a lost reply tries again") {
+    wait_deadlines const deadlines{clock_type::time_point::max(), clock_type::time_point::max()};
+    attempt_context const waiting{true, true, deadlines, 1000ms};
+    attempt_context const trying{false, false, deadlines, 1000ms};
+    auto const now = clock_type::now();
+
+    permit_grant g;
+    g.wait = 700ms;
+    auto d = decide_after_attempt(as_grant_result(g), waiting, false, now);
+    CHECK(d.step == next_step::wait);
+    CHECK(d.sleep == 700ms);
+    CHECK(decide_after_attempt(as_grant_result(g), trying, false, now).step ==
+          next_step::not_acquired);
+    CHECK(decide_after_attempt(as_grant_result(g), waiting, true, now).step == next_step::aborted);
+
+    g = {};
+    g.granted = true;
+    g.fence = 7;
+    CHECK(decide_after_attempt(as_grant_result(g), waiting, false, now).step ==
+          next_step::acquired);
+
+    g = {};
+    g.ec = colock::redis::error::server_error;
+    g.server_text = "NOPERM this user has no permissions to run the 'evalsha' command";
+    CHECK(decide_after_attempt(as_grant_result(g), waiting, false, now).step == next_step::fail);
+
+    g = {};
+    g.ec = colock::redis::error::connection_lost;
+    g.outcome_unknown = true;
+    CHECK(decide_after_attempt(as_grant_result(g), waiting, false, now).step == next_step::wait);
+}
