@@ -4,6 +4,7 @@
 #include <colock/election.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
+#include <colock/semaphore.hpp>
 
 #include "election_fixture.hpp"
 #include "lock_fixture.hpp"
@@ -328,6 +329,33 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             CHECK(co_await lead_b->co_resign());
             CHECK_FALSE((co_await next_change(watch)).leading);
             CHECK_FALSE(holds_key(node, election_key("sched") + ":e"));
+
+            // A semaphore: its keys on the slot of its name, a waiter woken by sharded pub/sub.
+            semaphore sa{a, "exports", 2};
+            semaphore sb{b, "exports", 2};
+            auto p1 = co_await sa.co_acquire(2, lease(10s));
+            std::string const sem_key = "colock:semaphore:{exports}";
+            auto& sem_node = cluster.node_on(cluster.owner_of(hash_slot(sem_key)));
+            CHECK(holds_key(sem_node, sem_key + ":h"));
+            CHECK_FALSE(co_await sb.co_try_acquire());
+            std::optional<permit> p2;
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> { p2.emplace(co_await sb.co_acquire(lease(10s))); },
+                asio::detached);
+            start = steady::now();
+            while (!holds_key(sem_node, sem_key + ":q") && ms_since(start) < 2000)
+                co_await sleep_for(5ms);
+            co_await sleep_for(1200ms); // past the waiter's polls before its subscription
+            auto const released_at = steady::now();
+            CHECK(co_await p1.release());
+            while (!p2 && ms_since(released_at) < 3000)
+                co_await sleep_for(2ms);
+            REQUIRE(p2);
+            CHECK(ms_since(released_at) < 500); // woken by the message, not by its poll
+            CHECK(p2->fence() > p1.fence());
+            CHECK(co_await p2->release());
+            CHECK_FALSE(holds_key(sem_node, sem_key + ":h"));
             conn_a.close();
             conn_b.close();
         },
