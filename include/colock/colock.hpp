@@ -34,6 +34,7 @@
 
 #include <colock/election.hpp>
 #include <colock/error.hpp>
+#include <colock/lease_guard.hpp>
 #include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/lock_scope.hpp>
@@ -46,5 +47,6 @@
 #include <colock/resp3/parser.hpp>
 #include <colock/resp3/request.hpp>
 #include <colock/resp3/value.hpp>
+#include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
 #include <colock/version.hpp>

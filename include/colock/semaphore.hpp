@@ -3,7 +3,7 @@
 /// like a lock's (renewed while it lives, expiring on the server's clock when its holder dies).
 #pragma once
 
-#include <colock/lock_observer.hpp>
+#include <colock/lease_guard.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
 
@@ -24,58 +24,25 @@ namespace colock {
 
 namespace detail {
 class semaphore_core;
-class permit_state;
 } // namespace detail
 
 /// Permits of a semaphore, held from semaphore::co_acquire until release(), the permit's
-/// destruction, or the loss of its lease. Move-only; its destructor only signals (renewal stops
-/// and the release runs in the background), as lock_guard's. Thread-safe as lock_guard: its
-/// observers from any thread, one release at a time.
-class permit {
+/// destruction, or the loss of its lease (see lease_guard).
+class permit : public lease_guard {
 public:
     /// Holds nothing.
-    permit() noexcept;
-    permit(permit&& other) noexcept;
-    permit& operator=(permit&& other) noexcept;
-    permit(permit const&) = delete;
-    permit& operator=(permit const&) = delete;
+    permit() noexcept = default;
+    /// Takes over what `other` holds.
+    permit(permit&& other) noexcept = default;
+    /// Gives back what this holds (in the background), then takes over what `other` holds.
+    permit& operator=(permit&& other) noexcept = default;
     /// Gives the permits back in the background if still held.
-    ~permit();
+    ~permit() = default;
 
-    /// The semaphore's name; empty for a permit that holds nothing.
-    std::string const& name() const noexcept;
-    /// The holding's token at the server (random).
-    std::string const& token() const noexcept;
-    /// Strictly increasing per semaphore over all holders: a later acquisition has a larger
-    /// fence. 0 for a permit that holds nothing.
-    std::int64_t fence() const noexcept;
-    /// How many permits this holds (semaphore::co_acquire's `permits`); 0 once let go.
+    /// How many permits this holds, or held once let go (semaphore::co_acquire's `permits`); 0
+    /// for a permit that never held any. Its fence() is strictly increasing per semaphore over all
+    /// holders: a later acquisition has a larger one.
     std::size_t count() const noexcept;
-    /// Still held: not released, not lost, its lease not run out.
-    bool owns() const noexcept;
-    /// The lease was lost (expired unrenewed, or gone from the server); see loss().
-    bool lost() const noexcept;
-    /// Why it was lost, once it was.
-    std::optional<loss_reason> loss() const noexcept;
-    /// The local bound of the lease, as lock_guard::lease_expiry(): never later than the
-    /// server's expiry.
-    std::chrono::steady_clock::time_point lease_expiry() const noexcept;
-
-    /// Completes when the lease is lost (or at once if it is), or with error::not_held once the
-    /// permit is let go, as lock_guard::async_wait_lost.
-    ///
-    /// @par Completion signature
-    /// `void(boost::system::error_code)`.
-    /// @par Per-operation cancellation
-    /// terminal, partial, total: the wait ends with operation_aborted; nothing else changes.
-    template <class CompletionToken = boost::asio::deferred_t>
-    auto async_wait_lost(CompletionToken&& token = {}) {
-        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-            [st = state_](auto handler) { start_wait_lost(st, std::move(handler)); }, token);
-    }
-    /// Awaitable async_wait_lost for `co_await (work() || permit.wait_lost())`: returns when lost
-    /// or let go; throws system_error(operation_aborted) when cancelled.
-    boost::asio::awaitable<void> wait_lost();
 
     /// Stops renewal, then gives the permits back. Completes with true when they were still
     /// ours (now free for others), false when the lease had expired or was gone (an expired
@@ -90,7 +57,7 @@ public:
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_release(CompletionToken&& token = {}) {
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-            [st = std::move(state_)](auto handler) mutable {
+            [st = state_](auto handler) mutable {
                 start_release(std::move(st), std::move(handler));
             },
             token);
@@ -99,17 +66,9 @@ public:
     boost::asio::awaitable<bool> release();
 
 private:
-    friend class detail::semaphore_core;
     friend class semaphore;
-    using release_handler =
-        boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
-    explicit permit(std::shared_ptr<detail::permit_state> state) noexcept;
-    static void
-    start_wait_lost(std::shared_ptr<detail::permit_state> st,
-                    boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
-    static void start_release(std::shared_ptr<detail::permit_state> st, release_handler handler);
-
-    std::shared_ptr<detail::permit_state> state_;
+    explicit permit(std::shared_ptr<detail::permit_state> state) noexcept
+        : lease_guard(std::move(state)) {}
 };
 
 /// A semaphore on a locker: at most `capacity` permits of `name` held at once, over every

@@ -1,6 +1,6 @@
 // The semaphore's public face: construction, the acquire calls with their arguments checked at
-// the call, the permit handle and its release. The waiting and the requests are in
-// semaphore_core.cpp.
+// the call, and the permit. The waiting and the requests are in semaphore_core.cpp, what a
+// permit shares with a read-write lock's guards in lease_guard.cpp.
 #include "semaphore_core.hpp"
 
 #include "../detail/completion.hpp"
@@ -25,184 +25,22 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using boost::system::system_error;
 
-namespace detail {
-
-namespace {
-
-// Stops the renewal, then gives the permits back in the background; the extend script never
-// revives a holding that is gone, so a renewal behind the release cannot either.
-void release_in_background(std::shared_ptr<permit_state> st) {
-    asio::dispatch(st->strand(), [st] { st->stop(); });
-    st->core().release_detached(st->token(), st->permits(), false);
-}
-
-asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<permit_state> st) {
-    st->stop();
-    auto const reply = co_await st->core().release(st->token(), st->permits(), false);
-    co_return std::tuple{reply.ec, reply.ours};
-}
-
-// Completes an operation decided at its initiation: never inside the initiating call.
-template <class Handler, class Executor, class... Args>
-void complete_soon(Handler handler, Executor const& fallback, Args... args) {
-    post_completion(fallback, std::move(handler), asio::cancellation_slot(), std::move(args)...);
-}
-
-std::string const empty_string;
-
-// Runs an acquire for an awaiting caller, whose cancellation reaches it on the strand.
-asio::awaitable<permit_outcome> await_acquire(std::shared_ptr<semaphore_core> core,
-                                              std::size_t permits, lock_options opt, bool wait) {
-    auto strand = core->locker().strand();
-    auto initiation = [strand,
-                       op = semaphore_core::acquire(std::move(core), permits, std::move(opt),
-                                                    wait)](auto handler) mutable {
-        spawn_cancellable(
-            strand, std::move(op), std::move(handler),
-            [](auto h, std::exception_ptr e, permit_outcome o) { std::move(h)(e, std::move(o)); });
-    };
-    auto [e, out] = co_await asio::async_initiate<decltype(nothrow_awaitable) const,
-                                                  void(std::exception_ptr, permit_outcome)>(
-        std::move(initiation), nothrow_awaitable);
-    if (e)
-        std::rethrow_exception(e);
-    if (out.ec)
-        throw system_error(out.ec, out.message);
-    co_return std::move(out);
-}
-
-} // namespace
-
-} // namespace detail
-
 // ---------------------------------------------------------------------- permit
 
-permit::permit() noexcept = default;
-permit::permit(std::shared_ptr<detail::permit_state> state) noexcept : state_(std::move(state)) {}
-permit::permit(permit&& other) noexcept = default;
-
-permit& permit::operator=(permit&& other) noexcept {
-    if (this != &other) {
-        if (auto st = std::exchange(state_, nullptr); st && st->release_once()) {
-            try {
-                detail::release_in_background(std::move(st));
-            } catch (...) {
-                // Out of memory while posting: the lease runs out by its ttl.
-            }
-        }
-        state_ = std::move(other.state_);
-    }
-    return *this;
-}
-
-permit::~permit() {
-    if (state_ && state_->release_once()) {
-        try {
-            detail::release_in_background(std::move(state_));
-        } catch (...) {
-            // Out of memory while posting: the lease runs out by its ttl.
-        }
-    }
-}
-
-std::string const& permit::name() const noexcept {
-    return state_ ? state_->core().name() : detail::empty_string;
-}
-std::string const& permit::token() const noexcept {
-    return state_ ? state_->token() : detail::empty_string;
-}
-std::int64_t permit::fence() const noexcept {
-    return state_ ? state_->fence() : 0;
-}
 std::size_t permit::count() const noexcept {
     return state_ ? state_->permits() : 0;
 }
-bool permit::owns() const noexcept {
-    return state_ && !state_->lost() && !state_->released() && state_->running();
-}
-bool permit::lost() const noexcept {
-    return state_ && (state_->lost() || (!state_->released() && !state_->running()));
-}
-std::optional<loss_reason> permit::loss() const noexcept {
-    if (!state_)
-        return std::nullopt;
-    if (auto const why = state_->loss())
-        return why;
-    if (lost())
-        return loss_reason::expired;
-    return std::nullopt;
-}
-std::chrono::steady_clock::time_point permit::lease_expiry() const noexcept {
-    return state_ ? state_->deadline() : std::chrono::steady_clock::time_point{};
-}
-
-void permit::start_wait_lost(
-    std::shared_ptr<detail::permit_state> st,
-    asio::any_completion_handler<void(boost::system::error_code)> handler) {
-    if (!st || st->released()) {
-        auto ex = asio::get_associated_executor(handler);
-        asio::dispatch(ex, [h = std::move(handler)]() mutable {
-            std::move(h)(make_error_code(error::not_held));
-        });
-        return;
-    }
-    st->wait_lost(std::move(handler));
-}
-
-asio::awaitable<void> permit::wait_lost() {
-    auto [ec] = co_await async_wait_lost(asio::as_tuple(asio::use_awaitable));
-    if (ec == asio::error::operation_aborted)
-        throw system_error(ec, "colock: wait_lost of a permit");
-}
-
-void permit::start_release(std::shared_ptr<detail::permit_state> st, release_handler handler) {
-    if (!st || !st->release_once()) {
-        auto fallback =
-            st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
-        detail::complete_soon(std::move(handler), fallback, error_code{}, false);
-        return;
-    }
-    auto const io_executor = st->strand().get_inner_executor();
-    if (st->lost()) {
-        // Known lost: false whatever the server says; the release still goes out, in case the
-        // holding is still there.
-        detail::release_in_background(std::move(st));
-        detail::complete_soon(std::move(handler), io_executor, error_code{}, false);
-        return;
-    }
-    auto strand = st->strand();
-    asio::co_spawn(strand, detail::release_held(std::move(st)),
-                   asio::bind_cancellation_slot(
-                       asio::cancellation_slot(),
-                       [handler = std::move(handler),
-                        io_executor](std::exception_ptr e, std::tuple<error_code, bool> r) mutable {
-                           auto [ec, ours] = r;
-                           if (e)
-                               ec = error::unexpected_reply;
-                           detail::complete_soon(std::move(handler), io_executor,
-                                                 error_code(ec.value(), ec.category()), ours);
-                       }));
-}
 
 asio::awaitable<bool> permit::release() {
-    std::string const name = this->name();
-    auto [ec, ours] = co_await async_release(asio::as_tuple(asio::use_awaitable));
-    if (ec)
-        throw system_error(ec, ec == error::timeout
-                                   ? fmt::format("colock: release of semaphore '{}': not "
-                                                 "confirmed within {} ms; the lease ends by its "
-                                                 "ttl",
-                                                 name, detail::release_timeout.count())
-                                   : fmt::format("colock: release of semaphore '{}'", name));
-    co_return ours;
+    return give_back();
 }
 
 // ---------------------------------------------------------------------- semaphore
 
 semaphore::semaphore(locker& l, std::string name, std::size_t capacity) {
     detail::validate_semaphore(name, capacity);
-    core_ = std::make_shared<detail::semaphore_core>(detail::locker_access::impl(l),
-                                                     std::move(name), capacity);
+    core_ = std::make_shared<detail::semaphore_core>(detail::locker_access::impl(l), "semaphore",
+                                                     "semaphore:", std::move(name), capacity);
 }
 
 semaphore::semaphore(semaphore&& other) noexcept = default;
@@ -222,7 +60,8 @@ semaphore::~semaphore() {
 }
 
 std::string const& semaphore::name() const noexcept {
-    return core_ ? core_->name() : detail::empty_string;
+    static std::string const none;
+    return core_ ? core_->name() : none;
 }
 
 std::size_t semaphore::capacity() const noexcept {
@@ -238,30 +77,21 @@ void semaphore::check(std::size_t permits, lock_options const& opt) const {
 
 void semaphore::start_acquire(std::shared_ptr<detail::semaphore_core> core, std::size_t permits,
                               lock_options opt, acquire_handler handler) {
-    auto strand = core->locker().strand();
-    detail::spawn_cancellable(
-        strand, detail::semaphore_core::acquire(std::move(core), permits, std::move(opt), true),
-        std::move(handler), [](acquire_handler h, std::exception_ptr e, detail::permit_outcome o) {
-            if (e)
-                o.ec = error::unexpected_reply;
-            std::move(h)(o.ec, permit(std::move(o.state)));
-        });
+    detail::spawn_acquire(std::move(core), permits, true, std::move(opt), true, std::move(handler),
+                          [](acquire_handler h, error_code ec, detail::permit_outcome o) {
+                              std::move(h)(ec, permit(std::move(o.state)));
+                          });
 }
 
 void semaphore::start_try_acquire(std::shared_ptr<detail::semaphore_core> core, std::size_t permits,
                                   lock_options opt, try_acquire_handler handler) {
-    auto strand = core->locker().strand();
-    detail::spawn_cancellable(
-        strand, detail::semaphore_core::acquire(std::move(core), permits, std::move(opt), false),
-        std::move(handler),
-        [](try_acquire_handler h, std::exception_ptr e, detail::permit_outcome o) {
-            if (e)
-                o.ec = error::unexpected_reply;
-            std::optional<permit> p;
-            if (o.state)
-                p.emplace(permit(std::move(o.state)));
-            std::move(h)(o.ec, std::move(p));
-        });
+    detail::spawn_acquire(std::move(core), permits, true, std::move(opt), false, std::move(handler),
+                          [](try_acquire_handler h, error_code ec, detail::permit_outcome o) {
+                              std::optional<permit> p;
+                              if (o.state)
+                                  p.emplace(permit(std::move(o.state)));
+                              std::move(h)(ec, std::move(p));
+                          });
 }
 
 asio::awaitable<permit> semaphore::co_acquire(lock_options opt) {
@@ -270,7 +100,7 @@ asio::awaitable<permit> semaphore::co_acquire(lock_options opt) {
 
 asio::awaitable<permit> semaphore::co_acquire(std::size_t permits, lock_options opt) {
     check(permits, opt);
-    auto out = co_await detail::await_acquire(core_, permits, std::move(opt), true);
+    auto out = co_await detail::await_acquire(core_, permits, true, std::move(opt), true);
     co_return permit(std::move(out.state));
 }
 
@@ -281,7 +111,7 @@ asio::awaitable<std::optional<permit>> semaphore::co_try_acquire(lock_options op
 asio::awaitable<std::optional<permit>> semaphore::co_try_acquire(std::size_t permits,
                                                                  lock_options opt) {
     check(permits, opt);
-    auto out = co_await detail::await_acquire(core_, permits, std::move(opt), false);
+    auto out = co_await detail::await_acquire(core_, permits, true, std::move(opt), false);
     if (!out.state)
         co_return std::nullopt;
     co_return permit(std::move(out.state));

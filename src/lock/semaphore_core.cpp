@@ -41,21 +41,21 @@ constexpr retry_schedule release_retries{std::numeric_limits<int>::max(), millis
                                          milliseconds{250}, release_timeout};
 constexpr retry_schedule leave_retries{3, milliseconds{50}, milliseconds{200}, release_timeout};
 
-std::shared_ptr<script_client> client_of(locker_impl const& l, std::string const& name) {
+std::shared_ptr<script_client> client_of(locker_impl const& l, std::string_view kind,
+                                         std::string const& name) {
     auto clients = l.store().script_clients();
     if (clients.empty())
-        throw system_error(error::invalid_argument,
-                           fmt::format("colock: semaphore '{}': the locker's store runs no "
-                                       "scripts",
-                                       name));
+        throw system_error(
+            error::invalid_argument,
+            fmt::format("colock: {} '{}': the locker's store runs no scripts", kind, name));
     if (clients.size() > 1)
         throw system_error(
             error::invalid_argument,
-            fmt::format("colock: semaphore '{}': a locker over {} independent primaries "
-                        "(Redlock) cannot hold a semaphore: its permits would be counted on "
-                        "each primary apart, and a majority of them does not bound the holders; "
-                        "use a locker over one connection (one server, Sentinel or Cluster)",
-                        name, clients.size()));
+            fmt::format("colock: {} '{}': a locker over {} independent primaries (Redlock) "
+                        "cannot hold one: its holdings would be counted on each primary apart, "
+                        "and a majority of them does not bound the holders; use a locker over "
+                        "one connection (one server, Sentinel or Cluster)",
+                        kind, name, clients.size()));
     return std::move(clients.front());
 }
 
@@ -69,26 +69,32 @@ semaphore_keys::semaphore_keys(std::string const& prefix, std::string_view name,
                                std::string_view owner)
     : key(fmt::format("{}{{{}}}", prefix, name))
     , permits_key(key + ":h")
+    , weights_key(key + ":hw")
     , queue_key(key + ":q")
     , entries_key(key + ":qd")
     , channel_prefix(key + ":w:")
     , channel(channel_prefix + std::string(owner)) {}
 
-semaphore_core::semaphore_core(std::shared_ptr<locker_impl> locker, std::string name,
-                               std::size_t capacity)
+semaphore_core::semaphore_core(std::shared_ptr<locker_impl> locker, std::string_view kind,
+                               std::string_view kind_prefix, std::string name, std::size_t capacity)
     : locker_(std::move(locker))
-    , client_(client_of(*locker_, name))
+    , client_(client_of(*locker_, kind, name))
+    , kind_(kind)
     , name_(std::move(name))
     , capacity_(capacity)
     , capacity_text_(std::to_string(capacity))
-    , keys_(locker_->prefix() + "semaphore:", name_, locker_->id()) {}
+    , keys_(locker_->prefix() + std::string(kind_prefix), name_, locker_->id()) {}
 
 semaphore_core::~semaphore_core() = default;
+
+asio::strand<asio::any_io_executor> const& semaphore_core::locker_strand() const noexcept {
+    return locker_->strand();
+}
 
 // ------------------------------------------------------------------ requests
 
 asio::awaitable<permit_grant> semaphore_core::attempt(std::string const& token, std::size_t permits,
-                                                      milliseconds ttl, bool queue,
+                                                      bool new_fence, milliseconds ttl, bool queue,
                                                       asio::cancellation_state cs,
                                                       clock_type::time_point deadline) {
     // The caller's cancellation and the wait deadline stop the request while it is unsent only:
@@ -112,8 +118,9 @@ asio::awaitable<permit_grant> semaphore_core::attempt(std::string const& token, 
     auto const life = ms_text(queue_entry_ttl);
     script_call const call{
         semaphore_acquire_script(),
-        {keys_.key, keys_.permits_key, keys_.queue_key, keys_.entries_key},
-        {token, count, capacity_text_, ttl_ms, locker_->id(), queue ? "1" : "0", life}};
+        {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
+        {token, count, capacity_text_, ttl_ms, locker_->id(), queue ? "1" : "0", life,
+         new_fence ? "1" : "0"}};
     auto reply = co_await client_->run(call, send_as::sha, stop->slot());
     if (caller_slot.is_connected())
         caller_slot.clear();
@@ -122,22 +129,32 @@ asio::awaitable<permit_grant> semaphore_core::attempt(std::string const& token, 
     co_return read_permit_grant(reply);
 }
 
-asio::awaitable<lease_reply> semaphore_core::extend(std::string const& token, std::size_t permits,
-                                                    milliseconds ttl) {
-    auto const count = std::to_string(permits);
+asio::awaitable<lease_reply> semaphore_core::extend(std::string const& token, milliseconds ttl) {
     auto const ttl_ms = ms_text(ttl);
-    script_call const call{
-        semaphore_extend_script(), {keys_.key, keys_.permits_key}, {token, count, ttl_ms}};
+    script_call const call{semaphore_extend_script(),
+                           {keys_.key, keys_.permits_key, keys_.weights_key},
+                           {token, ttl_ms}};
     co_return read_permit_reply(co_await client_->run(call, send_as::sha));
+}
+
+asio::awaitable<lease_reply> semaphore_core::downgrade(std::string const& token) {
+    auto const claim = ms_text(max_handoff_claim);
+    script_call const call{
+        semaphore_downgrade_script(client_->sharded()),
+        {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
+        {token, keys_.channel_prefix, claim}};
+    co_return read_permit_reply(
+        co_await client_->run_retrying(call, send_as::sha, release_retries));
 }
 
 asio::awaitable<lease_reply> semaphore_core::release(std::string const& token, std::size_t permits,
                                                      bool leave) {
     auto const count = std::to_string(permits);
     auto const claim = ms_text(max_handoff_claim);
-    script_call const call{semaphore_release_script(client_->sharded()),
-                           {keys_.key, keys_.permits_key, keys_.queue_key, keys_.entries_key},
-                           {token, count, keys_.channel_prefix, claim, leave ? "1" : "0"}};
+    script_call const call{
+        semaphore_release_script(client_->sharded()),
+        {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
+        {token, keys_.channel_prefix, claim, leave ? "1" : "0", count}};
     co_return read_permit_reply(co_await client_->run_retrying(
         call, send_as::sha, leave ? leave_retries : release_retries));
 }
@@ -145,9 +162,10 @@ asio::awaitable<lease_reply> semaphore_core::release(std::string const& token, s
 void semaphore_core::release_detached(std::string token, std::size_t permits, bool leave) {
     auto const count = std::to_string(permits);
     auto const claim = ms_text(max_handoff_claim);
-    script_call const call{semaphore_release_script(client_->sharded()),
-                           {keys_.key, keys_.permits_key, keys_.queue_key, keys_.entries_key},
-                           {token, count, keys_.channel_prefix, claim, leave ? "1" : "0"}};
+    script_call const call{
+        semaphore_release_script(client_->sharded()),
+        {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
+        {token, keys_.channel_prefix, claim, leave ? "1" : "0", count}};
     client_->run_detached(
         call, [self = shared_from_this(), token, permits, leave](script_reply const& reply) {
             if (!reply.ec || !is_transient(reply.ec, reply.server_text()))
@@ -164,11 +182,13 @@ void semaphore_core::release_detached(std::string token, std::size_t permits, bo
 
 asio::awaitable<semaphore_reading> semaphore_core::read() {
     script_call const call{
-        semaphore_read_script(), {keys_.key, keys_.permits_key, keys_.queue_key}, {}};
+        semaphore_read_script(),
+        {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
+        {}};
     auto r = read_semaphore(co_await client_->run(call, send_as::sha));
     if (r.ec)
         throw system_error(error_code(r.ec.value(), r.ec.category()),
-                           fmt::format("colock: read of semaphore '{}': {}", name_,
+                           fmt::format("colock: read of {} '{}': {}", kind_, name_,
                                        failure_text(r.ec, r.server_text, lock_options{}, false)));
     if (r.capacity && *r.capacity != static_cast<std::int64_t>(capacity_))
         throw system_error(error::invalid_argument,
@@ -282,8 +302,8 @@ void semaphore_core::close() {
 }
 
 asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphore_core> self,
-                                                        std::size_t permits, lock_options opt,
-                                                        bool wait) {
+                                                        std::size_t permits, bool new_fence,
+                                                        lock_options opt, bool wait) {
     co_await asio::this_coro::reset_cancellation_state(asio::enable_partial_cancellation());
     co_await asio::this_coro::throw_if_cancelled(false);
     auto cs = co_await asio::this_coro::cancellation_state;
@@ -292,8 +312,8 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
     auto const fail = [&](error_code ec, std::string const& detail_text) {
         out.ec = error_code(ec.value(), ec.category());
         out.message = detail_text.empty()
-                          ? fmt::format("colock: semaphore '{}'", core.name_)
-                          : fmt::format("colock: semaphore '{}': {}", core.name_, detail_text);
+                          ? fmt::format("colock: {} '{}'", core.kind_, core.name_)
+                          : fmt::format("colock: {} '{}': {}", core.kind_, core.name_, detail_text);
     };
     auto const started = clock_type::now();
     wait_deadlines deadlines{};
@@ -317,7 +337,8 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
         w.woken = false;
         auto const sent_at = clock_type::now();
         auto const generation = core.client_->server_changes_for(core.keys_.key);
-        auto g = co_await core.attempt(token, permits, opt.ttl, wait, cs, deadlines.wait);
+        auto g =
+            co_await core.attempt(token, permits, new_fence, opt.ttl, wait, cs, deadlines.wait);
         ++attempts;
         if (!g.ec && g.granted && core.client_->server_changes_for(core.keys_.key) != generation) {
             // Granted by a server instance replaced since: as a reply that was lost.
@@ -432,7 +453,7 @@ void permit_state::hold() {
 }
 
 asio::awaitable<lease_reply> permit_state::extend_at_server(milliseconds ttl) {
-    return core_->extend(token_, permits_, ttl);
+    return core_->extend(token_, ttl);
 }
 
 std::uint64_t permit_state::current_server_generation() const noexcept {
@@ -445,7 +466,7 @@ bool permit_state::is_lease(std::string_view key, std::string_view token) const 
 
 void permit_state::give_back_now() noexcept {
     try {
-        core_->release_detached(token_, permits_, false);
+        core_->release_detached(token_, permits(), false);
     } catch (...) {
         // Out of memory: the lease runs out by its ttl.
     }
@@ -458,17 +479,16 @@ void permit_state::on_lost(loss_reason why) {
     auto const held =
         std::chrono::duration_cast<milliseconds>(clock_type::now() - acquired_at()).count();
     client.log(log_level::warning,
-               fmt::format("{} permit(s) of semaphore '{}' (fence {}) lost after {} ms: {}",
-                           permits_, core_->name(), fence_, held, to_string(why)));
+               fmt::format("a holding of {} '{}' ({} permit(s), fence {}) lost after {} ms: {}",
+                           core_->kind(), core_->name(), permits(), fence_, held, to_string(why)));
 }
 
 void permit_state::on_renewal(clock_type::duration, bool, error_code ec) {
     auto const& client = core_->client();
     if (ec && ec != error::timeout && client.logs(log_level::debug))
         client.log(log_level::debug,
-                   fmt::format("renewal of a permit of semaphore '{}' (fence {}) failed: {}; "
-                               "retrying",
-                               core_->name(), fence_, ec.message()));
+                   fmt::format("renewal of a holding of {} '{}' (fence {}) failed: {}; retrying",
+                               core_->kind(), core_->name(), fence_, ec.message()));
 }
 
 } // namespace colock::detail

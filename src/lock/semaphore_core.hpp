@@ -1,8 +1,10 @@
-// What a semaphore, its permits and its waiting calls share: the locker, the script client of
-// its server, the semaphore's keys and requests, and the waiting calls with their wake channel.
-// Private to the library's sources; on the locker's strand, but for what says otherwise.
+// What a semaphore (or a read-write lock: a semaphore whose writer takes every permit), its
+// holdings and its waiting calls share: the locker, the script client of its server, the keys
+// and requests, and the waiting calls with their wake channel. Private to the library's
+// sources; on the locker's strand, but for what says otherwise.
 #pragma once
 
+#include "../detail/spawn.hpp"
 #include "channel_routes.hpp"
 #include "common.hpp"
 #include "lease.hpp"
@@ -10,12 +12,15 @@
 #include "script_client.hpp"
 #include "semaphore_policy.hpp"
 
+#include <colock/error.hpp>
 #include <colock/lock_options.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,7 +35,8 @@ class permit_state;
 // The keys of semaphore `name` (the layout is in semaphore_scripts.hpp).
 struct semaphore_keys {
     std::string key;            // capacity and last fence
-    std::string permits_key;    // the permits held, by expiry
+    std::string permits_key;    // the holdings, by expiry
+    std::string weights_key;    // the weight of each holding of more than one permit
     std::string queue_key;      // the waiting calls, in order
     std::string entries_key;    // each waiting call's entry
     std::string channel_prefix; // + a locker's id: its wake channel
@@ -49,28 +55,38 @@ struct permit_outcome {
 class semaphore_core final : public channel_listener,
                              public std::enable_shared_from_this<semaphore_core> {
 public:
-    // Throws system_error(invalid_argument) for a locker whose store cannot run a semaphore
-    // (a quorum: Redlock).
-    semaphore_core(std::shared_ptr<locker_impl> locker, std::string name, std::size_t capacity);
+    // `kind` names it in messages ("semaphore", "read-write lock"); its keys are under the
+    // locker's prefix + `kind_prefix`. Throws system_error(invalid_argument) for a locker whose
+    // store cannot run one (a quorum: Redlock).
+    semaphore_core(std::shared_ptr<locker_impl> locker, std::string_view kind,
+                   std::string_view kind_prefix, std::string name, std::size_t capacity);
     ~semaphore_core();
 
     locker_impl& locker() const noexcept { return *locker_; }
+    // The locker's strand, where all of this runs.
+    boost::asio::strand<boost::asio::any_io_executor> const& locker_strand() const noexcept;
     script_client& client() const noexcept { return *client_; }
     std::string const& name() const noexcept { return name_; }
+    std::string const& kind() const noexcept { return kind_; }
     std::size_t capacity() const noexcept { return capacity_; }
     semaphore_keys const& keys() const noexcept { return keys_; }
 
     // Takes `permits`, waiting for them when `wait` (else one attempt: an empty state when they
-    // are not free). The caller's cancellation (terminal, partial) ends a wait at once; a grant
-    // that arrives for a cancelled call is given back before it completes.
-    static boost::asio::awaitable<permit_outcome>
-    acquire(std::shared_ptr<semaphore_core> self, std::size_t permits, lock_options opt, bool wait);
+    // are not free), with a new fence (`new_fence`) or the last one given (a reader). The
+    // caller's cancellation (terminal, partial) ends a wait at once; a grant that arrives for a
+    // cancelled call is given back before it completes.
+    static boost::asio::awaitable<permit_outcome> acquire(std::shared_ptr<semaphore_core> self,
+                                                          std::size_t permits, bool new_fence,
+                                                          lock_options opt, bool wait);
     // The live permits and the capacity stored; throws system_error naming the semaphore.
     boost::asio::awaitable<semaphore_reading> read();
 
     // The holding's requests. extend: once, cancelled as the connection's requests are.
-    boost::asio::awaitable<lease_reply> extend(std::string const& token, std::size_t permits,
+    boost::asio::awaitable<lease_reply> extend(std::string const& token,
                                                std::chrono::milliseconds ttl);
+    // Makes the holding of `token` weigh one permit (a writer becomes a reader), waking the
+    // calls that fit then; sent again over passing errors until release_timeout.
+    boost::asio::awaitable<lease_reply> downgrade(std::string const& token);
     // Gives the permits of `token` back (or takes its entry out of the queue: `leave`), sent
     // again over passing errors until release_timeout.
     boost::asio::awaitable<lease_reply> release(std::string const& token, std::size_t permits,
@@ -102,8 +118,8 @@ private:
     // Subscribes to this locker's wake channel for the semaphore, once, while calls wait.
     static boost::asio::awaitable<void> subscribe(std::shared_ptr<semaphore_core> self);
     boost::asio::awaitable<permit_grant> attempt(std::string const& token, std::size_t permits,
-                                                 std::chrono::milliseconds ttl, bool queue,
-                                                 boost::asio::cancellation_state cs,
+                                                 bool new_fence, std::chrono::milliseconds ttl,
+                                                 bool queue, boost::asio::cancellation_state cs,
                                                  clock_type::time_point deadline);
     std::string failure_text(boost::system::error_code ec, std::string const& server_text,
                              lock_options const& opt, bool waited) const;
@@ -111,6 +127,7 @@ private:
 
     std::shared_ptr<locker_impl> const locker_;
     std::shared_ptr<script_client> const client_;
+    std::string const kind_;
     std::string const name_;
     std::size_t const capacity_;
     std::string const capacity_text_;
@@ -134,7 +151,9 @@ public:
 
     semaphore_core& core() const noexcept { return *core_; }
     std::string const& token() const noexcept { return token_; }
-    std::size_t permits() const noexcept { return permits_; }
+    // The permits it holds: a downgraded writer holds one.
+    std::size_t permits() const noexcept { return permits_.load(); }
+    void set_permits(std::size_t n) noexcept { permits_.store(n); }
     std::int64_t fence() const noexcept { return fence_; }
 
     // Joins the locker's book and starts renewing; once, when made.
@@ -156,8 +175,30 @@ private:
 
     std::shared_ptr<semaphore_core> const core_;
     std::string const token_;
-    std::size_t const permits_;
+    std::atomic<std::size_t> permits_;
     std::int64_t const fence_;
 };
+
+// An acquire for an awaiting caller (the co_* forms), whose cancellation reaches it on the
+// strand: the outcome of a success, else throws system_error with its code and message.
+boost::asio::awaitable<permit_outcome> await_acquire(std::shared_ptr<semaphore_core> core,
+                                                     std::size_t permits, bool new_fence,
+                                                     lock_options opt, bool wait);
+
+// An acquire for a completion handler (the async_* forms): `finish(handler, code, outcome)` on
+// the handler's executor once it ends (a coroutine that threw: error::unexpected_reply).
+template <class Handler, class Finish>
+void spawn_acquire(std::shared_ptr<semaphore_core> core, std::size_t permits, bool new_fence,
+                   lock_options opt, bool wait, Handler handler, Finish finish) {
+    auto strand = core->locker_strand();
+    spawn_cancellable(
+        strand, semaphore_core::acquire(std::move(core), permits, new_fence, std::move(opt), wait),
+        std::move(handler), [finish](Handler h, std::exception_ptr e, permit_outcome o) {
+            auto ec = o.ec;
+            if (e)
+                ec = make_error_code(error::unexpected_reply);
+            finish(std::move(h), ec, std::move(o));
+        });
+}
 
 } // namespace colock::detail

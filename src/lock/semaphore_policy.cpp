@@ -44,8 +44,8 @@ permit_grant read_permit_grant(script_reply const& reply) {
         if (*kind == 0)
             second = count(e[2]);
     }
-    if (!kind || !first || (*kind == 0 && !second) || (*kind == 1 && *first == 0) ||
-        (*kind == -1 && *first == 0)) {
+    // A fence of 0 is a reader's that follows no writer.
+    if (!kind || !first || (*kind == 0 && !second) || (*kind == -1 && *first == 0)) {
         // A reply of another shape may still have granted permits to the token.
         auto out = replies::garbled<permit_grant>(v);
         out.outcome_unknown = true;

@@ -1,13 +1,16 @@
-// The Lua scripts of a semaphore. Private to the library's sources, its tests and benchmarks.
+// The Lua scripts of a semaphore, and of a read-write lock, which is a semaphore whose writer
+// takes every permit. Private to the library's sources, its tests and benchmarks.
 //
-// Keys of semaphore `name` under prefix p (the locker's prefix + "semaphore:"), all in the hash
-// slot of `{name}`:
+// Keys of semaphore `name` under prefix p (the locker's prefix + "semaphore:", or + "rw:" for a
+// read-write lock), all in the hash slot of `{name}`:
 //   p{name}      a hash: `capacity` (every user must agree on it) and `fence` (the last one
-//                given). Its expiry is never earlier than any permit's or queue entry's.
-//   p{name}:h    the permits held: a sorted set, one member per permit, scored by its expiry in
-//                the server's milliseconds. A holding of k permits with token T is the members
-//                T, T#2, ..., T#k. Free permits = capacity - live members: derived from the
-//                leases at each call, never a stored counter that could drift.
+//                given). Its expiry is never earlier than any holding's or queue entry's.
+//   p{name}:h    the holdings: a sorted set, one member per holding (its token), scored by its
+//                expiry in the server's milliseconds.
+//   p{name}:hw   the weight of each holding of more than one permit (a hash: token -> permits);
+//                a holding not listed holds one. Free permits = capacity - the weights of the
+//                live holdings: derived from the leases at each call, never a stored counter
+//                that could drift. An expired holding is removed with its weight.
 //   p{name}:q    the waiting calls, in arrival order (a list of their tokens)
 //   p{name}:qd   each waiting call's entry (a hash): "<deadline ms> <permits> <owner> <woken>";
 //                the call refreshes the deadline while it waits, so a dead one's entry lapses.
@@ -20,9 +23,16 @@
 // entries that now fit, each once (their `woken` mark), and shortens their deadline to the
 // claim: a woken process that died holds the others up that long at most.
 //
-// Fences: the server's clock in microseconds, or one more than the last fence when that is not
-// below it (two grants within a microsecond); the hash outlives every permit, and lapses at
-// least a ttl after the last grant, by when the clock is past every fence given.
+// A read-write lock: capacity 2^40, a reader takes one permit, a writer all of them. A writer
+// is admitted when nothing is held and nobody is queued ahead of it; a reader when no writer
+// holds and no writer is queued ahead of it: a waiting writer stops the readers that come after
+// it (no writer starves), and the readers queued behind a writer enter together when it leaves
+// (no reader starves). A downgrade makes the writer's holding a reader's: same lease, no gap.
+//
+// Fences: a semaphore's grant and a writer take the server's clock in microseconds, or one more
+// than the last fence when that is not below it (two grants within a microsecond); a reader takes
+// the last fence given (its writer's). The hash outlives every holding, and lapses at least a ttl
+// after the last grant, by when the clock is past every fence given.
 #pragma once
 
 #include "scripts.hpp"
@@ -38,13 +48,13 @@ namespace colock::detail {
     "local t = redis.call('TIME')\n"                                                               \
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                      \
     "local function live_entry(e)\n"                                                               \
-    "  local d = redis.call('HGET', KEYS[4], e)\n"                                                 \
+    "  local d = redis.call('HGET', KEYS[5], e)\n"                                                 \
     "  if d then\n"                                                                                \
     "    local deadline, want = string.match(d, '^(%d+) (%d+) ')\n"                                \
     "    if deadline and tonumber(deadline) >= now then return tonumber(want), d end\n"            \
     "  end\n"                                                                                      \
-    "  redis.call('HDEL', KEYS[4], e)\n"                                                           \
-    "  redis.call('LREM', KEYS[3], 1, e)\n"                                                        \
+    "  redis.call('HDEL', KEYS[5], e)\n"                                                           \
+    "  redis.call('LREM', KEYS[4], 1, e)\n"                                                        \
     "  return nil\n"                                                                               \
     "end\n"                                                                                        \
     "-- Walks the queue from its head while the permits of the live entries fit in `free`,\n"      \
@@ -55,7 +65,8 @@ namespace colock::detail {
     "  local ahead = 0\n"                                                                          \
     "  local pos = 0\n"                                                                            \
     "  while true do\n"                                                                            \
-    "    local chunk = redis.call('LRANGE', KEYS[3], pos, pos + math.max(free, 1))\n"              \
+    "    local chunk = redis.call('LRANGE', KEYS[4], pos, pos + math.min(math.max(free, 1), "      \
+    "99))\n"                                                                                       \
     "    if #chunk == 0 then return ahead, false end\n"                                            \
     "    for _, e in ipairs(chunk) do\n"                                                           \
     "      if e == stop_at then return ahead, false end\n"                                         \
@@ -69,11 +80,36 @@ namespace colock::detail {
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
-    "-- The members of holding `token` of `k` permits.\n"                                          \
-    "local function members(token, k)\n"                                                           \
-    "  local m = {token}\n"                                                                        \
-    "  for i = 2, k do m[i] = token .. '#' .. i end\n"                                             \
-    "  return m\n"                                                                                 \
+    "-- Removes the expired holdings with their weights; returns the permits the live ones "       \
+    "hold.\n"                                                                                      \
+    "local function held()\n"                                                                      \
+    "  while true do\n"                                                                            \
+    "    local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 500)\n"     \
+    "    if #expired == 0 then break end\n"                                                        \
+    "    redis.call('ZREM', KEYS[2], unpack(expired))\n"                                           \
+    "    redis.call('HDEL', KEYS[3], unpack(expired))\n"                                           \
+    "  end\n"                                                                                      \
+    "  local n = redis.call('ZCARD', KEYS[2])\n"                                                   \
+    "  if n > 0 then\n"                                                                            \
+    "    for _, w in ipairs(redis.call('HVALS', KEYS[3])) do n = n + (tonumber(w) or 1) - 1 end\n" \
+    "  end\n"                                                                                      \
+    "  return n\n"                                                                                 \
+    "end\n"                                                                                        \
+    "-- Wakes the entries that fit in the permits free now, each once, keeping each woken\n"       \
+    "-- entry for the claim (ARGV[claim_at]) at most; `capacity` from the hash.\n"                 \
+    "local function wake(prefix, claim)\n"                                                         \
+    "  if redis.call('LLEN', KEYS[4]) == 0 then return end\n"                                      \
+    "  local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '0') or 0\n"           \
+    "  local free = capacity - held()\n"                                                           \
+    "  walk(free, nil, function(e, want, record)\n"                                                \
+    "    local deadline, owner, woken = string.match(record, '^(%d+) %d+ (%S+) (%d)$')\n"          \
+    "    if woken == '0' and owner then\n"                                                         \
+    "      local until_ms = math.min(tonumber(deadline), now + claim)\n"                           \
+    "      redis.call('HSET', KEYS[5], e, string.format('%.0f', until_ms) .. ' ' ..\n"             \
+    "                 string.format('%.0f', want) .. ' ' .. owner .. ' 1')\n"                      \
+    "      redis.pcall('PUBLISH', prefix .. owner, 'g ' .. e)\n"                                   \
+    "    end\n"                                                                                    \
+    "  end)\n"                                                                                     \
     "end\n"                                                                                        \
     "-- Keeps `key` (made by this script when `fresh`) for `ms` from now at least.\n"              \
     "local function keep(key, ms, fresh)\n"                                                        \
@@ -81,12 +117,13 @@ namespace colock::detail {
     "end\n"                                                                                        \
     "end\n"
 
-// Acquire. KEYS[1] the semaphore, KEYS[2] its permits, KEYS[3] the queue, KEYS[4] its entries.
-// ARGV[1] token, ARGV[2] permits wanted (1..capacity), ARGV[3] the caller's capacity, ARGV[4]
-// ttl ms, ARGV[5] owner (the locker), ARGV[6] "1" to queue when not admitted ("0": a try),
-// ARGV[7] the queue entry's lifetime in ms.
-// Returns {1, fence} when granted; {0, ms until the first permit held expires (0 when none is
-// held: try again soon), free permits}; {-1, the capacity stored} when it differs from ARGV[3]
+// Acquire. KEYS[1] the semaphore, KEYS[2] its holdings, KEYS[3] their weights, KEYS[4] the
+// queue, KEYS[5] its entries. ARGV[1] token, ARGV[2] permits wanted (1..capacity), ARGV[3] the
+// caller's capacity, ARGV[4] ttl ms, ARGV[5] owner (the locker), ARGV[6] "1" to queue when not
+// admitted ("0": a try), ARGV[7] the queue entry's lifetime in ms, ARGV[8] "1" for a new fence,
+// "0" for the last one (a reader).
+// Returns {1, fence} when granted; {0, ms until the first holding expires (0 when none is held:
+// try again soon), free permits}; {-1, the capacity stored} when it differs from ARGV[3]
 // (nothing changed). A token already granted is not granted again: the caller uses a new token
 // after a request whose reply it did not see (and gives that one back).
 inline constexpr std::string_view semaphore_acquire_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
@@ -95,8 +132,7 @@ if state[1] and state[1] ~= ARGV[3] then return {-1, tonumber(state[1]) or -1} e
 local fresh_state = not state[1]
 local k = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local used = redis.call('ZCARD', KEYS[2])
+local used = held()
 local free = tonumber(ARGV[3]) - used
 local admitted = false
 if free >= k then
@@ -104,32 +140,34 @@ if free >= k then
   admitted = not blocked and ahead + k <= free
 end
 if admitted then
-  if redis.call('HDEL', KEYS[4], ARGV[1]) == 1 then redis.call('LREM', KEYS[3], 1, ARGV[1]) end
-  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(state[2] or '0') or 0
-  if last >= fence then fence = last + 1 end
-  local expiry = now + ttl
-  local m = members(ARGV[1], k)
-  local args = {}
-  for i = 1, k do
-    args[2 * i - 1] = expiry
-    args[2 * i] = m[i]
+  if redis.call('HDEL', KEYS[5], ARGV[1]) == 1 then redis.call('LREM', KEYS[4], 1, ARGV[1]) end
+  local fence = tonumber(state[2] or '0') or 0
+  if ARGV[8] == '1' then
+    local last = fence
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if last >= fence then fence = last + 1 end
+    redis.call('HSET', KEYS[1], 'capacity', ARGV[3], 'fence', string.format('%.0f', fence))
+  elseif fresh_state then
+    redis.call('HSET', KEYS[1], 'capacity', ARGV[3])
   end
-  redis.call('ZADD', KEYS[2], unpack(args))
-  redis.call('HSET', KEYS[1], 'capacity', ARGV[3], 'fence', string.format('%.0f', fence))
+  redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+  if k > 1 then
+    redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+    if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
+  end
   keep(KEYS[2], ttl, used == 0)
   keep(KEYS[1], ttl, fresh_state)
   return {1, fence}
 end
 if ARGV[6] == '1' then
   local life = tonumber(ARGV[7])
-  local entry = string.format('%.0f', now + life) .. ' ' .. k .. ' ' .. ARGV[5] .. ' 0'
-  if redis.call('HSET', KEYS[4], ARGV[1], entry) == 1 then
-    redis.call('RPUSH', KEYS[3], ARGV[1])
+  local entry = string.format('%.0f', now + life) .. ' ' .. ARGV[2] .. ' ' .. ARGV[5] .. ' 0'
+  if redis.call('HSET', KEYS[5], ARGV[1], entry) == 1 then
+    redis.call('RPUSH', KEYS[4], ARGV[1])
   end
   -- Each entry's deadline is at most `life` from its last refresh: the keys outlive them all.
-  redis.call('PEXPIRE', KEYS[3], life)
   redis.call('PEXPIRE', KEYS[4], life)
+  redis.call('PEXPIRE', KEYS[5], life)
   if fresh_state then redis.call('HSET', KEYS[1], 'capacity', ARGV[3]) end
   keep(KEYS[1], life, fresh_state)
 elseif fresh_state then
@@ -142,78 +180,68 @@ if first[2] then wait = math.max(tonumber(first[2]) - now, 0) end
 return {0, wait, free}
 )lua";
 
-// Release, and leave. KEYS as for acquire. ARGV[1] token, ARGV[2] its permits, ARGV[3] the
-// channel prefix p{name}:w:, ARGV[4] the claim in ms (how long a woken entry is kept for its
-// process), ARGV[5] "1" when the call leaves the queue (a waiting call given up) rather than
-// gives back a holding. The permits freed go to the entries that now fit, first come first
+// Release, and leave. KEYS as for acquire. ARGV[1] token, ARGV[2] the channel prefix p{name}:w:,
+// ARGV[3] the claim in ms (how long a woken entry is kept for its process), ARGV[4] "1" when the
+// call leaves the queue (a waiting call given up, or one whose request's reply was lost) rather
+// than gives back a holding, ARGV[5] the holding's permits as its holder knows them (above 1:
+// its weight is removed too). The permits freed go to the entries that now fit, first come first
 // served, each woken once. Returns 1 when the holding was live and is released (or the entry
 // left), 0 when it was not ours any more (expired, or never granted).
 inline constexpr std::string_view semaphore_release_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
 local ours = 0
-if ARGV[5] == '1' then
-  if redis.call('HDEL', KEYS[4], ARGV[1]) == 1 then
-    redis.call('LREM', KEYS[3], 1, ARGV[1])
+if ARGV[4] == '1' then
+  if redis.call('HDEL', KEYS[5], ARGV[1]) == 1 then
+    redis.call('LREM', KEYS[4], 1, ARGV[1])
     ours = 1
   end
 end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if score then
   if tonumber(score) > now then ours = 1 end
-  redis.call('ZREM', KEYS[2], unpack(members(ARGV[1], tonumber(ARGV[2]))))
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  if ARGV[5] ~= '1' then redis.call('HDEL', KEYS[3], ARGV[1]) end
 end
-if redis.call('LLEN', KEYS[3]) > 0 then
-  local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '0') or 0
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  local free = capacity - redis.call('ZCARD', KEYS[2])
-  local claim = tonumber(ARGV[4])
-  walk(free, nil, function(e, want, record)
-    local deadline, owner, woken = string.match(record, '^(%d+) %d+ (%S+) (%d)$')
-    if woken == '0' and owner then
-      local until_ms = math.min(tonumber(deadline), now + claim)
-      redis.call('HSET', KEYS[4], e, string.format('%.0f', until_ms) .. ' ' .. want .. ' ' ..
-                 owner .. ' 1')
-      redis.pcall('PUBLISH', ARGV[3] .. owner, 'g ' .. e)
-    end
-  end)
-end
+wake(ARGV[2], tonumber(ARGV[3]))
 return ours
 )lua";
 
-// Extend. KEYS[1] the semaphore, KEYS[2] its permits; ARGV[1] token, ARGV[2] its permits,
-// ARGV[3] ttl ms. 1 when extended, 0 when the holding is not live any more (an expired one is
-// removed: it is never revived).
+// Downgrade (a read-write lock's writer to a reader). KEYS as for acquire; ARGV[1] token,
+// ARGV[2] the channel prefix, ARGV[3] the claim in ms. The holding keeps its lease and weighs
+// one permit from now on; the readers queued behind are woken. 1 when the holding is live (now
+// a reader's), 0 when it is not ours any more.
+inline constexpr std::string_view semaphore_downgrade_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) <= now then return 0 end
+if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then wake(ARGV[2], tonumber(ARGV[3])) end
+return 1
+)lua";
+
+// Extend. KEYS[1] the semaphore, KEYS[2] its holdings, KEYS[3] their weights; ARGV[1] token,
+// ARGV[2] ttl ms. 1 when extended, 0 when the holding is not live any more (an expired one is
+// removed with its weight: it is never revived).
 inline constexpr std::string_view semaphore_extend_source = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-local k = tonumber(ARGV[2])
-local m = {ARGV[1]}
-for i = 2, k do m[i] = ARGV[1] .. '#' .. i end
 if not score then return 0 end
 if tonumber(score) <= now then
-  redis.call('ZREM', KEYS[2], unpack(m))
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
   return 0
 end
-local ttl = tonumber(ARGV[3])
-local args = {'XX'}
-for i = 1, k do
-  args[2 * i] = now + ttl
-  args[2 * i + 1] = m[i]
-end
-redis.call('ZADD', KEYS[2], unpack(args))
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[2], 'XX', now + ttl, ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ttl, 'GT')
 redis.call('PEXPIRE', KEYS[1], ttl, 'GT')
+redis.call('PEXPIRE', KEYS[3], ttl, 'GT')
 return 1
 )lua";
 
-// Reads the semaphore. KEYS[1] the semaphore, KEYS[2] its permits, KEYS[3] the queue.
-// Returns {capacity stored or -1, live permits, queued calls}.
-inline constexpr std::string_view semaphore_read_source = R"lua(
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+// Reads the semaphore. KEYS as for acquire. Returns {capacity stored or -1, permits held by
+// live holdings, queued calls}.
+inline constexpr std::string_view semaphore_read_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
 local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '-1') or -1
-local live = redis.call('ZCOUNT', KEYS[2], '(' .. string.format('%.0f', now), '+inf')
-return {capacity, live, redis.call('LLEN', KEYS[3])}
+return {capacity, held(), redis.call('LLEN', KEYS[4])}
 )lua";
 
 #undef COLOCK_SEMAPHORE_PROLOGUE
@@ -226,6 +254,11 @@ inline script const& semaphore_acquire_script() {
 inline script const& semaphore_release_script(bool sharded) {
     static script const variants[2] = {make_script(semaphore_release_source, false),
                                        make_script(semaphore_release_source, true)};
+    return variants[sharded ? 1 : 0];
+}
+inline script const& semaphore_downgrade_script(bool sharded) {
+    static script const variants[2] = {make_script(semaphore_downgrade_source, false),
+                                       make_script(semaphore_downgrade_source, true)};
     return variants[sharded ? 1 : 0];
 }
 inline script const& semaphore_extend_script() {

@@ -4,6 +4,7 @@
 // a primary killed while lockers contend. Faults and bad configurations: test_redlock_faults.cpp.
 #include <colock/election.hpp>
 #include <colock/locker.hpp>
+#include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
 
 #include "election_fixture.hpp"
@@ -225,7 +226,7 @@ TEST_CASE("redlock: an election: the leader on a majority, read by majority (a p
     });
 }
 
-TEST_CASE("redlock: a semaphore is refused at construction, naming why") {
+TEST_CASE("redlock: a semaphore and a read-write lock are refused at construction, naming why") {
     run_redlock_test(configs_of(shared_primaries(3)), "redlock-semaphore",
                      [](primary_connections&, primary_connections&, primary_connections&,
                         locker& locks, locker&, std::string const& name) -> asio::awaitable<void> {
@@ -233,6 +234,9 @@ TEST_CASE("redlock: a semaphore is refused at construction, naming why") {
                          CHECK(refused.code == error::invalid_argument);
                          CHECK(refused.what.find("Redlock") != std::string::npos);
                          CHECK(refused.what.find(name) != std::string::npos);
+                         auto const rw = call_failure([&] { rw_lock l{locks, name}; });
+                         CHECK(rw.code == error::invalid_argument);
+                         CHECK(rw.what.find("Redlock") != std::string::npos);
                          co_return;
                      });
 }

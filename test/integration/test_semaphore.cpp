@@ -35,7 +35,7 @@ std::string semaphore_key(std::string const& name) {
 asio::awaitable<int> keys_all_expire(redis::connection& probe, std::string const& name) {
     int found = 0;
     auto const base = semaphore_key(name);
-    for (auto const* suffix : {"", ":h", ":q", ":qd"}) {
+    for (auto const* suffix : {"", ":h", ":hw", ":q", ":qd"}) {
         auto const key = base + suffix;
         auto const pttl = co_await integer(probe, command("PTTL", key));
         if (pttl == -2)
@@ -214,10 +214,15 @@ TEST_CASE("semaphore: a call for several permits is not overtaken by later calls
             CHECK(co_await finishes(large.done, 2000ms));
             REQUIRE(large.got.has_value());
             CHECK(large.got->count() == 4);
-            CHECK(co_await integer(probe, command("ZCARD", semaphore_key(name) + ":h")) == 4);
+            // One holding, of weight four.
+            CHECK(co_await integer(probe, command("ZCARD", semaphore_key(name) + ":h")) == 1);
+            auto const weight = co_await probe.co_exec(
+                command("HGET", semaphore_key(name) + ":hw", large.got->token()));
+            CHECK(weight.at(0).as_string().value_or("") == "4");
             CHECK(co_await sa.co_available() == 0);
             CHECK_FALSE(later.done);
             CHECK(co_await large.got->release());
+            CHECK(co_await integer(probe, command("EXISTS", semaphore_key(name) + ":hw")) == 0);
             CHECK(co_await finishes(later.done, 2000ms));
             REQUIRE(later.got.has_value());
             CHECK(later.got->fence() > large.got->fence());

@@ -59,6 +59,11 @@ TEST_CASE("read_permit_grant: granted, not admitted, another capacity") {
     CHECK(g.free == 1);
     CHECK_FALSE(g.stored);
 
+    // A reader that follows no writer.
+    g = read_permit_grant(answered(array({number(1), number(0)})));
+    CHECK(g.granted);
+    CHECK(g.fence == 0);
+
     g = read_permit_grant(answered(array({number(-1), number(8)})));
     CHECK_FALSE(g.ec);
     CHECK_FALSE(g.granted);
@@ -73,7 +78,6 @@ TEST_CASE("read_permit_grant: a reply of another shape is unexpected_reply whose
         number(1),
         array({}),
         array({number(1)}),
-        array({number(1), number(0)}),            // no fence is 0
         array({number(1), number(5), number(0)}), // the grant has two elements
         array({number(0), number(-5), number(1)}),
         array({number(0), number(5)}),

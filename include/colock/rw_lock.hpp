@@ -1,0 +1,213 @@
+/// \file
+/// A read-write lock: many readers or one writer, over every process, each holder's a lease; a
+/// waiting writer stops the readers that come after it.
+#pragma once
+
+#include <colock/lease_guard.hpp>
+#include <colock/lock_options.hpp>
+#include <colock/locker.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace colock {
+
+namespace detail {
+class semaphore_core;
+} // namespace detail
+
+/// A reader's hold of a read-write lock, from rw_lock::co_lock_shared (or a write_guard's
+/// co_downgrade) until unlock(), its destruction, or the loss of its lease (see lease_guard).
+/// Each reader has a lease of its own, renewed and expiring alone. Its fence() is the fence of
+/// the last writer before it (0 when the lock has had no writer since its keys last lapsed),
+/// so a fenced resource can tell which writer's version a reader saw.
+class read_guard : public lease_guard {
+public:
+    /// Holds nothing.
+    read_guard() noexcept = default;
+    /// Takes over what `other` holds.
+    read_guard(read_guard&& other) noexcept = default;
+    /// Unlocks what this holds (in the background), then takes over what `other` holds.
+    read_guard& operator=(read_guard&& other) noexcept = default;
+    /// Unlocks in the background if still held.
+    ~read_guard() = default;
+
+    /// As owns(): the read lock is still held.
+    bool owns_lock() const noexcept { return owns(); }
+
+    /// Stops renewal, then lets go of the read lock: true when it was still ours, false when
+    /// its lease had expired or was gone, or this holds nothing.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool released)`, as permit::async_release.
+    /// @par Per-operation cancellation
+    /// None: a cancelled caller still lets go.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_unlock(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [st = state_](auto handler) mutable {
+                start_release(std::move(st), std::move(handler));
+            },
+            token);
+    }
+    /// Awaitable async_unlock; throws system_error naming the lock on a failure.
+    boost::asio::awaitable<bool> unlock();
+
+    /// Refused: throws system_error(error::invalid_argument) saying why. Two readers upgrading
+    /// at once would each wait for the other to leave, for ever; unlock, then rw_lock::co_lock(),
+    /// and check again what was read.
+    boost::asio::awaitable<void> co_upgrade();
+
+private:
+    friend class rw_lock;
+    friend class write_guard;
+    explicit read_guard(std::shared_ptr<detail::permit_state> state) noexcept
+        : lease_guard(std::move(state)) {}
+};
+
+/// The writer's hold of a read-write lock, from rw_lock::co_lock until unlock(), co_downgrade(),
+/// its destruction, or the loss of its lease (see lease_guard). Its fence() is strictly
+/// increasing per lock over all writers.
+class write_guard : public lease_guard {
+public:
+    /// Holds nothing.
+    write_guard() noexcept = default;
+    /// Takes over what `other` holds.
+    write_guard(write_guard&& other) noexcept = default;
+    /// Unlocks what this holds (in the background), then takes over what `other` holds.
+    write_guard& operator=(write_guard&& other) noexcept = default;
+    /// Unlocks in the background if still held.
+    ~write_guard() = default;
+
+    /// As owns(): the write lock is still held.
+    bool owns_lock() const noexcept { return owns(); }
+
+    /// Stops renewal, then lets go of the write lock, as read_guard::async_unlock; the readers
+    /// and the writer queued behind get in.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_unlock(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [st = state_](auto handler) mutable {
+                start_release(std::move(st), std::move(handler));
+            },
+            token);
+    }
+    /// Awaitable async_unlock; throws system_error naming the lock on a failure.
+    boost::asio::awaitable<bool> unlock();
+
+    /// Turns the write lock into a read lock with no gap: the same lease (renewed on, with the
+    /// same fence), now shared with the readers queued behind it, who are let in. This guard
+    /// then holds nothing. Throws system_error: error::not_held when this holds nothing,
+    /// error::lock_lost when the lease was lost (nothing is held then), or the connection's
+    /// error (the lease is still held, as a writer's or, if the downgrade went through unseen,
+    /// a reader's: a second co_downgrade() is safe). Not cancelled by the caller.
+    boost::asio::awaitable<read_guard> co_downgrade();
+
+private:
+    friend class rw_lock;
+    explicit write_guard(std::shared_ptr<detail::permit_state> state) noexcept
+        : lease_guard(std::move(state)) {}
+};
+
+/// A read-write lock on a locker: many readers or one writer of `name`, over every process that
+/// uses the name through the same Redis deployment and key prefix.
+///
+/// - Readers and writers queue first come, first served across processes, in batches: the
+///   readers queued together enter together; a writer waits for the readers ahead of it to
+///   leave, and stops the readers that come after it until it leaves (no writer starves, and no
+///   reader either).
+/// - Each reader and the writer hold a lease of their own, renewed while held, expiring on the
+///   server's clock when the holder dies.
+/// - Writers' fences are strictly increasing; a reader carries its writer's.
+/// - One server, Sentinel and Cluster (the keys share the hash tag `{name}`); a locker over
+///   several primaries (Redlock) is refused at construction.
+/// - Not reentrant: a coroutine that holds a read lock and asks for the write lock waits for
+///   itself (until lock_options::wait_timeout); read_guard::co_upgrade() refuses.
+///
+/// Like an Asio I/O object: destroying it ends its waiting calls with operation_aborted; the
+/// guards it gave live on. Thread-safe as the locker.
+class rw_lock {
+public:
+    /// Throws system_error(error::invalid_argument) for an empty or overlong name or a Redlock
+    /// locker. Keeps the locker's state alive.
+    rw_lock(locker& l, std::string name);
+    /// Takes over `other`'s lock.
+    rw_lock(rw_lock&& other) noexcept;
+    /// Ends this one's waiting calls, then takes over `other`'s lock.
+    rw_lock& operator=(rw_lock&& other) noexcept;
+    rw_lock(rw_lock const&) = delete;
+    rw_lock& operator=(rw_lock const&) = delete;
+    /// Ends the waiting calls with operation_aborted.
+    ~rw_lock();
+
+    /// The lock's name.
+    std::string const& name() const noexcept;
+
+    /// Waits for a read lock. `opt` as for locker::async_lock (cohort_limit and wait_replicas do
+    /// not apply). Refuses bad arguments by throwing system_error(error::invalid_argument) before
+    /// any I/O.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, read_guard)`: error::timeout when wait_timeout passed;
+    /// a network error or redis::error::server_error otherwise.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as semaphore::async_acquire.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_lock_shared(lock_options opt = {}, CompletionToken&& token = {}) {
+        check(opt);
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, read_guard)>(
+            [core = core_](auto handler, lock_options o) {
+                start_lock_shared(core, std::move(o), std::move(handler));
+            },
+            token, std::move(opt));
+    }
+
+    /// Waits for the write lock, as async_lock_shared.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, write_guard)`.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as semaphore::async_acquire.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_lock(lock_options opt = {}, CompletionToken&& token = {}) {
+        check(opt);
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, write_guard)>(
+            [core = core_](auto handler, lock_options o) {
+                start_lock(core, std::move(o), std::move(handler));
+            },
+            token, std::move(opt));
+    }
+
+    /// Awaitable async_lock_shared; throws system_error whose message names the lock.
+    boost::asio::awaitable<read_guard> co_lock_shared(lock_options opt = {});
+    /// Awaitable async_lock; throws system_error whose message names the lock.
+    boost::asio::awaitable<write_guard> co_lock(lock_options opt = {});
+    /// One attempt at a read lock: an empty optional when a writer holds it or is queued.
+    boost::asio::awaitable<std::optional<read_guard>> co_try_lock_shared(lock_options opt = {});
+    /// One attempt at the write lock: an empty optional when anybody holds it or is queued.
+    boost::asio::awaitable<std::optional<write_guard>> co_try_lock(lock_options opt = {});
+
+private:
+    using read_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, read_guard)>;
+    using write_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, write_guard)>;
+    void check(lock_options const& opt) const;
+    static void start_lock_shared(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
+                                  read_handler handler);
+    static void start_lock(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
+                           write_handler handler);
+
+    std::shared_ptr<detail::semaphore_core> core_;
+};
+
+} // namespace colock

@@ -1,0 +1,283 @@
+// The read-write lock against a real server: readers share and a writer excludes, a waiting
+// writer stops the readers that come after it and is not starved by readers that keep coming,
+// the readers queued behind a writer enter together when it leaves, fences (a writer's strictly
+// increasing, a reader's its writer's), a downgrade with no gap, and an upgrade refused. The
+// queue, leases and cancellation are the semaphore's (test_semaphore.cpp).
+#include <colock/rw_lock.hpp>
+
+#include "lock_fixture.hpp"
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using namespace colock::test;
+
+namespace {
+
+std::string rw_key(std::string const& name) {
+    return "colock:rw:{" + name + "}";
+}
+
+// A lock call run beside the test.
+template <class Guard>
+struct call_run {
+    std::optional<Guard> got;
+    steady::time_point at;
+    bool done = false;
+};
+
+template <class Guard, class Call>
+void start_call(asio::any_io_executor ex, Call call, call_run<Guard>& run) {
+    asio::co_spawn(
+        ex,
+        [call, &run]() -> asio::awaitable<void> {
+            run.got.emplace(co_await call());
+            run.at = steady::now();
+            run.done = true;
+        },
+        asio::detached);
+}
+
+} // namespace
+
+TEST_CASE("rw_lock: readers share and a writer excludes; a reader carries the last writer's "
+          "fence, writers' fences increase; every key expires") {
+    run_lock_test<one_locker>(
+        "rw-basic",
+        [](redis::connection&, redis::connection& probe, locker& locks,
+           std::string const& name) -> asio::awaitable<void> {
+            rw_lock rw{locks, name};
+            CHECK(rw.name() == name);
+            auto r1 = co_await rw.co_lock_shared(lease(10'000ms));
+            auto r2 = co_await rw.co_lock_shared(lease(10'000ms));
+            CHECK(r1.owns_lock());
+            CHECK(r2.owns_lock());
+            CHECK(r1.fence() == 0); // no writer yet
+            CHECK_FALSE((co_await rw.co_try_lock()).has_value());
+            CHECK((co_await rw.co_try_lock_shared()).has_value());
+            CHECK(co_await r1.unlock());
+            CHECK(co_await r2.unlock());
+
+            auto w1 = co_await rw.co_lock(lease(10'000ms));
+            CHECK(w1.owns_lock());
+            CHECK(w1.fence() > 0);
+            CHECK_FALSE((co_await rw.co_try_lock_shared()).has_value());
+            CHECK_FALSE((co_await rw.co_try_lock()).has_value());
+            for (auto const* suffix : {"", ":h", ":hw"}) {
+                auto const pttl = co_await integer(probe, command("PTTL", rw_key(name) + suffix));
+                CHECK_MESSAGE(pttl > 9000, suffix);
+            }
+            CHECK(co_await w1.unlock());
+            CHECK_FALSE(w1.owns_lock());
+
+            auto r3 = co_await rw.co_lock_shared(lease(10'000ms));
+            CHECK(r3.fence() == w1.fence());
+            CHECK(co_await r3.unlock());
+            auto w2 = co_await rw.co_lock(lease(10'000ms));
+            CHECK(w2.fence() > w1.fence());
+            CHECK(co_await w2.unlock());
+            CHECK(co_await integer(probe, command("EXISTS", rw_key(name) + ":h")) == 0);
+            CHECK(co_await integer(probe, command("EXISTS", rw_key(name) + ":hw")) == 0);
+            CHECK(co_await integer(probe, command("PTTL", rw_key(name))) > 0);
+        });
+}
+
+TEST_CASE("rw_lock: a waiting writer stops the readers after it; they enter together when it "
+          "leaves; readers that keep coming do not starve a writer") {
+    run_lock_test<two_lockers>(
+        "rw-preference",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto ex = co_await asio::this_coro::executor;
+            rw_lock ra{a, name};
+            rw_lock rb{b, name};
+            auto reader = co_await ra.co_lock_shared(lease(10'000ms));
+            call_run<write_guard> writer;
+            start_call(
+                ex, [&] { return rb.co_lock(lease(10'000ms)); }, writer);
+            CHECK(co_await exists_becomes(probe, rw_key(name) + ":q", 1) == 1);
+            // A reader after the waiting writer waits too.
+            CHECK_FALSE((co_await ra.co_try_lock_shared()).has_value());
+            call_run<read_guard> later1, later2;
+            start_call(
+                ex, [&] { return ra.co_lock_shared(lease(10'000ms)); }, later1);
+            start_call(
+                ex, [&] { return rb.co_lock_shared(lease(10'000ms)); }, later2);
+            co_await sleep_for(300ms);
+            CHECK_FALSE(writer.done);
+            CHECK_FALSE(later1.done);
+            CHECK_FALSE(later2.done);
+
+            auto const released_at = steady::now();
+            CHECK(co_await reader.unlock());
+            CHECK(co_await finishes(writer.done, 2000ms));
+            CHECK(ms_between(released_at, writer.at) < 300);
+            co_await sleep_for(100ms);
+            CHECK_FALSE(later1.done);
+            CHECK_FALSE(later2.done);
+            auto const written_at = steady::now();
+            CHECK(co_await writer.got->unlock());
+            CHECK(co_await finishes(later1.done, 2000ms));
+            CHECK(co_await finishes(later2.done, 2000ms));
+            CHECK(ms_between(written_at, std::max(later1.at, later2.at)) < 300);
+            CHECK(later1.got->fence() == writer.got->fence());
+            CHECK(later2.got->owns_lock());
+            CHECK(co_await later1.got->unlock());
+            CHECK(co_await later2.got->unlock());
+
+            // Readers overlapping without a pause: without the queue a writer would wait for
+            // ever; here it gets in once the readers ahead of it leave.
+            bool stop = false;
+            int readers_done = 0;
+            for (int i = 0; i < 4; ++i)
+                asio::co_spawn(
+                    ex,
+                    [&, i]() -> asio::awaitable<void> {
+                        auto& lock = i % 2 == 0 ? ra : rb;
+                        while (!stop) {
+                            auto r = co_await lock.co_lock_shared(lease(10'000ms));
+                            co_await sleep_for(40ms);
+                            co_await r.unlock();
+                        }
+                        ++readers_done;
+                    },
+                    asio::detached);
+            co_await sleep_for(200ms);
+            auto const asked_at = steady::now();
+            auto w = co_await rb.co_lock(lease(10'000ms));
+            CHECK(ms_since(asked_at) < 1000);
+            CHECK(w.owns_lock());
+            stop = true;
+            CHECK(co_await w.unlock());
+            auto const end = steady::now() + 3000ms;
+            while (readers_done < 4 && steady::now() < end)
+                co_await sleep_for(10ms);
+            CHECK(readers_done == 4);
+        });
+}
+
+TEST_CASE("rw_lock: co_downgrade turns the writer into a reader with no gap: the readers queued "
+          "behind get in, a queued writer still waits, the lease is renewed on; an upgrade is "
+          "refused") {
+    run_lock_test<two_lockers>(
+        "rw-downgrade",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto ex = co_await asio::this_coro::executor;
+            rw_lock ra{a, name};
+            rw_lock rb{b, name};
+            auto w = co_await ra.co_lock(lease(600ms));
+            auto const fence = w.fence();
+            call_run<read_guard> reader;
+            start_call(
+                ex, [&] { return rb.co_lock_shared(lease(10'000ms)); }, reader);
+            CHECK(co_await exists_becomes(probe, rw_key(name) + ":q", 1) == 1);
+            call_run<write_guard> writer;
+            start_call(
+                ex, [&] { return rb.co_lock(lease(10'000ms)); }, writer);
+            co_await sleep_for(100ms);
+
+            auto const token = w.token();
+            auto r = co_await w.co_downgrade();
+            CHECK_FALSE(w.owns_lock());
+            CHECK(w.fence() == 0);
+            CHECK(r.owns_lock());
+            CHECK(r.fence() == fence);
+            CHECK(r.token() == token); // the same lease
+            CHECK(co_await finishes(reader.done, 1000ms));
+            CHECK(reader.got->fence() == fence);
+            CHECK_FALSE(writer.done);
+            CHECK((co_await failure_of(w.co_downgrade())).code == error::not_held);
+
+            co_await sleep_for(900ms); // past the 600 ms lease: renewed on as a reader's
+            CHECK(r.owns_lock());
+            CHECK_FALSE(writer.done);
+            auto const upgrade = co_await failure_of(r.co_upgrade());
+            CHECK(upgrade.code == error::invalid_argument);
+            CHECK(upgrade.what.find("refused") != std::string::npos);
+            CHECK(r.owns_lock()); // the refusal changes nothing
+
+            CHECK(co_await r.unlock());
+            CHECK(co_await reader.got->unlock());
+            CHECK(co_await finishes(writer.done, 2000ms));
+            CHECK(writer.got->fence() > fence);
+            CHECK(co_await writer.got->unlock());
+        });
+}
+
+TEST_CASE("rw_lock: 3 lockers x 6 coroutines, readers and writers mixed, never a writer beside "
+          "anyone else, and every coroutine gets its turns") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const cfg = shared_server().config();
+        std::vector<std::unique_ptr<redis::connection>> conns;
+        std::vector<std::unique_ptr<locker>> lockers;
+        std::vector<std::unique_ptr<rw_lock>> locks;
+        auto const name = unique_key("rw-load");
+        for (int i = 0; i < 3; ++i) {
+            conns.push_back(std::make_unique<redis::connection>(ctx.get_executor(), cfg));
+            lockers.push_back(std::make_unique<locker>(*conns.back()));
+            locks.push_back(std::make_unique<rw_lock>(*lockers.back(), name));
+        }
+        int readers = 0, writers = 0, violations = 0, most_readers = 0, finished = 0, failed = 0;
+        std::int64_t last_write_fence = 0;
+        std::vector<int> turns(18, 0);
+        auto const end = steady::now() + 1500ms;
+        for (int w = 0; w < 18; ++w)
+            asio::co_spawn(
+                ctx,
+                [&, w]() -> asio::awaitable<void> {
+                    auto& lock = *locks[w % 3];
+                    bool const writes = w % 3 == 0;
+                    while (steady::now() < end) {
+                        if (writes) {
+                            auto g = co_await lock.co_lock(lease(5000ms));
+                            if (++writers > 1 || readers > 0)
+                                ++violations;
+                            if (g.fence() <= last_write_fence)
+                                ++violations;
+                            last_write_fence = g.fence();
+                            ++turns[w];
+                            co_await sleep_for(2ms);
+                            --writers;
+                            if (!co_await g.unlock())
+                                ++failed;
+                        } else {
+                            auto g = co_await lock.co_lock_shared(lease(5000ms));
+                            if (writers > 0)
+                                ++violations;
+                            most_readers = std::max(most_readers, ++readers);
+                            ++turns[w];
+                            co_await sleep_for(2ms);
+                            --readers;
+                            if (!co_await g.unlock())
+                                ++failed;
+                        }
+                    }
+                    ++finished;
+                },
+                count_failure(failed, finished));
+        while (finished < 18)
+            co_await sleep_for(20ms);
+        CHECK(failed == 0);
+        CHECK(violations == 0);
+        CHECK(most_readers > 1);
+        auto const [least, largest] = std::minmax_element(turns.begin(), turns.end());
+        CHECK(*least > 0);
+        MESSAGE("turns per coroutine: " << *least << " to " << *largest
+                                        << "; readers at once: " << most_readers);
+        for (auto& c : conns)
+            c->close();
+    });
+}
