@@ -4,6 +4,7 @@
 #include <colock/election.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
+#include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
 
 #include "election_fixture.hpp"
@@ -356,6 +357,33 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             CHECK(p2->fence() > p1.fence());
             CHECK(co_await p2->release());
             CHECK_FALSE(holds_key(sem_node, sem_key + ":h"));
+
+            // A read-write lock: readers share, a writer excludes, a downgrade lets a reader of
+            // the other locker in, by sharded pub/sub.
+            rw_lock rwa{a, "catalog"};
+            rw_lock rwb{b, "catalog"};
+            auto w = co_await rwa.co_lock(lease(10s));
+            CHECK_FALSE(co_await rwb.co_try_lock_shared());
+            std::optional<read_guard> reader;
+            asio::co_spawn(
+                ctx,
+                [&]() -> asio::awaitable<void> {
+                    reader.emplace(co_await rwb.co_lock_shared(lease(10s)));
+                },
+                asio::detached);
+            co_await sleep_for(1200ms); // past the reader's polls before its subscription
+            auto const downgraded_at = steady::now();
+            auto r = co_await w.co_downgrade();
+            while (!reader && ms_since(downgraded_at) < 3000)
+                co_await sleep_for(2ms);
+            REQUIRE(reader);
+            CHECK(ms_since(downgraded_at) < 500);
+            CHECK(reader->fence() == r.fence());
+            CHECK(co_await r.unlock());
+            CHECK(co_await reader->unlock());
+            auto w2 = co_await rwb.co_lock(lease(10s));
+            CHECK(w2.fence() > r.fence());
+            CHECK(co_await w2.unlock());
             conn_a.close();
             conn_b.close();
         },
