@@ -164,6 +164,30 @@ asio::awaitable<void> schedule(colock::locker& locker) {
 }
 //]
 
+//[rw_lock_catalog
+// A catalog that many requests read and one job rebuilds: the readers share the lock; the
+// rebuild waits for the readers ahead of it, and holds back the ones after it until it is done.
+asio::awaitable<std::string> read_catalog(colock::locker& locker) {
+    colock::rw_lock catalog{locker, "catalog"};
+    colock::read_guard reading = co_await catalog.co_lock_shared();
+    // The fence of the last writer: the version this reader sees.
+    std::string page = fmt::format("catalog version {}", reading.fence());
+    co_await reading.unlock();
+    co_return page;
+}
+
+asio::awaitable<std::int64_t> rebuild_catalog(colock::locker& locker) {
+    colock::rw_lock catalog{locker, "catalog"};
+    colock::write_guard writing = co_await catalog.co_lock();
+    std::int64_t const version = writing.fence(); // strictly increasing per lock
+    // ... write the new catalog, tagged with `version` ...
+    colock::read_guard checking = co_await writing.co_downgrade(); // no gap; readers come in
+    // ... check what was written, beside them ...
+    co_await checking.unlock();
+    co_return version;
+}
+//]
+
 //[election_who_leads
 // Who leads now, and every change from here on.
 asio::awaitable<std::string> who_leads(colock::locker& locker) {
@@ -352,6 +376,12 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     check(last_term > 0, "the scheduler led with a term");
     check(co_await who_leads(locker) == "nobody leads; watching, nobody leads",
           "nobody leads after the resign");
+
+    // A read-write lock: the rebuild's version is what a reader sees next.
+    auto const version = co_await rebuild_catalog(locker);
+    check(version > 0, "the writer had a fence");
+    check(co_await read_catalog(locker) == fmt::format("catalog version {}", version),
+          "the reader carries its writer's fence");
 
     // Re-entry through a scope: one lease, given back with the scope's last guard.
     check(co_await month_end(locker) == 1, "the scope's guards shared one lease");
