@@ -91,14 +91,18 @@ public:
     /// Throws system_error(error::invalid_argument) for an empty or overlong name, a capacity of
     /// 0 or above 1,000,000, or a Redlock locker. Keeps the locker's state alive.
     semaphore(locker& l, std::string name, std::size_t capacity);
+    /// Takes over `other`'s semaphore.
     semaphore(semaphore&& other) noexcept;
+    /// Ends this one's waiting calls, then takes over `other`'s semaphore.
     semaphore& operator=(semaphore&& other) noexcept;
     semaphore(semaphore const&) = delete;
     semaphore& operator=(semaphore const&) = delete;
     /// Ends the waiting calls with operation_aborted.
     ~semaphore();
 
+    /// The semaphore's name.
     std::string const& name() const noexcept;
+    /// The capacity this object was made with.
     std::size_t capacity() const noexcept;
 
     /// Waits for `permits` (1 to the capacity, at most 1000) and holds them as one lease:
