@@ -4,6 +4,8 @@
 #include <colock/election.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
+#include <colock/rw_lock.hpp>
+#include <colock/semaphore.hpp>
 
 #include "election_fixture.hpp"
 #include "test_util.hpp"
@@ -112,6 +114,11 @@ TEST_CASE("sentinel: SENTINEL FAILOVER: a held guard is lost at once, the waiter
             std::string const name = unique_key("sentinel-failover");
             auto held = co_await a.co_lock(name, lease(30s));
             auto const held_fence = held.fence();
+            // A permit and a read lock held there too: leases like the guard's.
+            semaphore sem_a{a, name, 1};
+            auto permit_held = co_await sem_a.co_acquire(lease(30s));
+            rw_lock rw_a{a, name};
+            auto reading = co_await rw_a.co_lock_shared(lease(30s));
 
             struct waiter_result {
                 bool done = false;
@@ -147,6 +154,21 @@ TEST_CASE("sentinel: SENTINEL FAILOVER: a held guard is lost at once, the waiter
             MESSAGE("guard lost " << ms_since(switched) << " ms after the sentinels agreed");
             CHECK(held.loss() == loss_reason::server_replaced);
             CHECK(co_await reached_port(conn_a) == new_port);
+            CHECK(co_await finishes_when([&] { return permit_held.lost() && reading.lost(); },
+                                         3000ms));
+            CHECK(permit_held.loss() == loss_reason::server_replaced);
+            CHECK(reading.loss() == loss_reason::server_replaced);
+            // Released, the replica's copies go: the new primary grants them anew.
+            CHECK_FALSE(co_await permit_held.release());
+            CHECK_FALSE(co_await reading.unlock());
+            semaphore sem_b{b, name, 1};
+            auto permit_new = co_await sem_b.co_acquire(waiting_up_to(lease(30s), 10s));
+            CHECK(permit_new.fence() > permit_held.fence());
+            CHECK(co_await permit_new.release());
+            rw_lock rw_b{b, name};
+            auto writing = co_await rw_b.co_lock(waiting_up_to(lease(30s), 10s));
+            CHECK(writing.owns_lock());
+            CHECK(co_await writing.unlock());
 
             // The replica had the lease: the waiter gets it once the lost guard lets go.
             CHECK_FALSE(co_await held.unlock());
