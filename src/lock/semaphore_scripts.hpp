@@ -41,17 +41,17 @@
 
 namespace colock::detail {
 
-// A shared prologue: the time, the entries of the queue and the walk that admits or wakes.
-// `now` is the server's time in ms; live_entry(e) answers the permits entry `e` waits for, or
-// removes a lapsed (or garbled) entry and answers nil.
+// A shared prologue of the scripts that admit or wake: `now` (the server's time in ms), the walk
+// of the queue, the live holdings' permits, the wake-ups, and the keys' expiries.
 #define COLOCK_SEMAPHORE_PROLOGUE                                                                  \
     "local t = redis.call('TIME')\n"                                                               \
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                      \
-    "local function live_entry(e)\n"                                                               \
-    "  local d = redis.call('HGET', KEYS[5], e)\n"                                                 \
+    "-- The permits entry `e` (its record `d`) waits for; nil, and the entry removed, when it\n"   \
+    "-- lapsed (or is garbled).\n"                                                                 \
+    "local function live_entry(e, d)\n"                                                            \
     "  if d then\n"                                                                                \
     "    local deadline, want = string.match(d, '^(%d+) (%d+) ')\n"                                \
-    "    if deadline and tonumber(deadline) >= now then return tonumber(want), d end\n"            \
+    "    if deadline and tonumber(deadline) >= now then return tonumber(want) end\n"               \
     "  end\n"                                                                                      \
     "  redis.call('HDEL', KEYS[5], e)\n"                                                           \
     "  redis.call('LREM', KEYS[4], 1, e)\n"                                                        \
@@ -60,7 +60,8 @@ namespace colock::detail {
     "-- Walks the queue from its head while the permits of the live entries fit in `free`,\n"      \
     "-- calling visit(entry, want, record) for each that fits, until `stop_at` (an entry) is\n"    \
     "-- reached. Returns the permits of the entries that fit ahead of `stop_at` (or of the\n"      \
-    "-- whole queue), and whether the walk ended because the next did not fit.\n"                  \
+    "-- whole queue), and whether the walk ended because the next did not fit. Reads the\n"        \
+    "-- queue by chunks, each with its records in one HMGET.\n"                                    \
     "local function walk(free, stop_at, visit)\n"                                                  \
     "  local ahead = 0\n"                                                                          \
     "  local pos = 0\n"                                                                            \
@@ -68,14 +69,15 @@ namespace colock::detail {
     "    local chunk = redis.call('LRANGE', KEYS[4], pos, pos + math.min(math.max(free, 1), "      \
     "99))\n"                                                                                       \
     "    if #chunk == 0 then return ahead, false end\n"                                            \
-    "    for _, e in ipairs(chunk) do\n"                                                           \
+    "    local records = redis.call('HMGET', KEYS[5], unpack(chunk))\n"                            \
+    "    for i, e in ipairs(chunk) do\n"                                                           \
     "      if e == stop_at then return ahead, false end\n"                                         \
-    "      local want, record = live_entry(e)\n"                                                   \
+    "      local want = live_entry(e, records[i])\n"                                               \
     "      if want then\n"                                                                         \
     "        if ahead + want > free then return ahead, true end\n"                                 \
     "        ahead = ahead + want\n"                                                               \
     "        pos = pos + 1\n"                                                                      \
-    "        if visit then visit(e, want, record) end\n"                                           \
+    "        if visit then visit(e, want, records[i]) end\n"                                       \
     "      end\n"                                                                                  \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
