@@ -55,6 +55,7 @@ redis-server (a throwaway one unless --url): acquisitions/s, wait p50/p99, fairn
 calls per acquisition.
 
   --seconds S   measuring time of each scenario, after a 0.5 s warm-up (default 3)
+  --tuned       retry after 1 ms instead of the library's 50 ms (the peer harness's "tuned")
   --url URL     a server of your own (its keys go under colock:bench:<pid>:)
   --json        one JSON object per scenario
 )";
@@ -63,12 +64,18 @@ constexpr std::size_t capacity = 8;
 
 struct options : bench::common_options {
     double seconds = 3;
+    bool tuned = false;
 };
 
 bool parse_option(options& o, bench::option_arg& arg) {
-    if (arg.name() != "--seconds")
+    if (arg.name() == "--seconds") {
+        o.seconds = bench::parse_seconds(arg.value());
+    } else if (arg.name() == "--tuned") {
+        arg.no_value();
+        o.tuned = true;
+    } else {
         return false;
-    o.seconds = bench::parse_seconds(arg.value());
+    }
     return true;
 }
 
@@ -134,9 +141,7 @@ struct shared_counts {
 
 asio::awaitable<void> worker(std::shared_ptr<bench::run_state> state, party& p,
                              redis::connection& raw, std::string const& inside_key, bool writer,
-                             std::size_t index, shared_counts& counts) {
-    colock::lock_options opt;
-    opt.ttl = milliseconds{10'000};
+                             std::size_t index, colock::lock_options opt, shared_counts& counts) {
     while (state->current != bench::run_state::phase::stop) {
         auto const wanted = steady::now();
         std::optional<colock::permit> permit;
@@ -183,7 +188,11 @@ asio::awaitable<void> worker(std::shared_ptr<bench::run_state> state, party& p,
 }
 
 asio::awaitable<result> run_scenario(redis::config cfg, scenario const& sc, double seconds,
-                                     std::string const& prefix) {
+                                     bool tuned, std::string const& prefix) {
+    colock::lock_options opt;
+    opt.ttl = milliseconds{10'000};
+    if (tuned)
+        opt.retry.initial = milliseconds{1};
     // Not a braced list: GCC 12 miscompiles one inside a coroutine.
     std::vector<redis::config> nodes;
     nodes.push_back(cfg);
@@ -212,7 +221,7 @@ asio::awaitable<result> run_scenario(redis::config cfg, scenario const& sc, doub
         asio::co_spawn(ex,
                        bench::run_worker(state, fmt::format("coroutine {}", w),
                                          worker(state, parties[w % sc.lockers], *raw, inside_key,
-                                                writer, w, counts)),
+                                                writer, w, opt, counts)),
                        asio::detached);
     }
     co_await state->sleep_phase(milliseconds{500});
@@ -311,7 +320,8 @@ int main(int argc, char** argv) {
                        "calls", "sync");
         asio::io_context io;
         for (auto const& sc : scenarios)
-            print(bench::run_on(io, run_scenario(cfg, sc, opts.seconds, prefix)), opts.json);
+            print(bench::run_on(io, run_scenario(cfg, sc, opts.seconds, opts.tuned, prefix)),
+                  opts.json);
         if (!opts.json)
             fmt::print("calls: server calls per acquisition (INFO commandstats); sync: without "
                        "the section's INCR and DECR\n");
