@@ -226,6 +226,7 @@ std::string semaphore_core::timeout_text(lock_options const& opt) const {
 
 void semaphore_core::add_waiter(std::string const& token, waiter& w) {
     waiters_[token] = &w;
+    w.listed_as = token;
 }
 
 void semaphore_core::remove_waiter(std::string const& token) {
@@ -321,7 +322,7 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
                                       : clock_type::time_point::max();
     deadlines.first_connect =
         std::min(deadlines.wait, saturating_add(started, opt.first_connect_timeout));
-    waiter w(core.locker_->strand());
+    waiter w(core, core.locker_->strand());
     std::string token = random_token();
     // This call may have an entry in the server's queue, under `token`.
     bool entered = false;

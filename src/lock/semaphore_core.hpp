@@ -107,10 +107,21 @@ public:
 private:
     // A waiting call, on its coroutine's frame.
     struct waiter {
-        explicit waiter(boost::asio::strand<boost::asio::any_io_executor> const& s) : timer(s) {}
+        waiter(semaphore_core& c, boost::asio::strand<boost::asio::any_io_executor> const& s)
+            : core(c), timer(s) {}
+        waiter(waiter const&) = delete;
+        waiter& operator=(waiter const&) = delete;
+        // A frame destroyed unresumed (the io_context's end) leaves the list of waiters.
+        ~waiter() {
+            if (auto it = core.waiters_.find(listed_as);
+                it != core.waiters_.end() && it->second == this)
+                core.waiters_.erase(it);
+        }
+        semaphore_core& core;
         lock_timer timer;
-        bool woken = false;   // a message, or a reconnection: ask now
-        bool aborted = false; // the semaphore or the connection closed
+        std::string listed_as; // its token in the list of waiters, while listed
+        bool woken = false;    // a message, or a reconnection: ask now
+        bool aborted = false;  // the semaphore or the connection closed
     };
 
     void add_waiter(std::string const& token, waiter& w);
