@@ -198,6 +198,11 @@ asio::awaitable<semaphore_reading> semaphore_core::read() {
 
 std::string semaphore_core::failure_text(error_code ec, std::string const& server_text,
                                          lock_options const& opt, bool waited) const {
+    if (server_text.find("can't run this command") != std::string::npos)
+        // Redis does not say which command: say where the list is.
+        return fmt::format("{} (the ACL user lacks a command the {}'s scripts call; "
+                           "docs/operations.md, \"ACL permissions\", lists them)",
+                           server_text, kind_);
     if (!is_connect_failure(ec))
         return server_text.empty() ? ec.message() : server_text;
     std::string why = client_->last_error_text();

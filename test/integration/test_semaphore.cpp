@@ -347,3 +347,92 @@ TEST_CASE("semaphore: 3 lockers x 6 coroutines on capacity 3 never hold more tha
             c->close();
     });
 }
+
+TEST_CASE("semaphore: an ACL user with the lock's permissions and these: acquire, wake-up, "
+          "renew, release; without them, the server's refusal and where the list is; without "
+          "channels, waiting calls poll") {
+    // Keep in step with docs/operations.md, "ACL permissions".
+    auto const lock_rights =
+        strings("~colock:*", "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+eval",
+                "+script|load", "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
+                "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel", "+rpush",
+                "+lpop", "+lrem", "+llen", "+hgetall");
+    auto setuser = [&](std::string const& user, std::vector<std::string> extra) {
+        auto args = strings("ACL", "SETUSER", user, "reset", "on", ">pw");
+        args.insert(args.end(), lock_rights.begin(), lock_rights.end());
+        args.insert(args.end(), extra.begin(), extra.end());
+        shared_server().cli(args);
+    };
+    setuser("semuser", strings("+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zrangebyscore",
+                               "+hmget", "+hvals", "+lrange"));
+    setuser("lockonly", {});
+    shared_server().cli(
+        strings("ACL", "SETUSER", "semnochannels", "on", ">pw", "~*", "+@all", "resetchannels"));
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const as = [](std::string user) {
+            auto cfg = shared_server().config();
+            cfg.username = std::move(user);
+            cfg.password = "pw";
+            return cfg;
+        };
+        redis::connection conn_a{ctx.get_executor(), as("semuser")};
+        redis::connection conn_b{ctx.get_executor(), as("semuser")};
+        redis::connection conn_c{ctx.get_executor(), as("lockonly")};
+        redis::connection conn_d{ctx.get_executor(), as("semnochannels")};
+        locker a{conn_a}, b{conn_b}, c{conn_c}, d{conn_d};
+        auto const name = unique_key("sem-acl");
+        shared_server().cli(strings("SCRIPT", "FLUSH")); // so SCRIPT LOAD is needed too
+        semaphore sa{a, name, 1}, sb{b, name, 1};
+        lock_options opt = lease(600ms);
+        opt.renew_interval = 200ms;
+        auto held = co_await sa.co_acquire(opt);
+        std::optional<permit> next;
+        asio::co_spawn(
+            ctx, [&]() -> asio::awaitable<void> { next.emplace(co_await sb.co_acquire(opt)); },
+            asio::detached);
+        co_await sleep_for(1200ms); // renewed past its ttl; the waiter subscribed and sleeps
+        CHECK(held.owns());
+        auto const released_at = steady::now();
+        CHECK(co_await held.release());
+        auto const start = steady::now();
+        while (!next && ms_since(start) < 2000)
+            co_await sleep_for(2ms);
+        REQUIRE(next);
+        CHECK(ms_between(released_at, steady::now()) < 300); // woken: the channel is allowed
+        CHECK(co_await next->release());
+
+        // Without the sorted-set commands: the server's refusal (Redis does not name the
+        // command a script was refused), and where the list of commands is.
+        semaphore sc{c, name, 1};
+        auto const refused = co_await failure_of(sc.co_acquire(opt));
+        CHECK(refused.code == redis::error::server_error);
+        CHECK(refused.what.find("can't run this command") != std::string::npos);
+        CHECK(refused.what.find("ACL permissions") != std::string::npos);
+        CHECK(refused.what.find(name) != std::string::npos);
+
+        // Without channels: a waiting call finds the free permit by polling.
+        semaphore sd{d, name, 1};
+        lock_options polling = opt;
+        polling.retry.max = 100ms;
+        auto blocker = co_await sa.co_acquire(opt);
+        bool done = false;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                auto p = co_await sd.co_acquire(polling);
+                co_await p.release();
+                done = true;
+            },
+            asio::detached);
+        co_await sleep_for(300ms);
+        CHECK_FALSE(done);
+        CHECK(co_await blocker.release());
+        CHECK(co_await finishes(done, 3000ms));
+        conn_a.close();
+        conn_b.close();
+        conn_c.close();
+        conn_d.close();
+    });
+    for (auto const* user : {"semuser", "lockonly", "semnochannels"})
+        shared_server().cli(strings("ACL", "DELUSER", user));
+}
