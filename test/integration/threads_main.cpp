@@ -4,6 +4,8 @@
 #include <colock/lock_scope.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
+#include <colock/rw_lock.hpp>
+#include <colock/semaphore.hpp>
 
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
@@ -289,4 +291,106 @@ TEST_CASE("guards sharing one lease let go on four threads: one release, when th
     CHECK(seen->acquired == 2 * rounds);
     CHECK(seen->released == 2 * rounds);
     CHECK(colock::test::lock_key_free(shared_server(), "threads-share:{name}"));
+}
+
+TEST_CASE("a semaphore and a read-write lock from four threads: never more holders than "
+          "allowed, waits cancelled from the pool's threads, one semaphore destroyed meanwhile") {
+    constexpr int coroutines = 24;
+    constexpr int rounds = 15;
+    four_thread_pool pool;
+    locker lk{pool.conn, "threads-sem:"};
+    semaphore sem{lk, "exports", 3};
+    rw_lock rw{lk, "catalog"};
+    std::atomic<int> permits_in{0}, most{0}, writers{0}, readers{0}, overlaps{0}, errors{0};
+    std::atomic<int> aborted{0};
+    auto doomed = std::make_unique<semaphore>(lk, "doomed", 1);
+    auto doomed_permit = std::make_shared<std::optional<permit>>();
+
+    pool.run(coroutines, 120s, [&](int c) -> asio::awaitable<void> {
+        using namespace asio::experimental::awaitable_operators;
+        lock_options opt;
+        opt.ttl = 5s;
+        if (c == 0) {
+            // Holds the only permit of `doomed`, then destroys it from this thread while
+            // another coroutine waits on it.
+            doomed_permit->emplace(co_await doomed->co_acquire(opt));
+            // Until the other one waits in the queue (its call went through the connection's
+            // strand before this reply did: no race on `doomed`).
+            for (int polls = 0; polls < 500; ++polls) {
+                auto r =
+                    co_await pool.conn.co_exec(command("LLEN", "threads-sem:semaphore:{doomed}:q"));
+                if (r.at(0).as_integer().value_or(0) > 0)
+                    break;
+                asio::steady_timer t(co_await asio::this_coro::executor, 2ms);
+                co_await t.async_wait(asio::use_awaitable);
+            }
+            doomed.reset();
+            co_return;
+        }
+        if (c == 1) {
+            asio::steady_timer t(co_await asio::this_coro::executor, 10ms);
+            co_await t.async_wait(asio::use_awaitable);
+            try {
+                co_await doomed->co_acquire(opt);
+                ++errors; // the permit is held: it must not be granted
+            } catch (boost::system::system_error const& e) {
+                if (e.code() == asio::error::operation_aborted)
+                    ++aborted;
+                else
+                    ++errors;
+            }
+            co_return;
+        }
+        for (int i = 0; i < rounds; ++i) {
+            try {
+                if (c % 3 == 0) {
+                    // Raced with a timer already due: a cancellation from this thread.
+                    asio::steady_timer timer(co_await asio::this_coro::executor, 0ms);
+                    auto r =
+                        co_await (sem.co_acquire(opt) || timer.async_wait(asio::use_awaitable));
+                    if (r.index() == 0) {
+                        auto p = std::move(std::get<0>(r));
+                        int const now = ++permits_in;
+                        if (now > most)
+                            most = now;
+                        --permits_in;
+                        co_await p.release();
+                    }
+                } else if (c % 3 == 1) {
+                    auto p = co_await sem.co_acquire(opt);
+                    int const now = ++permits_in;
+                    if (now > most)
+                        most = now;
+                    asio::steady_timer t(co_await asio::this_coro::executor, 200us);
+                    co_await t.async_wait(asio::use_awaitable);
+                    --permits_in;
+                    if (!co_await p.release())
+                        ++errors;
+                } else if (i % 4 == 0) {
+                    auto w = co_await rw.co_lock(opt);
+                    if (++writers > 1 || readers > 0)
+                        ++overlaps;
+                    --writers;
+                    auto r = co_await w.co_downgrade();
+                    if (!co_await r.unlock())
+                        ++errors;
+                } else {
+                    auto r = co_await rw.co_lock_shared(opt);
+                    ++readers;
+                    if (writers > 0)
+                        ++overlaps;
+                    --readers;
+                    if (!co_await r.unlock())
+                        ++errors;
+                }
+            } catch (std::exception const&) {
+                ++errors;
+            }
+        }
+    });
+
+    CHECK(errors == 0);
+    CHECK(overlaps == 0);
+    CHECK(most <= 3);
+    CHECK(aborted == 1);
 }
