@@ -232,6 +232,12 @@ std::string semaphore_core::timeout_text(lock_options const& opt) const {
 void semaphore_core::add_waiter(std::string const& token, waiter& w) {
     waiters_[token] = &w;
     w.listed_as = token;
+    if (!routed_) {
+        // Listed in the locker's routes while calls wait, subscribed or not: the locker's end
+        // and the connection's close end them.
+        locker_->routes().add(keys_.channel, weak_from_this());
+        routed_ = true;
+    }
 }
 
 void semaphore_core::remove_waiter(std::string const& token) {

@@ -436,3 +436,45 @@ TEST_CASE("semaphore: an ACL user with the lock's permissions and these: acquire
     for (auto const* user : {"semuser", "lockonly", "semnochannels"})
         shared_server().cli(strings("ACL", "DELUSER", user));
 }
+
+TEST_CASE("semaphore: closing the connection, or destroying the locker, ends a waiting call "
+          "with operation_aborted at once") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const cfg = shared_server().config();
+        auto const name = unique_key("sem-close");
+        redis::connection holder_conn{ctx.get_executor(), cfg};
+        locker holder{holder_conn};
+        semaphore held_sem{holder, name, 1};
+        auto held = co_await held_sem.co_acquire(lease(10'000ms));
+
+        // The connection closed by its user, before and after the waiter subscribed.
+        for (auto settle : {0ms, 300ms}) {
+            redis::connection conn{ctx.get_executor(), cfg};
+            locker locks{conn};
+            semaphore sem{locks, name, 1};
+            acquire_run waiting;
+            start_acquire(ctx.get_executor(), sem, 1, lease(10'000ms), waiting);
+            co_await sleep_for(20ms + settle);
+            CHECK_FALSE(waiting.done);
+            auto const closed_at = steady::now();
+            conn.close();
+            CHECK(co_await finishes(waiting.done, 1000ms));
+            CHECK(waiting.ec == asio::error::operation_aborted);
+            CHECK(ms_between(closed_at, waiting.at) < 200);
+        }
+
+        // The locker destroyed while the semaphore made on it waits.
+        redis::connection conn{ctx.get_executor(), cfg};
+        auto locks = std::make_unique<locker>(conn);
+        semaphore sem{*locks, name, 1};
+        acquire_run waiting;
+        start_acquire(ctx.get_executor(), sem, 1, lease(10'000ms), waiting);
+        co_await sleep_for(300ms);
+        locks.reset();
+        CHECK(co_await finishes(waiting.done, 1000ms));
+        CHECK(waiting.ec == asio::error::operation_aborted);
+        CHECK(co_await held.release());
+        conn.close();
+        holder_conn.close();
+    });
+}
