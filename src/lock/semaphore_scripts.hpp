@@ -66,8 +66,9 @@ namespace colock::detail {
     "  local ahead = 0\n"                                                                          \
     "  local pos = 0\n"                                                                            \
     "  while true do\n"                                                                            \
-    "    local chunk = redis.call('LRANGE', KEYS[4], pos, pos + math.min(math.max(free, 1), "      \
-    "99))\n"                                                                                       \
+    "    -- At most 16 entries a chunk: a read-write lock's readers fit by the thousand.\n"        \
+    "    local last = pos + math.min(math.max(free, 1), 15)\n"                                     \
+    "    local chunk = redis.call('LRANGE', KEYS[4], pos, last)\n"                                 \
     "    if #chunk == 0 then return ahead, false end\n"                                            \
     "    local records = redis.call('HMGET', KEYS[5], unpack(chunk))\n"                            \
     "    for i, e in ipairs(chunk) do\n"                                                           \
