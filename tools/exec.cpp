@@ -44,10 +44,13 @@ struct acquisition {
 };
 
 // Waits up to --wait (one attempt for --wait 0); throws error::timeout when that passed.
+//
+// The one attempt of --wait 0 gets no wait_timeout: it does not wait for the lock anyway, and a
+// wait_timeout of 0 would cut it short when its request must first connect (to the node of the
+// name's slot, on a Cluster), reporting a free lock as not acquired.
 asio::awaitable<acquisition> acquire(options const& o, locker& lk, asio::signal_set& stop) {
     lock_options lo;
     lo.ttl = o.ttl;
-    lo.wait_timeout = o.wait;
     acquisition out;
     if (o.wait && o.wait->count() == 0) {
         auto got = co_await or_signal(lk.co_try_lock(o.name, lo), stop);
@@ -56,6 +59,7 @@ asio::awaitable<acquisition> acquire(options const& o, locker& lk, asio::signal_
             out.guard = std::move(*got.value);
         co_return out;
     }
+    lo.wait_timeout = o.wait;
     auto got = co_await or_signal(lk.co_lock(o.name, lo), stop);
     out.signal = got.signal;
     out.guard = std::move(got.value);
@@ -79,12 +83,11 @@ struct permit_acquisition {
     int signal = 0;
 };
 
-// As acquire, for one permit of `sem`.
+// As acquire, for one permit of `sem` (and --wait 0's attempt without a wait_timeout alike).
 asio::awaitable<permit_acquisition> acquire_permit(options const& o, semaphore& sem,
                                                    asio::signal_set& stop) {
     lock_options lo;
     lo.ttl = o.ttl;
-    lo.wait_timeout = o.wait;
     permit_acquisition out;
     if (o.wait && o.wait->count() == 0) {
         auto got = co_await or_signal(sem.co_try_acquire(lo), stop);
@@ -93,6 +96,7 @@ asio::awaitable<permit_acquisition> acquire_permit(options const& o, semaphore& 
             out.held = std::move(*got.value);
         co_return out;
     }
+    lo.wait_timeout = o.wait;
     auto got = co_await or_signal(sem.co_acquire(lo), stop);
     out.signal = got.signal;
     out.held = std::move(got.value);
