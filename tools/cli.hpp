@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -22,7 +23,8 @@ inline constexpr int exit_ok = 0;
 /// leads.
 inline constexpr int exit_no = 1;
 inline constexpr int exit_usage = 2;
-/// exec: the lock was not acquired within --wait; elect: not elected within --wait.
+/// exec: the lock (with --permits, a permit) was not acquired within --wait; elect: not
+/// elected within --wait.
 inline constexpr int exit_not_acquired = 120;
 /// exec: the lease was lost while the command ran; elect: the leadership was lost. The
 /// command was sent SIGTERM.
@@ -30,10 +32,17 @@ inline constexpr int exit_lost = 121;
 /// The server could not be reached, or Redis or the tool failed; leader --watch: the watch
 /// ended without a signal.
 inline constexpr int exit_failure = 122;
+/// exec --permits N: the semaphore has another capacity at the server (its users give another
+/// N). Not a usage error (the command line is well formed) nor a failure worth retrying: the
+/// users of the name disagree, and nothing was changed.
+inline constexpr int exit_capacity_mismatch = 123;
 /// exec, elect: the command was found but could not be executed (as shells report it).
 inline constexpr int exit_not_executable = 126;
 /// exec, elect: the command was not found (as shells report it).
 inline constexpr int exit_not_found = 127;
+
+/// The largest --permits: a semaphore's largest capacity (colock::semaphore's constructor).
+inline constexpr std::size_t max_permits = 1'000'000;
 
 enum class subcommand { none, exec, status, list, unlock, elect, leader };
 
@@ -55,6 +64,9 @@ struct options {
     std::optional<std::chrono::milliseconds> wait = std::chrono::milliseconds{10'000};
     std::chrono::milliseconds grace{10'000};
     std::vector<std::string> command;
+    /// exec --permits N: hold one permit of the semaphore NAME of capacity N instead of the
+    /// lock NAME.
+    std::optional<std::size_t> permits;
     /// elect: what the leader proclaims; nullopt: "<host>:<pid>" of the tool's process.
     std::optional<std::string> value;
 

@@ -159,6 +159,11 @@ private:
             wait_given_ = true;
         } else if (runs_command(cmd) && name == "--grace") {
             o_.grace = duration(name, value());
+        } else if (cmd == subcommand::exec && name == "--permits") {
+            o_.permits = permits(name, value());
+        } else if (cmd != subcommand::none && name == "--permits") {
+            refuse("--permits is an option of exec only (a command run under a semaphore's "
+                   "permit)");
         } else if (cmd == subcommand::elect && name == "--value") {
             o_.value = value();
         } else if ((cmd == subcommand::status || cmd == subcommand::list ||
@@ -184,6 +189,25 @@ private:
                                "number is seconds)",
                                option, printable(text)));
         return *d;
+    }
+
+    // A capacity: decimal digits only, 1 to max_permits.
+    std::size_t permits(std::string const& option, std::string const& text) const {
+        std::size_t n = 0;
+        bool digits = !text.empty();
+        for (char c : text) {
+            if (c < '0' || c > '9') {
+                digits = false;
+                break;
+            }
+            n = n * 10 + static_cast<std::size_t>(c - '0');
+            if (n > max_permits)
+                break; // refused below; no overflow however long the text
+        }
+        if (!digits || n == 0 || n > max_permits)
+            refuse(fmt::format("{}: bad capacity '{}' (a whole number from 1 to {})", option,
+                               printable(text), max_permits));
+        return n;
     }
 
     void need_name(std::vector<std::string> const& operands) {
@@ -312,8 +336,8 @@ options parse_args(int argc, char const* const* argv, char const* env_url) {
 std::string usage_line(subcommand cmd) {
     switch (cmd) {
     case subcommand::exec:
-        return "usage: colock [OPTIONS] exec [--ttl D] [--wait D|forever] [--grace D] NAME -- "
-               "COMMAND [ARGS...]";
+        return "usage: colock [OPTIONS] exec [--permits N] [--ttl D] [--wait D|forever] "
+               "[--grace D] NAME -- COMMAND [ARGS...]";
     case subcommand::status:
         return "usage: colock [OPTIONS] status [--json] NAME";
     case subcommand::list:
@@ -333,11 +357,12 @@ std::string usage_line(subcommand cmd) {
 
 std::string help_text() {
     return fmt::format(
-        R"(colock {} - run a command under a distributed lock held in Redis or while leading an
-election, and inspect locks and leaders
+        R"(colock {} - run a command under a distributed lock held in Redis, under a permit of a
+semaphore, or while leading an election, and inspect locks and leaders
 
 usage:
-  colock [OPTIONS] exec [--ttl D] [--wait D|forever] [--grace D] NAME -- COMMAND [ARGS...]
+  colock [OPTIONS] exec [--permits N] [--ttl D] [--wait D|forever] [--grace D] NAME -- COMMAND
+                        [ARGS...]
   colock [OPTIONS] status [--json] NAME
   colock [OPTIONS] list [--json] [PATTERN]
   colock [OPTIONS] unlock --force NAME
@@ -350,7 +375,10 @@ subcommands:
            COMMAND exits and exit with its status. If the lease is lost meanwhile, COMMAND
            gets SIGTERM, then SIGKILL after --grace. SIGTERM and SIGHUP to colock are passed
            on to COMMAND; so is SIGINT, unless colock runs in the terminal's foreground (the
-           terminal sends it to COMMAND too).
+           terminal sends it to COMMAND too). With --permits N: hold one permit of
+           semaphore NAME of capacity N instead (at most N such commands run at once,
+           waiting ones served first come, first served); every user of NAME must give the
+           same N.
   status   Show lock NAME: state, holder (locker id, host, pid, program), lease start, time
            left, fence, queued processes. Exit 0 when held, 1 when free or handed over.
   list     Show every lock whose name matches PATTERN (a Redis glob; default *), free ones
@@ -375,6 +403,7 @@ options (before or after the subcommand; --opt VALUE or --opt=VALUE):
                    (default: $COLOCK_REDIS_URL, else redis://127.0.0.1:6379)
   --prefix P       key prefix of the locks (default colock:)
   -v, --verbose    print the library's log lines (connections, losses) to stderr
+  --permits N      exec: a semaphore of capacity N (1 to 1000000) instead of a lock
   --ttl D          exec, elect: the lease, renewed every third of it (default 30s); for
                    elect, how long a dead leader holds the election up
   --wait D         exec, elect: how long to wait for the lock or to lead (exec's default
@@ -392,11 +421,13 @@ exit status:
   0    success; exec, elect: the command's own status (128+N when signal N ended it)
   1    status: the lock is not held; unlock: nobody held the lock; leader: nobody leads
   2    usage error
-  120  exec: the lock was not acquired within --wait; elect: not leading within --wait
+  120  exec: the lock (or a permit) was not acquired within --wait; elect: not leading
+       within --wait
   121  exec, elect: the lease or the leadership was lost while the command ran (the
        command was sent SIGTERM)
   122  the Redis server could not be reached, or a Redis or tool error; leader --watch:
        the watch ended without a signal
+  123  exec --permits N: the semaphore has another capacity than N at the server
   126  exec, elect: the command could not be executed
   127  exec, elect: the command was not found
 

@@ -4,7 +4,9 @@
 # Checks the colock tool against the Redis Cluster in COLOCK_REDIS_URL: `exec` on names whose
 # slots are on every primary, then `list` finds all of them (SCAN runs on each primary), `status`
 # and `unlock --force` reach the right node, and `list` with a pattern narrows the result; `elect`
-# runs its command while `leader` shows it leading, and nobody leads once it has resigned.
+# runs its command while `leader` shows it leading, and nobody leads once it has resigned;
+# `exec --wait 0` takes free locks on every primary; `exec --permits` holds its permit on the
+# name's node while its command runs, and another capacity for the name is refused (exit 123).
 
 set -euo pipefail
 
@@ -90,5 +92,24 @@ for name in el:1 el:2 el:3; do
     code=$?
     set -e
     [ "$code" -eq 1 ] || fail "leader $name after the leader resigned exited $code, expected 1"
+done
+# --wait 0 (one attempt) takes a free lock on whatever primary its slot is, though the tool has
+# no connection to that node yet when it makes the attempt.
+for name in once:1 once:2 once:3 once:4 once:5 once:6; do
+    "$colock" exec --wait 0 "$name" -- true || fail "exec --wait 0 $name of a free lock"
+done
+# A semaphore's permit, on names over the primaries, in one attempt (--wait 0): held at the server
+# (redis-cli -c follows the slot to its node) while the command runs; another capacity refused
+# while the semaphore's keys live.
+for name in sem:1 sem:2 sem:3; do
+    held=$("$colock" exec --permits 2 --wait 0 "$name" -- \
+        "$redis_cli" -c -p "${primaries[0]}" ZCARD "colock:semaphore:{$name}:h") ||
+        fail "exec --permits 2 $name"
+    [ "$held" = 1 ] || fail "exec --permits 2 $name: $held permits held while its command ran, expected 1"
+    set +e
+    "$colock" exec --permits 3 --wait 0 "$name" -- true 2>/dev/null
+    code=$?
+    set -e
+    [ "$code" -eq 123 ] || fail "exec --permits 3 $name of a semaphore of 2 exited $code, expected 123"
 done
 echo "colock_cluster_test: ok"

@@ -6,7 +6,9 @@
 # deleted key and to a forced unlock (the command gets SIGTERM), status, list, usage errors, an
 # unreachable server, and SIGTERM passed on to the command; `elect` and `leader`: a hand-over
 # between two candidates, `leader` (text, JSON, nobody leading), `leader --watch --json`, a lost
-# leadership. Every wait polls for its condition with a bound; nothing relies on a fixed sleep
+# leadership; `exec --permits`: two commands at once under a semaphore of 2 while a third waits,
+# --wait 0 with no permit free, another capacity (exit 123), a lost permit, usage errors. Every
+# wait polls for its condition with a bound; nothing relies on a fixed sleep
 # being long enough.
 
 # shellcheck disable=SC2016 # single-quoted strings are scripts for sh -c, expanded there
@@ -133,12 +135,27 @@ check_usage "leader without a name" leader --json
 grep -q "leader: missing the election name" "$work/usage.err" || fail "leader without a name: wrong message"
 check_usage "leader --value" leader --value v name
 grep -q "leader: unknown option '--value'" "$work/usage.err" || fail "leader --value: wrong message"
+check_usage "exec --permits 0" exec --permits 0 name -- true
+grep -q -- "exec: --permits: bad capacity '0' (a whole number from 1 to 1000000)" "$work/usage.err" ||
+    fail "exec --permits 0: wrong message"
+check_usage "exec --permits of a non-number" exec --permits two name -- true
+grep -q -- "--permits: bad capacity 'two'" "$work/usage.err" || fail "exec --permits two: wrong message"
+check_usage "exec --permits of a negative number" exec --permits=-1 name -- true
+check_usage "exec --permits above 1000000" exec --permits 1000001 name -- true
+grep -q -- "--permits: bad capacity '1000001'" "$work/usage.err" || fail "exec --permits 1000001: wrong message"
+check_usage "exec --permits without a value" exec name --permits
+check_usage "status --permits" status --permits 2 name
+grep -q "status: --permits is an option of exec only" "$work/usage.err" || fail "status --permits: wrong message"
+check_usage "elect --permits" elect --permits 2 name -- true
+grep -q "elect: --permits is an option of exec only" "$work/usage.err" || fail "elect --permits: wrong message"
 run_colock help --help
 expect_status 0 "--help"
 grep -q '^exit status:' "$work/help.out" || fail "--help lists no exit codes"
 grep -q '121' "$work/help.out" || fail "--help does not name the lost code"
 grep -q '^  colock \[OPTIONS\] elect \[--value V\]' "$work/help.out" || fail "--help shows no elect"
 grep -q '^  colock \[OPTIONS\] leader \[--json\] \[--watch\] NAME' "$work/help.out" || fail "--help shows no leader"
+grep -q '^  colock \[OPTIONS\] exec \[--permits N\]' "$work/help.out" || fail "--help shows no exec --permits"
+grep -q '^  123 ' "$work/help.out" || fail "--help does not name the capacity mismatch code"
 run_colock help exec --help
 expect_status 0 "exec --help"
 run_colock version --version
@@ -475,5 +492,74 @@ wait_exit "$holder" 10
 grep -q "lost the leadership of election 'lostel' (term [0-9]*)" "$work/elost.err" ||
     fail "no message on the lost leadership"
 pass "elect: a lost leadership sends SIGTERM to the command, exit 121; a missing command 127"
+
+# --- 13. exec --permits: a semaphore of 2 runs two commands at once, the third waits -----------
+# A semaphore's keys are colock:semaphore:{NAME} (capacity, fence), :h (the permits held) and :q
+# (the waiting calls). gated_command (section 11) appends "start X", waits for $1.go, appends
+# "end X".
+slots=$work/slots
+sem_key='colock:semaphore:{exports}'
+start_holder sa exec --permits 2 --wait 30s exports -- "${gated_command[@]}" "$work/sa.pid" "$slots" a
+sa=$holder
+start_holder sb exec --permits 2 --wait 30s exports -- "${gated_command[@]}" "$work/sb.pid" "$slots" b
+sb=$holder
+wait_until 10 "both commands under the semaphore of 2 running" eval 'test -s "$work/sa.pid" && test -s "$work/sb.pid"'
+start_holder sc exec --permits 2 --wait 30s exports -- "${gated_command[@]}" "$work/sc.pid" "$slots" c
+sc=$holder
+sem_queued() { [ "$("$redis_cli" -u "$COLOCK_REDIS_URL" LLEN "$sem_key:q")" -ge 1 ]; }
+wait_until 10 "the third command's call in the semaphore's queue" sem_queued
+[ -e "$work/sc.pid" ] && fail "a third command runs while both permits of 2 are held"
+[ "$("$redis_cli" -u "$COLOCK_REDIS_URL" ZCARD "$sem_key:h")" = 2 ] ||
+    fail "the server does not hold 2 permits: $("$redis_cli" -u "$COLOCK_REDIS_URL" ZRANGE "$sem_key:h" 0 -1)"
+
+# Both permits taken: --wait 0 exits 120 at once, saying so.
+run_colock sbusy exec --permits 2 --wait 0 exports -- true
+expect_status 120 "exec --permits 2 --wait 0 with both permits held"
+[ "$took" -lt 3000 ] || fail "exec --permits 2 --wait 0 took $took ms"
+grep -q "semaphore 'exports' has no permit free (2 of 2 held)" "$work/sbusy.err" ||
+    fail "exec --permits --wait 0: the message does not say the permits are held"
+run_colock sbusy exec --permits 2 --wait 200ms exports -- true
+expect_status 120 "exec --permits 2 --wait 200ms with both permits held"
+[ "$took" -ge 150 ] || fail "exec --permits 2 --wait 200ms gave up after $took ms"
+grep -q "no permit of semaphore 'exports' acquired within 200ms (2 of 2 held)" "$work/sbusy.err" ||
+    fail "exec --permits --wait 200ms: no 'not acquired' message"
+# Another capacity: exit 123, the library's message naming both, nothing changed.
+run_colock scap exec --permits 3 --wait 0 exports -- true
+expect_status 123 "exec --permits 3 of a semaphore of capacity 2"
+grep -q "semaphore 'exports' has capacity 2 at the server, not 3" "$work/scap.err" ||
+    fail "exec --permits 3: the message does not name both capacities"
+[ "$("$redis_cli" -u "$COLOCK_REDIS_URL" HGET "$sem_key" capacity)" = 2 ] ||
+    fail "exec --permits 3 changed the capacity at the server"
+
+# The first command ends: its permit goes to the third, which starts at once.
+touch "$work/sa.pid.go"
+went=$(now_ms)
+wait_until 5 "the third command after a permit was released" test -s "$work/sc.pid"
+took=$(($(now_ms) - went))
+wait_exit "$sa" 10
+[ "$s" = 0 ] || fail "the first colock exec --permits exited $s, expected 0"
+touch "$work/sb.pid.go" "$work/sc.pid.go"
+wait_exit "$sb" 10
+[ "$s" = 0 ] || fail "the second colock exec --permits exited $s, expected 0"
+wait_exit "$sc" 10
+[ "$s" = 0 ] || fail "the third colock exec --permits exited $s, expected 0"
+order=$(tr '\n' ' ' <"$slots")
+case "$order" in
+"start a start b end a start c "* | "start b start a end a start c "*) ;;
+*) fail "the commands under the semaphore ran in the order: $order" ;;
+esac
+[ "$("$redis_cli" -u "$COLOCK_REDIS_URL" ZCARD "$sem_key:h")" = 0 ] || fail "permits left held after every exec ended"
+pass "exec --permits 2: two commands at once, the third queued and started $took ms after a release; --wait 0 and 200ms exit 120; another capacity 123"
+
+# A lost permit (the held permits deleted at the server): SIGTERM to the command, exit 121.
+start_holder slost exec --permits 1 --ttl 2s --grace 10s semlost -- "${trapping_command[@]}" "$work/slost.pid" "$work/slost.term"
+wait_until 10 "the command under the permit" test -s "$work/slost.pid"
+"$redis_cli" -u "$COLOCK_REDIS_URL" DEL 'colock:semaphore:{semlost}:h' >/dev/null
+wait_exit "$holder" 10
+[ "$s" = 121 ] || fail "exec --permits whose permit was deleted exited $s, expected 121"
+[ -s "$work/slost.term" ] || fail "the command did not get SIGTERM when the permit was lost"
+grep -q "lost the permit of semaphore 'semlost' (fence [0-9]*)" "$work/slost.err" ||
+    fail "no message on the lost permit"
+pass "exec --permits: a lost permit sends SIGTERM to the command, exit 121"
 
 echo "colock_test: all checks passed"

@@ -176,7 +176,8 @@ asio::awaitable<int> run_elect(options const& o, redis::connection& conn, locker
         fmt::format("the leadership of election '{}' (term {})", name, lead.term()),
         fmt::format("resign the leadership of election '{}'", name)};
     // Unlocking the leadership's guard resigns.
-    co_return co_await run_under_lease(o, lead.guard(), words, sigs);
+    guard_lease lease{lead.guard()};
+    co_return co_await run_under_lease(o, lease, words, sigs);
 }
 
 asio::awaitable<int> run_leader(options const& o, locker& lk) {

@@ -1,10 +1,11 @@
-// colock exec: take the lock, run the command while the lease is renewed, and stop the
-// command when the lease is lost.
+// colock exec: take the lock (or, with --permits, a permit of a semaphore), run the command
+// while the lease is renewed, and stop the command when the lease is lost.
 #include "cli.hpp"
 #include "supervise.hpp"
 #include "text.hpp"
 
 #include <colock/error.hpp>
+#include <colock/semaphore.hpp>
 
 #include <boost/asio/this_coro.hpp>
 #include <boost/system/system_error.hpp>
@@ -43,10 +44,13 @@ struct acquisition {
 };
 
 // Waits up to --wait (one attempt for --wait 0); throws error::timeout when that passed.
+//
+// The one attempt of --wait 0 gets no wait_timeout: it does not wait for the lock anyway, and a
+// wait_timeout of 0 would cut it short when its request must first connect (to the node of the
+// name's slot, on a Cluster), reporting a free lock as not acquired.
 asio::awaitable<acquisition> acquire(options const& o, locker& lk, asio::signal_set& stop) {
     lock_options lo;
     lo.ttl = o.ttl;
-    lo.wait_timeout = o.wait;
     acquisition out;
     if (o.wait && o.wait->count() == 0) {
         auto got = co_await or_signal(lk.co_try_lock(o.name, lo), stop);
@@ -55,10 +59,91 @@ asio::awaitable<acquisition> acquire(options const& o, locker& lk, asio::signal_
             out.guard = std::move(*got.value);
         co_return out;
     }
+    lo.wait_timeout = o.wait;
     auto got = co_await or_signal(lk.co_lock(o.name, lo), stop);
     out.signal = got.signal;
     out.guard = std::move(got.value);
     co_return out;
+}
+
+// A best-effort account of the semaphore's permits, for the message of a permit not acquired:
+// " (N of M held)", or nothing.
+asio::awaitable<std::string> permits_text(semaphore& sem) {
+    try {
+        auto const free_now = co_await sem.co_available();
+        co_return fmt::format(" ({} of {} held)", sem.capacity() - free_now, sem.capacity());
+    } catch (std::exception const&) {
+    }
+    co_return std::string{};
+}
+
+struct permit_acquisition {
+    std::optional<permit> held;
+    /// The signal that ended the wait, or 0.
+    int signal = 0;
+};
+
+// As acquire, for one permit of `sem` (and --wait 0's attempt without a wait_timeout alike).
+asio::awaitable<permit_acquisition> acquire_permit(options const& o, semaphore& sem,
+                                                   asio::signal_set& stop) {
+    lock_options lo;
+    lo.ttl = o.ttl;
+    permit_acquisition out;
+    if (o.wait && o.wait->count() == 0) {
+        auto got = co_await or_signal(sem.co_try_acquire(lo), stop);
+        out.signal = got.signal;
+        if (got.value)
+            out.held = std::move(*got.value);
+        co_return out;
+    }
+    lo.wait_timeout = o.wait;
+    auto got = co_await or_signal(sem.co_acquire(lo), stop);
+    out.signal = got.signal;
+    out.held = std::move(got.value);
+    co_return out;
+}
+
+// exec --permits N: the command runs under one permit of semaphore NAME of capacity N.
+asio::awaitable<int> run_exec_permit(options const& o, redis::connection& conn, locker& lk,
+                                     tool_signals& sigs) {
+    semaphore sem{lk, o.name, *o.permits};
+    auto const name = printable(o.name);
+    permit_acquisition got;
+    bool timed_out = false;
+    try {
+        got = co_await acquire_permit(o, sem, sigs.stop);
+    } catch (boost::system::system_error const& e) {
+        // The arguments were checked before: the server holds another capacity for the name
+        // (the library's message names both).
+        if (e.code() == colock::error::invalid_argument) {
+            std::string text = e.what();
+            if (text.starts_with("colock: "))
+                text.erase(0, 8);
+            complain(printable(text));
+            co_return exit_capacity_mismatch;
+        }
+        if (e.code() != colock::error::timeout)
+            throw;
+        timed_out = true;
+    }
+    if (got.signal != 0) {
+        co_await let_queue_exit_go_out(conn);
+        co_return 128 + got.signal;
+    }
+    if (timed_out || !got.held) {
+        auto const held = co_await permits_text(sem);
+        if (timed_out)
+            complain(fmt::format("no permit of semaphore '{}' acquired within {}{}", name,
+                                 format_duration(*o.wait), held));
+        else
+            complain(fmt::format("semaphore '{}' has no permit free{}", name, held));
+        co_return exit_not_acquired;
+    }
+    lease_words const words{
+        fmt::format("the permit of semaphore '{}' (fence {})", name, got.held->fence()),
+        fmt::format("release the permit of semaphore '{}'", name)};
+    permit_lease lease{*got.held};
+    co_return co_await run_under_lease(o, lease, words, sigs);
 }
 
 } // namespace
@@ -67,6 +152,8 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
     // Caught from here on: while waiting for the lock, they end the wait; while the command
     // runs, they are passed on to it.
     tool_signals sigs{co_await asio::this_coro::executor, true};
+    if (o.permits)
+        co_return co_await run_exec_permit(o, conn, lk, sigs);
 
     acquisition got;
     bool timed_out = false;
@@ -93,7 +180,8 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
     auto const name = printable(o.name);
     lease_words const words{fmt::format("the lock '{}'", name),
                             fmt::format("release the lock '{}'", name)};
-    co_return co_await run_under_lease(o, *got.guard, words, sigs);
+    guard_lease lease{*got.guard};
+    co_return co_await run_under_lease(o, lease, words, sigs);
 }
 
 } // namespace colock::cli

@@ -1,5 +1,5 @@
-// colock: run a command under a distributed lock or while leading an election, show locks and
-// leaders, end a stuck holder's lease.
+// colock: run a command under a distributed lock, under a semaphore's permit or while leading
+// an election, show locks and leaders, end a stuck holder's lease.
 // See `colock --help` and docs/tool.md.
 #include "child_process.hpp"
 #include "cli.hpp"

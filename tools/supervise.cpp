@@ -40,6 +40,12 @@ std::string loss_text(std::optional<loss_reason> why) {
     return "the lease ended";
 }
 
+// The lease's async_wait_lost as a deferred operation, for a parallel group.
+auto async_wait_lost(held_lease& lease) {
+    return asio::async_initiate<asio::deferred_t const&, void(boost::system::error_code)>(
+        [&lease](auto handler) { lease.async_wait_lost(std::move(handler)); }, asio::deferred);
+}
+
 enum class event { child_signal, stop_signal, lost, grace_over };
 
 struct next {
@@ -49,13 +55,13 @@ struct next {
 
 // The next thing to act on: a SIGCHLD, a stop signal to the tool, and either the loss of the
 // lease (while it holds) or the end of the grace period (once lost).
-asio::awaitable<next> wait_next(tool_signals& sigs, lock_guard& guard, asio::steady_timer& grace,
+asio::awaitable<next> wait_next(tool_signals& sigs, held_lease& lease, asio::steady_timer& grace,
                                 bool holding) {
     if (holding) {
         auto [order, chld_ec, chld_sig, stop_ec, stop_sig, lost_ec] =
             co_await make_parallel_group(sigs.chld.async_wait(asio::deferred),
                                          sigs.stop.async_wait(asio::deferred),
-                                         guard.async_wait_lost(asio::deferred))
+                                         async_wait_lost(lease))
                 .async_wait(wait_for_one(), asio::use_awaitable);
         if (order[0] == 0)
             co_return next{event::child_signal, chld_sig};
@@ -90,7 +96,7 @@ struct outcome {
 
 // Until the command exits: passes stop signals on, and on loss of the lease sends SIGTERM, then
 // SIGKILL after the grace period.
-asio::awaitable<outcome> supervise(options const& o, lock_guard& guard, lease_words const& words,
+asio::awaitable<outcome> supervise(options const& o, held_lease& lease, lease_words const& words,
                                    pid_t child, tool_signals& sigs) {
     asio::steady_timer grace{co_await asio::this_coro::executor};
     outcome out;
@@ -101,7 +107,7 @@ asio::awaitable<outcome> supervise(options const& o, lock_guard& guard, lease_wo
             out.wait_status = *status;
             co_return out;
         }
-        auto const ev = co_await wait_next(sigs, guard, grace, !out.lost);
+        auto const ev = co_await wait_next(sigs, lease, grace, !out.lost);
         switch (ev.what) {
         case event::child_signal:
             break;
@@ -114,7 +120,7 @@ asio::awaitable<outcome> supervise(options const& o, lock_guard& guard, lease_wo
         case event::lost:
             out.lost = true;
             complain(fmt::format("lost {}: {}; sending SIGTERM to the command (pid {})", words.held,
-                                 loss_text(guard.loss()), child));
+                                 loss_text(lease.loss()), child));
             send(child, SIGTERM);
             grace.expires_after(o.grace);
             break;
@@ -131,10 +137,10 @@ asio::awaitable<outcome> supervise(options const& o, lock_guard& guard, lease_wo
 
 // Gives the lease up; true when it was still ours. A failure is reported, and the lease ends
 // by itself when its ttl runs out.
-asio::awaitable<bool> give_up(lock_guard& guard, lease_words const& words) {
+asio::awaitable<bool> give_up(held_lease& lease, lease_words const& words) {
     std::string failure;
     try {
-        co_return co_await guard.unlock();
+        co_return co_await lease.give_up();
     } catch (std::exception const& e) {
         failure = e.what();
     }
@@ -144,6 +150,38 @@ asio::awaitable<bool> give_up(lock_guard& guard, lease_words const& words) {
 }
 
 } // namespace
+
+void guard_lease::async_wait_lost(lost_handler handler) {
+    guard_.async_wait_lost(std::move(handler));
+}
+
+std::optional<loss_reason> guard_lease::loss() const {
+    return guard_.loss();
+}
+
+asio::awaitable<bool> guard_lease::give_up() {
+    return guard_.unlock();
+}
+
+void permit_lease::async_wait_lost(lost_handler handler) {
+    permit_.async_wait_lost(std::move(handler));
+}
+
+std::optional<loss_reason> permit_lease::loss() const {
+    if (loss_after_release_)
+        return loss_after_release_;
+    return permit_.loss();
+}
+
+asio::awaitable<bool> permit_lease::give_up() {
+    auto const before = permit_.loss();
+    bool const ours = co_await permit_.release();
+    if (before)
+        loss_after_release_ = before;
+    else if (!ours)
+        loss_after_release_ = loss_reason::not_ours; // expired or gone at the server
+    co_return ours;
+}
 
 tool_signals::tool_signals(asio::any_io_executor const& ex, bool children) : stop(ex), chld(ex) {
     for (int sig : {SIGINT, SIGTERM, SIGHUP})
@@ -166,7 +204,7 @@ asio::awaitable<void> let_queue_exit_go_out(redis::connection& conn) {
     }
 }
 
-asio::awaitable<int> run_under_lease(options const& o, lock_guard& guard, lease_words const& words,
+asio::awaitable<int> run_under_lease(options const& o, held_lease& lease, lease_words const& words,
                                      tool_signals& sigs) {
     spawned child;
     std::exception_ptr spawn_failure;
@@ -176,7 +214,7 @@ asio::awaitable<int> run_under_lease(options const& o, lock_guard& guard, lease_
         spawn_failure = std::current_exception();
     }
     if (spawn_failure || child.exec_error != 0) {
-        co_await give_up(guard, words);
+        co_await give_up(lease, words);
         if (spawn_failure)
             std::rethrow_exception(spawn_failure);
         auto const& program = o.command.front();
@@ -189,17 +227,17 @@ asio::awaitable<int> run_under_lease(options const& o, lock_guard& guard, lease_
         co_return child.exec_error == ENOENT ? exit_not_found : exit_not_executable;
     }
 
-    auto const out = co_await supervise(o, guard, words, child.pid, sigs);
+    auto const out = co_await supervise(o, lease, words, child.pid, sigs);
     if (out.lost) {
-        co_await give_up(guard, words); // returns at once: the loss is known
+        co_await give_up(lease, words); // returns at once: the loss is known
         co_return exit_lost;
     }
-    if (!co_await give_up(guard, words)) {
+    if (!co_await give_up(lease, words)) {
         // The server no longer had the lease when the command ended: it was lost at some point
         // while the command ran, unnoticed until now.
         complain(fmt::format("{} was lost before the command ended ({}): the command may not "
                              "have run alone",
-                             words.held, loss_text(guard.loss())));
+                             words.held, loss_text(lease.loss())));
         co_return exit_lost;
     }
     co_return exit_code_of(out.wait_status);

@@ -1,13 +1,17 @@
-// What `colock exec` and `colock elect` share: the signals they catch, a wait that a signal
-// ends, and the command run while a lease holds (SIGTERM on loss, SIGKILL after --grace, stop
-// signals passed on), with the lease given up when the command ends.
+// What `colock exec` (of a lock or of a semaphore's permit) and `colock elect` share: the
+// signals they catch, a wait that a signal ends, and the command run while a lease holds
+// (SIGTERM on loss, SIGKILL after --grace, stop signals passed on), with the lease given up when
+// the command ends.
 #pragma once
 
 #include "cli.hpp"
 
+#include <colock/lock_observer.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
+#include <colock/semaphore.hpp>
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -16,6 +20,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/system/error_code.hpp>
 
 #include <exception>
 #include <optional>
@@ -85,13 +90,55 @@ struct lease_words {
     std::string give_up;
 };
 
-/// Runs `opt.command` while `guard` holds its lease, then gives the lease up (unlock: for a
-/// leadership's guard, a resign): at once when the command exits, fails to start, or after a
-/// stop signal passed on to it has ended it. If the lease is lost meanwhile, the command gets
-/// SIGTERM, then SIGKILL after `opt.grace`. Returns the exit code: the command's own status,
-/// exit_lost, exit_not_executable or exit_not_found. Throws when the command could not be
-/// started (fork, pipe) after giving the lease up.
-boost::asio::awaitable<int> run_under_lease(options const& opt, lock_guard& guard,
+/// The lease a command runs under, whatever holds it: what the supervision needs of a
+/// lock_guard (a lock's, a leadership's) or of a semaphore's permit. Refers to the holder, which
+/// outlives it.
+class held_lease {
+public:
+    using lost_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+    virtual ~held_lease() = default;
+    /// Completes when the lease is lost or no longer held (the holder's async_wait_lost).
+    virtual void async_wait_lost(lost_handler handler) = 0;
+    /// Why the lease was lost, once it was.
+    virtual std::optional<loss_reason> loss() const = 0;
+    /// Gives the lease up (unlock, resign, release): true when it was still ours. Throws
+    /// system_error when that was not confirmed.
+    virtual boost::asio::awaitable<bool> give_up() = 0;
+};
+
+/// A lock_guard's lease; giving it up unlocks (for a leadership's guard: resigns).
+class guard_lease final : public held_lease {
+public:
+    explicit guard_lease(lock_guard& guard) noexcept : guard_(guard) {}
+    void async_wait_lost(lost_handler handler) override;
+    std::optional<loss_reason> loss() const override;
+    boost::asio::awaitable<bool> give_up() override;
+
+private:
+    lock_guard& guard_;
+};
+
+/// A semaphore permit's lease; giving it up releases the permit.
+class permit_lease final : public held_lease {
+public:
+    explicit permit_lease(permit& p) noexcept : permit_(p) {}
+    void async_wait_lost(lost_handler handler) override;
+    /// Also after give_up, which leaves the permit empty (a permit then knows no loss).
+    std::optional<loss_reason> loss() const override;
+    boost::asio::awaitable<bool> give_up() override;
+
+private:
+    permit& permit_;
+    /// Once given up: the loss known before, or not_ours when the server no longer had it.
+    std::optional<loss_reason> loss_after_release_;
+};
+
+/// Runs `opt.command` while `lease` holds, then gives the lease up: at once when the command
+/// exits, fails to start, or after a stop signal passed on to it has ended it. If the lease is
+/// lost meanwhile, the command gets SIGTERM, then SIGKILL after `opt.grace`. Returns the exit
+/// code: the command's own status, exit_lost, exit_not_executable or exit_not_found. Throws when
+/// the command could not be started (fork, pipe) after giving the lease up.
+boost::asio::awaitable<int> run_under_lease(options const& opt, held_lease& lease,
                                             lease_words const& words, tool_signals& signals);
 
 } // namespace colock::cli

@@ -71,6 +71,7 @@ int main() {
 // The other snippets, in functions that give them what they use. Nothing below is shown in
 // the documentation outside a marked region.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -79,6 +80,11 @@ int main() {
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <fmt/format.h>
 
@@ -200,6 +206,66 @@ asio::awaitable<std::string> who_leads(colock::locker& locker) {
     if (std::optional<colock::leader_change> c = co_await changes.co_next()) // the state now
         line += c->leading ? "; watching " + c->value : "; watching, nobody leads";
     co_return line;
+}
+//]
+
+// How many exports ran, and the most at once.
+int exports_running = 0;
+int exports_peak = 0;
+int exports_done = 0;
+
+//[semaphore_exports
+// At most 4 exports at once, over every process that runs this.
+asio::awaitable<void> run_export() { // calls the service that takes 4 at a time
+    asio::steady_timer work{co_await asio::this_coro::executor, std::chrono::milliseconds{50}};
+    co_await work.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> export_report(colock::locker& locker) {
+    colock::semaphore exports{locker, "exports", 4}; // every user of "exports" gives 4
+    colock::lock_options opt;
+    opt.ttl = std::chrono::seconds{30};         // a dead holder's permit comes back in 30 s
+    opt.wait_timeout = std::chrono::minutes{5}; // then co_acquire throws error::timeout
+    colock::permit p = co_await exports.co_acquire(opt); // waits its turn, first come first served
+    //<-
+    exports_peak = std::max(exports_peak, ++exports_running);
+    //->
+    co_await (run_export() || p.wait_lost()); // stops if the lease is lost
+    //<-
+    --exports_running;
+    ++exports_done;
+    //->
+    co_await p.release(); // the next waiting call, of any process, starts
+}
+//]
+
+//[semaphore_bulk
+// A bulk job takes 3 permits at once, or skips this round if they are not free now.
+asio::awaitable<std::optional<std::size_t>> bulk_export(colock::locker& locker) {
+    colock::semaphore exports{locker, "exports", 4};
+    std::optional<colock::permit> three = co_await exports.co_try_acquire(3);
+    if (!three)
+        co_return std::nullopt; // busy: the next round
+
+    std::size_t const left = co_await exports.co_available(); // 1 while these 3 are held
+    co_await (run_export() || three->wait_lost());            // one lease for the 3 permits
+    co_await three->release();                                // all 3 come back together
+    co_return left;
+}
+//]
+
+//[semaphore_capacity
+// A user that gives another capacity is refused at the server, and nothing changes.
+asio::awaitable<std::string> wrong_capacity(colock::locker& locker) {
+    colock::semaphore exports{locker, "exports", 8}; // the others give 4
+    try {
+        colock::permit p = co_await exports.co_acquire();
+        co_return "acquired?!";
+    } catch (boost::system::system_error const& e) {
+        if (e.code() != colock::error::invalid_argument)
+            throw;
+        co_return e.what(); // semaphore 'exports' has capacity 4 at the server, not 8: ...
+    }
 }
 //]
 
@@ -376,6 +442,36 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     check(last_term > 0, "the scheduler led with a term");
     check(co_await who_leads(locker) == "nobody leads; watching, nobody leads",
           "nobody leads after the resign");
+
+    // A semaphore of 4: six exports on two lockers, never more than 4 at once; a bulk job that
+    // takes 3 of them at once; a user with another capacity refused, naming both.
+    {
+        colock::redis::connection conn2{co_await asio::this_coro::executor, cfg};
+        co_await conn2.async_connect();
+        colock::locker locker2{conn2};
+        auto const ex = co_await asio::this_coro::executor;
+        std::vector<decltype(asio::co_spawn(ex, export_report(locker), asio::deferred))> six;
+        for (int i = 0; i < 6; ++i)
+            six.push_back(
+                asio::co_spawn(ex, export_report(i % 2 == 0 ? locker : locker2), asio::deferred));
+        auto [order, failures] =
+            co_await asio::experimental::make_parallel_group(std::move(six))
+                .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+        for (auto const& f : failures)
+            if (f)
+                std::rethrow_exception(f);
+        check(exports_done == 6 && exports_peak >= 1 && exports_peak <= 4,
+              "six exports, at most 4 at once");
+        check(co_await bulk_export(locker2) == std::optional<std::size_t>{1},
+              "the bulk job held 3 of the 4 permits");
+        auto const refused = co_await wrong_capacity(locker);
+        check(refused.find("semaphore 'exports' has capacity 4 at the server, not 8") !=
+                  std::string::npos,
+              "another capacity is refused, naming both");
+        colock::semaphore exports{locker, "exports", 4};
+        check(co_await exports.co_available() == 4, "every permit came back");
+        conn2.close();
+    }
 
     // A read-write lock: the rebuild's version is what a reader sees next.
     auto const version = co_await rebuild_catalog(locker);
