@@ -67,6 +67,10 @@ struct options {
     /// exec --permits N: hold one permit of the semaphore NAME of capacity N instead of the
     /// lock NAME.
     std::optional<std::size_t> permits;
+    /// exec --shared / --exclusive: hold the read-write lock NAME as a reader / as its writer
+    /// instead of the lock NAME.
+    enum class rw_mode { none, shared, exclusive };
+    rw_mode rw = rw_mode::none;
     /// elect: what the leader proclaims; nullopt: "<host>:<pid>" of the tool's process.
     std::optional<std::string> value;
 

@@ -161,9 +161,28 @@ private:
             o_.grace = duration(name, value());
         } else if (cmd == subcommand::exec && name == "--permits") {
             o_.permits = permits(name, value());
+            if (o_.rw != options::rw_mode::none)
+                refuse("--permits and --shared or --exclusive: a command holds a semaphore's "
+                       "permit or a read-write lock, not both");
         } else if (cmd != subcommand::none && name == "--permits") {
             refuse("--permits is an option of exec only (a command run under a semaphore's "
                    "permit)");
+        } else if (cmd == subcommand::exec && (name == "--shared" || name == "--exclusive")) {
+            bool on = false;
+            flag(on);
+            auto const mode =
+                name == "--shared" ? options::rw_mode::shared : options::rw_mode::exclusive;
+            if (o_.rw != options::rw_mode::none && o_.rw != mode)
+                refuse("--shared and --exclusive: a command holds the read-write lock one way");
+            if (o_.permits)
+                refuse(fmt::format("--permits and {}: a command holds a semaphore's permit or a "
+                                   "read-write lock, not both",
+                                   name));
+            o_.rw = mode;
+        } else if (cmd != subcommand::none && (name == "--shared" || name == "--exclusive")) {
+            refuse(fmt::format("{} is an option of exec only (a command run under a read-write "
+                               "lock)",
+                               name));
         } else if (cmd == subcommand::elect && name == "--value") {
             o_.value = value();
         } else if ((cmd == subcommand::status || cmd == subcommand::list ||
@@ -336,8 +355,8 @@ options parse_args(int argc, char const* const* argv, char const* env_url) {
 std::string usage_line(subcommand cmd) {
     switch (cmd) {
     case subcommand::exec:
-        return "usage: colock [OPTIONS] exec [--permits N] [--ttl D] [--wait D|forever] "
-               "[--grace D] NAME -- COMMAND [ARGS...]";
+        return "usage: colock [OPTIONS] exec [--permits N | --shared | --exclusive] [--ttl D] "
+               "[--wait D|forever] [--grace D] NAME -- COMMAND [ARGS...]";
     case subcommand::status:
         return "usage: colock [OPTIONS] status [--json] NAME";
     case subcommand::list:
@@ -361,8 +380,8 @@ std::string help_text() {
 semaphore, or while leading an election, and inspect locks and leaders
 
 usage:
-  colock [OPTIONS] exec [--permits N] [--ttl D] [--wait D|forever] [--grace D] NAME -- COMMAND
-                        [ARGS...]
+  colock [OPTIONS] exec [--permits N | --shared | --exclusive] [--ttl D] [--wait D|forever]
+                        [--grace D] NAME -- COMMAND [ARGS...]
   colock [OPTIONS] status [--json] NAME
   colock [OPTIONS] list [--json] [PATTERN]
   colock [OPTIONS] unlock --force NAME
@@ -378,7 +397,9 @@ subcommands:
            terminal sends it to COMMAND too). With --permits N: hold one permit of
            semaphore NAME of capacity N instead (at most N such commands run at once,
            waiting ones served first come, first served); every user of NAME must give the
-           same N.
+           same N. With --shared: hold read-write lock NAME as a reader (many at once);
+           with --exclusive: as its writer (alone; a waiting writer holds back the readers
+           that come after it).
   status   Show lock NAME: state, holder (locker id, host, pid, program), lease start, time
            left, fence, queued processes. Exit 0 when held, 1 when free or handed over.
   list     Show every lock whose name matches PATTERN (a Redis glob; default *), free ones
@@ -404,6 +425,8 @@ options (before or after the subcommand; --opt VALUE or --opt=VALUE):
   --prefix P       key prefix of the locks (default colock:)
   -v, --verbose    print the library's log lines (connections, losses) to stderr
   --permits N      exec: a semaphore of capacity N (1 to 1000000) instead of a lock
+  --shared         exec: read-write lock NAME as a reader instead of a lock
+  --exclusive      exec: read-write lock NAME as its writer instead of a lock
   --ttl D          exec, elect: the lease, renewed every third of it (default 30s); for
                    elect, how long a dead leader holds the election up
   --wait D         exec, elect: how long to wait for the lock or to lead (exec's default
@@ -421,7 +444,8 @@ exit status:
   0    success; exec, elect: the command's own status (128+N when signal N ended it)
   1    status: the lock is not held; unlock: nobody held the lock; leader: nobody leads
   2    usage error
-  120  exec: the lock (or a permit) was not acquired within --wait; elect: not leading
+  120  exec: the lock (a permit, a read or write lock) was not acquired within --wait;
+       elect: not leading
        within --wait
   121  exec, elect: the lease or the leadership was lost while the command ran (the
        command was sent SIGTERM)

@@ -7,7 +7,9 @@
 # unreachable server, and SIGTERM passed on to the command; `elect` and `leader`: a hand-over
 # between two candidates, `leader` (text, JSON, nobody leading), `leader --watch --json`, a lost
 # leadership; `exec --permits`: two commands at once under a semaphore of 2 while a third waits,
-# --wait 0 with no permit free, another capacity (exit 123), a lost permit, usage errors. Every
+# --wait 0 with no permit free, another capacity (exit 123), a lost permit, usage errors;
+# `exec --shared` / `--exclusive`: two readers at once, a reader after a waiting writer refused,
+# the writer after both. Every
 # wait polls for its condition with a bound; nothing relies on a fixed sleep
 # being long enough.
 
@@ -154,7 +156,7 @@ grep -q '^exit status:' "$work/help.out" || fail "--help lists no exit codes"
 grep -q '121' "$work/help.out" || fail "--help does not name the lost code"
 grep -q '^  colock \[OPTIONS\] elect \[--value V\]' "$work/help.out" || fail "--help shows no elect"
 grep -q '^  colock \[OPTIONS\] leader \[--json\] \[--watch\] NAME' "$work/help.out" || fail "--help shows no leader"
-grep -q '^  colock \[OPTIONS\] exec \[--permits N\]' "$work/help.out" || fail "--help shows no exec --permits"
+grep -q '^  colock \[OPTIONS\] exec \[--permits N | --shared | --exclusive\]' "$work/help.out" || fail "--help shows no exec --permits"
 grep -q '^  123 ' "$work/help.out" || fail "--help does not name the capacity mismatch code"
 run_colock help exec --help
 expect_status 0 "exec --help"
@@ -561,5 +563,49 @@ wait_exit "$holder" 10
 grep -q "lost the permit of semaphore 'semlost' (fence [0-9]*)" "$work/slost.err" ||
     fail "no message on the lost permit"
 pass "exec --permits: a lost permit sends SIGTERM to the command, exit 121"
+
+# --- 14. exec --shared / --exclusive: readers together, the writer alone, after them ----------
+# A read-write lock's keys are colock:rw:{NAME} (the last fence), :h (the holdings) and :q (the
+# waiting calls).
+rw_key='colock:rw:{catalog}'
+rwslots=$work/rwslots
+start_holder ra exec --shared --wait 30s catalog -- "${gated_command[@]}" "$work/ra.pid" "$rwslots" ra
+ra=$holder
+start_holder rb exec --shared --wait 30s catalog -- "${gated_command[@]}" "$work/rb.pid" "$rwslots" rb
+rb=$holder
+wait_until 10 "both readers running at once" eval 'test -s "$work/ra.pid" && test -s "$work/rb.pid"'
+start_holder rw exec --exclusive --wait 30s catalog -- "${gated_command[@]}" "$work/rw.pid" "$rwslots" w
+rw=$holder
+rw_queued() { [ "$("$redis_cli" -u "$COLOCK_REDIS_URL" LLEN "$rw_key:q")" -ge 1 ]; }
+wait_until 10 "the writer's call in the lock's queue" rw_queued
+# The waiting writer holds back a reader that comes after it.
+run_colock rbusy exec --shared --wait 0 catalog -- true
+expect_status 120 "exec --shared --wait 0 behind a waiting writer"
+grep -q "the read lock of 'catalog' is not free now" "$work/rbusy.err" ||
+    fail "exec --shared --wait 0: no 'not free' message"
+[ -e "$work/rw.pid" ] && fail "the writer runs beside readers"
+touch "$work/ra.pid.go"
+wait_exit "$ra" 10
+[ "$s" = 0 ] || fail "the first reader exited $s, expected 0"
+sleep 0.2
+[ -e "$work/rw.pid" ] && fail "the writer runs beside the second reader"
+touch "$work/rb.pid.go"
+wait_until 5 "the writer after both readers left" test -s "$work/rw.pid"
+wait_exit "$rb" 10
+[ "$s" = 0 ] || fail "the second reader exited $s, expected 0"
+touch "$work/rw.pid.go"
+wait_exit "$rw" 10
+[ "$s" = 0 ] || fail "the writer exited $s, expected 0"
+order=$(tr '\n' ' ' <"$rwslots")
+case "$order" in
+"start ra start rb end ra end rb start w end w " | "start rb start ra end ra end rb start w end w ") ;;
+*) fail "the readers and the writer ran in the order: $order" ;;
+esac
+[ "$("$redis_cli" -u "$COLOCK_REDIS_URL" EXISTS "$rw_key:h")" = 0 ] || fail "a read or write lock left held"
+check_usage "exec --shared --exclusive" exec --shared --exclusive name -- true
+check_usage "exec --permits --shared" exec --permits 2 --shared name -- true
+check_usage "status --shared" status --shared name
+grep -q "status: --shared is an option of exec only" "$work/usage.err" || fail "status --shared: wrong message"
+pass "exec --shared and --exclusive: two readers at once, a reader after the waiting writer refused (120), the writer after both"
 
 echo "colock_test: all checks passed"

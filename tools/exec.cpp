@@ -1,10 +1,12 @@
-// colock exec: take the lock (or, with --permits, a permit of a semaphore), run the command
-// while the lease is renewed, and stop the command when the lease is lost.
+// colock exec: take the lock (or, with --permits, a permit of a semaphore; with --shared or
+// --exclusive, a read-write lock), run the command while the lease is renewed, and stop the
+// command when the lease is lost.
 #include "cli.hpp"
 #include "supervise.hpp"
 #include "text.hpp"
 
 #include <colock/error.hpp>
+#include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
 
 #include <boost/asio/this_coro.hpp>
@@ -14,6 +16,8 @@
 
 #include <exception>
 #include <optional>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace colock::cli {
@@ -142,7 +146,90 @@ asio::awaitable<int> run_exec_permit(options const& o, redis::connection& conn, 
     lease_words const words{
         fmt::format("the permit of semaphore '{}' (fence {})", name, got.held->fence()),
         fmt::format("release the permit of semaphore '{}'", name)};
-    permit_lease lease{*got.held};
+    holding_lease lease{*got.held, [&got] { return got.held->release(); }};
+    co_return co_await run_under_lease(o, lease, words, sigs);
+}
+
+// A read or write lock taken, or the signal that ended the wait.
+template <class Guard>
+struct rw_acquisition {
+    std::optional<Guard> held;
+    int signal = 0;
+};
+
+// As acquire, for read-write lock NAME, as a reader (`Guard` read_guard) or as its writer.
+template <class Guard>
+asio::awaitable<rw_acquisition<Guard>> acquire_rw(options const& o, rw_lock& rw,
+                                                  asio::signal_set& stop) {
+    constexpr bool reader = std::is_same_v<Guard, read_guard>;
+    lock_options lo;
+    lo.ttl = o.ttl;
+    rw_acquisition<Guard> out;
+    if (o.wait && o.wait->count() == 0) {
+        // One attempt, not cut short by a wait_timeout of 0 (see acquire_permit).
+        std::optional<Guard> one;
+        if constexpr (reader) {
+            auto got = co_await or_signal(rw.co_try_lock_shared(lo), stop);
+            out.signal = got.signal;
+            if (got.value)
+                one = std::move(*got.value);
+        } else {
+            auto got = co_await or_signal(rw.co_try_lock(lo), stop);
+            out.signal = got.signal;
+            if (got.value)
+                one = std::move(*got.value);
+        }
+        out.held = std::move(one);
+        co_return out;
+    }
+    lo.wait_timeout = o.wait;
+    if constexpr (reader) {
+        auto got = co_await or_signal(rw.co_lock_shared(lo), stop);
+        out.signal = got.signal;
+        out.held = std::move(got.value);
+    } else {
+        auto got = co_await or_signal(rw.co_lock(lo), stop);
+        out.signal = got.signal;
+        out.held = std::move(got.value);
+    }
+    co_return out;
+}
+
+// exec --shared / --exclusive: the command runs under read-write lock NAME, as a reader or as
+// its writer.
+template <class Guard>
+asio::awaitable<int> run_exec_rw(options const& o, redis::connection& conn, locker& lk,
+                                 tool_signals& sigs) {
+    constexpr bool reader = std::is_same_v<Guard, read_guard>;
+    std::string_view const what = reader ? "read lock" : "write lock";
+    rw_lock rw{lk, o.name};
+    auto const name = printable(o.name);
+    rw_acquisition<Guard> got;
+    bool timed_out = false;
+    try {
+        got = co_await acquire_rw<Guard>(o, rw, sigs.stop);
+    } catch (boost::system::system_error const& e) {
+        if (e.code() != colock::error::timeout)
+            throw;
+        timed_out = true;
+    }
+    if (got.signal != 0) {
+        co_await let_queue_exit_go_out(conn);
+        co_return 128 + got.signal;
+    }
+    if (timed_out || !got.held) {
+        if (timed_out)
+            complain(fmt::format("the {} of '{}' was not acquired within {}", what, name,
+                                 format_duration(*o.wait)));
+        else
+            complain(fmt::format("the {} of '{}' is not free now ({})", what, name,
+                                 reader ? "a writer holds it or waits for it"
+                                        : "readers or a writer hold it, or wait for it"));
+        co_return exit_not_acquired;
+    }
+    lease_words const words{fmt::format("the {} of '{}' (fence {})", what, name, got.held->fence()),
+                            fmt::format("release the {} of '{}'", what, name)};
+    holding_lease lease{*got.held, [&got] { return got.held->unlock(); }};
     co_return co_await run_under_lease(o, lease, words, sigs);
 }
 
@@ -154,6 +241,10 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
     tool_signals sigs{co_await asio::this_coro::executor, true};
     if (o.permits)
         co_return co_await run_exec_permit(o, conn, lk, sigs);
+    if (o.rw == options::rw_mode::shared)
+        co_return co_await run_exec_rw<read_guard>(o, conn, lk, sigs);
+    if (o.rw == options::rw_mode::exclusive)
+        co_return co_await run_exec_rw<write_guard>(o, conn, lk, sigs);
 
     acquisition got;
     bool timed_out = false;

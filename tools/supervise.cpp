@@ -163,19 +163,19 @@ asio::awaitable<bool> guard_lease::give_up() {
     return guard_.unlock();
 }
 
-void permit_lease::async_wait_lost(lost_handler handler) {
-    permit_.async_wait_lost(std::move(handler));
+void holding_lease::async_wait_lost(lost_handler handler) {
+    holding_.async_wait_lost(std::move(handler));
 }
 
-std::optional<loss_reason> permit_lease::loss() const {
+std::optional<loss_reason> holding_lease::loss() const {
     if (loss_after_release_)
         return loss_after_release_;
-    return permit_.loss();
+    return holding_.loss();
 }
 
-asio::awaitable<bool> permit_lease::give_up() {
-    auto const before = permit_.loss();
-    bool const ours = co_await permit_.release();
+asio::awaitable<bool> holding_lease::give_up() {
+    auto const before = holding_.loss();
+    bool const ours = co_await give_up_();
     if (before)
         loss_after_release_ = before;
     else if (!ours)

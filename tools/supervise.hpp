@@ -6,10 +6,10 @@
 
 #include "cli.hpp"
 
+#include <colock/lease_guard.hpp>
 #include <colock/lock_observer.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
-#include <colock/semaphore.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -23,6 +23,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -118,17 +119,19 @@ private:
     lock_guard& guard_;
 };
 
-/// A semaphore permit's lease; giving it up releases the permit.
-class permit_lease final : public held_lease {
+/// A holding of a semaphore or a read-write lock (a permit, a read or write guard); giving it
+/// up releases it (`give_up`: its release() or unlock()).
+class holding_lease final : public held_lease {
 public:
-    explicit permit_lease(permit& p) noexcept : permit_(p) {}
+    holding_lease(lease_guard& holding, std::function<boost::asio::awaitable<bool>()> give_up)
+        : holding_(holding), give_up_(std::move(give_up)) {}
     void async_wait_lost(lost_handler handler) override;
-    /// Also after give_up, which leaves the permit empty (a permit then knows no loss).
     std::optional<loss_reason> loss() const override;
     boost::asio::awaitable<bool> give_up() override;
 
 private:
-    permit& permit_;
+    lease_guard& holding_;
+    std::function<boost::asio::awaitable<bool>()> give_up_;
     /// Once given up: the loss known before, or not_ours when the server no longer had it.
     std::optional<loss_reason> loss_after_release_;
 };
