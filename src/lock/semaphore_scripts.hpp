@@ -69,13 +69,13 @@ namespace colock::detail {
     "    -- At most 16 entries a chunk: a read-write lock's readers fit by the thousand.\n"        \
     "    local last = pos + math.min(math.max(free, 1), 15)\n"                                     \
     "    local chunk = redis.call('LRANGE', KEYS[4], pos, last)\n"                                 \
-    "    if #chunk == 0 then return ahead, false end\n"                                            \
+    "    if #chunk == 0 then return ahead, false, false end\n"                                     \
     "    local records = redis.call('HMGET', KEYS[5], unpack(chunk))\n"                            \
     "    for i, e in ipairs(chunk) do\n"                                                           \
-    "      if e == stop_at then return ahead, false end\n"                                         \
+    "      if e == stop_at then return ahead, false, true end\n"                                   \
     "      local want = live_entry(e, records[i])\n"                                               \
     "      if want then\n"                                                                         \
-    "        if ahead + want > free then return ahead, true end\n"                                 \
+    "        if ahead + want > free then return ahead, true, false end\n"                          \
     "        ahead = ahead + want\n"                                                               \
     "        pos = pos + 1\n"                                                                      \
     "        if visit then visit(e, want, records[i]) end\n"                                       \
@@ -138,12 +138,17 @@ local ttl = tonumber(ARGV[4])
 local used = held()
 local free = tonumber(ARGV[3]) - used
 local admitted = false
+local queued = false -- the call's entry was found in the queue
 if free >= k then
-  local ahead, blocked = walk(free, ARGV[1], nil)
+  local ahead, blocked
+  ahead, blocked, queued = walk(free, ARGV[1], nil)
   admitted = not blocked and ahead + k <= free
 end
 if admitted then
-  if redis.call('HDEL', KEYS[5], ARGV[1]) == 1 then redis.call('LREM', KEYS[4], 1, ARGV[1]) end
+  if queued then
+    redis.call('HDEL', KEYS[5], ARGV[1])
+    redis.call('LREM', KEYS[4], 1, ARGV[1])
+  end
   local fence = tonumber(state[2] or '0') or 0
   if ARGV[8] == '1' then
     local last = fence
