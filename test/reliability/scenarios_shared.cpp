@@ -42,9 +42,10 @@ constexpr auto ttl = 1000ms;
 constexpr std::size_t capacity = 3;
 // The library's bounds for a dead process (src/lock/lease_store.hpp): a queue entry woken for a
 // process is kept for it for at most the claim; one not woken lapses queue_entry_ttl after its
-// last refresh. A dead process's waiting calls hold the others up until then at most.
-constexpr auto max_handoff_claim = 1000ms;
+// last refresh. A dead process's waiting calls hold the others up until then at most, and a
+// waiting call asks again at least every queue_refresh_interval.
 constexpr auto queue_entry_ttl = 3000ms;
+constexpr auto queue_refresh_interval = 1000ms;
 constexpr int sigkill_status = 128 + 9; // worker_process::wait_exit's code for SIGKILL
 
 std::int64_t ns(std::chrono::nanoseconds d) {
@@ -65,23 +66,29 @@ struct death {
     std::vector<holding> open;
 };
 
-// SIGKILLs `victim` once its journal shows it holding a tenure `preferred` accepts (until
-// `prefer_by`), or any tenure (until `kill_by`, then whatever it does), then records the tenures
-// it was in with `record`.
+// SIGKILLs `victim` while it holds, then records the tenures it was in with `record`. Its clock
+// starts at its first acquisition (a loaded machine may take seconds to start a process): after
+// `settle`, the kill waits for a tenure `preferred` accepts until `prefer` has passed, then for
+// any tenure until `within` has, then kills whatever it does.
 death kill_holding(result& r, worker_process& victim, std::string const& journal_file,
-                   std::chrono::steady_clock::time_point prefer_by,
-                   std::chrono::steady_clock::time_point kill_by,
+                   milliseconds settle, milliseconds prefer, milliseconds within,
                    std::function<bool(holding const&)> const& preferred,
                    std::function<void(holding const&)> const& record) {
+    auto const started_by = std::chrono::steady_clock::now() + 30s;
+    while (journal_last_kind(journal_file) == 0 && std::chrono::steady_clock::now() < started_by)
+        std::this_thread::sleep_for(1ms);
+    auto const started = std::chrono::steady_clock::now();
+    r.check(started < started_by, "the victim did not acquire within 30 s of its start");
+    std::this_thread::sleep_for(settle);
     auto holds_preferred = [&] {
         if (!journal_in_tenure(journal_file))
             return false;
         auto const open = read_journal(journal_file).open;
         return std::any_of(open.begin(), open.end(), preferred);
     };
-    while (!holds_preferred() && std::chrono::steady_clock::now() < prefer_by)
+    while (!holds_preferred() && std::chrono::steady_clock::now() < started + prefer)
         std::this_thread::sleep_for(1ms);
-    while (!journal_in_tenure(journal_file) && std::chrono::steady_clock::now() < kill_by)
+    while (!journal_in_tenure(journal_file) && std::chrono::steady_clock::now() < started + within)
         std::this_thread::sleep_for(std::chrono::microseconds(200));
     death d;
     d.kill_ns = steady_now_ns();
@@ -91,6 +98,8 @@ death kill_holding(result& r, worker_process& victim, std::string const& journal
     ++r.faults;
     r.check(rc == sigkill_status,
             fmt::format("the victim ended with {}, not by the kill", rc.value_or(-1)));
+    if (!std::filesystem::exists(journal_file))
+        return d;
     for (auto h : read_journal(journal_file).open) {
         h.released_ns = d.dead_ns;
         h.lease_end_ns = d.dead_ns;
@@ -188,10 +197,11 @@ result semaphore_with_kills() {
                         fmt::format("{}{}", p < 2 ? "f" : "d", p))));
     fault_thread faults(env.proxy, start + run - 1500ms, opts.seed + 19);
 
-    // Each round: a victim joins, is killed while it holds within kill_by, and the rest of the
-    // round is the aftermath (its leases, then its dead queue entries, running out).
+    // Each round: a victim joins, is killed while it holds within kill_within of its first
+    // acquisition, and the rest of the round is the aftermath (its leases, then its dead queue
+    // entries, running out).
     auto const period = (run - 1s) / kills;
-    auto const kill_by = period / 3;
+    auto const kill_within = std::chrono::duration_cast<milliseconds>(period / 2);
     std::vector<death> deaths;
     std::vector<std::string> victims;
     // The victim's permits: when each lease ran out at the server, from the kill (ZSCORE of its
@@ -210,10 +220,10 @@ result semaphore_with_kills() {
         auto victim_args = args("6", "3", 120s);
         victim_args.insert(victim_args.end(), {"--journal", journal_file});
         worker_process victim(worker_args(victim_args, env.server.url(), proc));
-        std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution(300, 700)(rng)));
         auto d = kill_holding(
-            r, victim, journal_file, round_start, round_start + kill_by,
-            [](holding const&) { return true; }, [&](holding const& h) { history.record(h); });
+            r, victim, journal_file, milliseconds(std::uniform_int_distribution(200, 600)(rng)),
+            0ms, kill_within, [](holding const&) { return true; },
+            [&](holding const& h) { history.record(h); });
         // Its leases at the server, read right after its death.
         auto const before_ns = steady_now_ns();
         auto const time = env.server.cli_lines({"TIME"});
@@ -240,7 +250,7 @@ result semaphore_with_kills() {
     }
     r.faults += faults.join();
     auto total = collect(r, ws, run + 60s);
-    tally(r, total, start, opts.full ? 1000u : 60u);
+    tally(r, total, start, opts.full ? 300u : 60u);
 
     auto const all = colock::test::read_history(history_file);
     std::vector<std::size_t> permits;
@@ -267,9 +277,9 @@ result semaphore_with_kills() {
     // waiting calls stay in the queue, ahead of the others' (first come, first served), until
     // they lapse: a woken one after the claim, the others queue_entry_ttl after their last
     // refresh. Until then nobody gets a permit (about 3 s when several are queued, woken wave
-    // after wave); the bound is that, and a retry (retry.max 200 ms) with room for a loaded
-    // machine.
-    auto const reuse_bound = queue_entry_ttl + 1s;
+    // after wave); the bound is that, then the next attempt of the call at the head
+    // (queue_refresh_interval), and 500 ms for a loaded machine.
+    auto const reuse_bound = queue_entry_ttl + queue_refresh_interval + 500ms;
     std::vector<std::string> firsts, reuses, lefts;
     for (std::size_t k = 0; k < deaths.size(); ++k) {
         auto const& d = deaths[k];
@@ -412,7 +422,7 @@ result rw_lock_with_kills() {
     fault_thread faults(env.proxy, start + run - 1500ms, opts.seed + 29);
 
     auto const period = (run - 1s) / kills;
-    auto const kill_by = period / 2;
+    auto const kill_within = std::chrono::duration_cast<milliseconds>(period / 2);
     std::vector<death> deaths;
     std::mt19937 rng(opts.seed + 31);
     colock::test::history_writer reads(reads_file);
@@ -427,17 +437,17 @@ result rw_lock_with_kills() {
         victim_args.insert(victim_args.end(), {"--journal", journal_file});
         worker_process victim(worker_args(victim_args, env.server.url(), proc));
         // Its writer's tenures are short: a kill in one of them is waited for a while.
-        std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution(300, 700)(rng)));
         auto is_writer = [](holding const& h) { return h.holder.find("/w") != std::string::npos; };
-        deaths.push_back(kill_holding(r, victim, journal_file, round_start + kill_by * 5 / 6,
-                                      round_start + kill_by, is_writer, [&](holding const& h) {
-                                          writers_killed += is_writer(h) ? 1 : 0;
-                                          (is_writer(h) ? writes : reads).record(h);
-                                      }));
+        deaths.push_back(kill_holding(
+            r, victim, journal_file, milliseconds(std::uniform_int_distribution(200, 600)(rng)),
+            kill_within * 5 / 6, kill_within, is_writer, [&](holding const& h) {
+                writers_killed += is_writer(h) ? 1 : 0;
+                (is_writer(h) ? writes : reads).record(h);
+            }));
     }
     r.faults += faults.join();
     auto total = collect(r, ws, run + 60s);
-    tally(r, total, start, opts.full ? 500u : 60u);
+    tally(r, total, start, opts.full ? 300u : 60u);
     // ws[0] and ws[1] go through the proxy, ws[2] and ws[3] straight to the server.
     auto const proxied_wait_ms = largest(ws, 0, 2, "longest_write_wait_ms");
     auto const longest_wait_ms = largest(ws, 2, 4, "longest_write_wait_ms");
@@ -484,14 +494,15 @@ result rw_lock_with_kills() {
     r.check(total["writes"] >= least_writes,
             fmt::format("only {:.0f} writes (at least {:.0f})", total["writes"], least_writes));
     // A writer waits for the readers ahead of it (80 ms), the writers ahead of it, after a kill
-    // for the victim's dead queue entries (queue_entry_ttl at most, its leases' ttl within it),
-    // and for a holder behind the proxy whose release a fault held up (its lease, ttl): 5 s,
+    // for the victim's dead queue entries (queue_entry_ttl at most, its leases' ttl within it)
+    // and the next attempt of the call at the head (queue_refresh_interval), and for a holder
+    // behind the proxy whose release a fault held up (its lease, ttl): 5.5 s with 500 ms spare,
     // below the run's length, which a starved writer would wait. Checked for the writers that
     // reach the server directly: those behind the proxy add its faults (a grant missed in a
     // black hole costs a claim, and a new place in the queue). The readers' longest unbroken
     // stretch is bounded by the ttl: writers get in while readers keep coming (two writers
     // reach the server directly, each trying every 150 ms at most).
-    auto const wait_bound = queue_entry_ttl + ttl + 1s;
+    auto const wait_bound = queue_entry_ttl + queue_refresh_interval + ttl + 500ms;
     r.check(longest_wait_ms <= static_cast<double>(wait_bound.count()),
             fmt::format("a writer (direct) waited {:.0f} ms (bound {} ms)", longest_wait_ms,
                         wait_bound.count()));
