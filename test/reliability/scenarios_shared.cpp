@@ -201,7 +201,7 @@ result semaphore_with_kills() {
     // acquisition, and the rest of the round is the aftermath (its leases, then its dead queue
     // entries, running out).
     auto const period = (run - 1s) / kills;
-    auto const kill_within = std::chrono::duration_cast<milliseconds>(period / 2);
+    auto const kill_within = std::chrono::duration_cast<milliseconds>(period / 3);
     std::vector<death> deaths;
     std::vector<std::string> victims;
     // The victim's permits: when each lease ran out at the server, from the kill (ZSCORE of its
