@@ -44,6 +44,7 @@ constexpr std::size_t capacity = 3;
 // process is kept for it for at most the claim; one not woken lapses queue_entry_ttl after its
 // last refresh. A dead process's waiting calls hold the others up until then at most, and a
 // waiting call asks again at least every queue_refresh_interval.
+constexpr auto max_handoff_claim = 1000ms;
 constexpr auto queue_entry_ttl = 3000ms;
 constexpr auto queue_refresh_interval = 1000ms;
 constexpr int sigkill_status = 128 + 9; // worker_process::wait_exit's code for SIGKILL
@@ -278,8 +279,11 @@ result semaphore_with_kills() {
     // they lapse: a woken one after the claim, the others queue_entry_ttl after their last
     // refresh. Until then nobody gets a permit (about 3 s when several are queued, woken wave
     // after wave); the bound is that, then the next attempt of the call at the head
-    // (queue_refresh_interval), and 500 ms for a loaded machine.
-    auto const reuse_bound = queue_entry_ttl + queue_refresh_interval + 500ms;
+    // (queue_refresh_interval); that call may be behind the proxy and miss its wake-up in a
+    // fault (a stall of up to 1.5 s, then the claim it was woken with), and 500 ms for a loaded
+    // machine.
+    auto const reuse_bound =
+        queue_entry_ttl + queue_refresh_interval + 1500ms + max_handoff_claim + 500ms;
     std::vector<std::string> firsts, reuses, lefts;
     for (std::size_t k = 0; k < deaths.size(); ++k) {
         auto const& d = deaths[k];
