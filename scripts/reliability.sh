@@ -2,7 +2,7 @@
 # The full reliability run: every fault scenario at full length, the fault-proxy and
 # hostile-server tests, then the RESP3 parser fuzzer for longer than the ctest runs it.
 #
-#   scripts/reliability.sh [--fuzz-seconds N] [--seed N] [--only a,b,c1,...,l,m1,m2,m3,m4]
+#   scripts/reliability.sh [--fuzz-seconds N] [--seed N] [--only a,b,c1,...,l,m1,...,m4,n1,n2]
 #
 # Builds RelWithDebInfo in build/reliability (optimised, so timings and memory per waiter are
 # what users get), runs `colock_reliability --full` (it starts its own redis-servers, worker

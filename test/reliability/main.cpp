@@ -4,7 +4,7 @@
 // once and for fences out of order. At the end, one table; the exit code is non-zero when any
 // check failed.
 //
-// Usage: colock_reliability [--full] [--only a,b,...,l,m1,m2,m3,m4] [--part K/N] [--seed N]
+// Usage: colock_reliability [--full] [--only a,b,...,l,m1,...,m4,n1,n2] [--part K/N] [--seed N]
 //   default: short versions (under two minutes, run by scripts/test.sh); --full: the long
 //   runs (scripts/reliability.sh). --part K/N runs every Nth scenario from the Kth: ctest runs
 //   the short versions as two tests side by side.
@@ -13,8 +13,9 @@
 // SIGKILLed) in scenarios_kill.cpp, i (Redis Sentinel failovers) in scenarios_sentinel.cpp, j
 // (Redis Cluster slot migrations and failovers) in scenarios_cluster.cpp, k (Redlock over
 // three primaries, killed one at a time) in scenarios_redlock.cpp, l (the lease's edges) in
-// scenarios_lease.cpp, and m1-m4 (the election: leaders killed and stopped, campaigns with
-// kills and proxy faults, a watch checked) in scenarios_election.cpp.
+// scenarios_lease.cpp, m1-m4 (the election: leaders killed and stopped, campaigns with kills
+// and proxy faults, a watch checked) in scenarios_election.cpp, and n1-n2 (a semaphore and a
+// read-write lock under proxy faults with a holder SIGKILLed) in scenarios_shared.cpp.
 #include "runner.hpp"
 #include "worker.hpp"
 
@@ -421,7 +422,9 @@ int run_all() {
         {"m1", election_killed_leader},
         {"m2", election_stopped_leader},
         {"m3", election_campaigns_with_kills},
-        {"m4", election_proxy_faults}};
+        {"m4", election_proxy_faults},
+        {"n1", semaphore_with_kills},
+        {"n2", rw_lock_with_kills}};
     for (auto const& key : opts.only) {
         if (std::none_of(scenarios.begin(), scenarios.end(),
                          [&](auto const& s) { return s.first == key; }))
@@ -504,8 +507,8 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(
                 stderr,
-                "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l,m1,m2,m3,m4] [--part K/N] "
-                "[--seed N]\n",
+                "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l,m1,m2,m3,m4,n1,n2]\n"
+                "       [--part K/N] [--seed N]\n",
                 argv[0]);
             return 2;
         }

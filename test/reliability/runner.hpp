@@ -210,5 +210,9 @@ result election_killed_leader();
 result election_stopped_leader();
 result election_campaigns_with_kills();
 result election_proxy_faults();
+// scenarios_shared.cpp: a semaphore and a read-write lock contended through proxy faults, a
+// worker SIGKILLed while it holds.
+result semaphore_with_kills();
+result rw_lock_with_kills();
 
 } // namespace colock::reliability

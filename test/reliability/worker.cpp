@@ -27,6 +27,13 @@
 //            survives a SIGKILL; prints "summary ...".
 //   observe  watches the election (leader_watch) and says each change it reports, "change NS
 //            LEADING TERM RESYNCED VALUE", until "exit" on stdin.
+//   worker_shared.cpp
+//   permits  coroutines loop co_acquire (one permit, or two for every --double-every'th) / hold
+//            / release on one semaphore until a deadline; prints "summary ...". With --journal
+//            FILE, also keeps a journal (journal.hpp) that survives a SIGKILL.
+//   rw       reader and writer coroutines on one read-write lock until a deadline, writers now
+//            and then downgrading, each kind's tenures to its own history; prints "summary ..."
+//            with the longest writer wait. --journal as for permits.
 #include "worker.hpp"
 
 #include "worker_support.hpp"
@@ -67,6 +74,10 @@ int worker_main(int argc, char** argv) {
             return run_campaign(args);
         if (mode == "observe")
             return run_observe(args);
+        if (mode == "permits")
+            return run_permits(args);
+        if (mode == "rw")
+            return run_rw(args);
         std::fprintf(stderr, "worker: unknown mode '%.*s'\n", static_cast<int>(mode.size()),
                      mode.data());
         return 2;

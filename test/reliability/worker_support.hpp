@@ -2,7 +2,7 @@
 // lines a worker says on stdout, the connection and locker it works on, lock options from the
 // arguments, and the small coroutines every mode uses. One file per mode family beside it:
 // worker_lock.cpp (contend, hold), worker_load.cpp (storm, waiters), worker_election.cpp
-// (lead, campaign, observe).
+// (lead, campaign, observe), worker_shared.cpp (permits, rw).
 #pragma once
 
 #include <colock/colock.hpp>
@@ -120,5 +120,7 @@ int run_waiters(arguments const& args);
 int run_lead(arguments const& args);
 int run_campaign(arguments const& args);
 int run_observe(arguments const& args);
+int run_permits(arguments const& args);
+int run_rw(arguments const& args);
 
 } // namespace colock::reliability

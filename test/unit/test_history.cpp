@@ -2,6 +2,7 @@
 // wrong, a broken lock passes. Each check below fails for a checker that misses an overlap,
 // reports a false one, or loses a line or an update between processes.
 #include <colock_test/history.hpp>
+#include <colock_test/shared_history.hpp>
 
 #include <doctest/doctest.h>
 
@@ -600,4 +601,226 @@ TEST_CASE("fenced_store: concurrent writers in several processes lose no update"
     // The highest fence written is always accepted, and nothing after it was.
     CHECK(store.highest_fence() == big_fence + std::int64_t{writes - 1} * processes + 3);
     CHECK(store.value() == fmt::format("{}:{}", processes - 1, writes - 1));
+}
+
+// ---- check_capacity: a semaphore's "at most N at once"
+
+namespace {
+
+/// How many permits are open at instant `t` (a brute-force count).
+std::size_t open_at(std::vector<holding> const& hs, std::vector<std::size_t> const& permits,
+                    std::int64_t t) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < hs.size(); ++i)
+        if (hs[i].acquired_ns <= t && t < hs[i].end_ns())
+            n += permits.empty() ? 1 : permits[i];
+    return n;
+}
+
+} // namespace
+
+TEST_CASE("check_capacity: N at once pass, N + 1 at once are reported with every holder") {
+    // Three holders overlapping from 300 to 400, a fourth that comes after the first left.
+    std::vector<holding> const three{tenure("a", 1, 100, 400), tenure("b", 2, 200, 500),
+                                     tenure("c", 3, 300, 600), tenure("d", 4, 400, 700)};
+    auto const ok = check_capacity(three, 3);
+    CHECK(ok.ok());
+    CHECK(ok.most_at_once == 3);
+    CHECK(ok.crowded == 0);
+    CHECK(ok.problems.empty());
+    // The same history is too much for a capacity of 2.
+    auto const two = check_capacity(three, 2);
+    CHECK_FALSE(two.ok());
+    CHECK(two.crowded == 2); // c's acquisition (a, b, c) and d's (b, c, d)
+    REQUIRE(two.crowdings.size() == 2);
+    CHECK(two.crowdings[0].at_ns == 300);
+    CHECK(two.crowdings[0].permits == 3);
+    REQUIRE(two.crowdings[0].holders.size() == 3);
+    CHECK(two.crowdings[0].holders[0].holder == "a");
+    CHECK(two.crowdings[0].holders[2].holder == "c");
+    CHECK(contains(two.problems.at(0), "3 permits held at once (capacity 2)"));
+
+    // d acquired one nanosecond before a's end: four at once.
+    auto four = three;
+    four[3].acquired_ns = 399;
+    auto const over = check_capacity(four, 3);
+    CHECK_FALSE(over.ok());
+    CHECK(over.crowded == 1);
+    CHECK(over.most_at_once == 4);
+    REQUIRE(over.crowdings.size() == 1);
+    CHECK(over.crowdings[0].holders.size() == 4);
+    CHECK(over.crowdings[0].holders.back().holder == "d");
+}
+
+TEST_CASE("check_capacity: the lease end bounds a tenure; touching and empty ones overlap none") {
+    // a's lease ended at 250 although it released at 900: b, c and d find two open at most.
+    std::vector<holding> const hs{tenure("a", 1, 100, 900, 250), tenure("b", 2, 200, 800),
+                                  tenure("c", 3, 250, 800), tenure("d", 4, 260, 800, 260)};
+    auto const r = check_capacity(hs, 2);
+    CHECK(r.ok());
+    CHECK(r.most_at_once == 2);
+    // Bounded by the release instead, a is still open at c's acquisition: three at once (d
+    // holds nothing: its lease was over when it began).
+    auto longer = hs;
+    longer[0].lease_end_ns = never;
+    CHECK(check_capacity(longer, 2).crowded == 1);
+    CHECK(check_capacity(longer, 2).most_at_once == 3);
+}
+
+TEST_CASE("check_capacity: a holding counts its permits") {
+    std::vector<holding> const hs{tenure("a", 1, 100, 400), tenure("b", 2, 200, 500),
+                                  tenure("c", 3, 300, 600)};
+    CHECK(check_capacity(hs, 4, {2, 1, 1}).ok());
+    CHECK(check_capacity(hs, 4, {2, 1, 1}).most_at_once == 4);
+    auto const r = check_capacity(hs, 4, {2, 2, 1});
+    CHECK_FALSE(r.ok());
+    CHECK(r.most_at_once == 5);
+    CHECK_THROWS_AS(check_capacity(hs, 4, {1, 1}), std::invalid_argument);
+}
+
+TEST_CASE("check_capacity: fences given twice, and within a holder not increasing, are reported") {
+    // Across holders, fences out of acquisition order are no problem: two grants close
+    // together may return in either order.
+    CHECK(check_capacity({tenure("a", 9, 100, 200), tenure("b", 8, 150, 300)}, 2).ok());
+    auto const twice = check_capacity({tenure("a", 9, 100, 200), tenure("b", 9, 150, 300)}, 2);
+    CHECK(twice.fence_repeats == 1);
+    CHECK_FALSE(twice.ok());
+    CHECK(contains(twice.problems.at(0), "fence 9 given twice"));
+    auto h1 = tenure("a", big_fence + 2, 100, 200);
+    auto h2 = tenure("a", big_fence + 1, 300, 400);
+    auto const inverted = check_capacity({h2, h1}, 1);
+    CHECK(inverted.fence_inversions == 1);
+    CHECK(inverted.crowded == 0);
+    CHECK_FALSE(inverted.ok());
+    // The same fence twice within a holder: given twice, and not increasing.
+    auto const same = check_capacity({h1, tenure("a", big_fence + 2, 300, 400)}, 1);
+    CHECK(same.fence_inversions == 1);
+    CHECK(same.fence_repeats == 1);
+}
+
+TEST_CASE("check_capacity agrees with a brute-force count on random histories") {
+    std::mt19937_64 rng(42);
+    for (int round = 0; round < 200; ++round) {
+        std::vector<holding> hs;
+        std::vector<std::size_t> permits;
+        int const n = static_cast<int>(rng() % 30) + 1;
+        for (int i = 0; i < n; ++i) {
+            std::int64_t const a = 1 + static_cast<std::int64_t>(rng() % 1000);
+            std::int64_t const len = static_cast<std::int64_t>(rng() % 200) - 20;
+            std::int64_t const release = a + std::max<std::int64_t>(0, len);
+            std::int64_t const lease = rng() % 3 == 0 ? a + len : never;
+            hs.push_back(
+                tenure(fmt::format("h{}", i), i + 1, a, release, std::max<std::int64_t>(1, lease)));
+            permits.push_back(1 + rng() % 2);
+        }
+        std::size_t const capacity = 1 + rng() % 5;
+        // The most at once is reached at some acquisition; count there.
+        std::size_t most = 0;
+        for (auto const& h : hs) {
+            if (h.end_ns() <= h.acquired_ns)
+                continue;
+            most = std::max(most, open_at(hs, permits, h.acquired_ns));
+        }
+        auto const r = check_capacity(hs, capacity, permits);
+        CHECK(r.most_at_once == most);
+        CHECK((r.crowded == 0) == (most <= capacity));
+    }
+}
+
+// ---- check_rw_history: readers together, a writer alone, readers carrying their writer's fence
+
+TEST_CASE("check_rw_history: readers may overlap each other, a writer nothing") {
+    // Writer 10, then three readers together with its fence, then writer 20.
+    std::vector<holding> const writers{tenure("w1", 10, 100, 200), tenure("w2", 20, 600, 700)};
+    std::vector<holding> const readers{tenure("r1", 10, 250, 500), tenure("r2", 10, 300, 550),
+                                       tenure("r3", 10, 350, 600)};
+    auto const ok = check_rw_history(readers, writers);
+    CHECK(ok.ok());
+    CHECK(ok.most_readers_at_once == 3);
+    CHECK(ok.readers_checked == 3);
+    CHECK(ok.readers_exact == 3);
+    CHECK(ok.problems.empty());
+
+    // The second writer acquires while r3 still reads.
+    auto w = writers;
+    w[1].acquired_ns = 590;
+    auto const reader_overlap = check_rw_history(readers, w);
+    CHECK_FALSE(reader_overlap.ok());
+    CHECK(reader_overlap.overlapping_pairs == 1);
+    REQUIRE(reader_overlap.overlaps.size() == 1);
+    CHECK(reader_overlap.overlaps[0].first.holder == "r3");
+    CHECK(reader_overlap.overlaps[0].overlap_ns == 10);
+
+    // A reader acquires while a writer writes: r0 at 150, inside w1.
+    auto r = readers;
+    r.push_back(tenure("r0", 0, 150, 260));
+    auto const in_writer = check_rw_history(r, writers);
+    CHECK(in_writer.overlapping_pairs == 1);
+    CHECK(contains(in_writer.problems.at(0), "writer w1"));
+
+    // Two writers at once.
+    auto const writers_overlap =
+        check_rw_history({}, {tenure("w1", 10, 100, 200), tenure("w2", 20, 199, 300)});
+    CHECK(writers_overlap.overlapping_pairs == 1);
+    CHECK_FALSE(writers_overlap.ok());
+}
+
+TEST_CASE("check_rw_history: writers' fences increase; a reader's sits between its writers'") {
+    auto const inverted =
+        check_rw_history({}, {tenure("w1", 20, 100, 200), tenure("w2", 10, 300, 400)});
+    CHECK(inverted.writer_fence_inversions == 1);
+    CHECK_FALSE(inverted.ok());
+    // An empty writer tenure (its lease over at the return) is left out of the order.
+    CHECK(check_rw_history({}, {tenure("w1", 20, 100, 200), tenure("w2", 10, 300, 400, 300),
+                                tenure("w3", 30, 500, 600)})
+              .ok());
+
+    std::vector<holding> const writers{tenure("w1", 10, 100, 200), tenure("w2", 20, 600, 700)};
+    // Below the writer that ended before it.
+    auto const low = check_rw_history({tenure("r", 5, 300, 400)}, writers);
+    CHECK(low.reader_fences_low == 1);
+    CHECK_FALSE(low.ok());
+    // The fence of a writer that came after it.
+    auto const high = check_rw_history({tenure("r", 20, 300, 400)}, writers);
+    CHECK(high.reader_fences_high == 1);
+    CHECK_FALSE(high.ok());
+    // A ghost writer's fence in between (granted, its reply lost, given back): allowed, not
+    // exact.
+    auto const between = check_rw_history({tenure("r", 15, 300, 400)}, writers);
+    CHECK(between.ok());
+    CHECK(between.readers_exact == 0);
+    // Fence 0 after a writer: only when the keys may have lapsed in between, at an instant past
+    // the lease end of every tenure acquired before it (w1's lease ended at 250).
+    std::vector<holding> const leased{tenure("w1", 10, 100, 200, 250), writers[1]};
+    auto const lapse = check_rw_history({tenure("r", 0, 300, 400)}, leased);
+    CHECK(lapse.ok());
+    CHECK(lapse.readers_after_lapse == 1);
+    // Not with w1's lease running to 300: the reader began at 300.
+    auto const no_gap =
+        check_rw_history({tenure("r", 0, 300, 400)}, {tenure("w1", 10, 100, 200, 300), writers[1]});
+    CHECK(no_gap.reader_fences_low == 1);
+    CHECK_FALSE(no_gap.ok());
+    // Nor with another reader acquired in between whose lease ran past it.
+    auto const covered =
+        check_rw_history({tenure("r0", 10, 205, 320), tenure("r", 0, 300, 400)}, leased);
+    CHECK(covered.reader_fences_low == 1);
+    CHECK(covered.readers_exact == 1);
+    // An empty writer (its lease over at its return) does not bound a reader from below.
+    auto const empty_writer = check_rw_history(
+        {tenure("r", 10, 300, 400)}, {tenure("w1", 10, 100, 200), tenure("w0", 30, 150, 250, 140)});
+    CHECK(empty_writer.ok());
+    // A reader whose own lease was over at its return is not checked.
+    auto const empty_reader = check_rw_history({tenure("r", 5, 300, 400, 300)}, writers);
+    CHECK(empty_reader.ok());
+    CHECK(empty_reader.readers_checked == 0);
+}
+
+TEST_CASE("check_rw_history: a downgrade is a writer's tenure, then a reader's with its fence") {
+    // w1 writes until 200, calls co_downgrade, reads from its return at 210 with fence 10; r2
+    // joins at 205 (the queued readers are let in by the downgrade).
+    auto const r = check_rw_history({tenure("w1-read", 10, 210, 400), tenure("r2", 10, 205, 300)},
+                                    {tenure("w1", 10, 100, 200), tenure("w2", 20, 400, 500)});
+    CHECK(r.ok());
+    CHECK(r.readers_exact == 2);
+    CHECK(r.most_readers_at_once == 2);
 }
