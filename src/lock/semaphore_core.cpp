@@ -116,11 +116,12 @@ asio::awaitable<permit_grant> semaphore_core::attempt(std::string const& token, 
     auto const count = std::to_string(permits);
     auto const ttl_ms = ms_text(ttl);
     auto const life = ms_text(queue_entry_ttl);
+    auto const claim = ms_text(max_handoff_claim);
     script_call const call{
-        semaphore_acquire_script(),
+        semaphore_acquire_script(client_->sharded()),
         {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
         {token, count, capacity_text_, ttl_ms, locker_->id(), queue ? "1" : "0", life,
-         new_fence ? "1" : "0"}};
+         new_fence ? "1" : "0", keys_.channel_prefix, claim}};
     auto reply = co_await client_->run(call, send_as::sha, stop->slot());
     if (caller_slot.is_connected())
         caller_slot.clear();

@@ -46,12 +46,18 @@ namespace colock::detail {
 #define COLOCK_SEMAPHORE_PROLOGUE                                                                  \
     "local t = redis.call('TIME')\n"                                                               \
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                      \
+    "-- The lockers one of whose entries lapsed in this script: a process dies as a whole, so\n"   \
+    "-- their other entries go too (a live call that loses its entry so asks again, last).\n"      \
+    "local gone = {}\n"                                                                            \
     "-- The permits entry `e` (its record `d`) waits for; nil, and the entry removed, when it\n"   \
-    "-- lapsed (or is garbled).\n"                                                                 \
+    "-- lapsed (or is garbled), or its locker's did.\n"                                            \
     "local function live_entry(e, d)\n"                                                            \
     "  if d then\n"                                                                                \
-    "    local deadline, want = string.match(d, '^(%d+) (%d+) ')\n"                                \
-    "    if deadline and tonumber(deadline) >= now then return tonumber(want) end\n"               \
+    "    local deadline, want, owner = string.match(d, '^(%d+) (%d+) (%S+)')\n"                    \
+    "    if deadline and not gone[owner] then\n"                                                   \
+    "      if tonumber(deadline) >= now then return tonumber(want) end\n"                          \
+    "      gone[owner] = true\n"                                                                   \
+    "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "  redis.call('HDEL', KEYS[5], e)\n"                                                           \
     "  redis.call('LREM', KEYS[4], 1, e)\n"                                                        \
@@ -98,21 +104,24 @@ namespace colock::detail {
     "  end\n"                                                                                      \
     "  return n\n"                                                                                 \
     "end\n"                                                                                        \
-    "-- Wakes the entries that fit in the permits free now, each once, keeping each woken\n"       \
-    "-- entry for the claim (ARGV[claim_at]) at most; `capacity` from the hash.\n"                 \
+    "-- Wakes entry `e` (it fits now), once: its process is told (channel `prefix` + its\n"        \
+    "-- locker), and the entry is kept for the claim (`claim` ms) at most, so that a dead\n"       \
+    "-- process's entry lapses then rather than at its deadline.\n"                                \
+    "local function wake_entry(e, want, record, prefix, claim)\n"                                  \
+    "  local deadline, owner, woken = string.match(record, '^(%d+) %d+ (%S+) (%d)$')\n"            \
+    "  if woken ~= '0' or not owner then return end\n"                                             \
+    "  local until_ms = math.min(tonumber(deadline), now + claim)\n"                               \
+    "  redis.call('HSET', KEYS[5], e, string.format('%.0f', until_ms) .. ' ' ..\n"                 \
+    "             string.format('%.0f', want) .. ' ' .. owner .. ' 1')\n"                          \
+    "  redis.pcall('PUBLISH', prefix .. owner, 'g ' .. e)\n"                                       \
+    "end\n"                                                                                        \
+    "-- Wakes the entries that fit in the permits free now; `capacity` from the hash.\n"           \
     "local function wake(prefix, claim)\n"                                                         \
     "  if redis.call('LLEN', KEYS[4]) == 0 then return end\n"                                      \
     "  local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '0') or 0\n"           \
     "  local free = capacity - held()\n"                                                           \
-    "  walk(free, nil, function(e, want, record)\n"                                                \
-    "    local deadline, owner, woken = string.match(record, '^(%d+) %d+ (%S+) (%d)$')\n"          \
-    "    if woken == '0' and owner then\n"                                                         \
-    "      local until_ms = math.min(tonumber(deadline), now + claim)\n"                           \
-    "      redis.call('HSET', KEYS[5], e, string.format('%.0f', until_ms) .. ' ' ..\n"             \
-    "                 string.format('%.0f', want) .. ' ' .. owner .. ' 1')\n"                      \
-    "      redis.pcall('PUBLISH', prefix .. owner, 'g ' .. e)\n"                                   \
-    "    end\n"                                                                                    \
-    "  end)\n"                                                                                     \
+    "  walk(free, nil, function(e, want, record) wake_entry(e, want, record, prefix, claim) "      \
+    "end)\n"                                                                                       \
     "end\n"                                                                                        \
     "-- Keeps `key` (made by this script when `fresh`) for `ms` from now at least.\n"              \
     "local function keep(key, ms, fresh)\n"                                                        \
@@ -124,7 +133,8 @@ namespace colock::detail {
 // queue, KEYS[5] its entries. ARGV[1] token, ARGV[2] permits wanted (1..capacity), ARGV[3] the
 // caller's capacity, ARGV[4] ttl ms, ARGV[5] owner (the locker), ARGV[6] "1" to queue when not
 // admitted ("0": a try), ARGV[7] the queue entry's lifetime in ms, ARGV[8] "1" for a new fence,
-// "0" for the last one (a reader).
+// "0" for the last one (a reader), ARGV[9] the channel prefix p{name}:w:, ARGV[10] the claim in
+// ms (the entries ahead that fit in free permits are woken as a release wakes them).
 // Returns {1, fence} when granted; {0, ms until the first holding expires (0 when none is held:
 // try again soon), free permits}; {-1, the capacity stored} when it differs from ARGV[3]
 // (nothing changed). A token already granted is not granted again: the caller uses a new token
@@ -139,9 +149,14 @@ local used = held()
 local free = tonumber(ARGV[3]) - used
 local admitted = false
 local queued = false -- the call's entry was found in the queue
-if free >= k then
+if free > 0 then
+  -- The entries ahead that fit are woken, if no release did it (permits freed by a lease
+  -- that ran out): told, and kept for the claim only.
+  local claim = tonumber(ARGV[10])
   local ahead, blocked
-  ahead, blocked, queued = walk(free, ARGV[1], nil)
+  ahead, blocked, queued = walk(free, ARGV[1], function(e, want, record)
+    wake_entry(e, want, record, ARGV[9], claim)
+  end)
   admitted = not blocked and ahead + k <= free
 end
 if admitted then
@@ -255,9 +270,10 @@ return {capacity, held(), redis.call('LLEN', KEYS[4])}
 #undef COLOCK_SEMAPHORE_PROLOGUE
 
 // The scripts as sent, each made once.
-inline script const& semaphore_acquire_script() {
-    static script const s = make_script(semaphore_acquire_source);
-    return s;
+inline script const& semaphore_acquire_script(bool sharded) {
+    static script const variants[2] = {make_script(semaphore_acquire_source, false),
+                                       make_script(semaphore_acquire_source, true)};
+    return variants[sharded ? 1 : 0];
 }
 inline script const& semaphore_release_script(bool sharded) {
     static script const variants[2] = {make_script(semaphore_release_source, false),
