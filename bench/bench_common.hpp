@@ -363,19 +363,24 @@ auto run_redis_benchmark(std::vector<std::string> args, std::string_view what, P
 
 using command_calls = std::map<std::string, std::uint64_t, std::less<>>;
 
-// INFO commandstats: `cmdstat_set:calls=123,usec=...` per command that ran at least once.
-inline command_calls parse_commandstats(std::string_view info) {
+// INFO commandstats: `cmdstat_set:calls=123,usec=456,...` per command that ran at least once;
+// `field` "calls" or "usec" (the server's time in the command, for a script the commands it ran
+// included).
+inline command_calls parse_commandstats(std::string_view info, std::string_view field = "calls") {
     command_calls calls;
     constexpr std::string_view prefix = "cmdstat_";
     constexpr std::string_view calls_key = ":calls=";
+    auto const field_key = fmt::format("{}{}=", field == "calls" ? ':' : ',', field);
     while (!info.empty()) {
         auto const eol = info.find('\n');
         auto line = info.substr(0, eol);
         info = eol == std::string_view::npos ? std::string_view{} : info.substr(eol + 1);
         auto const colon = line.find(calls_key);
-        if (!line.starts_with(prefix) || colon == std::string_view::npos)
+        auto const at = line.find(field_key);
+        if (!line.starts_with(prefix) || colon == std::string_view::npos ||
+            at == std::string_view::npos)
             continue;
-        auto const number = line.substr(colon + calls_key.size());
+        auto const number = line.substr(at + field_key.size());
         std::uint64_t n = 0;
         std::from_chars(number.data(), number.data() + number.size(), n);
         calls.emplace(line.substr(prefix.size(), colon - prefix.size()), n);
@@ -443,12 +448,13 @@ public:
 
     std::size_t size() const noexcept { return conns_.size(); }
 
-    /// INFO commandstats, each command's calls summed over the nodes.
-    asio::awaitable<command_calls> commandstats() {
+    /// INFO commandstats, each command's calls (or `field`: "usec", its microseconds) summed
+    /// over the nodes.
+    asio::awaitable<command_calls> commandstats(std::string field = "calls") {
         command_calls sum;
         for (auto const& conn : conns_)
             for (auto const& [command, calls] :
-                 parse_commandstats(co_await info_section(*conn, "commandstats")))
+                 parse_commandstats(co_await info_section(*conn, "commandstats"), field))
                 sum[command] += calls;
         co_return sum;
     }

@@ -32,6 +32,26 @@ asio::awaitable<std::string> load_compare_and_delete(redis::config cfg) {
     co_return sha;
 }
 
+// Calls and microseconds of `command` so far (INFO commandstats).
+asio::awaitable<std::pair<double, double>> command_cost(redis::config cfg, std::string command) {
+    auto conn = co_await open(cfg);
+    auto const info = co_await info_section(*conn, "commandstats");
+    conn->close();
+    co_return std::pair{static_cast<double>(calls_of(parse_commandstats(info), command)),
+                        static_cast<double>(calls_of(parse_commandstats(info, "usec"), command))};
+}
+
+// The server's microseconds per call of `command` while `run` runs it.
+template <class Run>
+double server_us_per_call(asio::io_context& io, redis::config const& cfg,
+                          std::string const& command, Run run) {
+    auto const before = run_on(io, command_cost(cfg, command));
+    run();
+    auto const after = run_on(io, command_cost(cfg, command));
+    auto const calls = after.first - before.first;
+    return calls > 0 ? (after.second - before.second) / calls : 0.0;
+}
+
 asio::awaitable<int> delete_limit_keys(redis::config cfg, std::string pattern) {
     auto conn = co_await open(cfg);
     co_await delete_matching(*conn, std::move(pattern));
@@ -46,18 +66,24 @@ limit_pair measure_pair(asio::io_context& io, redis::config const& cfg, std::str
     limit_pair r;
     r.clients = load.clients;
     r.pipeline = load.pipeline;
-    r.set_per_s =
-        benchmark_rate(program, cfg, load, {"SET", key, "tok", "NX", "PX", "30000"}, seconds);
-    r.evalsha_per_s =
-        benchmark_rate(program, cfg, load, {"EVALSHA", sha, "1", key, "tok"}, seconds);
+    r.set_us = server_us_per_call(io, cfg, "set", [&] {
+        r.set_per_s =
+            benchmark_rate(program, cfg, load, {"SET", key, "tok", "NX", "PX", "30000"}, seconds);
+    });
+    r.evalsha_us = server_us_per_call(io, cfg, "evalsha", [&] {
+        r.evalsha_per_s =
+            benchmark_rate(program, cfg, load, {"EVALSHA", sha, "1", key, "tok"}, seconds);
+    });
     run_on(io, delete_limit_keys(cfg, prefix + "*"));
     return r;
 }
 
 std::string pair_json(limit_pair const& p) {
     return fmt::format("{{\"clients\":{},\"pipeline\":{},\"set_per_s\":{:.1f},"
-                       "\"evalsha_per_s\":{:.1f},\"cycles_per_s\":{:.1f}}}",
-                       p.clients, p.pipeline, p.set_per_s, p.evalsha_per_s, p.cycles_per_s());
+                       "\"evalsha_per_s\":{:.1f},\"cycles_per_s\":{:.1f},\"set_us\":{:.2f},"
+                       "\"evalsha_us\":{:.2f},\"server_us_per_cycle\":{:.2f}}}",
+                       p.clients, p.pipeline, p.set_per_s, p.evalsha_per_s, p.cycles_per_s(),
+                       p.set_us, p.evalsha_us, p.server_us_per_cycle());
 }
 
 asio::awaitable<latency_summary> measure_ping(redis::config cfg) {
@@ -89,8 +115,9 @@ limits run_limits(asio::io_context& io, redis::config const& cfg, std::string co
                    "cycles/s = 1 / (1/SET + 1/EVALSHA)\n");
         for (auto const* p : {&r.single, &r.pipelined})
             fmt::print("  -c {:<2} -P {:<2}         {:>12.0f}   cycles/s (SET {:.0f}/s, EVALSHA "
-                       "{:.0f}/s)\n",
-                       p->clients, p->pipeline, p->cycles_per_s(), p->set_per_s, p->evalsha_per_s);
+                       "{:.0f}/s); server {:.2f} us/cycle (SET {:.2f} + EVALSHA {:.2f})\n",
+                       p->clients, p->pipeline, p->cycles_per_s(), p->set_per_s, p->evalsha_per_s,
+                       p->server_us_per_cycle(), p->set_us, p->evalsha_us);
     }
     std::fflush(stdout);
     return r;

@@ -177,7 +177,11 @@ double benchmark_rate(std::string const& program, redis::config const& cfg,
 struct limit_pair {
     std::size_t clients = 0, pipeline = 0;
     double set_per_s = 0, evalsha_per_s = 0;
+    // The server's microseconds per SET and per compare-and-delete EVALSHA (INFO commandstats).
+    double set_us = 0, evalsha_us = 0;
     double cycles_per_s() const { return 1.0 / (1.0 / set_per_s + 1.0 / evalsha_per_s); }
+    /// The server's microseconds per cycle of the simplest lock.
+    double server_us_per_cycle() const { return set_us + evalsha_us; }
 };
 struct limits {
     limit_pair single;    // -c 1 -P 1: one synchronous client's round trips

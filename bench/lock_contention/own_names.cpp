@@ -61,10 +61,14 @@ struct own_names_result {
     std::uint64_t measured = 0, total = 0;
     latency_summary acquire, release;
     command_calls calls;
+    command_calls usec; // the server's microseconds per command (a script's include its calls)
     cpu_use cpu;
     std::uint64_t reconnects = 0;
 
     double per_s() const { return static_cast<double>(measured) / seconds; }
+    /// The server's microseconds in the lock scripts per cycle: INFO commandstats' EVALSHA usec,
+    /// which includes the commands the scripts run (those are counted again on their own).
+    double script_us_per_cycle() const { return per_cycle(calls_of(usec, "evalsha")); }
     double per_cycle(std::uint64_t n) const {
         return total == 0 ? 0.0 : static_cast<double>(n) / static_cast<double>(total);
     }
@@ -82,6 +86,7 @@ asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::n
     r.deployment = d.name;
     r.coroutines = coroutines;
     auto const before = co_await stats.commandstats();
+    auto const usec_before = co_await stats.commandstats("usec");
     auto state = std::make_shared<own_names_state>(ex);
     state->running_workers = coroutines;
     for (std::size_t i = 0; i < coroutines; ++i) {
@@ -97,6 +102,7 @@ asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::n
         throw std::runtime_error(state->failure);
     }
     r.calls = delta(before, co_await stats.commandstats());
+    r.usec = delta(usec_before, co_await stats.commandstats("usec"));
     r.measured = state->measured_ops;
     r.total = state->total_ops;
     r.acquire = summarize(std::move(state->acquire_us));
@@ -124,7 +130,9 @@ void print_json(own_names_result const& r, options const& opts, limit_pair const
         "\"acquire_p99_us\":{:.1f},\"acquire_mean_us\":{:.1f},\"release_p50_us\":{:.1f},"
         "\"release_p99_us\":{:.1f},\"limit\":\"{}\",\"limit_deployment\":\"single\","
         "\"limit_cycles_per_s\":{:.1f},\"ratio\":{:.4f},{}\"ping_p50_us\":{:.1f},"
-        "\"acquire_p50_per_ping_p50\":{:.3f},\"calls_per_cycle\":{:.4f},\"calls\":{},"
+        "\"acquire_p50_per_ping_p50\":{:.3f},\"calls_per_cycle\":{:.4f},"
+        "\"script_us_per_cycle\":{:.2f},\"limit_server_us_per_cycle\":{:.2f},"
+        "\"script_us_over_limit\":{:.3f},\"calls\":{},"
         "\"total_cycles\":{},\"client_cpu\":{:.3f},\"server_cpu\":{:.3f},"
         "\"reconnects\":{}}}\n",
         scenario, r.deployment, opts.mode(), r.coroutines, r.seconds, r.measured, r.per_s(),
@@ -133,6 +141,9 @@ void print_json(own_names_result const& r, options const& opts, limit_pair const
         over_single ? fmt::format("\"{}_over_single\":{:.4f},", r.deployment, *over_single)
                     : std::string(),
         ping.p50_us, ping.p50_us > 0 ? r.acquire.p50_us / ping.p50_us : 0.0, r.per_cycle(all),
+        r.script_us_per_cycle(), against.server_us_per_cycle(),
+        against.server_us_per_cycle() > 0 ? r.script_us_per_cycle() / against.server_us_per_cycle()
+                                          : 0.0,
         calls_json(r.calls), r.total, r.cpu.client, r.cpu.server, r.reconnects);
 }
 
@@ -210,11 +221,21 @@ std::vector<side_figure> run_own_names(asio::io_context& io,
         [&](std::size_t i) { return results[i].per_cycle(total_calls(results[i].calls)); }, 3,
         false);
     row(
+        "server us/cycle (EVALSHA)",
+        [&](std::size_t i) { return results[i].script_us_per_cycle(); }, 2, true);
+    row(
+        fmt::format("/ {} limit's us", limit_name),
+        [&](std::size_t i) {
+            return results[i].script_us_per_cycle() / against.server_us_per_cycle();
+        },
+        3, false);
+    row(
         "server CPU s/s", [&](std::size_t i) { return results[i].cpu.server; }, 2, false);
     row(
         "client CPU s/s", [&](std::size_t i) { return results[i].cpu.client; }, 2, false);
-    fmt::print("  {} limit: {:.0f} cycles/s (-c {} -P {}, single server)\n", limit_name,
-               against.cycles_per_s(), against.clients, against.pipeline);
+    fmt::print("  {} limit: {:.0f} cycles/s, server {:.2f} us/cycle (-c {} -P {}, single server)\n",
+               limit_name, against.cycles_per_s(), against.server_us_per_cycle(), against.clients,
+               against.pipeline);
     for (auto const& r : results) {
         fmt::print("  calls/cycle ({}): {}\n", r.deployment,
                    calls_text(r.calls, static_cast<double>(r.total)));

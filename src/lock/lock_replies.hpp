@@ -21,7 +21,8 @@
 
 namespace colock::detail {
 
-// The acquire script's {1, fence, others} or {0, holder's pttl, others}. An outcome is unknown
+// The acquire script's {1, fence, others} or {0, holder's pttl, others}, or a grant's bare fence
+// (others 0). An outcome is unknown
 // (outcome_unknown: the lease may be ours) for a failure after the request may have run: a
 // lost connection or a garbled reply, not a refusal or a request stopped before it was sent.
 grant_result read_grant(script_reply const& reply);
@@ -105,6 +106,17 @@ inline grant_result read_grant(script_reply const& reply) {
         return r;
     }
     auto const& v = reply.value;
+    if (v.type == resp3::type::number) {
+        // A grant with nobody else queued: its fence alone (the scripts grant none below 1).
+        if (v.integer < 1) {
+            r = replies::garbled<grant_result>(v);
+            r.outcome_unknown = true;
+            return r;
+        }
+        r.granted = true;
+        r.fence = v.integer;
+        return r;
+    }
     auto const granted = v.elements.size() == 3 ? replies::flag(v.elements[0], 0, 1) : std::nullopt;
     auto const others = v.elements.size() == 3 ? replies::flag(v.elements[2], 0, 1) : std::nullopt;
     if (v.type != resp3::type::array || !granted || !others ||

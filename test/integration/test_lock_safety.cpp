@@ -213,6 +213,60 @@ TEST_CASE("release script: a hand-off that pushes the releasing process back ont
     });
 }
 
+TEST_CASE("acquire and release scripts: the uncontended paths write what the general paths do, "
+          "keep the key's expiry, and act only for the token") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        std::string const name = unique_key("uncontended-paths");
+        std::string const key = lock_key(name);
+        std::string const queue = key + ":q";
+        std::string const deadlines = key + ":qd";
+        auto const acquire = [&](std::string token, std::string queueing, std::string since) {
+            return command("EVAL", detail::acquire_source, "3", key, queue, deadlines, token,
+                           "10000", "owner-a", queueing, "3000", key + ":w:", since);
+        };
+        auto const release = [&](std::string token, std::string last_fence) {
+            return command("EVAL", detail::release_source, "3", key, queue, deadlines, token,
+                           key + ":w:", "1000", "", last_fence);
+        };
+        co_await probe.co_exec(command("SET", key, "F 41", "PX", "60000"));
+
+        // Free, taken without staying queued: the next fence, as a bare number.
+        CHECK(co_await integer(probe, acquire("tok-a", "1", "123")) == 42);
+        CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
+        auto ttl = co_await integer(probe, command("PTTL", key));
+        CHECK(ttl > 9000);
+        CHECK(ttl <= 10000);
+        // Again with the same token (a lost reply's retry): the same fence.
+        CHECK(co_await integer(probe, acquire("tok-a", "1", "124")) == 42);
+        // Another token finds it held, and changes nothing.
+        auto const held = co_await probe.co_exec(acquire("tok-b", "0", "125"));
+        REQUIRE(held.at(0).elements.size() == 3);
+        CHECK(held.at(0).elements.at(0).as_integer() == 0);
+        CHECK(held.at(0).elements.at(1).as_integer() > 0);
+        CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
+
+        // Released only with its token; the larger last fence of the holder's process is kept,
+        // and so is the lease's expiry.
+        CHECK(co_await integer(probe, release("tok-b", "0")) == 0);
+        CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
+        CHECK(co_await integer(probe, release("tok-a", "45")) == 1);
+        CHECK(co_await get(probe, key) == "F 45");
+        ttl = co_await integer(probe, command("PTTL", key));
+        CHECK(ttl > 0);
+        CHECK(ttl <= 10000);
+        CHECK(co_await integer(probe, release("tok-a", "45")) == 0);
+
+        // The general path from the same state (staying queued): the same value but the
+        // queued flag, and the same numbering.
+        CHECK(co_await integer(probe, acquire("tok-c", "2", "126")) == 46);
+        CHECK(co_await get(probe, key) == "H 46 owner-a tok-c 126 1");
+        CHECK(co_await integer(probe, command("LLEN", queue)) == 1);
+        co_await probe.co_exec(command("DEL", key, queue, deadlines));
+        probe.close();
+    });
+}
+
 TEST_CASE("force unlock: the holder is told by the script itself, even when the forcer's "
           "connection is gone before its reply") {
     fault_proxy proxy(shared_server().port());

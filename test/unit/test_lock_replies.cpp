@@ -95,6 +95,17 @@ TEST_CASE("read_grant: granted, held by another, and what the holder's ttl says"
     // Gone between the script's GET and its PTTL: try again at once.
     r = read_grant(answered(array({number(0), number(-2), number(0)})));
     CHECK(r.holder_ttl == 0ms);
+
+    // The uncontended grant's bare fence: granted, nobody else queued.
+    r = read_grant(answered(number(1700000000000002)));
+    CHECK_FALSE(r.ec);
+    CHECK(r.granted);
+    CHECK(r.fence == 1700000000000002);
+    CHECK_FALSE(r.others_queued);
+    CHECK_FALSE(r.outcome_unknown);
+    r = read_grant(answered(number(1)));
+    CHECK(r.granted);
+    CHECK(r.fence == 1);
 }
 
 TEST_CASE("read_grant: whether a failed request may have granted the lease") {
@@ -122,6 +133,8 @@ TEST_CASE("read_grant: a reply of any other shape is unexpected_reply of unknown
     shapes.emplace_back("numbers as strings", array({blob("1"), blob("5"), blob("0")}));
     shapes.emplace_back("a fence of 0", array({number(1), number(0), number(0)}));
     shapes.emplace_back("a negative fence", array({number(1), number(-4), number(0)}));
+    shapes.emplace_back("a bare fence of 0", number(0));
+    shapes.emplace_back("a bare negative fence", number(-7));
     shapes.emplace_back("an others flag of 3", array({number(0), number(10), number(3)}));
     shapes.emplace_back("a set, not an array",
                         aggregate(colock::resp3::type::set, {number(1), number(5), number(0)}));
