@@ -85,6 +85,16 @@ protected:
     /// Stops renewal, then gives the holding of `st` back: completes with whether it was still
     /// ours. Not cancellable; a release whose reply was lost is sent again until a deadline.
     static void start_release(std::shared_ptr<detail::permit_state> st, release_handler handler);
+    /// start_release of this guard's holding for any completion token, which the derived
+    /// classes name (permit::async_release, read_guard::async_unlock, ...).
+    template <class CompletionToken>
+    auto async_give_back(CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [st = state_](auto handler) mutable {
+                start_release(std::move(st), std::move(handler));
+            },
+            token);
+    }
     /// The awaitable release of this guard's holding; throws system_error naming it.
     boost::asio::awaitable<bool> give_back();
 

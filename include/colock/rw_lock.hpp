@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace colock {
 
@@ -51,11 +52,7 @@ public:
     /// None: a cancelled caller still lets go.
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_unlock(CompletionToken&& token = {}) {
-        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-            [st = state_](auto handler) mutable {
-                start_release(std::move(st), std::move(handler));
-            },
-            token);
+        return async_give_back(std::forward<CompletionToken>(token));
     }
     /// Awaitable async_unlock; throws system_error naming the lock on a failure.
     boost::asio::awaitable<bool> unlock();
@@ -93,11 +90,7 @@ public:
     /// and the writer queued behind get in.
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_unlock(CompletionToken&& token = {}) {
-        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-            [st = state_](auto handler) mutable {
-                start_release(std::move(st), std::move(handler));
-            },
-            token);
+        return async_give_back(std::forward<CompletionToken>(token));
     }
     /// Awaitable async_unlock; throws system_error naming the lock on a failure.
     boost::asio::awaitable<bool> unlock();

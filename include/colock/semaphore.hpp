@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace colock {
 
@@ -56,11 +57,7 @@ public:
     /// None: a cancelled caller still gives the permits back.
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_release(CompletionToken&& token = {}) {
-        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-            [st = state_](auto handler) mutable {
-                start_release(std::move(st), std::move(handler));
-            },
-            token);
+        return async_give_back(std::forward<CompletionToken>(token));
     }
     /// Awaitable async_release; throws system_error naming the semaphore on a failure.
     boost::asio::awaitable<bool> release();

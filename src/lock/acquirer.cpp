@@ -1,6 +1,8 @@
 // One ask of the lease store for a call, and the guard or failure text its answer makes.
 #include "acquirer.hpp"
 
+#include "request_stop.hpp"
+
 #include "errors.hpp"
 #include "guard.hpp"
 #include "locker_impl.hpp"
@@ -22,25 +24,8 @@ asio::awaitable<grant_result> acquirer::attempt(lock_keys const& keys, std::stri
                                                 asio::cancellation_state cs,
                                                 clock_type::time_point deadline,
                                                 replica_wait replicas) {
-    auto stop = std::make_shared<asio::cancellation_signal>();
-    auto caller_slot = cs.slot();
-    if (caller_slot.is_connected())
-        caller_slot.assign(
-            [stop](asio::cancellation_type) { stop->emit(asio::cancellation_type::total); });
-    std::optional<lock_timer> deadline_timer;
-    if (deadline != clock_type::time_point::max()) {
-        deadline_timer.emplace(locker_.strand());
-        deadline_timer->expires_at(deadline);
-        deadline_timer->async_wait([stop](error_code ec) {
-            if (!ec)
-                stop->emit(asio::cancellation_type::total);
-        });
-    }
-    auto r = co_await locker_.store().grant(keys, token, ttl, queue, stop->slot(), replicas);
-    if (caller_slot.is_connected())
-        caller_slot.clear();
-    if (deadline_timer)
-        deadline_timer->cancel();
+    request_stop const stop(cs, locker_.strand(), deadline);
+    auto r = co_await locker_.store().grant(keys, token, ttl, queue, stop.slot(), replicas);
     co_return r;
 }
 

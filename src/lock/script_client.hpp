@@ -9,6 +9,7 @@
 
 #include "channel_events.hpp"
 #include "common.hpp"
+#include "lease_store.hpp"
 #include "scripts.hpp"
 
 #include <colock/log.hpp>
@@ -27,6 +28,7 @@
 #include <deque>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +89,15 @@ struct retry_schedule {
 
     std::chrono::milliseconds pause(int round) const noexcept;
 };
+
+// A release is sent again over passing errors until release_timeout, pausing 20 ms, doubled up
+// to 250 ms.
+inline constexpr retry_schedule release_retries{std::numeric_limits<int>::max(),
+                                                std::chrono::milliseconds{20},
+                                                std::chrono::milliseconds{250}, release_timeout};
+// Leaving a queue: a few tries, no more; the entry (and a hand-off's claim) lapse by themselves.
+inline constexpr retry_schedule leave_retries{3, std::chrono::milliseconds{50},
+                                              std::chrono::milliseconds{200}, release_timeout};
 
 class script_client : public std::enable_shared_from_this<script_client> {
 public:

@@ -6,6 +6,7 @@
 #include "acquire_policy.hpp"
 #include "errors.hpp"
 #include "locker_impl.hpp"
+#include "request_stop.hpp"
 #include "semaphore_scripts.hpp"
 #include "token.hpp"
 
@@ -34,12 +35,6 @@ using boost::system::system_error;
 using std::chrono::milliseconds;
 
 namespace {
-
-// A release is sent again over passing errors until release_timeout; leaving the queue, a few
-// tries only: the entry lapses by itself.
-constexpr retry_schedule release_retries{std::numeric_limits<int>::max(), milliseconds{20},
-                                         milliseconds{250}, release_timeout};
-constexpr retry_schedule leave_retries{3, milliseconds{50}, milliseconds{200}, release_timeout};
 
 std::shared_ptr<script_client> client_of(locker_impl const& l, std::string_view kind,
                                          std::string const& name) {
@@ -97,22 +92,7 @@ asio::awaitable<permit_grant> semaphore_core::attempt(std::string const& token, 
                                                       bool new_fence, milliseconds ttl, bool queue,
                                                       asio::cancellation_state cs,
                                                       clock_type::time_point deadline) {
-    // The caller's cancellation and the wait deadline stop the request while it is unsent only:
-    // a request on its way is read to its end, so that a grant is never lost track of.
-    auto stop = std::make_shared<asio::cancellation_signal>();
-    auto caller_slot = cs.slot();
-    if (caller_slot.is_connected())
-        caller_slot.assign(
-            [stop](asio::cancellation_type) { stop->emit(asio::cancellation_type::total); });
-    std::optional<lock_timer> deadline_timer;
-    if (deadline != clock_type::time_point::max()) {
-        deadline_timer.emplace(locker_->strand());
-        deadline_timer->expires_at(deadline);
-        deadline_timer->async_wait([stop](error_code ec) {
-            if (!ec)
-                stop->emit(asio::cancellation_type::total);
-        });
-    }
+    request_stop const stop(cs, locker_->strand(), deadline);
     auto const count = std::to_string(permits);
     auto const ttl_ms = ms_text(ttl);
     auto const life = ms_text(queue_entry_ttl);
@@ -122,12 +102,7 @@ asio::awaitable<permit_grant> semaphore_core::attempt(std::string const& token, 
         {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
         {token, count, capacity_text_, ttl_ms, locker_->id(), queue ? "1" : "0", life,
          new_fence ? "1" : "0", keys_.channel_prefix, claim}};
-    auto reply = co_await client_->run(call, send_as::sha, stop->slot());
-    if (caller_slot.is_connected())
-        caller_slot.clear();
-    if (deadline_timer)
-        deadline_timer->cancel();
-    co_return read_permit_grant(reply);
+    co_return read_permit_grant(co_await client_->run(call, send_as::sha, stop.slot()));
 }
 
 asio::awaitable<lease_reply> semaphore_core::extend(std::string const& token, milliseconds ttl) {

@@ -26,12 +26,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-// A release or a give-back: sent again over passing errors until release_timeout.
-constexpr retry_schedule release_retries{std::numeric_limits<int>::max(), milliseconds{20},
-                                         milliseconds{250}, release_timeout};
-// Leaving the queue: a few tries, no more; the entry and the claim lapse by themselves.
-constexpr retry_schedule leave_retries{3, milliseconds{50}, milliseconds{200}, release_timeout};
-
 class single_connection_store final : public lease_store,
                                       public std::enable_shared_from_this<single_connection_store> {
 public:

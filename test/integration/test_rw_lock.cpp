@@ -30,26 +30,6 @@ std::string rw_key(std::string const& name) {
     return "colock:rw:{" + name + "}";
 }
 
-// A lock call run beside the test.
-template <class Guard>
-struct call_run {
-    std::optional<Guard> got;
-    steady::time_point at;
-    bool done = false;
-};
-
-template <class Guard, class Call>
-void start_call(asio::any_io_executor ex, Call call, call_run<Guard>& run) {
-    asio::co_spawn(
-        ex,
-        [call, &run]() -> asio::awaitable<void> {
-            run.got.emplace(co_await call());
-            run.at = steady::now();
-            run.done = true;
-        },
-        asio::detached);
-}
-
 } // namespace
 
 TEST_CASE("rw_lock: readers share and a writer excludes; a reader carries the last writer's "

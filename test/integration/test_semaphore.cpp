@@ -46,28 +46,12 @@ asio::awaitable<int> keys_all_expire(redis::connection& probe, std::string const
     co_return found;
 }
 
-// An acquire run beside the test.
-struct acquire_run {
-    std::optional<permit> got;
-    steady::time_point at;
-    bool done = false;
-    error_code ec;
-};
+using acquire_run = call_run<permit>;
 
 void start_acquire(asio::any_io_executor ex, semaphore& sem, std::size_t permits, lock_options opt,
                    acquire_run& run) {
-    asio::co_spawn(
-        ex,
-        [&sem, permits, opt, &run]() -> asio::awaitable<void> {
-            try {
-                run.got = co_await sem.co_acquire(permits, opt);
-            } catch (system_error const& e) {
-                run.ec = e.code();
-            }
-            run.at = steady::now();
-            run.done = true;
-        },
-        asio::detached);
+    start_call(
+        ex, [&sem, permits, opt] { return sem.co_acquire(permits, opt); }, run);
 }
 
 } // namespace

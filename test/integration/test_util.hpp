@@ -9,6 +9,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
@@ -567,6 +568,34 @@ inline std::int64_t all_calls(std::string_view info) {
 inline asio::awaitable<std::string> commandstats(redis::connection& c) {
     auto r = co_await c.co_exec(command("INFO", "commandstats"));
     co_return std::string(r.at(0).as_string().value_or(""));
+}
+
+/// A call run beside the test (a co_lock, a semaphore's co_acquire, ...): what it returned,
+/// when, or the code it threw.
+template <class Result>
+struct call_run {
+    std::optional<Result> got;
+    steady::time_point at;
+    bool done = false;
+    error_code ec;
+};
+
+/// Spawns `call()` (which returns an awaitable of Result) on `ex`, recording it in `run`, which
+/// outlives it.
+template <class Result, class Call>
+void start_call(asio::any_io_executor ex, Call call, call_run<Result>& run) {
+    asio::co_spawn(
+        ex,
+        [call = std::move(call), &run]() -> asio::awaitable<void> {
+            try {
+                run.got.emplace(co_await call());
+            } catch (system_error const& e) {
+                run.ec = e.code();
+            }
+            run.at = steady::now();
+            run.done = true;
+        },
+        asio::detached);
 }
 
 } // namespace colock::test
