@@ -38,33 +38,14 @@ void acquirer::set_failure(lock_outcome& out, std::string const& name, error_cod
                                       : fmt::format("colock: lock '{}': {}", name, detail_text);
 }
 
-// The server's text for its errors, and for a connection that could not be established, the
-// connection's account of why (endpoint and cause), which the bare error code lacks.
 std::string acquirer::failure_text(error_code ec, std::string const& server_text,
                                    lock_options const& opt, bool waited) const {
-    if (!is_connect_failure(ec))
-        return server_text;
-    std::string why = locker_.store().last_error_text();
-    if (why.empty())
-        why = ec.message();
-    if (!waited || is_lasting_connect_failure(ec))
-        return fmt::format("no connection to the Redis server: {}", why);
-    auto budget = opt.first_connect_timeout;
-    if (opt.wait_timeout)
-        budget = std::min(budget, *opt.wait_timeout);
-    return fmt::format("no connection to the Redis server within {} ms: {}", budget.count(), why);
+    return attempt_failure_text(ec, server_text, opt, waited, locker_.store().last_error_text());
 }
 
-// Names the connection when it is what kept the lock away.
 std::string acquirer::timeout_text(lock_options const& opt) const {
-    std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());
-    if (locker_.store().is_connected())
-        return text;
-    std::string why = locker_.store().last_error_text();
-    return why.empty() ? text + "; the connection to the Redis server is not established"
-                       : fmt::format("{}; the connection to the Redis server is not "
-                                     "established: {}",
-                                     text, why);
+    return wait_timeout_text(opt, locker_.store().is_connected(),
+                             locker_.store().last_error_text());
 }
 
 std::shared_ptr<guard_state> acquirer::make_guard(std::string name, lock_keys keys,

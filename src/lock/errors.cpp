@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -155,6 +156,31 @@ bool is_connect_failure(error_code ec) {
 
 bool is_lasting_connect_failure(error_code ec) {
     return ec == redis::error::handshake_failed || ec.category() == asio::error::get_ssl_category();
+}
+
+std::string attempt_failure_text(boost::system::error_code ec, std::string const& server_text,
+                                 lock_options const& opt, bool waited,
+                                 std::string const& last_error) {
+    if (!is_connect_failure(ec))
+        return server_text;
+    std::string const why = last_error.empty() ? ec.message() : last_error;
+    if (!waited || is_lasting_connect_failure(ec))
+        return fmt::format("no connection to the Redis server: {}", why);
+    auto budget = opt.first_connect_timeout;
+    if (opt.wait_timeout)
+        budget = std::min(budget, *opt.wait_timeout);
+    return fmt::format("no connection to the Redis server within {} ms: {}", budget.count(), why);
+}
+
+std::string wait_timeout_text(lock_options const& opt, bool connected,
+                              std::string const& last_error) {
+    std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());
+    if (connected)
+        return text;
+    return last_error.empty() ? text + "; the connection to the Redis server is not established"
+                              : fmt::format("{}; the connection to the Redis server is not "
+                                            "established: {}",
+                                            text, last_error);
 }
 
 } // namespace detail

@@ -2,8 +2,11 @@
 // Private to the library's sources.
 #pragma once
 
+#include <colock/lock_options.hpp>
+
 #include <boost/system/error_code.hpp>
 
+#include <string>
 #include <string_view>
 
 namespace colock::detail {
@@ -21,5 +24,17 @@ bool is_connect_failure(boost::system::error_code ec);
 // Connect failures that trying again cannot mend: the server refused the handshake (wrong
 // password, unknown database, HELLO not permitted) or the TLS peer failed verification.
 bool is_lasting_connect_failure(boost::system::error_code ec);
+
+// The text of an attempt's failure `ec`: the server's text for its errors; for a connection that
+// could not be established, the connection's account of why (`last_error`: endpoint and cause),
+// which the bare code lacks, and for a waiting call (`waited`) how long it tried.
+std::string attempt_failure_text(boost::system::error_code ec, std::string const& server_text,
+                                 lock_options const& opt, bool waited,
+                                 std::string const& last_error);
+
+// The text of a wait that ran out (opt.wait_timeout), naming the connection when it is what
+// kept the call waiting (`connected` false; `last_error` its account).
+std::string wait_timeout_text(lock_options const& opt, bool connected,
+                              std::string const& last_error);
 
 } // namespace colock::detail

@@ -179,28 +179,12 @@ std::string semaphore_core::failure_text(error_code ec, std::string const& serve
         return fmt::format("{} (the ACL user lacks a command the {}'s scripts call; "
                            "docs/operations.md, \"ACL permissions\", lists them)",
                            server_text, kind_);
-    if (!is_connect_failure(ec))
-        return server_text.empty() ? ec.message() : server_text;
-    std::string why = client_->last_error_text();
-    if (why.empty())
-        why = ec.message();
-    if (!waited || is_lasting_connect_failure(ec))
-        return fmt::format("no connection to the Redis server: {}", why);
-    auto budget = opt.first_connect_timeout;
-    if (opt.wait_timeout)
-        budget = std::min(budget, *opt.wait_timeout);
-    return fmt::format("no connection to the Redis server within {} ms: {}", budget.count(), why);
+    auto text = attempt_failure_text(ec, server_text, opt, waited, client_->last_error_text());
+    return text.empty() ? ec.message() : text;
 }
 
 std::string semaphore_core::timeout_text(lock_options const& opt) const {
-    std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());
-    if (client_->is_connected())
-        return text;
-    std::string why = client_->last_error_text();
-    return why.empty() ? text + "; the connection to the Redis server is not established"
-                       : fmt::format("{}; the connection to the Redis server is not "
-                                     "established: {}",
-                                     text, why);
+    return wait_timeout_text(opt, client_->is_connected(), client_->last_error_text());
 }
 
 // ------------------------------------------------------------------ waiting calls

@@ -178,4 +178,46 @@ void run_lock_test(std::string_view what, Scenario scenario) {
     run_lock_test<Cast>(shared_server().config(), what, std::move(scenario));
 }
 
+/// `count` lockers, each on a connection of its own (as many processes, as the server sees
+/// them), each with the synchronizer `make(locker&)` returns (a semaphore, a read-write lock),
+/// for the load tests; close() closes the connections.
+template <class Sync>
+struct lockers_with {
+    template <class Make>
+    lockers_with(asio::io_context& ctx, redis::config const& cfg, int count, Make make) {
+        for (int i = 0; i < count; ++i) {
+            conns.push_back(std::make_unique<redis::connection>(ctx.get_executor(), cfg));
+            lockers.push_back(std::make_unique<locker>(*conns.back()));
+            syncs.push_back(make(*lockers.back()));
+        }
+    }
+    Sync& operator[](std::size_t i) { return *syncs[i % syncs.size()]; }
+    void close() {
+        for (auto& c : conns)
+            c->close();
+    }
+
+    std::vector<std::unique_ptr<redis::connection>> conns;
+    std::vector<std::unique_ptr<locker>> lockers;
+    std::vector<std::unique_ptr<Sync>> syncs;
+};
+
+/// Runs `body(w)` (an awaitable) for each w in [0, count) as coroutines of `ctx`, side by side;
+/// returns once all have ended, with how many threw.
+template <class Body>
+asio::awaitable<int> run_side_by_side(asio::io_context& ctx, int count, Body body) {
+    int finished = 0, failed = 0;
+    for (int w = 0; w < count; ++w)
+        asio::co_spawn(
+            ctx,
+            [&body, &finished, w]() -> asio::awaitable<void> {
+                co_await body(w);
+                ++finished;
+            },
+            count_failure(failed, finished));
+    while (finished < count)
+        co_await sleep_for(std::chrono::milliseconds{20});
+    co_return failed;
+}
+
 } // namespace colock::test

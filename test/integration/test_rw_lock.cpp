@@ -200,56 +200,42 @@ TEST_CASE("rw_lock: co_downgrade turns the writer into a reader with no gap: the
 TEST_CASE("rw_lock: 3 lockers x 6 coroutines, readers and writers mixed, never a writer beside "
           "anyone else, and every coroutine gets its turns") {
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto const cfg = shared_server().config();
-        std::vector<std::unique_ptr<redis::connection>> conns;
-        std::vector<std::unique_ptr<locker>> lockers;
-        std::vector<std::unique_ptr<rw_lock>> locks;
         auto const name = unique_key("rw-load");
-        for (int i = 0; i < 3; ++i) {
-            conns.push_back(std::make_unique<redis::connection>(ctx.get_executor(), cfg));
-            lockers.push_back(std::make_unique<locker>(*conns.back()));
-            locks.push_back(std::make_unique<rw_lock>(*lockers.back(), name));
-        }
-        int readers = 0, writers = 0, violations = 0, most_readers = 0, finished = 0, failed = 0;
+        lockers_with<rw_lock> locks(ctx, shared_server().config(), 3,
+                                    [&](locker& l) { return std::make_unique<rw_lock>(l, name); });
+        int readers = 0, writers = 0, violations = 0, most_readers = 0, failed = 0;
         std::int64_t last_write_fence = 0;
         std::vector<int> turns(18, 0);
         auto const end = steady::now() + 1500ms;
-        for (int w = 0; w < 18; ++w)
-            asio::co_spawn(
-                ctx,
-                [&, w]() -> asio::awaitable<void> {
-                    auto& lock = *locks[w % 3];
-                    bool const writes = w % 3 == 0;
-                    while (steady::now() < end) {
-                        if (writes) {
-                            auto g = co_await lock.co_lock(lease(5000ms));
-                            if (++writers > 1 || readers > 0)
-                                ++violations;
-                            if (g.fence() <= last_write_fence)
-                                ++violations;
-                            last_write_fence = g.fence();
-                            ++turns[w];
-                            co_await sleep_for(2ms);
-                            --writers;
-                            if (!co_await g.unlock())
-                                ++failed;
-                        } else {
-                            auto g = co_await lock.co_lock_shared(lease(5000ms));
-                            if (writers > 0)
-                                ++violations;
-                            most_readers = std::max(most_readers, ++readers);
-                            ++turns[w];
-                            co_await sleep_for(2ms);
-                            --readers;
-                            if (!co_await g.unlock())
-                                ++failed;
-                        }
-                    }
-                    ++finished;
-                },
-                count_failure(failed, finished));
-        while (finished < 18)
-            co_await sleep_for(20ms);
+        failed += co_await run_side_by_side(ctx, 18, [&](int w) -> asio::awaitable<void> {
+            auto& lock = locks[w];
+            bool const writes = w % 3 == 0;
+            while (steady::now() < end) {
+                if (writes) {
+                    auto g = co_await lock.co_lock(lease(5000ms));
+                    if (++writers > 1 || readers > 0)
+                        ++violations;
+                    if (g.fence() <= last_write_fence)
+                        ++violations;
+                    last_write_fence = g.fence();
+                    ++turns[w];
+                    co_await sleep_for(2ms);
+                    --writers;
+                    if (!co_await g.unlock())
+                        ++failed;
+                } else {
+                    auto g = co_await lock.co_lock_shared(lease(5000ms));
+                    if (writers > 0)
+                        ++violations;
+                    most_readers = std::max(most_readers, ++readers);
+                    ++turns[w];
+                    co_await sleep_for(2ms);
+                    --readers;
+                    if (!co_await g.unlock())
+                        ++failed;
+                }
+            }
+        });
         CHECK(failed == 0);
         CHECK(violations == 0);
         CHECK(most_readers > 1);
@@ -257,7 +243,6 @@ TEST_CASE("rw_lock: 3 lockers x 6 coroutines, readers and writers mixed, never a
         CHECK(*least > 0);
         MESSAGE("turns per coroutine: " << *least << " to " << *largest
                                         << "; readers at once: " << most_readers);
-        for (auto& c : conns)
-            c->close();
+        locks.close();
     });
 }

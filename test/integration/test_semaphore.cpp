@@ -289,46 +289,31 @@ TEST_CASE("semaphore: a waiting call cancelled, or ended by the semaphore's dest
 TEST_CASE("semaphore: 3 lockers x 6 coroutines on capacity 3 never hold more than 3, and every "
           "coroutine gets its turns") {
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto const cfg = shared_server().config();
-        std::vector<std::unique_ptr<redis::connection>> conns;
-        std::vector<std::unique_ptr<locker>> lockers;
-        std::vector<std::unique_ptr<semaphore>> sems;
         auto const name = unique_key("sem-load");
-        for (int i = 0; i < 3; ++i) {
-            conns.push_back(std::make_unique<redis::connection>(ctx.get_executor(), cfg));
-            lockers.push_back(std::make_unique<locker>(*conns.back()));
-            sems.push_back(std::make_unique<semaphore>(*lockers.back(), name, 3));
-        }
-        int inside = 0, most = 0, finished = 0, failed = 0;
+        lockers_with<semaphore> sems(ctx, shared_server().config(), 3, [&](locker& l) {
+            return std::make_unique<semaphore>(l, name, 3);
+        });
+        int inside = 0, most = 0, failed = 0;
         std::vector<int> turns(18, 0);
         auto const end = steady::now() + 1500ms;
-        for (int w = 0; w < 18; ++w)
-            asio::co_spawn(
-                ctx,
-                [&, w]() -> asio::awaitable<void> {
-                    auto& sem = *sems[w % 3];
-                    while (steady::now() < end) {
-                        auto p = co_await sem.co_acquire(lease(5000ms));
-                        most = std::max(most, ++inside);
-                        ++turns[w];
-                        co_await sleep_for(2ms);
-                        --inside;
-                        if (!co_await p.release())
-                            ++failed;
-                    }
-                    ++finished;
-                },
-                count_failure(failed, finished));
-        while (finished < 18)
-            co_await sleep_for(20ms);
+        failed += co_await run_side_by_side(ctx, 18, [&](int w) -> asio::awaitable<void> {
+            while (steady::now() < end) {
+                auto p = co_await sems[w].co_acquire(lease(5000ms));
+                most = std::max(most, ++inside);
+                ++turns[w];
+                co_await sleep_for(2ms);
+                --inside;
+                if (!co_await p.release())
+                    ++failed;
+            }
+        });
         CHECK(failed == 0);
         CHECK(most <= 3);
         CHECK(most == 3);
         auto const [least, largest] = std::minmax_element(turns.begin(), turns.end());
         CHECK(*least > 0);
         MESSAGE("turns per coroutine: " << *least << " to " << *largest);
-        for (auto& c : conns)
-            c->close();
+        sems.close();
     });
 }
 
