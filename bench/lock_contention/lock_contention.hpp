@@ -29,7 +29,7 @@ inline constexpr auto drain_limit = std::chrono::seconds{20};
 struct options : common_options {
     // Which scenarios run (--scenarios).
     bool uncontended = false, hot_key = false, memory = false; // a, b, c
-    bool s1 = true, s2 = true, s3 = true, s4 = true, sweep = false;
+    bool s1 = true, s1_letgo = true, s2 = true, s3 = true, s4 = true, sweep = false;
 
     double seconds = 3.0;       // the measuring window of every timed scenario
     double limit_seconds = 0.5; // each redis-benchmark run of the limit line
@@ -217,12 +217,13 @@ struct side_figure {
 void report_side_by_side(std::vector<side_figure> const& figures, options const& opts);
 
 /// S1 (1 coroutine) or S2 (64), each on its own name, next to the single server's
-/// single-connection or pipelined limit (own_names.cpp): once per deployment (the single
+/// single-connection or pipelined limit (own_names.cpp); S1-letgo with `let_go` (one coroutine
+/// that lets its guard go instead of awaiting unlock()): once per deployment (the single
 /// server, then with --cluster the cluster, with --redlock the primaries), with `pings[i]`
 /// measured on `deployments[i]`. Returns one figure per deployment.
 std::vector<side_figure> run_own_names(asio::io_context& io,
                                        std::vector<deployment> const& deployments,
-                                       options const& opts, std::size_t coroutines,
+                                       options const& opts, std::size_t coroutines, bool let_go,
                                        limits const& limit,
                                        std::vector<latency_summary> const& pings);
 

@@ -1,7 +1,10 @@
 // S1 and S2 of the peer harness: coroutines that each loop co_lock + unlock on a name of their
 // own, so nobody ever waits. S1 is one coroutine: its cycles/s sit next to the single-connection
 // limit and its acquire latency next to a PING round trip. S2 is 64 coroutines sharing the one
-// connection: its cycles/s sit next to the pipelined limit, the server's ceiling.
+// connection: its cycles/s sit next to the pipelined limit, the server's ceiling. S1-letgo is S1
+// with the guard let go (its destructor) instead of an awaited unlock(): the release is handed
+// to the connection at once, ahead of the next acquisition, so a cycle should cost one round
+// trip (its cycle time sits next to the PING's).
 //
 // With --cluster or --redlock each runs again in the same run, after the single server: on a
 // throwaway Redis Cluster (3 primaries), where the names' hash tags ({own:i}) spread S2's 64 names
@@ -35,12 +38,21 @@ struct own_names_state : run_state {
 
 asio::awaitable<void> own_name_worker(std::shared_ptr<colock::locker> locker,
                                       std::shared_ptr<own_names_state> state, std::string name,
-                                      colock::lock_options opt) {
+                                      colock::lock_options opt, bool let_go) {
     while (state->current != run_state::phase::stop) {
         auto const start = steady::now();
         auto guard = co_await locker->co_lock(name, opt);
         auto const acquired = steady::now();
         bool const in_window = state->measuring();
+        if (let_go) {
+            guard = colock::lock_guard{}; // the release goes out now, unawaited
+            ++state->total_ops;
+            if (in_window) {
+                ++state->measured_ops;
+                state->acquire_us.push_back(micros(acquired - start));
+            }
+            continue;
+        }
         if (!co_await guard.unlock()) {
             state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
             break;
@@ -57,6 +69,7 @@ asio::awaitable<void> own_name_worker(std::shared_ptr<colock::locker> locker,
 struct own_names_result {
     std::string deployment;
     std::size_t coroutines = 0;
+    bool let_go = false; // S1-letgo: no release latency
     double seconds = 0;
     std::uint64_t measured = 0, total = 0;
     latency_summary acquire, release;
@@ -66,6 +79,7 @@ struct own_names_result {
     std::uint64_t reconnects = 0;
 
     double per_s() const { return static_cast<double>(measured) / seconds; }
+    double cycle_us() const { return measured == 0 ? 0.0 : 1e6 / per_s(); }
     /// The server's microseconds in the lock scripts per cycle: INFO commandstats' EVALSHA usec,
     /// which includes the commands the scripts run (those are counted again on their own).
     double script_us_per_cycle() const { return per_cycle(calls_of(usec, "evalsha")); }
@@ -75,7 +89,7 @@ struct own_names_result {
 };
 
 asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::nanoseconds window,
-                                                    std::size_t coroutines,
+                                                    std::size_t coroutines, bool let_go,
                                                     colock::lock_options opt) {
     auto const ex = co_await asio::this_coro::executor;
     auto target = co_await lock_target::open(d, run_prefix());
@@ -85,6 +99,7 @@ asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::n
     own_names_result r;
     r.deployment = d.name;
     r.coroutines = coroutines;
+    r.let_go = let_go;
     auto const before = co_await stats.commandstats();
     auto const usec_before = co_await stats.commandstats("usec");
     auto state = std::make_shared<own_names_state>(ex);
@@ -93,7 +108,7 @@ asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::n
         auto name = fmt::format("own:{}", i);
         asio::co_spawn(ex,
                        run_worker(state, fmt::format("worker on {}", name),
-                                  own_name_worker(locker, state, name, opt)),
+                                  own_name_worker(locker, state, name, opt, let_go)),
                        asio::detached);
     }
     r.seconds = co_await run_phases(state, window, coroutines, stats, r.cpu);
@@ -134,7 +149,7 @@ void print_json(own_names_result const& r, options const& opts, limit_pair const
         "\"script_us_per_cycle\":{:.2f},\"limit_server_us_per_cycle\":{:.2f},"
         "\"script_us_over_limit\":{:.3f},\"calls\":{},"
         "\"total_cycles\":{},\"client_cpu\":{:.3f},\"server_cpu\":{:.3f},"
-        "\"reconnects\":{}}}\n",
+        "\"reconnects\":{},\"cycle_us\":{:.2f},\"cycle_per_ping_p50\":{:.3f}}}\n",
         scenario, r.deployment, opts.mode(), r.coroutines, r.seconds, r.measured, r.per_s(),
         r.acquire.p50_us, r.acquire.p99_us, r.acquire.mean_us, r.release.p50_us, r.release.p99_us,
         limit_name, against.cycles_per_s(), r.per_s() / against.cycles_per_s(),
@@ -144,22 +159,23 @@ void print_json(own_names_result const& r, options const& opts, limit_pair const
         r.script_us_per_cycle(), against.server_us_per_cycle(),
         against.server_us_per_cycle() > 0 ? r.script_us_per_cycle() / against.server_us_per_cycle()
                                           : 0.0,
-        calls_json(r.calls), r.total, r.cpu.client, r.cpu.server, r.reconnects);
+        calls_json(r.calls), r.total, r.cpu.client, r.cpu.server, r.reconnects, r.cycle_us(),
+        ping.p50_us > 0 ? r.cycle_us() / ping.p50_us : 0.0);
 }
 
 } // namespace
 
 std::vector<side_figure> run_own_names(asio::io_context& io,
                                        std::vector<deployment> const& deployments,
-                                       options const& opts, std::size_t coroutines,
+                                       options const& opts, std::size_t coroutines, bool let_go,
                                        limits const& limit,
                                        std::vector<latency_summary> const& pings) {
     std::vector<own_names_result> results;
     for (auto const& d : deployments)
         results.push_back(run_on(io, measure_own_names(d, window_of(opts.seconds), coroutines,
-                                                       peer_lock_options(opts))));
+                                                       let_go, peer_lock_options(opts))));
     bool const single = coroutines == 1;
-    auto const scenario = single ? "S1" : "S2";
+    auto const scenario = let_go ? "S1-letgo" : single ? "S1" : "S2";
     auto const& against = single ? limit.single : limit.pipelined;
     auto const limit_name = single ? "single" : "pipelined";
     // results[0] is the single server's.
@@ -182,8 +198,8 @@ std::vector<side_figure> run_own_names(asio::io_context& io,
         return figures;
     }
 
-    fmt::print("\n== {}: {} coroutine{} on own names, co_lock + unlock (mode {})\n", scenario,
-               coroutines, single ? "" : "s", opts.mode());
+    fmt::print("\n== {}: {} coroutine{} on own names, co_lock + {} (mode {})\n", scenario,
+               coroutines, single ? "" : "s", let_go ? "let the guard go" : "unlock", opts.mode());
     // One column per deployment, then one ratio over the single server's per other deployment.
     auto const row = [&](std::string_view label, auto value, int decimals, bool with_ratio) {
         std::string line = fmt::format("  {:<24}", label);
@@ -212,10 +228,18 @@ std::vector<side_figure> run_own_names(asio::io_context& io,
         "acquire p50 us", [&](std::size_t i) { return results[i].acquire.p50_us; }, 1, true);
     row(
         "acquire p99 us", [&](std::size_t i) { return results[i].acquire.p99_us; }, 1, true);
-    row(
-        "release p50 us", [&](std::size_t i) { return results[i].release.p50_us; }, 1, true);
+    if (!let_go)
+        row(
+            "release p50 us", [&](std::size_t i) { return results[i].release.p50_us; }, 1, true);
     row(
         "PING p50 us", [&](std::size_t i) { return pings.at(i).p50_us; }, 1, true);
+    // A cycle's round trips: about 2 for co_lock + unlock, 1 when the release is not awaited.
+    row(
+        "cycle us / PING p50",
+        [&](std::size_t i) {
+            return pings.at(i).p50_us > 0 ? results[i].cycle_us() / pings.at(i).p50_us : 0.0;
+        },
+        2, false);
     row(
         "server calls/cycle",
         [&](std::size_t i) { return results[i].per_cycle(total_calls(results[i].calls)); }, 3,
