@@ -12,6 +12,12 @@
 // them, and without the section's INCR and DECR. Holdings use a 10 s lease, renewed, so a few
 // renewals fall into the counts.
 //
+// Two reference lines bound what any semaphore could reach here: "section alone", 8 coroutines
+// (the capacity) looping the same section with no semaphore at all, in this process and on the
+// same connection; and redis-benchmark -c 4 -P 2 INCR, halved (a C client's 4 connections with
+// 2 requests in flight each: the peer harness's 4 processes holding 2 of the 8 permits each,
+// every acquisition an INCR and a DECR). Each scenario's rate is also given over the first.
+//
 // Usage: semaphore_contention [--seconds S] [--url redis://...] [--json]
 #include "bench_common.hpp"
 
@@ -52,7 +58,9 @@ constexpr std::string_view usage_text =
 A semaphore of capacity 8 on one hot name (64 coroutines of one locker; 4 lockers x 16, each on
 its own connection) and a read-write lock (64 coroutines, one in eight a writer), against one
 redis-server (a throwaway one unless --url): acquisitions/s, wait p50/p99, fairness, server
-calls per acquisition.
+calls per acquisition; next to the section alone (8 coroutines, no semaphore) and
+redis-benchmark -c 4 -P 2 INCR, halved (redis-benchmark from PATH or COLOCK_REDIS_BENCHMARK;
+the line is left out without one).
 
   --seconds S   measuring time of each scenario, after a 0.5 s warm-up (default 3)
   --tuned       retry after 1 ms instead of the library's 50 ms (the peer harness's "tuned")
@@ -79,7 +87,8 @@ bool parse_option(options& o, bench::option_arg& arg) {
     return true;
 }
 
-enum class shape { semaphore, rw_lock };
+// section_only: no synchronizer, `capacity` coroutines loop the section (the ceiling).
+enum class shape { semaphore, rw_lock, section_only };
 
 struct scenario {
     std::string name;
@@ -149,6 +158,8 @@ asio::awaitable<void> worker(std::shared_ptr<bench::run_state> state, party& p,
         std::optional<colock::write_guard> writing;
         if (p.sem)
             permit.emplace(co_await p.sem->co_acquire(opt));
+        else if (!p.rw)
+            ; // the section alone
         else if (writer)
             writing.emplace(co_await p.rw->co_lock(opt));
         else
@@ -157,7 +168,7 @@ asio::awaitable<void> worker(std::shared_ptr<bench::run_state> state, party& p,
         if (measuring)
             counts.waits_ms.push_back(
                 std::chrono::duration<double, std::milli>(steady::now() - wanted).count());
-        if (p.sem) {
+        if (p.sem || !p.rw) {
             if (co_await count_step(raw, "INCR", inside_key) > static_cast<std::int64_t>(capacity))
                 ++counts.overadmissions;
             co_await count_step(raw, "DECR", inside_key);
@@ -180,8 +191,10 @@ asio::awaitable<void> worker(std::shared_ptr<bench::run_state> state, party& p,
             ours = co_await permit->release();
         else if (writing)
             ours = co_await writing->unlock();
-        else
+        else if (reader)
             ours = co_await reader->unlock();
+        else
+            ours = true;
         if (!ours)
             throw std::runtime_error("a holding was lost before its release");
     }
@@ -207,7 +220,7 @@ asio::awaitable<result> run_scenario(redis::config cfg, scenario const& sc, doub
         p.locker = std::make_unique<colock::locker>(*p.conn);
         if (sc.kind == shape::semaphore)
             p.sem = std::make_unique<colock::semaphore>(*p.locker, name, capacity);
-        else
+        else if (sc.kind == shape::rw_lock)
             p.rw = std::make_unique<colock::rw_lock>(*p.locker, name);
     }
     auto ex = co_await asio::this_coro::executor;
@@ -271,13 +284,22 @@ asio::awaitable<result> run_scenario(redis::config cfg, scenario const& sc, doub
         p.rw.reset();
         p.conn->close();
     }
+    resp3::request del;
+    del.push("DEL", inside_key);
+    co_await raw->co_exec(std::move(del));
     raw->close();
     stats.close();
     co_return r;
 }
 
-void print(result const& r, bool json) {
-    double const rate = r.seconds > 0 ? static_cast<double>(r.acquisitions) / r.seconds : 0;
+double rate_of(result const& r) {
+    return r.seconds > 0 ? static_cast<double>(r.acquisitions) / r.seconds : 0;
+}
+
+// `alone`: the section alone's rate, which the rate is also given over.
+void print(result const& r, double alone, bool json) {
+    double const rate = rate_of(r);
+    double const over_alone = alone > 0 ? rate / alone : 0;
     double const fairness =
         r.fewest > 0 ? static_cast<double>(r.most) / static_cast<double>(r.fewest) : 0;
     if (json) {
@@ -285,17 +307,54 @@ void print(result const& r, bool json) {
                    "\"acq_per_s\":{:.1f},\"wait_p50_ms\":{:.3f},\"wait_p99_ms\":{:.3f},"
                    "\"per_worker_min\":{},\"per_worker_max\":{},\"fairness\":{:.3f},"
                    "\"overadmissions\":{},\"server_calls_per_acq\":{:.2f},"
-                   "\"sync_calls_per_acq\":{:.2f},\"writes\":{}}}\n",
+                   "\"sync_calls_per_acq\":{:.2f},\"writes\":{},\"over_section_alone\":{:.4f}}}\n",
                    r.name, r.workers, r.seconds, r.acquisitions, rate, r.wait_p50_ms, r.wait_p99_ms,
                    r.fewest, r.most, fairness, r.overadmissions, r.calls_per_acq,
-                   r.sync_calls_per_acq, r.writes);
+                   r.sync_calls_per_acq, r.writes, over_alone);
         return;
     }
-    fmt::print("{:<22} {:>4} {:>10.0f} {:>9.2f} {:>9.2f} {:>6}/{:<6} {:>5.2f} {:>5} {:>7.1f} "
-               "{:>7.1f}{}\n",
-               r.name, r.workers, rate, r.wait_p50_ms, r.wait_p99_ms, r.fewest, r.most, fairness,
-               r.overadmissions, r.calls_per_acq, r.sync_calls_per_acq,
+    fmt::print("{:<22} {:>4} {:>10.0f} {:>6.3f} {:>9.2f} {:>9.2f} {:>6}/{:<6} {:>5.2f} {:>5} "
+               "{:>7.1f} {:>7.1f}{}\n",
+               r.name, r.workers, rate, over_alone, r.wait_p50_ms, r.wait_p99_ms, r.fewest, r.most,
+               fairness, r.overadmissions, r.calls_per_acq, r.sync_calls_per_acq,
                r.writes > 0 ? fmt::format("  ({} writes)", r.writes) : std::string{});
+}
+
+// The section's bound with a C client: redis-benchmark -c 4 -P 2 INCR (4 connections with 2
+// requests in flight each), halved since an acquisition's section is an INCR and a DECR.
+// False when there is no redis-benchmark.
+asio::awaitable<bool> print_benchmark_bound(redis::config cfg, bool json) {
+    auto const program = bench::find_redis_benchmark();
+    if (!program) {
+        if (!json)
+            fmt::print("(no redis-benchmark on PATH or in COLOCK_REDIS_BENCHMARK: its bound is "
+                       "left out)\n");
+        co_return false;
+    }
+    auto const key = fmt::format("colock:bench:{}:section", ::getpid());
+    auto args = bench::redis_benchmark_args(*program, cfg, 2, 200'000, 4);
+    args.emplace_back("INCR");
+    args.push_back(key);
+    double const rps = bench::run_redis_benchmark(
+        std::move(args), "INCR -c 4 -P 2", [](std::vector<bench::benchmark_row> const& rows) {
+            if (rows.empty())
+                throw std::runtime_error("redis-benchmark printed no result");
+            return rows.front().rps;
+        });
+    auto conn = co_await open(cfg, "colock-bench-cleanup");
+    resp3::request del;
+    del.push("DEL", key);
+    co_await conn->co_exec(std::move(del));
+    conn->close();
+    if (json)
+        fmt::print("{{\"scenario\":\"redis-benchmark INCR -c 4 -P 2\",\"requests_per_s\":{:.1f},"
+                   "\"acq_per_s\":{:.1f}}}\n",
+                   rps, rps / 2);
+    else
+        fmt::print("{:<22} {:>4} {:>10.0f}   (redis-benchmark -c 4 -P 2 INCR: {:.0f} requests/s, "
+                   "halved)\n",
+                   "section, C client 4x2", 8, rps / 2, rps);
+    co_return true;
 }
 
 } // namespace
@@ -310,21 +369,28 @@ int main(int argc, char** argv) {
         auto const cfg = bench::pick_server(opts, own);
         std::string const prefix = fmt::format("bench:{}:", ::getpid());
         std::vector<scenario> const scenarios{
+            {"section alone 8", shape::section_only, 1, capacity},
             {"S5 semaphore 64", shape::semaphore, 1, 64},
             {"S5 semaphore 4x16", shape::semaphore, 4, 16},
             {"rw_lock 64 (1/8 w)", shape::rw_lock, 1, 64},
         };
         if (!opts.json)
-            fmt::print("{:<22} {:>4} {:>10} {:>9} {:>9} {:>13} {:>5} {:>5} {:>7} {:>7}\n",
-                       "scenario", "n", "acq/s", "p50 ms", "p99 ms", "min/max", "ratio", "over",
-                       "calls", "sync");
+            fmt::print("{:<22} {:>4} {:>10} {:>6} {:>9} {:>9} {:>13} {:>5} {:>5} {:>7} {:>7}\n",
+                       "scenario", "n", "acq/s", "/alone", "p50 ms", "p99 ms", "min/max", "ratio",
+                       "over", "calls", "sync");
         asio::io_context io;
-        for (auto const& sc : scenarios)
-            print(bench::run_on(io, run_scenario(cfg, sc, opts.seconds, opts.tuned, prefix)),
-                  opts.json);
+        double alone = 0;
+        for (auto const& sc : scenarios) {
+            auto const r =
+                bench::run_on(io, run_scenario(cfg, sc, opts.seconds, opts.tuned, prefix));
+            if (sc.kind == shape::section_only)
+                alone = rate_of(r);
+            print(r, alone, opts.json);
+        }
+        bench::run_on(io, print_benchmark_bound(cfg, opts.json));
         if (!opts.json)
-            fmt::print("calls: server calls per acquisition (INFO commandstats); sync: without "
-                       "the section's INCR and DECR\n");
+            fmt::print("/alone: over the section alone's rate; calls: server calls per acquisition "
+                       "(INFO commandstats); sync: without the section's INCR and DECR\n");
     } catch (std::exception const& e) {
         fmt::print(stderr, "semaphore_contention: {}\n", e.what());
         return 1;
