@@ -12,8 +12,12 @@
 // command on one primary.) INFO commandstats deltas, summed over the primaries on the cluster,
 // show that the connection sends exactly one Redis command per operation.
 //
+// With --requests N, each scenario makes N requests instead (and those in flight), with no warm-up
+// and no redis-benchmark: bench/syscalls.sh runs it so under strace to count system calls per
+// request.
+//
 // Usage: redis_pipeline [--clients 1,16,64,256] [--seconds 3] [--url redis://...] [--cluster]
-//                       [--cluster-replicas 1] [--json]
+//                       [--cluster-replicas 1] [--json] [--requests N]
 #include "bench_common.hpp"
 
 #include <colock/redis/config.hpp>
@@ -66,7 +70,7 @@ constexpr std::size_t max_clients = 10000;
 
 constexpr std::string_view usage_text =
     R"(usage: redis_pipeline [--clients N[,N...]] [--seconds S] [--url redis://...] [--cluster]
-                      [--cluster-replicas R] [--json]
+                      [--cluster-replicas R] [--json] [--requests N]
 
   --clients LIST   coroutines sharing the one connection, one scenario per entry
                    (default 1,16,64,256)
@@ -82,6 +86,10 @@ constexpr std::string_view usage_text =
                    replicas per primary of that cluster, 0 to 2 (default 1)
   --json           print one JSON object per scenario, deployment and line instead of a table
                    ("deployment": "single" or "cluster")
+  --requests N     make N requests per scenario (SET and GET in turn; the ones in flight then
+                   complete too, and are counted) with no warm-up
+                   and no limit (redis-benchmark is not run): for counting system calls per
+                   request (bench/syscalls.sh)
 
 The limit column is `redis-benchmark -c 1 -P N -t set,get` against the same server (found on
 PATH, or COLOCK_REDIS_BENCHMARK); on the cluster `redis-benchmark --cluster -c C -P ceil(N/C)`
@@ -94,6 +102,7 @@ key:__rand_int__ (key{<tag>}:__rand_int__ on the cluster).
 struct options : bench::common_options {
     std::vector<std::size_t> clients{1, 16, 64, 256};
     double seconds = 3.0;
+    std::uint64_t requests = 0; // --requests: a fixed count instead of a timed window
 };
 
 std::vector<std::size_t> parse_client_list(std::string_view text) {
@@ -113,6 +122,9 @@ bool parse_option(options& opts, bench::option_arg& arg) {
         opts.clients = parse_client_list(arg.value());
     else if (arg.name() == "--seconds")
         opts.seconds = bench::parse_seconds(arg.value());
+    else if (arg.name() == "--requests")
+        opts.requests =
+            bench::parse_whole<std::uint64_t>("--requests", arg.value(), 1, 1'000'000'000);
     else
         return false;
     return true;
@@ -180,9 +192,17 @@ server_limit measure_server_limit(std::string const& program, deployment const& 
     return run_redis_benchmark(program, d, clients, pipeline, requests);
 }
 
+// `quota`: stop the run once that many requests completed in all (0: none).
 asio::awaitable<void> pipeline_worker(std::shared_ptr<redis::connection> conn,
                                       std::shared_ptr<run_state> state, std::string key,
-                                      std::string value) {
+                                      std::string value, std::uint64_t quota) {
+    auto const count = [&] {
+        state->completed();
+        if (quota != 0 && state->total_ops >= quota && state->current != run_state::phase::stop) {
+            state->current = run_state::phase::stop;
+            state->phase_timer.cancel();
+        }
+    };
     resp3::request set_request;
     set_request.push("SET", key, value);
     resp3::request get_request;
@@ -197,7 +217,7 @@ asio::awaitable<void> pipeline_worker(std::shared_ptr<redis::connection> conn,
                     fmt::format("SET {}: {} {}", key, ec.message(), redis::first_error_text(resp)));
                 break;
             }
-            state->completed();
+            count();
         }
         if (state->current == run_state::phase::stop)
             break;
@@ -216,7 +236,7 @@ asio::awaitable<void> pipeline_worker(std::shared_ptr<redis::connection> conn,
                     resp.empty() ? "nothing" : resp3::to_debug_string(resp.front()), value));
                 break;
             }
-            state->completed();
+            count();
         }
     }
 }
@@ -230,8 +250,10 @@ struct pipeline_measurement {
     std::uint64_t reconnects = 0;
 };
 
+// A timed `window` after a warm-up, or with `quota` exactly that many requests.
 asio::awaitable<pipeline_measurement> measure_pipeline(deployment d, std::size_t clients,
-                                                       std::chrono::nanoseconds window) {
+                                                       std::chrono::nanoseconds window,
+                                                       std::uint64_t quota) {
     auto const ex = co_await asio::this_coro::executor;
     auto conn = std::make_shared<redis::connection>(ex, d.cfg);
     co_await conn->co_connect();
@@ -246,17 +268,20 @@ asio::awaitable<pipeline_measurement> measure_pipeline(deployment d, std::size_t
     state->running_workers = clients;
     for (std::size_t i = 0; i < clients; ++i) {
         auto key = fmt::format("{}{}", key_prefix, i);
-        asio::co_spawn(ex,
-                       bench::run_worker(state, fmt::format("worker for {}", key),
-                                         pipeline_worker(conn, state, key, fmt::format("v{}", i))),
-                       asio::detached);
+        asio::co_spawn(
+            ex,
+            bench::run_worker(state, fmt::format("worker for {}", key),
+                              pipeline_worker(conn, state, key, fmt::format("v{}", i), quota)),
+            asio::detached);
     }
 
-    co_await state->sleep_phase(bench::warm_up_time);
+    if (quota == 0)
+        co_await state->sleep_phase(bench::warm_up_time);
     auto const window_start = steady::now();
     if (state->failure.empty()) {
         state->current = run_state::phase::measure;
-        co_await state->sleep_phase(window);
+        // With a quota, the last request ends the phase.
+        co_await state->sleep_phase(quota == 0 ? window : std::chrono::hours{24});
     }
     state->current = run_state::phase::stop;
     auto const window_end = steady::now();
@@ -359,9 +384,12 @@ int main(int argc, char** argv) {
             bench::parse_command_line("redis_pipeline", usage_text, argc, argv, opts, parse_option))
         return *status;
 
-    auto const benchmark_program = bench::require_redis_benchmark("redis_pipeline");
-    if (!benchmark_program)
-        return 2;
+    std::optional<std::string> benchmark_program;
+    if (opts.requests == 0) {
+        benchmark_program = bench::require_redis_benchmark("redis_pipeline");
+        if (!benchmark_program)
+            return 2;
+    }
 
     try {
         std::optional<colock::test::redis_server> own_server;
@@ -371,6 +399,18 @@ int main(int argc, char** argv) {
         if (opts.cluster) {
             cluster.emplace(bench::bench_cluster_options(opts));
             deployments.push_back(bench::cluster_deployment(*cluster));
+        }
+        asio::io_context io{1};
+        if (opts.requests != 0) {
+            for (auto const clients : opts.clients)
+                for (auto const& d : deployments) {
+                    auto const m =
+                        bench::run_on(io, measure_pipeline(d, clients, {}, opts.requests));
+                    fmt::print("pipeline_clients_{} {}: {} requests in {:.3f} s, {:.0f}/s\n",
+                               clients, d.name, m.total_ops, m.measured_seconds,
+                               static_cast<double>(m.total_ops) / m.measured_seconds);
+                }
+            return 0;
         }
         if (!opts.json) {
             fmt::print("server {}, {} s per scenario, limit: redis-benchmark -c 1 -P <clients>\n",
@@ -382,7 +422,6 @@ int main(int argc, char** argv) {
                            bench::cluster_shape(deployments.back(), opts));
         }
 
-        asio::io_context io{1};
         auto const window = bench::window_of(opts.seconds);
         if (!opts.json)
             print_table_header();
@@ -392,7 +431,7 @@ int main(int argc, char** argv) {
                 scenario_result r;
                 r.deployment = d.name;
                 r.clients = clients;
-                r.colock = bench::run_on(io, measure_pipeline(d, clients, window));
+                r.colock = bench::run_on(io, measure_pipeline(d, clients, window, 0));
                 r.limit = measure_server_limit(*benchmark_program, d, clients, opts.seconds);
                 if (is_cluster(d))
                     r.single_ops_per_s = single_ops_per_s;
