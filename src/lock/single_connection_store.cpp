@@ -120,7 +120,19 @@ public:
     }
 
     void leave_queue(lock_keys const& keys, milliseconds claim) override {
-        asio::co_spawn(strand(), leave(shared_from_this(), keys, claim), asio::detached);
+        // The first attempt is handed to the connection here, on the caller's thread, so that
+        // it goes out before anything the caller does next: a close() right after a cancelled
+        // co_lock still sends it (a graceful close sends what was asked before it). A passing
+        // failure goes on with the retrying one on the strand.
+        auto const claim_text = std::to_string(claim.count());
+        script_call const call{release_script(client_->sharded()),
+                               {keys.key, keys.queue_key, keys.deadlines_key},
+                               {"", keys.channel_prefix, claim_text, keys.owner, "0"}};
+        client_->run_detached(
+            call, [self = shared_from_this(), keys, claim](script_reply const& reply) {
+                if (reply.ec && is_transient(reply.ec, reply.server_text()))
+                    asio::co_spawn(self->strand(), leave(self, keys, claim), asio::detached);
+            });
     }
 
     asio::awaitable<std::pair<error_code, std::string>>
@@ -219,7 +231,7 @@ private:
                                              std::move(current));
     }
 
-    // Out of the queue, passing on a hand-off.
+    // Out of the queue, passing on a hand-off; sent again over passing errors.
     static asio::awaitable<void> leave(std::shared_ptr<single_connection_store> self,
                                        lock_keys keys, milliseconds claim) {
         auto const claim_text = std::to_string(claim.count());

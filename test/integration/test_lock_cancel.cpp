@@ -96,6 +96,26 @@ TEST_CASE("co_lock raced with a timer (||): the timer wins promptly, the waiter 
     run_lock_test<two_lockers>("cancel-or", scenario);
 }
 
+TEST_CASE("a cancelled co_lock and close() right after: the locker's queue entry still leaves "
+          "the server at once, not when it lapses") {
+    auto scenario = [](redis::connection&, redis::connection& conn, redis::connection& probe,
+                       locker& holder_locks, locker& locks,
+                       std::string const& name) -> asio::awaitable<void> {
+        auto holder = co_await holder_locks.co_lock(name, patient_waiter());
+        auto const timed_out = co_await lock_or_timer(locks, name, patient_waiter(), 300ms);
+        CHECK(timed_out.winner == 1);
+        conn.close(); // at once: what the cancellation asked for must still go out
+        // The entry would lapse by itself after 3 s (queue_entry_ttl); well before that here.
+        auto const queue_left = co_await exists_becomes(probe, lock_key(name) + ":q", 0, 1000ms);
+        CHECK(queue_left == 0);
+        auto const deadlines_left =
+            co_await exists_becomes(probe, lock_key(name) + ":qd", 0, 100ms);
+        CHECK(deadlines_left == 0);
+        CHECK(co_await holder.unlock());
+    };
+    run_lock_test<two_lockers>("cancel-close", scenario);
+}
+
 // The other ways of cancelling (partial, co_try_lock, a timer raced with ||) and the instant of
 // the give-back are orchestration tests (test_orchestration.cpp); here the real server grants the
 // attempt after the cancellation came, and its release script frees it.
