@@ -1,0 +1,347 @@
+// The semaphore's admission, as the Lua scripts do it on a real server, checked step by step
+// against a model of its rules written out in C++ (admission_model below, from the rules in
+// src/lock/semaphore_scripts.hpp's header): random acquisitions (queued or tries, of 1 to 3
+// permits, by three lockers), the repeated attempts of queued calls, releases and calls leaving
+// the queue. After each step the reply and the server's state (the holdings and their weights,
+// the queue in order, which entries were woken) must be the model's. Leases, queue entries and
+// claims are long here, so that nothing lapses during the run: what lapses is tested with the
+// semaphore itself (test_semaphore.cpp).
+#include "lock/semaphore_scripts.hpp"
+
+#include "lock_fixture.hpp"
+#include "test_util.hpp"
+#include <colock_test/redis_server.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using namespace colock::test;
+
+namespace {
+
+// The rules: free permits = capacity - the weights held. A call is admitted when its permits
+// and those of every entry ahead of it in the queue fit in the free permits (a call not queued
+// counts the whole queue as ahead); its attempt wakes the entries ahead of it that fit, when
+// some permits are free. A call not admitted that may queue takes the last place (or keeps its
+// place, not woken any more). A release, or a call leaving the queue, wakes the entries that
+// fit from the head on, each once.
+class admission_model {
+public:
+    struct entry {
+        std::string token;
+        std::size_t want = 0;
+        bool woken = false;
+    };
+
+    explicit admission_model(std::size_t capacity) : capacity_(capacity) {}
+
+    std::size_t free() const {
+        std::size_t used = 0;
+        for (auto const& h : held_)
+            used += h.second;
+        return capacity_ - used;
+    }
+
+    // Granted; `free_seen`: the free permits the attempt found.
+    bool acquire(std::string const& token, std::size_t want, bool may_queue,
+                 std::size_t& free_seen) {
+        free_seen = free();
+        bool admitted = false;
+        auto const mine = position(token);
+        if (free_seen > 0) {
+            std::size_t ahead = 0;
+            bool blocked = false;
+            std::size_t const stop = mine.value_or(queue_.size());
+            for (std::size_t i = 0; i < stop; ++i) {
+                if (ahead + queue_[i].want > free_seen) {
+                    blocked = true;
+                    break;
+                }
+                ahead += queue_[i].want;
+                queue_[i].woken = true;
+            }
+            admitted = !blocked && ahead + want <= free_seen;
+        }
+        if (admitted) {
+            if (mine)
+                queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*mine));
+            held_[token] = want;
+            return true;
+        }
+        if (may_queue) {
+            if (mine)
+                queue_[*mine].woken = false;
+            else
+                queue_.push_back({token, want, false});
+        }
+        return false;
+    }
+
+    // 1 when the holding was there.
+    int release(std::string const& token) {
+        int const ours = held_.erase(token) == 1 ? 1 : 0;
+        wake();
+        return ours;
+    }
+
+    // 1 when the entry was there.
+    int leave(std::string const& token) {
+        int ours = 0;
+        if (auto const at = position(token)) {
+            queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(*at));
+            ours = 1;
+        }
+        wake();
+        return ours;
+    }
+
+    std::map<std::string, std::size_t> const& held() const { return held_; }
+    std::vector<entry> const& queue() const { return queue_; }
+
+private:
+    std::optional<std::size_t> position(std::string const& token) const {
+        for (std::size_t i = 0; i < queue_.size(); ++i)
+            if (queue_[i].token == token)
+                return i;
+        return std::nullopt;
+    }
+
+    void wake() {
+        std::size_t ahead = 0;
+        std::size_t const f = free();
+        for (auto& e : queue_) {
+            if (ahead + e.want > f)
+                return;
+            ahead += e.want;
+            e.woken = true;
+        }
+    }
+
+    std::size_t const capacity_;
+    std::map<std::string, std::size_t> held_;
+    std::vector<entry> queue_;
+};
+
+// One step of the run.
+struct step {
+    enum class kind { acquire, retry, release, leave } what = kind::acquire;
+    std::string token;
+    std::size_t want = 1;
+    bool may_queue = true;
+    std::string owner;
+};
+
+std::string describe(step const& s) {
+    switch (s.what) {
+    case step::kind::acquire:
+        return "acquire " + s.token + " x" + std::to_string(s.want) +
+               (s.may_queue ? " (queues)" : " (try)") + " by " + s.owner;
+    case step::kind::retry:
+        return "retry " + s.token + " x" + std::to_string(s.want) + " by " + s.owner;
+    case step::kind::release:
+        return "release " + s.token;
+    case step::kind::leave:
+        return "leave " + s.token;
+    }
+    return {};
+}
+
+// The server's state, as the model keeps it.
+struct server_state {
+    std::map<std::string, std::size_t> held;
+    std::vector<admission_model::entry> queue;
+};
+
+server_state parse_state(std::vector<resp3::value> const& replies) {
+    // ZRANGE :h, HGETALL :hw, LRANGE :q, HGETALL :qd
+    server_state s;
+    for (auto const& token : replies.at(0).elements)
+        s.held[std::string(token.as_string().value_or(""))] = 1;
+    auto const& weights = replies.at(1).elements;
+    for (std::size_t i = 0; i + 1 < weights.size(); i += 2)
+        s.held[std::string(weights[i].as_string().value_or(""))] =
+            std::stoul(std::string(weights[i + 1].as_string().value_or("0")));
+    std::map<std::string, std::string> records;
+    auto const& fields = replies.at(3).elements;
+    for (std::size_t i = 0; i + 1 < fields.size(); i += 2)
+        records[std::string(fields[i].as_string().value_or(""))] =
+            std::string(fields[i + 1].as_string().value_or(""));
+    for (auto const& token : replies.at(2).elements) {
+        admission_model::entry e;
+        e.token = std::string(token.as_string().value_or(""));
+        // "<deadline> <permits> <owner> <woken>"
+        auto const& record = records[e.token];
+        auto const first = record.find(' ');
+        auto const second = record.find(' ', first + 1);
+        e.want = std::stoul(record.substr(first + 1, second - first - 1));
+        e.woken = !record.empty() && record.back() == '1';
+        s.queue.push_back(e);
+    }
+    return s;
+}
+
+std::string state_text(std::map<std::string, std::size_t> const& held,
+                       std::vector<admission_model::entry> const& queue) {
+    std::string text = "held:";
+    for (auto const& h : held)
+        text += " " + h.first + "x" + std::to_string(h.second);
+    text += "; queue:";
+    for (auto const& e : queue)
+        text += " " + e.token + "x" + std::to_string(e.want) + (e.woken ? "(woken)" : "");
+    return text;
+}
+
+bool same(server_state const& s, admission_model const& m) {
+    if (s.held != m.held() || s.queue.size() != m.queue().size())
+        return false;
+    for (std::size_t i = 0; i < s.queue.size(); ++i)
+        if (s.queue[i].token != m.queue()[i].token || s.queue[i].want != m.queue()[i].want ||
+            s.queue[i].woken != m.queue()[i].woken)
+            return false;
+    return true;
+}
+
+// The next step, drawn from what the model holds and queues: releases of holdings, retries
+// (mostly of woken entries, as a woken call asks again), leaves, and new calls, fewer of them
+// queuing while the queue is long.
+step next_step(std::mt19937& rng, admission_model const& m, int& tokens) {
+    static char const* const owners[] = {"locker-a", "locker-b", "locker-c"};
+    std::uniform_int_distribution<int> pick(0, 99);
+    int const roll = pick(rng);
+    step s;
+    s.owner = owners[static_cast<std::size_t>(pick(rng)) % 3];
+    if (roll < 30 && !m.held().empty()) {
+        s.what = step::kind::release;
+        auto it = m.held().begin();
+        std::advance(it, static_cast<long>(static_cast<std::size_t>(pick(rng)) % m.held().size()));
+        s.token = it->first;
+        return s;
+    }
+    if (roll < 58 && !m.queue().empty()) {
+        std::vector<std::size_t> woken;
+        for (std::size_t i = 0; i < m.queue().size(); ++i)
+            if (m.queue()[i].woken)
+                woken.push_back(i);
+        std::size_t at = static_cast<std::size_t>(pick(rng)) % m.queue().size();
+        if (!woken.empty() && pick(rng) < 70)
+            at = woken[static_cast<std::size_t>(pick(rng)) % woken.size()];
+        s.token = m.queue()[at].token;
+        s.want = m.queue()[at].want;
+        s.what = roll < 52 ? step::kind::retry : step::kind::leave;
+        return s;
+    }
+    s.what = step::kind::acquire;
+    s.token = "t" + std::to_string(++tokens);
+    s.want = 1 + static_cast<std::size_t>(pick(rng)) % 3;
+    s.may_queue = m.queue().size() < 8 && pick(rng) < 80;
+    return s;
+}
+
+} // namespace
+
+TEST_CASE("semaphore admission: the scripts on a real server take the same decisions as the "
+          "model of their rules, step by step, over random acquisitions, retries, releases and "
+          "leaves") {
+    run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
+        using colock::detail::semaphore_acquire_script;
+        using colock::detail::semaphore_release_script;
+        auto const& acquire = semaphore_acquire_script(false);
+        auto const& release = semaphore_release_script(false);
+        co_await conn.co_exec(command("SCRIPT", "LOAD", acquire.source));
+        co_await conn.co_exec(command("SCRIPT", "LOAD", release.source));
+
+        std::size_t const capacity = 5;
+        auto const base = "colock:semaphore:{" + unique_key("admission") + "}";
+        std::vector<std::string> const keys =
+            strings(base, base + ":h", base + ":hw", base + ":q", base + ":qd");
+        std::string const channel_prefix = base + ":w:";
+        std::string const long_time = "600000"; // leases, queue entries and claims: no lapse
+
+        admission_model model(capacity);
+        std::mt19937 rng(20261127);
+        int tokens = 0;
+        int granted = 0, refused = 0, woken_seen = 0;
+        for (int i = 0; i < 400; ++i) {
+            auto const s = next_step(rng, model, tokens);
+            std::vector<std::string> words;
+            bool expected_granted = false;
+            std::size_t expected_free = 0;
+            int expected_reply = 0;
+            if (s.what == step::kind::acquire || s.what == step::kind::retry) {
+                expected_granted = model.acquire(s.token, s.want, s.may_queue, expected_free);
+                words = strings(acquire.sha, "5");
+                words.insert(words.end(), keys.begin(), keys.end());
+                auto const args = strings(s.token, std::to_string(s.want), std::to_string(capacity),
+                                          long_time, s.owner, s.may_queue ? "1" : "0", long_time,
+                                          "1", channel_prefix, long_time);
+                words.insert(words.end(), args.begin(), args.end());
+            } else {
+                // The permits the caller knows it holds (or, leaving, wanted).
+                std::size_t permits = s.want;
+                if (s.what == step::kind::release)
+                    permits = model.held().at(s.token);
+                if (s.what == step::kind::release)
+                    expected_reply = model.release(s.token);
+                else
+                    expected_reply = model.leave(s.token);
+                words = strings(release.sha, "5");
+                words.insert(words.end(), keys.begin(), keys.end());
+                auto const args =
+                    strings(s.token, channel_prefix, long_time,
+                            s.what == step::kind::leave ? "1" : "0", std::to_string(permits));
+                words.insert(words.end(), args.begin(), args.end());
+            }
+            resp3::request req;
+            req.push_range("EVALSHA", words);
+            auto const replies = co_await conn.co_exec(std::move(req));
+            auto const& reply = replies.at(0);
+            INFO("step " << i << ": " << describe(s));
+            REQUIRE_FALSE(reply.is_error());
+            if (s.what == step::kind::acquire || s.what == step::kind::retry) {
+                REQUIRE(reply.elements.size() >= 2);
+                bool const got = reply.elements[0].as_integer().value_or(-1) == 1;
+                CHECK(got == expected_granted);
+                if (got)
+                    ++granted;
+                else {
+                    ++refused;
+                    REQUIRE(reply.elements.size() == 3);
+                    CHECK(reply.elements[2].as_integer().value_or(-1) ==
+                          static_cast<std::int64_t>(expected_free));
+                }
+            } else {
+                CHECK(reply.as_integer().value_or(-1) == expected_reply);
+            }
+
+            resp3::request read;
+            read.push("ZRANGE", keys[1], "0", "-1");
+            read.push("HGETALL", keys[2]);
+            read.push("LRANGE", keys[3], "0", "-1");
+            read.push("HGETALL", keys[4]);
+            auto const state = parse_state(co_await conn.co_exec(std::move(read)));
+            for (auto const& e : state.queue)
+                woken_seen += e.woken ? 1 : 0;
+            INFO("server: " << state_text(state.held, state.queue));
+            INFO("model:  " << state_text(model.held(), model.queue()));
+            REQUIRE(same(state, model));
+        }
+        MESSAGE(granted << " grants, " << refused << " refusals, " << woken_seen
+                        << " woken entries seen");
+        // The run went through the interesting cases: grants, refusals, wake-ups.
+        CHECK(granted > 50);
+        CHECK(refused > 50);
+        CHECK(woken_seen > 20);
+        resp3::request cleanup;
+        cleanup.push_range("DEL", keys);
+        co_await conn.co_exec(std::move(cleanup));
+    });
+}
