@@ -1,11 +1,12 @@
 // The semaphore's admission, as the Lua scripts do it on a real server, checked step by step
 // against a model of its rules written out in C++ (admission_model below, from the rules in
-// src/lock/semaphore_scripts.hpp's header): random acquisitions (queued or tries, of 1 to 3
-// permits, by three lockers), the repeated attempts of queued calls, releases and calls leaving
-// the queue. After each step the reply and the server's state (the holdings and their weights,
-// the queue in order, which entries were woken) must be the model's. Leases, queue entries and
-// claims are long here, so that nothing lapses during the run: what lapses is tested with the
-// semaphore itself (test_semaphore.cpp).
+// src/lock/semaphore_scripts.hpp's header): random acquisitions (queued or tries, by three
+// lockers), the repeated attempts of queued calls, releases and calls leaving the queue; on a
+// semaphore of 5 (calls for 1 to 3 permits), and in the read-write lock's shape (capacity 2^40,
+// readers take one permit, writers all of them, and writers downgrade). After each step the reply
+// and the server's state (the holdings and their weights, the queue in order, which entries were
+// woken) must be the model's. Leases, queue entries and claims are long here, so that nothing
+// lapses during the run: what lapses is tested with the semaphore itself (test_semaphore.cpp).
 #include "lock/semaphore_scripts.hpp"
 
 #include "lock_fixture.hpp"
@@ -93,6 +94,18 @@ public:
         return ours;
     }
 
+    // A writer becomes a reader: 1 when the holding was there.
+    int downgrade(std::string const& token) {
+        auto const it = held_.find(token);
+        if (it == held_.end())
+            return 0;
+        if (it->second > 1) {
+            it->second = 1;
+            wake();
+        }
+        return 1;
+    }
+
     // 1 when the entry was there.
     int leave(std::string const& token) {
         int ours = 0;
@@ -133,7 +146,7 @@ private:
 
 // One step of the run.
 struct step {
-    enum class kind { acquire, retry, release, leave } what = kind::acquire;
+    enum class kind { acquire, retry, release, leave, downgrade } what = kind::acquire;
     std::string token;
     std::size_t want = 1;
     bool may_queue = true;
@@ -151,6 +164,8 @@ std::string describe(step const& s) {
         return "release " + s.token;
     case step::kind::leave:
         return "leave " + s.token;
+    case step::kind::downgrade:
+        return "downgrade " + s.token;
     }
     return {};
 }
@@ -193,7 +208,7 @@ std::string state_text(std::map<std::string, std::size_t> const& held,
                        std::vector<admission_model::entry> const& queue) {
     std::string text = "held:";
     for (auto const& h : held)
-        text += " " + h.first + "x" + std::to_string(h.second);
+        text += " " + h.first + "x" + std::to_string(h.second); // a writer: x1099511627776
     text += "; queue:";
     for (auto const& e : queue)
         text += " " + e.token + "x" + std::to_string(e.want) + (e.woken ? "(woken)" : "");
@@ -210,10 +225,23 @@ bool same(server_state const& s, admission_model const& m) {
     return true;
 }
 
-// The next step, drawn from what the model holds and queues: releases of holdings, retries
-// (mostly of woken entries, as a woken call asks again), leaves, and new calls, fewer of them
-// queuing while the queue is long.
-step next_step(std::mt19937& rng, admission_model const& m, int& tokens) {
+// What a new call wants: 1 to 3 of a semaphore's permits, or a reader's 1 or a writer's all.
+struct shape {
+    std::size_t capacity;
+    bool rw; // the read-write lock's: one call in four a writer
+};
+
+std::size_t new_want(std::mt19937& rng, shape const& sh) {
+    std::uniform_int_distribution<int> pick(0, 99);
+    if (sh.rw)
+        return pick(rng) < 25 ? sh.capacity : 1;
+    return 1 + static_cast<std::size_t>(pick(rng)) % 3;
+}
+
+// The next step, drawn from what the model holds and queues: releases of holdings (and, for the
+// read-write lock, writers' downgrades), retries (mostly of woken entries, as a woken call asks
+// again), leaves, and new calls, fewer of them queuing while the queue is long.
+step next_step(std::mt19937& rng, admission_model const& m, shape const& sh, int& tokens) {
     static char const* const owners[] = {"locker-a", "locker-b", "locker-c"};
     std::uniform_int_distribution<int> pick(0, 99);
     int const roll = pick(rng);
@@ -224,6 +252,8 @@ step next_step(std::mt19937& rng, admission_model const& m, int& tokens) {
         auto it = m.held().begin();
         std::advance(it, static_cast<long>(static_cast<std::size_t>(pick(rng)) % m.held().size()));
         s.token = it->first;
+        if (sh.rw && it->second > 1 && pick(rng) < 40)
+            s.what = step::kind::downgrade;
         return s;
     }
     if (roll < 58 && !m.queue().empty()) {
@@ -241,107 +271,127 @@ step next_step(std::mt19937& rng, admission_model const& m, int& tokens) {
     }
     s.what = step::kind::acquire;
     s.token = "t" + std::to_string(++tokens);
-    s.want = 1 + static_cast<std::size_t>(pick(rng)) % 3;
+    s.want = new_want(rng, sh);
     s.may_queue = m.queue().size() < 8 && pick(rng) < 80;
     return s;
+}
+
+// Runs `steps` random steps on a fresh semaphore of `sh`, the server's answers and state
+// compared with the model's after each.
+asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int steps,
+                                        unsigned seed) {
+    using colock::detail::semaphore_acquire_script;
+    using colock::detail::semaphore_downgrade_script;
+    using colock::detail::semaphore_release_script;
+    auto const& acquire = semaphore_acquire_script(false);
+    auto const& release = semaphore_release_script(false);
+    auto const& downgrade = semaphore_downgrade_script(false);
+    // Not a loop over a braced list: GCC 12 miscompiles those inside a coroutine.
+    co_await conn.co_exec(command("SCRIPT", "LOAD", acquire.source));
+    co_await conn.co_exec(command("SCRIPT", "LOAD", release.source));
+    co_await conn.co_exec(command("SCRIPT", "LOAD", downgrade.source));
+
+    auto const base = "colock:semaphore:{" + unique_key("admission") + "}";
+    std::vector<std::string> const keys =
+        strings(base, base + ":h", base + ":hw", base + ":q", base + ":qd");
+    std::string const channel_prefix = base + ":w:";
+    std::string const long_time = "600000"; // leases, queue entries and claims: no lapse
+
+    admission_model model(sh.capacity);
+    std::mt19937 rng(seed);
+    int tokens = 0;
+    int granted = 0, refused = 0, woken_seen = 0, downgrades = 0;
+    for (int i = 0; i < steps; ++i) {
+        auto const s = next_step(rng, model, sh, tokens);
+        std::vector<std::string> words;
+        bool expected_granted = false;
+        std::size_t expected_free = 0;
+        int expected_reply = 0;
+        if (s.what == step::kind::acquire || s.what == step::kind::retry) {
+            expected_granted = model.acquire(s.token, s.want, s.may_queue, expected_free);
+            words = strings(acquire.sha, "5");
+            words.insert(words.end(), keys.begin(), keys.end());
+            // A writer numbers a new fence, a reader takes the last one.
+            auto const args = strings(s.token, std::to_string(s.want), std::to_string(sh.capacity),
+                                      long_time, s.owner, s.may_queue ? "1" : "0", long_time,
+                                      s.want > 1 || !sh.rw ? "1" : "0", channel_prefix, long_time);
+            words.insert(words.end(), args.begin(), args.end());
+        } else if (s.what == step::kind::downgrade) {
+            expected_reply = model.downgrade(s.token);
+            ++downgrades;
+            words = strings(downgrade.sha, "5");
+            words.insert(words.end(), keys.begin(), keys.end());
+            auto const args = strings(s.token, channel_prefix, long_time);
+            words.insert(words.end(), args.begin(), args.end());
+        } else {
+            // The permits the caller knows it holds (or, leaving, wanted).
+            std::size_t permits = s.want;
+            if (s.what == step::kind::release)
+                permits = model.held().at(s.token);
+            if (s.what == step::kind::release)
+                expected_reply = model.release(s.token);
+            else
+                expected_reply = model.leave(s.token);
+            words = strings(release.sha, "5");
+            words.insert(words.end(), keys.begin(), keys.end());
+            auto const args =
+                strings(s.token, channel_prefix, long_time, s.what == step::kind::leave ? "1" : "0",
+                        std::to_string(permits));
+            words.insert(words.end(), args.begin(), args.end());
+        }
+        resp3::request req;
+        req.push_range("EVALSHA", words);
+        auto const replies = co_await conn.co_exec(std::move(req));
+        auto const& reply = replies.at(0);
+        INFO("step " << i << ": " << describe(s));
+        REQUIRE_FALSE(reply.is_error());
+        if (s.what == step::kind::acquire || s.what == step::kind::retry) {
+            REQUIRE(reply.elements.size() >= 2);
+            bool const got = reply.elements[0].as_integer().value_or(-1) == 1;
+            CHECK(got == expected_granted);
+            if (got) {
+                ++granted;
+            } else {
+                ++refused;
+                REQUIRE(reply.elements.size() == 3);
+                CHECK(reply.elements[2].as_integer().value_or(-1) ==
+                      static_cast<std::int64_t>(expected_free));
+            }
+        } else {
+            CHECK(reply.as_integer().value_or(-1) == expected_reply);
+        }
+
+        resp3::request read;
+        read.push("ZRANGE", keys[1], "0", "-1");
+        read.push("HGETALL", keys[2]);
+        read.push("LRANGE", keys[3], "0", "-1");
+        read.push("HGETALL", keys[4]);
+        auto const state = parse_state(co_await conn.co_exec(std::move(read)));
+        for (auto const& e : state.queue)
+            woken_seen += e.woken ? 1 : 0;
+        INFO("server: " << state_text(state.held, state.queue));
+        INFO("model:  " << state_text(model.held(), model.queue()));
+        REQUIRE(same(state, model));
+    }
+    MESSAGE(granted << " grants, " << refused << " refusals, " << woken_seen
+                    << " woken entries seen, " << downgrades << " downgrades");
+    // The run went through the interesting cases: grants, refusals, wake-ups.
+    CHECK(granted > steps / 8);
+    CHECK(refused > steps / 8);
+    CHECK(woken_seen > steps / 20);
+    CHECK((downgrades > 0) == sh.rw);
+    resp3::request cleanup;
+    cleanup.push_range("DEL", keys);
+    co_await conn.co_exec(std::move(cleanup));
 }
 
 } // namespace
 
 TEST_CASE("semaphore admission: the scripts on a real server take the same decisions as the "
           "model of their rules, step by step, over random acquisitions, retries, releases and "
-          "leaves") {
+          "leaves; for a semaphore of 5 and for the read-write lock") {
     run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
-        using colock::detail::semaphore_acquire_script;
-        using colock::detail::semaphore_release_script;
-        auto const& acquire = semaphore_acquire_script(false);
-        auto const& release = semaphore_release_script(false);
-        co_await conn.co_exec(command("SCRIPT", "LOAD", acquire.source));
-        co_await conn.co_exec(command("SCRIPT", "LOAD", release.source));
-
-        std::size_t const capacity = 5;
-        auto const base = "colock:semaphore:{" + unique_key("admission") + "}";
-        std::vector<std::string> const keys =
-            strings(base, base + ":h", base + ":hw", base + ":q", base + ":qd");
-        std::string const channel_prefix = base + ":w:";
-        std::string const long_time = "600000"; // leases, queue entries and claims: no lapse
-
-        admission_model model(capacity);
-        std::mt19937 rng(20261127);
-        int tokens = 0;
-        int granted = 0, refused = 0, woken_seen = 0;
-        for (int i = 0; i < 400; ++i) {
-            auto const s = next_step(rng, model, tokens);
-            std::vector<std::string> words;
-            bool expected_granted = false;
-            std::size_t expected_free = 0;
-            int expected_reply = 0;
-            if (s.what == step::kind::acquire || s.what == step::kind::retry) {
-                expected_granted = model.acquire(s.token, s.want, s.may_queue, expected_free);
-                words = strings(acquire.sha, "5");
-                words.insert(words.end(), keys.begin(), keys.end());
-                auto const args = strings(s.token, std::to_string(s.want), std::to_string(capacity),
-                                          long_time, s.owner, s.may_queue ? "1" : "0", long_time,
-                                          "1", channel_prefix, long_time);
-                words.insert(words.end(), args.begin(), args.end());
-            } else {
-                // The permits the caller knows it holds (or, leaving, wanted).
-                std::size_t permits = s.want;
-                if (s.what == step::kind::release)
-                    permits = model.held().at(s.token);
-                if (s.what == step::kind::release)
-                    expected_reply = model.release(s.token);
-                else
-                    expected_reply = model.leave(s.token);
-                words = strings(release.sha, "5");
-                words.insert(words.end(), keys.begin(), keys.end());
-                auto const args =
-                    strings(s.token, channel_prefix, long_time,
-                            s.what == step::kind::leave ? "1" : "0", std::to_string(permits));
-                words.insert(words.end(), args.begin(), args.end());
-            }
-            resp3::request req;
-            req.push_range("EVALSHA", words);
-            auto const replies = co_await conn.co_exec(std::move(req));
-            auto const& reply = replies.at(0);
-            INFO("step " << i << ": " << describe(s));
-            REQUIRE_FALSE(reply.is_error());
-            if (s.what == step::kind::acquire || s.what == step::kind::retry) {
-                REQUIRE(reply.elements.size() >= 2);
-                bool const got = reply.elements[0].as_integer().value_or(-1) == 1;
-                CHECK(got == expected_granted);
-                if (got)
-                    ++granted;
-                else {
-                    ++refused;
-                    REQUIRE(reply.elements.size() == 3);
-                    CHECK(reply.elements[2].as_integer().value_or(-1) ==
-                          static_cast<std::int64_t>(expected_free));
-                }
-            } else {
-                CHECK(reply.as_integer().value_or(-1) == expected_reply);
-            }
-
-            resp3::request read;
-            read.push("ZRANGE", keys[1], "0", "-1");
-            read.push("HGETALL", keys[2]);
-            read.push("LRANGE", keys[3], "0", "-1");
-            read.push("HGETALL", keys[4]);
-            auto const state = parse_state(co_await conn.co_exec(std::move(read)));
-            for (auto const& e : state.queue)
-                woken_seen += e.woken ? 1 : 0;
-            INFO("server: " << state_text(state.held, state.queue));
-            INFO("model:  " << state_text(model.held(), model.queue()));
-            REQUIRE(same(state, model));
-        }
-        MESSAGE(granted << " grants, " << refused << " refusals, " << woken_seen
-                        << " woken entries seen");
-        // The run went through the interesting cases: grants, refusals, wake-ups.
-        CHECK(granted > 50);
-        CHECK(refused > 50);
-        CHECK(woken_seen > 20);
-        resp3::request cleanup;
-        cleanup.push_range("DEL", keys);
-        co_await conn.co_exec(std::move(cleanup));
+        co_await run_against_model(conn, shape{5, false}, 400, 20261127);
+        co_await run_against_model(conn, shape{std::size_t{1} << 40, true}, 400, 20261128);
     });
 }
