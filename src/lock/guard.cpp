@@ -4,6 +4,7 @@
 
 #include "../detail/completion.hpp"
 #include "../detail/spawn.hpp"
+#include "release_completion.hpp"
 
 #include <colock/locker.hpp>
 
@@ -316,17 +317,7 @@ asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
     co_return ours;
 }
 
-namespace {
-
-// Completes an operation decided at its initiation: never inside the initiating call, on the
-// handler's executor (or `fallback`'s, for a guard that has no locker).
-template <class Handler, class Executor, class... Args>
-void complete_soon(Handler handler, Executor const& fallback, Args... args) {
-    detail::post_completion(fallback, std::move(handler), asio::cancellation_slot(),
-                            std::move(args)...);
-}
-
-} // namespace
+using detail::complete_soon;
 
 void lock_guard::validate_extend(std::chrono::milliseconds ttl) const {
     if (ttl.count() <= 0 || ttl > max_lock_ttl)
@@ -351,24 +342,7 @@ void lock_guard::start_unlock(lock_guard hold, result_handler handler) {
         complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    auto const io_executor = st->strand().get_inner_executor();
-    if (st->lost()) {
-        detail::release_in_background(std::move(st)); // as unlock(): false at once
-        complete_soon(std::move(handler), io_executor, error_code{}, false);
-        return;
-    }
-    auto strand = st->strand();
-    asio::co_spawn(strand, detail::release_held(std::move(st)),
-                   asio::bind_cancellation_slot(
-                       asio::cancellation_slot(),
-                       [handler = std::move(handler),
-                        io_executor](std::exception_ptr e, std::tuple<error_code, bool> r) mutable {
-                           auto [ec, ours] = r;
-                           if (e)
-                               ec = error::unexpected_reply;
-                           complete_soon(std::move(handler), io_executor,
-                                         error_code(ec.value(), ec.category()), ours);
-                       }));
+    detail::release_and_complete(std::move(st), std::move(handler));
 }
 
 void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,

@@ -1,8 +1,7 @@
 // What a permit and a read-write lock's guards share: the handle on a holding's lease, its
 // release (awaited, or in the background when it is let go), and the awaitable acquire.
+#include "release_completion.hpp"
 #include "semaphore_core.hpp"
-
-#include "../detail/completion.hpp"
 
 #include <colock/lease_guard.hpp>
 
@@ -27,26 +26,24 @@ using boost::system::system_error;
 
 namespace detail {
 
-namespace {
+// Static rather than in an unnamed namespace: release_and_complete finds these two by
+// argument-dependent lookup, which does not look into an unnamed namespace.
 
 // Stops the renewal, then gives the holding back in the background; the extend script never
 // revives a holding that is gone, so a renewal behind the release cannot either.
-void release_in_background(std::shared_ptr<permit_state> st) {
+static void release_in_background(std::shared_ptr<permit_state> st) {
     asio::dispatch(st->strand(), [st] { st->stop(); });
     st->core().release_detached(st->token(), st->permits(), false);
 }
 
-asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<permit_state> st) {
+static asio::awaitable<std::tuple<error_code, bool>>
+release_held(std::shared_ptr<permit_state> st) {
     st->stop();
     auto const reply = co_await st->core().release(st->token(), st->permits(), false);
     co_return std::tuple{reply.ec, reply.ours};
 }
 
-// Completes an operation decided at its initiation: never inside the initiating call.
-template <class Handler, class Executor, class... Args>
-void complete_soon(Handler handler, Executor const& fallback, Args... args) {
-    post_completion(fallback, std::move(handler), asio::cancellation_slot(), std::move(args)...);
-}
+namespace {
 
 // Lets go of `st` in the background, if this is the first to let go of it.
 void let_go(std::shared_ptr<permit_state> st) noexcept {
@@ -157,26 +154,7 @@ void lease_guard::start_release(std::shared_ptr<detail::permit_state> st, releas
         detail::complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    auto const io_executor = st->strand().get_inner_executor();
-    if (st->lost()) {
-        // Known lost: false whatever the server says; the release still goes out, in case the
-        // holding is still there.
-        detail::release_in_background(std::move(st));
-        detail::complete_soon(std::move(handler), io_executor, error_code{}, false);
-        return;
-    }
-    auto strand = st->strand();
-    asio::co_spawn(strand, detail::release_held(std::move(st)),
-                   asio::bind_cancellation_slot(
-                       asio::cancellation_slot(),
-                       [handler = std::move(handler),
-                        io_executor](std::exception_ptr e, std::tuple<error_code, bool> r) mutable {
-                           auto [ec, ours] = r;
-                           if (e)
-                               ec = error::unexpected_reply;
-                           detail::complete_soon(std::move(handler), io_executor,
-                                                 error_code(ec.value(), ec.category()), ours);
-                       }));
+    detail::release_and_complete(std::move(st), std::move(handler));
 }
 
 asio::awaitable<bool> lease_guard::give_back() {
