@@ -5,6 +5,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
 #include <fmt/format.h>
@@ -350,7 +351,12 @@ asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine
         self->refresh_again_ = false;
         self->finish_connect_waiters(error::closed);
     } else if (found) {
-        self->finish_connect_waiters({});
+        // A co_connect completes once the primaries have been reached too, so that a request
+        // made right after it does not wait for its node's connection (which a caller's
+        // deadline of 0, a try that does not wait, would stop before it is sent).
+        if (!self->connect_waiters_.empty())
+            co_await self->primaries_reached();
+        self->finish_connect_waiters(ended() ? error_code(error::closed) : error_code{});
     } else {
         auto text = fmt::format("connecting to {}: no node gave the slot map: {}",
                                 self->cfg_.endpoint_text(), fmt::join(problems, "; "));
@@ -369,6 +375,26 @@ asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine
     }
     if (std::exchange(self->refresh_again_, false) && !ended())
         self->refresh();
+}
+
+asio::awaitable<void> cluster_engine::primaries_reached() {
+    struct pending {
+        pending(asio::strand<asio::any_io_executor> const& strand, std::size_t n,
+                std::chrono::milliseconds limit)
+            : left(n), done(strand, limit) {}
+        std::size_t left;
+        asio::steady_timer done; // cancelled by the last connection's answer
+    };
+    auto p = std::make_shared<pending>(strand_, order_.size(), cfg_.connect_timeout);
+    for (auto const& a : order_)
+        node_for(a)->conn->start_connect([strand = strand_, p](error_code) {
+            asio::dispatch(strand, [p] {
+                if (--p->left == 0)
+                    p->done.cancel();
+            });
+        });
+    if (p->left > 0)
+        co_await p->done.async_wait(nothrow_awaitable);
 }
 
 void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {

@@ -127,6 +127,9 @@ private:
     void refresh();
     static asio::awaitable<void> refresh_map(std::shared_ptr<cluster_engine> self);
     void apply_map(std::vector<slot_range> const& ranges);
+    // Until every primary of the map has been connected to, or its connection failed, within
+    // connect_timeout: what a co_connect waits for besides the map.
+    asio::awaitable<void> primaries_reached();
     // Waits until the running refresh ends (starting one when none runs and `start`).
     asio::awaitable<void> await_map(bool start, asio::cancellation_slot stop = {});
     // The connection is used again after close(): reads the map again (and so watches again).

@@ -179,6 +179,27 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             locker a{conn_a};
             locker b{conn_b};
 
+            // Connected, a try that does not wait (wait_timeout 0) makes its one attempt on
+            // every primary: co_connect waits for the primaries' connections too, so that no
+            // request has to wait for one (the wait deadline would stop it unsent). Before it
+            // did, about half of these first tries failed with error::timeout.
+            std::set<std::uint16_t> tried_on;
+            for (int round = 0; round < 8; ++round) {
+                redis::connection conn_c{ctx.get_executor(), cluster_config(cluster)};
+                co_await conn_c.co_connect();
+                locker c{conn_c};
+                auto at_once = lease(10s);
+                at_once.wait_timeout = 0ms;
+                for (int i = 0; i < 3; ++i) {
+                    auto const name = fmt::format("at-once-{}-{}", round, i);
+                    tried_on.insert(cluster.owner_of(hash_slot(lock_key(name))));
+                    auto const failed = co_await failure_of(c.co_try_lock(name, at_once));
+                    CHECK_MESSAGE(!failed.code, name << ": " << failed.what);
+                }
+                conn_c.close();
+            }
+            CHECK(tried_on.size() == 3);
+
             // Names over every primary.
             std::set<std::uint16_t> owners;
             for (int i = 0; i < 24; ++i) {
