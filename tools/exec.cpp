@@ -41,32 +41,44 @@ asio::awaitable<std::string> holder_text(locker& lk, std::string name) {
     co_return std::string{};
 }
 
+// What exec waits for, once taken; or the signal that ended the wait; or --wait passed.
+template <class Held>
 struct acquisition {
-    std::optional<lock_guard> guard;
+    std::optional<Held> held;
     /// The signal that ended the wait, or 0.
     int signal = 0;
+    bool timed_out = false;
 };
 
-// Waits up to --wait (one attempt for --wait 0); throws error::timeout when that passed.
+// Waits up to --wait for what `wait(opt)` takes, or for a signal; with --wait 0, makes the one
+// attempt `once(opt)` instead. Other failures are thrown.
 //
-// The one attempt of --wait 0 gets no wait_timeout: it does not wait for the lock anyway, and a
-// wait_timeout of 0 would cut it short when its request must first connect (to the node of the
-// name's slot, on a Cluster), reporting a free lock as not acquired.
-asio::awaitable<acquisition> acquire(options const& o, locker& lk, asio::signal_set& stop) {
+// The one attempt of --wait 0 gets no wait_timeout: it does not wait anyway, and a wait_timeout
+// of 0 would cut it short if its request had to wait for a connection (to the node of the
+// name's slot, on a Cluster whose node reconnects), reporting a free lock as not acquired.
+template <class Held, class Once, class Wait>
+asio::awaitable<acquisition<Held>> acquire(options const& o, asio::signal_set& stop, Once once,
+                                           Wait wait) {
     lock_options lo;
     lo.ttl = o.ttl;
-    acquisition out;
-    if (o.wait && o.wait->count() == 0) {
-        auto got = co_await or_signal(lk.co_try_lock(o.name, lo), stop);
+    acquisition<Held> out;
+    try {
+        if (o.wait && o.wait->count() == 0) {
+            auto got = co_await or_signal(once(lo), stop);
+            out.signal = got.signal;
+            if (got.value)
+                out.held = std::move(*got.value);
+            co_return out;
+        }
+        lo.wait_timeout = o.wait;
+        auto got = co_await or_signal(wait(lo), stop);
         out.signal = got.signal;
-        if (got.value)
-            out.guard = std::move(*got.value);
-        co_return out;
+        out.held = std::move(got.value);
+    } catch (boost::system::system_error const& e) {
+        if (e.code() != colock::error::timeout)
+            throw;
+        out.timed_out = true;
     }
-    lo.wait_timeout = o.wait;
-    auto got = co_await or_signal(lk.co_lock(o.name, lo), stop);
-    out.signal = got.signal;
-    out.guard = std::move(got.value);
     co_return out;
 }
 
@@ -81,62 +93,34 @@ asio::awaitable<std::string> permits_text(semaphore& sem) {
     co_return std::string{};
 }
 
-struct permit_acquisition {
-    std::optional<permit> held;
-    /// The signal that ended the wait, or 0.
-    int signal = 0;
-};
-
-// As acquire, for one permit of `sem` (and --wait 0's attempt without a wait_timeout alike).
-asio::awaitable<permit_acquisition> acquire_permit(options const& o, semaphore& sem,
-                                                   asio::signal_set& stop) {
-    lock_options lo;
-    lo.ttl = o.ttl;
-    permit_acquisition out;
-    if (o.wait && o.wait->count() == 0) {
-        auto got = co_await or_signal(sem.co_try_acquire(lo), stop);
-        out.signal = got.signal;
-        if (got.value)
-            out.held = std::move(*got.value);
-        co_return out;
-    }
-    lo.wait_timeout = o.wait;
-    auto got = co_await or_signal(sem.co_acquire(lo), stop);
-    out.signal = got.signal;
-    out.held = std::move(got.value);
-    co_return out;
-}
-
 // exec --permits N: the command runs under one permit of semaphore NAME of capacity N.
 asio::awaitable<int> run_exec_permit(options const& o, redis::connection& conn, locker& lk,
                                      tool_signals& sigs) {
     semaphore sem{lk, o.name, *o.permits};
     auto const name = printable(o.name);
-    permit_acquisition got;
-    bool timed_out = false;
+    acquisition<permit> got;
     try {
-        got = co_await acquire_permit(o, sem, sigs.stop);
+        got = co_await acquire<permit>(
+            o, sigs.stop, [&sem](lock_options lo) { return sem.co_try_acquire(lo); },
+            [&sem](lock_options lo) { return sem.co_acquire(lo); });
     } catch (boost::system::system_error const& e) {
         // The arguments were checked before: the server holds another capacity for the name
         // (the library's message names both).
-        if (e.code() == colock::error::invalid_argument) {
-            std::string text = e.what();
-            if (text.starts_with("colock: "))
-                text.erase(0, 8);
-            complain(printable(text));
-            co_return exit_capacity_mismatch;
-        }
-        if (e.code() != colock::error::timeout)
+        if (e.code() != colock::error::invalid_argument)
             throw;
-        timed_out = true;
+        std::string text = e.what();
+        if (text.starts_with("colock: "))
+            text.erase(0, 8);
+        complain(printable(text));
+        co_return exit_capacity_mismatch;
     }
     if (got.signal != 0) {
         co_await let_queue_exit_go_out(conn);
         co_return 128 + got.signal;
     }
-    if (timed_out || !got.held) {
+    if (got.timed_out || !got.held) {
         auto const held = co_await permits_text(sem);
-        if (timed_out)
+        if (got.timed_out)
             complain(fmt::format("no permit of semaphore '{}' acquired within {}{}", name,
                                  format_duration(*o.wait), held));
         else
@@ -150,51 +134,6 @@ asio::awaitable<int> run_exec_permit(options const& o, redis::connection& conn, 
     co_return co_await run_under_lease(o, lease, words, sigs);
 }
 
-// A read or write lock taken, or the signal that ended the wait.
-template <class Guard>
-struct rw_acquisition {
-    std::optional<Guard> held;
-    int signal = 0;
-};
-
-// As acquire, for read-write lock NAME, as a reader (`Guard` read_guard) or as its writer.
-template <class Guard>
-asio::awaitable<rw_acquisition<Guard>> acquire_rw(options const& o, rw_lock& rw,
-                                                  asio::signal_set& stop) {
-    constexpr bool reader = std::is_same_v<Guard, read_guard>;
-    lock_options lo;
-    lo.ttl = o.ttl;
-    rw_acquisition<Guard> out;
-    if (o.wait && o.wait->count() == 0) {
-        // One attempt, not cut short by a wait_timeout of 0 (see acquire_permit).
-        std::optional<Guard> one;
-        if constexpr (reader) {
-            auto got = co_await or_signal(rw.co_try_lock_shared(lo), stop);
-            out.signal = got.signal;
-            if (got.value)
-                one = std::move(*got.value);
-        } else {
-            auto got = co_await or_signal(rw.co_try_lock(lo), stop);
-            out.signal = got.signal;
-            if (got.value)
-                one = std::move(*got.value);
-        }
-        out.held = std::move(one);
-        co_return out;
-    }
-    lo.wait_timeout = o.wait;
-    if constexpr (reader) {
-        auto got = co_await or_signal(rw.co_lock_shared(lo), stop);
-        out.signal = got.signal;
-        out.held = std::move(got.value);
-    } else {
-        auto got = co_await or_signal(rw.co_lock(lo), stop);
-        out.signal = got.signal;
-        out.held = std::move(got.value);
-    }
-    co_return out;
-}
-
 // exec --shared / --exclusive: the command runs under read-write lock NAME, as a reader or as
 // its writer.
 template <class Guard>
@@ -204,21 +143,21 @@ asio::awaitable<int> run_exec_rw(options const& o, redis::connection& conn, lock
     std::string_view const what = reader ? "read lock" : "write lock";
     rw_lock rw{lk, o.name};
     auto const name = printable(o.name);
-    rw_acquisition<Guard> got;
-    bool timed_out = false;
-    try {
-        got = co_await acquire_rw<Guard>(o, rw, sigs.stop);
-    } catch (boost::system::system_error const& e) {
-        if (e.code() != colock::error::timeout)
-            throw;
-        timed_out = true;
-    }
+    acquisition<Guard> got;
+    if constexpr (reader)
+        got = co_await acquire<Guard>(
+            o, sigs.stop, [&rw](lock_options lo) { return rw.co_try_lock_shared(lo); },
+            [&rw](lock_options lo) { return rw.co_lock_shared(lo); });
+    else
+        got = co_await acquire<Guard>(
+            o, sigs.stop, [&rw](lock_options lo) { return rw.co_try_lock(lo); },
+            [&rw](lock_options lo) { return rw.co_lock(lo); });
     if (got.signal != 0) {
         co_await let_queue_exit_go_out(conn);
         co_return 128 + got.signal;
     }
-    if (timed_out || !got.held) {
-        if (timed_out)
+    if (got.timed_out || !got.held) {
+        if (got.timed_out)
             complain(fmt::format("the {} of '{}' was not acquired within {}", what, name,
                                  format_duration(*o.wait)));
         else
@@ -246,22 +185,16 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
     if (o.rw == options::rw_mode::exclusive)
         co_return co_await run_exec_rw<write_guard>(o, conn, lk, sigs);
 
-    acquisition got;
-    bool timed_out = false;
-    try {
-        got = co_await acquire(o, lk, sigs.stop);
-    } catch (boost::system::system_error const& e) {
-        if (e.code() != colock::error::timeout)
-            throw;
-        timed_out = true;
-    }
+    auto got = co_await acquire<lock_guard>(
+        o, sigs.stop, [&lk, &o](lock_options lo) { return lk.co_try_lock(o.name, lo); },
+        [&lk, &o](lock_options lo) { return lk.co_lock(o.name, lo); });
     if (got.signal != 0) {
         co_await let_queue_exit_go_out(conn);
         co_return 128 + got.signal;
     }
-    if (timed_out || !got.guard) {
+    if (got.timed_out || !got.held) {
         auto const holder = co_await holder_text(lk, o.name);
-        if (timed_out)
+        if (got.timed_out)
             complain(fmt::format("lock '{}' not acquired within {}{}", printable(o.name),
                                  format_duration(*o.wait), holder));
         else
@@ -271,7 +204,7 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
     auto const name = printable(o.name);
     lease_words const words{fmt::format("the lock '{}'", name),
                             fmt::format("release the lock '{}'", name)};
-    guard_lease lease{*got.guard};
+    guard_lease lease{*got.held};
     co_return co_await run_under_lease(o, lease, words, sigs);
 }
 
