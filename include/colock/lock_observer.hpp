@@ -22,6 +22,9 @@ enum class acquired_by {
     /// A holder of this locker passed its lease on, without a round trip to the server
     /// (lock_options::cohort_limit).
     local_handoff,
+    /// The locker had kept the lease after a holder let go (lock_options::retain): no round
+    /// trip to the server.
+    retained,
 };
 
 /// Why a lease was lost.
@@ -72,9 +75,11 @@ struct released_event {
     std::int64_t fence = 0;
     /// From the call that acquired the lock to its release.
     std::chrono::steady_clock::duration held{};
-    /// The lease went to a waiter of this locker, with no round trip; otherwise it was sent
-    /// back to the server.
+    /// The lease went to a waiter of this locker, with no round trip.
     bool handed_locally = false;
+    /// The locker keeps the lease for its next co_lock of the name (lock_options::retain).
+    /// With neither this nor handed_locally, the lease was sent back to the server.
+    bool retained = false;
 };
 
 /// A holder's lease was lost. wait_lost() completes for it.

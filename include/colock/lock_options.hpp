@@ -73,6 +73,17 @@ struct lock_options {
     /// max_lock_ttl.
     std::chrono::milliseconds replicas_timeout{1000};
 
+    /// Lease retention (opt-in; locks only). When a holder lets go with no waiter of this
+    /// process to hand the lease to and no other process queued for it, the locker keeps the
+    /// lease in Redis for up to this long instead of releasing it: a co_lock or co_try_lock of
+    /// the name through the same locker then takes it with no round trip (a new guard, token
+    /// and fence, as cohort hand-off gives). Another process's attempt queues and tells this
+    /// locker, which gives the lease back at once; the lease is also given back when `retain`
+    /// ends, before it is due for renewal (it is not renewed while kept), when the connection
+    /// is lost or closed, and when the locker goes. Needs auto_renew. 0, the default, releases
+    /// at once. At most max_lock_ttl. Read from the releasing holder's options.
+    std::chrono::milliseconds retain{0};
+
     /// The renew interval in effect: renew_interval, or ttl / 3 when it is not set.
     std::chrono::milliseconds effective_renew_interval() const noexcept {
         return renew_interval.value_or(ttl / 3);

@@ -48,11 +48,10 @@ std::string acquirer::timeout_text(lock_options const& opt) const {
                              locker_.store().last_error_text());
 }
 
-std::shared_ptr<guard_state> acquirer::make_guard(std::string name, lock_keys keys,
-                                                  std::string token, std::int64_t fence,
-                                                  lock_options const& opt,
-                                                  clock_type::time_point attempt_start,
-                                                  std::uint64_t server_changes) {
+std::shared_ptr<guard_state>
+acquirer::make_guard(std::string name, lock_keys keys, std::string token, std::int64_t fence,
+                     lock_options const& opt, clock_type::time_point attempt_start,
+                     std::uint64_t server_changes, bool others_queued) {
     lease_origin origin;
     origin.lease_token = token;
     origin.lease_fence = fence;
@@ -62,6 +61,7 @@ std::shared_ptr<guard_state> acquirer::make_guard(std::string name, lock_keys ke
     origin.server_changes = server_changes;
     origin.acquired_at = attempt_start;
     origin.deadline = attempt_start + locker_.store().safe_ttl(opt.ttl);
+    origin.others_queued_at_grant = others_queued;
     auto st =
         std::make_shared<guard_state>(locker_.shared_from_this(), std::move(name), std::move(keys),
                                       std::move(token), fence, opt, std::move(origin));
@@ -71,7 +71,8 @@ std::shared_ptr<guard_state> acquirer::make_guard(std::string name, lock_keys ke
 
 std::shared_ptr<guard_state> acquirer::make_handed_guard(std::string name, lock_keys keys,
                                                          std::string token, lease_baton baton,
-                                                         lock_options const& opt) {
+                                                         lock_options const& opt,
+                                                         bool from_retention) {
     lease_origin origin;
     origin.lease_token = std::move(baton.lease_token);
     origin.lease_fence = baton.lease_fence;
@@ -80,6 +81,8 @@ std::shared_ptr<guard_state> acquirer::make_handed_guard(std::string name, lock_
     origin.server_changes = baton.server_changes;
     origin.acquired_at = clock_type::now();
     origin.deadline = baton.deadline;
+    origin.from_retention = from_retention;
+    origin.others_queued_at_grant = baton.others_queued;
     auto st =
         std::make_shared<guard_state>(locker_.shared_from_this(), std::move(name), std::move(keys),
                                       std::move(token), baton.fence, opt, std::move(origin));
@@ -123,8 +126,14 @@ acquirer::try_once(lock_keys const& keys, std::string const& token, std::string 
     }
     if (r.ec == asio::error::operation_aborted && !cancelled(cs))
         r.ec = error::timeout; // stopped by the wait deadline before it was sent
-    if (!r.ec && r.granted)
-        out.state = make_guard(name, keys, token, r.fence, opt, started, server_changes);
+    if (!r.ec && r.granted) {
+        out.state =
+            make_guard(name, keys, token, r.fence, opt, started, server_changes, r.others_queued);
+        // A lease that may be kept at its let-go: a locker elsewhere that queues meanwhile is
+        // heard.
+        if (opt.retain.count() > 0 && !r.others_queued && keys.record_key.empty())
+            locker_.retained().watch(keys);
+    }
     co_return r;
 }
 

@@ -38,10 +38,12 @@ public:
              lock_options const& opt, queueing queue, boost::asio::cancellation_state cs,
              clock_type::time_point deadline, lock_outcome& out);
 
-    // The guard of a waiter that took a baton: the lease goes on, with the waiter's token.
+    // The guard of a waiter that took a baton, or of a call that took a kept lease
+    // (`from_retention`): the lease goes on, with the new holder's token.
     std::shared_ptr<guard_state> make_handed_guard(std::string name, lock_keys keys,
                                                    std::string token, lease_baton baton,
-                                                   lock_options const& opt);
+                                                   lock_options const& opt,
+                                                   bool from_retention = false);
 
     static void set_failure(lock_outcome& out, std::string const& name,
                             boost::system::error_code ec, std::string const& detail_text);
@@ -64,7 +66,7 @@ private:
     std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
                                             std::int64_t fence, lock_options const& opt,
                                             clock_type::time_point attempt_start,
-                                            std::uint64_t server_changes);
+                                            std::uint64_t server_changes, bool others_queued);
 
     locker_impl& locker_;
 };

@@ -49,7 +49,8 @@ bool locker_impl::hand_off_locally(guard_state& st) {
         return false;
     next.baton = std::make_unique<lease_baton>(
         lease_baton{st.lease_token(), st.lease_fence(), st.fence() + 1, st.lease_granted_at(),
-                    st.deadline(), st.local_handoffs() + 1, st.server_generation()});
+                    st.deadline(), st.local_handoffs() + 1, st.server_generation(),
+                    q->others_queued || st.others_queued_at_grant()});
     local_queues::wake(next, wake_reason::handed);
     return true;
 }
@@ -98,6 +99,7 @@ void locker_impl::on_forced(std::string const& payload) {
     auto const token = rest.substr(0, space);
     auto const key = rest.substr(space + 1);
     book_->mark_forced_lost(key, token);
+    retained_.on_forced(key, token);
     // A waiter here that a holder of this process handed the lease to must not take it now.
     // The key no longer holds the lease (the script made it "R <fence> -"), so the give-back
     // changes nothing there; with Redlock the store forgets the lease.

@@ -123,6 +123,7 @@ asio::awaitable<leadership> election::co_campaign(std::string value, lock_option
     auto core = core_;
     // Each term is granted by the server: never handed within this process without it.
     opt.cohort_limit = 0;
+    opt.retain = std::chrono::milliseconds{0}; // nor kept for the next campaign
     auto const wait_until = opt.wait_timeout ? std::chrono::steady_clock::now() + *opt.wait_timeout
                                              : std::chrono::steady_clock::time_point::max();
     for (;;) {

@@ -89,6 +89,13 @@ void validate(std::string_view name, lock_options const& opt) {
     if (opt.max_hold && opt.max_hold->count() < 0)
         refuse(fmt::format("lock_options.max_hold must not be negative (got {} ms)",
                            opt.max_hold->count()));
+    if (opt.retain.count() < 0 || opt.retain > max_lock_ttl)
+        refuse(fmt::format("lock_options.retain must be between 0 and max_lock_ttl ({} ms), got "
+                           "{} ms",
+                           max_lock_ttl.count(), opt.retain.count()));
+    if (opt.retain.count() > 0 && !opt.auto_renew)
+        refuse("lock_options.retain needs auto_renew: a kept lease goes back by the time its "
+               "holder would have renewed it");
     if (opt.wait_replicas > 0 &&
         (opt.replicas_timeout.count() <= 0 || opt.replicas_timeout > max_lock_ttl))
         refuse(fmt::format("lock_options.replicas_timeout must be positive and at most "

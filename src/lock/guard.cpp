@@ -133,28 +133,55 @@ void send_release(std::shared_ptr<guard_state> st) {
 
 } // namespace
 
+namespace {
+
+// Whether a local taker may come for the lease of `st`: one in the queue, or the next co_lock
+// of a kept lease. Its renewal timer then stays armed (a re-arm costs a system call).
+bool local_taker_may_come(guard_state const& st) {
+    return st.locker().waiting() > 0 || st.options().retain.count() > 0;
+}
+
+// On the strand, `st` stopped: the lease goes to a waiter here, or is kept here
+// (lock_options::retain); false when it must go back to Redis.
+bool let_go_locally(guard_state& st) {
+    auto& locker = st.locker();
+    bool const handed = locker.hand_off_locally(st);
+    bool const kept = !handed && locker.retained().keep(st);
+    locker.notes().released(st, handed, kept);
+    if (handed || kept)
+        return true;
+    locker.retained().forget(st.keys());
+    if (locker.waiting() == 0)
+        locker.book()->cancel_idle_timer(); // kept for a taker that did not come
+    return false;
+}
+
+} // namespace
+
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
-    st->stop(st->locker().waiting() > 0); // a local taker re-arms no timer
-    bool const handed = st->locker().hand_off_locally(*st);
-    st->locker().notes().released(*st, handed);
-    if (handed)
+    st->stop(local_taker_may_come(*st));
+    if (let_go_locally(*st))
         co_return std::tuple{error_code{}, true};
     co_return co_await release_to_server(std::move(st));
 }
 
-// With no waiter in this process, the first attempt is handed to the store here, on the
-// caller's thread, so that it is queued before anything the caller does next: a close()
-// right after still sends it, and nothing reopens the connection later. A passing error (a
-// lost connection, BUSY, LOADING) hands the release to the retrying one on the strand. With
-// waiters here, the strand decides first whether the lease goes to one of them.
+// With no waiter in this process (and no retention), the first attempt is handed to the store
+// here, on the caller's thread, so that it is queued before anything the caller does next: a
+// close() right after still sends it, and nothing reopens the connection later. A passing error
+// (a lost connection, BUSY, LOADING) hands the release to the retrying one on the strand. With
+// waiters here, or a lease that may be kept, the strand decides first whether the lease goes to
+// one of them, or stays.
 void release_in_background(std::shared_ptr<guard_state> st) {
-    if (st->locker().waiting() > 0) {
+    if (local_taker_may_come(*st)) {
+        bool const may_keep = st->options().retain.count() > 0;
+        if (may_keep)
+            st->locker().retained().let_go_pending(st);
         auto strand = st->strand();
-        asio::dispatch(strand, [st = std::move(st)]() mutable {
-            st->stop(st->locker().waiting() > 0);
-            bool const handed = st->locker().hand_off_locally(*st);
-            st->locker().notes().released(*st, handed);
-            if (!handed)
+        asio::dispatch(strand, [st = std::move(st), may_keep]() mutable {
+            if (may_keep && !st->locker().retained().let_go_arrived(*st))
+                return; // the connection's close gave the lease back meanwhile
+            st->stop(local_taker_may_come(*st));
+            if (!let_go_locally(*st))
                 send_release(std::move(st));
         });
         return;
@@ -165,7 +192,7 @@ void release_in_background(std::shared_ptr<guard_state> st) {
 void release_now(std::shared_ptr<guard_state> st) {
     asio::dispatch(st->strand(), [st] {
         st->stop();
-        st->locker().notes().released(*st, false);
+        st->locker().notes().released(*st, false, false);
     });
     send_release(std::move(st));
 }

@@ -40,6 +40,10 @@ struct lease_origin {
     std::uint64_t server_changes = 0;  // the store's count when the grant was checked
     clock_type::time_point acquired_at;
     clock_type::time_point deadline; // the lease's local bound
+    // Redis's grant said a locker of another process was queued for the lease: it is not
+    // retained (lock_options::retain) when let go.
+    bool others_queued_at_grant = false;
+    bool from_retention = false; // taken from a lease the locker kept (lock_options::retain)
 };
 
 // A lock guard's state: the lease core, with the lock's identity (name, keys, this holder's
@@ -62,6 +66,8 @@ public:
     std::int64_t lease_fence() const noexcept { return origin_.lease_fence; }
     clock_type::time_point lease_granted_at() const noexcept { return origin_.granted_at; }
     std::size_t local_handoffs() const noexcept { return origin_.local_handoffs; }
+    bool others_queued_at_grant() const noexcept { return origin_.others_queued_at_grant; }
+    bool from_retention() const noexcept { return origin_.from_retention; }
 
     // Joins the locker's book and starts renewing; once, when made.
     void hold();

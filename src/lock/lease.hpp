@@ -164,6 +164,8 @@ public:
         return clock_type::time_point(clock_type::duration(deadline_ticks_.load()));
     }
     bool running() const noexcept { return clock_type::now() < deadline(); }
+    // When a holder renewing it would renew it next, counted from now (next_renewal).
+    clock_type::time_point renewal_due() const { return next_renewal(); }
     // The ttl the lease was last granted or extended with.
     std::chrono::milliseconds ttl() const noexcept { return ttl_; }
     clock_type::time_point acquired_at() const noexcept { return acquired_at_; }

@@ -37,6 +37,7 @@ struct lease_baton {
     clock_type::time_point deadline;   // the lease's local bound
     std::size_t local_handoffs;        // this one included
     std::uint64_t server_changes;      // the store's count when the lease was granted
+    bool others_queued = false;        // a locker of another process was queued for it
 };
 
 // One local waiter of a contended co_lock: the queue node of its lock_operation, linked into

@@ -74,6 +74,13 @@ void lock_calls::begin(std::shared_ptr<lock_operation> const& op) {
     op->deadlines_.first_connect =
         std::min(op->deadlines_.wait, saturating_add(start, op->opt_.first_connect_timeout));
     op->own_keys_ = std::make_unique<lock_keys>(op->space_, op->name_, locker_.id());
+    if (auto kept = locker_.retained().take(*op->own_keys_)) {
+        // The locker kept the lease when its last holder let go: no round trip.
+        op->out_.state = locker_.asks().make_handed_guard(
+            op->name_, *op->own_keys_, op->holder_token(), std::move(*kept), op->opt_, true);
+        finish(*op);
+        return;
+    }
     if (op->wait_ && locker_.queues().busy(*op->own_keys_)) {
         // Others of this process wait on the name, or ask for it now: queue behind them (FIFO,
         // and no attempt that would fail anyway), parked until its turn.

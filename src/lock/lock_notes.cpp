@@ -13,9 +13,10 @@ void lock_notes::acquired(guard_state const& st, clock_type::time_point call_sta
                           bool waited) const {
     if (!observer_)
         return;
-    auto const how = st.local_handoffs() > 0 ? acquired_by::local_handoff
-                     : waited                ? acquired_by::server_after_wait
-                                             : acquired_by::first_attempt;
+    auto const how = st.from_retention()       ? acquired_by::retained
+                     : st.local_handoffs() > 0 ? acquired_by::local_handoff
+                     : waited                  ? acquired_by::server_after_wait
+                                               : acquired_by::first_attempt;
     observer_->on_acquired(
         {st.name(), st.fence(), clock_type::now() - call_started, attempts, how});
 }
@@ -25,10 +26,10 @@ void lock_notes::queue(std::string const& name, std::size_t waiters) const {
         observer_->on_queue({name, waiters});
 }
 
-void lock_notes::released(guard_state const& st, bool handed_locally) const {
+void lock_notes::released(guard_state const& st, bool handed_locally, bool retained) const {
     if (observer_ && !st.lost())
-        observer_->on_released(
-            {st.name(), st.fence(), clock_type::now() - st.acquired_at(), handed_locally});
+        observer_->on_released({st.name(), st.fence(), clock_type::now() - st.acquired_at(),
+                                handed_locally, retained});
 }
 
 void lock_notes::lost(guard_state const& st, loss_reason why) const {

@@ -31,7 +31,7 @@ public:
     void acquired(guard_state const& st, clock_type::time_point call_started, int attempts,
                   bool waited) const;
     void queue(std::string const& name, std::size_t waiters) const;
-    void released(guard_state const& st, bool handed_locally) const;
+    void released(guard_state const& st, bool handed_locally, bool retained) const;
     void lost(guard_state const& st, loss_reason why) const;
     void renewal(guard_state const& st, clock_type::duration latency, bool extended,
                  boost::system::error_code ec) const;

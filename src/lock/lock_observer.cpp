@@ -11,6 +11,8 @@ std::string_view to_string(acquired_by how) noexcept {
         return "server_after_wait";
     case acquired_by::local_handoff:
         return "local_handoff";
+    case acquired_by::retained:
+        return "retained";
     }
     return "unknown";
 }

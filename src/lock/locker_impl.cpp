@@ -28,6 +28,7 @@ locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix,
     , acquirer_(*this)
     , calls_(*this)
     , waits_(*this)
+    , retained_(*this)
     , book_(std::make_shared<lease_book>(
           strand_, [store = store_](milliseconds ttl) { return store->safe_ttl(ttl); })) {}
 
@@ -41,6 +42,7 @@ void locker_impl::close() {
     asio::dispatch(strand_, [self = shared_from_this()] {
         self->calls_.abort_pending();
         self->routes_.closed();
+        self->retained_.close();
         self->record_->close();
         self->book_->cancel_idle_timer();
     });
@@ -67,8 +69,11 @@ void locker_impl::drop_handlers_at_shutdown() noexcept {
 void locker_impl::on_message(std::string const& channel, std::string const& payload) {
     if (channel == record_->key())
         on_forced(payload);
-    else if (!routes_.deliver(channel, payload))
+    else if (!routes_.deliver(channel, payload)) {
+        if (payload == "q")
+            retained_.on_queued(channel);
         queues_.on_message(channel, payload);
+    }
 }
 
 void locker_impl::on_reconnect() {
@@ -76,6 +81,8 @@ void locker_impl::on_reconnect() {
     // Messages published while the connection was down were missed: let every head look.
     queues_.wake_heads();
     routes_.reconnected();
+    // A waiter elsewhere may have gone unheard: the kept leases go back.
+    retained_.give_all_back();
     // The outage may have outlasted a lease, or the server may have lost its keys: renew now
     // rather than at the next interval, so a loss is known one round trip after reconnecting.
     book_->renew_all_now();
@@ -86,10 +93,12 @@ void locker_impl::on_connection_close() noexcept {
         // Every lease held through the connection goes back now, on this thread, so that the
         // close sends it; a guard let go afterwards has nothing left to send (unlock() answers
         // false, extend() not_held). Not to a waiter here: the calls under way end too.
+        retained_.give_all_back_now();
         book_->give_all_back_now();
         asio::dispatch(strand_, [self = shared_from_this()] {
             self->calls_.abort_pending();
             self->routes_.closed();
+            self->retained_.drop_all();
         });
     } catch (...) {
         // Out of memory: what was not handed to the connection runs out by its ttl.
@@ -104,6 +113,7 @@ void locker_impl::on_server_change() {
     // kept their keys.
     record_->forget_written();
     book_->mark_replaced_lost();
+    retained_.give_all_back();
 }
 
 } // namespace colock::detail

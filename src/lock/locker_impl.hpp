@@ -15,6 +15,7 @@
 #include "lock_notes.hpp"
 #include "lock_operation.hpp"
 #include "queue_wait.hpp"
+#include "retention.hpp"
 
 #include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
@@ -73,6 +74,8 @@ public:
     holder_record& record() noexcept { return *record_; }
     // The channels of the synchronizers built on this locker (an election's watches).
     channel_routes& routes() noexcept { return routes_; }
+    // The leases kept after their holders let go (lock_options::retain).
+    retained_leases& retained() noexcept { return retained_; }
 
     // Cohort hand-off (cohort.cpp), on the strand: passes the lease of `st`, which is letting
     // go, to the next waiter of this process on its name, if allowed; true when it did.
@@ -114,6 +117,7 @@ private:
     lock_calls calls_;
     queue_wait waits_;
     channel_routes routes_;
+    retained_leases retained_;
     // The leases of the guards taken through this locker: their renewal schedule, and the
     // book a reconnection, a server change and the connection's close go through.
     std::shared_ptr<lease_book> const book_;

@@ -36,9 +36,10 @@ std::set<std::string> names_between(Enum first, Enum last) {
 TEST_CASE("to_string names every enumerator of the observer's enumerations") {
     using colock::acquired_by;
     using colock::loss_reason;
-    names_between(acquired_by::first_attempt, acquired_by::local_handoff);
+    names_between(acquired_by::first_attempt, acquired_by::retained);
     names_between(loss_reason::not_ours, loss_reason::forced);
     CHECK(to_string(acquired_by::local_handoff) == std::string_view("local_handoff"));
+    CHECK(to_string(acquired_by::retained) == std::string_view("retained"));
     CHECK(to_string(loss_reason::server_replaced) == std::string_view("server_replaced"));
 }
 
