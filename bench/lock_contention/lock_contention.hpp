@@ -29,7 +29,8 @@ inline constexpr auto drain_limit = std::chrono::seconds{20};
 struct options : common_options {
     // Which scenarios run (--scenarios).
     bool uncontended = false, hot_key = false, memory = false; // a, b, c
-    bool s1 = true, s1_letgo = true, s2 = true, s3 = true, s4 = true, sweep = false;
+    bool s1 = true, s1_letgo = true, s1_retain = true, s2 = true, s3 = true, s4 = true,
+         sweep = false;
 
     double seconds = 3.0;       // the measuring window of every timed scenario
     double limit_seconds = 0.5; // each redis-benchmark run of the limit line
@@ -204,6 +205,11 @@ void run_handoff(asio::io_context& io, redis::config const& cfg, options const& 
 /// c. waiters_memory (memory.cpp). Returns false when the waiters did not all leave cleanly.
 bool run_memory(asio::io_context& io, redis::config const& cfg, options const& opts);
 
+/// Another process's wait for a name a locker keeps (lock_options::retain), next to its wait
+/// for a free name (retained_wait.cpp); `ping` measured on `d`.
+void run_retained_wait(asio::io_context& io, deployment const& d, options const& opts,
+                       latency_summary const& ping);
+
 /// One scenario's rate and cost on one deployment: a row of the side-by-side table of --redlock.
 struct side_figure {
     std::string shape;      // "S1", "S3", "S3 cohorts off", "S4"
@@ -217,13 +223,19 @@ struct side_figure {
 void report_side_by_side(std::vector<side_figure> const& figures, options const& opts);
 
 /// S1 (1 coroutine) or S2 (64), each on its own name, next to the single server's
-/// single-connection or pipelined limit (own_names.cpp); S1-letgo with `let_go` (one coroutine
-/// that lets its guard go instead of awaiting unlock()): once per deployment (the single
+/// single-connection or pipelined limit (own_names.cpp); S1-letgo (one coroutine that lets its
+/// guard go instead of awaiting unlock()) and S1-retain (a lease kept at unlock) by `end`: once
+/// per deployment (the single
 /// server, then with --cluster the cluster, with --redlock the primaries), with `pings[i]`
 /// measured on `deployments[i]`. Returns one figure per deployment.
+enum class cycle_end {
+    unlock, // co_await unlock()
+    let_go, // the guard's destructor
+    retain, // co_await unlock() with lock_options::retain: the locker keeps the lease
+};
 std::vector<side_figure> run_own_names(asio::io_context& io,
                                        std::vector<deployment> const& deployments,
-                                       options const& opts, std::size_t coroutines, bool let_go,
+                                       options const& opts, std::size_t coroutines, cycle_end end,
                                        limits const& limit,
                                        std::vector<latency_summary> const& pings);
 

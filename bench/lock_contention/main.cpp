@@ -21,6 +21,9 @@
 //       p50/p99 next to the PING round trip.
 //   S1-letgo  S1 with the guard let go (its destructor) instead of awaiting unlock(): the
 //       release rides ahead of the next acquisition, so a cycle costs one round trip.
+//   S1-retain  S1 with lock_options::retain (1 s): the locker keeps the lease at unlock() and the
+//       next co_lock takes it with no round trip; then the wait of another process's co_lock
+//       for a name kept so, next to its wait for a free name.
 //   S2  64 coroutines on their own names: cycles/s next to the pipelined limit.
 //   S3  N coroutines (--hot-waiters, 64) on one name, critical section inside++ / overlap check /
 //       yield / inside--: acquisitions/s, per-coroutine min/max, wait percentiles and histogram,
@@ -69,9 +72,11 @@ using contention::options;
 constexpr std::string_view usage_text =
     R"(usage: lock_contention [options]
 
-  --scenarios LIST      comma-separated (default S1,S1-letgo,S2,S3,S4):
+  --scenarios LIST      comma-separated (default S1,S1-letgo,S1-retain,S2,S3,S4):
                           S1, S2, S3, S4 = the peer harness's shapes (see the source's header)
                           S1-letgo = S1 letting the guard go instead of awaiting unlock()
+                          S1-retain = S1 with the lease kept at unlock (lock_options::retain),
+                            and another process's wait for a kept name
                           sweep = S3 and S4 at 1, 2, 4, ... --sweep-max coroutines in all
                           a = uncontended_64_keys, b = hot_key_handoff, c = waiters_memory
   --seconds S           measuring time of each timed scenario or sweep point, after a 0.5 s
@@ -115,7 +120,7 @@ bench/plot.sh turns a --json run into PNG plots.
 
 void parse_scenarios(std::string_view text, options& opts) {
     opts.uncontended = opts.hot_key = opts.memory = false;
-    opts.s1 = opts.s1_letgo = opts.s2 = opts.s3 = opts.s4 = opts.sweep = false;
+    opts.s1 = opts.s1_letgo = opts.s1_retain = opts.s2 = opts.s3 = opts.s4 = opts.sweep = false;
     while (true) {
         auto const comma = text.find(',');
         auto const item = text.substr(0, comma);
@@ -129,6 +134,8 @@ void parse_scenarios(std::string_view text, options& opts) {
             opts.s1 = true;
         else if (item == "S1-letgo" || item == "s1-letgo")
             opts.s1_letgo = true;
+        else if (item == "S1-retain" || item == "s1-retain")
+            opts.s1_retain = true;
         else if (item == "S2" || item == "s2")
             opts.s2 = true;
         else if (item == "S3" || item == "s3")
@@ -139,7 +146,7 @@ void parse_scenarios(std::string_view text, options& opts) {
             opts.sweep = true;
         else
             throw usage_error(fmt::format("--scenarios: unknown scenario \"{}\" (use S1, S1-letgo, "
-                                          "S2, S3, S4, sweep, a, b, c)",
+                                          "S1-retain, S2, S3, S4, sweep, a, b, c)",
                                           item));
         if (comma == std::string_view::npos)
             return;
@@ -276,11 +283,19 @@ int main(int argc, char** argv) {
         if (opts.memory)
             ok = contention::run_memory(io, cfg, opts) && ok;
         if (opts.s1)
-            add_figures(contention::run_own_names(io, deployments, opts, 1, false, limit, pings));
+            add_figures(contention::run_own_names(io, deployments, opts, 1,
+                                                  contention::cycle_end::unlock, limit, pings));
         if (opts.s1_letgo)
-            add_figures(contention::run_own_names(io, deployments, opts, 1, true, limit, pings));
+            add_figures(contention::run_own_names(io, deployments, opts, 1,
+                                                  contention::cycle_end::let_go, limit, pings));
+        if (opts.s1_retain) {
+            add_figures(contention::run_own_names(io, deployments, opts, 1,
+                                                  contention::cycle_end::retain, limit, pings));
+            contention::run_retained_wait(io, deployments.front(), opts, pings.front());
+        }
         if (opts.s2)
-            add_figures(contention::run_own_names(io, deployments, opts, 64, false, limit, pings));
+            add_figures(contention::run_own_names(io, deployments, opts, 64,
+                                                  contention::cycle_end::unlock, limit, pings));
         if (opts.s3) {
             for (auto const& d : hot_deployments)
                 add_hot(contention::run_hot_in_process(io, d, opts, opts.hot_waiters, false,

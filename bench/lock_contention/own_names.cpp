@@ -4,7 +4,8 @@
 // connection: its cycles/s sit next to the pipelined limit, the server's ceiling. S1-letgo is S1
 // with the guard let go (its destructor) instead of an awaited unlock(): the release is handed
 // to the connection at once, ahead of the next acquisition, so a cycle should cost one round
-// trip (its cycle time sits next to the PING's).
+// trip (its cycle time sits next to the PING's). S1-retain is S1 with lock_options::retain: the
+// locker keeps the lease at unlock(), and the next co_lock takes it with no round trip.
 //
 // With --cluster or --redlock each runs again in the same run, after the single server: on a
 // throwaway Redis Cluster (3 primaries), where the names' hash tags ({own:i}) spread S2's 64 names
@@ -38,7 +39,8 @@ struct own_names_state : run_state {
 
 asio::awaitable<void> own_name_worker(std::shared_ptr<colock::locker> locker,
                                       std::shared_ptr<own_names_state> state, std::string name,
-                                      colock::lock_options opt, bool let_go) {
+                                      colock::lock_options opt, cycle_end end) {
+    bool const let_go = end == cycle_end::let_go;
     while (state->current != run_state::phase::stop) {
         auto const start = steady::now();
         auto guard = co_await locker->co_lock(name, opt);
@@ -89,8 +91,9 @@ struct own_names_result {
 };
 
 asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::nanoseconds window,
-                                                    std::size_t coroutines, bool let_go,
+                                                    std::size_t coroutines, cycle_end end,
                                                     colock::lock_options opt) {
+    bool const let_go = end == cycle_end::let_go;
     auto const ex = co_await asio::this_coro::executor;
     auto target = co_await lock_target::open(d, run_prefix());
     auto const& locker = target.locker();
@@ -108,7 +111,7 @@ asio::awaitable<own_names_result> measure_own_names(deployment d, std::chrono::n
         auto name = fmt::format("own:{}", i);
         asio::co_spawn(ex,
                        run_worker(state, fmt::format("worker on {}", name),
-                                  own_name_worker(locker, state, name, opt, let_go)),
+                                  own_name_worker(locker, state, name, opt, end)),
                        asio::detached);
     }
     r.seconds = co_await run_phases(state, window, coroutines, stats, r.cpu);
@@ -167,15 +170,22 @@ void print_json(own_names_result const& r, options const& opts, limit_pair const
 
 std::vector<side_figure> run_own_names(asio::io_context& io,
                                        std::vector<deployment> const& deployments,
-                                       options const& opts, std::size_t coroutines, bool let_go,
+                                       options const& opts, std::size_t coroutines, cycle_end end,
                                        limits const& limit,
                                        std::vector<latency_summary> const& pings) {
+    auto opt = peer_lock_options(opts);
+    if (end == cycle_end::retain)
+        opt.retain = std::chrono::seconds{1};
+    bool const let_go = end == cycle_end::let_go;
     std::vector<own_names_result> results;
     for (auto const& d : deployments)
-        results.push_back(run_on(io, measure_own_names(d, window_of(opts.seconds), coroutines,
-                                                       let_go, peer_lock_options(opts))));
+        results.push_back(
+            run_on(io, measure_own_names(d, window_of(opts.seconds), coroutines, end, opt)));
     bool const single = coroutines == 1;
-    auto const scenario = let_go ? "S1-letgo" : single ? "S1" : "S2";
+    auto const scenario = let_go                     ? "S1-letgo"
+                          : end == cycle_end::retain ? (single ? "S1-retain" : "S2-retain")
+                          : single                   ? "S1"
+                                                     : "S2";
     auto const& against = single ? limit.single : limit.pipelined;
     auto const limit_name = single ? "single" : "pipelined";
     // results[0] is the single server's.
@@ -199,7 +209,11 @@ std::vector<side_figure> run_own_names(asio::io_context& io,
     }
 
     fmt::print("\n== {}: {} coroutine{} on own names, co_lock + {} (mode {})\n", scenario,
-               coroutines, single ? "" : "s", let_go ? "let the guard go" : "unlock", opts.mode());
+               coroutines, single ? "" : "s",
+               let_go                     ? "let the guard go"
+               : end == cycle_end::retain ? "unlock, lease kept for 1 s (lock_options::retain)"
+                                          : "unlock",
+               opts.mode());
     // One column per deployment, then one ratio over the single server's per other deployment.
     auto const row = [&](std::string_view label, auto value, int decimals, bool with_ratio) {
         std::string line = fmt::format("  {:<24}", label);
