@@ -80,8 +80,10 @@ struct lock_options {
     /// and fence, as cohort hand-off gives). Another process's attempt queues and tells this
     /// locker, which gives the lease back at once; the lease is also given back when `retain`
     /// ends, before it is due for renewal (it is not renewed while kept), when the connection
-    /// is lost or closed, and when the locker goes. Needs auto_renew. 0, the default, releases
-    /// at once. At most max_lock_ttl. Read from the releasing holder's options.
+    /// is lost or closed, and when the locker goes. Another process's co_try_lock does not
+    /// queue, so it fails while the lease is kept. Needs auto_renew. 0, the default, releases
+    /// at once. At most max_lock_ttl. Read from the releasing holder's options. See
+    /// docs/options.md.
     std::chrono::milliseconds retain{0};
 
     /// The renew interval in effect: renew_interval, or ttl / 3 when it is not set.
@@ -98,7 +100,8 @@ inline constexpr std::size_t max_lock_name_length = 1024;
 /// renew_interval <= 0 or >= ttl, a ttl below 3 ms with no renew_interval, negative
 /// wait_timeout, max_hold or first_connect_timeout, retry.initial <= 0, retry.max below
 /// retry.initial, a retry.multiplier below 1 or not finite, replicas_timeout <= 0 or above
-/// max_lock_ttl while wait_replicas is set, wait_replicas above a million).
+/// max_lock_ttl while wait_replicas is set, wait_replicas above a million, retain below 0 or
+/// above max_lock_ttl or set with auto_renew off).
 void validate(std::string_view name, lock_options const& opt);
 
 } // namespace colock

@@ -394,3 +394,56 @@ TEST_CASE("a semaphore and a read-write lock from four threads: never more holde
     CHECK(most <= 3);
     CHECK(aborted == 1);
 }
+
+TEST_CASE("leases kept (lock_options::retain) by two lockers on four threads: mutual exclusion, "
+          "and nothing kept at the end") {
+    constexpr int coroutines = 16;
+    constexpr int rounds = 15;
+    four_thread_pool pool;
+    redis::connection second{pool.ctx.get_executor(), shared_server().config()};
+    locker first_locker{pool.conn, "threads-retain:"};
+    locker second_locker{second, "threads-retain:"};
+    std::atomic<int> inside{0};
+    std::atomic<int> overlaps{0};
+    std::atomic<int> errors{0};
+    std::atomic<int> finished{0};
+    for (int c = 0; c < coroutines; ++c)
+        asio::co_spawn(
+            asio::make_strand(pool.ctx),
+            [&, c]() -> asio::awaitable<void> {
+                auto& lk = c % 2 == 0 ? first_locker : second_locker;
+                lock_options opt;
+                opt.ttl = 5s;
+                opt.retain = 50ms;
+                for (int i = 0; i < rounds; ++i) {
+                    try {
+                        auto guard = co_await lk.co_lock("shared", opt);
+                        if (++inside > 1)
+                            ++overlaps;
+                        asio::steady_timer t(co_await asio::this_coro::executor);
+                        t.expires_after(100us);
+                        co_await t.async_wait(asio::use_awaitable);
+                        --inside;
+                        if (i % 2 == 0 && !co_await guard.unlock())
+                            ++errors;
+                        // else let go by its destructor, from this thread
+                    } catch (std::exception const&) {
+                        ++errors;
+                    }
+                }
+                // The last kept lease goes back when its retention ends.
+                asio::steady_timer t(co_await asio::this_coro::executor);
+                t.expires_after(300ms);
+                co_await t.async_wait(asio::use_awaitable);
+                ++finished;
+            },
+            asio::detached);
+    run_on_four_threads(pool.ctx, finished, coroutines, 120s, [&] {
+        pool.conn.close();
+        second.close();
+    });
+    CHECK(finished == coroutines);
+    CHECK(errors == 0);
+    CHECK(overlaps == 0);
+    CHECK(colock::test::lock_key_free(shared_server(), "threads-retain:{shared}"));
+}
