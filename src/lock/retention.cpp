@@ -210,13 +210,16 @@ void retained_leases::give_all_back_now() noexcept {
             }
             pending.swap(pending_);
         }
-        for (auto& [e, baton] : kept)
+        for (auto const& entry_and_baton : kept) {
+            auto const& e = entry_and_baton.first;
+            auto const& baton = entry_and_baton.second;
             // A passing failure leaves it to the retrying release on the strand.
             locker_.store().release_in_background(
                 e->keys, baton.lease_token, e->claim, baton.fence,
                 [locker = locker_.shared_from_this(), keys = e->keys, baton, claim = e->claim] {
                     locker->give_back(keys, baton, claim);
                 });
+        }
         for (auto& st : pending)
             release_now(std::move(st));
     } catch (...) {
