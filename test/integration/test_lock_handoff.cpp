@@ -31,23 +31,6 @@
 using namespace colock;
 using namespace colock::test;
 
-namespace {
-
-// Polls LLEN of the lock's process queue until it is `expected` or `limit` has passed.
-asio::awaitable<std::int64_t> queue_length_becomes(redis::connection& c, std::string const& name,
-                                                   std::int64_t expected,
-                                                   std::chrono::milliseconds limit = 3000ms) {
-    auto const end = steady::now() + limit;
-    auto n = co_await integer(c, command("LLEN", lock_key(name) + ":q"));
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(5ms);
-        n = co_await integer(c, command("LLEN", lock_key(name) + ":q"));
-    }
-    co_return n;
-}
-
-} // namespace
-
 TEST_CASE("an uncontended lock and unlock cost the server 6 calls (2 EVALSHA, 2 GET, 2 SET) and "
           "publish nothing") {
     redis_server server;

@@ -167,13 +167,7 @@ TEST_CASE("retention: a guard that took a kept lease while another process queue
             },
             check_nothrow_then_mark(b_done));
         // b queues at the server, and tells a, whose guard holds the kept lease.
-        auto const asked = steady::now();
-        auto queued = co_await integer(probe, command("LLEN", lock_key(name) + ":q"));
-        while (queued != 1 && steady::now() - asked < 3000ms) {
-            co_await sleep_for(5ms);
-            queued = co_await integer(probe, command("LLEN", lock_key(name) + ":q"));
-        }
-        CHECK(queued == 1);
+        CHECK(co_await queue_length_becomes(probe, name, 1) == 1);
         co_await sleep_for(100ms);
         CHECK(!b_fence.has_value()); // a still holds it
         auto const a_fence = held.fence();
@@ -308,14 +302,6 @@ TEST_CASE("retention: a lease is not kept when another process queued during its
         auto const watch = std::make_shared<retention_watch>();
         a.set_observer(watch);
         auto const keep_long = retained(20'000ms);
-        auto queue_length = [&]() -> asio::awaitable<std::int64_t> {
-            co_return co_await integer(probe, command("LLEN", lock_key(name) + ":q"));
-        };
-        auto until_queued = [&](std::int64_t n) -> asio::awaitable<void> {
-            auto const asked = steady::now();
-            while (co_await queue_length() != n && steady::now() - asked < 3000ms)
-                co_await sleep_for(5ms);
-        };
         // 1. b queues while a's first guard holds: a hears it, and gives the lease back.
         bool b_done = false;
         {
@@ -327,7 +313,7 @@ TEST_CASE("retention: a lease is not kept when another process queued during its
                     co_await g.unlock();
                 },
                 check_nothrow_then_mark(b_done));
-            co_await until_queued(1);
+            CHECK(co_await queue_length_becomes(probe, name, 1) == 1);
             co_await sleep_for(50ms); // its "q" reaches a
         }
         auto const let_go = steady::now();
@@ -355,7 +341,7 @@ TEST_CASE("retention: a lease is not kept when another process queued during its
                     co_await g.unlock();
                 },
                 check_nothrow_then_mark(b_done));
-            co_await until_queued(2); // a's waiter and b
+            CHECK(co_await queue_length_becomes(probe, name, 2) == 2); // a's waiter and b
             co_await sleep_for(50ms);
             first = lock_guard{}; // to a's waiter, locally
             auto const asked = steady::now();

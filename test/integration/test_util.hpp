@@ -459,6 +459,19 @@ numsub_becomes(redis::connection& c, std::string const& channel, std::int64_t ex
     co_return n;
 }
 
+/// Polls LLEN of the lock's process queue until it is `expected` or `limit` has passed.
+inline asio::awaitable<std::int64_t>
+queue_length_becomes(redis::connection& c, std::string const& name, std::int64_t expected,
+                     std::chrono::milliseconds limit = std::chrono::milliseconds{3000}) {
+    auto const end = steady::now() + limit;
+    auto n = co_await integer(c, command("LLEN", lock_key(name) + ":q"));
+    while (n != expected && steady::now() < end) {
+        co_await sleep_for(std::chrono::milliseconds{5});
+        n = co_await integer(c, command("LLEN", lock_key(name) + ":q"));
+    }
+    co_return n;
+}
+
 /// Polls EXISTS until it is `expected` or `limit` has passed; returns the last answer.
 inline asio::awaitable<std::int64_t>
 exists_becomes(redis::connection& c, std::string const& key, std::int64_t expected,
