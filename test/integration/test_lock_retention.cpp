@@ -51,6 +51,13 @@ struct retention_watch final : lock_observer {
     void on_released(released_event const& e) override { kept.push_back(e.retained); }
 };
 
+// A retention_watch observing `locks`.
+std::shared_ptr<retention_watch> watch_retention(locker& locks) {
+    auto watch = std::make_shared<retention_watch>();
+    locks.set_observer(watch);
+    return watch;
+}
+
 } // namespace
 
 TEST_CASE("retention: re-locking a kept lease costs the server nothing, each holder gets a "
@@ -58,8 +65,7 @@ TEST_CASE("retention: re-locking a kept lease costs the server nothing, each hol
     auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
                         std::string const& name) -> asio::awaitable<void> {
         auto const opt = retained(400ms);
-        auto const watch = std::make_shared<retention_watch>();
-        locks.set_observer(watch);
+        auto const watch = watch_retention(locks);
         std::int64_t last_fence = 0;
         {
             auto first = co_await locks.co_lock(name, opt);
@@ -149,8 +155,7 @@ TEST_CASE("retention: a guard that took a kept lease while another process queue
                         redis::connection& probe, locker& a, locker& b,
                         std::string const& name) -> asio::awaitable<void> {
         auto const keep_long = retained(20'000ms);
-        auto const watch = std::make_shared<retention_watch>();
-        a.set_observer(watch);
+        auto const watch = watch_retention(a);
         { auto g = co_await a.co_lock(name, keep_long); }
         REQUIRE(co_await numsub_becomes(probe, wake_channels(name), 1) == 1);
         auto held = co_await a.co_lock(name, keep_long); // the kept lease
@@ -299,8 +304,7 @@ TEST_CASE("retention: a lease is not kept when another process queued during its
     auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,
                         redis::connection& probe, locker& a, locker& b,
                         std::string const& name) -> asio::awaitable<void> {
-        auto const watch = std::make_shared<retention_watch>();
-        a.set_observer(watch);
+        auto const watch = watch_retention(a);
         auto const keep_long = retained(20'000ms);
         // 1. b queues while a's first guard holds: a hears it, and gives the lease back.
         bool b_done = false;
@@ -360,8 +364,7 @@ TEST_CASE("retention: a let-go while another call of the locker asks Redis for t
           "kept from that call") {
     auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection& probe,
                         locker& locks, std::string const& name) -> asio::awaitable<void> {
-        auto const watch = std::make_shared<retention_watch>();
-        locks.set_observer(watch);
+        auto const watch = watch_retention(locks);
         auto held = co_await locks.co_lock(name, retained(10'000ms));
         // The server holds scripts back for a while: the other call's first attempt waits there.
         co_await probe.co_exec(command("CLIENT", "PAUSE", "300", "WRITE"));
