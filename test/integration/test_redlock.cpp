@@ -279,6 +279,45 @@ TEST_CASE("redlock: unlock is true when a majority released the lease, false whe
     run_redlock_test(configs_of(shared_primaries(3)), "redlock-unlock-majority", scenario);
 }
 
+TEST_CASE("redlock: a kept lease (lock_options::retain) is taken again with no call to any "
+          "primary, and goes to another locker at once when it asks") {
+    auto scenario = [](primary_connections&, primary_connections&, primary_connections& probe,
+                       locker& locks, locker& other,
+                       std::string const& name) -> asio::awaitable<void> {
+        lock_options keep = lease(10'000ms);
+        keep.retain = 20'000ms;
+        std::int64_t last_fence = 0;
+        {
+            auto g = co_await locks.co_lock(name, keep);
+            last_fence = g.fence();
+        }
+        // Kept, and listened for on every primary's wake channel.
+        for (std::size_t i = 0; i < 3; ++i)
+            CHECK(co_await numsub_becomes(probe[i], lock_key(name) + ":w:*", 1) == 1);
+        std::vector<std::string> before;
+        for (std::size_t i = 0; i < 3; ++i)
+            before.push_back(co_await commandstats(probe[i]));
+        for (int i = 0; i < 10; ++i) {
+            auto g = co_await locks.co_lock(name, keep);
+            CHECK(g.fence() > last_fence);
+            last_fence = g.fence();
+            CHECK(co_await g.unlock());
+        }
+        for (std::size_t i = 0; i < 3; ++i) {
+            auto const after = co_await commandstats(probe[i]);
+            CHECK(all_calls(after) - all_calls(before[i]) == 1); // the INFO of `before`
+        }
+        lock_options waits = lease(10'000ms);
+        waits.wait_timeout = 5000ms;
+        auto const asked = steady::now();
+        auto g = co_await other.co_lock(name, waits);
+        CHECK(steady::now() - asked < 2000ms);
+        CHECK(g.fence() > last_fence);
+        CHECK(co_await g.unlock());
+    };
+    run_redlock_test(configs_of(shared_primaries(3)), "redlock-retain", scenario);
+}
+
 // -------------------------------------------------------------------------- contention
 
 namespace {
