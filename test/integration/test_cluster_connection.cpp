@@ -214,6 +214,29 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             }
             CHECK(owners.size() == 3);
 
+            // Leases kept (lock_options::retain) on names over the primaries: taken again at
+            // once, and given to the other locker as soon as it asks.
+            for (int i = 0; i < 6; ++i) {
+                auto const name = fmt::format("kept-{}", i);
+                auto keep = lease(10s);
+                keep.retain = 20s;
+                std::int64_t fence = 0;
+                {
+                    auto g = co_await a.co_lock(name, keep);
+                    CHECK(co_await g.unlock());
+                    auto again = co_await a.co_lock(name, keep); // the kept lease
+                    fence = again.fence();
+                }
+                co_await sleep_for(20ms); // a's SUBSCRIBE for the name has reached its node
+                auto waits = lease(10s);
+                waits.wait_timeout = 5s;
+                auto const asked = std::chrono::steady_clock::now();
+                auto g = co_await b.co_lock(name, waits);
+                CHECK(std::chrono::steady_clock::now() - asked < 2s);
+                CHECK(g.fence() > fence);
+                CHECK(co_await g.unlock());
+            }
+
             // Contention: 2 lockers x 6 coroutines on one name; the slot moves mid-run.
             std::string const name = "hot";
             int inside = 0;
