@@ -40,7 +40,7 @@ bool locker_impl::hand_off_locally(guard_state& st) {
     cohort_facts const facts{st.options().cohort_limit,
                              st.local_handoffs(),
                              q->others_queued,
-                             st.lost(),
+                             st.gone(),
                              st.deadline(),
                              st.fence() + 1,
                              st.lease_fence(),

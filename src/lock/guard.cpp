@@ -193,6 +193,7 @@ void release_now(std::shared_ptr<guard_state> st) {
     asio::dispatch(st->strand(), [st] {
         st->stop();
         st->locker().notes().released(*st, false, false);
+        st->locker().retained().forget(st->keys()); // a lease a guard took from there
     });
     send_release(std::move(st));
 }

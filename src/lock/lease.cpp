@@ -208,8 +208,10 @@ std::optional<loss_reason> lease::loss() const noexcept {
 }
 
 void lease::mark_lost(loss_reason why) {
-    if (released_)
+    if (released_) {
+        gone_after_release_ = true; // nobody to tell; whoever would take it over must not
         return;
+    }
     int none = -1;
     if (loss_.compare_exchange_strong(none, static_cast<int>(why))) {
         lost_ = true;

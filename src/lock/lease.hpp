@@ -173,6 +173,9 @@ public:
 
     // --- loss. Any thread.
     bool lost() const noexcept { return lost_.load(); }
+    // Lost, or known to have ended at the server (a forced unlock, a replaced server) after it
+    // was let go, while its let-go is on its way to the strand: not to be passed on or kept.
+    bool gone() const noexcept { return lost_.load() || gone_after_release_.load(); }
     // Why, once mark_lost ran.
     std::optional<loss_reason> loss() const noexcept;
     // Once: the hook hears of the first loss only; the wait_lost waiters complete, and the
@@ -248,6 +251,7 @@ private:
     clock_type::time_point const acquired_at_;
     std::uint64_t const server_generation_;
     std::atomic<bool> lost_{false};
+    std::atomic<bool> gone_after_release_{false};
     std::atomic<int> loss_{-1}; // a loss_reason once marked
     std::atomic<bool> released_{false};
     std::atomic<clock_type::rep> deadline_ticks_{0};

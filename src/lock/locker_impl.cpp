@@ -99,6 +99,7 @@ void locker_impl::on_connection_close() noexcept {
             self->calls_.abort_pending();
             self->routes_.closed();
             self->retained_.drop_all();
+            self->book_->cancel_idle_timer();
         });
     } catch (...) {
         // Out of memory: what was not handed to the connection runs out by its ttl.

@@ -69,13 +69,15 @@ void retained_leases::watch(lock_keys const& keys) {
 
 void retained_leases::let_go_pending(std::shared_ptr<guard_state> const& st) {
     std::lock_guard lock(mutex_);
+    // Those whose let-go was destroyed unrun (the io_context shut down) are gone.
+    std::erase_if(pending_, [](auto const& p) { return p.expired(); });
     pending_.push_back(st);
 }
 
 bool retained_leases::let_go_arrived(guard_state const& st) {
     std::lock_guard lock(mutex_);
     auto const it = std::find_if(pending_.begin(), pending_.end(),
-                                 [&st](auto const& p) { return p.get() == &st; });
+                                 [&st](auto const& p) { return p.lock().get() == &st; });
     if (it == pending_.end())
         return false;
     pending_.erase(it);
@@ -86,7 +88,7 @@ bool retained_leases::keep(guard_state& st) {
     auto const& opt = st.options();
     // A lease with a record (an election's term) is not kept: its release ends the record.
     // Nor one that a call here is asking Redis for, or waits on: it goes to them.
-    if (opt.retain.count() <= 0 || closed_ || refused_ || !opt.auto_renew || st.lost() ||
+    if (opt.retain.count() <= 0 || closed_ || refused_ || !opt.auto_renew || st.gone() ||
         st.others_queued_at_grant() || !st.keys().record_key.empty() ||
         !locker_.store().is_connected() || locker_.queues().busy(st.keys()) ||
         st.server_generation() != locker_.store().server_changes(st.keys()))
@@ -105,6 +107,7 @@ bool retained_leases::keep(guard_state& st) {
         std::lock_guard lock(mutex_);
         if (closing_ || e->others_queued)
             return false;
+        e->claim = handoff_claim(opt.ttl);
         e->kept = lease_baton{st.lease_token(),
                               st.lease_fence(),
                               next_fence,
@@ -114,7 +117,6 @@ bool retained_leases::keep(guard_state& st) {
                               st.server_generation(),
                               false};
     }
-    e->claim = handoff_claim(opt.ttl);
     e->until = until;
     arm(e);
     return true;
@@ -199,7 +201,7 @@ void retained_leases::on_forced(std::string_view key, std::string_view token) {
 void retained_leases::give_all_back_now() noexcept {
     try {
         std::vector<std::pair<entry_ptr, lease_baton>> kept;
-        std::vector<std::shared_ptr<guard_state>> pending;
+        std::vector<std::weak_ptr<guard_state>> pending;
         {
             std::lock_guard lock(mutex_);
             closing_ = true;
@@ -220,8 +222,9 @@ void retained_leases::give_all_back_now() noexcept {
                     locker->give_back(keys, baton, claim);
                 });
         }
-        for (auto& st : pending)
-            release_now(std::move(st));
+        for (auto const& weak : pending)
+            if (auto st = weak.lock())
+                release_now(std::move(st));
     } catch (...) {
         // Out of memory: what was not handed to the connection runs out by its ttl.
     }
@@ -306,6 +309,8 @@ void retained_leases::drop(entry_ptr const& e) {
         locker_.store().unsubscribe(e->keys.channel);
     if (baton)
         locker_.give_back(e->keys, std::move(*baton), e->claim);
+    if (locker_.waiting() == 0)
+        locker_.book()->cancel_idle_timer(); // kept armed at the let-go for a taker
 }
 
 } // namespace colock::detail

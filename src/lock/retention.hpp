@@ -72,10 +72,10 @@ private:
         name_entry(lock_keys k, lock_timer t) : keys(std::move(k)), timer(std::move(t)) {}
         lock_keys const keys;
         // Under the mutex (the connection's close takes them from any thread):
-        std::optional<lease_baton> kept; // kept, with no guard holding it
-        bool others_queued = false;      // a locker of another process waits for the name
+        std::optional<lease_baton> kept;   // kept, with no guard holding it
+        bool others_queued = false;        // a locker of another process waits for the name
+        std::chrono::milliseconds claim{}; // of the kept lease's release
         // On the strand:
-        std::chrono::milliseconds claim{};
         clock_type::time_point until; // when the kept lease goes back
         lock_timer timer;             // armed for `armed_at` when `armed`
         bool armed = false;
@@ -94,8 +94,9 @@ private:
 
     locker_impl& locker_;
     mutable std::mutex mutex_;
-    std::unordered_map<std::string, entry_ptr> names_;  // by wake channel
-    std::vector<std::shared_ptr<guard_state>> pending_; // let-gos on their way to the strand
+    std::unordered_map<std::string, entry_ptr> names_; // by wake channel
+    // Let-gos on their way to the strand (weak: one destroyed unrun holds nothing here).
+    std::vector<std::weak_ptr<guard_state>> pending_;
     // The connection was closed by its user: nothing is kept until the next grant.
     bool closing_ = false;
     // On the strand: the locker went, or the server refused a subscription (an ACL user

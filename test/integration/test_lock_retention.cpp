@@ -392,3 +392,44 @@ TEST_CASE("retention: a let-go while another call of the locker asks Redis for t
     };
     run_lock_test<one_locker>("retain-in-flight", scenario);
 }
+
+TEST_CASE("retention: a kept lease taken by a call without retain goes back at its let-go, and "
+          "the locker stops listening") {
+    auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
+        { auto g = co_await locks.co_lock(name, retained(20'000ms)); }
+        REQUIRE(co_await numsub_becomes(probe, wake_channels(name), 1) == 1);
+        {
+            auto g = co_await locks.co_try_lock(name, lease(10'000ms)); // takes the kept lease
+            CHECK(g.has_value());
+        }
+        CHECK(co_await free_becomes(probe, name, 1000ms));
+        CHECK(co_await numsub_becomes(probe, wake_channels(name), 0) == 0);
+    };
+    run_lock_test<one_locker>("retain-taken-plain", scenario);
+}
+
+TEST_CASE("retention: io_context::run() returns soon after close() with a lease kept") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    std::string const name = unique_key("retain-run-returns");
+    bool kept = false;
+    asio::co_spawn(
+        ctx,
+        [&]() -> asio::awaitable<void> {
+            lock_options opt; // ttl 30 s: a renewal timer for 10 s, were it left armed
+            opt.retain = 20'000ms;
+            auto g = co_await locks.co_lock(name, opt);
+            kept = co_await g.unlock();
+            conn.close();
+        },
+        [](std::exception_ptr e) { CHECK_FALSE(e); });
+    auto const start = steady::now();
+    ctx.run_for(15s);
+    auto const ran = steady::now() - start;
+    CHECK(kept);
+    MESSAGE("run() returned " << ms_of(ran) << " ms after it started");
+    CHECK(ran < 3000ms);
+    CHECK(lock_key_free(shared_server(), lock_key(name)));
+}
