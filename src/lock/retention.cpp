@@ -39,6 +39,8 @@ retained_leases::~retained_leases() {
 }
 
 retained_leases::entry_ptr retained_leases::find(std::string const& channel) const {
+    if (entries_.load(std::memory_order_relaxed) == 0)
+        return nullptr; // every co_lock and let-go asks: no lock for a locker that keeps nothing
     std::lock_guard lock(mutex_);
     auto const it = names_.find(channel);
     return it == names_.end() ? nullptr : it->second;
@@ -49,8 +51,10 @@ retained_leases::entry_ptr retained_leases::entry_for(lock_keys const& keys) {
     {
         std::lock_guard lock(mutex_);
         auto& slot = names_[keys.channel];
-        if (!slot)
+        if (!slot) {
             slot = std::make_shared<name_entry>(keys, lock_timer(locker_.strand()));
+            entries_.store(names_.size(), std::memory_order_relaxed);
+        }
         e = slot;
     }
     if (!e->subscribed)
@@ -298,8 +302,10 @@ void retained_leases::drop(entry_ptr const& e) {
         std::lock_guard lock(mutex_);
         baton = std::exchange(e->kept, std::nullopt);
         auto const it = names_.find(e->keys.channel);
-        if (it != names_.end() && it->second == e)
+        if (it != names_.end() && it->second == e) {
             names_.erase(it);
+            entries_.store(names_.size(), std::memory_order_relaxed);
+        }
     }
     if (e->armed) {
         e->armed = false;

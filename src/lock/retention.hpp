@@ -11,6 +11,7 @@
 #include "lease_store.hpp"
 #include "local_queue.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -95,6 +96,7 @@ private:
     locker_impl& locker_;
     mutable std::mutex mutex_;
     std::unordered_map<std::string, entry_ptr> names_; // by wake channel
+    std::atomic<std::size_t> entries_{0};              // names_.size(), read without the mutex
     // Let-gos on their way to the strand (weak: one destroyed unrun holds nothing here).
     std::vector<std::weak_ptr<guard_state>> pending_;
     // The connection was closed by its user: nothing is kept until the next grant.
