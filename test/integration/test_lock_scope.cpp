@@ -39,13 +39,6 @@ lock_options renewing(std::chrono::milliseconds ttl, std::chrono::milliseconds e
     return opt;
 }
 
-// Commands the server ran between two INFO commandstats, the first INFO and health-check
-// PINGs aside.
-std::int64_t commands_between(std::string const& before, std::string const& after) {
-    return all_calls(after) - all_calls(before) - 1 -
-           (command_calls(after, "ping") - command_calls(before, "ping"));
-}
-
 } // namespace
 
 TEST_CASE("share: the same lease, token and fence; hold_count; the lease is kept until the last "

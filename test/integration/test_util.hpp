@@ -577,6 +577,13 @@ inline std::int64_t all_calls(std::string_view info) {
     return total;
 }
 
+/// Commands the server ran between two INFO commandstats, the first INFO and the connections'
+/// health-check PINGs (one every health_check_interval each) aside.
+inline std::int64_t commands_between(std::string_view before, std::string_view after) {
+    return all_calls(after) - all_calls(before) - 1 -
+           (command_calls(after, "ping") - command_calls(before, "ping"));
+}
+
 /// INFO commandstats.
 inline asio::awaitable<std::string> commandstats(redis::connection& c) {
     auto r = co_await c.co_exec(command("INFO", "commandstats"));
