@@ -55,9 +55,14 @@ bool may_hand_off_locally(cohort_facts const& f, clock_type::time_point now) {
         return false;
     if (f.others_queued && f.local_handoffs >= f.cohort_limit)
         return false;
+    return fence_in_step(f.next_fence, f.lease_fence, f.granted_at, now);
+}
+
+bool fence_in_step(std::int64_t next_fence, std::int64_t lease_fence,
+                   clock_type::time_point granted_at, clock_type::time_point now) {
     auto const since_grant =
-        std::chrono::duration_cast<std::chrono::microseconds>(now - f.granted_at).count();
-    return f.next_fence - f.lease_fence <= since_grant;
+        std::chrono::duration_cast<std::chrono::microseconds>(now - granted_at).count();
+    return next_fence - lease_fence <= since_grant;
 }
 
 milliseconds backoff(retry_options const& retry, int attempt, std::minstd_rand& rng) {

@@ -64,6 +64,12 @@ std::chrono::milliseconds backoff(retry_options const& retry, int attempt, std::
 // process at `now` (a hand-off, a baton passed on or taken): at least 1 ms left.
 bool lease_left_to_pass(clock_type::time_point deadline, clock_type::time_point now);
 
+// Whether a lease Redis granted at `granted_at` with `lease_fence` may give a holder of this
+// process `next_fence` at `now`: at most one local fence per microsecond since the grant, so
+// that fences stay strictly increasing across processes (lock_scripts.hpp).
+bool fence_in_step(std::int64_t next_fence, std::int64_t lease_fence,
+                   clock_type::time_point granted_at, clock_type::time_point now);
+
 // What decides whether a holder letting go passes its lease to the next waiter of its own
 // process (cohort hand-off) rather than through Redis.
 struct cohort_facts {

@@ -15,19 +15,6 @@
 namespace colock::detail {
 
 namespace asio = boost::asio;
-using std::chrono::microseconds;
-
-namespace {
-
-// Whether a lease granted at `granted_at` with `lease_fence` may give `next_fence` now: this
-// process numbers at most one local fence per microsecond since the grant (lock_scripts.hpp).
-bool fence_in_step(std::int64_t next_fence, std::int64_t lease_fence,
-                   clock_type::time_point granted_at, clock_type::time_point now) {
-    auto const since_grant = std::chrono::duration_cast<microseconds>(now - granted_at).count();
-    return next_fence - lease_fence <= since_grant;
-}
-
-} // namespace
 
 retained_leases::~retained_leases() {
     for (auto const& [channel, e] : names_)
