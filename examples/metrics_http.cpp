@@ -43,7 +43,8 @@ namespace {
 // The locker's events as Prometheus counters. Called on the locker's strand, read by the HTTP
 // handler: atomics, and nothing else.
 struct lock_metrics final : colock::lock_observer {
-    std::atomic<std::uint64_t> acquired_first{0}, acquired_after_wait{0}, acquired_local{0};
+    std::atomic<std::uint64_t> acquired_first{0}, acquired_after_wait{0}, acquired_local{0},
+        acquired_retained{0};
     std::atomic<std::uint64_t> released{0}, lost{0}, renewals{0}, renewal_errors{0};
     std::atomic<std::uint64_t> reconnects{0};
     std::atomic<std::int64_t> wait_us{0}, held_us{0};
@@ -52,10 +53,20 @@ struct lock_metrics final : colock::lock_observer {
         return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
     }
     void on_acquired(colock::acquired_event const& e) override {
-        auto& counter = e.how == colock::acquired_by::first_attempt       ? acquired_first
-                        : e.how == colock::acquired_by::server_after_wait ? acquired_after_wait
-                                                                          : acquired_local;
-        ++counter;
+        switch (e.how) {
+        case colock::acquired_by::first_attempt:
+            ++acquired_first;
+            break;
+        case colock::acquired_by::server_after_wait:
+            ++acquired_after_wait;
+            break;
+        case colock::acquired_by::local_handoff:
+            ++acquired_local;
+            break;
+        case colock::acquired_by::retained:
+            ++acquired_retained;
+            break;
+        }
         wait_us += micros(e.waited);
     }
     void on_released(colock::released_event const& e) override {
@@ -85,6 +96,8 @@ struct lock_metrics final : colock::lock_observer {
                static_cast<double>(acquired_after_wait.load()));
         metric("colock_acquired_total", "counter", "", "{how=\"local_handoff\"}",
                static_cast<double>(acquired_local.load()));
+        metric("colock_acquired_total", "counter", "", "{how=\"retained\"}",
+               static_cast<double>(acquired_retained.load()));
         metric("colock_wait_seconds_total", "counter", "Time spent waiting for locks.", "",
                static_cast<double>(wait_us.load()) / 1e6);
         metric("colock_released_total", "counter", "Locks released by their holders.", "",
@@ -248,7 +261,8 @@ asio::awaitable<void> run(options o) {
         }
     co_await all_done.async_wait(asio::as_tuple(asio::use_awaitable));
     fmt::print("stopped: {} acquired, {} released, {} lost\n",
-               metrics->acquired_first + metrics->acquired_after_wait + metrics->acquired_local,
+               metrics->acquired_first + metrics->acquired_after_wait + metrics->acquired_local +
+                   metrics->acquired_retained,
                metrics->released.load(), metrics->lost.load());
     conn.close();
 }

@@ -45,6 +45,8 @@ second=$(curl -sSf "$url") || fail "GET $url failed"
 
 grep -q '^# TYPE colock_acquired_total counter$' <<<"$second" || fail "no TYPE line for colock_acquired_total"
 grep -q '^# HELP colock_lost_total ' <<<"$second" || fail "no HELP line for colock_lost_total"
+grep -q '^colock_acquired_total{how="retained"} ' <<<"$second" ||
+    fail "no retained sample of colock_acquired_total"
 a1=$(metric "$first" colock_acquired_total)
 a2=$(metric "$second" colock_acquired_total)
 r1=$(metric "$first" colock_released_total)
