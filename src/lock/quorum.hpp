@@ -40,6 +40,22 @@ constexpr bool round_decided(std::size_t yes, std::size_t pending, std::size_t p
     return yes >= majority(primaries) || yes + pending < majority(primaries);
 }
 
+/// Whether the answers so far decide an acquisition's round over `primaries`: `granted` granted
+/// it, `held` answered that another holds it, `pending` have not answered yet. Decided when a
+/// majority granted; else, once no majority can grant, only when the pending answers can no
+/// longer change what the round reports: held elsewhere or split among waiters (no error), or
+/// too few answers (an error). Deciding sooner would report a primary whose answer is on its way
+/// as silent, and a lock held by a majority as an error.
+constexpr bool grant_round_decided(std::size_t granted, std::size_t held, std::size_t pending,
+                                   std::size_t primaries) noexcept {
+    auto const needed = majority(primaries);
+    if (granted >= needed)
+        return true;
+    if (granted + pending >= needed)
+        return false;
+    return granted + held >= needed || granted + held + pending < needed;
+}
+
 /// One primary's answer to an acquisition.
 struct grant_vote {
     enum class kind {

@@ -45,7 +45,17 @@ bool grant_round::to_ask(std::size_t i) {
     // Decided (or stopped) before this primary was asked: nothing was sent.
     results_[i].ec = asio::error::operation_aborted;
     mark_answered(i);
+    if (!closed_)
+        decide_if_settled(); // a stop before any primary was asked ends the round now
     return false;
+}
+
+void grant_round::decide_if_settled() {
+    // A stopped caller wants no more than whether it was granted.
+    bool const settled = stopped_ ? quorum::round_decided(granted_, pending(), size())
+                                  : quorum::grant_round_decided(granted_, held_, pending(), size());
+    if (settled)
+        decide();
 }
 
 grant_round::straggler grant_round::answer(std::size_t i, grant_result r,
@@ -69,8 +79,9 @@ grant_round::straggler grant_round::answer(std::size_t i, grant_result r,
     mark_answered(i);
     if (results_[i].granted)
         ++granted_;
-    if (quorum::round_decided(granted_, pending(), size()))
-        decide();
+    else if (!results_[i].ec)
+        ++held_;
+    decide_if_settled();
     return straggler::ignore;
 }
 

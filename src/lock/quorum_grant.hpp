@@ -87,6 +87,9 @@ public:
                           std::minstd_rand& rng);
 
 private:
+    // Decides the round when the answers so far settle what it reports (grant_round_decided).
+    void decide_if_settled();
+
     // Why a round had no majority (see summarise), a primary that did not answer named with
     // the round's timeout.
     primary_error grant_error(std::span<std::string const> endpoints) const;
@@ -100,6 +103,7 @@ private:
     std::vector<grant_result> results_;
     std::vector<std::uint64_t> changes_at_start_;
     std::size_t granted_ = 0;
+    std::size_t held_ = 0;    // answered that another holds it
     bool stopped_ = false;    // the caller's stop was emitted
     bool closed_ = false;     // decided and reported: late answers are handled on their own
     bool lease_made_ = false; // decided with a lease: late grants join it

@@ -259,6 +259,52 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
         180s);
 }
 
+// A round that can no longer be granted still waits for the answers that can tell "held" from
+// "too few answered": with one primary down (reconnecting, not asked) and one holder's answer in,
+// deciding there would call the third primary silent while its answer is on its way, and a lock
+// held on all three would be reported as an error.
+TEST_CASE("redlock: a try with one primary down and another slow is refused as held, not failed: "
+          "the slow answer is waited for") {
+    auto const servers = shared_primaries(3);
+    fault_proxy vanishing{servers[0]->port()};
+    fault_proxy slow{servers[2]->port()};
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            primary_connections conns_a{ctx.get_executor(), fast_configs(servers)};
+            std::vector<redis::config> configs_b;
+            configs_b.push_back(with_fast_timeouts(vanishing.config()));
+            configs_b.push_back(fast_config(*servers[1]));
+            configs_b.push_back(with_fast_timeouts(slow.config()));
+            primary_connections conns_b{ctx.get_executor(), configs_b};
+            locker a{conns_a.primaries()};
+            locker b{conns_b.primaries()};
+            co_await conns_a.connect_all();
+            co_await conns_b.connect_all();
+            std::string const name = unique_key("redlock-down-and-slow");
+            auto g = co_await a.co_lock(name, lease(10'000ms));
+
+            // b's first primary vanishes: its health check gives up and it reconnects in vain.
+            vanishing.set_black_hole(true);
+            bool const down =
+                co_await finishes_when([&] { return !conns_b[0].is_connected(); }, 5000ms);
+            REQUIRE(down);
+            // 120 ms a round trip: under the health check's 200 ms, and the attempt's 1 s.
+            slow.set_latency(60ms);
+            auto const asked = steady::now();
+            auto refused = co_await b.co_try_lock(name, lease(10'000ms));
+            auto const took = ms_since(asked);
+            CHECK_FALSE(refused.has_value());
+            CHECK(took >= 100);
+            CHECK(took < 1000);
+            slow.set_latency(0ms);
+            vanishing.set_black_hole(false);
+            CHECK(co_await g.unlock());
+            conns_a.close();
+            conns_b.close();
+        },
+        60s);
+}
+
 // ------------------------------------------- a give-back behind the next round
 
 // A round without a majority gives its grants back in the background; the lock layer's next

@@ -146,3 +146,22 @@ TEST_CASE("quorum: a round's timeout and when its answers decide it") {
     CHECK_FALSE(round_decided(2, 1, 5));
     CHECK(round_decided(2, 0, 5));
 }
+
+TEST_CASE("quorum: an acquisition's round waits for the answers that can change its report") {
+    // 3 primaries: a majority of grants decides; one granted with one pending does not.
+    CHECK(grant_round_decided(2, 0, 1, 3));
+    CHECK_FALSE(grant_round_decided(1, 0, 1, 3));
+    // One refused (down), one held, one pending: no grant majority can come, but the pending
+    // answer can make a majority held (no error), so the round waits for it.
+    CHECK_FALSE(grant_round_decided(0, 1, 1, 3));
+    CHECK(grant_round_decided(0, 2, 1, 3));       // held by a majority
+    CHECK_FALSE(grant_round_decided(1, 1, 1, 3)); // a grant majority may still come
+    CHECK(grant_round_decided(0, 0, 1, 3));       // two refused: an error whatever comes
+    CHECK(grant_round_decided(0, 1, 0, 3));       // all answered
+    // 5 primaries: one granted, one held, two refused, one pending: a split or a majority held
+    // may come (1 + 1 + 1 = 3).
+    CHECK_FALSE(grant_round_decided(1, 1, 1, 5));
+    // One granted, two held: split among waiters whatever the rest say.
+    CHECK(grant_round_decided(1, 2, 1, 5));
+    CHECK(grant_round_decided(0, 1, 1, 5)); // three refused: an error whatever comes
+}

@@ -196,6 +196,30 @@ TEST_CASE("grant round: too few answers: each primary's account, the silent ones
     CHECK(lasting.result.server_text.starts_with("primary a:1: "));
 }
 
+TEST_CASE("grant round: with one primary down, one held answer waits for the third") {
+    // One reconnecting (refused at once) and one held: no grant majority can come, but the
+    // third's answer decides between "held" and "too few answers".
+    three_primaries t;
+    t.round.answer(0, failed(colock::redis::error::connection_lost, "not connected"), 5);
+    t.round.answer(1, held(700), 5);
+    CHECK_FALSE(t.round.decided());
+    t.round.answer(2, held(650), 5);
+    CHECK(t.round.decided());
+    t.round.close();
+    auto const out = t.round.outcome(milliseconds(3), endpoints, t.rng);
+    CHECK_FALSE(out.result.granted);
+    CHECK_FALSE(out.result.ec);
+    CHECK(out.result.holder_ttl == milliseconds(650));
+    CHECK(out.give_back.empty());
+
+    // Stopped meanwhile: the caller wants no more than whether it was granted.
+    three_primaries s;
+    s.round.answer(0, failed(colock::redis::error::connection_lost, "not connected"), 5);
+    s.round.stop();
+    s.round.answer(1, held(700), 5);
+    CHECK(s.round.decided());
+}
+
 TEST_CASE("grant round: the caller's stop: nothing more is asked, and the round is aborted") {
     three_primaries t;
     asio::cancellation_slot slot = t.round.stop_slot(1);
@@ -206,6 +230,7 @@ TEST_CASE("grant round: the caller's stop: nothing more is asked, and the round 
     CHECK(heard);
     CHECK_FALSE(t.round.to_ask(2));
     CHECK(t.round.answered(2));
+    CHECK(t.round.decided()); // no grant majority can come: the stopped caller is answered now
     t.round.close();
     auto const out = t.round.outcome(milliseconds(5), endpoints, t.rng);
     CHECK(out.result.ec == asio::error::operation_aborted);
