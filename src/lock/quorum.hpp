@@ -56,6 +56,21 @@ constexpr bool grant_round_decided(std::size_t granted, std::size_t held, std::s
     return granted + held >= needed || granted + held + pending < needed;
 }
 
+/// Whether the answers so far decide an extension's round over `primaries`: `confirmed` counted
+/// for it, `not_ours` answered that the lease is not ours there, `pending` have not answered
+/// yet. Decided when a majority confirmed; else, once none can, only when the pending answers can
+/// no longer change the report: lost (too many "not ours" for any majority) or an error.
+constexpr bool extend_round_decided(std::size_t confirmed, std::size_t not_ours,
+                                    std::size_t pending, std::size_t primaries) noexcept {
+    auto const needed = majority(primaries);
+    if (confirmed >= needed)
+        return true;
+    if (confirmed + pending >= needed)
+        return false;
+    auto const tolerated = primaries - needed; // "not ours" answers a majority can live with
+    return not_ours > tolerated || not_ours + pending <= tolerated;
+}
+
 /// One primary's answer to an acquisition.
 struct grant_vote {
     enum class kind {

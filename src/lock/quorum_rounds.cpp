@@ -32,7 +32,7 @@ extend_round::extend_round(asio::strand<asio::any_io_executor> const& strand, st
 void extend_round::answer_down(std::size_t i) {
     mark_answered(i);
     errors_[i] = {redis::error::connection_lost, "not connected (reconnecting)"};
-    if (quorum::round_decided(confirmed_, pending(), size()))
+    if (quorum::extend_round_decided(confirmed_, not_ours_, pending(), size()))
         decide();
 }
 
@@ -46,7 +46,7 @@ void extend_round::answer(std::size_t i, lease_reply const& r, bool counts) {
         ++confirmed_;
     else
         ++not_ours_;
-    if (quorum::round_decided(confirmed_, pending(), size()))
+    if (quorum::extend_round_decided(confirmed_, not_ours_, pending(), size()))
         decide();
 }
 

@@ -165,3 +165,16 @@ TEST_CASE("quorum: an acquisition's round waits for the answers that can change 
     CHECK(grant_round_decided(1, 2, 1, 5));
     CHECK(grant_round_decided(0, 1, 1, 5)); // three refused: an error whatever comes
 }
+
+TEST_CASE("quorum: an extension's round waits for the answers that can tell lost from unknown") {
+    CHECK(extend_round_decided(2, 0, 1, 3));
+    CHECK_FALSE(extend_round_decided(1, 0, 1, 3)); // a majority may still confirm
+    // One down, one "not ours", one pending: a second "not ours" would make it lost.
+    CHECK_FALSE(extend_round_decided(0, 1, 1, 3));
+    CHECK(extend_round_decided(0, 2, 1, 3)); // lost whatever comes
+    CHECK(extend_round_decided(0, 0, 1, 3)); // two failed: an error whatever comes
+    // 5 primaries: two "not ours" are tolerated, a third makes it lost.
+    CHECK_FALSE(extend_round_decided(1, 2, 1, 5));
+    CHECK(extend_round_decided(0, 3, 1, 5));
+    CHECK(extend_round_decided(1, 1, 1, 5)); // two failed: an error whatever comes
+}

@@ -91,6 +91,19 @@ TEST_CASE("extend round: lost when no majority can confirm; otherwise the round'
     CHECK(u.ec == colock::error::no_quorum);
     CHECK_FALSE(u.ours);
 
+    // One primary down and one "not ours": the third's answer tells lost from unknown, so the
+    // round waits for it.
+    extend_round waits(strand_of(ctx), 3, keys, "tok", milliseconds(1000), 1);
+    waits.answer_down(0);
+    waits.answer(1, reply(false), false);
+    CHECK_FALSE(waits.decided());
+    waits.answer(2, reply(false), false);
+    CHECK(waits.decided());
+    waits.close();
+    auto const w = waits.outcome(milliseconds(5), endpoints);
+    CHECK_FALSE(w.ec);
+    CHECK_FALSE(w.ours);
+
     extend_round refused(strand_of(ctx), 3, keys, "tok", milliseconds(1000), 1);
     refused.answer(0, failure(colock::error::unexpected_reply), false);
     refused.answer(1, failure(colock::error::unexpected_reply), false);
