@@ -52,6 +52,7 @@ result sentinel_failovers() {
     std::uint64_t failovers = 0;
     std::uint64_t kills = 0;
     std::uint64_t connection_kills = 0;
+    std::vector<std::int64_t> kill_times_ns; // each connection kill, for a failure's account
     // Failovers at 25% of the run and, in the full run, at 60%, then a killed primary at 80%.
     std::vector<std::pair<double, char>> plan = {{0.25, 'f'}};
     if (opts.full)
@@ -77,6 +78,7 @@ result sentinel_failovers() {
         [&] {
             // Drop the workers' connections to the primary (their subscriptions too).
             try {
+                kill_times_ns.push_back(steady_now_ns());
                 set.node_on(primary).cli(
                     {"CLIENT", "KILL", "TYPE", pick(0, 1) ? "normal" : "pubsub"});
                 ++connection_kills;
@@ -112,10 +114,29 @@ result sentinel_failovers() {
     for (std::size_t k = 1; k < sorted.size(); ++k) {
         if (sorted[k].fence > sorted[k - 1].fence)
             continue;
-        if (in_some(windows, sorted[k - 1].acquired_ns, sorted[k].acquired_ns + 1))
+        if (in_some(windows, sorted[k - 1].acquired_ns, sorted[k].acquired_ns + 1)) {
             ++excused_inversions;
-        else
-            ++inversions;
+            continue;
+        }
+        ++inversions;
+        // Each side's tenure, in ms since the run began, and the connection kill just before.
+        auto at = [&](std::int64_t ns) { return ms(ns - start.time_since_epoch().count()); };
+        auto tenure = [&](holding const& h) {
+            return fmt::format("{} (fence {}, token {}) {:.3f}-{:.3f} ms, lease to {:.3f} ms",
+                               h.holder, h.fence, h.token, at(h.acquired_ns), at(h.released_ns),
+                               at(h.lease_end_ns));
+        };
+        std::string kill = "none";
+        for (auto const t : kill_times_ns)
+            if (t < sorted[k].acquired_ns)
+                kill = fmt::format("{:.3f} ms", at(t));
+        std::string failover = "none";
+        if (!windows.empty())
+            failover = fmt::format("{:.3f}-{:.3f} ms", at(windows.front().begin_ns),
+                                   at(windows.front().end_ns));
+        r.failures.push_back(fmt::format("  fence out of order: {} then {}; last connection kill "
+                                         "before: {}; first failover window: {}",
+                                         tenure(sorted[k - 1]), tenure(sorted[k]), kill, failover));
     }
     r.check(inversions == 0,
             fmt::format("{} fences out of acquisition order outside a failover", inversions));
