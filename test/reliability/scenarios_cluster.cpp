@@ -248,18 +248,19 @@ result cluster_migrations() {
         std::sort(sorted.begin(), sorted.end(),
                   [](holding const& a, holding const& b) { return a.acquired_ns < b.acquired_ns; });
         std::size_t inversions = 0;
-        for (std::size_t k = 1; k < sorted.size(); ++k) {
-            if (sorted[k].fence > sorted[k - 1].fence)
+        auto const acting = acting_in_acquisition_order(history);
+        for (std::size_t k = 1; k < acting.size(); ++k) {
+            if (acting[k].fence > acting[k - 1].fence)
                 continue;
-            if (in_some(c.windows, sorted[k - 1].acquired_ns, sorted[k].acquired_ns + 1)) {
+            if (in_some(c.windows, acting[k - 1].acquired_ns, acting[k].acquired_ns + 1)) {
                 ++excused_inversions;
             } else {
                 ++inversions;
                 r.failures.push_back(fmt::format(
                     "  {}: fence {} ({}) after fence {} ({}), {:.3f} ms later{}", c.name,
-                    sorted[k].fence, sorted[k].holder, sorted[k - 1].fence, sorted[k - 1].holder,
-                    ms(sorted[k].acquired_ns - sorted[k - 1].acquired_ns),
-                    in_some(c.migrations, sorted[k - 1].acquired_ns, sorted[k].acquired_ns + 1)
+                    acting[k].fence, acting[k].holder, acting[k - 1].fence, acting[k - 1].holder,
+                    ms(acting[k].acquired_ns - acting[k - 1].acquired_ns),
+                    in_some(c.migrations, acting[k - 1].acquired_ns, acting[k].acquired_ns + 1)
                         ? ", during a migration"
                         : ""));
             }

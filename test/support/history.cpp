@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
@@ -377,13 +378,17 @@ history_report check_history(std::vector<holding> holdings) {
     std::vector<entry> open;
     std::int64_t latest_end = 0; // of the intervals in `open`
     std::vector<std::size_t> firsts;
+    // The last tenure that could act: an empty one (its lease over when co_lock returned) did
+    // nothing, and its late record says nothing of the order of grants.
+    std::optional<std::size_t> last_acting;
     for (std::size_t j = 0; j < order.size(); ++j) {
         key const& cur = order[j];
-        if (j > 0 && cur.fence <= order[j - 1].fence) {
+        bool const acting = cur.end > cur.acquired;
+        if (acting && last_acting && cur.fence <= order[*last_acting].fence) {
             ++r.fence_inversions;
             problem([&] {
                 holding const& h = nth(j);
-                holding const& prev = nth(j - 1);
+                holding const& prev = nth(*last_acting);
                 return fmt::format("fence inversion: {} acquired at {} with fence {}, not above "
                                    "fence {} of {} acquired at {}",
                                    h.holder, at(h.acquired_ns, t0), h.fence, prev.fence,
@@ -396,8 +401,9 @@ history_report check_history(std::vector<holding> holdings) {
             std::pop_heap(open.begin(), open.end(), std::greater<>{});
             open.pop_back();
         }
-        if (cur.end <= cur.acquired)
+        if (!acting)
             continue; // an empty interval: this holder could not act at all
+        last_acting = j;
         if (!open.empty()) {
             r.overlapping_pairs += open.size();
             if (r.overlaps.size() < max_listed_overlaps) {

@@ -262,6 +262,17 @@ TEST_CASE("check_history: a fence equal to or below the previous one is an inver
     CHECK(lower.overlaps.empty());
     CHECK_FALSE(lower.ok());
 
+    // A tenure whose lease was over when co_lock returned (recorded late, after a later grant)
+    // is out of the order; the next one is compared with the last that could act.
+    auto const late = check_history(
+        {tenure("a", 5, 100, 200), tenure("late", 4, 300, 400, 250), tenure("b", 6, 500, 600)});
+    CHECK(late.ok());
+    auto const after_late = check_history(
+        {tenure("a", 5, 100, 200), tenure("late", 7, 300, 400, 250), tenure("b", 5, 500, 600)});
+    CHECK(after_late.fence_inversions == 1);
+    REQUIRE(after_late.problems.size() == 1);
+    CHECK(contains(after_late.problems[0], "fence 5 of a"));
+
     // Fences differing only in the last digit of a large value are told apart.
     auto const close =
         check_history({tenure("a", big_fence + 1, 100, 200), tenure("b", big_fence + 2, 300, 400)});

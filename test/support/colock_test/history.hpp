@@ -105,7 +105,9 @@ struct history_report {
     std::vector<overlap> overlaps;
     /// How many pairs overlap, listed or not.
     std::size_t overlapping_pairs = 0;
-    /// In acquisition order, how many fences are not strictly greater than the previous one.
+    /// In acquisition order, how many fences are not strictly greater than the previous one;
+    /// empty intervals (a lease over when co_lock returned) are left out, as they acted on
+    /// nothing.
     std::size_t fence_inversions = 0;
     /// A human-readable line for each overlap and inversion, in acquisition order (the first 20).
     /// Times are shown relative to the first acquisition.
