@@ -21,11 +21,6 @@ using namespace colock::test;
 
 namespace {
 
-std::int64_t cli_numsub(redis_server& server, std::string const& channel) {
-    auto const out = server.cli(colock::test::strings("PUBSUB", "NUMSUB", channel));
-    return std::stoll(out.substr(out.rfind('\n') + 1));
-}
-
 // The server's run_id, as INFO server says it to redis-cli.
 std::string cli_run_id(redis_server& server) {
     auto const info = server.cli(colock::test::strings("INFO", "server"));

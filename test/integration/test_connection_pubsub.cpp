@@ -36,12 +36,6 @@ redis::config user_without_channels(redis_server& server, std::string const& nam
     return cfg;
 }
 
-/// Subscribers of `channel`, asked through redis-cli (which prints the channel, then the count).
-std::int64_t cli_numsub(redis_server& server, std::string const& channel) {
-    auto const out = server.cli(colock::test::strings("PUBSUB", "NUMSUB", channel));
-    return std::stoll(out.substr(out.rfind('\n') + 1));
-}
-
 /// Variadic rather than a braced list: GCC 12 miscompiles braced lists inside coroutines.
 template <class... Outcomes>
 asio::awaitable<bool> all_done(std::chrono::milliseconds limit, Outcomes... each) {

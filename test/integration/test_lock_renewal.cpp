@@ -32,7 +32,7 @@ using namespace colock::test;
 
 namespace {
 
-lock_options lease(std::chrono::milliseconds ttl, std::chrono::milliseconds renew) {
+lock_options renewing_lease(std::chrono::milliseconds ttl, std::chrono::milliseconds renew) {
     lock_options opt;
     opt.ttl = ttl;
     opt.renew_interval = renew;
@@ -156,7 +156,7 @@ TEST_CASE("the key overwritten from outside: lost, and the new value is left alo
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
         {
-            auto g = co_await locks.co_lock(name, lease(1000ms, 150ms));
+            auto g = co_await locks.co_lock(name, renewing_lease(1000ms, 150ms));
             lost_watch w;
             watch(g, w);
             co_await probe.co_exec(command("SET", lock_key(name), "someone-else", "PX", "10000"));
@@ -186,7 +186,7 @@ TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the gu
           "lost") {
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
-        lock_options opt = lease(300ms, 100ms);
+        lock_options opt = renewing_lease(300ms, 100ms);
         opt.max_hold = 600ms;
         auto const started = steady::now();
         auto g = co_await locks.co_lock(name, opt);
@@ -224,7 +224,7 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
         locker locks{conn};
         locker other{conn_b};
         std::string const name = unique_key("restart");
-        lock_options opt = lease(500ms, 150ms);
+        lock_options opt = renewing_lease(500ms, 150ms);
         auto g = co_await locks.co_lock(name, opt);
         lost_watch w;
         watch(g, w);
@@ -274,7 +274,7 @@ TEST_CASE("server restart while held and nobody else wants it: the holder learns
         redis::connection conn{ctx.get_executor(), fast_config(server)};
         locker locks{conn};
         std::string const name = unique_key("restart-alone");
-        auto g = co_await locks.co_lock(name, lease(500ms, 150ms));
+        auto g = co_await locks.co_lock(name, renewing_lease(500ms, 150ms));
         lost_watch w;
         watch(g, w);
         server.kill();
@@ -303,7 +303,7 @@ TEST_CASE("a server restarted at once (new run_id): guards held there are lost o
         locker other{conn_b};
         std::string const name = unique_key("instant-restart");
         // No renewal and a long lease: only the run_id check can tell the holder in time.
-        lock_options opt = lease(10000ms, 3000ms);
+        lock_options opt = renewing_lease(10000ms, 3000ms);
         opt.auto_renew = false;
         auto g = co_await locks.co_lock(name, opt);
         std::string const first_run_id = conn.server_run_id();
@@ -321,7 +321,7 @@ TEST_CASE("a server restarted at once (new run_id): guards held there are lost o
         CHECK(conn.server_run_id() != first_run_id);
 
         // The restarted server lost the fence key too; the new holder's fence is still larger.
-        lock_options wait = waiting_up_to(lease(10000ms, 3000ms), 5000ms);
+        lock_options wait = waiting_up_to(renewing_lease(10000ms, 3000ms), 5000ms);
         auto g2 = co_await other.co_lock(name, wait);
         CHECK(g2.fence() > g.fence());
         CHECK(g2.owns_lock());
@@ -336,7 +336,7 @@ TEST_CASE("a reconnection to the same server keeps the guard and renews it at on
     redis_server server;
     auto scenario = [&](redis::connection& conn, redis::connection& probe, locker& locks,
                         std::string const& name) -> asio::awaitable<void> {
-        auto g = co_await locks.co_lock(name, lease(6000ms, 3000ms));
+        auto g = co_await locks.co_lock(name, renewing_lease(6000ms, 3000ms));
         auto const id = co_await integer(conn, command("CLIENT", "ID"));
         co_await sleep_for(500ms); // the key has at most 5500 ms left, and falls until 3 s
         CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
@@ -369,7 +369,7 @@ TEST_CASE("a release whose connection is lost before the reply is sent again") {
         redis::connection probe{ctx.get_executor(), fast_config(server)};
         locker locks{conn};
         std::string const name = unique_key("release-retry");
-        auto g = co_await locks.co_lock(name, lease(30000ms, 10000ms));
+        auto g = co_await locks.co_lock(name, renewing_lease(30000ms, 10000ms));
         auto const id = co_await integer(conn, command("CLIENT", "ID"));
         // Scripts wait while writes are paused: the release is written, then its connection
         // dies before the server ran it.
@@ -410,7 +410,7 @@ TEST_CASE("a user the server refuses INFO to still connects; its server instance
         CHECK(conn.is_connected());
         CHECK(conn.server_run_id().empty());
         locker locks{conn};
-        auto g = co_await locks.co_lock(unique_key("noinfo"), lease(2000ms, 500ms));
+        auto g = co_await locks.co_lock(unique_key("noinfo"), renewing_lease(2000ms, 500ms));
         CHECK(g.owns_lock());
         CHECK(co_await g.unlock());
         conn.close();
@@ -421,7 +421,7 @@ TEST_CASE("a user the server refuses INFO to still connects; its server instance
 TEST_CASE("extend: raises the key's lease, false after loss, and does not bring the key back") {
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
-        auto g = co_await locks.co_lock(name, lease(600ms, 200ms));
+        auto g = co_await locks.co_lock(name, renewing_lease(600ms, 200ms));
         auto pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(pttl <= 600);
 
@@ -452,7 +452,7 @@ TEST_CASE("extend: raises the key's lease, false after loss, and does not bring 
 TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
-        auto g = co_await locks.co_lock(name, lease(2000ms, 500ms));
+        auto g = co_await locks.co_lock(name, renewing_lease(2000ms, 500ms));
         bool const first = co_await g.unlock();
         bool const second = co_await g.unlock();
         CHECK(first);
@@ -469,7 +469,7 @@ TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
         CHECK(free);
 
         // Unlocking an old guard never touches a later holder's key.
-        auto g2 = co_await locks.co_lock(name, lease(2000ms, 500ms));
+        auto g2 = co_await locks.co_lock(name, renewing_lease(2000ms, 500ms));
         CHECK_FALSE(co_await g.unlock());
         co_await check_held_then_release(probe, g2, name);
     };
@@ -488,7 +488,7 @@ TEST_CASE("the server stops answering (SIGSTOP): the holder reports lost by its 
         locker locks{conn};
         std::string const name = unique_key("stopped");
         auto const acquired_at = steady::now();
-        auto g = co_await locks.co_lock(name, lease(500ms, 150ms));
+        auto g = co_await locks.co_lock(name, renewing_lease(500ms, 150ms));
         lost_watch w;
         watch(g, w);
         co_await sleep_for(100ms);
@@ -508,7 +508,7 @@ TEST_CASE("the server stops answering (SIGSTOP): the holder reports lost by its 
         // first holder must not still believe it owns it.
         redis::connection conn_b{ctx.get_executor(), fast_config(server)};
         locker other{conn_b};
-        lock_options wait = waiting_up_to(lease(500ms, 150ms), 3000ms);
+        lock_options wait = waiting_up_to(renewing_lease(500ms, 150ms), 3000ms);
         auto g2 = co_await other.co_lock(name, wait);
         CHECK(g2.owns_lock());
         bool const two_owners = g.owns_lock() && g2.owns_lock();
@@ -536,7 +536,7 @@ TEST_CASE("the holder cut off from the server (partition): it reports lost by it
         locker other{conn_b};
         std::string const name = unique_key("partition");
         auto const acquired_at = steady::now();
-        auto g = co_await locks.co_lock(name, lease(500ms, 150ms));
+        auto g = co_await locks.co_lock(name, renewing_lease(500ms, 150ms));
         lost_watch w;
         watch(g, w);
         co_await sleep_for(100ms);
@@ -544,7 +544,7 @@ TEST_CASE("the holder cut off from the server (partition): it reports lost by it
         cut.freeze();
         // The server lets the key expire 500 ms after the last renewal that reached it; then
         // the other process gets the lock.
-        lock_options wait = waiting_up_to(lease(500ms, 150ms), 3000ms);
+        lock_options wait = waiting_up_to(renewing_lease(500ms, 150ms), 3000ms);
         auto g2 = co_await other.co_lock(name, wait);
         auto const second_at = steady::now();
         bool const first_still_owns = g.owns_lock();
@@ -604,7 +604,7 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
         locker locks{conn};
         locker other{conn_b};
         std::string const name = unique_key("aof-restart");
-        auto g = co_await locks.co_lock(name, lease(10000ms, 3000ms));
+        auto g = co_await locks.co_lock(name, renewing_lease(10000ms, 3000ms));
         lost_watch w;
         watch(g, w);
 
@@ -622,14 +622,14 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
         auto const kept = co_await held_by(probe, name);
         CHECK(kept == g.token());
         std::optional<lock_guard> meanwhile =
-            co_await other.co_try_lock(name, lease(5000ms, 1000ms));
+            co_await other.co_try_lock(name, renewing_lease(5000ms, 1000ms));
         CHECK_FALSE(meanwhile.has_value());
 
         // unlock() of a lost guard says false at once, and its background release frees the key.
         CHECK_FALSE(co_await g.unlock());
         bool const gone = co_await free_becomes(probe, name, 3000ms);
         CHECK(gone);
-        co_await check_taken_again(other, name, lease(5000ms, 1000ms), g.fence());
+        co_await check_taken_again(other, name, renewing_lease(5000ms, 1000ms), g.fence());
         conn.close();
         conn_b.close();
         probe.close();

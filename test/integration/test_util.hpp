@@ -185,6 +185,12 @@ inline std::string lock_key(std::string const& name, std::string const& prefix =
     return prefix + "{" + name + "}";
 }
 
+/// Subscribers of `channel`, asked through redis-cli (which prints the channel, then the count).
+inline std::int64_t cli_numsub(redis_server& server, std::string const& channel) {
+    auto const out = server.cli(strings("PUBSUB", "NUMSUB", channel));
+    return std::stoll(out.substr(out.rfind('\n') + 1));
+}
+
 inline std::string wake_channel(std::string const& name) {
     return lock_key(name) + ":w:*";
 }

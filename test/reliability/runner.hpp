@@ -102,6 +102,22 @@ std::vector<std::int64_t> numbers(std::string const& line);
 std::size_t lock_keys_left(colock::test::redis_server const& server,
                            std::vector<std::string> const& names);
 
+// The library's bounds for a dead process (src/lock/lease_store.hpp): a hand-off is kept for
+// the locker it went to for at most max_handoff_claim; a waiting locker asks again at least
+// every queue_refresh_interval; a queue entry lapses queue_entry_ttl after its last refresh (the
+// last key of a name to go once nobody waits). A dead process's waiting calls hold the others
+// up until then at most.
+inline constexpr std::chrono::milliseconds max_handoff_claim{1000};
+inline constexpr std::chrono::milliseconds queue_refresh_interval{1000};
+inline constexpr std::chrono::milliseconds queue_entry_ttl{3000};
+
+// worker_process::wait_exit's status for a worker ended by SIGKILL.
+inline constexpr int sigkill_status = 128 + 9;
+
+inline std::int64_t ns(std::chrono::nanoseconds d) {
+    return d.count();
+}
+
 // A stretch of a run (steady clock, ns) in which a failover excuses what replication cannot
 // prevent: two holders, a fence given twice, a lost update.
 struct window {

@@ -36,10 +36,9 @@ namespace {
 
 using colock::test::redis_server;
 
-constexpr auto ttl = 1000ms;
+constexpr auto election_ttl = 1000ms;
 // m4's: the proxy's black holes (up to 800 ms) and stalls (up to 1500 ms) outlast it.
 constexpr auto faulted_ttl = 600ms;
-constexpr int sigkill_status = 128 + 9; // worker_process::wait_exit's code for SIGKILL
 
 std::string queue_key(std::string const& name) {
     return "colock:election:{" + name + "}:q";
@@ -51,7 +50,7 @@ std::vector<std::string> lead_args(std::string const& name, scratch_dir const& d
             "--name",
             name,
             "--ttl-ms",
-            std::to_string(ttl.count()),
+            std::to_string(election_ttl.count()),
             "--renew-ms",
             "300",
             "--step-ms",
@@ -231,7 +230,7 @@ private:
 // the journals. Returns the figures of the watch.
 std::string check_election(result& r, campaigners& c, worker_process& observer,
                            scratch_dir const& dir) {
-    r.check(watch_settles(observer, ttl + 3s),
+    r.check(watch_settles(observer, election_ttl + 3s),
             "the watch did not report that nobody leads once every campaigner was done");
     observer.send("exit");
     r.check(observer.wait_exit(10s) == 0, "the observer failed");
@@ -264,7 +263,7 @@ std::size_t keys_left_after(redis_server const& server, result& r, milliseconds 
 // it was told of ends), with a higher term. Several times, each new leader the next victim.
 result election_killed_leader() {
     int const kills = opts.full ? 10 : 2;
-    auto const bound = ttl + 100ms;
+    auto const bound = election_ttl + 100ms;
     result r{
         fmt::format("m1. election: the leader SIGKILLed with a candidate queued, {} times", kills)};
     redis_server server;
@@ -330,7 +329,7 @@ result election_killed_leader() {
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     r.figures = fmt::format("kill -> next candidate's co_campaign returned: {} ms (bound ttl {} "
                             "ms + 100 ms); terms increasing",
-                            fmt::join(delays, "/"), ttl.count());
+                            fmt::join(delays, "/"), election_ttl.count());
     return r;
 }
 
@@ -444,7 +443,7 @@ result election_campaigns_with_kills() {
     r.check(observer.wait_line("change", 10s).has_value(), "the watch reported no first state");
     campaigners c("m3", server.url(), dir,
                   {"--campaigns", std::to_string(campaigns), "--ttl-ms",
-                   std::to_string(ttl.count()), "--renew-ms", "300", "--hold-min-ms", "20",
+                   std::to_string(election_ttl.count()), "--renew-ms", "300", "--hold-min-ms", "20",
                    "--hold-max-ms", "150", "--step-ms", "10", "--pause-max-ms", "30"});
     for (std::size_t s = 0; s < 3; ++s)
         c.start(s, 0);

@@ -30,19 +30,6 @@ namespace {
 
 using colock::test::redis_server;
 
-// The library's bounds for a dead process (src/lock/lease_store.hpp): a hand-off is kept for
-// the locker it went to for at most max_handoff_claim; a waiting locker asks again at least
-// every queue_refresh_interval; a queue entry lapses queue_entry_ttl after its last refresh.
-constexpr auto max_handoff_claim = 1000ms;
-constexpr auto queue_refresh_interval = 1000ms;
-constexpr auto queue_entry_ttl = 3000ms;
-
-constexpr int sigkill_status = 128 + 9; // worker_process::wait_exit's code for SIGKILL
-
-std::int64_t ns(std::chrono::nanoseconds d) {
-    return d.count();
-}
-
 // The server's clock in milliseconds, as the scripts read it (TIME).
 std::int64_t server_ms(redis_server const& server) {
     auto const t = server.cli_lines({"TIME"});

@@ -33,10 +33,6 @@ namespace {
 using colock::test::fault_proxy;
 using colock::test::primary_set;
 
-// A queue entry lapses this long after its last refresh (src/lock/lease_store.hpp): the last
-// key of a name to go once nobody waits.
-constexpr auto queue_entry_ttl = 3000ms;
-
 } // namespace
 
 result redlock_primaries() {

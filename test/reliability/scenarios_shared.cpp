@@ -38,21 +38,8 @@ namespace {
 using colock::test::holding;
 using colock::test::redis_server;
 
-constexpr auto ttl = 1000ms;
+constexpr auto shared_ttl = 1000ms;
 constexpr std::size_t capacity = 3;
-// The library's bounds for a dead process (src/lock/lease_store.hpp): a queue entry woken for a
-// process is kept for it for at most the claim; one not woken lapses queue_entry_ttl after its
-// last refresh. A dead process's waiting calls hold the others up until then at most, and a
-// waiting call asks again at least every queue_refresh_interval.
-constexpr auto max_handoff_claim = 1000ms;
-constexpr auto queue_entry_ttl = 3000ms;
-constexpr auto queue_refresh_interval = 1000ms;
-constexpr int sigkill_status = 128 + 9; // worker_process::wait_exit's code for SIGKILL
-
-std::int64_t ns(std::chrono::nanoseconds d) {
-    return d.count();
-}
-
 // The permits a semaphore holder's name says: "p<proc>/c<i>x<permits>".
 std::size_t permits_of(holding const& h) {
     auto const x = h.holder.rfind('x');
@@ -179,7 +166,7 @@ result semaphore_with_kills() {
                                         "--ms",
                                         std::to_string(length.count()),
                                         "--ttl-ms",
-                                        std::to_string(ttl.count()),
+                                        std::to_string(shared_ttl.count()),
                                         "--renew-ms",
                                         "250",
                                         "--hold-min-ms",
@@ -292,10 +279,10 @@ result semaphore_with_kills() {
             victim_permits += permits_of(h);
         r.check(victim_permits > 0, fmt::format("kill {} found the victim holding nothing", k + 1));
         // A renewal written just before the kill may run at the server just after it: 20 ms.
-        r.check(lease_left_ms[k] <= ttl.count() + 20,
+        r.check(lease_left_ms[k] <= shared_ttl.count() + 20,
                 fmt::format("the killed victim's permits were leased on for {} ms after the kill "
                             "(ttl {} ms)",
-                            lease_left_ms[k], ttl.count()));
+                            lease_left_ms[k], shared_ttl.count()));
         lefts.push_back(fmt::format("{}", lease_left_ms[k]));
         std::vector<holding> others;
         for (auto const& h : all)
@@ -362,7 +349,7 @@ result semaphore_with_kills() {
         "after it (bound {} ms); {:.0f} losses, {:.0f} errors, {:.0f} timeouts, {:.0f} releases "
         "not ours; proxy: {} drops, {} cuts, {} stalls, {} black-holed",
         all.size(), report.most_at_once, capacity, victim_permits_total, fmt::join(lefts, "/"),
-        ttl.count(), fmt::join(firsts, "/"), fmt::join(reuses, "/"), reuse_bound.count(),
+        shared_ttl.count(), fmt::join(firsts, "/"), fmt::join(reuses, "/"), reuse_bound.count(),
         total["losses"], total["errors"], total["timeouts"], total["not_ours"], s.dropped, s.cuts,
         s.stalls, s.black_holed);
     return r;
@@ -396,7 +383,7 @@ result rw_lock_with_kills() {
                                         "--ms",
                                         std::to_string(length.count()),
                                         "--ttl-ms",
-                                        std::to_string(ttl.count()),
+                                        std::to_string(shared_ttl.count()),
                                         "--renew-ms",
                                         "250",
                                         "--read-min-ms",
@@ -506,13 +493,13 @@ result rw_lock_with_kills() {
     // black hole costs a claim, and a new place in the queue). The readers' longest unbroken
     // stretch is bounded by the ttl: writers get in while readers keep coming (two writers
     // reach the server directly, each trying every 150 ms at most).
-    auto const wait_bound = queue_entry_ttl + queue_refresh_interval + ttl + 500ms;
+    auto const wait_bound = queue_entry_ttl + queue_refresh_interval + shared_ttl + 500ms;
     r.check(longest_wait_ms <= static_cast<double>(wait_bound.count()),
             fmt::format("a writer (direct) waited {:.0f} ms (bound {} ms)", longest_wait_ms,
                         wait_bound.count()));
-    r.check(longest_reading_ns <= ns(ttl),
+    r.check(longest_reading_ns <= ns(shared_ttl),
             fmt::format("readers held the lock for {:.0f} ms without a break (bound {} ms)",
-                        ms(longest_reading_ns), ttl.count()));
+                        ms(longest_reading_ns), shared_ttl.count()));
     std::size_t held_at_kills = 0;
     for (auto const& d : deaths)
         held_at_kills += d.open.empty() ? 0 : 1;
@@ -533,7 +520,7 @@ result rw_lock_with_kills() {
         "drops, {} cuts, {} stalls, {} black-holed",
         report.readers, report.writers, total["downgrades"], report.most_readers_at_once,
         report.readers_checked, report.readers_exact, report.readers_after_lapse, longest_wait_ms,
-        wait_bound.count(), proxied_wait_ms, ms(longest_reading_ns), ttl.count(),
+        wait_bound.count(), proxied_wait_ms, ms(longest_reading_ns), shared_ttl.count(),
         [&] {
             std::size_t n = 0;
             for (auto const& d : deaths)

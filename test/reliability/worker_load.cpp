@@ -34,7 +34,8 @@ using boost::system::error_code;
 using std::chrono::milliseconds;
 
 asio::awaitable<void> stormer(locker& locks, std::vector<std::string> const& names,
-                              lock_options opt, int seed, steady_clock_deadline until, tally& t) {
+                              lock_options opt, int seed, steady_clock_deadline until,
+                              worker_tally& t) {
     std::minstd_rand rng(static_cast<unsigned>(seed));
     auto ex = co_await asio::this_coro::executor;
     bool failed = false;
@@ -91,7 +92,7 @@ int run_storm(arguments const& args) {
     for (std::int64_t i = 0; i < args.number("names"); ++i)
         names.push_back(fmt::format("{}-{}", args.text("name"), i));
     auto const until = std::chrono::steady_clock::now() + milliseconds(args.number("ms"));
-    tally t;
+    worker_tally t;
     int running = static_cast<int>(args.number("coroutines"));
     asio::posix::stream_descriptor in(ctx, dup(STDIN_FILENO));
     for (int i = 0, n = running; i < n; ++i)

@@ -67,7 +67,7 @@ private:
 
 // A holder's extend() to half its ttl (shorter than the lease it may have been handed), given
 // up after a few ms: its reply may come after the holder stopped waiting, or never.
-asio::awaitable<void> shortening_extend(lock_guard& g, milliseconds ttl, tally& t) {
+asio::awaitable<void> shortening_extend(lock_guard& g, milliseconds ttl, worker_tally& t) {
     asio::steady_timer give_up(co_await asio::this_coro::executor, 2ms);
     try {
         co_await (g.extend(ttl) || give_up.async_wait(use_tuple));
@@ -81,7 +81,7 @@ asio::awaitable<void> contender(locker& locks, std::string name, lock_options op
                                 std::string holder, steady_clock_deadline until,
                                 std::chrono::microseconds hold, bool extend_shorter,
                                 unguarded_counter& counter, colock::test::history_writer& history,
-                                journal_writer& journal, tally& t) {
+                                journal_writer& journal, worker_tally& t) {
     std::minstd_rand rng(std::hash<std::string>{}(holder));
     while (std::chrono::steady_clock::now() < until) {
         lock_options o = opt;
@@ -154,7 +154,7 @@ int run_contend(arguments const& args) {
     unguarded_counter counter(args.text("counter"));
     colock::test::history_writer history(args.text("history"));
     journal_writer journal(args.text_or("journal", ""));
-    tally t;
+    worker_tally t;
     for (std::int64_t i = 0; i < coroutines; ++i) {
         auto o = opt;
         if (short_ttl.count() > 0 && i % 2 == 1) {

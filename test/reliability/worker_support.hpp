@@ -101,7 +101,7 @@ colock::test::holding tenure(lock_guard const& g, std::string holder, std::int64
 std::int64_t lease_end_ns(lock_guard const& g);
 
 // What the contending modes count and print in their summaries.
-struct tally {
+struct worker_tally {
     std::uint64_t acquisitions = 0;
     std::uint64_t increments = 0;
     std::uint64_t losses = 0;    // guards that reported lost()

@@ -1,5 +1,7 @@
 #include <colock_test/election_history.hpp>
 
+#include "history_text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,7 +13,7 @@ namespace colock::test {
 
 namespace {
 
-constexpr std::size_t max_problems = 20;
+using detail::max_problems;
 
 using change_key = std::pair<std::int64_t, std::size_t>; // (term, value index)
 

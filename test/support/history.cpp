@@ -1,5 +1,7 @@
 #include <colock_test/history.hpp>
 
+#include "history_text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,6 +22,10 @@
 
 namespace colock::test {
 namespace {
+
+using detail::at;
+using detail::max_problems;
+using detail::tenure;
 
 [[noreturn]] void fail_errno(std::string const& what, std::string const& path) {
     throw std::system_error(errno, std::generic_category(), what + " " + path);
@@ -130,28 +136,11 @@ std::string_view parse_line(std::string_view line, holding& h) {
 
 // ---- check_history's descriptions
 
-/// A steady-clock time relative to the first acquisition, as t+S.NNNNNNNNNs.
-std::string at(std::int64_t ns, std::int64_t t0) {
-    std::int64_t const d = ns - t0;
-    std::uint64_t const mag =
-        d < 0 ? 0 - static_cast<std::uint64_t>(d) : static_cast<std::uint64_t>(d);
-    return fmt::format("t{}{}.{:09}s", d < 0 ? '-' : '+', mag / 1'000'000'000u,
-                       mag % 1'000'000'000u);
-}
-
 std::string duration(std::int64_t ns) {
     if (ns >= 1'000'000 || ns <= -1'000'000)
         return fmt::format("{} ns ({:.3f} ms)", ns, static_cast<double>(ns) / 1e6);
     return fmt::format("{} ns", ns);
 }
-
-std::string tenure(holding const& h, std::int64_t t0) {
-    return fmt::format("{} (fence {}, [{}, {}){})", h.holder, h.fence, at(h.acquired_ns, t0),
-                       at(h.end_ns(), t0),
-                       h.lease_end_ns < h.released_ns ? " ended by its lease" : "");
-}
-
-constexpr std::size_t max_problems = 20;
 
 // ---- fenced_store's file
 

@@ -1,5 +1,7 @@
 #include <colock_test/shared_history.hpp>
 
+#include "history_text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,18 +14,9 @@
 namespace colock::test {
 namespace {
 
-constexpr std::size_t max_problems = 20;
-
-/// A steady-clock time relative to `t0`, in milliseconds with nanoseconds.
-std::string at(std::int64_t ns, std::int64_t t0) {
-    return fmt::format("t+{:.6f}ms", static_cast<double>(ns - t0) / 1e6);
-}
-
-std::string tenure(holding const& h, std::int64_t t0) {
-    return fmt::format("{} (fence {}, [{}, {}){})", h.holder, h.fence, at(h.acquired_ns, t0),
-                       at(h.end_ns(), t0),
-                       h.lease_end_ns < h.released_ns ? " ended by its lease" : "");
-}
+using detail::at;
+using detail::max_problems;
+using detail::tenure;
 
 bool empty(holding const& h) {
     return h.end_ns() <= h.acquired_ns;

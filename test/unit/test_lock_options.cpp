@@ -16,7 +16,7 @@ std::string refusal(std::string_view name, lock_options const& opt) {
     try {
         validate(name, opt);
     } catch (boost::system::system_error const& e) {
-        CHECK(e.code() == error::invalid_argument);
+        CHECK(e.code() == colock::error::invalid_argument);
         return e.what();
     }
     return "accepted";
@@ -89,9 +89,10 @@ TEST_CASE("bad options are refused with a message naming the field") {
 }
 
 TEST_CASE("the lock error category names its codes") {
-    CHECK(make_error_code(error::timeout).message().find("wait_timeout") != std::string::npos);
-    CHECK(make_error_code(error::lock_lost).message().find("lost") != std::string::npos);
-    CHECK(std::string(make_error_code(error::not_held).category().name()) == "colock");
+    CHECK(make_error_code(colock::error::timeout).message().find("wait_timeout") !=
+          std::string::npos);
+    CHECK(make_error_code(colock::error::lock_lost).message().find("lost") != std::string::npos);
+    CHECK(std::string(make_error_code(colock::error::not_held).category().name()) == "colock");
 }
 
 TEST_CASE("very long durations: ttl is bounded by max_lock_ttl, the waits accept any length") {

@@ -3,6 +3,7 @@
 // over a socket), none of which may read as "granted", "done" or "not ours".
 #include "lock/lock_replies.hpp"
 
+#include "script_reply_builders.hpp"
 #include "value_builders.hpp"
 
 #include <colock/error.hpp>
@@ -21,6 +22,7 @@ using namespace colock::detail;
 using boost::system::error_code;
 using colock::resp3::value;
 using colock::test::aggregate;
+using colock::test::answered;
 using colock::test::array;
 using colock::test::blob;
 using colock::test::error_reply;
@@ -28,10 +30,6 @@ using colock::test::number;
 using namespace std::chrono_literals;
 
 namespace {
-
-script_reply answered(value v) {
-    return script_reply{{}, std::move(v)};
-}
 
 script_reply refused(std::string text) {
     return script_reply{colock::redis::error::server_error, error_reply(std::move(text))};

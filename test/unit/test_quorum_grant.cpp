@@ -4,6 +4,8 @@
 // pause, and the errors of a round without a majority.
 #include "lock/quorum_grant.hpp"
 
+#include "primary_endpoints.hpp"
+
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
 
@@ -27,10 +29,9 @@ using colock::detail::replica_wait;
 using colock::detail::redlock::grant_round;
 using std::chrono::milliseconds;
 using straggler = grant_round::straggler;
+using colock::test::endpoints;
 
 namespace {
-
-std::vector<std::string> const endpoints{"a:1", "b:2", "c:3"};
 
 // A round over three primaries, each at its count of server changes 5.
 struct three_primaries {

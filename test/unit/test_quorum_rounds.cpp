@@ -3,6 +3,8 @@
 // started a round.
 #include "lock/quorum_rounds.hpp"
 
+#include "primary_endpoints.hpp"
+
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
 
@@ -28,11 +30,11 @@ using colock::detail::lock_keys;
 using colock::detail::redlock::extend_round;
 using colock::detail::redlock::release_round;
 using colock::detail::redlock::subscribe_round;
+using colock::test::endpoints;
 using std::chrono::milliseconds;
 
 namespace {
 
-std::vector<std::string> const endpoints{"a:1", "b:2", "c:3"};
 lock_keys const keys("p:", "name", "owner");
 
 asio::strand<asio::any_io_executor> strand_of(asio::io_context& ctx) {

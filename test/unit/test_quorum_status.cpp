@@ -4,6 +4,8 @@
 #include "lock/quorum_errors.hpp"
 #include "lock/quorum_status.hpp"
 
+#include "primary_endpoints.hpp"
+
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
 
@@ -18,10 +20,9 @@ using namespace colock::detail::redlock;
 using boost::system::error_code;
 using colock::detail::forced_unlock_result;
 using colock::detail::lock_reading;
+using colock::test::endpoints;
 
 namespace {
-
-std::vector<std::string> const endpoints{"a:1", "b:2", "c:3"};
 
 lock_reading value(std::string v, std::int64_t pttl = 1000, std::int64_t queued = 0) {
     lock_reading r;

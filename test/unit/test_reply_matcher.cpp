@@ -29,7 +29,7 @@ std::string bulk(std::string_view s) {
     return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
 }
 
-std::string error(std::string_view s) {
+std::string simple_error(std::string_view s) {
     return "-" + std::string(s) + "\r\n";
 }
 
@@ -160,7 +160,7 @@ TEST_SUITE("redis.reply_matcher") {
         int const get1 = h.add(command("GET", "k1"));
         int const sub = h.add(command("SUBSCRIBE", "a", "b"));
         int const get2 = h.add(command("GET", "k2"));
-        h.feed(bulk("v1") + error(noperm) + bulk("v2"));
+        h.feed(bulk("v1") + simple_error(noperm) + bulk("v2"));
         CHECK(h.unexpected == 0);
         CHECK(h.completed == std::vector<int>{get1, sub, get2});
         CHECK(text(h.answer(get1)) == "v1");
@@ -177,7 +177,7 @@ TEST_SUITE("redis.reply_matcher") {
         r.push("SUBSCRIBE", "a", "b");
         r.push("GET", "k2");
         int const id = h.add(r);
-        h.feed(bulk("v1") + error(noperm));
+        h.feed(bulk("v1") + simple_error(noperm));
         CHECK_FALSE(h.done(id));
         h.feed(bulk("v2"));
         REQUIRE(h.done(id));
@@ -375,7 +375,7 @@ TEST_SUITE("redis.reply_matcher") {
         int const bare = h.add(command("PUNSUBSCRIBE"));
         int const get = h.add(command("GET", "k"));
         std::string const busy = "BUSY Redis is busy running a script.";
-        h.feed(error(busy) + error(busy) + bulk("v"));
+        h.feed(simple_error(busy) + simple_error(busy) + bulk("v"));
         CHECK(h.answer(named).text == busy);
         CHECK(h.answer(bare).text == busy);
         CHECK(text(h.answer(get)) == "v");
@@ -389,11 +389,11 @@ TEST_SUITE("redis.reply_matcher") {
             confirm("subscribe", "a", 1) + confirm("subscribe", "b", 2) + // SUBSCRIBE a b
             confirm("psubscribe", "p*", 3) + "+PONG\r\n" +                // PSUBSCRIBE; PING
             message("a", "m1") +                                          //
-            error(noperm) +                                               // SSUBSCRIBE (refused)
+            simple_error(noperm) +                                        // SSUBSCRIBE (refused)
             confirm("unsubscribe", "b", 2) + confirm("unsubscribe", "a", 1) +    // UNSUBSCRIBE
             ">4\r\n" + bulk("pmessage") + bulk("p*") + bulk("p1") + bulk("m2") + //
             confirm("punsubscribe", "p*", 0) +                                   // PUNSUBSCRIBE
-            error(busy) +                                                        // UNSUBSCRIBE x
+            simple_error(busy) +                                                 // UNSUBSCRIBE x
             bulk("v2");                                                          // GET k2
         for (std::size_t chunk : {std::size_t{0}, std::size_t{1}, std::size_t{7}}) {
             CAPTURE(chunk);

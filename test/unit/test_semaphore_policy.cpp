@@ -5,6 +5,7 @@
 
 #include "lock/acquire_policy.hpp"
 
+#include "script_reply_builders.hpp"
 #include "value_builders.hpp"
 
 #include <colock/error.hpp>
@@ -20,6 +21,7 @@
 
 using namespace colock::detail;
 using colock::resp3::value;
+using colock::test::answered;
 using colock::test::array;
 using colock::test::blob;
 using colock::test::error_reply;
@@ -27,10 +29,6 @@ using colock::test::number;
 using namespace std::chrono_literals;
 
 namespace {
-
-script_reply answered(value v) {
-    return script_reply{{}, std::move(v)};
-}
 
 // The code of the system_error `f` throws; empty when it throws none.
 template <class F>

@@ -26,7 +26,7 @@ std::vector<std::string> names(char const* a, char const* b) {
 }
 
 // The outcome of `op` among `finished`, or nullptr.
-book::finished const* outcome(std::vector<book::finished> const& finished, book::op_id op) {
+book::finished const* finished_of(std::vector<book::finished> const& finished, book::op_id op) {
     for (auto const& f : finished)
         if (f.op == op)
             return &f;
@@ -74,14 +74,14 @@ TEST_SUITE("redis.subscription_book") {
         b.on_answer(commands[0].id, false, "");
         auto done = b.take_finished();
         CHECK(done.size() == 2);
-        CHECK(outcome(done, first));
-        CHECK(outcome(done, second));
+        CHECK(finished_of(done, first));
+        CHECK(finished_of(done, second));
         CHECK(b.count("a") == 2);
 
         // Confirmed: a third subscriber needs nothing from the server.
         auto [third, nothing] = b.change(true, names("a"));
         CHECK(nothing.empty());
-        CHECK(outcome(b.take_finished(), third));
+        CHECK(finished_of(b.take_finished(), third));
     }
 
     TEST_CASE_FIXTURE(
@@ -129,7 +129,7 @@ TEST_SUITE("redis.subscription_book") {
 
         auto [u1, none] = b.change(false, names("a"));
         CHECK(none.empty());
-        CHECK(outcome(b.take_finished(), u1));
+        CHECK(finished_of(b.take_finished(), u1));
         auto [u2, unsub] = b.change(false, names("a"));
         REQUIRE(unsub.size() == 1);
         CHECK_FALSE(unsub[0].subscribe);
@@ -148,7 +148,7 @@ TEST_SUITE("redis.subscription_book") {
     TEST_CASE_FIXTURE(open_book, "unsubscribing what is not counted does nothing") {
         auto [op, commands] = b.change(false, names("never"));
         CHECK(commands.empty());
-        CHECK(outcome(b.take_finished(), op));
+        CHECK(finished_of(b.take_finished(), op));
         CHECK(b.count("never") == 0);
     }
 
@@ -161,11 +161,11 @@ TEST_SUITE("redis.subscription_book") {
         auto [u, unsub] = b.change(false, names("a"));
         REQUIRE(unsub.size() == 1);
         b.close_session();
-        CHECK(outcome(b.take_finished(), u)); // done: there is no server subscription any more
+        CHECK(finished_of(b.take_finished(), u)); // done: there is no server subscription any more
         // Subscribed again while disconnected: done at once.
         auto [s, none] = b.change(true, names("a"));
         CHECK(none.empty());
-        CHECK(outcome(b.take_finished(), s));
+        CHECK(finished_of(b.take_finished(), s));
         // A late answer for the dead session's command changes nothing.
         b.on_answer(unsub[0].id, false, "");
         auto next = b.open_session();
@@ -182,9 +182,9 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(none.empty());
         auto [gone, unsub] = b.change(false, names("a"));
         CHECK(unsub.empty()); // one subscriber is left
-        CHECK(outcome(b.take_finished(), gone));
+        CHECK(finished_of(b.take_finished(), gone));
         b.on_answer(handshake.at(0).id, false, "");
-        CHECK(outcome(b.take_finished(), more));
+        CHECK(finished_of(b.take_finished(), more));
     }
 
     TEST_CASE("a SUBSCRIBE refused in the handshake: the counts of earlier subscribers stay") {
@@ -223,14 +223,14 @@ TEST_SUITE("redis.subscription_book") {
         CHECK(sub[0].subscribe);
         b.on_answer(sub[0].id, false, "");
         auto const subscribed = b.take_finished();
-        auto const* ok = outcome(subscribed, newer);
+        auto const* ok = finished_of(subscribed, newer);
         REQUIRE(ok);
         CHECK_FALSE(ok->ec);
         CHECK(b.on_server("a"));
         // The earlier subscriber lets go: the newer one keeps its subscription.
         auto [gone, unsub] = b.change(false, names("a"));
         CHECK(unsub.empty());
-        CHECK(outcome(b.take_finished(), gone));
+        CHECK(finished_of(b.take_finished(), gone));
         CHECK(b.count("a") == 1);
         CHECK(b.on_server("a"));
         // The newer one lets go: now the server hears of it.
@@ -248,7 +248,7 @@ TEST_SUITE("redis.subscription_book") {
         b.on_answer(handshake.at(0).id, true, "NOPERM");
         auto [gone, unsub] = b.change(false, names("a"));
         CHECK(unsub.empty()); // the server never had it
-        CHECK(outcome(b.take_finished(), gone));
+        CHECK(finished_of(b.take_finished(), gone));
         CHECK(b.counted().empty());
         CHECK(b.take_commands().empty());
     }
@@ -264,7 +264,7 @@ TEST_SUITE("redis.subscription_book") {
         b.on_answer(handshake[0].id, true, "NOPERM");
         b.on_answer(handshake[1].id, false, "");
         auto const rolled_back = b.take_finished();
-        auto const* failed = outcome(rolled_back, op);
+        auto const* failed = finished_of(rolled_back, op);
         REQUIRE(failed);
         CHECK(failed->ec == colock::redis::error::server_error);
         CHECK(b.count("a") == 0);
@@ -290,8 +290,8 @@ TEST_SUITE("redis.subscription_book") {
         b.on_answer(sub[0].id, false, "");
         b.on_answer(sub_a[0].id, true, "NOPERM");
         auto done = b.take_finished();
-        REQUIRE(outcome(done, op));
-        CHECK(outcome(done, op)->ec == colock::redis::error::server_error);
+        REQUIRE(finished_of(done, op));
+        CHECK(finished_of(done, op)->ec == colock::redis::error::server_error);
         CHECK(b.count("b") == 1);
         CHECK(b.on_server("b"));
         CHECK(b.take_commands().empty());
@@ -306,7 +306,7 @@ TEST_SUITE("redis.subscription_book") {
         REQUIRE(handshake.size() == 1);
         CHECK(b.take_finished().empty());
         b.on_answer(handshake[0].id, false, "");
-        CHECK(outcome(b.take_finished(), op));
+        CHECK(finished_of(b.take_finished(), op));
         b.close_session();
 
         book c;
