@@ -4,7 +4,7 @@
 # add_subdirectory and FetchContent lines work as the README says. With BUILD=ON it also builds
 # and runs the program. ctest builds one of the two only: both compile the same sources with
 # the same flags (FetchContent ends in add_subdirectory), and each build of the library costs
-# a minute and a half of CPU.
+# a minute of CPU.
 #
 # Variables: SOURCE_DIR (colock's source tree), WORK_DIR (scratch space), CXX_COMPILER, MODE
 # (add_subdirectory or fetchcontent), BUILD (ON or OFF).
@@ -16,13 +16,15 @@ package_test_require(SOURCE_DIR WORK_DIR CXX_COMPILER MODE)
 set(build_dir "${WORK_DIR}/build")
 file(REMOVE_RECURSE "${build_dir}")
 
-# Unoptimised and without debug information: the point is that it builds and links.
+# Unoptimised, without debug information, and in batches (COLOCK_UNITY_BUILD, half the CPU):
+# the point is that it builds and links.
 package_run_step("configure"
     ${CMAKE_COMMAND} -S "${CMAKE_CURRENT_LIST_DIR}/subproject" -B "${build_dir}"
         ${package_generator_args}
         -DCMAKE_BUILD_TYPE=Debug
         -DCMAKE_CXX_FLAGS_DEBUG=-O0
         -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+        -DCOLOCK_UNITY_BUILD=ON
         -DCOLOCK_CONSUMER_MODE=${MODE}
         -DCOLOCK_SOURCE_DIR=${SOURCE_DIR}
         -DCOLOCK_GIT_REPOSITORY=https://example.invalid/colock.git
