@@ -1,6 +1,7 @@
 // One ask of the lease store for a call, and the guard or failure text its answer makes.
 #include "acquirer.hpp"
 
+#include "acquire_policy.hpp"
 #include "request_stop.hpp"
 
 #include "errors.hpp"
@@ -123,6 +124,19 @@ acquirer::try_once(lock_keys const& keys, std::string const& token, std::string 
             out.outcome_unknown = true; // try once more on the way out
         r.granted = false;
         r.ec = asio::error::operation_aborted;
+    }
+    if (!r.ec && r.granted &&
+        !lease_left_to_pass(started + locker_.store().safe_ttl(opt.ttl), clock_type::now())) {
+        // The reply was read when the lease it granted was over, or all but (a starved process,
+        // or a round trip as long as the ttl): its guard would never own the lock. Given back,
+        // and answered as a lock held by another that is gone meanwhile: co_lock asks again at
+        // once, co_try_lock returns nothing.
+        auto const released =
+            co_await locker_.store().release(keys, token, handoff_claim(opt.ttl), 0);
+        if (released.ec)
+            out.outcome_unknown = true; // try once more on the way out
+        r.granted = false;
+        r.holder_ttl = milliseconds(0);
     }
     if (r.ec == asio::error::operation_aborted && !cancelled(cs))
         r.ec = error::timeout; // stopped by the wait deadline before it was sent

@@ -79,6 +79,36 @@ TEST_CASE("an extend that shortens the lease and whose reply is never applied le
     run_lock_test<two_lockers>("paused-extend", scenario);
 }
 
+TEST_CASE("a grant read after its lease's end is given back: co_try_lock returns nothing and "
+          "co_lock asks again, so neither returns a guard that never owned the lock") {
+    auto scenario = [&](asio::io_context&, redis::connection&, redis::connection&,
+                        redis::connection& probe, locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
+        // Writes held 400 ms: the grant is applied when the pause ends, and its reply read
+        // 400 ms after the request, past the 200 ms the caller can count on from its start.
+        auto const opt = without_renewal(200ms);
+        co_await probe.co_exec(command("CLIENT", "PAUSE", "400", "WRITE"));
+        auto const tried = co_await locks.co_try_lock(name, opt);
+        CHECK_FALSE(tried);
+        // Given back, not left to lapse: another locker takes it at once.
+        auto taken = co_await other.co_try_lock(name, lease(10'000ms));
+        REQUIRE(taken);
+        CHECK(taken->owns_lock());
+        auto const taken_fence = taken->fence();
+        co_await taken->unlock();
+
+        co_await probe.co_exec(command("CLIENT", "PAUSE", "400", "WRITE"));
+        auto const start = steady::now();
+        auto g = co_await locks.co_lock(name, opt);
+        CHECK(steady::now() - start >= 400ms);
+        CHECK(g.owns_lock());
+        CHECK(g.lease_expiry() > steady::now());
+        CHECK(g.fence() > taken_fence);
+        co_await g.unlock();
+    };
+    run_lock_test<two_lockers>("late-grant", scenario);
+}
+
 TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the released guard "
           "never sees, leaves the next local holder no longer deadline than the server's") {
     fault_proxy proxy(shared_server().port());
