@@ -321,6 +321,20 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
         if (wait && !g.granted && (!g.ec || g.outcome_unknown) && !g.stored)
             entered = true;
         bool const stopping = core.closed_ || w.aborted || cancelled(cs);
+        auto const lease_end = sent_at + core.locker_->store().safe_ttl(opt.ttl);
+        if (g.granted && !stopping && !lease_left_to_pass(lease_end, clock_type::now())) {
+            // Read when the lease it granted was over, or all but (a starved process, or a
+            // round trip as long as the ttl): its guard would never hold the permits. Given
+            // back, and answered as "none free now"; the call goes on under a new token (a
+            // token is granted once).
+            if (wait)
+                core.waiters_.erase(token);
+            core.release_detached(token, permits, true);
+            token = random_token();
+            entered = false;
+            g.granted = false;
+            g.wait = milliseconds(0);
+        }
         if (g.granted) {
             entered = false; // the grant took the entry out
             if (stopping) {
@@ -328,9 +342,8 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
                 fail(asio::error::operation_aborted, {});
                 break;
             }
-            auto st = std::make_shared<permit_state>(
-                self, token, permits, g.fence, opt, sent_at,
-                sent_at + core.locker_->store().safe_ttl(opt.ttl), generation);
+            auto st = std::make_shared<permit_state>(self, token, permits, g.fence, opt, sent_at,
+                                                     lease_end, generation);
             st->hold();
             out.state = std::move(st);
             break;

@@ -167,6 +167,36 @@ TEST_CASE("semaphore: a waiting call on another locker is woken by the release, 
         });
 }
 
+TEST_CASE("semaphore: permits granted in a reply read after their lease's end are given back: "
+          "a try returns nothing and a waiting call asks again") {
+    run_lock_test<two_lockers>(
+        "sem-late",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            semaphore sa{a, name, 1};
+            semaphore sb{b, name, 1};
+            // Writes held 400 ms: the grant is applied when the pause ends, and its reply read
+            // 400 ms after the request, past the 200 ms the caller can count on from its start.
+            auto opt = lease(200ms);
+            opt.auto_renew = false;
+            co_await probe.co_exec(command("CLIENT", "PAUSE", "400", "WRITE"));
+            CHECK_FALSE((co_await sa.co_try_acquire(opt)).has_value());
+            // Given back, not left to lapse: the other locker takes the one permit at once.
+            auto taken = co_await sb.co_try_acquire(lease(10'000ms));
+            REQUIRE(taken.has_value());
+            auto const taken_fence = taken->fence();
+            CHECK(co_await taken->release());
+
+            co_await probe.co_exec(command("CLIENT", "PAUSE", "400", "WRITE"));
+            auto const start = steady::now();
+            auto held = co_await sa.co_acquire(opt);
+            CHECK(steady::now() - start >= 350ms);
+            CHECK(held.owns());
+            CHECK(held.fence() > taken_fence);
+            CHECK(co_await held.release());
+        });
+}
+
 TEST_CASE("semaphore: a call for several permits is not overtaken by later calls for one, and "
           "gets them all at once") {
     run_lock_test<two_lockers>(
