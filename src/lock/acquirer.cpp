@@ -52,7 +52,8 @@ std::string acquirer::timeout_text(lock_options const& opt) const {
 std::shared_ptr<guard_state>
 acquirer::make_guard(std::string name, lock_keys keys, std::string token, std::int64_t fence,
                      lock_options const& opt, clock_type::time_point attempt_start,
-                     std::uint64_t server_changes, bool others_queued) {
+                     clock_type::time_point lease_end, std::uint64_t server_changes,
+                     bool others_queued) {
     lease_origin origin;
     origin.lease_token = token;
     origin.lease_fence = fence;
@@ -61,7 +62,7 @@ acquirer::make_guard(std::string name, lock_keys keys, std::string token, std::i
     // is one this lease did not survive.
     origin.server_changes = server_changes;
     origin.acquired_at = attempt_start;
-    origin.deadline = attempt_start + locker_.store().safe_ttl(opt.ttl);
+    origin.deadline = lease_end;
     origin.others_queued_at_grant = others_queued;
     auto st =
         std::make_shared<guard_state>(locker_.shared_from_this(), std::move(name), std::move(keys),
@@ -125,8 +126,10 @@ acquirer::try_once(lock_keys const& keys, std::string const& token, std::string 
         r.granted = false;
         r.ec = asio::error::operation_aborted;
     }
-    if (!r.ec && r.granted &&
-        !lease_left_to_pass(started + locker_.store().safe_ttl(opt.ttl), clock_type::now())) {
+    // How long the lease is known to be ours: from the request, since the server may have
+    // applied it at any moment until the reply was read.
+    auto const lease_end = started + locker_.store().safe_ttl(opt.ttl);
+    if (!r.ec && r.granted && !lease_left_to_pass(lease_end, clock_type::now())) {
         // The reply was read when the lease it granted was over, or all but (a starved process,
         // or a round trip as long as the ttl): its guard would never own the lock. Given back,
         // and answered as a lock held by another that is gone meanwhile: co_lock asks again at
@@ -141,8 +144,8 @@ acquirer::try_once(lock_keys const& keys, std::string const& token, std::string 
     if (r.ec == asio::error::operation_aborted && !cancelled(cs))
         r.ec = error::timeout; // stopped by the wait deadline before it was sent
     if (!r.ec && r.granted) {
-        out.state =
-            make_guard(name, keys, token, r.fence, opt, started, server_changes, r.others_queued);
+        out.state = make_guard(name, keys, token, r.fence, opt, started, lease_end, server_changes,
+                               r.others_queued);
         // A lease that may be kept at its let-go: a locker elsewhere that queues meanwhile is
         // heard.
         if (opt.retain.count() > 0 && !r.others_queued && keys.record_key.empty())

@@ -66,6 +66,7 @@ private:
     std::shared_ptr<guard_state> make_guard(std::string name, lock_keys keys, std::string token,
                                             std::int64_t fence, lock_options const& opt,
                                             clock_type::time_point attempt_start,
+                                            clock_type::time_point lease_end,
                                             std::uint64_t server_changes, bool others_queued);
 
     locker_impl& locker_;
