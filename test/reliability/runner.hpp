@@ -130,12 +130,10 @@ inline bool in_some(std::vector<window> const& ws, std::int64_t from, std::int64
     return std::any_of(ws.begin(), ws.end(), [&](window const& w) { return w.covers(from, to); });
 }
 
-// The tenures that could act (end_ns() > acquired_ns), by acquisition: the order fences must
-// follow. A tenure whose lease was over when co_lock returned (its reply read after the lease
-// lapsed, a starved process) did nothing, and its late record says nothing of the order of
-// grants.
+// The tenures that could act (holding::could_act), by acquisition: the order fences must
+// follow.
 inline std::vector<holding> acting_in_acquisition_order(std::vector<holding> history) {
-    std::erase_if(history, [](holding const& h) { return h.end_ns() <= h.acquired_ns; });
+    std::erase_if(history, [](holding const& h) { return !h.could_act(); });
     std::sort(history.begin(), history.end(),
               [](holding const& a, holding const& b) { return a.acquired_ns < b.acquired_ns; });
     return history;

@@ -292,7 +292,7 @@ result semaphore_with_kills() {
                   [](auto const& a, auto const& b) { return a.acquired_ns < b.acquired_ns; });
         std::optional<std::int64_t> first, reuse;
         for (auto const& h : others) {
-            if (h.acquired_ns <= d.kill_ns || h.end_ns() <= h.acquired_ns)
+            if (h.acquired_ns <= d.kill_ns || !h.could_act())
                 continue;
             if (!first)
                 first = h.acquired_ns;
@@ -452,7 +452,7 @@ result rw_lock_with_kills() {
     {
         std::vector<std::pair<std::int64_t, std::int64_t>> spans;
         for (auto const& h : read_tenures)
-            if (h.end_ns() > h.acquired_ns)
+            if (h.could_act())
                 spans.emplace_back(h.acquired_ns, h.end_ns());
         std::sort(spans.begin(), spans.end());
         std::int64_t from = 0, to = 0;

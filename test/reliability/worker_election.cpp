@@ -135,7 +135,7 @@ asio::awaitable<void> one_campaign(election& el, lock_options opt, std::string c
     // A tenure over before co_campaign returned had no time to act in: no interval, and its
     // term says nothing of the order of grants (it may have returned after the next leader's).
     auto const h = tenure(lead->guard(), id, acquired_ns);
-    if (h.end_ns() > h.acquired_ns)
+    if (h.could_act())
         history.record(h);
     auto const how = lost ? "lost" : pick(1, 100) <= plan.resign_percent ? "resign" : "drop";
     journal.ended(id, how);

@@ -18,10 +18,6 @@ using detail::at;
 using detail::max_problems;
 using detail::tenure;
 
-bool empty(holding const& h) {
-    return h.end_ns() <= h.acquired_ns;
-}
-
 /// The holdings' indices in acquisition order (ties by fence, then end).
 std::vector<std::size_t> by_acquisition(std::vector<holding> const& hs) {
     std::vector<std::size_t> order(hs.size());
@@ -78,7 +74,7 @@ capacity_report check_capacity(std::vector<holding> holdings, std::size_t capaci
             std::pop_heap(open.begin(), open.end(), std::greater<>{});
             open.pop_back();
         }
-        if (empty(cur))
+        if (!cur.could_act())
             continue;
         open.emplace_back(cur.end_ns(), i);
         std::push_heap(open.begin(), open.end(), std::greater<>{});
@@ -177,7 +173,7 @@ rw_report check_rw_history(std::vector<holding> readers, std::vector<holding> wr
             std::pop_heap(open.begin(), open.end(), std::greater<>{});
             open.pop_back();
         }
-        if (empty(cur))
+        if (!cur.could_act())
             continue;
         std::vector<std::size_t> firsts;
         for (auto const& e : open)
@@ -207,7 +203,7 @@ rw_report check_rw_history(std::vector<holding> readers, std::vector<holding> wr
     // Writers' fences in acquisition order.
     std::size_t prev = nw;
     for (std::size_t i : order) {
-        if (!is_writer(i) || empty(all[i]))
+        if (!is_writer(i) || !all[i].could_act())
             continue;
         if (prev != nw && all[i].fence <= all[prev].fence) {
             ++r.writer_fence_inversions;
@@ -232,7 +228,7 @@ rw_report check_rw_history(std::vector<holding> readers, std::vector<holding> wr
         low[k + 1] = low[k];
         latest[k + 1] = latest[k];
         std::size_t const w = by_end[k];
-        if (empty(all[w]))
+        if (!all[w].could_act())
             continue;
         latest[k + 1] = all[w].end_ns();
         if (low[k] == nw || all[w].fence > all[low[k]].fence)
@@ -270,7 +266,7 @@ rw_report check_rw_history(std::vector<holding> readers, std::vector<holding> wr
     };
     for (std::size_t i = nw; i < all.size(); ++i) {
         holding const& rd = all[i];
-        if (empty(rd))
+        if (!rd.could_act())
             continue;
         ++r.readers_checked;
         auto const k = static_cast<std::size_t>(

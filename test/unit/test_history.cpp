@@ -728,7 +728,7 @@ TEST_CASE("check_capacity agrees with a brute-force count on random histories") 
         // The most at once is reached at some acquisition; count there.
         std::size_t most = 0;
         for (auto const& h : hs) {
-            if (h.end_ns() <= h.acquired_ns)
+            if (!h.could_act())
                 continue;
             most = std::max(most, open_at(hs, permits, h.acquired_ns));
         }

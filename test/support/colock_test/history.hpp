@@ -40,6 +40,9 @@ struct holding {
 
     /// End of the interval in which this holder may act: min(released_ns, lease_end_ns).
     std::int64_t end_ns() const noexcept;
+    /// Whether that interval is not empty. An empty one (the lease over when the lock call
+    /// returned: a reply read late) did nothing, and says nothing of the order of grants.
+    bool could_act() const noexcept { return end_ns() > acquired_ns; }
 
     friend bool operator==(holding const&, holding const&) = default;
 };
