@@ -305,6 +305,11 @@ TEST_CASE("a semaphore and a read-write lock from four threads: never more holde
     std::atomic<int> aborted{0};
     auto doomed = std::make_unique<semaphore>(lk, "doomed", 1);
     auto doomed_permit = std::make_shared<std::optional<permit>>();
+    // The waiter on `doomed` asks only once coroutine 0 holds its permit (an order by events: a
+    // timer of a few milliseconds was not enough on a loaded machine, and the waiter was then
+    // granted the permit first); coroutine 0 destroys it only once the waiter is queued.
+    std::atomic<bool> doomed_held{false}, waiter_queued{false};
+    std::string waiter_outcome = "did not finish"; // written by coroutine 1, read after the run
 
     pool.run(coroutines, 120s, [&](int c) -> asio::awaitable<void> {
         using namespace asio::experimental::awaitable_operators;
@@ -314,13 +319,17 @@ TEST_CASE("a semaphore and a read-write lock from four threads: never more holde
             // Holds the only permit of `doomed`, then destroys it from this thread while
             // another coroutine waits on it.
             doomed_permit->emplace(co_await doomed->co_acquire(opt));
+            doomed_held = true;
             // Until the other one waits in the queue (its call went through the connection's
             // strand before this reply did: no race on `doomed`).
-            for (int polls = 0; polls < 500; ++polls) {
+            auto const give_up = std::chrono::steady_clock::now() + 60s;
+            while (std::chrono::steady_clock::now() < give_up) {
                 auto r =
                     co_await pool.conn.co_exec(command("LLEN", "threads-sem:semaphore:{doomed}:q"));
-                if (r.at(0).as_integer().value_or(0) > 0)
+                if (r.at(0).as_integer().value_or(0) > 0) {
+                    waiter_queued = true;
                     break;
+                }
                 asio::steady_timer t(co_await asio::this_coro::executor, 2ms);
                 co_await t.async_wait(asio::use_awaitable);
             }
@@ -328,12 +337,16 @@ TEST_CASE("a semaphore and a read-write lock from four threads: never more holde
             co_return;
         }
         if (c == 1) {
-            asio::steady_timer t(co_await asio::this_coro::executor, 10ms);
-            co_await t.async_wait(asio::use_awaitable);
+            while (!doomed_held) {
+                asio::steady_timer t(co_await asio::this_coro::executor, 1ms);
+                co_await t.async_wait(asio::use_awaitable);
+            }
             try {
                 co_await doomed->co_acquire(opt);
-                ++errors; // the permit is held: it must not be granted
+                waiter_outcome = "granted"; // the permit is held: it must not be granted
+                ++errors;
             } catch (boost::system::system_error const& e) {
+                waiter_outcome = e.what();
                 if (e.code() == asio::error::operation_aborted)
                     ++aborted;
                 else
@@ -389,9 +402,11 @@ TEST_CASE("a semaphore and a read-write lock from four threads: never more holde
         }
     });
 
+    INFO("the waiter on the destroyed semaphore: ", waiter_outcome);
     CHECK(errors == 0);
     CHECK(overlaps == 0);
     CHECK(most <= 3);
+    CHECK(waiter_queued);
     CHECK(aborted == 1);
 }
 
