@@ -156,9 +156,58 @@ std::uint16_t sentinel_set::wait_for_new_primary(std::uint16_t old_port,
     return found;
 }
 
+std::string sentinel_set::replica_not_good(std::uint16_t primary_port) {
+    // The replica's own view: its link to this primary is up.
+    for (auto& n : nodes_) {
+        if (n->port() == primary_port || n->tls_port() == primary_port)
+            continue;
+        auto const info = n->cli({"INFO", "replication"});
+        if (info_field(info, "master_link_status") != "up" ||
+            info_field(info, "master_port") != std::to_string(primary_port))
+            return "node on port " + std::to_string(n->port()) + " says role " +
+                   info_field(info, "role") + ", master_port " + info_field(info, "master_port") +
+                   ", master_link_status " + info_field(info, "master_link_status");
+    }
+    // The view of the sentinel asked to fail over, which picks the replica: it aborts the
+    // failover (-failover-abort-no-good-slave) when the replica it knows is flagged (s_down,
+    // disconnected) or its last INFO of it says the link is down, which it reads only every few
+    // seconds after a failover.
+    auto const lines = sentinels_[0]->cli_lines({"SENTINEL", "REPLICAS", master_name_});
+    std::string seen = "none listed";
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        if (lines[i] != "name")
+            continue;
+        auto value_of = [&](std::string const& key) {
+            // Key, value, key, ...: from this entry's "name" to the next entry's.
+            for (std::size_t k = i; k + 1 < lines.size() && (k == i || lines[k] != "name"); k += 2)
+                if (lines[k] == key)
+                    return lines[k + 1];
+            return std::string();
+        };
+        if (value_of("flags") == "slave" && value_of("master-link-status") == "ok" &&
+            value_of("master-link-down-time") == "0" &&
+            value_of("master-port") == std::to_string(primary_port))
+            return {};
+        seen = "flags " + value_of("flags") + ", master-link-status " +
+               value_of("master-link-status") + ", master-link-down-time " +
+               value_of("master-link-down-time") + ", master-port " + value_of("master-port");
+    }
+    return "sentinel 0 lists the replica with " + seen;
+}
+
 std::uint16_t sentinel_set::failover(std::chrono::milliseconds within) {
     std::uint16_t const old_port = wait_for_primary(within);
-    // Refused (NOGOODSLAVE, INPROG) until the replica is known and in sync, and no failover runs.
+    // Only once the replica is good again (after an earlier failover: the old primary, now a
+    // replica, synced and seen so by the sentinels), else the sentinels accept the failover and
+    // then abort it; bounded by `within`, as the failover itself is.
+    std::string not_good;
+    if (!poll_until(within, [&] {
+            not_good = replica_not_good(old_port);
+            return not_good.empty();
+        }))
+        fail("no good replica to fail over to within " + std::to_string(within.count()) +
+             " ms: " + not_good + "\n" + logs());
+    // Refused (NOGOODSLAVE, INPROG) while a failover still runs.
     std::string refusal;
     bool const started = poll_until(within, [&] {
         try {

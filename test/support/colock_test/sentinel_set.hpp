@@ -53,9 +53,10 @@ public:
     std::uint16_t wait_for_primary(std::chrono::milliseconds within);
     /// The data node on `port` (its plain or its TLS port).
     redis_server& node_on(std::uint16_t port);
-    /// SENTINEL FAILOVER (asked again while refused: no replica ready yet), then waits (up to
-    /// `within`) until every sentinel names the other node and it says ROLE master. Returns the
-    /// new primary's port.
+    /// Waits (up to `within`) until the replica is good (its link to the primary up, and the
+    /// sentinel asked listing it without flags and with its link up), then SENTINEL FAILOVER
+    /// (asked again while refused), then waits (up to `within`) until every sentinel names the
+    /// other node and it says ROLE master. Returns the new primary's port.
     std::uint16_t failover(std::chrono::milliseconds within);
     /// Waits until every sentinel names a primary other than `old_port` that says ROLE master
     /// (after a kill, say). Returns its port.
@@ -67,6 +68,9 @@ public:
 private:
     // The primary every sentinel names, or 0 when they do not all agree (or one cannot tell).
     std::uint16_t agreed_primary() const;
+    // Empty when the replica of the primary on `primary_port` is one that sentinel 0 would fail
+    // over to, else what it lacks.
+    std::string replica_not_good(std::uint16_t primary_port);
 
     std::string master_name_;
     sentinel_set_options opts_;
