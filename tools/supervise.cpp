@@ -232,6 +232,16 @@ asio::awaitable<int> run_under_lease(options const& o, held_lease& lease, lease_
         co_await give_up(lease, words); // returns at once: the loss is known
         co_return exit_lost;
     }
+    if (auto const why = lease.loss()) {
+        // Lost, or past its local end, by the time the command's exit was seen, with nothing
+        // noticed meanwhile (the tool was stopped or starved): the command may have outlived
+        // the lease, even if the server happens to hold it still.
+        co_await give_up(lease, words);
+        complain(fmt::format("{} was lost before the command ended ({}): the command may not "
+                             "have run alone",
+                             words.held, loss_text(why)));
+        co_return exit_lost;
+    }
     if (!co_await give_up(lease, words)) {
         // The server no longer had the lease when the command ended: it was lost at some point
         // while the command ran, unnoticed until now.

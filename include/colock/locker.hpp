@@ -231,8 +231,9 @@ template <class F>
 using with_lock_result_t = typename awaited_value<std::invoke_result_t<F&, lock_guard&>>::type;
 
 // co_with_lock's end: gives the lock back, then throws lock_lost (or not_held) when wait_lost()
-// won the race (`lease_went_first`; the work's exception is then its cancellation's), or
-// rethrows the work's `failure`.
+// won the race (`lease_went_first`; the work's exception is then its cancellation's), rethrows
+// the work's `failure`, or throws lock_lost when the work returned but the guard was lost or
+// past its lease's local end by then.
 boost::asio::awaitable<void> end_with_lock(lock_guard& guard, std::exception_ptr failure,
                                            bool lease_went_first);
 
@@ -372,7 +373,10 @@ public:
     /// Throws as co_lock while waiting for the lock. If the lease is lost while `f` runs, `f` is
     /// cancelled (terminal cancellation, at its next co_await), the lock is given back and
     /// boost::system::system_error(error::lock_lost) is thrown, naming the lock and why it was
-    /// lost (error::not_held if `f` let go of the guard instead). If `f` throws, the lock is
+    /// lost (error::not_held if `f` let go of the guard instead). The same error when `f`
+    /// returns but the guard is lost or its lease's local end has passed by then (`f` kept the
+    /// thread busy past its ttl, so that nothing noticed the loss meanwhile): a result is
+    /// returned only if the lease held until `f` returned. If `f` throws, the lock is
     /// given back and its exception rethrown. A release that cannot be confirmed after `f`
     /// returned does not hide `f`'s result: the lease then runs out by its ttl.
     /// Cancelling the caller cancels `f` (or the co_lock still waiting), then gives the lock

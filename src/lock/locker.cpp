@@ -210,6 +210,9 @@ asio::awaitable<lock_guard> locker_access::co_lock_in(locker_impl& impl, key_spa
 
 asio::awaitable<void> end_with_lock(lock_guard& guard, std::exception_ptr failure,
                                     bool lease_went_first) {
+    // Read before the unlock, whichever branch won: the work may have ended after its lease
+    // (a stall of the thread that kept the renewal and wait_lost from running), and what it did
+    // then was not done under the lock.
     auto const why = guard.loss();
     std::string const name = guard.name();
     try {
@@ -220,7 +223,13 @@ asio::awaitable<void> end_with_lock(lock_guard& guard, std::exception_ptr failur
     if (!lease_went_first) {
         if (failure)
             std::rethrow_exception(failure);
-        co_return;
+        if (!why)
+            co_return;
+        throw boost::system::system_error(
+            error::lock_lost,
+            fmt::format("colock: lock '{}': lost while the work ran ({}); the work finished "
+                        "after that, and its result is not returned",
+                        name, to_string(*why)));
     }
     if (why)
         throw boost::system::system_error(

@@ -2,6 +2,8 @@
 // gone at the server, a replaced server), wait_lost, and co_with_lock.
 #include "orchestration.hpp"
 
+#include <thread>
+
 TEST_CASE_FIXTURE(one_process, "orchestration: renewal extends the lease every renew_interval") {
     w.run([&]() -> asio::awaitable<void> {
         auto opt = short_lease(300ms);
@@ -157,6 +159,36 @@ TEST_CASE_FIXTURE(one_process, "co_with_lock: a lease lost while the work runs c
         CHECK(thrown == colock::error::lock_lost);
         CHECK(message.find("lock 'n'") != std::string::npos);
         CHECK(message.find("not_ours") != std::string::npos);
+    });
+}
+
+TEST_CASE_FIXTURE(one_process, "co_with_lock: work that returns after its lease ran out (a stall "
+                               "of the thread) ends with lock_lost, not with its result") {
+    w.run([&]() -> asio::awaitable<void> {
+        auto opt = short_lease(100ms);
+        opt.renew_interval = 30ms;
+        bool returned = false;
+        error_code thrown;
+        std::string message;
+        try {
+            co_await a.co_with_lock(
+                "n",
+                [&](lock_guard&) -> asio::awaitable<int> {
+                    // Blocks the only thread: neither the renewal nor wait_lost can run, so the
+                    // work's branch wins the race.
+                    std::this_thread::sleep_for(300ms);
+                    co_return 42;
+                },
+                opt);
+            returned = true;
+        } catch (boost::system::system_error const& e) {
+            thrown = e.code();
+            message = e.what();
+        }
+        CHECK_FALSE(returned);
+        CHECK(thrown == colock::error::lock_lost);
+        CHECK(message.find("lock 'n'") != std::string::npos);
+        CHECK(message.find("not returned") != std::string::npos);
     });
 }
 
