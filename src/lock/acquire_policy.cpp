@@ -19,6 +19,22 @@ bool worth_retrying(boost::system::error_code ec, std::string_view server_text,
     return is_transient(ec, server_text);
 }
 
+void note_attempt(wait_deadlines& d, boost::system::error_code& ec, std::string& server_text,
+                  clock_type::time_point now) {
+    if (ec == error::timeout && d.connect_failure && now < d.wait) {
+        ec = d.connect_failure;
+        server_text = d.connect_failure_text;
+        return;
+    }
+    if (is_connect_failure(ec) && !is_lasting_connect_failure(ec)) {
+        d.connect_failure = ec;
+        d.connect_failure_text = server_text;
+    } else {
+        d.connect_failure = {};
+        d.connect_failure_text.clear();
+    }
+}
+
 acquire_decision decide_after_attempt(grant_result const& r, attempt_context const& ctx,
                                       bool cancelled, clock_type::time_point now) {
     if (r.granted)

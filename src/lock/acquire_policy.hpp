@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <string_view>
 
 namespace colock::detail {
@@ -23,7 +24,24 @@ namespace colock::detail {
 struct wait_deadlines {
     clock_type::time_point wait;
     clock_type::time_point first_connect;
+    // The last attempt's connect failure, or none: the connection is not established, and the
+    // next attempt and the sleep before it end by first_connect, where a connect failure
+    // stops the wait (so that first_connect_timeout holds to the millisecond, not to the end of
+    // a backoff or of another connect attempt).
+    boost::system::error_code connect_failure;
+    std::string connect_failure_text;
+
+    clock_type::time_point attempt_limit() const noexcept {
+        return connect_failure ? first_connect : wait;
+    }
 };
+
+// After an attempt that ended with `ec` (its server text `server_text`) at `now`: an attempt that
+// attempt_limit() stopped before it was sent (error::timeout before the wait deadline) is
+// answered with the connect failure that still stands; otherwise the attempt's own connect
+// failure is remembered, or the last one forgotten.
+void note_attempt(wait_deadlines& d, boost::system::error_code& ec, std::string& server_text,
+                  clock_type::time_point now);
 
 // Whether a waiting co_lock tries again after an attempt that failed with `ec` at `now`. The
 // wait deadline is the caller's to check.

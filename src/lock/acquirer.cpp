@@ -30,13 +30,13 @@ asio::awaitable<grant_result> acquirer::attempt(lock_keys const& keys, std::stri
     co_return r;
 }
 
-void acquirer::set_failure(lock_outcome& out, std::string const& name, error_code ec,
-                           std::string const& detail_text) {
+void acquirer::set_failure(lock_outcome& out, std::string_view kind, std::string const& name,
+                           error_code ec, std::string const& detail_text) {
     // Without the source location Asio attaches: the message is about the lock, not about
     // where in Asio the error was noticed.
     out.ec = error_code(ec.value(), ec.category());
-    out.message = detail_text.empty() ? fmt::format("colock: lock '{}'", name)
-                                      : fmt::format("colock: lock '{}': {}", name, detail_text);
+    out.message = detail_text.empty() ? fmt::format("colock: {} '{}'", kind, name)
+                                      : fmt::format("colock: {} '{}': {}", kind, name, detail_text);
 }
 
 std::string acquirer::failure_text(error_code ec, std::string const& server_text,

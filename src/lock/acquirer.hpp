@@ -45,7 +45,8 @@ public:
                                                    lock_options const& opt,
                                                    bool from_retention = false);
 
-    static void set_failure(lock_outcome& out, std::string const& name,
+    // The message names `kind` ("lock", "election") and `name`, as the user called them.
+    static void set_failure(lock_outcome& out, std::string_view kind, std::string const& name,
                             boost::system::error_code ec, std::string const& detail_text);
     // What a failure reports after the lock's name.
     std::string failure_text(boost::system::error_code ec, std::string const& server_text,

@@ -111,7 +111,7 @@ election_core::election_core(std::shared_ptr<locker_impl> locker, std::string na
     , clients_(clients_of(*locker_, name))
     , majority_(quorum::majority(clients_.size()))
     , name_(std::move(name))
-    , space_{locker_->prefix() + "election:", true}
+    , space_{locker_->prefix() + "election:", true, "election"}
     , keys_(space_, name_, locker_->id()) {}
 
 std::string election_core::failure_text(std::string_view what, error_code ec,

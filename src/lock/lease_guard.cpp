@@ -1,9 +1,11 @@
 // What a permit and a read-write lock's guards share: the handle on a holding's lease, its
 // release (awaited, or in the background when it is let go), and the awaitable acquire.
+#include "errors.hpp"
 #include "release_completion.hpp"
 #include "semaphore_core.hpp"
 
 #include <colock/lease_guard.hpp>
+#include <colock/redis/connection.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -76,8 +78,13 @@ asio::awaitable<permit_outcome> await_acquire(std::shared_ptr<semaphore_core> co
         std::move(initiation), nothrow_awaitable);
     if (e)
         std::rethrow_exception(e);
-    if (out.ec)
+    if (out.ec) {
+        // As the lock's (awaited_call.hpp): a connection never established throws
+        // redis::connect_error, whose what() is the message alone, which names the cause.
+        if (is_connect_failure(out.ec))
+            throw redis::connect_error(out.ec, out.message);
         throw system_error(out.ec, out.message);
+    }
     co_return std::move(out);
 }
 

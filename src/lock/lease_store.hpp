@@ -39,6 +39,8 @@ class script_client;
 struct key_space {
     std::string prefix;
     bool with_record = false;
+    // What the user made, for errors: "lock", or "election" for a campaign's lease.
+    std::string_view kind = "lock";
 };
 
 // The keys of lock `name` under a prefix, all in the hash slot of `{name}` (the layout is in

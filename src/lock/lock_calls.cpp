@@ -134,7 +134,7 @@ void lock_calls::abort_pending() {
 }
 
 void lock_calls::fail(lock_operation& op, error_code ec, std::string const& detail_text) {
-    acquirer::set_failure(op.out_, op.name_, ec, detail_text);
+    acquirer::set_failure(op.out_, op.space_.kind, op.name_, ec, detail_text);
 }
 
 void lock_calls::finish(lock_operation& op) {
@@ -208,6 +208,7 @@ asio::awaitable<bool> lock_calls::first_attempt(lock_operation& op, asio::cancel
     if (op.wait_)
         locker_.queues().end_first_attempt(keys);
     ++op.attempts_;
+    note_attempt(op.deadlines_, first->ec, first->server_text, clock_type::now());
     // Whether this locker may have an entry in the server's queue that nobody here will
     // take out: a first attempt that found the lock held queued it.
     bool const queued_at_server =

@@ -41,7 +41,8 @@ bool queue_wait::take_baton(lock_operation& op) {
 
 // A head asks again at least every queue_refresh_interval, keeping its entry alive.
 clock_type::time_point queue_wait::head_sleep_end(lock_operation& op, clock_type::time_point now) {
-    return head_wakes_at(now, op.deadlines_.wait, std::min(op.sleep_, queue_refresh_interval),
+    return head_wakes_at(now, op.deadlines_.attempt_limit(),
+                         std::min(op.sleep_, queue_refresh_interval),
                          backoff(op.opt_.retry, std::max(op.attempts_ - 1, 0), rng_));
 }
 
@@ -147,8 +148,9 @@ asio::awaitable<void> queue_wait::turns(lock_operation& op, asio::cancellation_s
             op.asked = true;
             auto r =
                 co_await locker_.asks().try_once(op.keys(), op.holder_token(), op.name_, op.opt_,
-                                                 mode, cs, op.deadlines_.wait, op.out_);
+                                                 mode, cs, op.deadlines_.attempt_limit(), op.out_);
             ++op.attempts_;
+            note_attempt(op.deadlines_, r->ec, r->server_text, clock_type::now());
             if (r->granted)
                 queue.queued_at_server = mode == queueing::stay_after_grant;
             else if (!r->ec || r->outcome_unknown)

@@ -309,8 +309,8 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
         w.woken = false;
         auto const sent_at = clock_type::now();
         auto const generation = core.client_->server_changes_for(core.keys_.key);
-        auto g =
-            co_await core.attempt(token, permits, new_fence, opt.ttl, wait, cs, deadlines.wait);
+        auto g = co_await core.attempt(token, permits, new_fence, opt.ttl, wait, cs,
+                                       deadlines.attempt_limit());
         ++attempts;
         if (!g.ec && g.granted && core.client_->server_changes_for(core.keys_.key) != generation) {
             // Granted by a server instance replaced since: as a reply that was lost.
@@ -364,6 +364,7 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
         }
         if (g.ec == asio::error::operation_aborted && !stopping)
             g.ec = error::timeout; // stopped by the wait deadline before it was sent
+        note_attempt(deadlines, g.ec, g.server_text, clock_type::now());
         attempt_context const context{wait, attempts > 1, deadlines, opt.retry.max};
         auto const now = clock_type::now();
         auto const next = decide_after_attempt(as_grant_result(g), context, stopping, now);
@@ -401,7 +402,7 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
             continue;
         auto const nap = backoff(opt.retry, std::max(attempts - 1, 0), rng);
         auto const until =
-            g.ec ? head_wakes_at(now, deadlines.wait, next.sleep, nap)
+            g.ec ? head_wakes_at(now, deadlines.attempt_limit(), next.sleep, nap)
                  : permit_wakes_at(now, deadlines.wait, g.wait, core.subscribed_, nap);
         w.timer.expires_at(until);
         co_await w.timer.async_wait(asio::as_tuple(asio::use_awaitable));

@@ -3,7 +3,9 @@
 // accepts and never answers fails co_lock with the connection's account of why, and a refused
 // handshake fails at once. A connection that has worked before is waited for within
 // wait_timeout alone.
+#include <colock/election.hpp>
 #include <colock/locker.hpp>
+#include <colock/semaphore.hpp>
 
 #include "lock_fixture.hpp"
 #include "test_util.hpp"
@@ -255,4 +257,53 @@ TEST_CASE("an io_context destroyed with locks, waits and requests pending leaks 
         ctx.run_for(500ms);
     } // the context goes with all of that pending
     CHECK(holding);
+}
+
+TEST_CASE("first_connect_timeout holds to the millisecond, not to the end of a backoff; the "
+          "failure names what the user made: a lock, an election, a semaphore") {
+    auto const port = unused_port();
+    redis::config cfg;
+    cfg.port = port;
+    run_with_locker(cfg, [&](locker& locks) -> asio::awaitable<void> {
+        lock_options opt = lease(5000ms);
+        opt.first_connect_timeout = 300ms;
+        // Sleeps of up to two seconds between refused attempts: one that ends past 300 ms must
+        // not be slept to its end.
+        opt.retry.initial = 2000ms;
+        opt.retry.max = 2000ms;
+        opt.retry.multiplier = 1.0;
+        auto const slack = 150; // ms: a loaded machine's scheduling, not a backoff
+        {
+            auto const start = steady::now();
+            auto [ec, what] = co_await lock_outcome(locks, "sched", opt);
+            auto const took = ms_since(start);
+            MESSAGE(what);
+            CHECK(ec == boost::system::errc::connection_refused);
+            CHECK(contains(what, "lock 'sched'"));
+            CHECK(took >= 290);
+            CHECK(took < 300 + slack);
+        }
+        {
+            election el{locks, "sched"};
+            auto const start = steady::now();
+            auto const failed = co_await failure_of(el.co_campaign("node-a", opt));
+            auto const took = ms_since(start);
+            MESSAGE(failed.what);
+            CHECK(failed.code == boost::system::errc::connection_refused);
+            CHECK(contains(failed.what, "election 'sched'"));
+            CHECK_FALSE(contains(failed.what, "lock 'sched'"));
+            CHECK(took < 300 + slack);
+        }
+        {
+            semaphore sem{locks, "exports", 2};
+            auto const start = steady::now();
+            auto const failed = co_await failure_of(sem.co_acquire(opt));
+            auto const took = ms_since(start);
+            MESSAGE(failed.what);
+            CHECK(failed.code == boost::system::errc::connection_refused);
+            CHECK(contains(failed.what, "semaphore 'exports'"));
+            CHECK_FALSE(contains(failed.what, "[system:")); // the cause once, as for a lock
+            CHECK(took < 300 + slack);
+        }
+    });
 }

@@ -140,6 +140,40 @@ TEST_CASE("a connection never established is retried until first_connect_timeout
     }
 }
 
+TEST_CASE("after a connect failure, the next attempt and the sleep before it end at "
+          "first_connect_timeout, and an attempt stopped there reports the connect failure") {
+    wait_deadlines d{t0 + 10s, t0 + 2s};
+    CHECK(d.attempt_limit() == t0 + 10s); // nothing failed yet
+    error_code ec = refused();
+    std::string text = "connecting to 127.0.0.1:1: Connection refused";
+    note_attempt(d, ec, text, t0 + 100ms);
+    CHECK(ec == refused());
+    CHECK(d.attempt_limit() == t0 + 2s);
+    // The sleep after it: a backoff of 1 s from 1.5 s stops at 2 s.
+    CHECK(head_wakes_at(t0 + 1500ms, d.attempt_limit(), 1000ms, 1000ms) == t0 + 2s);
+    // The next attempt, stopped unsent at that limit: the connect failure stands, and ends the
+    // wait.
+    ec = colock::error::timeout;
+    text.clear();
+    note_attempt(d, ec, text, t0 + 2s);
+    CHECK(ec == refused());
+    CHECK(text == "connecting to 127.0.0.1:1: Connection refused");
+    CHECK(step(failed(ec), attempt_context{true, true, d, 1000ms}, false, t0 + 2s) ==
+          next_step::fail);
+    // An attempt that reached the server forgets the failure; a timeout at the wait deadline
+    // itself stays a timeout.
+    ec = {};
+    note_attempt(d, ec, text, t0 + 2100ms);
+    CHECK(d.attempt_limit() == t0 + 10s);
+    ec = colock::error::timeout;
+    note_attempt(d, ec, text, t0 + 10s);
+    CHECK(ec == colock::error::timeout);
+    // A refusal that cannot pass is not remembered: it ends the wait by itself.
+    ec = redis::error::handshake_failed;
+    note_attempt(d, ec, text, t0 + 3s);
+    CHECK(d.attempt_limit() == t0 + 10s);
+}
+
 TEST_CASE("an attempt stopped by the wait deadline reports error::timeout") {
     for (bool wait : {false, true})
         for (bool queued : {false, true})
