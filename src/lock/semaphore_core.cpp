@@ -166,9 +166,9 @@ asio::awaitable<semaphore_reading> semaphore_core::read() {
         throw system_error(error_code(r.ec.value(), r.ec.category()),
                            fmt::format("colock: read of {} '{}': {}", kind_, name_,
                                        failure_text(r.ec, r.server_text, lock_options{}, false)));
-    if (r.capacity && *r.capacity != static_cast<std::int64_t>(capacity_))
+    if (r.capacity && *r.capacity != std::to_string(capacity_))
         throw system_error(error::invalid_argument,
-                           capacity_mismatch_text(name_, capacity_, *r.capacity));
+                           capacity_mismatch_text(kind_, name_, keys_.key, capacity_, *r.capacity));
     co_return r;
 }
 
@@ -350,7 +350,8 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
         }
         if (g.stored) {
             fail(error::invalid_argument, {});
-            out.message = capacity_mismatch_text(core.name_, core.capacity_, *g.stored);
+            out.message = capacity_mismatch_text(core.kind_, core.name_, core.keys_.key,
+                                                 core.capacity_, *g.stored);
             break;
         }
         if (g.outcome_unknown) {

@@ -39,13 +39,20 @@ permit_grant read_permit_grant(script_reply const& reply) {
     auto const kind =
         v.type == resp3::type::array && !e.empty() ? replies::flag(e[0], -1, 1) : std::nullopt;
     std::optional<std::int64_t> first, second;
+    std::optional<std::string_view> stored;
     if (kind && e.size() == (*kind == 0 ? 3u : 2u)) {
-        first = count(e[1]);
-        if (*kind == 0)
-            second = count(e[2]);
+        if (*kind == -1) {
+            // The capacity as the server stores it, quoted to the user as it is.
+            if (e[1].type == resp3::type::blob_string || e[1].type == resp3::type::simple_string)
+                stored = e[1].as_string();
+        } else {
+            first = count(e[1]);
+            if (*kind == 0)
+                second = count(e[2]);
+        }
     }
     // A fence of 0 is a reader's that follows no writer.
-    if (!kind || !first || (*kind == 0 && !second) || (*kind == -1 && *first == 0)) {
+    if (!kind || (*kind == -1 ? !stored || stored->empty() : !first) || (*kind == 0 && !second)) {
         // A reply of another shape may still have granted permits to the token.
         auto out = replies::garbled<permit_grant>(v);
         out.outcome_unknown = true;
@@ -61,7 +68,7 @@ permit_grant read_permit_grant(script_reply const& reply) {
         g.free = *second;
         break;
     default:
-        g.stored = *first;
+        g.stored = std::string(*stored);
         break;
     }
     return g;
@@ -76,14 +83,17 @@ semaphore_reading read_semaphore(script_reply const& reply) {
         reply, [](resp3::value const& v, semaphore_reading& r) {
             if (v.type != resp3::type::array || v.elements.size() != 3)
                 return false;
+            auto const& first = v.elements[0];
             auto const capacity =
-                replies::flag(v.elements[0], -1, static_cast<std::int64_t>(max_semaphore_capacity));
+                first.type == resp3::type::blob_string || first.type == resp3::type::simple_string
+                    ? first.as_string()
+                    : std::nullopt;
             auto const held = count(v.elements[1]);
             auto const queued = count(v.elements[2]);
-            if (!capacity || *capacity == 0 || !held || !queued)
+            if (!capacity || !held || !queued)
                 return false;
-            if (*capacity > 0)
-                r.capacity = *capacity;
+            if (!capacity->empty())
+                r.capacity = std::string(*capacity);
             r.held = *held;
             r.queued = *queued;
             return true;
@@ -101,11 +111,12 @@ grant_result as_grant_result(permit_grant const& g) {
     return r;
 }
 
-std::string capacity_mismatch_text(std::string_view name, std::size_t capacity,
-                                   std::int64_t stored) {
-    return fmt::format("colock: semaphore '{}' has capacity {} at the server, not {}: every "
-                       "user of a semaphore must give the same capacity (nothing was changed)",
-                       name, stored, capacity);
+std::string capacity_mismatch_text(std::string_view kind, std::string_view name,
+                                   std::string_view key, std::size_t capacity,
+                                   std::string_view stored) {
+    return fmt::format("colock: {} '{}' has capacity \"{}\" at the server (in key {}), not {}: "
+                       "every user of a {} must give the same capacity (nothing was changed)",
+                       kind, name, stored.substr(0, 40), key, capacity, kind);
 }
 
 namespace {

@@ -32,13 +32,13 @@ struct permit_grant {
     std::string server_text;
     bool outcome_unknown = false; // it may have run: the token may hold permits
     bool granted = false;
-    std::int64_t fence = 0;             // when granted
-    std::chrono::milliseconds wait{0};  // not granted: until the first permit held expires
-    std::int64_t free = 0;              // not granted: the free permits it saw
-    std::optional<std::int64_t> stored; // the capacity at the server, when it differs
+    std::int64_t fence = 0;            // when granted
+    std::chrono::milliseconds wait{0}; // not granted: until the first permit held expires
+    std::int64_t free = 0;             // not granted: the free permits it saw
+    std::optional<std::string> stored; // the capacity at the server, as stored, when it differs
 };
 
-// {1, fence}, {0, wait ms, free} or {-1, capacity stored}.
+// {1, fence}, {0, wait ms, free} or {-1, capacity as stored}.
 permit_grant read_permit_grant(script_reply const& reply);
 
 // The release script's (and the extend script's) 1 or 0: `ours`.
@@ -48,12 +48,12 @@ lease_reply read_permit_reply(script_reply const& reply);
 struct semaphore_reading {
     boost::system::error_code ec;
     std::string server_text;
-    std::optional<std::int64_t> capacity; // none: nothing stored (no permit held or waited for)
-    std::int64_t held = 0;                // live permits
-    std::int64_t queued = 0;              // waiting calls
+    std::optional<std::string> capacity; // as stored; none: nothing stored (nothing held or waited)
+    std::int64_t held = 0;               // live permits
+    std::int64_t queued = 0;             // waiting calls
 };
 
-// {capacity or -1, live permits, queued calls}.
+// {capacity as stored or "", live permits, queued calls}.
 semaphore_reading read_semaphore(script_reply const& reply);
 
 // The attempt's answer as the lock's decision reads it (acquire_policy.hpp): not granted is
@@ -61,8 +61,11 @@ semaphore_reading read_semaphore(script_reply const& reply);
 grant_result as_grant_result(permit_grant const& g);
 
 // The message of a semaphore's refusal or failure, naming it: "<what> of semaphore '<name>'...".
-std::string capacity_mismatch_text(std::string_view name, std::size_t capacity,
-                                   std::int64_t stored);
+// `kind` is what the user made ("semaphore"), `key` the one that holds the capacity, `stored`
+// its text there, quoted as it is.
+std::string capacity_mismatch_text(std::string_view kind, std::string_view name,
+                                   std::string_view key, std::size_t capacity,
+                                   std::string_view stored);
 
 // Throws system_error(error::invalid_argument) naming what is wrong: an empty or overlong name,
 // a capacity of 0 or above max_semaphore_capacity.

@@ -100,7 +100,16 @@ namespace colock::detail {
     "  end\n"                                                                                      \
     "  local n = redis.call('ZCARD', KEYS[2])\n"                                                   \
     "  if n > 0 then\n"                                                                            \
-    "    for _, w in ipairs(redis.call('HVALS', KEYS[3])) do n = n + (tonumber(w) or 1) - 1 end\n" \
+    "    for _, w in ipairs(redis.call('HVALS', KEYS[3])) do\n"                                    \
+    "      -- A weight this library writes: 2 .. 2^40, in digits. Anything else is refused,\n"     \
+    "      -- naming the key, rather than counted from wrongly.\n"                                 \
+    "      if not string.match(w, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then\n"          \
+    "        error({err = 'COLOCK the weights key ' .. KEYS[3] .. ' holds \"' ..\n"                \
+    "                     string.sub(w, 1, 40) .. '\", which is not a weight colock writes; ' ..\n" \
+    "                     'delete the key to use it'})\n"                                          \
+    "      end\n"                                                                                  \
+    "      n = n + tonumber(w) - 1\n"                                                              \
+    "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "  return n\n"                                                                                 \
     "end\n"                                                                                        \
@@ -136,12 +145,22 @@ namespace colock::detail {
 // "0" for the last one (a reader), ARGV[9] the channel prefix p{name}:w:, ARGV[10] the claim in
 // ms (the entries ahead that fit in free permits are woken as a release wakes them).
 // Returns {1, fence} when granted; {0, ms until the first holding expires (0 when none is held:
-// try again soon), free permits}; {-1, the capacity stored} when it differs from ARGV[3]
-// (nothing changed). A token already granted is not granted again: the caller uses a new token
+// try again soon), free permits}; {-1, the capacity stored, as stored} when it differs from
+// ARGV[3] (nothing changed); an error "COLOCK ..." naming the key when the stored fence or a
+// weight is not one this library writes. A token already granted is not granted again: the caller uses a new token
 // after a request whose reply it did not see (and gives that one back).
 inline constexpr std::string_view semaphore_acquire_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
 local state = redis.call('HMGET', KEYS[1], 'capacity', 'fence')
-if state[1] and state[1] ~= ARGV[3] then return {-1, tonumber(state[1]) or -1} end
+-- The stored text itself, for the caller to quote: "3.0" is not the capacity 3 colock writes.
+if state[1] and state[1] ~= ARGV[3] then return {-1, state[1]} end
+-- A fence Lua counts on exactly (digits, below 2^53 - 1, so that one more is exact too); else
+-- refused, naming the key, rather than two grants given the same fence.
+if state[2] and not (string.match(state[2], '^%d+$') and #state[2] <= 16 and
+                     tonumber(state[2]) < 9007199254740991) then
+  return redis.error_reply('COLOCK the semaphore key ' .. KEYS[1] .. ' holds fence "' ..
+                           string.sub(state[2], 1, 40) .. '", which is not a fence colock ' ..
+                           'writes (it must be below 2^53 - 1); delete the key to use it')
+end
 local fresh_state = not state[1]
 local k = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[4])
@@ -260,11 +279,10 @@ redis.call('PEXPIRE', KEYS[3], ttl, 'GT')
 return 1
 )lua";
 
-// Reads the semaphore. KEYS as for acquire. Returns {capacity stored or -1, permits held by
-// live holdings, queued calls}.
+// Reads the semaphore. KEYS as for acquire. Returns {capacity stored, as stored, or "", permits
+// held by live holdings, queued calls}.
 inline constexpr std::string_view semaphore_read_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
-local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '-1') or -1
-return {capacity, held(), redis.call('LLEN', KEYS[4])}
+return {redis.call('HGET', KEYS[1], 'capacity') or '', held(), redis.call('LLEN', KEYS[4])}
 )lua";
 
 #undef COLOCK_SEMAPHORE_PROLOGUE

@@ -110,7 +110,7 @@ TEST_CASE("semaphore: a capacity other than the one at the server is refused, na
             auto p = co_await five.co_acquire();
             auto const refused = co_await failure_of(four.co_acquire());
             CHECK(refused.code == error::invalid_argument);
-            CHECK(refused.what.find("capacity 5") != std::string::npos);
+            CHECK(refused.what.find("capacity \"5\"") != std::string::npos);
             CHECK(refused.what.find("not 4") != std::string::npos);
             CHECK(refused.what.find(name) != std::string::npos);
             CHECK((co_await failure_of(four.co_available())).code == error::invalid_argument);
@@ -127,6 +127,50 @@ TEST_CASE("semaphore: a capacity other than the one at the server is refused, na
             lock_options no_ttl;
             no_ttl.ttl = 0ms;
             CHECK((co_await failure_of(five.co_acquire(no_ttl))).code == error::invalid_argument);
+        });
+}
+
+TEST_CASE("semaphore: values the library did not write are refused naming the key, not counted "
+          "on: a fence of 2^53 or more, a capacity \"3.0\", a weight \"abc\"") {
+    run_lock_test<two_lockers>(
+        "sem-hostile",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker&,
+           std::string const& name) -> asio::awaitable<void> {
+            auto const key = semaphore_key(name);
+            // Lua's doubles would give both calls 9007199254740992.
+            co_await integer(probe,
+                             command("HSET", key, "capacity", "3", "fence", "9007199254740993"));
+            co_await integer(probe, command("PEXPIRE", key, "60000"));
+            semaphore three{a, name, 3};
+            for (int i = 0; i < 2; ++i) {
+                auto const refused = co_await failure_of(three.co_acquire());
+                CHECK(refused.code);
+                CHECK(refused.what.find(key) != std::string::npos);
+                CHECK(refused.what.find("9007199254740993") != std::string::npos);
+            }
+            CHECK(co_await integer(probe, command("EXISTS", key + ":h")) == 0);
+
+            // A capacity written as "3.0": not the 3 asked for, and said as it is stored.
+            co_await integer(probe, command("HSET", key, "capacity", "3.0", "fence", "5"));
+            auto const mismatch = co_await failure_of(three.co_acquire());
+            CHECK(mismatch.code == error::invalid_argument);
+            CHECK(mismatch.what.find("\"3.0\"") != std::string::npos);
+            CHECK(mismatch.what.find(key) != std::string::npos);
+            CHECK((co_await failure_of(three.co_available())).what.find("\"3.0\"") !=
+                  std::string::npos);
+
+            // A weight of a live holding that is not a number.
+            co_await integer(probe, command("HSET", key, "capacity", "3"));
+            co_await integer(probe, command("ZADD", key + ":h", "99999999999999", "intruder"));
+            co_await integer(probe, command("HSET", key + ":hw", "intruder", "abc"));
+            co_await integer(probe, command("PEXPIRE", key + ":h", "60000"));
+            co_await integer(probe, command("PEXPIRE", key + ":hw", "60000"));
+            auto const weight = co_await failure_of(three.co_acquire());
+            CHECK(weight.code);
+            CHECK(weight.what.find(key + ":hw") != std::string::npos);
+            CHECK(weight.what.find("abc") != std::string::npos);
+            CHECK(co_await integer(probe, command("ZCARD", key + ":h")) == 1); // the intruder only
+            co_await integer(probe, command("DEL", key, key + ":h", key + ":hw"));
         });
 }
 

@@ -62,11 +62,17 @@ TEST_CASE("read_permit_grant: granted, not admitted, another capacity") {
     CHECK(g.granted);
     CHECK(g.fence == 0);
 
-    g = read_permit_grant(answered(array({number(-1), number(8)})));
+    // The capacity as stored, quoted as it is: "3.0" is not 3.
+    g = read_permit_grant(answered(array({number(-1), blob("3.0")})));
     CHECK_FALSE(g.ec);
     CHECK_FALSE(g.granted);
     REQUIRE(g.stored.has_value());
-    CHECK(*g.stored == 8);
+    CHECK(*g.stored == "3.0");
+    auto const text =
+        capacity_mismatch_text("semaphore", "exports", "colock:semaphore:{exports}", 3, *g.stored);
+    CHECK(text.find("\"3.0\"") != std::string::npos);
+    CHECK(text.find("colock:semaphore:{exports}") != std::string::npos);
+    CHECK(text.find("not 3") != std::string::npos);
 }
 
 TEST_CASE("read_permit_grant: a reply of another shape is unexpected_reply whose permits may be "
@@ -80,7 +86,8 @@ TEST_CASE("read_permit_grant: a reply of another shape is unexpected_reply whose
         array({number(0), number(-5), number(1)}),
         array({number(0), number(5)}),
         array({number(2), number(5)}),
-        array({number(-1), number(0)}),
+        array({number(-1), number(8)}), // the capacity comes as text
+        array({number(-1), blob("")}),
         array({number(1), blob("5")}),
     };
     for (auto const& v : foreign) {
@@ -107,18 +114,18 @@ TEST_CASE("read_permit_reply and read_semaphore") {
     CHECK(read_permit_reply(answered(number(2))).ec == colock::error::unexpected_reply);
     CHECK(read_permit_reply(answered(blob("1"))).ec == colock::error::unexpected_reply);
 
-    auto r = read_semaphore(answered(array({number(5), number(2), number(3)})));
+    auto r = read_semaphore(answered(array({blob("5"), number(2), number(3)})));
     CHECK_FALSE(r.ec);
     REQUIRE(r.capacity.has_value());
-    CHECK(*r.capacity == 5);
+    CHECK(*r.capacity == "5");
     CHECK(r.held == 2);
     CHECK(r.queued == 3);
-    r = read_semaphore(answered(array({number(-1), number(0), number(0)})));
+    r = read_semaphore(answered(array({blob(""), number(0), number(0)})));
     CHECK_FALSE(r.ec);
     CHECK_FALSE(r.capacity.has_value());
     for (auto const& v :
-         {array({number(0), number(0), number(0)}), array({number(5), number(-1), number(0)}),
-          array({number(5), number(1)}), number(5)})
+         {array({number(5), number(0), number(0)}), array({blob("5"), number(-1), number(0)}),
+          array({blob("5"), number(1)}), number(5)})
         CHECK(read_semaphore(answered(v)).ec == colock::error::unexpected_reply);
 }
 
@@ -133,9 +140,9 @@ TEST_CASE("a semaphore's arguments: name, capacity and permits per call") {
     CHECK(refusal([] { validate_permits("exports", 8, 9); }) == colock::error::invalid_argument);
     CHECK(refusal([] { validate_permits("big", 5000, max_permits_per_call + 1); }) ==
           colock::error::invalid_argument);
-    auto const text = capacity_mismatch_text("exports", 4, 8);
-    CHECK(text.find("'exports'") != std::string::npos);
-    CHECK(text.find("capacity 8") != std::string::npos);
+    auto const text = capacity_mismatch_text("semaphore", "exports", "k", 4, "8");
+    CHECK(text.find("semaphore 'exports'") != std::string::npos);
+    CHECK(text.find("capacity \"8\"") != std::string::npos);
     CHECK(text.find("not 4") != std::string::npos);
 }
 
