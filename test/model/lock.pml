@@ -330,28 +330,28 @@ inline acquire(p) {
     :: kkind == ABSENT ->
         qx = (qlen > 0);
 #ifdef FIFO_ON_LAPSE
-        h = NO;
-        j = 0;
+        /* The entries ahead of the asker are popped until a live one, which is handed the lock
+         * as the release script's hand_off does; the asker is queued behind it. An asker at the
+         * head (or a queue of lapsed entries) is granted. */
+        handed = false;
         do
-        :: j < qlen ->
+        :: qlen == 0 || q[0] == p -> break
+        :: else ->
+            lpop();
+            h = x;
+            y = (qd[h] != NO && qd[h] >= now);
+            hdel(h);
             if
-            :: qd[q[j]] != NO && qd[q[j]] >= now -> h = q[j]; break
-            :: else -> j++
+            :: y -> grant_to(now * S, h); enqueue(p); handed = true; break
+            :: else
             fi
-        :: else -> break
         od;
         if
-        :: h != NO && h != p ->
-            /* handed to the head as the release script's hand_off does; the asker queued */
-            do
-            :: lpop(); if :: x == h -> break :: else -> hdel(x) fi
-            od;
-            grant_to(now * S, h);
-            enqueue(p)
-        :: else ->
+        :: !handed ->
             check_fifo(p);
             if :: qx -> hdel(p); if :: hdeleted -> lrem(p) :: else fi :: else fi;
             grant(p, now * S, qx)
+        :: else
         fi
 #else
         check_fifo(p);
