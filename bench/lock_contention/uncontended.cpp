@@ -127,13 +127,13 @@ void measure_script_limit(std::string const& program, redis::config const& cfg,
                           uncontended_result& r, double seconds) {
     // The same arguments the locker sends: the lock and its queue keys, then for acquire token,
     // ttl, owner, queueing ("0": never, as co_try_lock), the queue entry's lifetime, the wake
-    // channel prefix and the request's time (for status); for release token, wake channel
-    // prefix, claim and "" (the leaving locker, unused here).
+    // channel prefix, the request's time (for status) and the claim of a hand-off it may make;
+    // for release token, wake channel prefix, claim and "" (the leaving locker, unused here).
     std::string const key = "colock:bench:limit:{__rand_int__}";
     std::string const token = "0123456789abcdef0123456789abcdef";
     std::vector<std::string> const acquire = {
-        "EVALSHA", r.acquire_sha, "3", key,    key + ":q",  key + ":qd",    token,
-        "30000",   "bench",       "0", "3000", key + ":w:", "1700000000000"};
+        "EVALSHA", r.acquire_sha, "3", key,    key + ":q",  key + ":qd",     token,
+        "30000",   "bench",       "0", "3000", key + ":w:", "1700000000000", "1000"};
     std::vector<std::string> const release = {
         "EVALSHA",   r.release_sha, "3",         key,    key + ":q",
         key + ":qd", token,         key + ":w:", "1000", ""};

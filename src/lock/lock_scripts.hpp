@@ -10,8 +10,10 @@
 //                        2 another locker (the holder's process is told "q" at each of
 //                        that locker's attempts, at least every queue_refresh_interval)
 //                  "R <fence> <owner>"  handed to locker `owner`, which is told and claims
-//                                       it (a short expiry: the claim); owner "-" after a
-//                                       forced unlock: claimed by nobody, it lapses
+//                                       it (a short expiry: the claim), by a release or by
+//                                       an attempt that found the key gone while `owner`
+//                                       headed the queue; owner "-" after a forced unlock:
+//                                       claimed by nobody, it lapses
 //                  "F <fence>"          free; kept for the rest of the last lease so the
 //                                       next fence is one more
 //   p{name}:q    the processes waiting, one entry per locker, in arrival order (a list)
@@ -24,7 +26,8 @@
 // tells it "f <token> <lock key>": its lease was ended by a forced unlock.
 //
 // Fences: the value's fence + 1, or the server's clock in microseconds when the key is absent
-// (never used, or lapsed). A holder's process hands the lease to its own waiters without a
+// (never used, or lapsed; a hand-off of an absent key to the queue's head stores the clock, its
+// claim adds one). A holder's process hands the lease to its own waiters without a
 // script, numbering them on from the lease's fence, and the release stores the last of those.
 // Strictly increasing: each fence is the clock at its grant or a few increments above it (one
 // per script run within the same microsecond; the process gives at most one local fence per
@@ -45,7 +48,13 @@ namespace colock::detail {
 // (co_try_lock), "1" queue the owner when held, "2" also keep it queued after a grant (more of
 // its waiters are behind this one), ARGV[5] the queue entry's lifetime in ms, ARGV[6] the
 // channel prefix p{name}:w:, ARGV[7] the time of the request on the client's clock (ms since
-// 1970), kept in the value for status.
+// 1970), kept in the value for status, ARGV[8] the claim's length in ms (as the release's
+// ARGV[3]).
+// A key that is absent (never used, a lease that lapsed, a forced unlock's quarantine over) goes
+// to the first live entry of the queue, as a release hands it: when that is another locker, the
+// key becomes "R <the clock's fence> <that locker>" for the claim, that locker is told, and the
+// asker, queued behind (unless ARGV[4] is "0"), waits. So a holder's death keeps the queue's
+// order.
 // Returns {1, fence, others} when granted (or already ours: a retry after a lost reply is
 // idempotent), else {0, remaining ms of the holder's lease or of the claim, others}; `others`
 // is 1 when the lease is (or would be) ours and another locker is queued for it. A grant with
@@ -97,11 +106,31 @@ local function exact(fence)
 end
 if not v then
   local t = redis.call('TIME')
+  local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local queue_exists = redis.call('EXISTS', KEYS[2]) == 1
-  if queue_exists and redis.call('HDEL', KEYS[3], ARGV[3]) == 1 then
-    redis.call('LREM', KEYS[2], 1, ARGV[3])
+  if queue_exists then
+    -- A lease that lapsed (its holder dead) or a forced unlock's quarantine that ended: the
+    -- lock goes to the first live entry, as a release hands it, not to whoever asks first.
+    local now = math.floor(fence / 1000)
+    while true do
+      local head = redis.call('LINDEX', KEYS[2], 0)
+      if not head or head == ARGV[3] then break end
+      redis.call('LPOP', KEYS[2])
+      local live = tonumber(redis.call('HGET', KEYS[3], head) or '0') >= now
+      redis.call('HDEL', KEYS[3], head)
+      if live then
+        redis.call('SET', KEYS[1], 'R ' .. string.format('%.0f', fence) .. ' ' .. head, 'PX',
+                   ARGV[8])
+        redis.pcall('PUBLISH', ARGV[6] .. head, 'g')
+        if ARGV[4] ~= '0' then enqueue() end
+        return {0, tonumber(ARGV[8]), 0}
+      end
+    end
+    if redis.call('HDEL', KEYS[3], ARGV[3]) == 1 then
+      redis.call('LREM', KEYS[2], 1, ARGV[3])
+    end
   end
-  return grant(tonumber(t[1]) * 1000000 + tonumber(t[2]), queue_exists)
+  return grant(fence, queue_exists)
 end
 local kind = string.sub(v, 1, 2)
 if kind == 'F ' then

@@ -44,6 +44,9 @@ public:
                                             : queue == queueing::when_held ? "1"
                                                                            : "2";
         auto const entry_ttl_text = std::to_string(queue_entry_ttl.count());
+        // The claim of a hand-off this attempt makes when the key is gone and another locker
+        // heads the queue, as long as a release's.
+        auto const claim_text = std::to_string(handoff_claim(ttl).count());
         // Never negative (a clock set before 1970): the scripts read only digits there.
         auto const since_text = std::to_string(
             std::max<std::int64_t>(0, std::chrono::duration_cast<milliseconds>(
@@ -52,7 +55,7 @@ public:
         script_call const call{acquire_script(client_->sharded()),
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {token, ttl_text, keys.owner, queue_text, entry_ttl_text,
-                                keys.channel_prefix, since_text}};
+                                keys.channel_prefix, since_text, claim_text}};
         if (replicas.count == 0)
             co_return read_grant(co_await client_->run(call, send_as::sha, stop));
         auto [reply, acked] =

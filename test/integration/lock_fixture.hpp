@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -90,6 +91,26 @@ inline asio::awaitable<void> until_one_waiting(locker& locks) {
     co_await poll_until([&] { return locks.waiting() != 0; }, 300, std::chrono::milliseconds{5});
     REQUIRE(locks.waiting() == 1);
     co_await sleep_for(std::chrono::milliseconds{100});
+}
+
+/// Holds up the requests of `conn` at the server for `d` from now, as a process that is slow to
+/// ask: a WAIT for a replica the server does not have, answered after `d`, before which the
+/// server runs none of the connection's later requests (it still sends it messages). Returns
+/// once the server has the connection blocked, with the WAIT's outcome to come.
+inline asio::awaitable<std::shared_ptr<exec_outcome>>
+stall_at_server(redis::connection& conn, redis::connection& probe, std::chrono::milliseconds d) {
+    auto const id = co_await integer(conn, command("CLIENT", "ID"));
+    auto stalled = std::make_shared<exec_outcome>();
+    exec_into(conn, command("WAIT", 1, d.count()), stalled);
+    bool blocked = false;
+    for (int i = 0; i < 200 && !blocked; ++i) {
+        auto const clients = co_await probe.co_exec(command("CLIENT", "LIST", "ID", id));
+        blocked = text_of(clients.at(0)).find(" cmd=wait ") != std::string::npos;
+        if (!blocked)
+            co_await sleep_for(std::chrono::milliseconds{5});
+    }
+    REQUIRE(blocked);
+    co_return stalled;
 }
 
 /// One locker on its own connection, a probe connection, and a lock name from unique_key(what).

@@ -232,6 +232,134 @@ TEST_CASE("election: a leader that stops renewing (as a dead process) is followe
         });
 }
 
+namespace {
+
+// Polls LLEN of election `name`'s queue of candidates' lockers until it is `expected`.
+asio::awaitable<std::int64_t> candidates_queued(redis::connection& probe, std::string const& name,
+                                                std::int64_t expected) {
+    auto const end = steady::now() + 3000ms;
+    auto n = co_await integer(probe, command("LLEN", election_key(name) + ":q"));
+    while (n != expected && steady::now() < end) {
+        co_await sleep_for(5ms);
+        n = co_await integer(probe, command("LLEN", election_key(name) + ":q"));
+    }
+    co_return n;
+}
+
+// Campaign options that ask again every 2 ms or less while they wait.
+lock_options eager_campaign() {
+    auto opt = lease(10'000ms);
+    opt.retry.initial = 2ms;
+    opt.retry.max = 2ms;
+    return opt;
+}
+
+// Waits for the first of `first` and `then` to lead, CHECKs that it is `first`, and lets each
+// resign in turn (whichever leads), each term above the one before.
+asio::awaitable<void> check_lead_in_order(campaign_run& first, campaign_run& then,
+                                          std::int64_t old_term) {
+    bool const one = co_await finishes_when([&] { return first.done || then.done; }, 3000ms);
+    REQUIRE(one);
+    CHECK(first.done);
+    CHECK_FALSE(then.done);
+    auto& leader = first.done ? first : then;
+    auto& next = first.done ? then : first;
+    REQUIRE(leader.lead.has_value());
+    CHECK(leader.lead->term() > old_term);
+    CHECK(co_await leader.lead->co_resign());
+    REQUIRE(co_await finishes(next.done, 2000ms));
+    REQUIRE(next.lead.has_value());
+    CHECK(next.lead->term() > leader.lead->term());
+    CHECK(co_await next.lead->co_resign());
+}
+
+} // namespace
+
+TEST_CASE("election: a leader's lease lapses (a dead leader): the first queued candidate leads, "
+          "not a later one that asks first") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const cfg = shared_server().config();
+        redis::connection conn_a{ctx.get_executor(), cfg};
+        redis::connection conn_b{ctx.get_executor(), cfg};
+        redis::connection conn_c{ctx.get_executor(), cfg};
+        redis::connection probe{ctx.get_executor(), cfg};
+        locker a{conn_a};
+        locker b{conn_b};
+        locker c{conn_c};
+        std::string const name = unique_key("election-lapse-fifo");
+        election ea{a, name};
+        election eb{b, name};
+        election ec{c, name};
+        auto dying = lease(800ms);
+        dying.auto_renew = false; // as a leader that died
+        auto lead_a = co_await ea.co_campaign("a", dying);
+        auto const granted = steady::now();
+
+        campaign_run second, third;
+        start_campaign(ctx.get_executor(), eb, "b", lease(10'000ms), second);
+        auto const b_queued = co_await candidates_queued(probe, name, 1);
+        REQUIRE(b_queued == 1);
+        start_campaign(ctx.get_executor(), ec, "c", eager_campaign(), third);
+        auto const c_queued = co_await candidates_queued(probe, name, 2);
+        REQUIRE(c_queued == 2);
+        // B asks only 400 ms after the lapse; C is the first to ask after it.
+        auto const lapse_in = 800ms - std::chrono::milliseconds(ms_since(granted));
+        auto const stalled =
+            co_await stall_at_server(conn_b, probe, std::max(lapse_in, 0ms) + 400ms);
+        auto const still_leads = co_await integer(probe, command("EXISTS", election_key(name)));
+        REQUIRE(still_leads == 1); // B was held up before the lease lapsed
+
+        co_await check_lead_in_order(second, third, lead_a.term());
+        CHECK(co_await finishes(stalled->done, 2000ms));
+        conn_a.close();
+        conn_b.close();
+        conn_c.close();
+        probe.close();
+    });
+}
+
+TEST_CASE("election: after a forced unlock, the first queued candidate leads, not the ousted "
+          "leader campaigning again") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const cfg = shared_server().config();
+        redis::connection conn_a{ctx.get_executor(), cfg};
+        redis::connection conn_b{ctx.get_executor(), cfg};
+        redis::connection probe{ctx.get_executor(), cfg};
+        locker a{conn_a};
+        locker b{conn_b};
+        locker forcer{probe, "colock:election:"}; // as `colock unlock --force` with that prefix
+        std::string const name = unique_key("election-forced-fifo");
+        election ea{a, name};
+        election eb{b, name};
+        // Renewed every 200 ms: told of the forced unlock at its next renewal (a forced unlock
+        // under the election's prefix does not tell the leader's locker; see docs/tool.md).
+        auto lead_a = co_await ea.co_campaign("a", lease(600ms));
+        lost_watch lost;
+        watch(lead_a.guard(), lost);
+
+        campaign_run second, again;
+        start_campaign(ctx.get_executor(), eb, "b", lease(10'000ms), second);
+        auto const b_queued = co_await candidates_queued(probe, name, 1);
+        REQUIRE(b_queued == 1);
+        // The forced unlock hands the lock to nobody for what the lease had left (600 ms at
+        // most); B asks only 400 ms after that.
+        auto const stalled = co_await stall_at_server(conn_b, probe, 1000ms);
+        CHECK(co_await forcer.co_force_unlock(name));
+        REQUIRE(co_await finishes(lost.done, 1000ms));
+        // The ousted leader campaigns again at once, asking every 2 ms or less: queued behind B
+        // (the key is handed to nobody), and the first to ask when that is over.
+        start_campaign(ctx.get_executor(), ea, "a", eager_campaign(), again);
+        auto const a_queued = co_await candidates_queued(probe, name, 2);
+        REQUIRE(a_queued == 2);
+
+        co_await check_lead_in_order(second, again, lead_a.term());
+        CHECK(co_await finishes(stalled->done, 2000ms));
+        conn_a.close();
+        conn_b.close();
+        probe.close();
+    });
+}
+
 TEST_CASE("election: a leader's lease lapses with nobody queued: the watch sees nobody at the "
           "lapse; a leadership destroyed resigns; a cancelled campaign leaves nothing") {
     run_lock_test<two_lockers>(

@@ -253,6 +253,69 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
     ::close(go[1]);
 }
 
+TEST_CASE("a lease that lapses without a release (its holder dead) goes to the first queued "
+          "locker, not to a later one that asks first") {
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const cfg = shared_server().config();
+        redis::connection conn_a{ctx.get_executor(), cfg};
+        redis::connection conn_b{ctx.get_executor(), cfg};
+        redis::connection conn_c{ctx.get_executor(), cfg};
+        redis::connection probe{ctx.get_executor(), cfg};
+        locker a{conn_a};
+        locker b{conn_b};
+        locker c{conn_c};
+        std::string const name = unique_key("lapse-fifo");
+        // A holds and never renews, as a process that died: its lease lapses, nobody releases.
+        auto dying = lease(800ms);
+        dying.auto_renew = false;
+        auto holder = co_await a.co_lock(name, dying);
+        auto const granted = steady::now();
+
+        std::vector<char> order;
+        std::vector<std::int64_t> fences;
+        int done = 0;
+        auto const take = [&](locker& l, char who, lock_options opt) {
+            asio::co_spawn(
+                ctx,
+                [&l, &order, &fences, &name, who, opt]() -> asio::awaitable<void> {
+                    auto g = co_await l.co_lock(name, opt);
+                    order.push_back(who);
+                    fences.push_back(g.fence());
+                    co_await g.unlock();
+                },
+                check_nothrow_then_mark(done));
+        };
+        take(b, 'b', lease(10'000ms));
+        auto const b_queued = co_await queue_length_becomes(probe, name, 1);
+        REQUIRE(b_queued == 1);
+        // C queues behind B and asks every 2 ms or less: it is the first to ask after the lapse.
+        auto eager = lease(10'000ms);
+        eager.retry.initial = 2ms;
+        eager.retry.max = 2ms;
+        take(c, 'c', eager);
+        auto const c_queued = co_await queue_length_becomes(probe, name, 2);
+        REQUIRE(c_queued == 2);
+        // B asks only 400 ms after the lapse: its requests wait at the server until then.
+        auto const lapse_in = 800ms - std::chrono::milliseconds(ms_since(granted));
+        auto const stalled =
+            co_await stall_at_server(conn_b, probe, std::max(lapse_in, 0ms) + 400ms);
+        auto const still_held = co_await read_lock(probe, name);
+        REQUIRE(still_held.kind == 'H'); // B was held up before the lease lapsed
+
+        auto const both = co_await poll_until([&] { return done == 2; }, 600, 5ms);
+        REQUIRE(both);
+        CHECK(order == std::vector<char>{'b', 'c'});
+        REQUIRE(fences.size() == 2);
+        CHECK(fences[0] > holder.fence());
+        CHECK(fences[1] > fences[0]);
+        CHECK(co_await finishes(stalled->done, 2000ms));
+        conn_a.close();
+        conn_b.close();
+        conn_c.close();
+        probe.close();
+    });
+}
+
 // ------------------------------------------------------------------------ cohort hand-off
 
 // How the lease passes down the local queue (order, fences, tokens, no server call per turn) is

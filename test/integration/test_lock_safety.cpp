@@ -253,7 +253,7 @@ TEST_CASE("acquire and release scripts: the uncontended paths write what the gen
         std::string const deadlines = key + ":qd";
         auto const acquire = [&](std::string token, std::string queueing, std::string since) {
             return command("EVAL", detail::acquire_source, "3", key, queue, deadlines, token,
-                           "10000", "owner-a", queueing, "3000", key + ":w:", since);
+                           "10000", "owner-a", queueing, "3000", key + ":w:", since, "1000");
         };
         auto const release = [&](std::string token, std::string last_fence) {
             return command("EVAL", detail::release_source, "3", key, queue, deadlines, token,

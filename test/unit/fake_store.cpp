@@ -114,8 +114,20 @@ grant_result fake_server::grant(lock_keys const& keys, std::string const& token,
         r.others_queued = held.queued == 2;
         return r;
     };
-    if (!e)
+    if (!e) {
+        // Gone (a lease that lapsed, a forced unlock's quarantine over): to the first live
+        // entry, as a release hands it; the asker, when it is not that one, queues behind.
+        auto const live = queue(keys.key);
+        if (!live.empty() && live.front() != keys.owner) {
+            auto const claim = colock::detail::handoff_claim(ttl);
+            hand_off(keys, fresh_fence_ += 1000, "", claim);
+            if (mode != queueing::never)
+                enqueue(keys.key, keys.owner);
+            r.holder_ttl = claim;
+            return r;
+        }
         return give(fresh_fence_ += 1000);
+    }
     if (e->kind == lock_entry::state::free)
         return give(e->fence + 1);
     if (e->kind == lock_entry::state::handed) {
