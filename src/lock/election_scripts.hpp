@@ -16,6 +16,8 @@
 //   "R <term> <version> <claim ms>"        the term ended after that version, handed to a
 //                                          queued candidate
 //   "N <term> <version>"                   the term ended after that version; nobody leads
+//   "E <term> <version> <ttl ms>"          the leader shortened its lease (extend): the record
+//                                          now lapses in <ttl ms> unless renewed
 // A term and a version name one state of the election on every primary alike (the leader's
 // process numbers the versions), so that a watcher can tell a message it has seen (from another
 // primary of a quorum) from one it missed (a version skipped).

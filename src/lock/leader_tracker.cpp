@@ -92,6 +92,8 @@ std::optional<election_message> parse_election_message(std::string_view payload)
         m.what = election_message::kind::handed;
     else if (kind == "N")
         m.what = election_message::kind::ended;
+    else if (kind == "E")
+        m.what = election_message::kind::shortened;
     else
         return std::nullopt;
     auto const term = number(next_word(payload));
@@ -109,7 +111,7 @@ std::optional<election_message> parse_election_message(std::string_view payload)
     if (ttl_word.empty() || ec != std::errc() || end != ttl_word.data() + ttl_word.size())
         return std::nullopt;
     m.ttl = milliseconds(std::max<std::int64_t>(ttl, 0));
-    if (m.what == election_message::kind::handed)
+    if (m.what == election_message::kind::handed || m.what == election_message::kind::shortened)
         return payload.empty() ? std::optional(m) : std::nullopt;
     m.value = std::string(payload);
     return m;
@@ -277,6 +279,14 @@ leader_tracker::step leader_tracker::on_message(std::string_view payload) {
         value_ = m->value;
         s.look_in = m->ttl;
         report(s, false);
+        return s;
+    }
+    if (m->what == kind::shortened) {
+        // The leader's lease now ends sooner: looked at then, not at its old end.
+        if (m->term == term_ && m->version == version_ && leading_)
+            s.look_in = m->ttl;
+        else if (m->term > term_ || m->version > version_)
+            s.read_again = true; // of a state not seen yet
         return s;
     }
     // The end of a term, after `version`.

@@ -41,11 +41,12 @@ election_reading read_election(script_reply const& reply);
 
 // One message of the election's channel.
 struct election_message {
-    enum class kind { leader, handed, ended } what = kind::ended;
+    enum class kind { leader, handed, ended, shortened } what = kind::ended;
     std::int64_t term = 0;
     std::int64_t version = 0;
-    std::chrono::milliseconds ttl{0}; // leader: the record's; handed: the claim's
-    std::string value;                // leader
+    // leader and shortened: the record's; handed: the claim's
+    std::chrono::milliseconds ttl{0};
+    std::string value; // leader
 };
 
 // Nothing when `payload` is not a message of the election's.

@@ -294,11 +294,12 @@ return 1
 )lua";
 
 // KEYS[1] lock, KEYS[2] (when the lease has one) its record; ARGV[1] token, ARGV[2] ttl ms,
-// ARGV[3] the holder's fence. 1 when extended (the record too, when it is this lease's), 0
-// when not ours. A fence above the stored one is stored: with Redlock, each primary grants its
-// own fence and the lease's is the largest, which a majority must keep (see docs/safety.md,
-// "Fences across primaries"); on one server, a holder handed the lease in its process numbers on
-// from the stored fence.
+// ARGV[3] the holder's fence. 1 when extended (the record too, when it is this lease's, and
+// its channel told "E <term> <version> <ttl ms>" when that shortens it), 0 when not ours. A
+// fence above the stored one is stored: with Redlock, each primary grants its own fence and the
+// lease's is the largest, which a majority must keep (see docs/safety.md, "Fences across
+// primaries"); on one server, a holder handed the lease in its process numbers on from the
+// stored fence.
 inline constexpr std::string_view extend_source = R"lua(
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
@@ -309,8 +310,17 @@ if not fence or token ~= ARGV[1] then return 0 end
 -- write, so the SET that stores a larger fence then runs as well; pcall all the same, so that
 -- a refusal could only leave the stored fence as it was, never the lease unrenewed.
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if KEYS[2] and redis.call('HGET', KEYS[2], 'token') == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if KEYS[2] then
+  local r = redis.call('HMGET', KEYS[2], 'token', 'term', 'version')
+  if r[1] == ARGV[1] then
+    local before = redis.call('PTTL', KEYS[2])
+    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+    -- A shorter lease is told (a watch looks again when the record would lapse, else at its
+    -- old end); a renewal, which lengthens it, is not.
+    if before > tonumber(ARGV[2]) then
+      redis.pcall('PUBLISH', KEYS[2], 'E ' .. r[2] .. ' ' .. r[3] .. ' ' .. ARGV[2])
+    end
+  end
 end
 local wanted = tonumber(ARGV[3] or '0') or 0
 if wanted > tonumber(fence) then
@@ -371,9 +381,10 @@ inline script const& release_script(bool sharded = false) {
                                        make_script(release_source, true)};
     return variants[sharded ? 1 : 0];
 }
-inline script const& extend_script() {
-    static script const s = make_script(extend_source);
-    return s;
+inline script const& extend_script(bool sharded = false) {
+    static script const variants[2] = {make_script(extend_source, false),
+                                       make_script(extend_source, true)};
+    return variants[sharded ? 1 : 0];
 }
 inline script const& status_script() {
     static script const s = make_script(status_source);

@@ -81,8 +81,10 @@ public:
         // lease to a ttl nobody counts on. One request keeps its place.
         auto const ttl_text = std::to_string(ttl.count());
         auto const fence_text = std::to_string(fence);
-        script_call const call{
-            extend_script(), {keys.key}, {token, ttl_text, fence_text}, keys.record_key};
+        script_call const call{extend_script(client_->sharded()),
+                               {keys.key},
+                               {token, ttl_text, fence_text},
+                               keys.record_key};
         co_return read_extend(co_await client_->run(call, send_as::in_place));
     }
 

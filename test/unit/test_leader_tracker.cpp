@@ -120,9 +120,16 @@ TEST_CASE("election messages: each kind, a value with spaces, and anything else 
     REQUIRE(n.has_value());
     CHECK(n->what == election_message::kind::ended);
     CHECK(n->version == 5);
+    auto e = parse_election_message("E 17 5 300");
+    REQUIRE(e.has_value());
+    CHECK(e->what == election_message::kind::shortened);
+    CHECK(e->term == 17);
+    CHECK(e->version == 5);
+    CHECK(e->ttl == 300ms);
     CHECK(parse_election_message("L 17 1 -2 v")->ttl == 0ms); // the record went meanwhile
     for (auto bad : {"", "X 1 2", "L", "L 1", "L 1 2", "L 2 0 5 v", "L 0 1 5 v", "L a 2 5 v",
-                     "R 1 2", "R 1 2 3 4", "N 1 2 3", "N -1 2", "L 1 2 x v"})
+                     "R 1 2", "R 1 2 3 4", "N 1 2 3", "N -1 2", "L 1 2 x v", "E 1 2", "E 1 2 3 4",
+                     "E 0 1 300", "E 1 2 x"})
         CHECK_MESSAGE(!parse_election_message(bad).has_value(), bad);
 }
 
@@ -184,6 +191,30 @@ TEST_CASE("leader tracker: a lapse is seen by a look, or by the next term's firs
     s = v.on_reading(nobody(), false);
     REQUIRE(s.changes.size() == 1);
     check_nobody(s.changes[0], 7);
+}
+
+TEST_CASE("leader tracker: a shortened lease is looked at when it would lapse, not at its old "
+          "end") {
+    leader_tracker t;
+    auto s = t.on_reading(leading(7, 2, "a", 30000), false);
+    CHECK(s.look_in == 30000ms);
+    s = t.on_message("E 7 2 300");
+    CHECK(s.changes.empty());
+    CHECK_FALSE(s.read_again);
+    REQUIRE(s.look_in.has_value());
+    CHECK(*s.look_in == 300ms);
+    s = t.on_reading(nobody(), false); // that look: the lease lapsed
+    REQUIRE(s.changes.size() == 1);
+    check_nobody(s.changes[0], 7);
+    // Of a term already seen to end, or an older one: nothing to do.
+    CHECK_FALSE(t.on_message("E 7 2 300").look_in.has_value());
+    CHECK_FALSE(t.on_message("E 6 9 300").look_in.has_value());
+
+    leader_tracker u; // of a version not seen yet: read
+    u.on_reading(leading(7, 2, "a"), false);
+    s = u.on_message("E 7 3 300");
+    CHECK(s.read_again);
+    CHECK(s.changes.empty());
 }
 
 TEST_CASE("leader tracker: a skipped version or an unreadable message asks for a reading, which "
