@@ -83,8 +83,9 @@ public:
     /// Unlocks in the background if still held.
     ~write_guard() = default;
 
-    /// As owns(): the write lock is still held.
-    bool owns_lock() const noexcept { return owns(); }
+    /// The write lock is still held: owns(), and no co_downgrade() of unknown outcome has left
+    /// the holding perhaps a reader's (then false until a renewal or a co_downgrade() says).
+    bool owns_lock() const noexcept;
 
     /// Stops renewal, then lets go of the write lock, as read_guard::async_unlock; the readers
     /// and the writer queued behind get in.
@@ -99,8 +100,10 @@ public:
     /// same fence), now shared with the readers queued behind it, who are let in. This guard
     /// then holds nothing. Throws system_error: error::not_held when this holds nothing,
     /// error::lock_lost when the lease was lost (nothing is held then), or the connection's
-    /// error (the lease is still held, as a writer's or, if the downgrade went through unseen,
-    /// a reader's: a second co_downgrade() is safe). Not cancelled by the caller.
+    /// error or error::timeout (the lease is still held, as a writer's or, if the downgrade
+    /// went through unseen, a reader's: owns_lock() is then false, as for a reader, until the
+    /// next renewal finds which, and a second co_downgrade() is safe). While it runs,
+    /// owns_lock() is false too. Not cancelled by the caller.
     boost::asio::awaitable<read_guard> co_downgrade();
 
 private:

@@ -44,6 +44,10 @@ asio::awaitable<void> read_guard::co_upgrade() {
     co_return;
 }
 
+bool write_guard::owns_lock() const noexcept {
+    return owns() && !state_->exclusive_in_doubt();
+}
+
 asio::awaitable<bool> write_guard::unlock() {
     return give_back();
 }
@@ -59,8 +63,10 @@ asio::awaitable<read_guard> write_guard::co_downgrade() {
                            fmt::format("colock: co_downgrade of read-write lock '{}': the write "
                                        "lease was lost",
                                        name));
-    // On the locker's strand, not reachable by the caller's cancellation: its outcome must be
-    // known.
+    // Until the reply says, the holding may already be a reader's: the guard claims no more
+    // (owns_lock() false). On the locker's strand, not reachable by the caller's cancellation:
+    // its outcome must be known.
+    st->set_exclusive_in_doubt(true);
     auto [e, reply] = co_await asio::co_spawn(
         st->strand(),
         [](std::shared_ptr<detail::permit_state> s) -> asio::awaitable<detail::lease_reply> {
@@ -72,7 +78,11 @@ asio::awaitable<read_guard> write_guard::co_downgrade() {
         std::rethrow_exception(e);
     if (reply.ec)
         throw system_error(error_code(reply.ec.value(), reply.ec.category()),
-                           fmt::format("colock: co_downgrade of read-write lock '{}'", name));
+                           fmt::format("colock: co_downgrade of read-write lock '{}': its outcome "
+                                       "is not known, so the guard no longer claims the write "
+                                       "lock (owns_lock() is false) until the next renewal says "
+                                       "which it holds; co_downgrade() again to be sure",
+                                       name));
     if (!reply.ours) {
         st->mark_lost(loss_reason::not_ours);
         throw system_error(error::lock_lost,
@@ -81,6 +91,7 @@ asio::awaitable<read_guard> write_guard::co_downgrade() {
                                        name));
     }
     st->set_permits(1);
+    st->set_exclusive_in_doubt(false);
     state_.reset();
     co_return read_guard(std::move(st));
 }

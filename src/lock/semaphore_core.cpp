@@ -113,6 +113,15 @@ asio::awaitable<lease_reply> semaphore_core::extend(std::string const& token, mi
     co_return read_permit_reply(co_await client_->run(call, send_as::sha));
 }
 
+asio::awaitable<permit_extension> semaphore_core::extend_weighing(std::string const& token,
+                                                                  milliseconds ttl) {
+    auto const ttl_ms = ms_text(ttl);
+    script_call const call{semaphore_extend_script(),
+                           {keys_.key, keys_.permits_key, keys_.weights_key},
+                           {token, ttl_ms, "1"}};
+    co_return read_permit_extension(co_await client_->run(call, send_as::sha));
+}
+
 asio::awaitable<lease_reply> semaphore_core::downgrade(std::string const& token) {
     auto const claim = ms_text(max_handoff_claim);
     script_call const call{
@@ -440,7 +449,17 @@ void permit_state::hold() {
 }
 
 asio::awaitable<lease_reply> permit_state::extend_at_server(milliseconds ttl) {
-    return core_->extend(token_, ttl);
+    if (!exclusive_in_doubt())
+        co_return co_await core_->extend(token_, ttl);
+    // A downgrade whose reply was not seen: the renewal asks which it is now.
+    auto const r = co_await core_->extend_weighing(token_, ttl);
+    if (!r.reply.ec && r.reply.ours) {
+        if (r.weighted)
+            exclusive_in_doubt_ = false; // the downgrade did not happen: still the writer's
+        else
+            set_permits(1); // it did: a reader's now, which co_downgrade() turns it into
+    }
+    co_return r.reply;
 }
 
 std::uint64_t permit_state::current_server_generation() const noexcept {

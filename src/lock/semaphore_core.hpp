@@ -87,6 +87,9 @@ public:
     // Makes the holding of `token` weigh one permit (a writer becomes a reader), waking the
     // calls that fit then; sent again over passing errors until release_timeout.
     boost::asio::awaitable<lease_reply> downgrade(std::string const& token);
+    // An extend that also says whether the holding weighs more than one permit.
+    boost::asio::awaitable<permit_extension> extend_weighing(std::string const& token,
+                                                             std::chrono::milliseconds ttl);
     // Gives the permits of `token` back (or takes its entry out of the queue: `leave`), sent
     // again over passing errors until release_timeout.
     boost::asio::awaitable<lease_reply> release(std::string const& token, std::size_t permits,
@@ -166,6 +169,11 @@ public:
     std::size_t permits() const noexcept { return permits_.load(); }
     void set_permits(std::size_t n) noexcept { permits_.store(n); }
     std::int64_t fence() const noexcept { return fence_; }
+    // A writer's downgrade was sent and its outcome is not known (or not yet): the holding may
+    // be a reader's, so its write guard does not claim the write lock, until a reply or a
+    // renewal (which then asks for the weight) says which.
+    bool exclusive_in_doubt() const noexcept { return exclusive_in_doubt_.load(); }
+    void set_exclusive_in_doubt(bool doubt) noexcept { exclusive_in_doubt_.store(doubt); }
 
     // Joins the locker's book and starts renewing; once, when made.
     void hold();
@@ -188,6 +196,7 @@ private:
     std::string const token_;
     std::atomic<std::size_t> permits_;
     std::int64_t const fence_;
+    std::atomic<bool> exclusive_in_doubt_{false};
 };
 
 // An acquire for an awaiting caller (the co_* forms), whose cancellation reaches it on the

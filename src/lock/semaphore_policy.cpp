@@ -78,6 +78,15 @@ lease_reply read_permit_reply(script_reply const& reply) {
     return read_extend(reply);
 }
 
+permit_extension read_permit_extension(script_reply const& reply) {
+    if (reply.ec)
+        return {lease_reply{reply.ec, false}, false};
+    auto const answer = replies::flag(reply.value, 0, 2);
+    if (!answer)
+        return {lease_reply{error::unexpected_reply, false}, false};
+    return {lease_reply{error_code{}, *answer != 0}, *answer == 2};
+}
+
 semaphore_reading read_semaphore(script_reply const& reply) {
     return replies::read_value<semaphore_reading>(
         reply, [](resp3::value const& v, semaphore_reading& r) {

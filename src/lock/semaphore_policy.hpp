@@ -44,6 +44,14 @@ permit_grant read_permit_grant(script_reply const& reply);
 // The release script's (and the extend script's) 1 or 0: `ours`.
 lease_reply read_permit_reply(script_reply const& reply);
 
+// The extend script's answer when asked for the weight: 0 not ours, 1 ours and one permit, 2
+// ours and more (`weighted`).
+struct permit_extension {
+    lease_reply reply;
+    bool weighted = false;
+};
+permit_extension read_permit_extension(script_reply const& reply);
+
 // The read script's answer.
 struct semaphore_reading {
     boost::system::error_code ec;

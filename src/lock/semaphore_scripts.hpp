@@ -103,9 +103,10 @@ namespace colock::detail {
     "    for _, w in ipairs(redis.call('HVALS', KEYS[3])) do\n"                                    \
     "      -- A weight this library writes: 2 .. 2^40, in digits. Anything else is refused,\n"     \
     "      -- naming the key, rather than counted from wrongly.\n"                                 \
-    "      if not string.match(w, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then\n"          \
+    "      if not string.match(w, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then\n"           \
     "        error({err = 'COLOCK the weights key ' .. KEYS[3] .. ' holds \"' ..\n"                \
-    "                     string.sub(w, 1, 40) .. '\", which is not a weight colock writes; ' ..\n" \
+    "                     string.sub(w, 1, 40) .. '\", which is not a weight colock writes; ' "    \
+    "..\n"                                                                                         \
     "                     'delete the key to use it'})\n"                                          \
     "      end\n"                                                                                  \
     "      n = n + tonumber(w) - 1\n"                                                              \
@@ -147,8 +148,8 @@ namespace colock::detail {
 // Returns {1, fence} when granted; {0, ms until the first holding expires (0 when none is held:
 // try again soon), free permits}; {-1, the capacity stored, as stored} when it differs from
 // ARGV[3] (nothing changed); an error "COLOCK ..." naming the key when the stored fence or a
-// weight is not one this library writes. A token already granted is not granted again: the caller uses a new token
-// after a request whose reply it did not see (and gives that one back).
+// weight is not one this library writes. A token already granted is not granted again: the caller
+// uses a new token after a request whose reply it did not see (and gives that one back).
 inline constexpr std::string_view semaphore_acquire_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
 local state = redis.call('HMGET', KEYS[1], 'capacity', 'fence')
 -- The stored text itself, for the caller to quote: "3.0" is not the capacity 3 colock writes.
@@ -259,8 +260,10 @@ return 1
 )lua";
 
 // Extend. KEYS[1] the semaphore, KEYS[2] its holdings, KEYS[3] their weights; ARGV[1] token,
-// ARGV[2] ttl ms. 1 when extended, 0 when the holding is not live any more (an expired one is
-// removed with its weight: it is never revived).
+// ARGV[2] ttl ms, ARGV[3] "1" to be told the holding's weight (after a downgrade whose reply was
+// not seen). 1 when extended, 0 when the holding is not live any more (an expired one is
+// removed with its weight: it is never revived); asked for the weight, 2 when extended and the
+// holding weighs more than one permit (a writer's), 1 when it weighs one.
 inline constexpr std::string_view semaphore_extend_source = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -276,6 +279,7 @@ redis.call('ZADD', KEYS[2], 'XX', now + ttl, ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ttl, 'GT')
 redis.call('PEXPIRE', KEYS[1], ttl, 'GT')
 redis.call('PEXPIRE', KEYS[3], ttl, 'GT')
+if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return 2 end
 return 1
 )lua";
 

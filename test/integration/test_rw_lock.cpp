@@ -197,6 +197,73 @@ TEST_CASE("rw_lock: co_downgrade turns the writer into a reader with no gap: the
         });
 }
 
+TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard claiming no write "
+          "lock, while the server may have let readers in; a renewal finds which it holds") {
+    run_lock_test<two_lockers>(
+        "rw-downgrade-unknown",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            rw_lock ra{a, name};
+            rw_lock rb{b, name};
+            auto opt = lease(30'000ms);
+            opt.renew_interval = 300ms;
+            {
+                // The downgrade script loaded: the paused request below then runs as sent.
+                auto warm = co_await ra.co_lock(opt);
+                CHECK(co_await (co_await warm.co_downgrade()).unlock());
+            }
+            auto w = co_await ra.co_lock(opt);
+            REQUIRE(w.owns_lock());
+            // Writes wait at the server past the downgrade's 5 s deadline, then run.
+            co_await probe.co_exec(command("CLIENT", "PAUSE", "6500", "WRITE"));
+            auto const failed = co_await failure_of(w.co_downgrade());
+            CHECK(failed.code == colock::error::timeout);
+            CHECK(failed.what.find("not known") != std::string::npos);
+            // The guard says what it can be sure of: not the writer.
+            CHECK_FALSE(w.owns_lock());
+            // The pause ends and the downgrade applies: another process reads beside it.
+            bool applied = false;
+            for (int polls = 0; polls < 400 && !applied; ++polls) {
+                applied = co_await integer(probe, command("HLEN", rw_key(name) + ":hw")) == 0;
+                if (!applied)
+                    co_await sleep_for(10ms);
+            }
+            REQUIRE(applied);
+            auto reader = co_await rb.co_try_lock_shared(lease(5000ms));
+            REQUIRE(reader.has_value());
+            CHECK_FALSE(w.owns_lock());
+            // A renewal has asked the weight meanwhile; a second downgrade makes it a reader's
+            // guard, on the same lease.
+            co_await sleep_for(700ms);
+            auto const fence = w.fence();
+            auto r = co_await w.co_downgrade();
+            CHECK(r.owns_lock());
+            CHECK(r.fence() == fence);
+            CHECK(co_await reader->unlock());
+            CHECK(co_await r.unlock());
+            CHECK(co_await integer(probe, command("EXISTS", rw_key(name) + ":h")) == 0);
+
+            // The other outcome: the paused request is answered NOSCRIPT once the pause ends
+            // (the script cache flushed meanwhile), so the downgrade never happened. The guard
+            // claims no write lock until a renewal finds the holding still a writer's.
+            auto w2 = co_await ra.co_lock(opt);
+            co_await probe.co_exec(command("SCRIPT", "FLUSH"));
+            co_await probe.co_exec(command("CLIENT", "PAUSE", "6500", "WRITE"));
+            CHECK((co_await failure_of(w2.co_downgrade())).code == colock::error::timeout);
+            CHECK_FALSE(w2.owns_lock());
+            bool writer_again = false;
+            for (int polls = 0; polls < 400 && !writer_again; ++polls) {
+                writer_again = w2.owns_lock();
+                if (!writer_again)
+                    co_await sleep_for(10ms);
+            }
+            CHECK(writer_again);
+            CHECK(co_await integer(probe, command("HLEN", rw_key(name) + ":hw")) == 1);
+            CHECK_FALSE((co_await rb.co_try_lock_shared()).has_value());
+            CHECK(co_await w2.unlock());
+        });
+}
+
 TEST_CASE("rw_lock: 3 lockers x 6 coroutines, readers and writers mixed, never a writer beside "
           "anyone else, and every coroutine gets its turns") {
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
