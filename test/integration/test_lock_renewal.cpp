@@ -4,8 +4,10 @@
 // unlock and extend act on the real key. The renewal's timing, the guard's move, destruction
 // and wait_lost, and unlock from a cancelled caller are unit-tested without a server
 // (test_orchestration.cpp, test_virtual_time.cpp).
+#include <colock/election.hpp>
 #include <colock/locker.hpp>
 
+#include "election_fixture.hpp"
 #include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
@@ -634,4 +636,32 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
         conn_b.close();
         probe.close();
     });
+}
+
+TEST_CASE("a leader that shortens its lease and stops renewing: the watch sees nobody lead when "
+          "the shorter lease lapses, not at the old one's end") {
+    run_lock_test<two_lockers>("election-shortened",
+                               [](redis::connection&, redis::connection&, redis::connection&,
+                                  locker& a, locker& b,
+                                  std::string const& name) -> asio::awaitable<void> {
+                                   election ea{a, name};
+                                   election eb{b, name};
+                                   auto w = eb.observe();
+                                   CHECK_FALSE((co_await next_change(w)).leading);
+                                   auto opt = lease(30'000ms);
+                                   opt.auto_renew = false;
+                                   auto lead = co_await ea.co_campaign("a", opt);
+                                   CHECK((co_await next_change(w)).leading);
+                                   REQUIRE(co_await lead.guard().extend(300ms));
+                                   auto const shortened = steady::now();
+                                   // Within the shorter lease and a margin; the watch looked at the
+                                   // 30 s end before.
+                                   auto const gone = co_await next_change(w, 2000ms);
+                                   CHECK_FALSE(gone.leading);
+                                   CHECK(gone.term == lead.term());
+                                   auto const took = ms_since(shortened);
+                                   CHECK(took >= 250);
+                                   CHECK(took < 1500);
+                                   CHECK_FALSE((co_await eb.co_leader()).has_value());
+                               });
 }
