@@ -40,8 +40,11 @@ void acquirer::set_failure(lock_outcome& out, std::string_view kind, std::string
 }
 
 std::string acquirer::failure_text(error_code ec, std::string const& server_text,
-                                   lock_options const& opt, bool waited) const {
-    return attempt_failure_text(ec, server_text, opt, waited, locker_.store().last_error_text());
+                                   lock_options const& opt, bool waited,
+                                   std::string_view kind) const {
+    return with_acl_pointer(
+        attempt_failure_text(ec, server_text, opt, waited, locker_.store().last_error_text()),
+        kind);
 }
 
 std::string acquirer::timeout_text(lock_options const& opt) const {

@@ -48,9 +48,10 @@ public:
     // The message names `kind` ("lock", "election") and `name`, as the user called them.
     static void set_failure(lock_outcome& out, std::string_view kind, std::string const& name,
                             boost::system::error_code ec, std::string const& detail_text);
-    // What a failure reports after the lock's name.
+    // What a failure reports after the lock's name; an ACL refusal names where the list of
+    // what a `kind` needs is.
     std::string failure_text(boost::system::error_code ec, std::string const& server_text,
-                             lock_options const& opt, bool waited) const;
+                             lock_options const& opt, bool waited, std::string_view kind) const;
     // error::timeout's text.
     std::string timeout_text(lock_options const& opt) const;
 

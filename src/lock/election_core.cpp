@@ -121,7 +121,8 @@ std::string election_core::failure_text(std::string_view what, error_code ec,
         why = locker_->store().last_error_text();
     if (why.empty())
         why = ec.message();
-    return fmt::format("colock: {} of election '{}': {}", what, name_, why);
+    return fmt::format("colock: {} of election '{}': {}", what, name_,
+                       with_acl_pointer(std::move(why), space_.kind));
 }
 
 asio::awaitable<bool> election_core::proclaim(lock_guard const& guard, std::string const& value,

@@ -179,6 +179,18 @@ std::string attempt_failure_text(boost::system::error_code ec, std::string const
     return fmt::format("no connection to the Redis server within {} ms: {}", budget.count(), why);
 }
 
+std::string with_acl_pointer(std::string text, std::string_view kind) {
+    if (text.find("can't run this command") != std::string::npos)
+        return fmt::format("{} (the ACL user lacks a command the {}'s scripts call; "
+                           "docs/operations.md, \"ACL permissions\", lists them)",
+                           text, kind);
+    if (text.starts_with("NOPERM") ||
+        text.find("The user executing the script can't") != std::string::npos)
+        return fmt::format("{} (docs/operations.md, \"ACL permissions\", lists what {}s need)",
+                           text, kind);
+    return text;
+}
+
 std::string wait_timeout_text(lock_options const& opt, bool connected,
                               std::string const& last_error) {
     std::string text = fmt::format("not acquired within {} ms", opt.wait_timeout->count());

@@ -32,6 +32,11 @@ std::string attempt_failure_text(boost::system::error_code ec, std::string const
                                  lock_options const& opt, bool waited,
                                  std::string const& last_error);
 
+// `text` (a failure's), and when it is the server's ACL refusal (NOPERM, or a script's "The user
+// executing the script can't ..."), where the list of what a `kind` ("lock", "semaphore",
+// "election") needs is: Redis does not say which command a script was refused.
+std::string with_acl_pointer(std::string text, std::string_view kind);
+
 // The text of a wait that ran out (opt.wait_timeout), naming the connection when it is what
 // kept the call waiting (`connected` false; `last_error` its account).
 std::string wait_timeout_text(lock_options const& opt, bool connected,

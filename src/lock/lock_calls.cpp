@@ -226,7 +226,8 @@ asio::awaitable<bool> lock_calls::first_attempt(lock_operation& op, asio::cancel
         break;
     case next_step::fail:
         fail(op, first->ec,
-             locker_.asks().failure_text(first->ec, first->server_text, op.opt_, op.wait_));
+             locker_.asks().failure_text(first->ec, first->server_text, op.opt_, op.wait_,
+                                         op.space_.kind));
         break;
     case next_step::aborted:
         fail(op, asio::error::operation_aborted, {});

@@ -175,8 +175,9 @@ asio::awaitable<void> queue_wait::turns(lock_operation& op, asio::cancellation_s
                 locker_.calls().finish(op);
                 co_return;
             case next_step::fail:
-                locker_.calls().fail(
-                    op, r->ec, locker_.asks().failure_text(r->ec, r->server_text, op.opt_, true));
+                locker_.calls().fail(op, r->ec,
+                                     locker_.asks().failure_text(r->ec, r->server_text, op.opt_,
+                                                                 true, op.space_.kind));
                 locker_.calls().finish(op);
                 co_return;
             case next_step::not_acquired: // co_try_lock does not queue

@@ -183,13 +183,8 @@ asio::awaitable<semaphore_reading> semaphore_core::read() {
 
 std::string semaphore_core::failure_text(error_code ec, std::string const& server_text,
                                          lock_options const& opt, bool waited) const {
-    if (server_text.find("can't run this command") != std::string::npos)
-        // Redis does not say which command: say where the list is.
-        return fmt::format("{} (the ACL user lacks a command the {}'s scripts call; "
-                           "docs/operations.md, \"ACL permissions\", lists them)",
-                           server_text, kind_);
     auto text = attempt_failure_text(ec, server_text, opt, waited, client_->last_error_text());
-    return text.empty() ? ec.message() : text;
+    return text.empty() ? ec.message() : with_acl_pointer(std::move(text), kind_);
 }
 
 std::string semaphore_core::timeout_text(lock_options const& opt) const {
