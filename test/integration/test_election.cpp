@@ -483,3 +483,93 @@ TEST_CASE("election: a name the lock refuses is refused at construction") {
     CHECK_THROWS_AS(election(locks, ""), system_error);
     conn.close();
 }
+
+TEST_CASE("election: an ACL user with the lock's permissions and the election's: campaign, "
+          "co_leader, a watch, renewal, proclaim, hand-over, resign; without one of them, the "
+          "campaign fails with the server's refusal and where the list is") {
+    // Keep in step with docs/operations.md, "ACL permissions".
+    auto const lock_rights =
+        strings("~colock:*", "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+eval",
+                "+script|load", "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
+                "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel", "+rpush",
+                "+lpop", "+lrem", "+llen", "+hgetall");
+    auto const election_rights = strings("+hmget", "+pexpireat", "+pexpiretime");
+    auto setuser = [&](std::string const& user, std::vector<std::string> const& extra) {
+        auto args = strings("ACL", "SETUSER", user, "reset", "on", ">pw");
+        args.insert(args.end(), lock_rights.begin(), lock_rights.end());
+        args.insert(args.end(), extra.begin(), extra.end());
+        shared_server().cli(args);
+    };
+    setuser("electuser", election_rights);
+    setuser("electnoexpiretime", strings("+hmget", "+pexpireat"));
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto const as = [](std::string user) {
+            auto cfg = shared_server().config();
+            cfg.username = std::move(user);
+            cfg.password = "pw";
+            return cfg;
+        };
+        redis::connection conn_a{ctx.get_executor(), as("electuser")};
+        redis::connection conn_b{ctx.get_executor(), as("electuser")};
+        redis::connection conn_c{ctx.get_executor(), as("electnoexpiretime")};
+        locker a{conn_a}, b{conn_b}, c{conn_c};
+        auto const name = unique_key("election-acl");
+        shared_server().cli(strings("SCRIPT", "FLUSH")); // so SCRIPT LOAD is needed too
+        election ea{a, name}, eb{b, name};
+        lock_options opt = lease(600ms);
+        opt.renew_interval = 200ms;
+
+        auto w = eb.observe(); // subscribes to the election's channel
+        CHECK_FALSE((co_await next_change(w)).leading);
+        auto lead_a = co_await ea.co_campaign("a1", opt);
+        auto ch = co_await next_change(w);
+        CHECK(ch.leading);
+        CHECK(ch.value == "a1");
+        auto const who = co_await eb.co_leader();
+        REQUIRE(who.has_value());
+        CHECK(who->value == "a1");
+        REQUIRE(who->holder.has_value()); // the leader's locker record, read as status reads it
+        co_await sleep_for(900ms);        // renewed past its lease: the record too
+        CHECK(lead_a.leads());
+        CHECK(co_await lead_a.guard().extend(400ms)); // a shorter lease, told on the channel
+        co_await lead_a.co_proclaim("a2");
+        ch = co_await next_change(w);
+        CHECK(ch.leading);
+        CHECK(ch.value == "a2");
+
+        campaign_run second;
+        start_campaign(co_await asio::this_coro::executor, eb, "b1", opt, second);
+        co_await sleep_for(100ms);
+        CHECK_FALSE(second.done);
+        CHECK(co_await lead_a.co_resign()); // handed to the queued candidate
+        ch = co_await next_change(w);
+        CHECK(ch.leading);
+        CHECK(ch.value == "b1");
+        REQUIRE(co_await finishes(second.done, 2000ms));
+        CHECK(co_await second.lead->co_resign());
+        ch = co_await next_change(w);
+        CHECK_FALSE(ch.leading);
+        w.close();
+
+        // Without PEXPIRETIME, which the claim of a term calls: the server's refusal (Redis does
+        // not name the command a script was refused), naming the election and where the list
+        // of commands is; the term's record does not stay behind.
+        election ec{c, name};
+        auto const refused = co_await failure_of(ec.co_campaign("c1", opt));
+        CHECK(refused.code == redis::error::server_error);
+        CHECK(refused.what.find("can't run this command") != std::string::npos);
+        CHECK(refused.what.find("election '" + name + "'") != std::string::npos);
+        CHECK(refused.what.find("docs/operations.md") != std::string::npos);
+        CHECK(refused.what.find("ACL permissions") != std::string::npos);
+        auto const record = election_key(name) + ":e";
+        auto const start = steady::now();
+        while (holds_key(shared_server(), record) && ms_since(start) < 2000)
+            co_await sleep_for(10ms);
+        CHECK_FALSE(holds_key(shared_server(), record));
+        conn_a.close();
+        conn_b.close();
+        conn_c.close();
+    });
+    for (auto const* user : {"electuser", "electnoexpiretime"})
+        shared_server().cli(strings("ACL", "DELUSER", user));
+}
