@@ -492,7 +492,7 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
         strings("~colock:*", "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+eval",
                 "+script|load", "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
                 "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel", "+rpush",
-                "+lpop", "+lrem", "+llen", "+hgetall");
+                "+lpop", "+lindex", "+lrem", "+llen", "+hgetall");
     auto const election_rights = strings("+hmget", "+pexpireat", "+pexpiretime");
     auto setuser = [&](std::string const& user, std::vector<std::string> const& extra) {
         auto args = strings("ACL", "SETUSER", user, "reset", "on", ">pw");
@@ -550,6 +550,18 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
         ch = co_await next_change(w);
         CHECK_FALSE(ch.leading);
         w.close();
+
+        // A leader's lease that lapses (a dead leader) with a candidate queued: the lapsed lock
+        // goes to the queue's head.
+        auto dying = lease(600ms);
+        dying.auto_renew = false;
+        auto dead = co_await ea.co_campaign("a3", dying);
+        campaign_run after_lapse;
+        start_campaign(co_await asio::this_coro::executor, eb, "b2", opt, after_lapse);
+        REQUIRE(co_await finishes(after_lapse.done, 3000ms));
+        REQUIRE(after_lapse.lead.has_value());
+        CHECK(after_lapse.lead->term() > dead.term());
+        CHECK(co_await after_lapse.lead->co_resign());
 
         // Without PEXPIRETIME, which the claim of a term calls: the server's refusal (Redis does
         // not name the command a script was refused), naming the election and where the list

@@ -541,7 +541,7 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
         "ACL", "SETUSER", "lockuser", "reset", "on", ">pw", "~colock:*", "&colock:*", "+hello",
         "+ping", "+info", "+evalsha", "+eval", "+script|load", "+subscribe", "+unsubscribe", "+get",
         "+set", "+pexpire", "+pttl", "+del", "+time", "+publish", "+exists", "+hset", "+hget",
-        "+hdel", "+rpush", "+lpop", "+lrem", "+llen", "+hgetall"));
+        "+hdel", "+rpush", "+lpop", "+lindex", "+lrem", "+llen", "+hgetall"));
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
         auto cfg = shared_server().config();
         cfg.username = "lockuser";
@@ -574,6 +574,18 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
         CHECK(co_await holder.unlock());
         bool const done = co_await finishes(waiter_done, 3000ms);
         CHECK(done);
+
+        // A lease that lapses (a dead holder) with a process queued: the lapsed lock goes to the
+        // queue's head.
+        {
+            lock_options dying = lease(600ms);
+            dying.auto_renew = false;
+            auto dead = co_await a.co_lock(name, dying);
+            auto after_lapse = co_await b.co_lock(name, opt);
+            CHECK(after_lapse.owns_lock());
+            CHECK(after_lapse.fence() > dead.fence());
+            CHECK(co_await after_lapse.unlock());
+        }
 
         // Status names the holder (its record was written), and a forced unlock reaches it on
         // its channel: a 30 s lease is not renewed before the message tells it.

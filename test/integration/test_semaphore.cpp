@@ -399,7 +399,7 @@ TEST_CASE("semaphore: an ACL user with the lock's permissions and these: acquire
         strings("~colock:*", "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+eval",
                 "+script|load", "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
                 "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel", "+rpush",
-                "+lpop", "+lrem", "+llen", "+hgetall");
+                "+lpop", "+lindex", "+lrem", "+llen", "+hgetall");
     auto setuser = [&](std::string const& user, std::vector<std::string> extra) {
         auto args = strings("ACL", "SETUSER", user, "reset", "on", ">pw");
         args.insert(args.end(), lock_rights.begin(), lock_rights.end());
