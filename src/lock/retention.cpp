@@ -126,8 +126,11 @@ std::optional<lease_baton> retained_leases::take(lock_keys const& keys) {
         return std::nullopt;
     auto const now = clock_type::now();
     // A lease whose server was replaced meanwhile is gone there; one near its end would give a
-    // guard over at once. They go back, and the call asks Redis.
-    if (baton->server_changes != locker_.store().server_changes(keys) ||
+    // guard over at once. They go back, and the call asks Redis. So does one kept while the
+    // connection is down: until it is back and has read the server's run_id, a replaced server
+    // is not known as replaced, and another process may hold the name there.
+    if (!locker_.store().is_connected() ||
+        baton->server_changes != locker_.store().server_changes(keys) ||
         !lease_left_to_pass(baton->deadline, now) ||
         !fence_in_step(baton->fence, baton->lease_fence, baton->granted_at, now)) {
         locker_.give_back(keys, std::move(*baton), e->claim);

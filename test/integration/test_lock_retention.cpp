@@ -8,6 +8,8 @@
 
 #include "lock_fixture.hpp"
 #include "test_util.hpp"
+#include <colock_test/fault_proxy.hpp>
+#include <colock_test/redis_server.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -431,4 +433,50 @@ TEST_CASE("retention: io_context::run() returns soon after close() with a lease 
     MESSAGE("run() returned " << ms_of(ran) << " ms after it started");
     CHECK(ran < 3000ms);
     CHECK(lock_key_free(shared_server(), lock_key(name)));
+}
+
+TEST_CASE("retention: nothing kept is handed out while the connection is down, before it has "
+          "read whether the server was replaced") {
+    redis_server server;
+    fault_proxy proxy{server.port()};
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = with_fast_timeouts(proxy.config());
+        cfg.connect_timeout = 300ms;
+        redis::connection conn{ctx.get_executor(), cfg};
+        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
+        locker keeper{conn};
+        locker other{conn_b};
+        auto const watch = watch_retention(keeper);
+        std::string const name = unique_key("kept-outage");
+        { auto g = co_await keeper.co_lock(name, retained(5000ms)); }
+        REQUIRE(co_await poll_until([&] { return watch->kept.size() == 1; }, 200, 10ms));
+        REQUIRE(watch->kept[0]);
+        // The keeper's connection goes down and cannot come back yet (its reconnections are
+        // accepted and never answered); the server restarts empty and another process takes
+        // the name there.
+        proxy.set_black_hole(true);
+        proxy.drop_connections();
+        REQUIRE(co_await poll_until([&] { return !conn.is_connected(); }, 200, 10ms));
+        server.kill();
+        server.restart();
+        auto theirs = co_await other.co_lock(name, lease(10'000ms));
+        REQUIRE(theirs.owns_lock());
+        // The kept lease is of the old instance: not handed to the keeper's own co_try_lock,
+        // which asks the server once the connection is back (a moment later) and finds the
+        // name the other's.
+        auto back_later = [&]() -> asio::awaitable<void> {
+            co_await sleep_for(300ms);
+            CHECK_FALSE(conn.is_connected());
+            proxy.set_black_hole(false);
+        };
+        using namespace asio::experimental::awaitable_operators;
+        auto const mine = co_await (keeper.co_try_lock(name, retained(5000ms)) && back_later());
+        CHECK_FALSE(mine.has_value());
+        CHECK(conn.is_connected());
+        CHECK_FALSE((co_await keeper.co_try_lock(name)).has_value());
+        CHECK(theirs.owns_lock());
+        CHECK(co_await theirs.unlock());
+        conn.close();
+        conn_b.close();
+    });
 }
