@@ -41,9 +41,12 @@ local token = string.match(v, '^H %d+ %S+ (%S+) %d+ %d$')
 if token ~= ARGV[1] then return 0 end
 local r = redis.call('HMGET', KEYS[2], 'token', 'version', 'value')
 if r[1] == ARGV[1] and r[2] == ARGV[5] and r[3] == ARGV[3] then return 1 end
+-- The lease's end read before the record is written: a refusal of PEXPIRETIME (an ACL user
+-- without it) then leaves no record without an expiry behind.
+local ends = redis.call('PEXPIRETIME', KEYS[1])
 redis.call('HSET', KEYS[2], 'token', ARGV[1], 'term', ARGV[2], 'version', ARGV[5], 'value',
            ARGV[3], 'owner', ARGV[4])
-redis.call('PEXPIREAT', KEYS[2], redis.call('PEXPIRETIME', KEYS[1]))
+redis.call('PEXPIREAT', KEYS[2], ends)
 local ttl = redis.call('PTTL', KEYS[2])
 redis.pcall('PUBLISH', KEYS[2], 'L ' .. ARGV[2] .. ' ' .. ARGV[5] .. ' ' .. ttl .. ' ' .. ARGV[3])
 return 1
