@@ -11,6 +11,12 @@ std::size_t round_state::pending() const {
     return static_cast<std::size_t>(std::count(answered_.begin(), answered_.end(), false));
 }
 
+void round_state::mark_answered(std::size_t i) {
+    answered_[i] = true;
+    if (awaiting_all_ && pending() == 0)
+        timer_.cancel();
+}
+
 void round_state::decide() {
     if (!decided_) {
         decided_ = true;
@@ -39,6 +45,16 @@ boost::asio::awaitable<void> round_state::wait_decided() {
     timer_.expires_at(clock_type::time_point::max());
     while (!decided_)
         co_await timer_.async_wait(uncancellable());
+}
+
+boost::asio::awaitable<void> round_state::wait_answered(std::chrono::milliseconds timeout) {
+    auto const until = saturating_add(clock_type::now(), timeout);
+    awaiting_all_ = true;
+    while (pending() > 0 && clock_type::now() < until) {
+        timer_.expires_at(until);
+        co_await timer_.async_wait(uncancellable());
+    }
+    awaiting_all_ = false;
 }
 
 std::vector<primary_error> round_state::with_silence(std::vector<primary_error> errors) const {

@@ -39,11 +39,15 @@ public:
     boost::asio::awaitable<bool> wait(std::chrono::milliseconds timeout, bool cancellable);
     // Waits until the round is decided, however long; not cancellable.
     boost::asio::awaitable<void> wait_decided();
+    // Waits until every primary asked answered (pending() == 0) or `timeout` passed, decided or
+    // not; not cancellable.
+    boost::asio::awaitable<void> wait_answered(std::chrono::milliseconds timeout);
 
 protected:
     ~round_state() = default;
 
-    void mark_answered(std::size_t i) { answered_[i] = true; }
+    // Primary i answered; the last answer wakes a wait_answered.
+    void mark_answered(std::size_t i);
 
     // `errors` (one per primary), with "no answer in time" where a primary did not answer and
     // has no error of its own.
@@ -53,6 +57,7 @@ private:
     lock_timer timer_;
     std::vector<bool> answered_;
     bool decided_ = false;
+    bool awaiting_all_ = false; // in wait_answered
 };
 
 } // namespace colock::detail::redlock

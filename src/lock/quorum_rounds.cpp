@@ -138,6 +138,16 @@ bool release_round::majority_answered() const noexcept {
     return ours_ + not_ours_ >= quorum::majority(size());
 }
 
+asio::awaitable<void> release_round::wait_complete() {
+    co_await wait(release_round_wait, false);
+    if (!decided() && !majority_answered())
+        co_await wait_decided();
+    // Decided by a majority that gave the lease back: the others asked are waited for briefly,
+    // so that a lock released leaves nothing behind on a primary that is up.
+    if (decided())
+        co_await wait_answered(release_straggler_wait);
+}
+
 lease_reply release_round::outcome(std::span<std::string const> endpoints) const {
     // Ours unless a majority said it was not (then the lease had been lost meanwhile); a
     // primary that never granted it says "not ours" too.
@@ -178,12 +188,10 @@ asio::awaitable<lease_reply> run_release(std::shared_ptr<quorum_members const> m
         std::make_shared<release_round>(members->strand(), n, keys, token, claim, last_fence);
     for (std::size_t i = 0; i < n; ++i)
         asio::co_spawn(members->strand(), release_member(members, round, i), asio::detached);
-    // Each primary's release retries until release_timeout by itself. Wait for all; for a
-    // majority that gave the lease back; or, after release_round_wait, for any majority's
-    // answers, so that a primary that stalls or died does not hold up unlock().
-    co_await round->wait(release_round_wait, false);
-    if (!round->decided() && !round->majority_answered())
-        co_await round->wait_decided();
+    // Each primary's release retries until release_timeout by itself, in the background once
+    // the round completed (wait_complete: every primary asked answered, or a majority did and a
+    // short wait passed), so that a primary that stalls or died does not hold up unlock().
+    co_await round->wait_complete();
     co_return round->outcome(members->endpoints());
 }
 

@@ -1,6 +1,7 @@
 // The Redlock rounds that keep a lease, end it and listen for wake-ups, without a server: when
 // their answers decide them and what the answers amount to; and the wait of the coroutine that
 // started a round.
+#include "lock/common.hpp"
 #include "lock/quorum_rounds.hpp"
 
 #include "primary_endpoints.hpp"
@@ -29,6 +30,8 @@ using colock::detail::lease_reply;
 using colock::detail::lock_keys;
 using colock::detail::redlock::extend_round;
 using colock::detail::redlock::release_round;
+using colock::detail::redlock::release_round_wait;
+using colock::detail::redlock::release_straggler_wait;
 using colock::detail::redlock::subscribe_round;
 using colock::test::endpoints;
 using std::chrono::milliseconds;
@@ -48,6 +51,43 @@ lease_reply reply(bool ours, bool handed = false) {
 lease_reply failure(error_code ec) {
     return lease_reply{ec, false, false};
 }
+
+// Runs what is ready, without moving the clock.
+void settle(asio::io_context& ctx) {
+    for (int i = 0; i < 50; ++i) {
+        ctx.restart();
+        if (ctx.poll() == 0)
+            break;
+    }
+}
+
+// Moves the lock layer's clock (virtual time) on by `d` and runs what became due.
+void advance(asio::io_context& ctx, milliseconds d) {
+    colock::detail::lock_clock::advance(d);
+    // Asio sleeps until its earliest timer by the clock as it was: a timer due at once makes
+    // it look at all of them again by the moved clock.
+    colock::detail::lock_timer nudge(ctx, colock::detail::lock_clock::time_point::min());
+    nudge.async_wait([](error_code) {});
+    settle(ctx);
+}
+
+// A release round of `n` primaries with its wait_complete() running; `done` turns true when it
+// returns.
+struct completing_release {
+    completing_release(asio::io_context& ctx, std::size_t n)
+        : round(strand_of(ctx), n, keys, "tok", milliseconds(500), 9) {
+        asio::co_spawn(
+            strand_of(ctx),
+            [this]() -> asio::awaitable<void> {
+                co_await round.wait_complete();
+                done = true;
+            },
+            asio::detached);
+        settle(ctx); // to the wait
+    }
+    release_round round;
+    bool done = false;
+};
 
 } // namespace
 
@@ -159,6 +199,79 @@ TEST_CASE("release round: a primary down is not waited for; too few answers fail
     for (std::size_t i = 0; i < 3; ++i)
         all_down.answer_down(i);
     CHECK(all_down.decided());
+}
+
+TEST_CASE("release round completion: every primary asked answered, or a majority gave the "
+          "lease back and release_straggler_wait passed (virtual time)") {
+    asio::io_context ctx;
+    {
+        // The last primary answers: complete at once, not at the majority's answer.
+        completing_release r(ctx, 3);
+        r.round.answer(0, reply(true));
+        r.round.answer(1, reply(true));
+        settle(ctx);
+        CHECK(r.round.decided()); // the answer is known: ours
+        CHECK_FALSE(r.done);      // but the third primary may hold the token yet
+        r.round.answer(2, reply(true));
+        settle(ctx);
+        CHECK(r.done);
+        CHECK(r.round.outcome(endpoints).ours);
+    }
+    {
+        // The third is silent (stalled, vanished): complete release_straggler_wait after the
+        // majority gave the lease back, not at the release's deadline.
+        completing_release r(ctx, 3);
+        advance(ctx, milliseconds(100));
+        r.round.answer(0, reply(true));
+        r.round.answer(1, reply(true));
+        settle(ctx);
+        advance(ctx, release_straggler_wait - milliseconds(50));
+        CHECK_FALSE(r.done);
+        advance(ctx, milliseconds(100));
+        CHECK(r.done);
+        CHECK(r.round.pending() == 1);
+        CHECK(r.round.outcome(endpoints).ours);
+        r.round.answer(2, reply(true)); // late: changes nothing
+    }
+    {
+        // A primary down is not waited for: complete with the others' answers.
+        completing_release r(ctx, 3);
+        r.round.answer_down(2);
+        r.round.answer(0, reply(true));
+        settle(ctx);
+        CHECK_FALSE(r.done);
+        r.round.answer(1, reply(true));
+        settle(ctx);
+        CHECK(r.done);
+    }
+    {
+        // 5 primaries: three gave it back, one said not ours, one is silent.
+        completing_release r(ctx, 5);
+        r.round.answer(0, reply(true));
+        r.round.answer(1, reply(false));
+        r.round.answer(2, reply(true));
+        r.round.answer(3, reply(true));
+        settle(ctx);
+        CHECK(r.round.decided());
+        CHECK_FALSE(r.done);
+        advance(ctx, release_straggler_wait + milliseconds(50));
+        CHECK(r.done);
+        CHECK(r.round.outcome(endpoints).ours);
+    }
+    {
+        // No majority gave it back (one each way, one silent): as before, the silent one is
+        // waited for release_round_wait, and no longer.
+        completing_release r(ctx, 3);
+        r.round.answer(0, reply(true));
+        r.round.answer(1, reply(false));
+        settle(ctx);
+        CHECK_FALSE(r.round.decided());
+        advance(ctx, release_round_wait - milliseconds(100));
+        CHECK_FALSE(r.done);
+        advance(ctx, milliseconds(150));
+        CHECK(r.done);
+        CHECK(r.round.outcome(endpoints).ours);
+    }
 }
 
 TEST_CASE("subscribe round: one primary listening is enough; else the first failure") {
