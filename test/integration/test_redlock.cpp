@@ -279,6 +279,83 @@ TEST_CASE("redlock: unlock is true when a majority released the lease, false whe
     run_redlock_test(configs_of(shared_primaries(3)), "redlock-unlock-majority", scenario);
 }
 
+// Each coroutine locks and unlocks its own name `cycles` times on one locker, and right after
+// each unlock() that returned true reads the key on every primary at once: a released lock
+// leaves nothing behind, on any primary (issue 44).
+TEST_CASE("redlock: right after unlock() returned true no primary holds the released token "
+          "(8 coroutines x 50 cycles on distinct names, on 3 and on 5)") {
+    on_3_and_5_primaries([&](std::size_t n, std::vector<redis_server*> const& servers) {
+        run_test(
+            [&](asio::io_context& ctx) -> asio::awaitable<void> {
+                primary_connections conns{ctx.get_executor(), configs_of(servers)};
+                primary_connections probe{ctx.get_executor(), configs_of(servers)};
+                locker locks{conns.primaries()};
+                co_await conns.connect_all();
+                co_await probe.connect_all();
+                constexpr int coroutines = 8;
+                constexpr int cycles = 50;
+                std::string const base = unique_key("redlock-release-complete");
+                int finished = 0;
+                int left_behind = 0; // cycles with the token still on a primary
+                int not_released = 0;
+                std::vector<std::string> errors;
+                auto const started = steady::now();
+                for (int k = 0; k < coroutines; ++k)
+                    asio::co_spawn(
+                        ctx,
+                        [&, k]() -> asio::awaitable<void> {
+                            auto const name = base + ":" + std::to_string(k);
+                            auto const key = lock_key(name);
+                            for (int i = 0; i < cycles; ++i) {
+                                auto g = co_await locks.co_lock(name, lease(10'000ms));
+                                std::string const token = g.token();
+                                if (!co_await g.unlock()) {
+                                    ++not_released;
+                                    continue;
+                                }
+                                // Every primary asked at once, on connections of the probe's.
+                                std::vector<std::optional<std::string>> v(n);
+                                std::size_t answered = 0;
+                                for (std::size_t p = 0; p < n; ++p)
+                                    asio::co_spawn(
+                                        ctx,
+                                        [&, p]() -> asio::awaitable<void> {
+                                            v[p] = co_await get(probe[p], key);
+                                        },
+                                        [&](std::exception_ptr) { ++answered; });
+                                while (answered < n)
+                                    co_await sleep_for(1ms);
+                                if (count_held(v, token) > 0)
+                                    ++left_behind;
+                            }
+                        },
+                        [&](std::exception_ptr e) {
+                            if (e) {
+                                try {
+                                    std::rethrow_exception(e);
+                                } catch (std::exception const& x) {
+                                    errors.push_back(x.what());
+                                }
+                            }
+                            ++finished;
+                        });
+                while (finished < coroutines)
+                    co_await sleep_for(10ms);
+                MESSAGE(n << " primaries: " << coroutines * cycles << " cycles in "
+                          << ms_since(started) << " ms, " << left_behind
+                          << " with the token left on a primary after unlock()");
+                CHECK(errors.empty());
+                for (auto const& e : errors)
+                    MESSAGE("cycle failed: " << e);
+                CHECK(not_released == 0);
+                CHECK(left_behind == 0);
+                conns.close();
+                probe.close();
+            },
+            180s);
+    });
+}
+
 TEST_CASE("redlock: a kept lease (lock_options::retain) is taken again with no call to any "
           "primary, and goes to another locker at once when it asks") {
     auto scenario = [](primary_connections&, primary_connections&, primary_connections& probe,

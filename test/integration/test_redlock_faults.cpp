@@ -259,6 +259,78 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
         180s);
 }
 
+// unlock() waits for every primary asked, but for one that does not answer only briefly past the
+// majority's release (250 ms, release_straggler_wait), never for the release's own deadline
+// (5 s): a primary black-holed while its connection still looks up, and primaries killed.
+TEST_CASE("redlock: unlock() with a primary black-holed or killed returns true within a short "
+          "bound, not the release's deadline; the release reaches it once it is back") {
+    auto const servers = shared_primaries(3);
+    fault_proxy proxy{servers[2]->port()};
+    run_test(
+        [&](asio::io_context& ctx) -> asio::awaitable<void> {
+            std::vector<redis::config> configs;
+            configs.push_back(fast_config(*servers[0]));
+            configs.push_back(fast_config(*servers[1]));
+            // No health check within the test: the black-holed connection still looks up.
+            auto behind = with_fast_timeouts(proxy.config());
+            behind.health_check_interval = 60'000ms;
+            configs.push_back(behind);
+            primary_connections conns{ctx.get_executor(), configs};
+            primary_connections probe{ctx.get_executor(), configs_of(servers)}; // direct
+            locker locks{conns.primaries()};
+            co_await conns.connect_all();
+            co_await probe.connect_all();
+            std::string const name = unique_key("redlock-unlock-black-hole");
+            std::string const key = lock_key(name);
+            for (int i = 0; i < 3; ++i) {
+                auto g = co_await locks.co_lock(name, lease(10'000ms));
+                auto const held = co_await values_on(probe, key);
+                REQUIRE(count_held(held, g.token()) == 3);
+                proxy.set_black_hole(true);
+                auto const unlocking = steady::now();
+                CHECK(co_await g.unlock());
+                auto const took = ms_since(unlocking);
+                MESSAGE("one primary black-holed: unlock() returned in " << took << " ms");
+                CHECK(conns[2].is_connected()); // asked, not skipped as down
+                CHECK(took < 1000);
+                auto const left = co_await values_on(probe, key);
+                CHECK(count_held(left, g.token()) == 1); // the black-holed one, until it is back
+                proxy.set_black_hole(false);
+                // Its connection closed: the release goes again on the next one.
+                auto const gone = co_await values_become(
+                    probe, key, [&](values const& v) { return count_held(v) == 0; }, 5000ms);
+                CHECK(count_held(gone) == 0);
+            }
+            conns.close();
+            probe.close();
+        },
+        60s);
+
+    on_fresh_primaries({{3, 1}, {5, 2}}, [&](primaries_killed sh, primary_set& set) {
+        auto const servers = set.servers();
+        run_test(
+            [&](asio::io_context& ctx) -> asio::awaitable<void> {
+                primary_connections conns{ctx.get_executor(), fast_configs(servers)};
+                locker locks{conns.primaries()};
+                co_await conns.connect_all();
+                std::string const name = unique_key("redlock-unlock-killed");
+                auto g = co_await locks.co_lock(name, lease(10'000ms));
+                co_await off_thread([&] {
+                    for (std::size_t k = 0; k < sh.killed; ++k)
+                        set[sh.n - 1 - k].kill();
+                });
+                auto const unlocking = steady::now();
+                CHECK(co_await g.unlock());
+                auto const took = ms_since(unlocking);
+                MESSAGE(sh.n << " primaries, " << sh.killed << " killed: unlock() returned in "
+                             << took << " ms");
+                CHECK(took < 1000);
+                conns.close();
+            },
+            60s);
+    });
+}
+
 // A round that can no longer be granted still waits for the answers that can tell "held" from
 // "too few answered": with one primary down (reconnecting, not asked) and one holder's answer in,
 // deciding there would call the third primary silent while its answer is on its way, and a lock
