@@ -344,7 +344,8 @@ end
 return {v or '', pttl, live, now}
 )lua";
 
-// Forced unlock. KEYS[1] lock; ARGV[1] the longest quarantine in ms; ARGV[2] where the holder's
+// Forced unlock. KEYS[1] lock, KEYS[2] where a lease's record would be (p{name}:e: an
+// election's term; a lock has none); ARGV[1] the longest quarantine in ms; ARGV[2] where the holder's
 // locker is told (+ its id: "f <token> <lock key>"), or "" when the caller tells it (a Cluster:
 // that channel is on another slot than the lock, so only the client can SPUBLISH there).
 // Ends whatever lease holds the lock: the key becomes "R <fence> -", handed to nobody, for the
@@ -364,6 +365,14 @@ local quarantine = tonumber(ARGV[1])
 if left >= 0 and left < quarantine then quarantine = left end
 if quarantine < 1 then quarantine = 1 end
 redis.call('SET', KEYS[1], 'R ' .. fence .. ' -', 'PX', quarantine)
+-- The lease's record (an election's term) ends with it, and its watchers are told nobody leads.
+if KEYS[2] then
+  local r = redis.call('HMGET', KEYS[2], 'token', 'term', 'version')
+  if r[1] == token then
+    redis.call('DEL', KEYS[2])
+    redis.pcall('PUBLISH', KEYS[2], 'N ' .. (r[2] or '0') .. ' ' .. (r[3] or '0'))
+  end
+end
 if ARGV[2] ~= '' then
   redis.pcall('PUBLISH', ARGV[2] .. owner, 'f ' .. token .. ' ' .. KEYS[1])
 end
@@ -390,9 +399,10 @@ inline script const& status_script() {
     static script const s = make_script(status_source);
     return s;
 }
-inline script const& force_unlock_script() {
-    static script const s = make_script(force_unlock_source);
-    return s;
+inline script const& force_unlock_script(bool sharded = false) {
+    static script const variants[2] = {make_script(force_unlock_source, false),
+                                       make_script(force_unlock_source, true)};
+    return variants[sharded ? 1 : 0];
 }
 
 } // namespace colock::detail

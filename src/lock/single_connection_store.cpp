@@ -190,8 +190,12 @@ public:
         // One server (or Sentinel's primary): the script tells the holder itself.
         std::string_view const tell_in_script =
             client_->sharded() ? std::string_view() : notify_prefix;
-        script_call const call{
-            force_unlock_script(), {keys.key}, {quarantine_text, tell_in_script}};
+        // The record's key, as an election's would be: a lock named so has none, and the
+        // script ends only a record of the lease it ends. (A local: the call holds views.)
+        std::string const record_key = keys.key + ":e";
+        script_call const call{force_unlock_script(client_->sharded()),
+                               {keys.key, record_key},
+                               {quarantine_text, tell_in_script}};
         auto r = read_forced_unlock(
             co_await client_->run(call, send_as::sha, asio::cancellation_slot()));
         if (!r.ended || !client_->sharded())

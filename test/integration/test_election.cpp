@@ -360,6 +360,30 @@ TEST_CASE("election: after a forced unlock, the first queued candidate leads, no
     });
 }
 
+TEST_CASE("election: a forced unlock ends the term at once for every watch, not when its record "
+          "would have lapsed") {
+    run_lock_test<two_lockers>(
+        "election-forced-watch",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            election ea{a, name};
+            election eb{b, name};
+            auto w = eb.observe();
+            CHECK_FALSE((co_await next_change(w)).leading);
+            auto lead = co_await ea.co_campaign("a", lease(10'000ms));
+            CHECK((co_await next_change(w)).leading);
+            locker forcer{probe, "colock:election:"}; // as `colock unlock --force` does
+            auto const forced = steady::now();
+            CHECK(co_await forcer.co_force_unlock(name));
+            auto const gone = co_await next_change(w, 1000ms);
+            CHECK_FALSE(gone.leading);
+            CHECK(gone.term == lead.term());
+            CHECK(ms_since(forced) < 1000);
+            CHECK_FALSE(holds_key(shared_server(), election_key(name) + ":e"));
+            CHECK_FALSE((co_await eb.co_leader()).has_value());
+        });
+}
+
 TEST_CASE("election: a leader's lease lapses with nobody queued: the watch sees nobody at the "
           "lapse; a leadership destroyed resigns; a cancelled campaign leaves nothing") {
     run_lock_test<two_lockers>(
