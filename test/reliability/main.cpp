@@ -4,7 +4,7 @@
 // once and for fences out of order. At the end, one table; the exit code is non-zero when any
 // check failed.
 //
-// Usage: colock_reliability [--full] [--only a,b,...,l,m1,...,m4,n1,n2] [--part K/N] [--seed N]
+// Usage: colock_reliability [--full] [--only a,b,...,l,m1,...,m4,n1,n2,o] [--part K/N] [--seed N]
 //   default: short versions (under two minutes, run by scripts/test.sh); --full: the long
 //   runs (scripts/reliability.sh). --part K/N runs every Nth scenario from the Kth: ctest runs
 //   the short versions as two tests side by side.
@@ -15,7 +15,9 @@
 // three primaries, killed one at a time) in scenarios_redlock.cpp, l (the lease's edges) in
 // scenarios_lease.cpp, m1-m4 (the election: leaders killed and stopped, campaigns with kills
 // and proxy faults, a watch checked) in scenarios_election.cpp, and n1-n2 (a semaphore and a
-// read-write lock under proxy faults with a holder SIGKILLed) in scenarios_shared.cpp.
+// read-write lock under proxy faults with a holder SIGKILLed) in scenarios_shared.cpp, and o
+// (no writer beside readers, no co_with_lock result after a lost lease, FIFO across SIGKILLs)
+// in scenarios_promises.cpp.
 #include "runner.hpp"
 #include "worker.hpp"
 
@@ -424,7 +426,8 @@ int run_all() {
         {"m3", election_campaigns_with_kills},
         {"m4", election_proxy_faults},
         {"n1", semaphore_with_kills},
-        {"n2", rw_lock_with_kills}};
+        {"n2", rw_lock_with_kills},
+        {"o", promises_kept}};
     for (auto const& key : opts.only) {
         if (std::none_of(scenarios.begin(), scenarios.end(),
                          [&](auto const& s) { return s.first == key; }))
@@ -507,7 +510,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(
                 stderr,
-                "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l,m1,m2,m3,m4,n1,n2]\n"
+                "usage: %s [--full] [--only a,b,c1,c2,d,e,f,g,h,i,j,k,l,m1,m2,m3,m4,n1,n2,o]\n"
                 "       [--part K/N] [--seed N]\n",
                 argv[0]);
             return 2;

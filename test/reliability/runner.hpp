@@ -239,5 +239,8 @@ result election_proxy_faults();
 // worker SIGKILLed while it holds.
 result semaphore_with_kills();
 result rw_lock_with_kills();
+// scenarios_promises.cpp: no writer beside readers after a downgrade of unknown outcome, no
+// co_with_lock result after a lost lease, FIFO across SIGKILLs of holders.
+result promises_kept();
 
 } // namespace colock::reliability

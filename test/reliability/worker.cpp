@@ -33,7 +33,14 @@
 //            FILE, also keeps a journal (journal.hpp) that survives a SIGKILL.
 //   rw       reader and writer coroutines on one read-write lock until a deadline, writers now
 //            and then downgrading, each kind's tenures to its own history; prints "summary ..."
-//            with the longest writer wait. --journal as for permits.
+//            with the longest writer wait. --journal as for permits. With --unknown-act-ms N
+//            and --history-believed FILE, a writer whose downgrade's outcome is unknown works
+//            on as the writer for N ms whenever owns_lock() says it is one (each stretch to
+//            FILE), then downgrades again if it holds a reader's lease.
+//   worker_promises.cpp
+//   with_lock coroutines loop co_with_lock on one name until a deadline, every --stall-every'th
+//            work blocking the thread for --stall-ms; each call's tenure to the history (a
+//            returned one as its whole work); prints "summary ...".
 #include "worker.hpp"
 
 #include "worker_support.hpp"
@@ -78,6 +85,8 @@ int worker_main(int argc, char** argv) {
             return run_permits(args);
         if (mode == "rw")
             return run_rw(args);
+        if (mode == "with_lock")
+            return run_with_lock(args);
         std::fprintf(stderr, "worker: unknown mode '%.*s'\n", static_cast<int>(mode.size()),
                      mode.data());
         return 2;

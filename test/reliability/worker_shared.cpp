@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -77,6 +78,10 @@ lock_options until_end(lock_options o, steady_clock_deadline until) {
 struct shared_tally {
     std::uint64_t acquisitions = 0, reads = 0, writes = 0, downgrades = 0, losses = 0, errors = 0,
                   timeouts = 0, release_errors = 0, not_ours = 0, write_waits = 0;
+    // Downgrades whose outcome was not known (a timeout, the connection's error); of them, how
+    // many were found the writer's again (owns_lock() true after) and how many turned into a
+    // reader's guard by a second co_downgrade().
+    std::uint64_t unknown_downgrades = 0, writer_again = 0, second_downgrades = 0;
     std::int64_t longest_write_wait_ns = 0;
 };
 
@@ -162,13 +167,55 @@ asio::awaitable<void> permit_holder(semaphore& sem, lock_options opt, std::strin
 struct rw_plan {
     milliseconds read_min, read_max, write_min, write_max, write_pause;
     int downgrade_percent = 0;
+    // After a downgrade of unknown outcome: how long the writer goes on working as the writer
+    // whenever owns_lock() says it is one (0: it gives the holding back at once).
+    milliseconds unknown_act{0};
     steady_clock_deadline until;
 };
 
 struct rw_histories {
     colock::test::history_writer reads;
     colock::test::history_writer writes;
+    // The stretches in which a writer worked as the writer after a downgrade of unknown outcome
+    // (owns_lock() true at each end), when asked for (--history-believed).
+    std::optional<colock::test::history_writer> believed;
 };
+
+// After a downgrade of unknown outcome: for `plan.unknown_act`, samples g.owns_lock() every
+// 5 ms and records each stretch of samples that said "the writer" (from its first to its last)
+// as a writer's work in `believed`. Returns whether there was one.
+asio::awaitable<bool> act_while_writer(write_guard& g, std::string const& holder,
+                                       rw_plan const& plan,
+                                       colock::test::history_writer& believed) {
+    auto const until = std::chrono::steady_clock::now() + plan.unknown_act;
+    bool acted = false;
+    std::int64_t first = 0, last = 0;
+    auto close = [&] {
+        if (first == 0)
+            return;
+        colock::test::holding h;
+        h.holder = holder;
+        h.fence = g.fence();
+        h.token = g.token();
+        h.acquired_ns = first;
+        h.released_ns = std::max(last, first + 1); // one sample: the instant it acted
+        h.lease_end_ns = h.released_ns;
+        believed.record(h);
+        acted = true;
+        first = 0;
+    };
+    while (std::chrono::steady_clock::now() < until && g.owns()) {
+        if (g.owns_lock()) {
+            last = steady_now_ns();
+            first = first == 0 ? last : first;
+        } else {
+            close();
+        }
+        co_await sleep_for(5ms);
+    }
+    close();
+    co_return acted;
+}
 
 asio::awaitable<void> reader(rw_lock& rw, lock_options opt, std::string holder, rw_plan plan,
                              rw_histories& history, journal_writer& journal, shared_tally& t) {
@@ -246,11 +293,32 @@ asio::awaitable<void> writer(rw_lock& rw, lock_options opt, std::string proc, st
         // Downgrade: the writer's tenure ended at the call; the reader's begins at the return.
         read_guard r;
         bool downgraded = false;
+        bool unknown = false;
         try {
             r = co_await g.co_downgrade();
             downgraded = true;
-        } catch (boost::system::system_error const&) {
+        } catch (boost::system::system_error const& e) {
             ++t.errors; // lost, or unknown: let go of whichever is held
+            unknown = e.code() != colock::error::lock_lost && e.code() != colock::error::not_held;
+            if (unknown && plan.unknown_act > 0ms)
+                say(fmt::format("unknown {} {}", steady_now_ns(), e.what()));
+        }
+        if (unknown && plan.unknown_act > 0ms && history.believed) {
+            // Works on as the writer while the guard says it is one; a holding it no longer
+            // claims as the writer's (the downgrade went through) becomes a reader's guard by a
+            // second downgrade.
+            ++t.unknown_downgrades;
+            if (co_await act_while_writer(g, holder, plan, *history.believed))
+                ++t.writer_again;
+            if (g.owns() && !g.owns_lock()) {
+                try {
+                    r = co_await g.co_downgrade();
+                    downgraded = true;
+                    ++t.second_downgrades;
+                } catch (boost::system::system_error const&) {
+                    ++t.errors;
+                }
+            }
         }
         if (!downgraded) {
             co_await give_back([&g] { return g.unlock(); }, t);
@@ -318,9 +386,12 @@ int run_rw(arguments const& args) {
     plan.write_max = milliseconds(args.number("write-max-ms"));
     plan.write_pause = milliseconds(args.number("write-pause-ms"));
     plan.downgrade_percent = static_cast<int>(args.number_or("downgrade-percent", 0));
+    plan.unknown_act = milliseconds(args.number_or("unknown-act-ms", 0));
     plan.until = std::chrono::steady_clock::now() + milliseconds(args.number("ms"));
     rw_histories history{colock::test::history_writer(args.text("history-read")),
-                         colock::test::history_writer(args.text("history-write"))};
+                         colock::test::history_writer(args.text("history-write")), std::nullopt};
+    if (auto const believed = args.text_or("history-believed", ""); !believed.empty())
+        history.believed.emplace(believed);
     journal_writer journal(args.text_or("journal", ""));
     shared_tally t;
     for (std::int64_t i = 0; i < args.number("readers"); ++i)
@@ -333,10 +404,12 @@ int run_rw(arguments const& args) {
     ctx.run();
     say(fmt::format("summary acquisitions={} reads={} writes={} downgrades={} losses={} "
                     "errors={} timeouts={} release_errors={} not_ours={} reconnects={} "
-                    "write_waits={} longest_write_wait_ms={:.1f}",
+                    "write_waits={} longest_write_wait_ms={:.1f} unknown_downgrades={} "
+                    "writer_again={} second_downgrades={}",
                     t.acquisitions, t.reads, t.writes, t.downgrades, t.losses, t.errors, t.timeouts,
                     t.release_errors, t.not_ours, client.reconnect_count(), t.write_waits,
-                    static_cast<double>(t.longest_write_wait_ns) / 1e6));
+                    static_cast<double>(t.longest_write_wait_ns) / 1e6, t.unknown_downgrades,
+                    t.writer_again, t.second_downgrades));
     return 0;
 }
 
