@@ -345,9 +345,9 @@ return {v or '', pttl, live, now}
 )lua";
 
 // Forced unlock. KEYS[1] lock, KEYS[2] where a lease's record would be (p{name}:e: an
-// election's term; a lock has none); ARGV[1] the longest quarantine in ms; ARGV[2] where the holder's
-// locker is told (+ its id: "f <token> <lock key>"), or "" when the caller tells it (a Cluster:
-// that channel is on another slot than the lock, so only the client can SPUBLISH there).
+// election's term; a lock has none); ARGV[1] the longest quarantine in ms; ARGV[2] where the
+// holder's locker is told (+ its id: "f <token> <lock key>"), or "" when the caller tells it (a
+// Cluster: that channel is on another slot than the lock, so only the client can SPUBLISH there).
 // Ends whatever lease holds the lock: the key becomes "R <fence> -", handed to nobody, for the
 // quarantine or what the lease had left, whichever is shorter, so that the holder's locker,
 // told meanwhile, stops handing the lease to its own waiters before anyone else can take the
