@@ -22,6 +22,10 @@ namespace colock::detail {
 // When a waiting co_lock stops: wait_timeout, and first_connect_timeout while the connection
 // has never been established.
 struct wait_deadlines {
+    wait_deadlines() = default;
+    wait_deadlines(clock_type::time_point wait_until, clock_type::time_point first_connect_until)
+        : wait(wait_until), first_connect(first_connect_until) {}
+
     clock_type::time_point wait;
     clock_type::time_point first_connect;
     // The last attempt's connect failure, or none: the connection is not established, and the

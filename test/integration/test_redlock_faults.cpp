@@ -307,10 +307,10 @@ TEST_CASE("redlock: unlock() with a primary black-holed or killed returns true w
         60s);
 
     on_fresh_primaries({{3, 1}, {5, 2}}, [&](primaries_killed sh, primary_set& set) {
-        auto const servers = set.servers();
+        auto const fresh = set.servers();
         run_test(
             [&](asio::io_context& ctx) -> asio::awaitable<void> {
-                primary_connections conns{ctx.get_executor(), fast_configs(servers)};
+                primary_connections conns{ctx.get_executor(), fast_configs(fresh)};
                 locker locks{conns.primaries()};
                 co_await conns.connect_all();
                 std::string const name = unique_key("redlock-unlock-killed");
