@@ -366,12 +366,11 @@ if left >= 0 and left < quarantine then quarantine = left end
 if quarantine < 1 then quarantine = 1 end
 redis.call('SET', KEYS[1], 'R ' .. fence .. ' -', 'PX', quarantine)
 -- The lease's record (an election's term) ends with it, and its watchers are told nobody leads.
-if KEYS[2] then
-  local r = redis.call('HMGET', KEYS[2], 'token', 'term', 'version')
-  if r[1] == token then
-    redis.call('DEL', KEYS[2])
-    redis.pcall('PUBLISH', KEYS[2], 'N ' .. (r[2] or '0') .. ' ' .. (r[3] or '0'))
-  end
+-- HGET first: a lock has no record, and its ACL user needs no HMGET.
+if KEYS[2] and redis.call('HGET', KEYS[2], 'token') == token then
+  local r = redis.call('HMGET', KEYS[2], 'term', 'version')
+  redis.call('DEL', KEYS[2])
+  redis.pcall('PUBLISH', KEYS[2], 'N ' .. (r[1] or '0') .. ' ' .. (r[2] or '0'))
 end
 if ARGV[2] ~= '' then
   redis.pcall('PUBLISH', ARGV[2] .. owner, 'f ' .. token .. ' ' .. KEYS[1])
