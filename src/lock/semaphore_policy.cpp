@@ -123,9 +123,16 @@ grant_result as_grant_result(permit_grant const& g) {
 std::string capacity_mismatch_text(std::string_view kind, std::string_view name,
                                    std::string_view key, std::size_t capacity,
                                    std::string_view stored) {
-    return fmt::format("colock: {} '{}' has capacity \"{}\" at the server (in key {}), not {}: "
-                       "every user of a {} must give the same capacity (nothing was changed)",
-                       kind, name, stored.substr(0, 40), key, capacity, kind);
+    // A number as this library writes it is shown as it is; anything else quoted, so that
+    // "3.0" is not read as 3.
+    bool const canonical = !stored.empty() && stored.size() <= 20 &&
+                           stored.find_first_not_of("0123456789") == std::string_view::npos &&
+                           (stored.size() == 1 || stored.front() != '0');
+    auto const shown =
+        canonical ? std::string(stored) : fmt::format("\"{}\"", stored.substr(0, 40));
+    return fmt::format("colock: {} '{}' has capacity {} at the server, not {}: every user of a {} "
+                       "must give the same capacity (nothing was changed; it is stored in key {})",
+                       kind, name, shown, capacity, kind, key);
 }
 
 namespace {

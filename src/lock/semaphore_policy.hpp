@@ -70,7 +70,7 @@ grant_result as_grant_result(permit_grant const& g);
 
 // The message of a semaphore's refusal or failure, naming it: "<what> of semaphore '<name>'...".
 // `kind` is what the user made ("semaphore"), `key` the one that holds the capacity, `stored`
-// its text there, quoted as it is.
+// its text there (shown as it is, quoted unless it is a number as this library writes it).
 std::string capacity_mismatch_text(std::string_view kind, std::string_view name,
                                    std::string_view key, std::size_t capacity,
                                    std::string_view stored);

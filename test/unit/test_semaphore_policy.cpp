@@ -142,7 +142,8 @@ TEST_CASE("a semaphore's arguments: name, capacity and permits per call") {
           colock::error::invalid_argument);
     auto const text = capacity_mismatch_text("semaphore", "exports", "k", 4, "8");
     CHECK(text.find("semaphore 'exports'") != std::string::npos);
-    CHECK(text.find("capacity \"8\"") != std::string::npos);
+    CHECK(text.find("capacity 8 at the server") != std::string::npos);
+    CHECK(text.find("in key k") != std::string::npos);
     CHECK(text.find("not 4") != std::string::npos);
 }
 
