@@ -1,8 +1,8 @@
 // The engine of a connection to a Redis Cluster: the slot map from the nodes (CLUSTER SLOTS),
 // one connection_impl per primary (its own pipelining, reconnection and health checks), and
 // each request routed by its keys' hash slot, following MOVED and ASK and waiting out TRYAGAIN
-// and CLUSTERDOWN. Private to the library: cluster_engine.cpp keeps the map and the nodes,
-// cluster_exec.cpp routes requests and subscriptions.
+// and CLUSTERDOWN. Private to the library: cluster_engine.cpp keeps the nodes, cluster_map.cpp
+// the slot map, cluster_exec.cpp routes requests and cluster_subscriptions.cpp subscriptions.
 #pragma once
 
 #include "cluster_slots.hpp"
@@ -119,7 +119,7 @@ private:
 
     void set_error_text(std::string text);
 
-    // --- the map and the nodes (cluster_engine.cpp) ---
+    // --- the nodes (cluster_engine.cpp) and the map (cluster_map.cpp) ---
     node_ptr node_for(server_address const& address);
     // The node serving `slot`, or any primary for a keyless request; null without a map.
     node_ptr route(std::optional<std::uint16_t> slot);
@@ -144,7 +144,7 @@ private:
     // Counts a server change for each of `slots`.
     void count_slot_changes(std::vector<std::uint16_t> const& slots);
 
-    // --- requests and subscriptions (cluster_exec.cpp) ---
+    // --- requests (cluster_exec.cpp) and subscriptions (cluster_subscriptions.cpp) ---
     static asio::awaitable<void> run_request(std::shared_ptr<cluster_engine> self,
                                              std::shared_ptr<request_op> op);
     void finish_request(request_op& op, error_code ec, response resp);
