@@ -11,14 +11,14 @@
 //   bare       two EVALSHAs of `return 1` with one key and one argument: a script call itself
 //   args       the same with the library's keys and arguments (3 keys; 7, then 6 arguments)
 //   calls      a GET and a SET in each script, with those arguments
-//   colock     the library's acquire and release (src/lock/lock_scripts.hpp), on their
+//   colock     the library's acquire and release (src/lock/store/lock_scripts.hpp), on their
 //              uncontended path: the rest is the Lua that reads and writes the lock's state
 // The differences between neighbours say what each part costs.
 //
 // Usage: script_costs [--cycles N] [--url redis://...] [--json]
 #include "bench_common.hpp"
 
-#include "lock/lock_scripts.hpp"
+#include "lock/store/lock_scripts.hpp"
 
 #include <colock/redis/connection.hpp>
 #include <colock/resp3/request.hpp>
@@ -181,7 +181,7 @@ std::vector<variant> make_variants() {
     auto const tag = fmt::format("colock:bench:{}:{{own}}", ::getpid());
     std::vector<std::string> const lock_keys{tag, tag + ":q", tag + ":qd"};
     std::string const owner = "0123456789abcdef";
-    // As src/lock/single_connection_store.cpp sends them: acquire (token, ttl, owner, queueing
+    // As src/lock/store/single_connection_store.cpp sends them: acquire (token, ttl, owner, queueing
     // "1", queue entry ttl, channel prefix, the client's clock, claim), release (token, channel
     // prefix, claim, "", the last fence, "0").
     std::vector<std::string> const acquire_args{"$T",   "10000",     owner,           "1",

@@ -3,7 +3,7 @@
 // EVALSHA acquire | release), with the commands one cycle costs from INFO commandstats.
 #include "lock_contention.hpp"
 
-#include "lock/lock_scripts.hpp"
+#include "lock/store/lock_scripts.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -22,7 +22,7 @@ namespace {
 constexpr std::size_t uncontended_keys = 64;
 constexpr std::size_t limit_pipeline = 16;
 
-// The lock scripts exactly as src/lock/single_connection_store.cpp sends them: the server's
+// The lock scripts exactly as src/lock/store/single_connection_store.cpp sends them: the server's
 // limit is measured for the very same Lua. The bench checks that the server ends up with no
 // other copy of them (see same_scripts below).
 using colock::detail::acquire_source;

@@ -6,7 +6,7 @@
 #include "lock_fixture.hpp"
 #include "test_util.hpp"
 
-#include "lock/lock_scripts.hpp"
+#include "lock/store/lock_scripts.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
 

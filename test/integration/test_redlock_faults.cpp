@@ -8,7 +8,7 @@
 #include "redlock_fixture.hpp"
 #include "test_util.hpp"
 
-#include "lock/lock_scripts.hpp"
+#include "lock/store/lock_scripts.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/primary_set.hpp>
 #include <colock_test/redis_server.hpp>

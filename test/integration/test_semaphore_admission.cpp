@@ -1,13 +1,13 @@
 // The semaphore's admission, as the Lua scripts do it on a real server, checked step by step
 // against a model of its rules written out in C++ (admission_model below, from the rules in
-// src/lock/semaphore_scripts.hpp's header): random acquisitions (queued or tries, by three
+// src/lock/store/semaphore_scripts.hpp's header): random acquisitions (queued or tries, by three
 // lockers), the repeated attempts of queued calls, releases and calls leaving the queue; on a
 // semaphore of 5 (calls for 1 to 3 permits), and in the read-write lock's shape (capacity 2^40,
 // readers take one permit, writers all of them, and writers downgrade). After each step the reply
 // and the server's state (the holdings and their weights, the queue in order, which entries were
 // woken) must be the model's. Leases, queue entries and claims are long here, so that nothing
 // lapses during the run: what lapses is tested with the semaphore itself (test_semaphore.cpp).
-#include "lock/semaphore_scripts.hpp"
+#include "lock/store/semaphore_scripts.hpp"
 
 #include "lock_fixture.hpp"
 #include "test_util.hpp"

@@ -361,7 +361,7 @@ inline asio::awaitable<std::optional<std::string>> get(redis::connection& c,
     co_return std::string(r.at(0).as_string().value_or("?"));
 }
 
-/// What the lock key of `name` says (the layout is in src/lock/lock_scripts.hpp).
+/// What the lock key of `name` says (the layout is in src/lock/store/lock_scripts.hpp).
 struct lock_record {
     char kind = 0;             // 'H' held, 'R' handed to a locker, 'F' free; 0: no key
     std::int64_t fence = 0;    // the last fence given

@@ -1,6 +1,6 @@
 /*
- * A model of the lock's server-side protocol (src/lock/lock_scripts.hpp) and of a process's
- * local hand-off (src/lock/cohort.cpp, acquire_policy.cpp), checked exhaustively by spin for
+ * A model of the lock's server-side protocol (src/lock/store/lock_scripts.hpp) and of a process's
+ * local hand-off (src/lock/mutex/cohort.cpp, acquire_policy.cpp), checked exhaustively by spin for
  * three processes and one name. See README.md for what is modelled and what is abstracted.
  *
  * Switches (spin -D...):

@@ -1,5 +1,5 @@
 /*
- * A model of the semaphore's server-side protocol (src/lock/semaphore_scripts.hpp: acquire,
+ * A model of the semaphore's server-side protocol (src/lock/store/semaphore_scripts.hpp: acquire,
  * release and leave, extend), checked exhaustively by spin for three processes sharing two
  * permits, one of them asking for both (as a read-write lock's writer asks for all of them).
  * See README.md for what is modelled and what is abstracted.

@@ -102,7 +102,7 @@ std::vector<std::int64_t> numbers(std::string const& line);
 std::size_t lock_keys_left(colock::test::redis_server const& server,
                            std::vector<std::string> const& names);
 
-// The library's bounds for a dead process (src/lock/lease_store.hpp): a hand-off is kept for
+// The library's bounds for a dead process (src/lock/store/lease_store.hpp): a hand-off is kept for
 // the locker it went to for at most max_handoff_claim; a waiting locker asks again at least
 // every queue_refresh_interval; a queue entry lapses queue_entry_ttl after its last refresh (the
 // last key of a name to go once nobody waits). A dead process's waiting calls hold the others

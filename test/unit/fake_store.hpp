@@ -5,8 +5,8 @@
 // Replies arrive asynchronously on the store's strand, as the real store's do.
 #pragma once
 
-#include "lock/common.hpp"
-#include "lock/lease_store.hpp"
+#include "lock/base/common.hpp"
+#include "lock/store/lease_store.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/strand.hpp>

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "fake_store.hpp"
-#include "lock/locker_access.hpp"
+#include "lock/mutex/locker_access.hpp"
 
 #include <colock/error.hpp>
 #include <colock/lock_observer.hpp>

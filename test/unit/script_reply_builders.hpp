@@ -2,7 +2,7 @@
 // replies, for their unit tests.
 #pragma once
 
-#include "lock/script_client.hpp"
+#include "lock/store/script_client.hpp"
 
 #include <colock/resp3/value.hpp>
 

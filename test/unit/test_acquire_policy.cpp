@@ -1,6 +1,6 @@
 // co_lock's acquire–wait–retry decisions without a server: each kind of attempt outcome, with
 // errors injected at every step of a waiting co_lock, and the sleeps between attempts.
-#include "lock/acquire_policy.hpp"
+#include "lock/core/acquire_policy.hpp"
 
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>

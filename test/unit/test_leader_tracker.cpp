@@ -1,6 +1,6 @@
 // What an election's watch reports, without a server: the read script's reply, the channel's
 // messages, and the changes, gaps and looks the tracker decides from them.
-#include "lock/leader_tracker.hpp"
+#include "lock/election/leader_tracker.hpp"
 
 #include "value_builders.hpp"
 

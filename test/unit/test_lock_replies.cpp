@@ -1,7 +1,7 @@
 // The lock scripts' replies read without a server: every shape the scripts answer with, and the
 // shapes a broken server or proxy could send instead (test_hostile_server.cpp sends some of them
 // over a socket), none of which may read as "granted", "done" or "not ours".
-#include "lock/lock_replies.hpp"
+#include "lock/store/lock_replies.hpp"
 
 #include "script_reply_builders.hpp"
 #include "value_builders.hpp"

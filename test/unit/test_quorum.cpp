@@ -1,7 +1,7 @@
 // Redlock's decisions without a server: majorities, the validity of a lease after drift, which
 // primaries an unsuccessful acquisition releases, when to try again, extensions, and the
 // refusal of primaries Redlock cannot work with.
-#include "lock/quorum.hpp"
+#include "lock/quorum/quorum.hpp"
 
 #include <doctest/doctest.h>
 

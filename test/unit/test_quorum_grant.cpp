@@ -2,7 +2,7 @@
 // round, grants from replaced primaries, stragglers after it closed) and what the answers
 // amount to: a lease with the primaries that count for it, a wait behind holders, a split vote's
 // pause, and the errors of a round without a majority.
-#include "lock/quorum_grant.hpp"
+#include "lock/quorum/quorum_grant.hpp"
 
 #include "primary_endpoints.hpp"
 

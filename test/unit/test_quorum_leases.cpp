@@ -1,6 +1,6 @@
 // Which Redlock primaries count for a lease, sans I/O: grants, late grants, confirmations from
 // a replaced primary, and a lease that falls below a majority when primaries are replaced.
-#include "lock/quorum_leases.hpp"
+#include "lock/quorum/quorum_leases.hpp"
 
 #include <doctest/doctest.h>
 

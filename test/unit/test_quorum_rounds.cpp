@@ -1,8 +1,8 @@
 // The Redlock rounds that keep a lease, end it and listen for wake-ups, without a server: when
 // their answers decide them and what the answers amount to; and the wait of the coroutine that
 // started a round.
-#include "lock/common.hpp"
-#include "lock/quorum_rounds.hpp"
+#include "lock/base/common.hpp"
+#include "lock/quorum/quorum_rounds.hpp"
 
 #include "primary_endpoints.hpp"
 

@@ -1,8 +1,8 @@
 // What a Redlock quorum reports without a server: the state in a lock's value, the state a
 // majority of primaries shares, a forced unlock over the primaries, why a round had no majority,
 // and the refusal of one server counted twice.
-#include "lock/quorum_errors.hpp"
-#include "lock/quorum_status.hpp"
+#include "lock/quorum/quorum_errors.hpp"
+#include "lock/quorum/quorum_status.hpp"
 
 #include "primary_endpoints.hpp"
 

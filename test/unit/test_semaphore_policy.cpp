@@ -1,9 +1,9 @@
 // A semaphore's decisions without a server: its scripts' replies (every shape they answer with,
 // and foreign ones, none of which may read as "granted" or be taken for certain not to have
 // run), the checks of its arguments, and when a waiting acquire asks again.
-#include "lock/semaphore_policy.hpp"
+#include "lock/semaphore/semaphore_policy.hpp"
 
-#include "lock/acquire_policy.hpp"
+#include "lock/core/acquire_policy.hpp"
 
 #include "script_reply_builders.hpp"
 #include "value_builders.hpp"

@@ -3,7 +3,7 @@
 // counts are exact to within half a second of a minute. The server is fake_store, whose expiries
 // run on the same clock.
 #include "fake_store.hpp"
-#include "lock/locker_access.hpp"
+#include "lock/mutex/locker_access.hpp"
 
 #include <colock/error.hpp>
 #include <colock/locker.hpp>

@@ -1,0 +1,155 @@
+// Leader election: the campaign (the lock's queue and grant on the election's keys, then the
+// claim of the term), the leadership's proclaim and resign, and who leads now. The watch is in
+// leader_watch.cpp, what it reports in leader_tracker.cpp.
+#include "lock/election/election_core.hpp"
+
+#include "detail/spawn.hpp"
+#include "lock/base/errors.hpp"
+#include "lock/core/holder_record.hpp"
+#include "lock/core/locker_context.hpp"
+#include "lock/store/election_scripts.hpp"
+#include "lock/store/lock_replies.hpp"
+
+#include <colock/error.hpp>
+#include <colock/redis/error.hpp>
+
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace colock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using boost::system::system_error;
+using std::chrono::milliseconds;
+
+namespace detail {
+
+namespace {
+
+// Runs `op` on `strand` for an awaiting caller, whose cancellation reaches it there.
+template <class T>
+asio::awaitable<T> on_strand(asio::strand<asio::any_io_executor> strand, asio::awaitable<T> op) {
+    auto initiation = [strand, op = std::move(op)](auto handler) mutable {
+        spawn_cancellable(
+            strand, std::move(op), std::move(handler),
+            [](auto h, std::exception_ptr e, T value) { std::move(h)(e, std::move(value)); });
+    };
+    return asio::async_initiate<asio::use_awaitable_t<> const, void(std::exception_ptr, T)>(
+        std::move(initiation), asio::use_awaitable);
+}
+
+} // namespace
+
+} // namespace detail
+
+// ---------------------------------------------------------------------- leadership
+
+leadership::leadership() noexcept = default;
+leadership::leadership(leadership&& other) noexcept = default;
+leadership& leadership::operator=(leadership&& other) noexcept = default;
+leadership::~leadership() = default;
+
+leadership::leadership(lock_guard guard, std::string name, std::string value,
+                       std::shared_ptr<detail::election_core> core) noexcept
+    : guard_(std::move(guard))
+    , name_(std::move(name))
+    , value_(std::move(value))
+    , version_(1)
+    , core_(std::move(core)) {}
+
+std::string const& leadership::name() const noexcept {
+    return name_;
+}
+
+std::int64_t leadership::term() const noexcept {
+    return guard_.fence();
+}
+
+std::string const& leadership::value() const noexcept {
+    return value_;
+}
+
+bool leadership::leads() const noexcept {
+    return guard_.owns_lock();
+}
+
+asio::awaitable<void> leadership::wait_lost() {
+    return guard_.wait_lost();
+}
+
+asio::awaitable<void> leadership::co_proclaim(std::string value) {
+    if (!core_)
+        throw system_error(error::not_held, "colock: proclaim of a leadership that leads nothing");
+    auto core = core_;
+    // A version of its own even when this call fails: it may have been applied.
+    auto const version = ++version_;
+    auto const done = co_await detail::on_strand<bool>(
+        core->locker().strand(), core->proclaim(guard_, value, version, false));
+    if (!done)
+        throw system_error(error::lock_lost,
+                           fmt::format("colock: proclaim of election '{}': term {} is over; the "
+                                       "value was not published",
+                                       name_, guard_.fence()));
+    value_ = std::move(value);
+}
+
+asio::awaitable<bool> leadership::co_resign() {
+    // The release ends the term's record with the lease, and tells the watches.
+    return guard_.unlock();
+}
+
+// ---------------------------------------------------------------------- election
+
+election::election(locker& l, std::string name) {
+    validate(name, lock_options{});
+    core_ = std::make_shared<detail::election_core>(detail::context_of(l), std::move(name));
+}
+
+election::~election() = default;
+
+std::string const& election::name() const noexcept {
+    return core_->name();
+}
+
+asio::awaitable<leadership> election::co_campaign(std::string value, lock_options opt) {
+    auto core = core_;
+    // Each term is granted by the server: never handed within this process without it.
+    opt.cohort_limit = 0;
+    opt.retain = std::chrono::milliseconds{0}; // nor kept for the next campaign
+    auto const wait_until = opt.wait_timeout ? std::chrono::steady_clock::now() + *opt.wait_timeout
+                                             : std::chrono::steady_clock::time_point::max();
+    for (;;) {
+        auto this_round = opt;
+        if (opt.wait_timeout)
+            this_round.wait_timeout =
+                std::max(milliseconds{0}, std::chrono::duration_cast<milliseconds>(
+                                              wait_until - std::chrono::steady_clock::now()));
+        lock_guard guard =
+            co_await core->locker().co_lock_in(core->space(), core->name(), this_round);
+        auto const claimed = co_await detail::on_strand<bool>(
+            core->locker().strand(), core->proclaim(guard, value, 1, true));
+        auto const cs = co_await asio::this_coro::cancellation_state;
+        if (cs.cancelled() != asio::cancellation_type::none)
+            // The guard goes, and its release ends the term just claimed.
+            throw system_error(
+                asio::error::operation_aborted,
+                fmt::format("colock: campaign of election '{}' cancelled", core->name()));
+        if (claimed)
+            co_return leadership(std::move(guard), core->name(), std::move(value), core);
+        // The lease was lost between its grant and the claim: campaign again.
+    }
+}
+
+asio::awaitable<std::optional<leader_info>> election::co_leader() {
+    auto core = core_;
+    co_return co_await detail::on_strand<std::optional<leader_info>>(core->locker().strand(),
+                                                                     core->leader());
+}
+
+} // namespace colock

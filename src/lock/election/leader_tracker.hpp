@@ -1,0 +1,119 @@
+// What an election's watch reports, sans I/O: the election read by its script, its channel's
+// messages, and the decision of which changes they make, when the watch must read the election
+// again (a gap) and when it must look again (a lease that may lapse without a word). The
+// layout of keys and messages is in election_scripts.hpp. Private to the library's sources.
+#pragma once
+
+#include "lock/store/script_client.hpp"
+
+#include <colock/election.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace colock::detail {
+
+// The election as its read script found it.
+struct election_reading {
+    // As lock_reading's: the network's code, server_error with its text, or unexpected_reply
+    // (a reply of another shape, shown in server_text).
+    boost::system::error_code ec;
+    std::string server_text;
+    bool leading = false; // the record's lease holds the lock now
+    bool record = false;  // the term's record exists (leading, or handed on and unclaimed)
+    std::int64_t term = 0;
+    std::int64_t version = 0;
+    std::string value;
+    std::string owner;
+    std::chrono::milliseconds record_ttl{-2}; // the record's PTTL: -2 none
+    // The last fence in the lock's key (held, handed or free), 0 when the key is gone: a term
+    // above the last one known came and went.
+    std::int64_t lock_fence = 0;
+};
+
+election_reading read_election(script_reply const& reply);
+
+// One message of the election's channel.
+struct election_message {
+    enum class kind { leader, handed, ended, shortened } what = kind::ended;
+    std::int64_t term = 0;
+    std::int64_t version = 0;
+    // leader and shortened: the record's; handed: the claim's
+    std::chrono::milliseconds ttl{0};
+    std::string value; // leader
+};
+
+// Nothing when `payload` is not a message of the election's.
+std::optional<election_message> parse_election_message(std::string_view payload);
+
+// The election as a quorum's primaries read it (a failed reading says nothing): a leader when
+// a majority of them has the same term leading (its version the newest that a majority has,
+// each primary holding every version before its own), nobody when a majority has nobody
+// leading, else error::no_quorum.
+election_reading decide_reading(std::vector<election_reading> const& readings,
+                                std::size_t majority);
+
+// A quorum's messages: each primary tells each change once; a change is passed on when a
+// majority has told it, so that one a minority alone saw (a proclaim that failed) is not.
+class majority_messages {
+public:
+    explicit majority_messages(std::size_t majority) : majority_(majority) {}
+    // True when `payload` has now been told by a majority (once: at that count), or cannot be
+    // read (the tracker asks for a reading).
+    bool told(std::string const& payload);
+    // Forgets the messages of terms before `term`.
+    void forget_before(std::int64_t term);
+
+private:
+    std::size_t const majority_;
+    std::map<std::string, std::size_t> counts_; // by change (kind, term, version)
+};
+
+class leader_tracker {
+public:
+    struct step {
+        std::vector<leader_change> changes;
+        // Messages may have been missed: read the election again.
+        bool read_again = false;
+        // Look again (read) after this long: a lease that may lapse, a hand-over that may not
+        // be claimed. Nothing: no lease to watch (or keep the look already planned).
+        std::optional<std::chrono::milliseconds> look_in;
+        // Forget the look planned: nobody leads and no hand-over is under way.
+        bool stop_looking = false;
+    };
+
+    // A reading of the election; `after_gap`: read because messages may have been missed.
+    // The first reading reports the state it finds.
+    step on_reading(election_reading const& r, bool after_gap);
+    // A message of the election's channel; ignored before the first reading, which includes
+    // what it says.
+    step on_message(std::string_view payload);
+
+    bool started() const noexcept { return started_; }
+    // The newest term known.
+    std::int64_t term() const noexcept { return term_; }
+
+private:
+    // Reports what the server state says, when it differs from what was reported last.
+    void report(step& s, bool resynced);
+
+    bool started_ = false;
+    // What the server holds, as far as known: the newest term and version seen, and whether
+    // that term still leads.
+    std::int64_t term_ = 0;
+    std::int64_t version_ = 0;
+    bool leading_ = false;
+    std::string value_;
+    // What was reported last.
+    bool reported_leading_ = false;
+    std::int64_t reported_term_ = 0;
+    std::string reported_value_;
+};
+
+} // namespace colock::detail

@@ -1,0 +1,434 @@
+// lock_guard: the user's handle on a lease. Its destructor only signals; the release runs in
+// the background.
+#include "lock/mutex/guard.hpp"
+
+#include "detail/completion.hpp"
+#include "detail/spawn.hpp"
+#include "lock/base/release_completion.hpp"
+
+#include <colock/locker.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <fmt/format.h>
+
+namespace colock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using boost::system::system_error;
+
+namespace detail {
+
+// Coroutines take what they use by value: lambdas with captures that outlive their first
+// suspension are a classic source of dangling references.
+
+guard_state::guard_state(std::shared_ptr<locker_impl> owner, std::string name, lock_keys keys,
+                         std::string token, std::int64_t fence, lock_options const& opt,
+                         lease_origin origin)
+    : lease(owner->book(),
+            lease_terms{opt.ttl, opt.effective_renew_interval(), opt.auto_renew, opt.max_hold},
+            origin.acquired_at, origin.deadline, origin.server_changes)
+    , locker_(std::move(owner))
+    , name_(std::move(name))
+    , keys_(std::move(keys))
+    , token_(std::move(token))
+    , fence_(fence)
+    , opt_(opt)
+    , origin_(std::move(origin)) {}
+
+void guard_state::hold() {
+    enter_book();
+    locker_->record().keep(ttl());
+    start();
+}
+
+bool guard_state::try_add_hold() noexcept {
+    auto n = holds_.load();
+    while (n != 0)
+        if (holds_.compare_exchange_weak(n, n + 1))
+            return true;
+    return false;
+}
+
+lock_guard guard_access::try_share(std::shared_ptr<guard_state> st) noexcept {
+    if (!st || !st->try_add_hold())
+        return lock_guard{};
+    return lock_guard(std::move(st));
+}
+
+asio::awaitable<lease_reply> guard_state::extend_at_server(std::chrono::milliseconds ttl) {
+    return locker_->store().extend(keys_, origin_.lease_token, ttl, fence_);
+}
+
+std::uint64_t guard_state::current_server_generation() const noexcept {
+    return locker_->store().server_changes(keys_);
+}
+
+bool guard_state::is_lease(std::string_view key, std::string_view token) const noexcept {
+    return keys_.key == key && origin_.lease_token == token;
+}
+
+void guard_state::give_back_now() noexcept {
+    try {
+        release_now(shared());
+    } catch (...) {
+        // Out of memory: the lease runs out by its ttl.
+    }
+}
+
+void guard_state::on_lost(loss_reason why) {
+    locker_->notes().lost(*this, why);
+}
+
+void guard_state::on_renewal(clock_type::duration latency, bool extended, error_code ec) {
+    locker_->notes().renewal(*this, latency, extended, ec);
+    if (ec && ec != error::timeout && locker_->store().logs(log_level::debug))
+        locker_->store().log(log_level::debug,
+                             fmt::format("renewal of lock '{}' (fence {}) failed: {}; retrying",
+                                         name_, fence_, ec.message()));
+}
+
+void guard_state::on_confirmed(std::chrono::milliseconds ttl) {
+    locker_->record().keep(ttl);
+}
+
+namespace {
+
+// The lease back to Redis, with the last fence this process gave under it; a waiter here asks
+// at once if the lock ends up free rather than handed to another process.
+asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<guard_state> st) {
+    auto& locker = st->locker();
+    auto const reply = co_await locker.store().release(
+        st->keys(), st->lease_token(), handoff_claim(st->options().ttl), st->fence());
+    if (reply.ec || !reply.handed)
+        locker.wake_local_head(st->keys());
+    if (reply.ec && locker.store().logs(log_level::error))
+        locker.store().log(log_level::error,
+                           fmt::format("release of lock '{}' (fence {}) failed: {}; the lease "
+                                       "ends by its ttl",
+                                       st->name(), st->fence(), reply.ec.message()));
+    co_return std::tuple{reply.ec, reply.ours};
+}
+
+// Hands the release to the store on the caller's thread (see release_in_background).
+void send_release(std::shared_ptr<guard_state> st) {
+    // The locker (and its store) kept alive through the call, whatever becomes of `st`.
+    auto const locker = st->locker().shared_from_this();
+    auto& store = locker->store();
+    auto const& keys = st->keys();
+    auto const& token = st->lease_token();
+    auto const claim = handoff_claim(st->options().ttl);
+    auto const fence = st->fence();
+    store.release_in_background(keys, token, claim, fence, [st = std::move(st)] {
+        asio::co_spawn(st->strand(), release_to_server(st), asio::detached);
+    });
+}
+
+} // namespace
+
+namespace {
+
+// Whether a local taker may come for the lease of `st`: one in the queue, or the next co_lock
+// of a kept lease. Its renewal timer then stays armed (a re-arm costs a system call).
+bool local_taker_may_come(guard_state const& st) {
+    return st.locker().waiting() > 0 || st.options().retain.count() > 0;
+}
+
+// On the strand, `st` stopped: the lease goes to a waiter here, or is kept here
+// (lock_options::retain); false when it must go back to Redis.
+bool let_go_locally(guard_state& st) {
+    auto& locker = st.locker();
+    bool const handed = locker.hand_off_locally(st);
+    bool const kept = !handed && locker.retained().keep(st);
+    locker.notes().released(st, handed, kept);
+    if (handed || kept)
+        return true;
+    locker.retained().forget(st.keys());
+    if (locker.waiting() == 0)
+        locker.book()->cancel_idle_timer(); // kept for a taker that did not come
+    return false;
+}
+
+} // namespace
+
+asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
+    st->stop(local_taker_may_come(*st));
+    if (let_go_locally(*st))
+        co_return std::tuple{error_code{}, true};
+    co_return co_await release_to_server(std::move(st));
+}
+
+// With no waiter in this process (and no retention), the first attempt is handed to the store
+// here, on the caller's thread, so that it is queued before anything the caller does next: a
+// close() right after still sends it, and nothing reopens the connection later. A passing error
+// (a lost connection, BUSY, LOADING) hands the release to the retrying one on the strand. With
+// waiters here, or a lease that may be kept, the strand decides first whether the lease goes to
+// one of them, or stays.
+void release_in_background(std::shared_ptr<guard_state> st) {
+    if (local_taker_may_come(*st)) {
+        bool const may_keep = st->options().retain.count() > 0;
+        if (may_keep)
+            st->locker().retained().let_go_pending(st);
+        auto strand = st->strand();
+        asio::dispatch(strand, [st = std::move(st), may_keep]() mutable {
+            if (may_keep && !st->locker().retained().let_go_arrived(*st))
+                return; // the connection's close gave the lease back meanwhile
+            st->stop(local_taker_may_come(*st));
+            if (!let_go_locally(*st))
+                send_release(std::move(st));
+        });
+        return;
+    }
+    release_now(std::move(st));
+}
+
+void release_now(std::shared_ptr<guard_state> st) {
+    asio::dispatch(st->strand(), [st] {
+        st->stop();
+        st->locker().notes().released(*st, false, false);
+        st->locker().retained().forget(st->keys()); // a lease a guard took from there
+    });
+    send_release(std::move(st));
+}
+
+} // namespace detail
+
+lock_guard::lock_guard() noexcept = default;
+lock_guard::lock_guard(std::shared_ptr<detail::guard_state> state) noexcept
+    : state_(std::move(state)), holding_(state_ != nullptr) {}
+lock_guard::lock_guard(lock_guard&& other) noexcept
+    : state_(std::move(other.state_)), holding_(other.holding_.exchange(false)) {}
+
+lock_guard& lock_guard::operator=(lock_guard&& other) noexcept {
+    if (this != &other) {
+        abandon();
+        state_ = std::move(other.state_);
+        holding_ = other.holding_.exchange(false);
+    }
+    return *this;
+}
+
+lock_guard::~lock_guard() {
+    abandon();
+}
+
+bool lock_guard::drop_hold(bool& last) noexcept {
+    last = false;
+    if (!state_ || !holding_.exchange(false))
+        return false;
+    last = state_->drop_hold();
+    return true;
+}
+
+void lock_guard::abandon() noexcept {
+    bool last = false;
+    drop_hold(last);
+    auto st = std::move(state_);
+    if (!last || !st->release_once())
+        return;
+    try {
+        detail::release_in_background(std::move(st));
+    } catch (...) {
+        // Out of memory while posting: the lease runs out by its TTL.
+    }
+}
+
+lock_guard lock_guard::take_hold() noexcept {
+    lock_guard hold;
+    if (state_ && holding_.exchange(false)) {
+        hold.state_ = state_;
+        hold.holding_ = true;
+    }
+    return hold;
+}
+
+std::shared_ptr<detail::guard_state> lock_guard::held_state() const {
+    return holding_ ? state_ : nullptr;
+}
+
+lock_guard lock_guard::share() const noexcept {
+    if (!state_ || !holding_)
+        return lock_guard{};
+    state_->add_hold();
+    return lock_guard(state_);
+}
+
+std::size_t lock_guard::hold_count() const noexcept {
+    return state_ && holding_ ? state_->holds() : 0;
+}
+
+namespace {
+std::string const empty_string;
+}
+
+std::string const& lock_guard::name() const noexcept {
+    return state_ ? state_->name() : empty_string;
+}
+std::string const& lock_guard::token() const noexcept {
+    return state_ ? state_->token() : empty_string;
+}
+std::int64_t lock_guard::fence() const noexcept {
+    return state_ ? state_->fence() : 0;
+}
+bool lock_guard::owns_lock() const noexcept {
+    return state_ && holding_ && !state_->lost() && !state_->released() && state_->running();
+}
+std::chrono::steady_clock::time_point lock_guard::lease_expiry() const noexcept {
+    return state_ ? state_->deadline() : std::chrono::steady_clock::time_point{};
+}
+std::optional<loss_reason> lock_guard::loss() const noexcept {
+    if (!state_)
+        return std::nullopt;
+    if (auto const why = state_->loss())
+        return why;
+    if (lost()) // ran out with nobody renewing it
+        return loss_reason::expired;
+    return std::nullopt;
+}
+
+bool lock_guard::lost() const noexcept {
+    // Without renewal nobody marks the end of the lease: it is lost when it runs out.
+    return state_ && (state_->lost() || (!state_->released() && !state_->running()));
+}
+
+void lock_guard::start_wait_lost(
+    boost::asio::any_completion_handler<void(boost::system::error_code)> handler) {
+    auto st = held_state();
+    if (!st) {
+        auto ex = asio::get_associated_executor(handler);
+        asio::dispatch(ex, [h = std::move(handler)]() mutable {
+            std::move(h)(make_error_code(error::not_held));
+        });
+        return;
+    }
+    st->wait_lost(std::move(handler));
+}
+
+asio::awaitable<void> lock_guard::wait_lost() {
+    auto [ec] = co_await async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted)
+        throw system_error(ec, "colock: wait_lost");
+}
+
+asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
+    auto st = held_state();
+    if (!st || st->released())
+        throw system_error(make_error_code(error::not_held), "colock: extend");
+    validate_extend(ttl);
+    if (st->lost())
+        co_return false;
+    // On the locker's strand, where the renewal reads ttl and lease_deadline.
+    using extend_result = std::tuple<error_code, bool>;
+    // Named, capturing no destructor (see run_lock); `st` keeps the state alive meanwhile.
+    auto initiation = [raw = st.get(), ttl](auto handler) {
+        auto state = raw->shared();
+        auto strand = state->strand();
+        detail::spawn_cancellable(
+            strand, detail::lease::extend(std::move(state), ttl), std::move(handler),
+            [](auto h, std::exception_ptr e, extend_result r) { std::move(h)(e, std::move(r)); });
+    };
+    auto [ex, result] = co_await asio::async_initiate<decltype(detail::nothrow_awaitable) const,
+                                                      void(std::exception_ptr, extend_result)>(
+        std::move(initiation), detail::nothrow_awaitable);
+    if (ex)
+        std::rethrow_exception(ex);
+    auto [ec, ours] = result;
+    if (ec)
+        throw system_error(ec, fmt::format("colock: extend of lock '{}'", st->name()));
+    co_return ours;
+}
+
+using detail::complete_soon;
+
+void lock_guard::validate_extend(std::chrono::milliseconds ttl) const {
+    if (ttl.count() <= 0 || ttl > max_lock_ttl)
+        throw system_error(make_error_code(error::invalid_argument),
+                           fmt::format("colock: extend of lock '{}': ttl must be positive and at "
+                                       "most max_lock_ttl ({} ms), got {} ms",
+                                       name(), max_lock_ttl.count(), ttl.count()));
+}
+
+void lock_guard::start_unlock(lock_guard hold, result_handler handler) {
+    auto st = hold.state_;
+    bool last = false;
+    bool const held = hold.drop_hold(last);
+    if (held && !last) { // the lease stays with the guards that share it
+        complete_soon(std::move(handler), st->strand().get_inner_executor(), error_code{},
+                      !st->lost() && !st->released() && st->running());
+        return;
+    }
+    if (!held || !st->release_once()) {
+        auto fallback =
+            st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
+        complete_soon(std::move(handler), fallback, error_code{}, false);
+        return;
+    }
+    detail::release_and_complete(std::move(st), std::move(handler));
+}
+
+void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
+                              std::chrono::milliseconds ttl, result_handler handler) {
+    if (!st || st->released()) {
+        auto fallback =
+            st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
+        complete_soon(std::move(handler), fallback, error_code(error::not_held), false);
+        return;
+    }
+    if (st->lost()) {
+        complete_soon(std::move(handler), st->strand().get_inner_executor(), error_code{}, false);
+        return;
+    }
+    auto strand = st->strand();
+    using extend_result = std::tuple<error_code, bool>;
+    detail::spawn_cancellable(strand, detail::lease::extend(std::move(st), ttl), std::move(handler),
+                              [](result_handler h, std::exception_ptr e, extend_result r) {
+                                  auto [ec, ours] = r;
+                                  if (e)
+                                      ec = error::unexpected_reply;
+                                  std::move(h)(error_code(ec.value(), ec.category()), ours);
+                              });
+}
+
+asio::awaitable<bool> lock_guard::unlock() {
+    auto st = state_;
+    bool last = false;
+    bool const held = drop_hold(last);
+    if (held && !last) // the lease stays with the guards that share it
+        co_return !st->lost() && !st->released() && st->running();
+    if (!held || !st->release_once())
+        co_return false;
+    if (st->lost()) {
+        // Known lost: the answer is false whatever the server says, so do not wait for it
+        // (it may be down). The release still goes out in the background, in case the key
+        // is still ours there.
+        detail::release_in_background(std::move(st));
+        co_return false;
+    }
+    // Its own coroutine on the locker's strand, not reachable by our caller's cancellation:
+    // a cancelled caller still gives the lock back.
+    auto [ex, result] =
+        co_await asio::co_spawn(st->strand(), detail::release_held(st),
+                                asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                                             asio::as_tuple(asio::use_awaitable)));
+    if (ex)
+        std::rethrow_exception(ex);
+    auto [ec, ours] = result;
+    if (ec)
+        throw system_error(
+            error_code(ec.value(), ec.category()),
+            ec == error::timeout
+                ? fmt::format("colock: unlock of lock '{}': the release was not confirmed within "
+                              "{} ms; the lease ends by its ttl",
+                              st->name(), detail::release_timeout.count())
+                : fmt::format("colock: unlock of lock '{}'", st->name()));
+    co_return ours;
+}
+
+} // namespace colock

@@ -1,0 +1,59 @@
+// A locker's co_lock and co_try_lock calls under way: each one's start on the strand (queued
+// behind this process's waiters on its name, or its first attempt: the uncontended path), its
+// cancellation and its end. The contended wait is queue_wait's. Private to the library's
+// sources; on the locker's strand but for start().
+#pragma once
+
+#include "lock/base/common.hpp"
+#include "lock/mutex/lock_operation.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <memory>
+#include <string>
+
+namespace colock::detail {
+
+class locker_impl;
+
+class lock_calls {
+public:
+    // `locker` owns this.
+    explicit lock_calls(locker_impl& locker) : locker_(locker) {}
+
+    // Runs a co_lock or co_try_lock call; its handler is completed once, posted out of the
+    // strand. From any thread.
+    void start(std::shared_ptr<lock_operation> op);
+    // The caller's cancellation of `op`, on the strand: terminal and partial end it (a lock
+    // granted meanwhile is given back first); total is ignored, as the call may have asked.
+    void cancel(lock_operation& op, boost::asio::cancellation_type type);
+    // Every call under way ends as a terminal cancellation ends it (operation_aborted, a lock
+    // granted meanwhile given back, nothing left in the queues).
+    void abort_pending();
+
+    // Runs a coroutine for `op`: its first attempt, or a turn of its queue's head.
+    void spawn(std::shared_ptr<lock_operation> const& op);
+    void fail(lock_operation& op, boost::system::error_code ec, std::string const& detail_text);
+    // Ends the call: out of the queue (passing on a baton it did not take), a lock of unknown
+    // outcome released in the background, the handler completed.
+    void finish(lock_operation& op);
+    // A call destroyed with the io_context leaves the list of calls under way.
+    void forget(lock_operation& op) noexcept;
+
+private:
+    // On the strand: queues `op` behind this process's waiters on its name (or a first attempt
+    // in flight), or spawns its first attempt.
+    void begin(std::shared_ptr<lock_operation> const& op);
+    boost::asio::awaitable<void> run(std::shared_ptr<lock_operation> op);
+    // The first attempt; true when the call goes on waiting (it has joined the queue).
+    boost::asio::awaitable<bool> first_attempt(lock_operation& op,
+                                               boost::asio::cancellation_state cs);
+
+    locker_impl& locker_;
+    pending_operations pending_;
+};
+
+} // namespace colock::detail

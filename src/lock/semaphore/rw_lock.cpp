@@ -1,0 +1,178 @@
+// The read-write lock: a semaphore of 2^40 permits whose reader takes one and whose writer takes
+// them all (semaphore_scripts.hpp says how the queue then serves them in batches), and the
+// downgrade, which makes the writer's holding weigh one permit.
+#include "lock/semaphore/semaphore_core.hpp"
+
+#include "lock/core/locker_context.hpp"
+
+#include <colock/rw_lock.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <fmt/format.h>
+
+namespace colock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using boost::system::system_error;
+
+namespace {
+
+// Every permit: a writer's weight, which no reader fits beside.
+constexpr std::size_t all_permits = std::size_t{1} << 40;
+
+} // namespace
+
+// ---------------------------------------------------------------------- guards
+
+asio::awaitable<bool> read_guard::unlock() {
+    return give_back();
+}
+
+asio::awaitable<void> read_guard::co_upgrade() {
+    throw system_error(
+        error::invalid_argument,
+        fmt::format("colock: upgrade of read-write lock '{}' from read to write is refused: two "
+                    "readers upgrading at once would each wait for the other to leave, for ever; "
+                    "unlock the read lock, then co_lock() the write lock and check again what "
+                    "was read",
+                    name()));
+    co_return;
+}
+
+bool write_guard::owns_lock() const noexcept {
+    return owns() && !state_->exclusive_in_doubt();
+}
+
+asio::awaitable<bool> write_guard::unlock() {
+    return give_back();
+}
+
+asio::awaitable<read_guard> write_guard::co_downgrade() {
+    if (!state_ || state_->released())
+        throw system_error(error::not_held,
+                           "colock: co_downgrade of a write guard that holds nothing");
+    auto st = state_;
+    auto const name = st->core().name();
+    if (st->lost())
+        throw system_error(error::lock_lost,
+                           fmt::format("colock: co_downgrade of read-write lock '{}': the write "
+                                       "lease was lost",
+                                       name));
+    // Until the reply says, the holding may already be a reader's: the guard claims no more
+    // (owns_lock() false). On the locker's strand, not reachable by the caller's cancellation:
+    // its outcome must be known.
+    st->set_exclusive_in_doubt(true);
+    auto [e, reply] = co_await asio::co_spawn(
+        st->strand(),
+        [](std::shared_ptr<detail::permit_state> s) -> asio::awaitable<detail::lease_reply> {
+            co_return co_await s->core().downgrade(s->token());
+        }(st),
+        asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                     asio::as_tuple(asio::use_awaitable)));
+    if (e)
+        std::rethrow_exception(e);
+    if (reply.ec)
+        throw system_error(error_code(reply.ec.value(), reply.ec.category()),
+                           fmt::format("colock: co_downgrade of read-write lock '{}': its outcome "
+                                       "is not known, so the guard no longer claims the write "
+                                       "lock (owns_lock() is false) until the next renewal says "
+                                       "which it holds; co_downgrade() again to be sure",
+                                       name));
+    if (!reply.ours) {
+        st->mark_lost(loss_reason::not_ours);
+        throw system_error(error::lock_lost,
+                           fmt::format("colock: co_downgrade of read-write lock '{}': the write "
+                                       "lease was lost",
+                                       name));
+    }
+    st->set_permits(1);
+    st->set_exclusive_in_doubt(false);
+    state_.reset();
+    co_return read_guard(std::move(st));
+}
+
+// ---------------------------------------------------------------------- rw_lock
+
+rw_lock::rw_lock(locker& l, std::string name) {
+    validate(name, lock_options{});
+    core_ = std::make_shared<detail::semaphore_core>(detail::context_of(l), "read-write lock",
+                                                     "rw:", std::move(name), all_permits);
+}
+
+rw_lock::rw_lock(rw_lock&& other) noexcept = default;
+
+rw_lock& rw_lock::operator=(rw_lock&& other) noexcept {
+    if (this != &other) {
+        if (core_)
+            core_->close();
+        core_ = std::move(other.core_);
+    }
+    return *this;
+}
+
+rw_lock::~rw_lock() {
+    if (core_)
+        core_->close();
+}
+
+std::string const& rw_lock::name() const noexcept {
+    static std::string const none;
+    return core_ ? core_->name() : none;
+}
+
+void rw_lock::check(lock_options const& opt) const {
+    if (!core_)
+        throw system_error(error::invalid_argument, "colock: a moved-from read-write lock");
+    validate(core_->name(), opt);
+}
+
+void rw_lock::start_lock_shared(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
+                                read_handler handler) {
+    detail::spawn_acquire(std::move(core), 1, false, std::move(opt), true, std::move(handler),
+                          [](read_handler h, error_code ec, detail::permit_outcome o) {
+                              std::move(h)(ec, read_guard(std::move(o.state)));
+                          });
+}
+
+void rw_lock::start_lock(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
+                         write_handler handler) {
+    detail::spawn_acquire(std::move(core), all_permits, true, std::move(opt), true,
+                          std::move(handler),
+                          [](write_handler h, error_code ec, detail::permit_outcome o) {
+                              std::move(h)(ec, write_guard(std::move(o.state)));
+                          });
+}
+
+asio::awaitable<read_guard> rw_lock::co_lock_shared(lock_options opt) {
+    check(opt);
+    auto out = co_await detail::await_acquire(core_, 1, false, std::move(opt), true);
+    co_return read_guard(std::move(out.state));
+}
+
+asio::awaitable<write_guard> rw_lock::co_lock(lock_options opt) {
+    check(opt);
+    auto out = co_await detail::await_acquire(core_, all_permits, true, std::move(opt), true);
+    co_return write_guard(std::move(out.state));
+}
+
+asio::awaitable<std::optional<read_guard>> rw_lock::co_try_lock_shared(lock_options opt) {
+    check(opt);
+    auto out = co_await detail::await_acquire(core_, 1, false, std::move(opt), false);
+    if (!out.state)
+        co_return std::nullopt;
+    co_return read_guard(std::move(out.state));
+}
+
+asio::awaitable<std::optional<write_guard>> rw_lock::co_try_lock(lock_options opt) {
+    check(opt);
+    auto out = co_await detail::await_acquire(core_, all_permits, true, std::move(opt), false);
+    if (!out.state)
+        co_return std::nullopt;
+    co_return write_guard(std::move(out.state));
+}
+
+} // namespace colock

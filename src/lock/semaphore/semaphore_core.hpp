@@ -1,0 +1,224 @@
+// What a semaphore (or a read-write lock: a semaphore whose writer takes every permit), its
+// holdings and its waiting calls share: the locker, the script client of its server, the keys
+// and requests, and the waiting calls with their wake channel. Private to the library's
+// sources; on the locker's strand, but for what says otherwise.
+#pragma once
+
+#include "detail/spawn.hpp"
+#include "lock/base/common.hpp"
+#include "lock/core/channel_routes.hpp"
+#include "lock/core/lease.hpp"
+#include "lock/semaphore/semaphore_policy.hpp"
+#include "lock/store/lease_store.hpp"
+#include "lock/store/script_client.hpp"
+
+#include <colock/error.hpp>
+#include <colock/lock_options.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+namespace colock::detail {
+
+class locker_context;
+class permit_state;
+
+// The keys of semaphore `name` (the layout is in semaphore_scripts.hpp).
+struct semaphore_keys {
+    std::string key;            // capacity and last fence
+    std::string permits_key;    // the holdings, by expiry
+    std::string weights_key;    // the weight of each holding of more than one permit
+    std::string queue_key;      // the waiting calls, in order
+    std::string entries_key;    // each waiting call's entry
+    std::string channel_prefix; // + a locker's id: its wake channel
+    std::string channel;        // this locker's
+
+    semaphore_keys(std::string const& prefix, std::string_view name, std::string_view owner);
+};
+
+// How an acquire ended.
+struct permit_outcome {
+    boost::system::error_code ec;
+    std::string message; // names the semaphore
+    std::shared_ptr<permit_state> state;
+};
+
+class semaphore_core final : public channel_listener,
+                             public std::enable_shared_from_this<semaphore_core> {
+public:
+    // `kind` names it in messages ("semaphore", "read-write lock"); its keys are under the
+    // locker's prefix + `kind_prefix`. Throws system_error(invalid_argument) for a locker whose
+    // store cannot run one (a quorum: Redlock).
+    semaphore_core(std::shared_ptr<locker_context> locker, std::string_view kind,
+                   std::string_view kind_prefix, std::string name, std::size_t capacity);
+    ~semaphore_core();
+
+    locker_context& locker() const noexcept { return *locker_; }
+    // The locker's strand, where all of this runs.
+    boost::asio::strand<boost::asio::any_io_executor> const& locker_strand() const noexcept;
+    script_client& client() const noexcept { return *client_; }
+    std::string const& name() const noexcept { return name_; }
+    std::string const& kind() const noexcept { return kind_; }
+    std::size_t capacity() const noexcept { return capacity_; }
+    semaphore_keys const& keys() const noexcept { return keys_; }
+
+    // Takes `permits`, waiting for them when `wait` (else one attempt: an empty state when they
+    // are not free), with a new fence (`new_fence`) or the last one given (a reader). The
+    // caller's cancellation (terminal, partial) ends a wait at once; a grant that arrives for a
+    // cancelled call is given back before it completes.
+    static boost::asio::awaitable<permit_outcome> acquire(std::shared_ptr<semaphore_core> self,
+                                                          std::size_t permits, bool new_fence,
+                                                          lock_options opt, bool wait);
+    // The live permits and the capacity stored; throws system_error naming the semaphore.
+    boost::asio::awaitable<semaphore_reading> read();
+
+    // The holding's requests. extend: once, cancelled as the connection's requests are.
+    boost::asio::awaitable<lease_reply> extend(std::string const& token,
+                                               std::chrono::milliseconds ttl);
+    // Makes the holding of `token` weigh one permit (a writer becomes a reader), waking the
+    // calls that fit then; sent again over passing errors until release_timeout.
+    boost::asio::awaitable<lease_reply> downgrade(std::string const& token);
+    // An extend that also says whether the holding weighs more than one permit.
+    boost::asio::awaitable<permit_extension> extend_weighing(std::string const& token,
+                                                             std::chrono::milliseconds ttl);
+    // Gives the permits of `token` back (or takes its entry out of the queue: `leave`), sent
+    // again over passing errors until release_timeout.
+    boost::asio::awaitable<lease_reply> release(std::string const& token, std::size_t permits,
+                                                bool leave);
+    // The same, handed to the connection now on the caller's thread (so that a close() right
+    // after still sends it); a passing failure goes on with release() on the strand. Any thread.
+    void release_detached(std::string token, std::size_t permits, bool leave);
+
+    // The semaphore object is gone: its waiting calls end with operation_aborted. Any thread.
+    void close();
+
+    // channel_listener
+    void on_message(std::string const& payload) override;
+    void on_reconnect() override;
+    void on_close() override;
+    void drop_handlers() noexcept override {}
+
+private:
+    // A waiting call, on its coroutine's frame.
+    struct waiter {
+        waiter(semaphore_core& c, boost::asio::strand<boost::asio::any_io_executor> const& s)
+            : core(c), timer(s) {}
+        waiter(waiter const&) = delete;
+        waiter& operator=(waiter const&) = delete;
+        // A frame destroyed unresumed (the io_context's end) leaves the list of waiters.
+        ~waiter() {
+            if (auto it = core.waiters_.find(listed_as);
+                it != core.waiters_.end() && it->second == this)
+                core.waiters_.erase(it);
+        }
+        semaphore_core& core;
+        lock_timer timer;
+        std::string listed_as; // its token in the list of waiters, while listed
+        bool woken = false;    // a message, or a reconnection: ask now
+        bool aborted = false;  // the semaphore or the connection closed
+    };
+
+    void add_waiter(std::string const& token, waiter& w);
+    void remove_waiter(std::string const& token);
+    // Subscribes to this locker's wake channel for the semaphore, once, while calls wait.
+    static boost::asio::awaitable<void> subscribe(std::shared_ptr<semaphore_core> self);
+    boost::asio::awaitable<permit_grant> attempt(std::string const& token, std::size_t permits,
+                                                 bool new_fence, std::chrono::milliseconds ttl,
+                                                 bool queue, boost::asio::cancellation_state cs,
+                                                 clock_type::time_point deadline);
+    std::string failure_text(boost::system::error_code ec, std::string const& server_text,
+                             lock_options const& opt, bool waited) const;
+    std::string timeout_text(lock_options const& opt) const;
+
+    std::shared_ptr<locker_context> const locker_;
+    std::shared_ptr<script_client> const client_;
+    std::string const kind_;
+    std::string const name_;
+    std::size_t const capacity_;
+    std::string const capacity_text_;
+    semaphore_keys const keys_;
+    // On the strand:
+    std::unordered_map<std::string, waiter*> waiters_; // by token
+    bool closed_ = false;
+    bool routed_ = false; // listed in the locker's channel routes
+    bool subscribing_ = false;
+    bool subscribed_ = false; // confirmed: releases tell the waiters
+    bool refused_ = false;    // the server refused the subscription: the waiters poll
+};
+
+// A permit's state: the lease core with the holding's identity. Shared by the permit, its
+// renewal and its background release.
+class permit_state final : public lease {
+public:
+    permit_state(std::shared_ptr<semaphore_core> core, std::string token, std::size_t permits,
+                 std::int64_t fence, lock_options const& opt, clock_type::time_point acquired_at,
+                 clock_type::time_point deadline, std::uint64_t server_generation);
+
+    semaphore_core& core() const noexcept { return *core_; }
+    std::string const& token() const noexcept { return token_; }
+    // The permits it holds: a downgraded writer holds one.
+    std::size_t permits() const noexcept { return permits_.load(); }
+    void set_permits(std::size_t n) noexcept { permits_.store(n); }
+    std::int64_t fence() const noexcept { return fence_; }
+    // A writer's downgrade was sent and its outcome is not known (or not yet): the holding may
+    // be a reader's, so its write guard does not claim the write lock, until a reply or a
+    // renewal (which then asks for the weight) says which.
+    bool exclusive_in_doubt() const noexcept { return exclusive_in_doubt_.load(); }
+    void set_exclusive_in_doubt(bool doubt) noexcept { exclusive_in_doubt_.store(doubt); }
+
+    // Joins the locker's book and starts renewing; once, when made.
+    void hold();
+
+    std::shared_ptr<permit_state> shared() {
+        return std::static_pointer_cast<permit_state>(shared_from_this());
+    }
+
+private:
+    boost::asio::awaitable<lease_reply> extend_at_server(std::chrono::milliseconds ttl) override;
+    std::uint64_t current_server_generation() const noexcept override;
+    bool is_lease(std::string_view key, std::string_view token) const noexcept override;
+    void give_back_now() noexcept override;
+    void on_lost(loss_reason why) override;
+    void on_renewal(clock_type::duration latency, bool extended,
+                    boost::system::error_code ec) override;
+    void on_confirmed(std::chrono::milliseconds) override {}
+
+    std::shared_ptr<semaphore_core> const core_;
+    std::string const token_;
+    std::atomic<std::size_t> permits_;
+    std::int64_t const fence_;
+    std::atomic<bool> exclusive_in_doubt_{false};
+};
+
+// An acquire for an awaiting caller (the co_* forms), whose cancellation reaches it on the
+// strand: the outcome of a success, else throws system_error with its code and message.
+boost::asio::awaitable<permit_outcome> await_acquire(std::shared_ptr<semaphore_core> core,
+                                                     std::size_t permits, bool new_fence,
+                                                     lock_options opt, bool wait);
+
+// An acquire for a completion handler (the async_* forms): `finish(handler, code, outcome)` on
+// the handler's executor once it ends (a coroutine that threw: error::unexpected_reply).
+template <class Handler, class Finish>
+void spawn_acquire(std::shared_ptr<semaphore_core> core, std::size_t permits, bool new_fence,
+                   lock_options opt, bool wait, Handler handler, Finish finish) {
+    auto strand = core->locker_strand();
+    spawn_cancellable(
+        strand, semaphore_core::acquire(std::move(core), permits, new_fence, std::move(opt), wait),
+        std::move(handler), [finish](Handler h, std::exception_ptr e, permit_outcome o) {
+            auto ec = o.ec;
+            if (e)
+                ec = make_error_code(error::unexpected_reply);
+            finish(std::move(h), ec, std::move(o));
+        });
+}
+
+} // namespace colock::detail

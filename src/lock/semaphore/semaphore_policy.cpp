@@ -1,0 +1,172 @@
+// A semaphore's decisions without I/O.
+#include "lock/semaphore/semaphore_policy.hpp"
+
+#include "lock/store/lock_replies.hpp"
+
+#include <colock/error.hpp>
+#include <colock/lock_options.hpp>
+
+#include <boost/system/system_error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace colock::detail {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+// A non-negative number of the reply, or nothing.
+std::optional<std::int64_t> count(resp3::value const& v) {
+    return replies::flag(v, 0, std::numeric_limits<std::int64_t>::max());
+}
+
+} // namespace
+
+permit_grant read_permit_grant(script_reply const& reply) {
+    permit_grant g;
+    if (replies::failed(reply, g)) {
+        // Refused by the server, or stopped before it was sent: it did not run.
+        g.outcome_unknown = reply.ec != redis::error::server_error &&
+                            reply.ec != boost::asio::error::operation_aborted;
+        return g;
+    }
+    auto const& v = reply.value;
+    auto const& e = v.elements;
+    auto const kind =
+        v.type == resp3::type::array && !e.empty() ? replies::flag(e[0], -1, 1) : std::nullopt;
+    std::optional<std::int64_t> first, second;
+    std::optional<std::string_view> stored;
+    if (kind && e.size() == (*kind == 0 ? 3u : 2u)) {
+        if (*kind == -1) {
+            // The capacity as the server stores it, quoted to the user as it is.
+            if (e[1].type == resp3::type::blob_string || e[1].type == resp3::type::simple_string)
+                stored = e[1].as_string();
+        } else {
+            first = count(e[1]);
+            if (*kind == 0)
+                second = count(e[2]);
+        }
+    }
+    // A fence of 0 is a reader's that follows no writer.
+    if (!kind || (*kind == -1 ? !stored || stored->empty() : !first) || (*kind == 0 && !second)) {
+        // A reply of another shape may still have granted permits to the token.
+        auto out = replies::garbled<permit_grant>(v);
+        out.outcome_unknown = true;
+        return out;
+    }
+    switch (*kind) {
+    case 1:
+        g.granted = true;
+        g.fence = *first;
+        break;
+    case 0:
+        g.wait = milliseconds(std::min<std::int64_t>(*first, max_lock_ttl.count()));
+        g.free = *second;
+        break;
+    default:
+        g.stored = std::string(*stored);
+        break;
+    }
+    return g;
+}
+
+lease_reply read_permit_reply(script_reply const& reply) {
+    return read_extend(reply);
+}
+
+permit_extension read_permit_extension(script_reply const& reply) {
+    if (reply.ec)
+        return {lease_reply{reply.ec, false}, false};
+    auto const answer = replies::flag(reply.value, 0, 2);
+    if (!answer)
+        return {lease_reply{error::unexpected_reply, false}, false};
+    return {lease_reply{error_code{}, *answer != 0}, *answer == 2};
+}
+
+semaphore_reading read_semaphore(script_reply const& reply) {
+    return replies::read_value<semaphore_reading>(
+        reply, [](resp3::value const& v, semaphore_reading& r) {
+            if (v.type != resp3::type::array || v.elements.size() != 3)
+                return false;
+            auto const& first = v.elements[0];
+            auto const capacity =
+                first.type == resp3::type::blob_string || first.type == resp3::type::simple_string
+                    ? first.as_string()
+                    : std::nullopt;
+            auto const held = count(v.elements[1]);
+            auto const queued = count(v.elements[2]);
+            if (!capacity || !held || !queued)
+                return false;
+            if (!capacity->empty())
+                r.capacity = std::string(*capacity);
+            r.held = *held;
+            r.queued = *queued;
+            return true;
+        });
+}
+
+grant_result as_grant_result(permit_grant const& g) {
+    grant_result r;
+    r.ec = g.ec;
+    r.server_text = g.server_text;
+    r.granted = g.granted;
+    r.fence = g.fence;
+    r.holder_ttl = g.wait;
+    r.outcome_unknown = g.outcome_unknown;
+    return r;
+}
+
+std::string capacity_mismatch_text(std::string_view kind, std::string_view name,
+                                   std::string_view key, std::size_t capacity,
+                                   std::string_view stored) {
+    // A number as this library writes it is shown as it is; anything else quoted, so that
+    // "3.0" is not read as 3.
+    bool const canonical = !stored.empty() && stored.size() <= 20 &&
+                           stored.find_first_not_of("0123456789") == std::string_view::npos &&
+                           (stored.size() == 1 || stored.front() != '0');
+    auto const shown =
+        canonical ? std::string(stored) : fmt::format("\"{}\"", stored.substr(0, 40));
+    return fmt::format("colock: {} '{}' has capacity {} at the server, not {}: every user of a {} "
+                       "must give the same capacity (nothing was changed; it is stored in key {})",
+                       kind, name, shown, capacity, kind, key);
+}
+
+namespace {
+
+[[noreturn]] void refuse(std::string text) {
+    throw boost::system::system_error(make_error_code(error::invalid_argument), text);
+}
+
+} // namespace
+
+void validate_semaphore(std::string_view name, std::size_t capacity) {
+    validate(name, lock_options{});
+    if (capacity == 0 || capacity > max_semaphore_capacity)
+        refuse(fmt::format("colock: semaphore '{}': capacity must be 1 to {}, got {}", name,
+                           max_semaphore_capacity, capacity));
+}
+
+void validate_permits(std::string_view name, std::size_t capacity, std::size_t permits) {
+    if (permits == 0 || permits > capacity || permits > max_permits_per_call)
+        refuse(fmt::format("colock: semaphore '{}': permits must be 1 to {} (its capacity, and "
+                           "at most {} per call), got {}",
+                           name, std::min(capacity, max_permits_per_call), max_permits_per_call,
+                           permits));
+}
+
+clock_type::time_point permit_wakes_at(clock_type::time_point now,
+                                       clock_type::time_point wait_deadline,
+                                       milliseconds first_expiry, bool listening,
+                                       milliseconds backoff) {
+    auto nap = first_expiry.count() > 0 ? first_expiry : backoff;
+    if (!listening)
+        nap = std::min(nap, backoff);
+    nap = std::clamp(nap, milliseconds{1}, queue_refresh_interval);
+    return std::min(wait_deadline, saturating_add(now, nap));
+}
+
+} // namespace colock::detail

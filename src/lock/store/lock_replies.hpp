@@ -1,0 +1,220 @@
+// The lock scripts' replies read into the lease store's results: pure functions of a
+// script_reply, so that every shape a server or a proxy could send (a wrong type, a wrong
+// count, a negative or unknown number, an error where a value was due) is tested without one.
+// A reply of any shape but the script's own is error::unexpected_reply, shown in server_text,
+// and never read as "granted", "done" or "not ours". Declared, then defined, here: a new
+// script's reader is one file's change. Private to the library's sources.
+#pragma once
+
+#include "lock/store/lease_store.hpp"
+#include "lock/store/script_client.hpp"
+
+#include <colock/error.hpp>
+#include <colock/redis/error.hpp>
+
+#include <boost/asio/error.hpp>
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+
+namespace colock::detail {
+
+// The acquire script's {1, fence, others} or {0, holder's pttl, others}, or a grant's bare fence
+// (others 0). An outcome is unknown
+// (outcome_unknown: the lease may be ours) for a failure after the request may have run: a
+// lost connection or a garbled reply, not a refusal or a request stopped before it was sent.
+grant_result read_grant(script_reply const& reply);
+
+// The text of error::replicas_not_acknowledged for a grant that `acked` acknowledged for
+// `wanted`.
+std::string replicas_failure_text(wait_reply const& acked, replica_wait const& wanted);
+
+// The extend script's 1 (extended) or 0 (not ours).
+lease_reply read_extend(script_reply const& reply);
+
+// The release script's 2 (handed to a queued locker), 1 (freed) or 0 (not ours).
+lease_reply read_release(script_reply const& reply);
+
+// The status script's {value or "", pttl, live queue entries, server time}.
+lock_reading read_lock(script_reply const& reply);
+
+// HGETALL's map (RESP3) or flat array (RESP2) of string fields.
+record_reading read_record(script_reply const& reply);
+
+// The forced unlock's {1, owner, token} or {0}.
+forced_unlock_result read_forced_unlock(script_reply const& reply);
+
+// ------------------------------------------------------------------ definitions
+
+using boost::system::error_code;
+using std::chrono::milliseconds;
+
+namespace replies {
+
+// A number the script answers with, one of `low`..`high`; nothing for any other reply.
+inline std::optional<std::int64_t> flag(resp3::value const& v, std::int64_t low,
+                                        std::int64_t high) {
+    if (v.type != resp3::type::number)
+        return std::nullopt;
+    auto const n = v.as_integer();
+    if (!n || *n < low || *n > high)
+        return std::nullopt;
+    return n;
+}
+
+// Sets `ec` and `server_text` of a result for a failed request or a garbled reply; true when
+// it did (the result is complete).
+template <class Result>
+bool failed(script_reply const& reply, Result& r) {
+    if (!reply.ec)
+        return false;
+    r.ec = reply.ec;
+    r.server_text = std::string(reply.server_text());
+    return true;
+}
+
+template <class Result>
+Result garbled(resp3::value const& v) {
+    Result r;
+    r.ec = error::unexpected_reply;
+    r.server_text = resp3::to_debug_string(v);
+    return r;
+}
+
+// A failed request as it came; else `read(value, result)`, which answers false for a reply of
+// a foreign shape: unexpected_reply, and nothing of what it read.
+template <class Result, class Read>
+Result read_value(script_reply const& reply, Read read) {
+    Result r;
+    if (failed(reply, r))
+        return r;
+    if (!read(reply.value, r))
+        return garbled<Result>(reply.value);
+    return r;
+}
+
+} // namespace replies
+
+inline grant_result read_grant(script_reply const& reply) {
+    grant_result r;
+    if (replies::failed(reply, r)) {
+        // Refused by the server, or stopped before it was sent: it did not run.
+        r.outcome_unknown = reply.ec != redis::error::server_error &&
+                            reply.ec != boost::asio::error::operation_aborted;
+        return r;
+    }
+    auto const& v = reply.value;
+    if (v.type == resp3::type::number) {
+        // A grant with nobody else queued: its fence alone (the scripts grant none below 1).
+        if (v.integer < 1) {
+            r = replies::garbled<grant_result>(v);
+            r.outcome_unknown = true;
+            return r;
+        }
+        r.granted = true;
+        r.fence = v.integer;
+        return r;
+    }
+    auto const granted = v.elements.size() == 3 ? replies::flag(v.elements[0], 0, 1) : std::nullopt;
+    auto const others = v.elements.size() == 3 ? replies::flag(v.elements[2], 0, 1) : std::nullopt;
+    if (v.type != resp3::type::array || !granted || !others ||
+        v.elements[1].type != resp3::type::number) {
+        r = replies::garbled<grant_result>(v);
+        r.outcome_unknown = true; // a garbled reply came from a script that did run
+        return r;
+    }
+    auto const second = v.elements[1].integer;
+    r.granted = *granted == 1;
+    r.others_queued = *others == 1;
+    if (r.granted) {
+        if (second <= 0) {
+            r = replies::garbled<grant_result>(v); // the scripts never grant a fence below 1
+            r.outcome_unknown = true;
+            return r;
+        }
+        r.fence = second;
+    } else if (second >= 0) {
+        r.holder_ttl = milliseconds(second);
+    } else if (second == -1) {
+        r.holder_ttl = milliseconds::max(); // set without expiry by hand: back off only
+    } else {
+        r.holder_ttl = milliseconds(0); // gone meanwhile: try again at once
+    }
+    return r;
+}
+
+inline std::string replicas_failure_text(wait_reply const& acked, replica_wait const& wanted) {
+    return fmt::format(
+        "{} of {} replicas acknowledged the lock within {} ms (WAIT){}; it was released",
+        acked.replicas, wanted.count, wanted.timeout.count(),
+        acked.refusal.empty() ? std::string() : ": WAIT refused: " + acked.refusal);
+}
+
+inline lease_reply read_extend(script_reply const& reply) {
+    if (reply.ec)
+        return lease_reply{reply.ec, false};
+    auto const extended = replies::flag(reply.value, 0, 1);
+    if (!extended)
+        return lease_reply{error::unexpected_reply, false};
+    return lease_reply{error_code{}, *extended == 1};
+}
+
+inline lease_reply read_release(script_reply const& reply) {
+    if (reply.ec)
+        return lease_reply{reply.ec, false};
+    auto const released = replies::flag(reply.value, 0, 2);
+    if (!released)
+        return lease_reply{error::unexpected_reply, false};
+    return lease_reply{error_code{}, *released != 0, *released == 2};
+}
+
+inline lock_reading read_lock(script_reply const& reply) {
+    return replies::read_value<lock_reading>(reply, [](resp3::value const& v, lock_reading& r) {
+        auto const value = v.elements.size() == 4 ? v.elements[0].as_string() : std::nullopt;
+        if (v.type != resp3::type::array || !value || v.elements[1].type != resp3::type::number ||
+            v.elements[2].type != resp3::type::number || v.elements[2].integer < 0)
+            return false;
+        r.value = std::string(*value);
+        r.pttl = v.elements[1].integer;
+        r.queued = v.elements[2].integer;
+        return true;
+    });
+}
+
+inline record_reading read_record(script_reply const& reply) {
+    return replies::read_value<record_reading>(reply, [](resp3::value const& v, record_reading& r) {
+        bool const aggregate = v.type == resp3::type::map || v.type == resp3::type::array;
+        if (!aggregate || v.elements.size() % 2 != 0)
+            return false;
+        for (std::size_t i = 0; i < v.elements.size(); i += 2) {
+            auto const field = v.elements[i].as_string();
+            auto const text = v.elements[i + 1].as_string();
+            if (!field || !text)
+                return false;
+            r.fields.emplace_back(std::string(*field), std::string(*text));
+        }
+        return true;
+    });
+}
+
+inline forced_unlock_result read_forced_unlock(script_reply const& reply) {
+    return replies::read_value<forced_unlock_result>(
+        reply, [](resp3::value const& v, forced_unlock_result& r) {
+            auto const ended = v.type == resp3::type::array && !v.elements.empty()
+                                   ? replies::flag(v.elements[0], 0, 1)
+                                   : std::nullopt;
+            if (!ended || (*ended == 1 && (v.elements.size() != 3 || !v.elements[1].as_string() ||
+                                           !v.elements[2].as_string())))
+                return false;
+            if (*ended == 1) {
+                r.ended = true;
+                r.owner = std::string(*v.elements[1].as_string());
+                r.token = std::string(*v.elements[2].as_string());
+            }
+            return true;
+        });
+}
+
+} // namespace colock::detail

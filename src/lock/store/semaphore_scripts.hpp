@@ -1,0 +1,319 @@
+// The Lua scripts of a semaphore, and of a read-write lock, which is a semaphore whose writer
+// takes every permit. Private to the library's sources, its tests and benchmarks.
+//
+// Keys of semaphore `name` under prefix p (the locker's prefix + "semaphore:", or + "rw:" for a
+// read-write lock), all in the hash slot of `{name}`:
+//   p{name}      a hash: `capacity` (every user must agree on it) and `fence` (the last one
+//                given). Its expiry is never earlier than any holding's or queue entry's.
+//   p{name}:h    the holdings: a sorted set, one member per holding (its token), scored by its
+//                expiry in the server's milliseconds.
+//   p{name}:hw   the weight of each holding of more than one permit (a hash: token -> permits);
+//                a holding not listed holds one. Free permits = capacity - the weights of the
+//                live holdings: derived from the leases at each call, never a stored counter
+//                that could drift. An expired holding is removed with its weight.
+//   p{name}:q    the waiting calls, in arrival order (a list of their tokens)
+//   p{name}:qd   each waiting call's entry (a hash): "<deadline ms> <permits> <owner> <woken>";
+//                the call refreshes the deadline while it waits, so a dead one's entry lapses.
+// Channel p{name}:w:<owner>: "g <token>" to locker `owner`: its waiting call `token` may fit now.
+//
+// Admission, first come first served across processes: a call is admitted when its permits and
+// those of every live entry ahead of it in the queue fit in the free permits (a call not queued
+// counts the whole queue as ahead). So a large request is never overtaken by small ones, and
+// the calls admitted together are exactly those a release made room for. A release wakes the
+// entries that now fit, each once (their `woken` mark), and shortens their deadline to the
+// claim: a woken process that died holds the others up that long at most.
+//
+// A read-write lock: capacity 2^40, a reader takes one permit, a writer all of them. A writer
+// is admitted when nothing is held and nobody is queued ahead of it; a reader when no writer
+// holds and no writer is queued ahead of it: a waiting writer stops the readers that come after
+// it (no writer starves), and the readers queued behind a writer enter together when it leaves
+// (no reader starves). A downgrade makes the writer's holding a reader's: same lease, no gap.
+//
+// Fences: a semaphore's grant and a writer take the server's clock in microseconds, or one more
+// than the last fence when that is not below it (two grants within a microsecond); a reader takes
+// the last fence given (its writer's). The hash outlives every holding, and lapses at least a ttl
+// after the last grant, by when the clock is past every fence given.
+#pragma once
+
+#include "lock/store/scripts.hpp"
+
+#include <string_view>
+
+namespace colock::detail {
+
+// A shared prologue of the scripts that admit or wake: `now` (the server's time in ms), the walk
+// of the queue, the live holdings' permits, the wake-ups, and the keys' expiries.
+#define COLOCK_SEMAPHORE_PROLOGUE                                                                  \
+    "local t = redis.call('TIME')\n"                                                               \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                      \
+    "-- The lockers one of whose entries lapsed in this script: a process dies as a whole, so\n"   \
+    "-- their other entries go too (a live call that loses its entry so asks again, last).\n"      \
+    "local gone = {}\n"                                                                            \
+    "-- The permits entry `e` (its record `d`) waits for; nil, and the entry removed, when it\n"   \
+    "-- lapsed (or is garbled), or its locker's did.\n"                                            \
+    "local function live_entry(e, d)\n"                                                            \
+    "  if d then\n"                                                                                \
+    "    local deadline, want, owner = string.match(d, '^(%d+) (%d+) (%S+)')\n"                    \
+    "    if deadline and not gone[owner] then\n"                                                   \
+    "      if tonumber(deadline) >= now then return tonumber(want) end\n"                          \
+    "      gone[owner] = true\n"                                                                   \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "  redis.call('HDEL', KEYS[5], e)\n"                                                           \
+    "  redis.call('LREM', KEYS[4], 1, e)\n"                                                        \
+    "  return nil\n"                                                                               \
+    "end\n"                                                                                        \
+    "-- Walks the queue from its head while the permits of the live entries fit in `free`,\n"      \
+    "-- calling visit(entry, want, record) for each that fits, until `stop_at` (an entry) is\n"    \
+    "-- reached. Returns the permits of the entries that fit ahead of `stop_at` (or of the\n"      \
+    "-- whole queue), and whether the walk ended because the next did not fit. Reads the\n"        \
+    "-- queue by chunks, each with its records in one HMGET.\n"                                    \
+    "local function walk(free, stop_at, visit)\n"                                                  \
+    "  local ahead = 0\n"                                                                          \
+    "  local pos = 0\n"                                                                            \
+    "  while true do\n"                                                                            \
+    "    -- At most 16 entries a chunk: a read-write lock's readers fit by the thousand.\n"        \
+    "    local last = pos + math.min(math.max(free, 1), 15)\n"                                     \
+    "    local chunk = redis.call('LRANGE', KEYS[4], pos, last)\n"                                 \
+    "    if #chunk == 0 then return ahead, false, false end\n"                                     \
+    "    local records = redis.call('HMGET', KEYS[5], unpack(chunk))\n"                            \
+    "    for i, e in ipairs(chunk) do\n"                                                           \
+    "      if e == stop_at then return ahead, false, true end\n"                                   \
+    "      local want = live_entry(e, records[i])\n"                                               \
+    "      if want then\n"                                                                         \
+    "        if ahead + want > free then return ahead, true, false end\n"                          \
+    "        ahead = ahead + want\n"                                                               \
+    "        pos = pos + 1\n"                                                                      \
+    "        if visit then visit(e, want, records[i]) end\n"                                       \
+    "      end\n"                                                                                  \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "-- Removes the expired holdings with their weights; returns the permits the live ones "       \
+    "hold.\n"                                                                                      \
+    "local function held()\n"                                                                      \
+    "  while true do\n"                                                                            \
+    "    local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 500)\n"     \
+    "    if #expired == 0 then break end\n"                                                        \
+    "    redis.call('ZREM', KEYS[2], unpack(expired))\n"                                           \
+    "    redis.call('HDEL', KEYS[3], unpack(expired))\n"                                           \
+    "  end\n"                                                                                      \
+    "  local n = redis.call('ZCARD', KEYS[2])\n"                                                   \
+    "  if n > 0 then\n"                                                                            \
+    "    for _, w in ipairs(redis.call('HVALS', KEYS[3])) do\n"                                    \
+    "      -- A weight this library writes: 2 .. 2^40, in digits. Anything else is refused,\n"     \
+    "      -- naming the key, rather than counted from wrongly.\n"                                 \
+    "      if not string.match(w, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then\n"           \
+    "        error({err = 'COLOCK the weights key ' .. KEYS[3] .. ' holds \"' ..\n"                \
+    "                     string.sub(w, 1, 40) .. '\", which is not a weight colock writes; ' "    \
+    "..\n"                                                                                         \
+    "                     'delete the key to use it'})\n"                                          \
+    "      end\n"                                                                                  \
+    "      n = n + tonumber(w) - 1\n"                                                              \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "  return n\n"                                                                                 \
+    "end\n"                                                                                        \
+    "-- Wakes entry `e` (it fits now), once: its process is told (channel `prefix` + its\n"        \
+    "-- locker), and the entry is kept for the claim (`claim` ms) at most, so that a dead\n"       \
+    "-- process's entry lapses then rather than at its deadline.\n"                                \
+    "local function wake_entry(e, want, record, prefix, claim)\n"                                  \
+    "  local deadline, owner, woken = string.match(record, '^(%d+) %d+ (%S+) (%d)$')\n"            \
+    "  if woken ~= '0' or not owner then return end\n"                                             \
+    "  local until_ms = math.min(tonumber(deadline), now + claim)\n"                               \
+    "  redis.call('HSET', KEYS[5], e, string.format('%.0f', until_ms) .. ' ' ..\n"                 \
+    "             string.format('%.0f', want) .. ' ' .. owner .. ' 1')\n"                          \
+    "  redis.pcall('PUBLISH', prefix .. owner, 'g ' .. e)\n"                                       \
+    "end\n"                                                                                        \
+    "-- Wakes the entries that fit in the permits free now; `capacity` from the hash.\n"           \
+    "local function wake(prefix, claim)\n"                                                         \
+    "  if redis.call('LLEN', KEYS[4]) == 0 then return end\n"                                      \
+    "  local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '0') or 0\n"           \
+    "  local free = capacity - held()\n"                                                           \
+    "  walk(free, nil, function(e, want, record) wake_entry(e, want, record, prefix, claim) "      \
+    "end)\n"                                                                                       \
+    "end\n"                                                                                        \
+    "-- Keeps `key` (made by this script when `fresh`) for `ms` from now at least.\n"              \
+    "local function keep(key, ms, fresh)\n"                                                        \
+    "  if fresh then redis.call('PEXPIRE', key, ms) else redis.call('PEXPIRE', key, ms, 'GT') "    \
+    "end\n"                                                                                        \
+    "end\n"
+
+// Acquire. KEYS[1] the semaphore, KEYS[2] its holdings, KEYS[3] their weights, KEYS[4] the
+// queue, KEYS[5] its entries. ARGV[1] token, ARGV[2] permits wanted (1..capacity), ARGV[3] the
+// caller's capacity, ARGV[4] ttl ms, ARGV[5] owner (the locker), ARGV[6] "1" to queue when not
+// admitted ("0": a try), ARGV[7] the queue entry's lifetime in ms, ARGV[8] "1" for a new fence,
+// "0" for the last one (a reader), ARGV[9] the channel prefix p{name}:w:, ARGV[10] the claim in
+// ms (the entries ahead that fit in free permits are woken as a release wakes them).
+// Returns {1, fence} when granted; {0, ms until the first holding expires (0 when none is held:
+// try again soon), free permits}; {-1, the capacity stored, as stored} when it differs from
+// ARGV[3] (nothing changed); an error "COLOCK ..." naming the key when the stored fence or a
+// weight is not one this library writes. A token already granted is not granted again: the caller
+// uses a new token after a request whose reply it did not see (and gives that one back).
+inline constexpr std::string_view semaphore_acquire_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
+local state = redis.call('HMGET', KEYS[1], 'capacity', 'fence')
+-- The stored text itself, for the caller to quote: "3.0" is not the capacity 3 colock writes.
+if state[1] and state[1] ~= ARGV[3] then return {-1, state[1]} end
+-- A fence Lua counts on exactly (digits, below 2^53 - 1, so that one more is exact too); else
+-- refused, naming the key, rather than two grants given the same fence.
+if state[2] and not (string.match(state[2], '^%d+$') and #state[2] <= 16 and
+                     tonumber(state[2]) < 9007199254740991) then
+  return redis.error_reply('COLOCK the semaphore key ' .. KEYS[1] .. ' holds fence "' ..
+                           string.sub(state[2], 1, 40) .. '", which is not a fence colock ' ..
+                           'writes (it must be below 2^53 - 1); delete the key to use it')
+end
+local fresh_state = not state[1]
+local k = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[4])
+local used = held()
+local free = tonumber(ARGV[3]) - used
+local admitted = false
+local queued = false -- the call's entry was found in the queue
+if free > 0 then
+  -- The entries ahead that fit are woken, if no release did it (permits freed by a lease
+  -- that ran out): told, and kept for the claim only.
+  local claim = tonumber(ARGV[10])
+  local ahead, blocked
+  ahead, blocked, queued = walk(free, ARGV[1], function(e, want, record)
+    wake_entry(e, want, record, ARGV[9], claim)
+  end)
+  admitted = not blocked and ahead + k <= free
+end
+if admitted then
+  if queued then
+    redis.call('HDEL', KEYS[5], ARGV[1])
+    redis.call('LREM', KEYS[4], 1, ARGV[1])
+  end
+  local fence = tonumber(state[2] or '0') or 0
+  if ARGV[8] == '1' then
+    local last = fence
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if last >= fence then fence = last + 1 end
+    redis.call('HSET', KEYS[1], 'capacity', ARGV[3], 'fence', string.format('%.0f', fence))
+  elseif fresh_state then
+    redis.call('HSET', KEYS[1], 'capacity', ARGV[3])
+  end
+  redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+  if k > 1 then
+    redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+    if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
+  end
+  keep(KEYS[2], ttl, used == 0)
+  keep(KEYS[1], ttl, fresh_state)
+  return {1, fence}
+end
+if ARGV[6] == '1' then
+  local life = tonumber(ARGV[7])
+  local entry = string.format('%.0f', now + life) .. ' ' .. ARGV[2] .. ' ' .. ARGV[5] .. ' 0'
+  if redis.call('HSET', KEYS[5], ARGV[1], entry) == 1 then
+    redis.call('RPUSH', KEYS[4], ARGV[1])
+  end
+  -- Each entry's deadline is at most `life` from its last refresh: the keys outlive them all.
+  redis.call('PEXPIRE', KEYS[4], life)
+  redis.call('PEXPIRE', KEYS[5], life)
+  if fresh_state then redis.call('HSET', KEYS[1], 'capacity', ARGV[3]) end
+  keep(KEYS[1], life, fresh_state)
+elseif fresh_state then
+  -- Nothing held, nothing written: a try needs no key.
+  return {0, 0, free}
+end
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local wait = 0
+if first[2] then wait = math.max(tonumber(first[2]) - now, 0) end
+return {0, wait, free}
+)lua";
+
+// Release, and leave. KEYS as for acquire. ARGV[1] token, ARGV[2] the channel prefix p{name}:w:,
+// ARGV[3] the claim in ms (how long a woken entry is kept for its process), ARGV[4] "1" when the
+// call leaves the queue (a waiting call given up, or one whose request's reply was lost) rather
+// than gives back a holding, ARGV[5] the holding's permits as its holder knows them (above 1:
+// its weight is removed too). The permits freed go to the entries that now fit, first come first
+// served, each woken once. Returns 1 when the holding was live and is released (or the entry
+// left), 0 when it was not ours any more (expired, or never granted).
+inline constexpr std::string_view semaphore_release_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
+local ours = 0
+if ARGV[4] == '1' then
+  if redis.call('HDEL', KEYS[5], ARGV[1]) == 1 then
+    redis.call('LREM', KEYS[4], 1, ARGV[1])
+    ours = 1
+  end
+end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if score then
+  if tonumber(score) > now then ours = 1 end
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  if ARGV[5] ~= '1' then redis.call('HDEL', KEYS[3], ARGV[1]) end
+end
+wake(ARGV[2], tonumber(ARGV[3]))
+return ours
+)lua";
+
+// Downgrade (a read-write lock's writer to a reader). KEYS as for acquire; ARGV[1] token,
+// ARGV[2] the channel prefix, ARGV[3] the claim in ms. The holding keeps its lease and weighs
+// one permit from now on; the readers queued behind are woken. 1 when the holding is live (now
+// a reader's), 0 when it is not ours any more.
+inline constexpr std::string_view semaphore_downgrade_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) <= now then return 0 end
+if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then wake(ARGV[2], tonumber(ARGV[3])) end
+return 1
+)lua";
+
+// Extend. KEYS[1] the semaphore, KEYS[2] its holdings, KEYS[3] their weights; ARGV[1] token,
+// ARGV[2] ttl ms, ARGV[3] "1" to be told the holding's weight (after a downgrade whose reply was
+// not seen). 1 when extended, 0 when the holding is not live any more (an expired one is
+// removed with its weight: it is never revived); asked for the weight, 2 when extended and the
+// holding weighs more than one permit (a writer's), 1 when it weighs one.
+inline constexpr std::string_view semaphore_extend_source = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score then return 0 end
+if tonumber(score) <= now then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[2], 'XX', now + ttl, ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ttl, 'GT')
+redis.call('PEXPIRE', KEYS[1], ttl, 'GT')
+redis.call('PEXPIRE', KEYS[3], ttl, 'GT')
+if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return 2 end
+return 1
+)lua";
+
+// Reads the semaphore. KEYS as for acquire. Returns {capacity stored, as stored, or "", permits
+// held by live holdings, queued calls}.
+inline constexpr std::string_view semaphore_read_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
+return {redis.call('HGET', KEYS[1], 'capacity') or '', held(), redis.call('LLEN', KEYS[4])}
+)lua";
+
+#undef COLOCK_SEMAPHORE_PROLOGUE
+
+// The scripts as sent, each made once.
+inline script const& semaphore_acquire_script(bool sharded) {
+    static script const variants[2] = {make_script(semaphore_acquire_source, false),
+                                       make_script(semaphore_acquire_source, true)};
+    return variants[sharded ? 1 : 0];
+}
+inline script const& semaphore_release_script(bool sharded) {
+    static script const variants[2] = {make_script(semaphore_release_source, false),
+                                       make_script(semaphore_release_source, true)};
+    return variants[sharded ? 1 : 0];
+}
+inline script const& semaphore_downgrade_script(bool sharded) {
+    static script const variants[2] = {make_script(semaphore_downgrade_source, false),
+                                       make_script(semaphore_downgrade_source, true)};
+    return variants[sharded ? 1 : 0];
+}
+inline script const& semaphore_extend_script() {
+    static script const s = make_script(semaphore_extend_source);
+    return s;
+}
+inline script const& semaphore_read_script() {
+    static script const s = make_script(semaphore_read_source);
+    return s;
+}
+
+} // namespace colock::detail

@@ -1,0 +1,270 @@
+// The lease store over one connection: the lock scripts' keys and arguments, sent through the
+// script client and read by the pure parsers of lock_replies.hpp.
+#include "lock/store/single_connection_store.hpp"
+
+#include "lock/base/errors.hpp"
+#include "lock/store/lock_replies.hpp"
+#include "lock/store/lock_scripts.hpp"
+#include "lock/store/script_client.hpp"
+
+#include "redis/engine.hpp"
+
+#include <colock/error.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
+
+#include <algorithm>
+#include <limits>
+
+namespace colock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using std::chrono::milliseconds;
+
+namespace {
+
+class single_connection_store final : public lease_store,
+                                      public std::enable_shared_from_this<single_connection_store> {
+public:
+    single_connection_store(redis::detail::shared_engine engine,
+                            asio::strand<asio::any_io_executor> strand)
+        : client_(std::make_shared<script_client>(std::move(engine), std::move(strand))) {}
+
+    asio::strand<asio::any_io_executor> const& strand() const override { return client_->strand(); }
+
+    asio::awaitable<grant_result> grant(lock_keys const& keys, std::string const& token,
+                                        milliseconds ttl, queueing queue,
+                                        asio::cancellation_slot stop,
+                                        replica_wait replicas) override {
+        auto const ttl_text = std::to_string(ttl.count());
+        std::string_view const queue_text = queue == queueing::never       ? "0"
+                                            : queue == queueing::when_held ? "1"
+                                                                           : "2";
+        auto const entry_ttl_text = std::to_string(queue_entry_ttl.count());
+        // The claim of a hand-off this attempt makes when the key is gone and another locker
+        // heads the queue, as long as a release's.
+        auto const claim_text = std::to_string(handoff_claim(ttl).count());
+        // Never negative (a clock set before 1970): the scripts read only digits there.
+        auto const since_text = std::to_string(
+            std::max<std::int64_t>(0, std::chrono::duration_cast<milliseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count()));
+        script_call const call{acquire_script(client_->sharded()),
+                               {keys.key, keys.queue_key, keys.deadlines_key},
+                               {token, ttl_text, keys.owner, queue_text, entry_ttl_text,
+                                keys.channel_prefix, since_text, claim_text}};
+        if (replicas.count == 0)
+            co_return read_grant(co_await client_->run(call, send_as::sha, stop));
+        auto [reply, acked] =
+            co_await client_->run_then_wait(call, replicas.count, replicas.timeout, stop);
+        auto r = read_grant(reply);
+        if (r.granted && acked.replicas < static_cast<std::int64_t>(replicas.count)) {
+            // A failover to a replica without the lock could give it to someone else: give it
+            // back now, and say why.
+            auto const released = co_await release(keys, token, handoff_claim(ttl), r.fence);
+            r.granted = false;
+            r.fence = 0;
+            r.outcome_unknown = released.ec.failed(); // the locker releases again on its way out
+            r.ec = error::replicas_not_acknowledged;
+            r.server_text = replicas_failure_text(acked, replicas);
+        }
+        co_return r;
+    }
+
+    asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
+                                        milliseconds ttl, std::int64_t fence) override {
+        // In place, not by SHA: after a NOSCRIPT the extend would be sent again behind later
+        // requests, and could land after the next holder's renewal in a cohort, setting the
+        // lease to a ttl nobody counts on. One request keeps its place.
+        auto const ttl_text = std::to_string(ttl.count());
+        auto const fence_text = std::to_string(fence);
+        script_call const call{extend_script(client_->sharded()),
+                               {keys.key},
+                               {token, ttl_text, fence_text},
+                               keys.record_key};
+        co_return read_extend(co_await client_->run(call, send_as::in_place));
+    }
+
+    asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
+                                         milliseconds claim, std::int64_t last_fence) override {
+        auto const claim_text = std::to_string(claim.count());
+        auto const fence_text = std::to_string(last_fence);
+        // A connection lost before the reply leaves the outcome unknown: sent again until the
+        // deadline. The script checks the token, so a repeat is harmless (it answers 0 if the
+        // first one went through, so `true` is only reported when known).
+        script_call const call{release_script(client_->sharded()),
+                               {keys.key, keys.queue_key, keys.deadlines_key},
+                               {token, keys.channel_prefix, claim_text, "", fence_text},
+                               keys.record_key};
+        co_return read_release(co_await client_->run_retrying(call, send_as::sha, release_retries));
+    }
+
+    void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
+                               std::int64_t last_fence, std::function<void()> retry) override {
+        // In place: no NOSCRIPT, so the one request is all it takes.
+        auto const claim_text = std::to_string(claim.count());
+        auto const fence_text = std::to_string(last_fence);
+        script_call const call{release_script(client_->sharded()),
+                               {keys.key, keys.queue_key, keys.deadlines_key},
+                               {token, keys.channel_prefix, claim_text, "", fence_text, "0"},
+                               keys.record_key};
+        client_->run_detached(
+            call, [strand = strand(), retry = std::move(retry)](script_reply const& reply) {
+                if (reply.ec && is_transient(reply.ec, reply.server_text()))
+                    asio::dispatch(strand, std::move(retry));
+            });
+    }
+
+    void give_back_in_background(lock_keys const& keys, std::string const& token,
+                                 std::function<bool()> current) override {
+        asio::co_spawn(strand(), give_back(shared_from_this(), keys, token, std::move(current)),
+                       asio::detached);
+    }
+
+    void leave_queue(lock_keys const& keys, milliseconds claim) override {
+        // The first attempt is handed to the connection here, on the caller's thread, so that
+        // it goes out before anything the caller does next: a close() right after a cancelled
+        // co_lock still sends it (a graceful close sends what was asked before it). A passing
+        // failure goes on with the retrying one on the strand.
+        auto const claim_text = std::to_string(claim.count());
+        script_call const call{release_script(client_->sharded()),
+                               {keys.key, keys.queue_key, keys.deadlines_key},
+                               {"", keys.channel_prefix, claim_text, keys.owner, "0"}};
+        client_->run_detached(
+            call, [self = shared_from_this(), keys, claim](script_reply const& reply) {
+                if (reply.ec && is_transient(reply.ec, reply.server_text()))
+                    asio::co_spawn(self->strand(), leave(self, keys, claim), asio::detached);
+            });
+    }
+
+    asio::awaitable<std::pair<error_code, std::string>>
+    subscribe(std::string const& channel) override {
+        return client_->subscribe(channel);
+    }
+    void unsubscribe(std::string const& channel) override { client_->unsubscribe(channel); }
+
+    void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) override {
+        client_->listen(std::move(events), std::move(channel_prefix));
+    }
+    void stop_listening() override { client_->stop_listening(); }
+
+    asio::awaitable<lock_reading> read(lock_keys const& keys) override {
+        script_call const call{status_script(), {keys.key, keys.queue_key, keys.deadlines_key}, {}};
+        co_return read_lock(co_await client_->run(call, send_as::sha));
+    }
+
+    asio::awaitable<record_reading> read_record(std::string const& key) override {
+        resp3::request req;
+        req.push("HGETALL", key);
+        co_return detail::read_record(co_await client_->exec(std::move(req)));
+    }
+
+    void write_record(std::string const& key,
+                      std::vector<std::pair<std::string, std::string>> const& fields,
+                      milliseconds ttl) override {
+        resp3::request req;
+        std::vector<std::string_view> args{key};
+        for (auto const& [field, text] : fields) {
+            args.push_back(field);
+            args.push_back(text);
+        }
+        req.push_range("HSET", args);
+        req.push("PEXPIRE", key, ttl.count());
+        client_->exec_detached(std::move(req), [client = client_, key](script_reply const& reply) {
+            if (!reply.ec || !client->logs(log_level::warning))
+                return;
+            auto const text = reply.server_text();
+            client->log(log_level::warning,
+                        fmt::format("colock: could not write the holder record {} ({}{}{}); status "
+                                    "will not show who holds this locker's locks",
+                                    key, reply.ec.message(), text.empty() ? "" : ": ", text));
+        });
+    }
+
+    asio::awaitable<forced_unlock_result> force_unlock(lock_keys const& keys,
+                                                       std::string const& notify_prefix) override {
+        auto const quarantine_text = std::to_string(forced_unlock_quarantine.count());
+        // One server (or Sentinel's primary): the script tells the holder itself.
+        std::string_view const tell_in_script =
+            client_->sharded() ? std::string_view() : notify_prefix;
+        // The record's key, as an election's would be: a lock named so has none, and the
+        // script ends only a record of the lease it ends. (A local: the call holds views.)
+        std::string const record_key = keys.key + ":e";
+        script_call const call{force_unlock_script(client_->sharded()),
+                               {keys.key, record_key},
+                               {quarantine_text, tell_in_script}};
+        auto r = read_forced_unlock(
+            co_await client_->run(call, send_as::sha, asio::cancellation_slot()));
+        if (!r.ended || !client_->sharded())
+            co_return r;
+        // A Cluster: told from here. The lease is ended whatever happens to the message: a
+        // holder that misses it finds out at its next renewal.
+        resp3::request tell;
+        tell.push("SPUBLISH", notify_prefix + r.owner, fmt::format("f {} {}", r.token, keys.key));
+        co_await client_->exec(std::move(tell), false);
+        co_return r;
+    }
+
+    std::vector<std::shared_ptr<script_client>> script_clients() const override {
+        return {client_};
+    }
+
+    bool is_connected() const noexcept override { return client_->is_connected(); }
+    std::string last_error_text() const override { return client_->last_error_text(); }
+    std::uint64_t server_changes(lock_keys const& keys) const noexcept override {
+        return client_->server_changes_for(keys.key);
+    }
+    std::uint64_t reconnects() const noexcept override { return client_->reconnects(); }
+    bool logs(log_level level) const noexcept override { return client_->logs(level); }
+    void log(log_level level, std::string_view line) const noexcept override {
+        client_->log(level, line);
+    }
+
+private:
+    // The lock freed if `token` holds it, not handed to a queued locker; while `current()`.
+    // Started on the strand, so its request follows any sent before, and is sent only while no
+    // newer acquisition with the same token was: it must never run after one. Hence in place
+    // rather than by SHA: a NOSCRIPT (a primary restarted, its first release) would send it
+    // again after the newer acquisition, taking back what that one granted.
+    static asio::awaitable<void> give_back(std::shared_ptr<single_connection_store> self,
+                                           lock_keys keys, std::string token,
+                                           std::function<bool()> current) {
+        script_call const call{release_script(self->client_->sharded()),
+                               {keys.key, keys.queue_key, keys.deadlines_key},
+                               {token, keys.channel_prefix, "0", "", "0", "1"},
+                               keys.record_key};
+        co_await self->client_->run_retrying(call, send_as::in_place, release_retries,
+                                             std::move(current));
+    }
+
+    // Out of the queue, passing on a hand-off; sent again over passing errors.
+    static asio::awaitable<void> leave(std::shared_ptr<single_connection_store> self,
+                                       lock_keys keys, milliseconds claim) {
+        auto const claim_text = std::to_string(claim.count());
+        script_call const call{release_script(self->client_->sharded()),
+                               {keys.key, keys.queue_key, keys.deadlines_key},
+                               {"", keys.channel_prefix, claim_text, keys.owner, "0"}};
+        co_await self->client_->run_retrying(call, send_as::sha, leave_retries);
+    }
+
+    std::shared_ptr<script_client> const client_;
+};
+
+} // namespace
+
+std::shared_ptr<lease_store> make_single_connection_store(redis::connection& conn) {
+    auto const& engine = redis::detail::engine_of(conn);
+    return std::make_shared<single_connection_store>(
+        engine, asio::make_strand(redis::detail::engine_executor(engine)));
+}
+
+std::shared_ptr<lease_store>
+make_single_connection_store(redis::detail::shared_engine engine,
+                             asio::strand<asio::any_io_executor> strand) {
+    return std::make_shared<single_connection_store>(std::move(engine), std::move(strand));
+}
+
+} // namespace colock::detail
