@@ -125,7 +125,20 @@ private:
     node_ptr route(std::optional<std::uint16_t> slot);
     // Starts a refresh of the map unless one runs.
     void refresh();
+    // Asks the nodes in turn for the slot map, until one gives it.
     static asio::awaitable<void> refresh_map(std::shared_ptr<cluster_engine> self);
+    struct map_search;
+    // Whether a close() (counted `closes` when the refresh began) or ~connection came since.
+    bool refresh_ended(std::uint64_t closes) const;
+    // Who a refresh asks: the node named first, the primaries known, then the seeds.
+    std::vector<server_address> nodes_to_ask();
+    // CLUSTER SLOTS on node `n`, within connect_timeout.
+    asio::awaitable<std::tuple<error_code, response>> ask_cluster_slots(node_ptr n);
+    // Applies the map in node `n`'s answer (true), or notes in `search` why there is none.
+    bool take_slot_map(node const& n, server_address const& address, error_code ec,
+                       response const& resp, map_search& search);
+    // No node gave the map: the failure is recorded and the connect waiters told.
+    void no_slot_map(map_search const& search);
     void apply_map(std::vector<slot_range> const& ranges);
     // Until every primary of the map has been connected to, or its connection failed, within
     // connect_timeout: what a co_connect waits for besides the map.
@@ -147,6 +160,31 @@ private:
     // --- requests (cluster_exec.cpp) and subscriptions (cluster_subscriptions.cpp) ---
     static asio::awaitable<void> run_request(std::shared_ptr<cluster_engine> self,
                                              std::shared_ptr<request_op> op);
+    // A request's run is rounds: each sends the commands still pending, grouped by node, and
+    // keeps what answers; a redirected or refused command goes again in the next round.
+    struct request_run;
+    struct request_round;
+    using command_group = std::pair<node_ptr, std::vector<std::size_t>>;
+    enum class round_start { go, look_again, ended };
+    // Before a round: whether the request ended (completed here), waited for the map and looks
+    // again, or goes on.
+    asio::awaitable<round_start> start_round(request_op& op, request_run& run);
+    // The pending commands by destination: the ASK targets, then the slot's primary.
+    std::vector<command_group> group_pending(request_op const& op, request_run const& run,
+                                             request_round& round);
+    // Sends one group's commands to `to` and takes their answers.
+    asio::awaitable<void> send_group(request_op& op, request_run& run, request_round& round,
+                                     node_ptr to, std::vector<std::size_t> members);
+    // The answers of `members` from node `from`: kept, or followed (MOVED, ASK, TRYAGAIN).
+    void take_answers(request_op const& op, request_run& run, request_round& round,
+                      node const& from, std::vector<std::size_t> const& members, response& resp);
+    // What the next round sends.
+    void end_round(request_op const& op, request_run& run, request_round& round);
+    // Whether another round comes (after its pause, when it waits).
+    asio::awaitable<bool> pause_for_next_round(request_op& op, request_run& run,
+                                               request_round const& round, int round_no);
+    // Completes the request with its answers.
+    void finish_run(request_op& op, request_run& run);
     void finish_request(request_op& op, error_code ec, response resp);
     // Stops a request's attempt (when unwritten) if the slot it went for is served elsewhere now.
     void reroute_if_moved(request_op& op);

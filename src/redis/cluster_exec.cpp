@@ -65,6 +65,21 @@ bool rides_along(std::vector<std::string_view> const& command) {
            (command.size() == 3 && name == "WAIT");
 }
 
+// A SCRIPT LOAD or a WAIT of a request whose keyed command goes elsewhere goes with it: the script
+// is needed there, and WAIT must count the replicas of that node. Loading a script twice does no
+// harm; WAIT's first answer is replaced by the one that counts.
+void add_riders(std::vector<std::vector<std::string_view>> const& commands,
+                std::vector<std::optional<server_address>>& asking,
+                std::vector<std::size_t>& still) {
+    for (std::size_t k = 0, end = still.size(); k < end; ++k)
+        for (std::size_t j = 0; j < commands.size(); ++j)
+            if (j != still[k] && rides_along(commands[j]) &&
+                std::find(still.begin(), still.end(), j) == still.end()) {
+                asking[j] = asking[still[k]];
+                still.push_back(j);
+            }
+}
+
 } // namespace
 
 void cluster_engine::start_exec(resp3::request req, exec_handler handler) {
@@ -142,192 +157,239 @@ void cluster_engine::reroute_if_moved(request_op& op) {
     }
 }
 
+// What a request's run keeps from one round to the next.
+struct cluster_engine::request_run {
+    request_run(std::size_t n, std::chrono::steady_clock::time_point until)
+        : out(n), pending(n), asking(n), deadline(until) {
+        for (std::size_t i = 0; i < n; ++i)
+            pending[i] = i;
+    }
+
+    response out;                     // the answers, and for a command still pending its last word
+    std::vector<std::size_t> pending; // the commands the next round sends, in order
+    std::vector<std::optional<server_address>> asking; // per command: the node an ASK named
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds pause{10};
+    bool answered = false; // some command has run: total cancellation no longer applies
+    error_code retry_ec;   // why the commands still pending were last not sent
+};
+
+// One round of a request: its pending commands sent, each to its node, and what became of them.
+struct cluster_engine::request_round {
+    bool again = false;             // something stays pending: another round
+    bool wait = false;              // ...after a pause
+    bool unserved = false;          // no node serves the slot
+    error_code failure;             // ends the request
+    std::vector<std::size_t> still; // the commands the next round sends
+};
+
 asio::awaitable<void> cluster_engine::run_request(std::shared_ptr<cluster_engine> self,
                                                   std::shared_ptr<request_op> op_ptr) {
     co_await asio::this_coro::throw_if_cancelled(false);
     auto& op = *op_ptr;
-    auto const n = op.commands.size();
-    response out(n);
-    std::vector<std::size_t> pending(n);
-    for (std::size_t i = 0; i < n; ++i)
-        pending[i] = i;
-    std::vector<std::optional<server_address>> asking(n);
-    auto const deadline = std::chrono::steady_clock::now() + redirect_budget(self->cfg_);
-    std::chrono::milliseconds pause{10};
-    bool answered = false; // some command has run: total cancellation no longer applies
-    error_code retry_ec;   // why the commands still pending were last not sent
+    request_run run(op.commands.size(),
+                    std::chrono::steady_clock::now() + redirect_budget(self->cfg_));
+    for (int round_no = 0;; ++round_no) {
+        auto const start = co_await self->start_round(op, run);
+        if (start == round_start::ended)
+            co_return;
+        if (start == round_start::look_again)
+            continue;
+        request_round round;
+        auto groups = self->group_pending(op, run, round);
+        for (auto& [node, members] : groups) {
+            if (round.failure)
+                break;
+            co_await self->send_group(op, run, round, node, members);
+        }
+        if (round.failure) {
+            self->finish_request(op, round.failure, std::move(run.out));
+            co_return;
+        }
+        self->end_round(op, run, round);
+        bool const more = co_await self->pause_for_next_round(op, run, round, round_no);
+        if (!more)
+            break;
+    }
+    self->finish_run(op, run);
+}
 
-    for (int round = 0;; ++round) {
-        auto const stop_types =
-            answered ? asio::cancellation_type::terminal | asio::cancellation_type::partial
+asio::awaitable<cluster_engine::round_start> cluster_engine::start_round(request_op& op,
+                                                                         request_run& run) {
+    auto const stop_types =
+        run.answered ? asio::cancellation_type::terminal | asio::cancellation_type::partial
                      : ~asio::cancellation_type::none;
-        if ((op.cancelled & stop_types) != asio::cancellation_type::none) {
-            self->finish_request(op, asio::error::operation_aborted, std::move(out));
-            co_return;
+    if ((op.cancelled & stop_types) != asio::cancellation_type::none) {
+        finish_request(op, asio::error::operation_aborted, std::move(run.out));
+        co_return round_start::ended;
+    }
+    if (final_ || closes_ != op.closes) {
+        finish_request(op, error::closed, std::move(run.out));
+        co_return round_start::ended;
+    }
+    if (map_known_)
+        co_return round_start::go;
+    co_await await_map(true, op.attempt.slot());
+    if (op.cancelled != asio::cancellation_type::none || closes_ != op.closes)
+        co_return round_start::look_again; // said at the top
+    if (!map_known_) {
+        error_code ec;
+        {
+            std::lock_guard lock(error_mutex_);
+            ec = last_connect_ec_;
         }
-        if (self->final_ || self->closes_ != op.closes) {
-            self->finish_request(op, error::closed, std::move(out));
-            co_return;
-        }
-        if (!self->map_known_) {
-            co_await self->await_map(true, op.attempt.slot());
-            if (op.cancelled != asio::cancellation_type::none || self->closes_ != op.closes)
-                continue; // said at the top
-            if (!self->map_known_) {
-                error_code ec;
-                {
-                    std::lock_guard lock(self->error_mutex_);
-                    ec = self->last_connect_ec_;
-                }
-                self->finish_request(op, ec ? ec : error_code(error::no_slot_map), std::move(out));
-                co_return;
-            }
+        finish_request(op, ec ? ec : error_code(error::no_slot_map), std::move(run.out));
+        co_return round_start::ended;
+    }
+    co_return round_start::look_again;
+}
+
+std::vector<cluster_engine::command_group>
+cluster_engine::group_pending(request_op const& op, request_run const& run, request_round& round) {
+    // One attempt per destination: the ASK targets, then the slot's primary.
+    std::vector<command_group> groups;
+    for (auto i : run.pending) {
+        auto n = run.asking[i] ? node_for(*run.asking[i]) : route(op.slot);
+        if (!n) {
+            round.unserved = true;
+            round.still.push_back(i);
             continue;
         }
-        bool again = false;    // something stays pending: another round
-        bool wait = false;     // ...after a pause
-        bool unserved = false; // no node serves the slot
-        error_code failure;    // ends the request
-        std::vector<std::size_t> still;
-        // One attempt per destination: the ASK targets, then the slot's primary.
-        std::vector<std::pair<node_ptr, std::vector<std::size_t>>> groups;
-        for (auto i : pending) {
-            auto node = asking[i] ? self->node_for(*asking[i]) : self->route(op.slot);
-            if (!node) {
-                unserved = true;
-                still.push_back(i);
-                continue;
-            }
-            auto it = std::find_if(groups.begin(), groups.end(),
-                                   [&](auto const& g) { return g.first == node; });
-            if (it == groups.end())
-                groups.emplace_back(node, std::vector<std::size_t>{i});
-            else
-                it->second.push_back(i);
-        }
-        for (auto& [node, members] : groups) {
-            if (failure)
-                break;
-            resp3::request req;
-            bool const asked = asking[members.front()].has_value();
-            for (auto i : members) {
-                if (asking[i])
-                    req.push("ASKING");
-                auto const& c = op.commands[i];
-                req.push_range(c[0], std::span(c).subspan(1));
-            }
-            op.at = asked ? nullptr : node;
-            op.rerouted = false;
-            auto [ec, resp] = co_await exec_on(
-                *node->conn, std::move(req),
-                asio::bind_cancellation_slot(op.attempt.slot(), nothrow_awaitable));
-            op.at = nullptr;
-            if (ec == asio::error::operation_aborted && op.rerouted &&
-                op.cancelled == asio::cancellation_type::none) {
-                still.insert(still.end(), members.begin(), members.end());
-                again = true;
-                continue;
-            }
-            if (ec && ec != error::server_error) {
-                if (is_connect_failure(ec) && std::chrono::steady_clock::now() < deadline &&
-                    op.cancelled == asio::cancellation_type::none) {
-                    // The node may be gone for good (failed over): ask the others, then again.
-                    retry_ec = error_code(ec.value(), ec.category());
-                    self->refresh();
-                    still.insert(still.end(), members.begin(), members.end());
-                    again = wait = true;
-                    continue;
-                }
-                failure = ec;
-                break;
-            }
-            std::size_t k = 0;
-            for (auto i : members) {
-                if (asking[i])
-                    ++k; // ASKING's +OK
-                auto& v = resp.at(k++);
-                auto const rd = v.is_error() && !op.transaction
-                                    ? read_redirect(v.text, node->address)
-                                    : cluster_redirect{};
-                answered = true; // a command ran, or was refused: either way, it was read
-                switch (rd.what) {
-                case cluster_redirect::kind::none:
-                    out[i] = std::move(v);
-                    continue;
-                case cluster_redirect::kind::moved:
-                    self->table_.move(rd.slot, rd.to);
-                    self->refresh();
-                    asking[i].reset();
-                    break;
-                case cluster_redirect::kind::ask:
-                    asking[i] = rd.to;
-                    break;
-                case cluster_redirect::kind::try_again:
-                case cluster_redirect::kind::cluster_down:
-                    if (rd.what == cluster_redirect::kind::cluster_down)
-                        self->refresh();
-                    asking[i].reset();
-                    wait = true;
-                    break;
-                }
-                out[i] = std::move(v); // the last word, should the budget run out
-                still.push_back(i);
-                again = true;
-            }
-        }
-        if (failure) {
-            self->finish_request(op, failure, std::move(out));
-            co_return;
-        }
-        // A SCRIPT LOAD or a WAIT of a request whose keyed command goes elsewhere goes with it:
-        // the script is needed there, and WAIT must count the replicas of that node. Loading a
-        // script twice does no harm; WAIT's first answer is replaced by the one that counts.
-        for (std::size_t k = 0, end = still.size(); k < end; ++k)
-            for (std::size_t j = 0; j < n; ++j)
-                if (j != still[k] && rides_along(op.commands[j]) &&
-                    std::find(still.begin(), still.end(), j) == still.end()) {
-                    asking[j] = asking[still[k]];
-                    still.push_back(j);
-                }
-        if (unserved) {
-            self->refresh();
-            again = wait = true;
-            for (auto i : still)
-                if (out[i].type != resp3::type::simple_error) {
-                    out[i].type = resp3::type::simple_error;
-                    out[i].text = fmt::format("CLUSTERDOWN colock: no node serves slot {}",
-                                              op.slot.value_or(0));
-                }
-        }
-        std::sort(still.begin(), still.end());
-        pending = std::move(still);
-        if (!again || pending.empty())
-            break;
-        auto const now = std::chrono::steady_clock::now();
-        if (round + 1 >= max_rounds || now >= deadline)
-            break; // the last answers stand
-        if (wait) {
-            asio::steady_timer timer(self->strand_);
-            timer.expires_after(
-                std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
-            co_await timer.async_wait(
-                asio::bind_cancellation_slot(op.attempt.slot(), nothrow_awaitable));
-            pause = std::min(pause * 2, std::chrono::milliseconds(200));
-        }
+        auto it =
+            std::find_if(groups.begin(), groups.end(), [&](auto const& g) { return g.first == n; });
+        if (it == groups.end())
+            groups.emplace_back(n, std::vector<std::size_t>{i});
+        else
+            it->second.push_back(i);
     }
-    // A command that never got an answer (its node unreachable for the whole budget) makes the
-    // request fail with that reason, not succeed with a null.
-    bool const unanswered = std::any_of(pending.begin(), pending.end(),
-                                        [&](std::size_t i) { return !out[i].is_error(); });
-    if (unanswered) {
-        self->finish_request(op, retry_ec ? retry_ec : error_code(error::connection_lost),
-                             std::move(out));
+    return groups;
+}
+
+asio::awaitable<void> cluster_engine::send_group(request_op& op, request_run& run,
+                                                 request_round& round, node_ptr to,
+                                                 std::vector<std::size_t> members) {
+    resp3::request req;
+    bool const asked = run.asking[members.front()].has_value();
+    for (auto i : members) {
+        if (run.asking[i])
+            req.push("ASKING");
+        auto const& c = op.commands[i];
+        req.push_range(c[0], std::span(c).subspan(1));
+    }
+    op.at = asked ? nullptr : to;
+    op.rerouted = false;
+    auto [ec, resp] =
+        co_await exec_on(*to->conn, std::move(req),
+                         asio::bind_cancellation_slot(op.attempt.slot(), nothrow_awaitable));
+    op.at = nullptr;
+    if (ec == asio::error::operation_aborted && op.rerouted &&
+        op.cancelled == asio::cancellation_type::none) {
+        round.still.insert(round.still.end(), members.begin(), members.end());
+        round.again = true;
         co_return;
     }
+    if (ec && ec != error::server_error) {
+        if (is_connect_failure(ec) && std::chrono::steady_clock::now() < run.deadline &&
+            op.cancelled == asio::cancellation_type::none) {
+            // The node may be gone for good (failed over): ask the others, then again.
+            run.retry_ec = error_code(ec.value(), ec.category());
+            refresh();
+            round.still.insert(round.still.end(), members.begin(), members.end());
+            round.again = round.wait = true;
+            co_return;
+        }
+        round.failure = ec;
+        co_return;
+    }
+    take_answers(op, run, round, *to, members, resp);
+}
+
+void cluster_engine::take_answers(request_op const& op, request_run& run, request_round& round,
+                                  node const& from, std::vector<std::size_t> const& members,
+                                  response& resp) {
+    std::size_t k = 0;
+    for (auto i : members) {
+        if (run.asking[i])
+            ++k; // ASKING's +OK
+        auto& v = resp.at(k++);
+        auto const rd = v.is_error() && !op.transaction ? read_redirect(v.text, from.address)
+                                                        : cluster_redirect{};
+        run.answered = true; // a command ran, or was refused: either way, it was read
+        switch (rd.what) {
+        case cluster_redirect::kind::none:
+            run.out[i] = std::move(v);
+            continue;
+        case cluster_redirect::kind::moved:
+            table_.move(rd.slot, rd.to);
+            refresh();
+            run.asking[i].reset();
+            break;
+        case cluster_redirect::kind::ask:
+            run.asking[i] = rd.to;
+            break;
+        case cluster_redirect::kind::try_again:
+        case cluster_redirect::kind::cluster_down:
+            if (rd.what == cluster_redirect::kind::cluster_down)
+                refresh();
+            run.asking[i].reset();
+            round.wait = true;
+            break;
+        }
+        run.out[i] = std::move(v); // the last word, should the budget run out
+        round.still.push_back(i);
+        round.again = true;
+    }
+}
+
+void cluster_engine::end_round(request_op const& op, request_run& run, request_round& round) {
+    add_riders(op.commands, run.asking, round.still);
+    if (round.unserved) {
+        refresh();
+        round.again = round.wait = true;
+        for (auto i : round.still)
+            if (run.out[i].type != resp3::type::simple_error) {
+                run.out[i].type = resp3::type::simple_error;
+                run.out[i].text =
+                    fmt::format("CLUSTERDOWN colock: no node serves slot {}", op.slot.value_or(0));
+            }
+    }
+    std::sort(round.still.begin(), round.still.end());
+    run.pending = std::move(round.still);
+}
+
+asio::awaitable<bool> cluster_engine::pause_for_next_round(request_op& op, request_run& run,
+                                                           request_round const& round,
+                                                           int round_no) {
+    if (!round.again || run.pending.empty())
+        co_return false;
+    auto const now = std::chrono::steady_clock::now();
+    if (round_no + 1 >= max_rounds || now >= run.deadline)
+        co_return false; // the last answers stand
+    if (round.wait) {
+        asio::steady_timer timer(strand_);
+        timer.expires_after(
+            std::min<std::chrono::steady_clock::duration>(run.pause, run.deadline - now));
+        co_await timer.async_wait(
+            asio::bind_cancellation_slot(op.attempt.slot(), nothrow_awaitable));
+        run.pause = std::min(run.pause * 2, std::chrono::milliseconds(200));
+    }
+    co_return true;
+}
+
+void cluster_engine::finish_run(request_op& op, request_run& run) {
+    // A command that never got an answer (its node unreachable for the whole budget) makes the
+    // request fail with that reason, not succeed with a null.
+    bool const unanswered = std::any_of(run.pending.begin(), run.pending.end(),
+                                        [&](std::size_t i) { return !run.out[i].is_error(); });
+    if (unanswered) {
+        finish_request(op, run.retry_ec ? run.retry_ec : error_code(error::connection_lost),
+                       std::move(run.out));
+        return;
+    }
     bool const refused =
-        std::any_of(out.begin(), out.end(), [](auto const& v) { return v.is_error(); });
-    self->finish_request(op, refused ? error_code(error::server_error) : error_code{},
-                         std::move(out));
+        std::any_of(run.out.begin(), run.out.end(), [](auto const& v) { return v.is_error(); });
+    finish_request(op, refused ? error_code(error::server_error) : error_code{},
+                   std::move(run.out));
 }
 
 } // namespace colock::redis::detail

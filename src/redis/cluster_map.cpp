@@ -38,100 +38,128 @@ void cluster_engine::reopen() {
         refresh();
 }
 
-asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine> self) {
-    co_await asio::this_coro::throw_if_cancelled(false);
-    // Who to ask: the primaries known, then the seeds.
-    std::vector<server_address> ask;
-    if (self->ask_first_) {
-        ask.push_back(*self->ask_first_);
-        self->ask_first_.reset();
-    }
-    for (auto const& a : self->order_)
-        if (std::find(ask.begin(), ask.end(), a) == ask.end())
-            ask.push_back(a);
-    for (auto const& s : self->cfg_.cluster.seeds)
-        if (std::find(ask.begin(), ask.end(), s) == ask.end())
-            ask.push_back(s);
-    std::vector<std::string> problems;
+// What a refresh of the map heard from the nodes it asked.
+struct cluster_engine::map_search {
+    std::vector<std::string> problems; // one per node that gave no map
     error_code last_ec = error::no_slot_map;
     bool found = false;
+};
+
+asio::awaitable<void> cluster_engine::refresh_map(std::shared_ptr<cluster_engine> self) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    map_search search;
     auto const closes = self->closes_;
-    auto const ended = [&] { return self->final_ || self->closes_ != closes; };
-    for (auto const& address : ask) {
-        if (ended())
+    for (auto const& address : self->nodes_to_ask()) {
+        if (self->refresh_ended(closes))
             break;
         auto n = self->node_for(address);
-        resp3::request req;
-        req.push("CLUSTER", "SLOTS");
-        // Bounded by connect_timeout: a node that is down queues the request until it is back.
-        auto stop = std::make_shared<asio::cancellation_signal>();
-        asio::steady_timer timer(self->strand_, self->cfg_.connect_timeout);
-        timer.async_wait([stop](error_code ec) {
-            if (!ec)
-                stop->emit(asio::cancellation_type::terminal);
-        });
-        auto [ec, resp] =
-            co_await exec_on(*n->conn, std::move(req),
-                             asio::bind_cancellation_slot(stop->slot(), nothrow_awaitable));
-        timer.cancel();
-        if (ended())
+        auto [ec, resp] = co_await self->ask_cluster_slots(n);
+        if (self->refresh_ended(closes))
             break; // close() or ~connection meanwhile: open nothing more
-        if (ec == asio::error::operation_aborted)
-            ec = error::connect_timeout;
-        if (ec && ec != error::server_error) {
-            auto why = n->conn->connect_failure_text(ec);
-            problems.push_back(why.empty() ? fmt::format("{}: {}", n->name, ec.message()) : why);
-            if (is_connect_failure(ec))
-                last_ec = error_code(ec.value(), ec.category());
-            continue;
-        }
-        if (resp.size() != 1 || resp[0].is_error()) {
-            problems.push_back(fmt::format("{}: CLUSTER SLOTS refused: {}", n->name,
-                                           resp.empty() ? std::string("no answer") : resp[0].text));
-            last_ec = error::no_slot_map;
-            continue;
-        }
-        auto answer = read_cluster_slots(resp[0], address);
-        if (answer.problem.empty() && answer.ranges.empty())
-            answer.problem = "the cluster serves no slot";
-        if (!answer.problem.empty()) {
-            problems.push_back(fmt::format("{}: {}", n->name, answer.problem));
-            last_ec = error::no_slot_map;
-            continue;
-        }
-        self->apply_map(answer.ranges);
-        found = true;
-        break;
+        if (self->take_slot_map(*n, address, ec, resp, search))
+            break;
     }
     self->refreshing_ = false;
-    if (ended()) {
+    if (self->refresh_ended(closes)) {
         self->refresh_again_ = false;
         self->finish_connect_waiters(error::closed);
-    } else if (found) {
+    } else if (search.found) {
         // A co_connect completes once the primaries have been reached too, so that a request
         // made right after it does not wait for its node's connection (which a caller's
         // deadline of 0, a try that does not wait, would stop before it is sent).
         if (!self->connect_waiters_.empty())
             co_await self->primaries_reached();
-        self->finish_connect_waiters(ended() ? error_code(error::closed) : error_code{});
+        self->finish_connect_waiters(self->refresh_ended(closes) ? error_code(error::closed)
+                                                                 : error_code{});
     } else {
-        auto text = fmt::format("connecting to {}: no node gave the slot map: {}",
-                                self->cfg_.endpoint_text(), fmt::join(problems, "; "));
-        {
-            std::lock_guard lock(self->error_mutex_);
-            self->last_connect_ec_ = last_ec;
-            self->last_connect_error_ = text;
-        }
-        self->set_error_text(std::move(text));
-        self->finish_connect_waiters(last_ec);
+        self->no_slot_map(search);
     }
     self->map_changed_.cancel();
-    if (found && !ended() && !self->watching_) {
+    if (search.found && !self->refresh_ended(closes) && !self->watching_) {
         self->watching_ = true;
         asio::co_spawn(self->strand_, watch(self), asio::detached);
     }
-    if (std::exchange(self->refresh_again_, false) && !ended())
+    if (std::exchange(self->refresh_again_, false) && !self->refresh_ended(closes))
         self->refresh();
+}
+
+bool cluster_engine::refresh_ended(std::uint64_t closes) const {
+    return final_ || closes_ != closes;
+}
+
+std::vector<server_address> cluster_engine::nodes_to_ask() {
+    // The primaries known, then the seeds.
+    std::vector<server_address> ask;
+    if (ask_first_) {
+        ask.push_back(*ask_first_);
+        ask_first_.reset();
+    }
+    for (auto const& a : order_)
+        if (std::find(ask.begin(), ask.end(), a) == ask.end())
+            ask.push_back(a);
+    for (auto const& s : cfg_.cluster.seeds)
+        if (std::find(ask.begin(), ask.end(), s) == ask.end())
+            ask.push_back(s);
+    return ask;
+}
+
+asio::awaitable<std::tuple<error_code, response>> cluster_engine::ask_cluster_slots(node_ptr n) {
+    resp3::request req;
+    req.push("CLUSTER", "SLOTS");
+    // Bounded by connect_timeout: a node that is down queues the request until it is back.
+    auto stop = std::make_shared<asio::cancellation_signal>();
+    asio::steady_timer timer(strand_, cfg_.connect_timeout);
+    timer.async_wait([stop](error_code ec) {
+        if (!ec)
+            stop->emit(asio::cancellation_type::terminal);
+    });
+    auto [ec, resp] = co_await exec_on(
+        *n->conn, std::move(req), asio::bind_cancellation_slot(stop->slot(), nothrow_awaitable));
+    timer.cancel();
+    co_return std::make_tuple(ec, std::move(resp));
+}
+
+bool cluster_engine::take_slot_map(node const& n, server_address const& address, error_code ec,
+                                   response const& resp, map_search& search) {
+    if (ec == asio::error::operation_aborted)
+        ec = error::connect_timeout;
+    if (ec && ec != error::server_error) {
+        auto why = n.conn->connect_failure_text(ec);
+        search.problems.push_back(why.empty() ? fmt::format("{}: {}", n.name, ec.message()) : why);
+        if (is_connect_failure(ec))
+            search.last_ec = error_code(ec.value(), ec.category());
+        return false;
+    }
+    if (resp.size() != 1 || resp[0].is_error()) {
+        search.problems.push_back(
+            fmt::format("{}: CLUSTER SLOTS refused: {}", n.name,
+                        resp.empty() ? std::string("no answer") : resp[0].text));
+        search.last_ec = error::no_slot_map;
+        return false;
+    }
+    auto answer = read_cluster_slots(resp[0], address);
+    if (answer.problem.empty() && answer.ranges.empty())
+        answer.problem = "the cluster serves no slot";
+    if (!answer.problem.empty()) {
+        search.problems.push_back(fmt::format("{}: {}", n.name, answer.problem));
+        search.last_ec = error::no_slot_map;
+        return false;
+    }
+    apply_map(answer.ranges);
+    search.found = true;
+    return true;
+}
+
+void cluster_engine::no_slot_map(map_search const& search) {
+    auto text = fmt::format("connecting to {}: no node gave the slot map: {}", cfg_.endpoint_text(),
+                            fmt::join(search.problems, "; "));
+    {
+        std::lock_guard lock(error_mutex_);
+        last_connect_ec_ = search.last_ec;
+        last_connect_error_ = text;
+    }
+    set_error_text(std::move(text));
+    finish_connect_waiters(search.last_ec);
 }
 
 asio::awaitable<void> cluster_engine::primaries_reached() {
