@@ -163,6 +163,28 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     co_await asio::this_coro::throw_if_cancelled(false);
     if (s->detached || session_ != s)
         co_return asio::error::operation_aborted;
+    auto const req = handshake_request();
+    // The session is open from here: subscription changes wait for its handshake.
+    std::vector<session_subscription> subscriptions;
+    for (auto const kind : {channel_kind::classic, channel_kind::sharded})
+        for (auto& c : book(kind).open_session())
+            subscriptions.emplace_back(kind, std::move(c));
+
+    auto [ec, replies] = co_await internal_exec(s.get(), req, true);
+    if (ec && ec != error::server_error)
+        co_return ec;
+    if (replies.size() != req.commands())
+        co_return connect_failed(
+            *s, error::unexpected_reply,
+            fmt::format("{} replies for {} commands", replies.size(), req.commands()));
+    if (auto const refused = check_handshake_replies(*s, replies))
+        co_return refused;
+    if (subscriptions.empty())
+        co_return error_code{};
+    co_return co_await resubscribe(s, std::move(subscriptions));
+}
+
+resp3::request connection_impl::handshake_request() const {
     resp3::request req;
     std::vector<std::string> hello(1, "3");
     if (!cfg_.password.empty()) {
@@ -180,67 +202,58 @@ asio::awaitable<error_code> connection_impl::handshake(std::shared_ptr<session> 
     // The server's run_id tells a restarted server (which lost its keys) from the same one
     // reached again. A refusal (ACL, renamed command) leaves the instance unknown.
     req.push("INFO", "server");
-    std::size_t const info_index = cfg_.database != 0 ? 2 : 1;
     // Sentinel's answer may be stale (a failover under way): the server itself says whether it
     // is the primary.
-    bool const check_role = cfg_.uses_sentinel();
-    if (check_role)
+    if (cfg_.uses_sentinel())
         req.push("ROLE");
-    // The session is open from here: subscription changes wait for its handshake.
-    std::vector<std::pair<channel_kind, subscription_book::command>> subscriptions;
-    for (auto const kind : {channel_kind::classic, channel_kind::sharded})
-        for (auto& c : book(kind).open_session())
-            subscriptions.emplace_back(kind, std::move(c));
+    return req;
+}
 
-    auto [ec, replies] = co_await internal_exec(s.get(), req, true);
-    if (ec && ec != error::server_error)
-        co_return ec;
-    if (replies.size() != req.commands())
-        co_return connect_failed(
-            *s, error::unexpected_reply,
-            fmt::format("{} replies for {} commands", replies.size(), req.commands()));
+error_code connection_impl::check_handshake_replies(session& s, response const& replies) {
+    std::size_t const info_index = cfg_.database != 0 ? 2 : 1;
     // The step that failed, named in the message: "HELLO" (never with its arguments: they hold the
     // password) or "SELECT n".
     if (replies[0].is_error()) {
-        s->step = "HELLO";
+        s.step = "HELLO";
         std::string text = error_text(replies[0]);
         // The server wants a password and the config has none: say where it goes.
         if (cfg_.password.empty() && text.starts_with("NOAUTH"))
             text += " (no password was given: put it in the URL, "
                     "redis://[user]:password@host:port, or in config::password)";
-        co_return connect_failed(*s, error::handshake_failed, text);
+        return connect_failed(s, error::handshake_failed, text);
     }
     if (cfg_.database != 0 && replies[1].is_error()) {
-        s->step = fmt::format("SELECT {}", cfg_.database);
-        co_return connect_failed(*s, error::handshake_failed, error_text(replies[1]));
+        s.step = fmt::format("SELECT {}", cfg_.database);
+        return connect_failed(s, error::handshake_failed, error_text(replies[1]));
     }
     if (replies[0].type != resp3::type::map) {
-        s->step = "HELLO";
-        co_return connect_failed(*s, error::handshake_failed,
-                                 "the answer is not a map (RESP3 needs Redis 6 or later)");
+        s.step = "HELLO";
+        return connect_failed(s, error::handshake_failed,
+                              "the answer is not a map (RESP3 needs Redis 6 or later)");
     }
-    s->run_id.clear();
+    s.run_id.clear();
     if (!replies[info_index].is_error())
-        s->run_id = parse_run_id(replies[info_index]);
-    if (check_role) {
-        // A user without the right to ROLE (@admin) cannot tell: then Sentinel's word goes.
-        auto const& role_reply = replies[info_index + 1];
-        std::string const role = read_role(role_reply);
-        if (!role_reply.is_error() && role != "master") {
-            s->step = "ROLE";
-            co_return connect_failed(
-                *s, error::not_primary,
-                fmt::format("sentinel {} named it the primary of '{}', but it is {}",
-                            s->named_by ? address_text(cfg_.sentinel.sentinels[*s->named_by])
-                                        : std::string("?"),
-                            cfg_.sentinel.master_name,
-                            role.empty() ? "not (its ROLE reply is unreadable)"
-                                         : fmt::format("a {}", role)));
-        }
-    }
+        s.run_id = parse_run_id(replies[info_index]);
+    if (!cfg_.uses_sentinel())
+        return {};
+    // A user without the right to ROLE (@admin) cannot tell: then Sentinel's word goes.
+    auto const& role_reply = replies[info_index + 1];
+    std::string const role = read_role(role_reply);
+    if (role_reply.is_error() || role == "master")
+        return {};
+    s.step = "ROLE";
+    return connect_failed(
+        s, error::not_primary,
+        fmt::format(
+            "sentinel {} named it the primary of '{}', but it is {}",
+            s.named_by ? address_text(cfg_.sentinel.sentinels[*s.named_by]) : std::string("?"),
+            cfg_.sentinel.master_name,
+            role.empty() ? "not (its ROLE reply is unreadable)" : fmt::format("a {}", role)));
+}
 
-    if (subscriptions.empty())
-        co_return error_code{};
+asio::awaitable<error_code>
+connection_impl::resubscribe(std::shared_ptr<session> s,
+                             std::vector<session_subscription> subscriptions) {
     // One SUBSCRIBE (SSUBSCRIBE) per counted channel, so that a refusal costs that channel only.
     // Sent once the setup has succeeded, not behind it: a connection whose HELLO was refused still
     // speaks RESP2 (as the default user, when that one needs no password), and would confirm

@@ -323,6 +323,14 @@ public:
     // --- handshake and health checks (connection_handshake.cpp) ---
     asio::awaitable<error_code> handshake_and_health(std::shared_ptr<session> s);
     asio::awaitable<error_code> handshake(std::shared_ptr<session> s);
+    // HELLO 3 (with AUTH and SETNAME), SELECT, INFO server and, with Sentinel, ROLE.
+    resp3::request handshake_request() const;
+    // The handshake's refusal, recorded as session `s`'s failure; else empty, with s.run_id set.
+    error_code check_handshake_replies(session& s, response const& replies);
+    // A counted subscription that a new session subscribes to again.
+    using session_subscription = std::pair<channel_kind, subscription_book::command>;
+    asio::awaitable<error_code> resubscribe(std::shared_ptr<session> s,
+                                            std::vector<session_subscription> subscriptions);
     asio::awaitable<error_code> health_loop(std::shared_ptr<session> s);
     bool other_instance(std::string const& new_run_id) const;
 
