@@ -86,6 +86,79 @@ std::size_t fail(boost::system::error_code& ec, error e) {
     return 0;
 }
 
+// Whether `tb` starts a token the parser takes; else sets `ec`.
+bool check_type_byte(char tb, boost::system::error_code& ec) {
+    switch (tb) {
+    case '+':
+    case '-':
+    case '$':
+    case '!':
+    case ':':
+    case ',':
+    case '(':
+    case '#':
+    case '_':
+    case '=':
+    case '*':
+    case '%':
+    case '~':
+    case '|':
+    case '>':
+        return true;
+    case ';': // streamed string chunk
+    case '.': // end of a streamed aggregate
+        fail(ec, error::streamed_unsupported);
+        return false;
+    default:
+        fail(ec, error::invalid_type_byte);
+        return false;
+    }
+}
+
+// The line after the type byte of `in`, and where the token's next part begins (just after the
+// line's CRLF). False when the line has not all arrived, or when it is refused (then `ec` says
+// why). Searches no further than the limit allows, so a hostile endless line costs a bounded
+// scan and is refused as soon as it passes the limit.
+bool find_line(std::string_view in, std::size_t max_line_length, std::string_view& line,
+               std::size_t& line_end, boost::system::error_code& ec) {
+    std::size_t search = in.size() - 1;
+    if (search > max_line_length)
+        search = max_line_length + 1;
+    auto const* const cr = static_cast<char const*>(std::memchr(in.data() + 1, '\r', search));
+    if (cr == nullptr) {
+        if (in.size() - 1 > max_line_length)
+            fail(ec, error::line_too_long);
+        return false;
+    }
+    std::size_t const line_len = static_cast<std::size_t>(cr - in.data()) - 1;
+    if (line_len + 2 >= in.size())
+        return false; // the '\n' has not arrived
+    if (in[line_len + 2] != '\n') {
+        fail(ec, error::missing_crlf);
+        return false;
+    }
+    line = in.substr(1, line_len);
+    line_end = line_len + 3;
+    return true;
+}
+
+// The type of the aggregate that `tb` starts, and whether its elements come in pairs.
+type aggregate_type(char tb, bool& pairs) {
+    pairs = tb == '%' || tb == '|';
+    switch (tb) {
+    case '%':
+        return type::map;
+    case '~':
+        return type::set;
+    case '|':
+        return type::attribute;
+    case '>':
+        return type::push;
+    default:
+        return type::array;
+    }
+}
+
 } // namespace
 
 parser::parser(parser_limits limits) : limits_(limits) {}
@@ -176,49 +249,32 @@ std::size_t parser::consume_token(std::string_view in, boost::system::error_code
     if (in.empty())
         return 0;
     char const tb = in.front();
+    if (!check_type_byte(tb, ec))
+        return 0;
+    std::string_view line;
+    std::size_t line_end = 0;
+    if (!find_line(in, limits_.max_line_length, line, line_end, ec))
+        return 0;
     switch (tb) {
     case '+':
     case '-':
-    case '$':
-    case '!':
     case ':':
     case ',':
     case '(':
     case '#':
     case '_':
+        return consume_simple(tb, line, line_end, ec);
+    case '$':
+    case '!':
     case '=':
-    case '*':
-    case '%':
-    case '~':
-    case '|':
-    case '>':
-        break;
-    case ';': // streamed string chunk
-    case '.': // end of a streamed aggregate
-        return fail(ec, error::streamed_unsupported);
+        return consume_blob(tb, in, line, line_end, ec);
     default:
-        return fail(ec, error::invalid_type_byte);
+        return consume_aggregate(tb, line, line_end, ec);
     }
+}
 
-    // The line after the type byte. Search no further than the limit allows, so a hostile
-    // endless line costs a bounded scan and is refused as soon as it passes the limit.
-    std::size_t search = in.size() - 1;
-    if (search > limits_.max_line_length)
-        search = limits_.max_line_length + 1;
-    auto const* const cr = static_cast<char const*>(std::memchr(in.data() + 1, '\r', search));
-    if (cr == nullptr) {
-        if (in.size() - 1 > limits_.max_line_length)
-            return fail(ec, error::line_too_long);
-        return 0;
-    }
-    std::size_t const line_len = static_cast<std::size_t>(cr - in.data()) - 1;
-    if (line_len + 2 >= in.size())
-        return 0; // the '\n' has not arrived
-    if (in[line_len + 2] != '\n')
-        return fail(ec, error::missing_crlf);
-    std::string_view const line = in.substr(1, line_len);
-    std::size_t const line_end = line_len + 3;
-
+std::size_t parser::consume_simple(char tb, std::string_view line, std::size_t line_end,
+                                   boost::system::error_code& ec) {
     switch (tb) {
     case '+':
     case '-': {
@@ -254,112 +310,99 @@ std::size_t parser::consume_token(std::string_view in, boost::system::error_code
             return fail(ec, error::invalid_boolean);
         scalar_slot(type::boolean).boolean = line == "t";
         break;
-    case '_':
+    default: // '_'
         if (!line.empty())
             return fail(ec, error::invalid_null);
         scalar_slot(type::null);
         break;
-    case '$':
-    case '!':
-    case '=': {
-        if (line == "?")
-            return fail(ec, error::streamed_unsupported);
-        std::int64_t declared = 0;
-        if (!parse_int64(line, false, declared))
-            return fail(ec, error::invalid_number);
-        if (declared == -1 && tb == '$') { // RESP2 null bulk string
-            scalar_slot(type::null);
-            break;
-        }
-        if (declared < 0)
-            return fail(ec, error::negative_length);
-        auto const len = static_cast<std::uint64_t>(declared);
-        if (len > limits_.max_blob_length)
-            return fail(ec, error::blob_too_long);
-        // len fits in 63 bits, so len + 2 cannot overflow.
-        std::size_t const n = static_cast<std::size_t>(len);
-        std::size_t const avail = in.size() - line_end;
-        // Check the terminator as soon as it is visible, so a wrong length fails early.
-        if (avail > n && in[line_end + n] != '\r')
-            return fail(ec, error::missing_crlf);
-        if (avail > n + 1 && in[line_end + n + 1] != '\n')
-            return fail(ec, error::missing_crlf);
-        if (avail < n + 2)
-            return 0;
-        std::string_view const payload = in.substr(line_end, n);
-        if (tb == '=') {
-            if (n < 4 || payload[3] != ':')
-                return fail(ec, error::invalid_verbatim);
-            value& v = scalar_slot(type::verbatim_string);
-            v.verbatim_format.assign(payload.substr(0, 3));
-            v.text.assign(payload.substr(4));
-        } else {
-            scalar_slot(tb == '$' ? type::blob_string : type::blob_error).text.assign(payload);
-        }
-        value_added();
-        return line_end + n + 2;
-    }
-    default: { // aggregates
-        if (line == "?")
-            return fail(ec, error::streamed_unsupported);
-        std::int64_t declared = 0;
-        if (!parse_int64(line, false, declared))
-            return fail(ec, error::invalid_number);
-        if (declared == -1 && tb == '*') { // RESP2 null array
-            scalar_slot(type::null);
-            break;
-        }
-        if (declared < 0)
-            return fail(ec, error::negative_length);
-        if (stack_.size() >= limits_.max_depth)
-            return fail(ec, error::nesting_too_deep);
-        auto const count = static_cast<std::uint64_t>(declared);
-        if (count > limits_.max_aggregate_size)
-            return fail(ec, error::aggregate_too_large);
-        type t = type::array;
-        bool pairs = false;
-        switch (tb) {
-        case '%':
-            t = type::map;
-            pairs = true;
-            break;
-        case '~':
-            t = type::set;
-            break;
-        case '|':
-            t = type::attribute;
-            pairs = true;
-            break;
-        case '>':
-            t = type::push;
-            break;
-        default:
-            break;
-        }
-        // count fits in 63 bits, so doubling it cannot overflow 64 bits.
-        auto const children = static_cast<std::size_t>(pairs ? count * 2 : count);
-        if (children == 0) {
-            if (t == type::attribute) {
-                if (!attribute_slot())
-                    attribute_slot() = std::make_shared<std::vector<value>>();
-                return line_end;
-            }
-            scalar_slot(t);
-            break;
-        }
-        frame f{value{}, children, nullptr};
-        f.node.type = t;
-        // An attribute describes the value after it, so it does not take the one pending here.
-        if (t != type::attribute) {
-            if (auto& attrs = attribute_slot())
-                f.node.attributes = std::move(attrs);
-        }
-        f.node.elements.reserve(std::min(children, initial_reserve));
-        stack_.push_back(std::move(f));
-        return line_end;
-    }
     }
     value_added();
+    return line_end;
+}
+
+std::size_t parser::consume_blob(char tb, std::string_view in, std::string_view line,
+                                 std::size_t line_end, boost::system::error_code& ec) {
+    if (line == "?")
+        return fail(ec, error::streamed_unsupported);
+    std::int64_t declared = 0;
+    if (!parse_int64(line, false, declared))
+        return fail(ec, error::invalid_number);
+    if (declared == -1 && tb == '$') { // RESP2 null bulk string
+        scalar_slot(type::null);
+        value_added();
+        return line_end;
+    }
+    if (declared < 0)
+        return fail(ec, error::negative_length);
+    auto const len = static_cast<std::uint64_t>(declared);
+    if (len > limits_.max_blob_length)
+        return fail(ec, error::blob_too_long);
+    // len fits in 63 bits, so len + 2 cannot overflow.
+    std::size_t const n = static_cast<std::size_t>(len);
+    std::size_t const avail = in.size() - line_end;
+    // Check the terminator as soon as it is visible, so a wrong length fails early.
+    if (avail > n && in[line_end + n] != '\r')
+        return fail(ec, error::missing_crlf);
+    if (avail > n + 1 && in[line_end + n + 1] != '\n')
+        return fail(ec, error::missing_crlf);
+    if (avail < n + 2)
+        return 0;
+    std::string_view const payload = in.substr(line_end, n);
+    if (tb == '=') {
+        if (n < 4 || payload[3] != ':')
+            return fail(ec, error::invalid_verbatim);
+        value& v = scalar_slot(type::verbatim_string);
+        v.verbatim_format.assign(payload.substr(0, 3));
+        v.text.assign(payload.substr(4));
+    } else {
+        scalar_slot(tb == '$' ? type::blob_string : type::blob_error).text.assign(payload);
+    }
+    value_added();
+    return line_end + n + 2;
+}
+
+std::size_t parser::consume_aggregate(char tb, std::string_view line, std::size_t line_end,
+                                      boost::system::error_code& ec) {
+    if (line == "?")
+        return fail(ec, error::streamed_unsupported);
+    std::int64_t declared = 0;
+    if (!parse_int64(line, false, declared))
+        return fail(ec, error::invalid_number);
+    if (declared == -1 && tb == '*') { // RESP2 null array
+        scalar_slot(type::null);
+        value_added();
+        return line_end;
+    }
+    if (declared < 0)
+        return fail(ec, error::negative_length);
+    if (stack_.size() >= limits_.max_depth)
+        return fail(ec, error::nesting_too_deep);
+    auto const count = static_cast<std::uint64_t>(declared);
+    if (count > limits_.max_aggregate_size)
+        return fail(ec, error::aggregate_too_large);
+    bool pairs = false;
+    type const t = aggregate_type(tb, pairs);
+    // count fits in 63 bits, so doubling it cannot overflow 64 bits.
+    auto const children = static_cast<std::size_t>(pairs ? count * 2 : count);
+    if (children == 0) {
+        if (t == type::attribute) {
+            if (!attribute_slot())
+                attribute_slot() = std::make_shared<std::vector<value>>();
+            return line_end;
+        }
+        scalar_slot(t);
+        value_added();
+        return line_end;
+    }
+    frame f{value{}, children, nullptr};
+    f.node.type = t;
+    // An attribute describes the value after it, so it does not take the one pending here.
+    if (t != type::attribute) {
+        if (auto& attrs = attribute_slot())
+            f.node.attributes = std::move(attrs);
+    }
+    f.node.elements.reserve(std::min(children, initial_reserve));
+    stack_.push_back(std::move(f));
     return line_end;
 }
 

@@ -71,6 +71,14 @@ private:
     };
 
     std::size_t consume_token(std::string_view input, boost::system::error_code& ec);
+    // The rest of a token of `type_byte` whose line is `line`, its CRLF ending at `line_end`: a
+    // simple value, a blob (its payload from `input`) or an aggregate's header.
+    std::size_t consume_simple(char type_byte, std::string_view line, std::size_t line_end,
+                               boost::system::error_code& ec);
+    std::size_t consume_blob(char type_byte, std::string_view input, std::string_view line,
+                             std::size_t line_end, boost::system::error_code& ec);
+    std::size_t consume_aggregate(char type_byte, std::string_view line, std::size_t line_end,
+                                  boost::system::error_code& ec);
     std::shared_ptr<std::vector<value>>& attribute_slot() noexcept;
     value& scalar_slot(type t);
     void place(value&& v);
