@@ -280,12 +280,10 @@ step next_step(std::mt19937& rng, admission_model const& m, shape const& sh, int
 // compared with the model's after each.
 asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int steps,
                                         unsigned seed) {
-    using colock::detail::semaphore_acquire_script;
-    using colock::detail::semaphore_downgrade_script;
-    using colock::detail::semaphore_release_script;
-    auto const& acquire = semaphore_acquire_script(false);
-    auto const& release = semaphore_release_script(false);
-    auto const& downgrade = semaphore_downgrade_script(false);
+    auto const& scripts = colock::detail::scripts_for(colock::detail::script_variant::plain);
+    auto const& acquire = scripts.semaphore_acquire;
+    auto const& release = scripts.semaphore_release;
+    auto const& downgrade = scripts.semaphore_downgrade;
     // Not a loop over a braced list: GCC 12 miscompiles those inside a coroutine.
     co_await conn.co_exec(command("SCRIPT", "LOAD", acquire.source));
     co_await conn.co_exec(command("SCRIPT", "LOAD", release.source));

@@ -76,7 +76,7 @@ asio::awaitable<void> proclaim_on(std::shared_ptr<script_client> client,
                                   std::shared_ptr<script_round> round, std::size_t i,
                                   std::array<std::string, 7> words,
                                   std::optional<retry_schedule> retry) {
-    script_call const call{proclaim_script(client->sharded()),
+    script_call const call{client->scripts().proclaim,
                            {words[0], words[1]},
                            {words[2], words[3], words[4], words[5], words[6]}};
     // Not a conditional expression of two co_awaits: GCC 12 miscompiles that.
@@ -91,7 +91,7 @@ asio::awaitable<void> proclaim_on(std::shared_ptr<script_client> client,
 asio::awaitable<void> read_on(std::shared_ptr<script_client> client,
                               std::shared_ptr<script_round> round, std::size_t i,
                               std::array<std::string, 2> keys) {
-    script_call const call{election_read_script(), {keys[0], keys[1]}, {}};
+    script_call const call{client->scripts().election_read, {keys[0], keys[1]}, {}};
     round->answer(i, co_await client->run(call, send_as::sha));
 }
 
@@ -134,7 +134,7 @@ asio::awaitable<bool> election_core::proclaim(lock_guard const& guard, std::stri
         keys_.key, keys_.record_key, guard.token(),          std::to_string(guard.fence()),
         value,     locker_->id(),    std::to_string(version)};
     if (!quorum()) {
-        script_call const call{proclaim_script(clients_[0]->sharded()),
+        script_call const call{clients_[0]->scripts().proclaim,
                                {words[0], words[1]},
                                {words[2], words[3], words[4], words[5], words[6]}};
         // The campaign's claim is sent again over passing errors while the lease is ours.
@@ -203,7 +203,8 @@ asio::awaitable<bool> election_core::proclaim(lock_guard const& guard, std::stri
 
 asio::awaitable<election_reading> election_core::read() {
     if (!quorum()) {
-        script_call const call{election_read_script(), {keys_.key, keys_.record_key}, {}};
+        script_call const call{
+            clients_[0]->scripts().election_read, {keys_.key, keys_.record_key}, {}};
         co_return read_election(co_await clients_[0]->run(call, send_as::sha));
     }
     auto const majority = majority_;

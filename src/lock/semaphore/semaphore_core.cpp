@@ -98,7 +98,7 @@ asio::awaitable<permit_grant> semaphore_core::attempt(std::string const& token, 
     auto const life = ms_text(queue_entry_ttl);
     auto const claim = ms_text(max_handoff_claim);
     script_call const call{
-        semaphore_acquire_script(client_->sharded()),
+        client_->scripts().semaphore_acquire,
         {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
         {token, count, capacity_text_, ttl_ms, locker_->id(), queue ? "1" : "0", life,
          new_fence ? "1" : "0", keys_.channel_prefix, claim}};
@@ -107,7 +107,7 @@ asio::awaitable<permit_grant> semaphore_core::attempt(std::string const& token, 
 
 asio::awaitable<lease_reply> semaphore_core::extend(std::string const& token, milliseconds ttl) {
     auto const ttl_ms = ms_text(ttl);
-    script_call const call{semaphore_extend_script(),
+    script_call const call{client_->scripts().semaphore_extend,
                            {keys_.key, keys_.permits_key, keys_.weights_key},
                            {token, ttl_ms}};
     co_return read_permit_reply(co_await client_->run(call, send_as::sha));
@@ -116,7 +116,7 @@ asio::awaitable<lease_reply> semaphore_core::extend(std::string const& token, mi
 asio::awaitable<permit_extension> semaphore_core::extend_weighing(std::string const& token,
                                                                   milliseconds ttl) {
     auto const ttl_ms = ms_text(ttl);
-    script_call const call{semaphore_extend_script(),
+    script_call const call{client_->scripts().semaphore_extend,
                            {keys_.key, keys_.permits_key, keys_.weights_key},
                            {token, ttl_ms, "1"}};
     co_return read_permit_extension(co_await client_->run(call, send_as::sha));
@@ -125,7 +125,7 @@ asio::awaitable<permit_extension> semaphore_core::extend_weighing(std::string co
 asio::awaitable<lease_reply> semaphore_core::downgrade(std::string const& token) {
     auto const claim = ms_text(max_handoff_claim);
     script_call const call{
-        semaphore_downgrade_script(client_->sharded()),
+        client_->scripts().semaphore_downgrade,
         {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
         {token, keys_.channel_prefix, claim}};
     co_return read_permit_reply(
@@ -137,7 +137,7 @@ asio::awaitable<lease_reply> semaphore_core::release(std::string const& token, s
     auto const count = std::to_string(permits);
     auto const claim = ms_text(max_handoff_claim);
     script_call const call{
-        semaphore_release_script(client_->sharded()),
+        client_->scripts().semaphore_release,
         {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
         {token, keys_.channel_prefix, claim, leave ? "1" : "0", count}};
     co_return read_permit_reply(co_await client_->run_retrying(
@@ -148,7 +148,7 @@ void semaphore_core::release_detached(std::string token, std::size_t permits, bo
     auto const count = std::to_string(permits);
     auto const claim = ms_text(max_handoff_claim);
     script_call const call{
-        semaphore_release_script(client_->sharded()),
+        client_->scripts().semaphore_release,
         {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
         {token, keys_.channel_prefix, claim, leave ? "1" : "0", count}};
     client_->run_detached(
@@ -167,7 +167,7 @@ void semaphore_core::release_detached(std::string token, std::size_t permits, bo
 
 asio::awaitable<semaphore_reading> semaphore_core::read() {
     script_call const call{
-        semaphore_read_script(),
+        client_->scripts().semaphore_read,
         {keys_.key, keys_.permits_key, keys_.weights_key, keys_.queue_key, keys_.entries_key},
         {}};
     auto r = read_semaphore(co_await client_->run(call, send_as::sha));

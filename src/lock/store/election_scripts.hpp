@@ -61,14 +61,4 @@ return {redis.call('GET', KEYS[1]) or '', r[1] or '', r[2] or '', r[3] or '', r[
         r[5] or '', redis.call('PTTL', KEYS[2])}
 )lua";
 
-inline script const& proclaim_script(bool sharded = false) {
-    static script const variants[2] = {make_script(proclaim_source, false),
-                                       make_script(proclaim_source, true)};
-    return variants[sharded ? 1 : 0];
-}
-inline script const& election_read_script() {
-    static script const s = make_script(election_read_source);
-    return s;
-}
-
 } // namespace colock::detail

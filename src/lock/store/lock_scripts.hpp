@@ -378,30 +378,4 @@ end
 return {1, owner, token}
 )lua";
 
-// The scripts as sent, each made once.
-inline script const& acquire_script(bool sharded = false) {
-    static script const variants[2] = {make_script(acquire_source, false),
-                                       make_script(acquire_source, true)};
-    return variants[sharded ? 1 : 0];
-}
-inline script const& release_script(bool sharded = false) {
-    static script const variants[2] = {make_script(release_source, false),
-                                       make_script(release_source, true)};
-    return variants[sharded ? 1 : 0];
-}
-inline script const& extend_script(bool sharded = false) {
-    static script const variants[2] = {make_script(extend_source, false),
-                                       make_script(extend_source, true)};
-    return variants[sharded ? 1 : 0];
-}
-inline script const& status_script() {
-    static script const s = make_script(status_source);
-    return s;
-}
-inline script const& force_unlock_script(bool sharded = false) {
-    static script const variants[2] = {make_script(force_unlock_source, false),
-                                       make_script(force_unlock_source, true)};
-    return variants[sharded ? 1 : 0];
-}
-
 } // namespace colock::detail

@@ -109,7 +109,8 @@ private:
 script_client::script_client(redis::detail::shared_engine engine,
                              asio::strand<asio::any_io_executor> strand)
     : engine_(std::move(engine))
-    , sharded_(redis::detail::engine_shards_channels(engine_))
+    , scripts_(scripts_for(redis::detail::engine_shards_channels(engine_) ? script_variant::sharded
+                                                                          : script_variant::plain))
     , strand_(std::move(strand)) {}
 
 script_client::~script_client() = default;

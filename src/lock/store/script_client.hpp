@@ -111,8 +111,8 @@ public:
     boost::asio::strand<boost::asio::any_io_executor> const& strand() const noexcept {
         return strand_;
     }
-    // A Cluster: channels are sharded (SSUBSCRIBE; the scripts publish with SPUBLISH).
-    bool sharded() const noexcept { return sharded_; }
+    // The scripts as this connection's server takes them, chosen once (scripts.hpp).
+    script_set const& scripts() const noexcept { return scripts_; }
 
     // Runs `call`, cancelled through `cancel_by` when given (an empty slot: not cancellable),
     // else through the awaiting coroutine's own cancellation. A cancellation is honoured while
@@ -181,7 +181,7 @@ private:
     void arm_deadline_timer();
 
     redis::detail::shared_engine const engine_;
-    bool const sharded_;
+    script_set const& scripts_;
     boost::asio::strand<boost::asio::any_io_executor> const strand_;
     std::shared_ptr<listener> listener_;
     // On the strand: the deadlines of run_retrying, in order, under one timer (no timer per

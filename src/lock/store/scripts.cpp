@@ -1,5 +1,9 @@
-// A script with its SHA-1, and the Cluster variant of a text.
+// A script with its SHA-1, the Cluster variant of a text, and the set of each variant.
 #include "lock/store/scripts.hpp"
+
+#include "lock/store/election_scripts.hpp"
+#include "lock/store/lock_scripts.hpp"
+#include "lock/store/semaphore_scripts.hpp"
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -39,6 +43,33 @@ script make_script(std::string_view source, bool sharded) {
     text.append(source.substr(copied));
     auto sha = sha1_hex(text);
     return script{std::move(text), std::move(sha)};
+}
+
+namespace {
+
+script_set make_set(script_variant variant) {
+    bool const sharded = variant == script_variant::sharded;
+    return script_set{variant,
+                      make_script(acquire_source, sharded),
+                      make_script(release_source, sharded),
+                      make_script(extend_source, sharded),
+                      make_script(status_source, sharded),
+                      make_script(force_unlock_source, sharded),
+                      make_script(semaphore_acquire_source, sharded),
+                      make_script(semaphore_release_source, sharded),
+                      make_script(semaphore_downgrade_source, sharded),
+                      make_script(semaphore_extend_source, sharded),
+                      make_script(semaphore_read_source, sharded),
+                      make_script(proclaim_source, sharded),
+                      make_script(election_read_source, sharded)};
+}
+
+} // namespace
+
+script_set const& scripts_for(script_variant variant) {
+    static script_set const sets[2] = {make_set(script_variant::plain),
+                                       make_set(script_variant::sharded)};
+    return sets[variant == script_variant::sharded ? 1 : 0];
 }
 
 } // namespace colock::detail

@@ -291,29 +291,4 @@ return {redis.call('HGET', KEYS[1], 'capacity') or '', held(), redis.call('LLEN'
 
 #undef COLOCK_SEMAPHORE_PROLOGUE
 
-// The scripts as sent, each made once.
-inline script const& semaphore_acquire_script(bool sharded) {
-    static script const variants[2] = {make_script(semaphore_acquire_source, false),
-                                       make_script(semaphore_acquire_source, true)};
-    return variants[sharded ? 1 : 0];
-}
-inline script const& semaphore_release_script(bool sharded) {
-    static script const variants[2] = {make_script(semaphore_release_source, false),
-                                       make_script(semaphore_release_source, true)};
-    return variants[sharded ? 1 : 0];
-}
-inline script const& semaphore_downgrade_script(bool sharded) {
-    static script const variants[2] = {make_script(semaphore_downgrade_source, false),
-                                       make_script(semaphore_downgrade_source, true)};
-    return variants[sharded ? 1 : 0];
-}
-inline script const& semaphore_extend_script() {
-    static script const s = make_script(semaphore_extend_source);
-    return s;
-}
-inline script const& semaphore_read_script() {
-    static script const s = make_script(semaphore_read_source);
-    return s;
-}
-
 } // namespace colock::detail

@@ -52,7 +52,7 @@ public:
             std::max<std::int64_t>(0, std::chrono::duration_cast<milliseconds>(
                                           std::chrono::system_clock::now().time_since_epoch())
                                           .count()));
-        script_call const call{acquire_script(client_->sharded()),
+        script_call const call{client_->scripts().acquire,
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {token, ttl_text, keys.owner, queue_text, entry_ttl_text,
                                 keys.channel_prefix, since_text, claim_text}};
@@ -81,10 +81,8 @@ public:
         // lease to a ttl nobody counts on. One request keeps its place.
         auto const ttl_text = std::to_string(ttl.count());
         auto const fence_text = std::to_string(fence);
-        script_call const call{extend_script(client_->sharded()),
-                               {keys.key},
-                               {token, ttl_text, fence_text},
-                               keys.record_key};
+        script_call const call{
+            client_->scripts().extend, {keys.key}, {token, ttl_text, fence_text}, keys.record_key};
         co_return read_extend(co_await client_->run(call, send_as::in_place));
     }
 
@@ -95,7 +93,7 @@ public:
         // A connection lost before the reply leaves the outcome unknown: sent again until the
         // deadline. The script checks the token, so a repeat is harmless (it answers 0 if the
         // first one went through, so `true` is only reported when known).
-        script_call const call{release_script(client_->sharded()),
+        script_call const call{client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {token, keys.channel_prefix, claim_text, "", fence_text},
                                keys.record_key};
@@ -107,7 +105,7 @@ public:
         // In place: no NOSCRIPT, so the one request is all it takes.
         auto const claim_text = std::to_string(claim.count());
         auto const fence_text = std::to_string(last_fence);
-        script_call const call{release_script(client_->sharded()),
+        script_call const call{client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {token, keys.channel_prefix, claim_text, "", fence_text, "0"},
                                keys.record_key};
@@ -130,7 +128,7 @@ public:
         // co_lock still sends it (a graceful close sends what was asked before it). A passing
         // failure goes on with the retrying one on the strand.
         auto const claim_text = std::to_string(claim.count());
-        script_call const call{release_script(client_->sharded()),
+        script_call const call{client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {"", keys.channel_prefix, claim_text, keys.owner, "0"}};
         client_->run_detached(
@@ -152,7 +150,8 @@ public:
     void stop_listening() override { client_->stop_listening(); }
 
     asio::awaitable<lock_reading> read(lock_keys const& keys) override {
-        script_call const call{status_script(), {keys.key, keys.queue_key, keys.deadlines_key}, {}};
+        script_call const call{
+            client_->scripts().status, {keys.key, keys.queue_key, keys.deadlines_key}, {}};
         co_return read_lock(co_await client_->run(call, send_as::sha));
     }
 
@@ -189,16 +188,16 @@ public:
         auto const quarantine_text = std::to_string(forced_unlock_quarantine.count());
         // One server (or Sentinel's primary): the script tells the holder itself.
         std::string_view const tell_in_script =
-            client_->sharded() ? std::string_view() : notify_prefix;
+            client_->scripts().publishes_beyond_slot() ? notify_prefix : std::string_view();
         // The record's key, as an election's would be: a lock named so has none, and the
         // script ends only a record of the lease it ends. (A local: the call holds views.)
         std::string const record_key = keys.key + ":e";
-        script_call const call{force_unlock_script(client_->sharded()),
+        script_call const call{client_->scripts().force_unlock,
                                {keys.key, record_key},
                                {quarantine_text, tell_in_script}};
         auto r = read_forced_unlock(
             co_await client_->run(call, send_as::sha, asio::cancellation_slot()));
-        if (!r.ended || !client_->sharded())
+        if (!r.ended || client_->scripts().publishes_beyond_slot())
             co_return r;
         // A Cluster: told from here. The lease is ended whatever happens to the message: a
         // holder that misses it finds out at its next renewal.
@@ -232,7 +231,7 @@ private:
     static asio::awaitable<void> give_back(std::shared_ptr<single_connection_store> self,
                                            lock_keys keys, std::string token,
                                            std::function<bool()> current) {
-        script_call const call{release_script(self->client_->sharded()),
+        script_call const call{self->client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {token, keys.channel_prefix, "0", "", "0", "1"},
                                keys.record_key};
@@ -244,7 +243,7 @@ private:
     static asio::awaitable<void> leave(std::shared_ptr<single_connection_store> self,
                                        lock_keys keys, milliseconds claim) {
         auto const claim_text = std::to_string(claim.count());
-        script_call const call{release_script(self->client_->sharded()),
+        script_call const call{self->client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {"", keys.channel_prefix, claim_text, keys.owner, "0"}};
         co_await self->client_->run_retrying(call, send_as::sha, leave_retries);
