@@ -2,6 +2,8 @@
 // messages, and the changes, gaps and looks the tracker decides from them.
 #include "lock/election/leader_tracker.hpp"
 
+#include "lock/quorum/quorum_election.hpp"
+#include "lock/store/lock_replies.hpp"
 #include "value_builders.hpp"
 
 #include <colock/error.hpp>
@@ -13,6 +15,7 @@
 #include <vector>
 
 using namespace colock::detail;
+using colock::detail::redlock::decide_reading;
 using colock::leader_change;
 using colock::test::array;
 using colock::test::blob;

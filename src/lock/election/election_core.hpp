@@ -1,11 +1,10 @@
-// What an election, its leaderships and its watches share: the locker, the script clients of its
-// servers (one, or a quorum's primaries), the election's keys, and the election's own requests
-// (proclaim, read), each run on the locker's strand. Private to the library's sources.
+// What an election, its leaderships and its watches share: the locker, the election's keys,
+// and the election's own requests (proclaim, read) through the locker's store, each run on the
+// locker's strand. Private to the library's sources.
 #pragma once
 
 #include "lock/election/leader_tracker.hpp"
 #include "lock/store/lease_store.hpp"
-#include "lock/store/script_client.hpp"
 
 #include <colock/election.hpp>
 
@@ -26,9 +25,9 @@ public:
     election_core(std::shared_ptr<locker_context> locker, std::string name);
 
     locker_context& locker() const noexcept { return *locker_; }
-    // A quorum's primaries (Redlock): the requests go to each, decided by majority.
-    bool quorum() const noexcept { return clients_.size() > 1; }
-    std::size_t majority() const noexcept { return majority_; }
+    // A quorum's primaries (Redlock): the store asks each and decides by majority.
+    bool quorum() const noexcept { return majority() > 1; }
+    std::size_t majority() const noexcept;
     std::string const& name() const noexcept { return name_; }
     key_space const& space() const noexcept { return space_; }
     lock_keys const& keys() const noexcept { return keys_; }
@@ -52,8 +51,6 @@ public:
 
 private:
     std::shared_ptr<locker_context> const locker_;
-    std::vector<std::shared_ptr<script_client>> const clients_;
-    std::size_t const majority_;
     std::string const name_;
     key_space const space_;
     lock_keys const keys_;

@@ -14,74 +14,8 @@ namespace colock::detail {
 
 using std::chrono::milliseconds;
 
-namespace {
-
-std::optional<std::int64_t> number(std::string_view text) {
-    std::int64_t n = 0;
-    auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (ec != std::errc() || end != text.data() + text.size() || n < 0)
-        return std::nullopt;
-    return n;
-}
-
-// The next word of `text` (up to a space), taken off it.
-std::string_view next_word(std::string_view& text) {
-    auto const space = text.find(' ');
-    auto const word = text.substr(0, space);
-    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
-    return word;
-}
-
-// The fence of a lock value ("H <fence> ...", "R <fence> <owner>", "F <fence>"), else 0.
-std::int64_t fence_of(std::string_view lock_value) {
-    auto const kind = next_word(lock_value);
-    if (kind != "H" && kind != "R" && kind != "F")
-        return 0;
-    return number(next_word(lock_value)).value_or(0);
-}
-
-// The token of a lock value "H <fence> <owner> <token> <since> <queued>", else empty.
-std::string_view holding_token(std::string_view lock_value) {
-    if (next_word(lock_value) != "H")
-        return {};
-    next_word(lock_value);
-    next_word(lock_value);
-    return next_word(lock_value);
-}
-
-} // namespace
-
-election_reading read_election(script_reply const& reply) {
-    return replies::read_value<election_reading>(
-        reply, [](resp3::value const& v, election_reading& r) {
-            if (v.type != resp3::type::array || v.elements.size() != 7 ||
-                v.elements[6].type != resp3::type::number)
-                return false;
-            std::string_view text[6];
-            for (int i = 0; i < 6; ++i) {
-                auto const s = v.elements[i].as_string();
-                if (!s)
-                    return false;
-                text[i] = *s;
-            }
-            auto const& [lock_value, token, term, value, version, owner] = text;
-            r.record_ttl = milliseconds(v.elements[6].integer);
-            r.lock_fence = fence_of(lock_value);
-            if (version.empty())
-                return term.empty() && token.empty(); // no record
-            auto const version_n = number(version);
-            auto const term_n = number(term);
-            if (!version_n || *version_n == 0 || !term_n || *term_n == 0)
-                return false;
-            r.record = true;
-            r.version = *version_n;
-            r.term = *term_n;
-            r.value = std::string(value);
-            r.owner = std::string(owner);
-            r.leading = !token.empty() && holding_token(lock_value) == token;
-            return true;
-        });
-}
+using replies::next_word;
+using replies::number;
 
 std::optional<election_message> parse_election_message(std::string_view payload) {
     election_message m;
@@ -115,50 +49,6 @@ std::optional<election_message> parse_election_message(std::string_view payload)
         return payload.empty() ? std::optional(m) : std::nullopt;
     m.value = std::string(payload);
     return m;
-}
-
-election_reading decide_reading(std::vector<election_reading> const& readings,
-                                std::size_t majority) {
-    std::map<std::int64_t, std::vector<election_reading const*>> leading_by_term;
-    std::size_t not_leading = 0;
-    milliseconds pending_claim{-2};
-    std::int64_t lock_fence = 0;
-    for (auto const& r : readings) {
-        if (r.ec)
-            continue;
-        if (r.leading) {
-            leading_by_term[r.term].push_back(&r);
-        } else {
-            ++not_leading;
-            pending_claim = std::max(pending_claim, r.record_ttl);
-            lock_fence = std::max(lock_fence, r.lock_fence);
-        }
-    }
-    for (auto const& [term, group] : leading_by_term) {
-        if (group.size() < majority)
-            continue;
-        std::vector<election_reading const*> by_version = group;
-        std::sort(by_version.begin(), by_version.end(),
-                  [](auto const* a, auto const* b) { return a->version > b->version; });
-        election_reading out = *by_version[majority - 1];
-        for (auto const* r : group)
-            if (r->record_ttl.count() > 0)
-                out.record_ttl = std::min(out.record_ttl, r->record_ttl);
-        return out;
-    }
-    election_reading out;
-    if (not_leading >= majority) {
-        out.record_ttl = pending_claim; // a hand-over's claim: look again when it lapses
-        out.lock_fence = lock_fence;
-        return out;
-    }
-    auto const answered = static_cast<std::size_t>(
-        std::count_if(readings.begin(), readings.end(), [](auto const& r) { return !r.ec; }));
-    out.ec = error::no_quorum;
-    out.server_text = fmt::format("{} of {} primaries answered, and no majority of them agrees "
-                                  "on who leads",
-                                  answered, readings.size());
-    return out;
 }
 
 namespace {

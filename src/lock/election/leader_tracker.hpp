@@ -4,7 +4,7 @@
 // layout of keys and messages is in election_scripts.hpp. Private to the library's sources.
 #pragma once
 
-#include "lock/store/script_client.hpp"
+#include "lock/store/lease_store.hpp"
 
 #include <colock/election.hpp>
 
@@ -19,26 +19,6 @@
 
 namespace colock::detail {
 
-// The election as its read script found it.
-struct election_reading {
-    // As lock_reading's: the network's code, server_error with its text, or unexpected_reply
-    // (a reply of another shape, shown in server_text).
-    boost::system::error_code ec;
-    std::string server_text;
-    bool leading = false; // the record's lease holds the lock now
-    bool record = false;  // the term's record exists (leading, or handed on and unclaimed)
-    std::int64_t term = 0;
-    std::int64_t version = 0;
-    std::string value;
-    std::string owner;
-    std::chrono::milliseconds record_ttl{-2}; // the record's PTTL: -2 none
-    // The last fence in the lock's key (held, handed or free), 0 when the key is gone: a term
-    // above the last one known came and went.
-    std::int64_t lock_fence = 0;
-};
-
-election_reading read_election(script_reply const& reply);
-
 // One message of the election's channel.
 struct election_message {
     enum class kind { leader, handed, ended, shortened } what = kind::ended;
@@ -51,13 +31,6 @@ struct election_message {
 
 // Nothing when `payload` is not a message of the election's.
 std::optional<election_message> parse_election_message(std::string_view payload);
-
-// The election as a quorum's primaries read it (a failed reading says nothing): a leader when
-// a majority of them has the same term leading (its version the newest that a majority has,
-// each primary holding every version before its own), nobody when a majority has nobody
-// leading, else error::no_quorum.
-election_reading decide_reading(std::vector<election_reading> const& readings,
-                                std::size_t majority);
 
 // A quorum's messages: each primary tells each change once; a change is passed on when a
 // majority has told it, so that one a minority alone saw (a proclaim that failed) is not.

@@ -7,6 +7,7 @@
 //   quorum_leases    which primaries count for each lease made, and the leases lost to
 //                    replaced primaries
 //   quorum_status    status readings and forced unlocks over the primaries
+//   quorum_election  an election's proclaim and read over the primaries
 //
 // Every operation asks the primaries in parallel and decides by majority as soon as the answers
 // allow, or when the round's timeout leaves the rest unknown. Stragglers finish in the
@@ -19,6 +20,7 @@
 #pragma once
 
 #include "lock/quorum/quorum.hpp"
+#include "lock/quorum/quorum_election.hpp"
 #include "lock/quorum/quorum_grant.hpp"
 #include "lock/quorum/quorum_leases.hpp"
 #include "lock/quorum/quorum_members.hpp"
@@ -167,6 +169,19 @@ public:
                                                        std::string const& notify_prefix) override {
         return status_.force_unlock(keys, notify_prefix);
     }
+
+    // ------------------------------------------------------------------ election
+
+    asio::awaitable<proclaim_result> proclaim(lock_keys const& keys,
+                                              proclaim_request const& request) override {
+        return run_proclaim(members_, keys, request);
+    }
+
+    asio::awaitable<election_reading> read_election(lock_keys const& keys) override {
+        return run_read_election(members_, keys);
+    }
+
+    std::size_t majority() const noexcept override { return quorum::majority(members_->size()); }
 
     // ------------------------------------------------------------------ facts
 

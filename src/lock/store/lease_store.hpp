@@ -8,6 +8,7 @@
 
 #include "lock/store/channel_events.hpp"
 
+#include <colock/error.hpp>
 #include <colock/log.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -164,6 +165,50 @@ struct forced_unlock_result {
     std::string token; // the holder's lease token
 };
 
+// An election's term as its read script finds it (election_scripts.hpp).
+struct election_reading {
+    // As lock_reading's: the network's code, server_error with its text, or unexpected_reply
+    // (a reply of another shape, shown in server_text).
+    boost::system::error_code ec;
+    std::string server_text;
+    bool leading = false; // the record's lease holds the lock now
+    bool record = false;  // the term's record exists (leading, or handed on and unclaimed)
+    std::int64_t term = 0;
+    std::int64_t version = 0;
+    std::string value;
+    std::string owner;
+    std::chrono::milliseconds record_ttl{-2}; // the record's PTTL: -2 none
+    // The last fence in the lock's key (held, handed or free), 0 when the key is gone: a term
+    // above the last one known came and went.
+    std::int64_t lock_fence = 0;
+};
+
+// A new value for the term of an election's lease (the proclaim script): `value` as `version`
+// of term `term`, written only while the lease of `token` holds the lock.
+struct proclaim_request {
+    std::string token;
+    std::int64_t term = 0; // the lease's fence
+    std::string value;
+    std::string owner; // the leader's locker
+    std::int64_t version = 0;
+    // How long the lease has left: a quorum waits for its majority at most this long.
+    std::chrono::milliseconds lease_left{1};
+    // The campaign's claim: sent again over passing errors while the lease lasts and
+    // `still_ours` says so (empty: always).
+    bool retrying = false;
+    std::function<bool()> still_ours;
+    // Else sent once, and cancelled by the awaiting coroutine's cancellation while unsent.
+    bool cancellable = true;
+};
+
+// The answer to a proclaim: whether it was written (false: the lease is not ours any more).
+struct proclaim_result {
+    // As grant_result's.
+    boost::system::error_code ec;
+    std::string server_text;
+    bool written = false;
+};
+
 // How long a forced unlock leaves the lock to nobody, at most, so that the holder's locker hears
 // of it (one message) before anyone else can take the lock.
 inline constexpr std::chrono::milliseconds forced_unlock_quarantine{1000};
@@ -278,6 +323,23 @@ public:
     // by majority).
     virtual std::vector<std::shared_ptr<script_client>> script_clients() const = 0;
 
+    // An election's requests (election_scripts.hpp): the proclaim of a term's value, and the
+    // read of the term. A quorum asks every primary and decides by majority. A store that
+    // serves no election (a test's) refuses them with error::invalid_argument.
+    virtual boost::asio::awaitable<proclaim_result> proclaim(lock_keys const& keys,
+                                                             proclaim_request const& /*request*/) {
+        co_return proclaim_result{error::invalid_argument, no_election_text(keys), false};
+    }
+    virtual boost::asio::awaitable<election_reading> read_election(lock_keys const& keys) {
+        election_reading r;
+        r.ec = error::invalid_argument;
+        r.server_text = no_election_text(keys);
+        co_return r;
+    }
+    // How many of the store's servers make a majority: 1 for one connection. A watch over a
+    // quorum passes a message on once that many primaries told it.
+    virtual std::size_t majority() const noexcept { return 1; }
+
     // Connection facts the algorithm's decisions and messages consult.
     virtual bool is_connected() const noexcept = 0;
     // The last failure's account (endpoint and cause), or an empty string.
@@ -292,6 +354,11 @@ public:
     // sending one.
     virtual bool logs(log_level level) const noexcept = 0;
     virtual void log(log_level level, std::string_view line) const noexcept = 0;
+
+private:
+    static std::string no_election_text(lock_keys const& keys) {
+        return fmt::format("the locker's store serves no election ({})", keys.key);
+    }
 };
 
 } // namespace colock::detail

@@ -16,8 +16,12 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace colock::detail {
 
@@ -62,6 +66,23 @@ inline std::optional<std::int64_t> flag(resp3::value const& v, std::int64_t low,
     if (!n || *n < low || *n > high)
         return std::nullopt;
     return n;
+}
+
+// A decimal number of 0 or more, the whole of `text`; else nothing.
+inline std::optional<std::int64_t> number(std::string_view text) {
+    std::int64_t n = 0;
+    auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec != std::errc() || end != text.data() + text.size() || n < 0)
+        return std::nullopt;
+    return n;
+}
+
+// The next word of `text` (up to a space), taken off it.
+inline std::string_view next_word(std::string_view& text) {
+    auto const space = text.find(' ');
+    auto const word = text.substr(0, space);
+    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+    return word;
 }
 
 // Sets `ec` and `server_text` of a result for a failed request or a garbled reply; true when
@@ -213,6 +234,73 @@ inline forced_unlock_result read_forced_unlock(script_reply const& reply) {
                 r.owner = std::string(*v.elements[1].as_string());
                 r.token = std::string(*v.elements[2].as_string());
             }
+            return true;
+        });
+}
+
+// The proclaim's answer: 1 written, 0 the lease is not ours.
+inline proclaim_result read_proclaim(script_reply const& reply) {
+    return replies::read_value<proclaim_result>(reply,
+                                                [](resp3::value const& v, proclaim_result& r) {
+                                                    auto const done = replies::flag(v, 0, 1);
+                                                    if (!done)
+                                                        return false;
+                                                    r.written = *done == 1;
+                                                    return true;
+                                                });
+}
+
+namespace replies {
+
+// The fence of a lock value ("H <fence> ...", "R <fence> <owner>", "F <fence>"), else 0.
+inline std::int64_t fence_of(std::string_view lock_value) {
+    auto const kind = next_word(lock_value);
+    if (kind != "H" && kind != "R" && kind != "F")
+        return 0;
+    return number(next_word(lock_value)).value_or(0);
+}
+
+// The token of a lock value "H <fence> <owner> <token> <since> <queued>", else empty.
+inline std::string_view holding_token(std::string_view lock_value) {
+    if (next_word(lock_value) != "H")
+        return {};
+    next_word(lock_value);
+    next_word(lock_value);
+    return next_word(lock_value);
+}
+
+} // namespace replies
+
+// The election's read: {the lock's value, the record's token, term, value, version, owner, its
+// PTTL}.
+inline election_reading read_election(script_reply const& reply) {
+    return replies::read_value<election_reading>(
+        reply, [](resp3::value const& v, election_reading& r) {
+            if (v.type != resp3::type::array || v.elements.size() != 7 ||
+                v.elements[6].type != resp3::type::number)
+                return false;
+            std::string_view text[6];
+            for (int i = 0; i < 6; ++i) {
+                auto const s = v.elements[i].as_string();
+                if (!s)
+                    return false;
+                text[i] = *s;
+            }
+            auto const& [lock_value, token, term, value, version, owner] = text;
+            r.record_ttl = std::chrono::milliseconds(v.elements[6].integer);
+            r.lock_fence = replies::fence_of(lock_value);
+            if (version.empty())
+                return term.empty() && token.empty(); // no record
+            auto const version_n = replies::number(version);
+            auto const term_n = replies::number(term);
+            if (!version_n || *version_n == 0 || !term_n || *term_n == 0)
+                return false;
+            r.record = true;
+            r.version = *version_n;
+            r.term = *term_n;
+            r.value = std::string(value);
+            r.owner = std::string(owner);
+            r.leading = !token.empty() && replies::holding_token(lock_value) == token;
             return true;
         });
 }

@@ -26,6 +26,11 @@ using std::chrono::milliseconds;
 
 namespace {
 
+// A campaign's claim of its term is sent again over passing errors, pausing 20 ms, doubled up
+// to 250 ms.
+constexpr milliseconds proclaim_first_retry_pause{20};
+constexpr milliseconds proclaim_max_retry_pause{250};
+
 class single_connection_store final : public lease_store,
                                       public std::enable_shared_from_this<single_connection_store> {
 public:
@@ -209,6 +214,34 @@ public:
 
     std::vector<std::shared_ptr<script_client>> script_clients() const override {
         return {client_};
+    }
+
+    asio::awaitable<proclaim_result> proclaim(lock_keys const& keys,
+                                              proclaim_request const& request) override {
+        // Locals: the call holds views.
+        auto const term = std::to_string(request.term);
+        auto const version = std::to_string(request.version);
+        script_call const call{client_->scripts().proclaim,
+                               {keys.key, keys.record_key},
+                               {request.token, term, request.value, request.owner, version}};
+        // Not a conditional expression of two co_awaits: GCC 12 miscompiles that.
+        script_reply reply;
+        if (request.retrying)
+            reply = co_await client_->run_retrying(
+                call, send_as::sha,
+                retry_schedule{std::numeric_limits<int>::max(), proclaim_first_retry_pause,
+                               proclaim_max_retry_pause, request.lease_left},
+                request.still_ours);
+        else if (request.cancellable)
+            reply = co_await client_->run(call, send_as::sha);
+        else
+            reply = co_await client_->run(call, send_as::sha, asio::cancellation_slot());
+        co_return read_proclaim(reply);
+    }
+
+    asio::awaitable<election_reading> read_election(lock_keys const& keys) override {
+        script_call const call{client_->scripts().election_read, {keys.key, keys.record_key}, {}};
+        co_return detail::read_election(co_await client_->run(call, send_as::sha));
     }
 
     bool is_connected() const noexcept override { return client_->is_connected(); }
