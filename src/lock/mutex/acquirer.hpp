@@ -1,10 +1,10 @@
-// One ask of the lease store for a call, and what its answer makes: the guard of a grant (or
-// of a lease handed on by a holder of this process), or the text of a failure. Private to the
+// One ask of the lease store for a call, as its acquisition machine directs it, and the guard
+// its grant makes (or a lease handed on by a holder of this process makes). Private to the
 // library's sources; on the locker's strand.
 #pragma once
 
 #include "lock/base/common.hpp"
-#include "lock/core/acquire_policy.hpp"
+#include "lock/core/acquisition.hpp"
 #include "lock/core/local_queue.hpp"
 #include "lock/store/lease_store.hpp"
 
@@ -31,12 +31,14 @@ public:
     // `locker` owns this and makes the guards' owner.
     explicit acquirer(locker_impl& locker) : locker_(locker) {}
 
-    // Runs one attempt; on success builds the guard into `out`. A cancellation that arrived
-    // meanwhile wins, and a lock granted to it is given back first.
-    boost::asio::awaitable<std::optional<grant_result>>
+    // Runs one attempt of `acq` (asked for again over a replaced server; a grant read for a
+    // cancelled call, or too late to hold, given back); on a grant builds the guard into `out`,
+    // and marks `out` when an attempt may have been applied unseen. What `acq` does next:
+    // finish, or wait.
+    boost::asio::awaitable<acquisition_action>
     try_once(lock_keys const& keys, std::string const& token, std::string const& name,
              lock_options const& opt, queueing queue, boost::asio::cancellation_state cs,
-             clock_type::time_point deadline, lock_outcome& out);
+             acquisition& acq, lock_outcome& out);
 
     // The guard of a waiter that took a baton, or of a call that took a kept lease
     // (`from_retention`): the lease goes on, with the new holder's token.
@@ -44,16 +46,6 @@ public:
                                                    std::string token, lease_baton baton,
                                                    lock_options const& opt,
                                                    bool from_retention = false);
-
-    // The message names `kind` ("lock", "election") and `name`, as the user called them.
-    static void set_failure(lock_outcome& out, std::string_view kind, std::string const& name,
-                            boost::system::error_code ec, std::string const& detail_text);
-    // What a failure reports after the lock's name; an ACL refusal names where the list of
-    // what a `kind` needs is.
-    std::string failure_text(boost::system::error_code ec, std::string const& server_text,
-                             lock_options const& opt, bool waited, std::string_view kind) const;
-    // error::timeout's text.
-    std::string timeout_text(lock_options const& opt) const;
 
 private:
     // One acquire. The caller's cancellation and the wait deadline reach it as *total*

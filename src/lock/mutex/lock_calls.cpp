@@ -42,7 +42,8 @@ lock_operation::lock_operation(std::shared_ptr<locker_impl> owner, key_space spa
     , space_(std::move(space))
     , name_(std::move(lock_name))
     , opt_(std::move(options))
-    , wait_(waits) {}
+    , wait_(waits)
+    , acq_(acquisition_terms::lock(opt_, space_.kind, wait_), started_) {}
 
 lock_operation::~lock_operation() {
     if (queue_ && !finished_)
@@ -68,11 +69,6 @@ void lock_calls::begin(std::shared_ptr<lock_operation> const& op) {
     if (op->finished_)
         return; // cancelled before it reached the strand
     pending_.push_back(*op);
-    auto const start = op->started_; // the deadlines count from the call
-    op->deadlines_.wait = op->opt_.wait_timeout ? saturating_add(start, *op->opt_.wait_timeout)
-                                                : clock_type::time_point::max();
-    op->deadlines_.first_connect =
-        std::min(op->deadlines_.wait, saturating_add(start, op->opt_.first_connect_timeout));
     op->own_keys_ = std::make_unique<lock_keys>(op->space_, op->name_, locker_.id());
     if (auto kept = locker_.retained().take(*op->own_keys_)) {
         // The locker kept the lease when its last holder let go: no round trip.
@@ -87,8 +83,9 @@ void lock_calls::begin(std::shared_ptr<lock_operation> const& op) {
         op->queue_ = locker_.queues().join(*op->own_keys_, *op);
         locker_.notes().queue(op->name_, op->queue_->waiters.size());
         op->own_keys_.reset();
-        op->sleep_ = op->opt_.ttl;
-        locker_.waits().park(*op, op->deadlines_.wait);
+        op->acq_.joined_local_queue();
+        op->acq_.wait_for_holder(op->opt_.ttl);
+        locker_.waits().park(*op, op->acq_.deadlines().wait);
         return;
     }
     spawn(op);
@@ -106,9 +103,7 @@ void lock_calls::spawn(std::shared_ptr<lock_operation> const& op) {
 }
 
 void lock_calls::cancel(lock_operation& op, asio::cancellation_type type) {
-    if (op.finished_ ||
-        (type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) ==
-            asio::cancellation_type::none)
+    if (op.finished_ || !acquisition::ends_call(type))
         return;
     if (op.driving_) {
         op.signal_.emit(type);
@@ -116,8 +111,7 @@ void lock_calls::cancel(lock_operation& op, asio::cancellation_type type) {
     }
     // Parked in the queue: nothing of it is at the server but its share of this locker's
     // entry there, which the last one out takes out.
-    fail(op, asio::error::operation_aborted, {});
-    finish(op);
+    end(op, acquisition::aborted());
 }
 
 void lock_calls::forget(lock_operation& op) noexcept {
@@ -133,8 +127,21 @@ void lock_calls::abort_pending() {
         cancel(*op, asio::cancellation_type::terminal);
 }
 
-void lock_calls::fail(lock_operation& op, error_code ec, std::string const& detail_text) {
-    acquirer::set_failure(op.out_, op.space_.kind, op.name_, ec, detail_text);
+void lock_calls::settle(lock_operation& op, acquisition_action const& done) {
+    if (!done.fails())
+        return;
+    auto const& store = locker_.store();
+    auto const text =
+        op.acq_.ending_text(done, link_facts{store.is_connected(), store.last_error_text()});
+    // Without the source location Asio attaches: the message is about the lock, not about
+    // where in Asio the error was noticed.
+    op.out_.ec = error_code(done.ec.value(), done.ec.category());
+    op.out_.message = acquisition_message(op.space_.kind, op.name_, text);
+}
+
+void lock_calls::end(lock_operation& op, acquisition_action const& done) {
+    settle(op, done);
+    finish(op);
 }
 
 void lock_calls::finish(lock_operation& op) {
@@ -153,7 +160,7 @@ void lock_calls::finish(lock_operation& op) {
                        asio::detached);
     bool const waited = op.queue_ != nullptr;
     if (op.out_.state)
-        locker_.notes().acquired(*op.out_.state, op.started_, op.attempts_, waited);
+        locker_.notes().acquired(*op.out_.state, op.started_, op.acq_.attempts(), waited);
     if (auto q = std::exchange(op.queue_, nullptr)) {
         auto baton = std::exchange(op.baton, nullptr);
         locker_.queues().leave(q, op, op.out_.state != nullptr, claim);
@@ -180,22 +187,20 @@ asio::awaitable<void> lock_calls::run(std::shared_ptr<lock_operation> op) {
 }
 
 asio::awaitable<bool> lock_calls::first_attempt(lock_operation& op, asio::cancellation_state cs) {
-    if (cancelled(cs)) {
-        fail(op, asio::error::operation_aborted, {});
-        finish(op);
+    auto next = op.acq_.begin_attempt(cancelled(cs));
+    if (next.step == acquisition_step::finish) {
+        end(op, next);
         co_return false;
     }
     // The uncontended path: one command, no subscription. co_lock calls arriving meanwhile
     // queue behind this one.
     auto const& keys = *op.own_keys_;
-    auto const wait_deadline = op.deadlines_.wait;
     auto const queue_mode = op.wait_ ? queueing::when_held : queueing::never;
     if (op.wait_)
         locker_.queues().begin_first_attempt(keys);
-    std::optional<grant_result> first;
     try {
-        first = co_await locker_.asks().try_once(keys, op.holder_token(), op.name_, op.opt_,
-                                                 queue_mode, cs, wait_deadline, op.out_);
+        next = co_await locker_.asks().try_once(keys, op.holder_token(), op.name_, op.opt_,
+                                                queue_mode, cs, op.acq_, op.out_);
     } catch (...) {
         // Calls queued behind this attempt must not wait for it for good.
         if (op.wait_) {
@@ -207,52 +212,26 @@ asio::awaitable<bool> lock_calls::first_attempt(lock_operation& op, asio::cancel
     }
     if (op.wait_)
         locker_.queues().end_first_attempt(keys);
-    ++op.attempts_;
-    note_attempt(op.deadlines_, first->ec, first->server_text, clock_type::now());
     // Whether this locker may have an entry in the server's queue that nobody here will
     // take out: a first attempt that found the lock held queued it.
-    bool const queued_at_server =
-        op.wait_ && !first->granted && (!first->ec || first->outcome_unknown);
-    bool const others_queued = !first->ec && first->others_queued;
-    attempt_context const context{op.wait_, false, op.deadlines_, op.opt_.retry.max};
-    auto const next = decide_after_attempt(*first, context, cancelled(cs), clock_type::now());
-    bool goes_on = false;
-    switch (next.step) {
-    case next_step::acquired:
-    case next_step::not_acquired: // held by someone else: an empty result
-        break;
-    case next_step::fail_timeout:
-        fail(op, error::timeout, locker_.asks().timeout_text(op.opt_));
-        break;
-    case next_step::fail:
-        fail(op, first->ec,
-             locker_.asks().failure_text(first->ec, first->server_text, op.opt_, op.wait_,
-                                         op.space_.kind));
-        break;
-    case next_step::aborted:
-        fail(op, asio::error::operation_aborted, {});
-        break;
-    case next_step::wait:
-        op.sleep_ = next.sleep;
-        goes_on = true;
-        if (clock_type::now() >= wait_deadline) {
-            fail(op, error::timeout, locker_.asks().timeout_text(op.opt_));
-            goes_on = false;
-        }
-        break;
-    }
-    if (goes_on) {
+    bool const queued_at_server = op.acq_.queued_by_answer();
+    bool const others_queued = !op.acq_.answer().ec && op.acq_.answer().others_queued;
+    if (next.step == acquisition_step::wait)
+        next = op.acq_.keep_waiting(clock_type::now());
+    if (next.step == acquisition_step::wait) {
         // Contended: first in the local queue, ahead of calls that queued behind this attempt.
         auto queue = locker_.queues().join(keys, op, true);
         op.queue_ = queue;
         locker_.notes().queue(op.name_, queue->waiters.size());
         op.own_keys_.reset();
+        op.acq_.joined_local_queue();
         op.asked = true;
         op.need_attempt_ = false; // the first attempt's answer still stands
         queue->queued_at_server = queue->queued_at_server || queued_at_server;
         queue->others_queued = queue->others_queued || others_queued;
         co_return true;
     }
+    settle(op, next);
     // Calls that queued behind this attempt: their head asks now, or, when this one took the
     // lock, waits for its release. The server-side entry this attempt may have left is theirs.
     if (auto* q = op.wait_ ? locker_.queues().find(keys) : nullptr) {

@@ -36,7 +36,10 @@ public:
 
     // Runs a coroutine for `op`: its first attempt, or a turn of its queue's head.
     void spawn(std::shared_ptr<lock_operation> const& op);
-    void fail(lock_operation& op, boost::system::error_code ec, std::string const& detail_text);
+    // Records how `done`, a finish of op's acquisition, ends the call: its error and text.
+    void settle(lock_operation& op, acquisition_action const& done);
+    // settle(), then finish().
+    void end(lock_operation& op, acquisition_action const& done);
     // Ends the call: out of the queue (passing on a baton it did not take), a lock of unknown
     // outcome released in the background, the handler completed.
     void finish(lock_operation& op);

@@ -8,7 +8,7 @@
 
 #include "detail/completion.hpp"
 #include "lock/base/common.hpp"
-#include "lock/core/acquire_policy.hpp"
+#include "lock/core/acquisition.hpp"
 #include "lock/core/local_queue.hpp"
 #include "lock/store/lease_store.hpp"
 
@@ -103,11 +103,9 @@ private:
     std::string token_;
     std::unique_ptr<lock_keys> own_keys_;
     std::shared_ptr<name_queue> queue_; // while in the local queue
-    wait_deadlines deadlines_{};
-    // The wait: how long the head sleeps before asking again, attempts made, and whether the
-    // last answer still stands.
-    std::chrono::milliseconds sleep_{0};
-    int attempts_ = 0;
+    // Its decisions: the deadlines, the attempts, what each answer makes next.
+    acquisition acq_;
+    // Whether the head's last answer no longer stands: it asks on its next turn.
     bool need_attempt_ = true;
 
     // A coroutine runs for it: the caller's cancellation goes to that coroutine (through

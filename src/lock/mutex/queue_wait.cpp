@@ -39,11 +39,8 @@ bool queue_wait::take_baton(lock_operation& op) {
     return true;
 }
 
-// A head asks again at least every queue_refresh_interval, keeping its entry alive.
 clock_type::time_point queue_wait::head_sleep_end(lock_operation& op, clock_type::time_point now) {
-    return head_wakes_at(now, op.deadlines_.attempt_limit(),
-                         std::min(op.sleep_, queue_refresh_interval),
-                         backoff(op.opt_.retry, std::max(op.attempts_ - 1, 0), rng_));
+    return op.acq_.wakes_at(now, true, rng_);
 }
 
 void queue_wait::park(lock_operation& op, clock_type::time_point until) {
@@ -81,17 +78,17 @@ void queue_wait::resume(lock_operation& op) {
     if (op.wake == wake_reason::promoted_after_acquire) {
         // The previous head took the lock: wait for its release rather than ask now.
         op.need_attempt_ = false;
-        op.sleep_ = op.opt_.ttl;
+        op.acq_.wait_for_holder(op.opt_.ttl);
     } else if (!head && op.wake == wake_reason::none) {
         op.need_attempt_ = false; // woken by the wait deadline only; checked below
     }
-    if (clock_type::now() >= op.deadlines_.wait) {
-        locker_.calls().fail(op, error::timeout, locker_.asks().timeout_text(op.opt_));
-        locker_.calls().finish(op);
+    if (auto const on = op.acq_.keep_waiting(clock_type::now());
+        on.step == acquisition_step::finish) {
+        locker_.calls().end(op, on);
         return;
     }
     if (!head) {
-        park(op, op.deadlines_.wait);
+        park(op, op.acq_.deadlines().wait);
         return;
     }
     auto const& queue = *op.queue_;
@@ -111,10 +108,9 @@ void queue_wait::resume(lock_operation& op) {
 // its backoff, or to refresh its entry in the server's queue; between turns it parks.
 asio::awaitable<void> queue_wait::turns(lock_operation& op, asio::cancellation_state cs) {
     auto& queue = *op.queue_;
-    attempt_context const context{true, true, op.deadlines_, op.opt_.retry.max};
     for (;;) {
         if (&queue.waiters.front() != &op) {
-            park(op, op.deadlines_.wait);
+            park(op, op.acq_.deadlines().wait);
             co_return;
         }
         if (!queue.subscribed && !queue.subscription_refused) {
@@ -130,8 +126,7 @@ asio::awaitable<void> queue_wait::turns(lock_operation& op, asio::cancellation_s
             }
             op.need_attempt_ = true;
             if (cancelled(cs)) {
-                locker_.calls().fail(op, asio::error::operation_aborted, {});
-                locker_.calls().finish(op);
+                locker_.calls().end(op, acquisition::aborted());
                 co_return;
             }
             if (take_baton(op)) {
@@ -146,44 +141,25 @@ asio::awaitable<void> queue_wait::turns(lock_operation& op, asio::cancellation_s
             auto const mode =
                 queue.waiters.size() > 1 ? queueing::stay_after_grant : queueing::when_held;
             op.asked = true;
-            auto r =
-                co_await locker_.asks().try_once(op.keys(), op.holder_token(), op.name_, op.opt_,
-                                                 mode, cs, op.deadlines_.attempt_limit(), op.out_);
-            ++op.attempts_;
-            note_attempt(op.deadlines_, r->ec, r->server_text, clock_type::now());
-            if (r->granted)
+            auto const next = co_await locker_.asks().try_once(
+                op.keys(), op.holder_token(), op.name_, op.opt_, mode, cs, op.acq_, op.out_);
+            bool const acquired =
+                next.step == acquisition_step::finish && next.end == acquisition_end::acquired;
+            if (acquired)
                 queue.queued_at_server = mode == queueing::stay_after_grant;
-            else if (!r->ec || r->outcome_unknown)
+            else if (op.acq_.queued_by_answer())
                 queue.queued_at_server = true;
-            if (!r->ec)
-                queue.others_queued = r->others_queued;
-            auto const next = decide_after_attempt(*r, context, cancelled(cs), clock_type::now());
-            switch (next.step) {
-            case next_step::acquired:
+            if (!op.acq_.answer().ec)
+                queue.others_queued = op.acq_.answer().others_queued;
+            if (acquired) {
                 // Redis granted it: a baton given meanwhile was of a lease that is gone from the
                 // key (with Redlock, perhaps not from a minority of primaries): given back.
                 if (auto baton = std::exchange(op.baton, nullptr))
                     locker_.give_back(op.keys(), std::move(*baton), handoff_claim(op.opt_.ttl));
-                locker_.calls().finish(op);
+            }
+            if (next.step == acquisition_step::finish) {
+                locker_.calls().end(op, next);
                 co_return;
-            case next_step::aborted:
-                locker_.calls().fail(op, asio::error::operation_aborted, {});
-                locker_.calls().finish(op);
-                co_return;
-            case next_step::fail_timeout:
-                locker_.calls().fail(op, error::timeout, locker_.asks().timeout_text(op.opt_));
-                locker_.calls().finish(op);
-                co_return;
-            case next_step::fail:
-                locker_.calls().fail(op, r->ec,
-                                     locker_.asks().failure_text(r->ec, r->server_text, op.opt_,
-                                                                 true, op.space_.kind));
-                locker_.calls().finish(op);
-                co_return;
-            case next_step::not_acquired: // co_try_lock does not queue
-            case next_step::wait:
-                op.sleep_ = next.sleep;
-                break;
             }
             if (take_baton(op)) {
                 locker_.calls().finish(op);
@@ -193,16 +169,14 @@ asio::awaitable<void> queue_wait::turns(lock_operation& op, asio::cancellation_s
         op.need_attempt_ = true;
 
         auto const now = clock_type::now();
-        if (now >= op.deadlines_.wait) {
-            locker_.calls().fail(op, error::timeout, locker_.asks().timeout_text(op.opt_));
-            locker_.calls().finish(op);
+        if (auto const on = op.acq_.keep_waiting(now); on.step == acquisition_step::finish) {
+            locker_.calls().end(op, on);
             co_return;
         }
         if (queue.wake_pending)
             continue; // released while we were busy: try again at once
         if (cancelled(cs)) {
-            locker_.calls().fail(op, asio::error::operation_aborted, {});
-            locker_.calls().finish(op);
+            locker_.calls().end(op, acquisition::aborted());
             co_return;
         }
         park(op, head_sleep_end(op, now));
