@@ -301,7 +301,6 @@ void lease::wait_lost(asio::any_completion_handler<void(error_code)> handler) {
 }
 
 asio::awaitable<void> lease::renew_loop(std::shared_ptr<lease> self) {
-    using namespace asio::experimental::awaitable_operators;
     auto cs = co_await asio::this_coro::cancellation_state;
     auto& timer = self->renew_timer_; // self owns it and outlives this frame
     lock_timer lease_end(self->strand());
@@ -312,76 +311,90 @@ asio::awaitable<void> lease::renew_loop(std::shared_ptr<lease> self) {
         if (!self->terms_.auto_renew ||
             (self->terms_.max_hold &&
              next >= saturating_add(self->acquired_at_, *self->terms_.max_hold))) {
-            // Not (or no longer) renewing, only watching for wait_lost: the lease ends at its
-            // deadline, which an explicit extend() may still move.
-            for (;;) {
-                timer.expires_at(self->deadline());
-                co_await timer.async_wait(nothrow_awaitable);
-                if (cancelled(cs) || self->released_ || self->lost_)
-                    co_return;
-                if (!self->running()) {
-                    self->mark_lost(loss_reason::expired);
-                    co_return;
-                }
-            }
+            co_await watch_to_end(self, cs);
+            co_return;
         }
         timer.expires_at(next);
         co_await timer.async_wait(nothrow_awaitable);
         if (cancelled(cs) || self->released_ || self->lost_)
             co_return;
+        if (!co_await renew_now(self, cs, lease_end))
+            co_return;
+    }
+}
 
-        // Extend; on an error retry quickly. Either way the lease is ours only until its local
-        // deadline: a stalled connection must not let us believe otherwise. That deadline is
-        // read afresh each time, since extend() may move it; and a wake-up before it (a
-        // reconnection cancels the timer) means "try now", never "give up".
-        for (;;) {
-            if (self->lost_)
-                co_return; // marked from outside (server change)
-            if (!self->running()) {
-                self->mark_lost(loss_reason::expired); // no renewal succeeded in time
-                co_return;
-            }
-            turn_holder turn;
-            if (!co_await self->turns_.take())
-                co_return; // stopped while extend() had the turn
-            turn.turns = &self->turns_;
-            if (self->released_ || self->lost_)
-                co_return;
-            auto const started = clock_type::now();
-            auto const ttl = self->ttl_;
-            self->bound_deadline(started, ttl);
-            lease_end.expires_at(self->deadline());
-            auto outcome =
-                co_await (self->extend_at_server(ttl) || lease_end.async_wait(nothrow_awaitable));
-            turn.turns = nullptr;
-            self->turns_.give();
-            if (cancelled(cs) || self->released_)
-                co_return;
-            if (outcome.index() == 1) {
-                self->on_renewal(clock_type::now() - started, false, error::timeout);
-                continue; // no answer by the deadline: lost, unless extend() moved it
-            }
-            auto const reply = std::get<0>(outcome);
-            self->on_renewal(clock_type::now() - started, !reply.ec && reply.ours, reply.ec);
-            // An unreadable reply (unexpected_reply) is retried as a network error is.
-            if (!reply.ec) {
-                if (reply.ours) {
-                    self->set_deadline(started + self->book_->safe_ttl(ttl));
-                    self->on_confirmed(ttl);
-                    if (self->ttl_ != ttl)
-                        continue; // extend() changed the lease meanwhile: apply it again now
-                    break;
-                }
-                self->mark_lost(loss_reason::not_ours); // deleted, expired or taken over
-                co_return;
-            }
-            auto const retry_at =
-                clock_type::now() + std::min(self->renew_interval() / 4, milliseconds{250});
-            timer.expires_at(std::min(retry_at, self->deadline()));
-            co_await timer.async_wait(nothrow_awaitable);
-            if (cancelled(cs) || self->released_)
-                co_return;
+asio::awaitable<void> lease::watch_to_end(std::shared_ptr<lease> self,
+                                          asio::cancellation_state cs) {
+    // Not (or no longer) renewing, only watching for wait_lost: the lease ends at its deadline,
+    // which an explicit extend() may still move.
+    auto& timer = self->renew_timer_;
+    for (;;) {
+        timer.expires_at(self->deadline());
+        co_await timer.async_wait(nothrow_awaitable);
+        if (cancelled(cs) || self->released_ || self->lost_)
+            co_return;
+        if (!self->running()) {
+            self->mark_lost(loss_reason::expired);
+            co_return;
         }
+    }
+}
+
+asio::awaitable<bool> lease::renew_now(std::shared_ptr<lease> self, asio::cancellation_state cs,
+                                       lock_timer& lease_end) {
+    using namespace asio::experimental::awaitable_operators;
+    auto& timer = self->renew_timer_;
+    // Extend; on an error retry quickly. Either way the lease is ours only until its local
+    // deadline: a stalled connection must not let us believe otherwise. That deadline is read
+    // afresh each time, since extend() may move it; and a wake-up before it (a reconnection
+    // cancels the timer) means "try now", never "give up".
+    for (;;) {
+        if (self->lost_)
+            co_return false; // marked from outside (server change)
+        if (!self->running()) {
+            self->mark_lost(loss_reason::expired); // no renewal succeeded in time
+            co_return false;
+        }
+        turn_holder turn;
+        if (!co_await self->turns_.take())
+            co_return false; // stopped while extend() had the turn
+        turn.turns = &self->turns_;
+        if (self->released_ || self->lost_)
+            co_return false;
+        auto const started = clock_type::now();
+        auto const ttl = self->ttl_;
+        self->bound_deadline(started, ttl);
+        lease_end.expires_at(self->deadline());
+        auto outcome =
+            co_await (self->extend_at_server(ttl) || lease_end.async_wait(nothrow_awaitable));
+        turn.turns = nullptr;
+        self->turns_.give();
+        if (cancelled(cs) || self->released_)
+            co_return false;
+        if (outcome.index() == 1) {
+            self->on_renewal(clock_type::now() - started, false, error::timeout);
+            continue; // no answer by the deadline: lost, unless extend() moved it
+        }
+        auto const reply = std::get<0>(outcome);
+        self->on_renewal(clock_type::now() - started, !reply.ec && reply.ours, reply.ec);
+        // An unreadable reply (unexpected_reply) is retried as a network error is.
+        if (!reply.ec) {
+            if (reply.ours) {
+                self->set_deadline(started + self->book_->safe_ttl(ttl));
+                self->on_confirmed(ttl);
+                if (self->ttl_ != ttl)
+                    continue; // extend() changed the lease meanwhile: apply it again now
+                co_return true;
+            }
+            self->mark_lost(loss_reason::not_ours); // deleted, expired or taken over
+            co_return false;
+        }
+        auto const retry_at =
+            clock_type::now() + std::min(self->renew_interval() / 4, milliseconds{250});
+        timer.expires_at(std::min(retry_at, self->deadline()));
+        co_await timer.async_wait(nothrow_awaitable);
+        if (cancelled(cs) || self->released_)
+            co_return false;
     }
 }
 

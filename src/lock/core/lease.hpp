@@ -245,6 +245,13 @@ private:
     void start_watch();
     void finish_waiters();
     static boost::asio::awaitable<void> renew_loop(std::shared_ptr<lease> self);
+    // The loop's parts: the watch of a lease not renewed (to its end), and one renewal with its
+    // retries (true: confirmed; false: the loop ends).
+    static boost::asio::awaitable<void> watch_to_end(std::shared_ptr<lease> self,
+                                                     boost::asio::cancellation_state cs);
+    static boost::asio::awaitable<bool> renew_now(std::shared_ptr<lease> self,
+                                                  boost::asio::cancellation_state cs,
+                                                  lock_timer& lease_end);
 
     std::shared_ptr<lease_book> const book_;
     lease_terms const terms_;
