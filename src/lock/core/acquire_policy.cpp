@@ -99,4 +99,15 @@ clock_type::time_point head_wakes_at(clock_type::time_point now,
     return std::min(wait_deadline, saturating_add(now, std::max(nap, milliseconds{1})));
 }
 
+clock_type::time_point permit_wakes_at(clock_type::time_point now,
+                                       clock_type::time_point wait_deadline,
+                                       milliseconds first_expiry, bool listening,
+                                       milliseconds backoff) {
+    auto nap = first_expiry.count() > 0 ? first_expiry : backoff;
+    if (!listening)
+        nap = std::min(nap, backoff);
+    nap = std::clamp(nap, milliseconds{1}, queue_refresh_interval);
+    return std::min(wait_deadline, saturating_add(now, nap));
+}
+
 } // namespace colock::detail

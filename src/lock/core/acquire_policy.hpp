@@ -1,6 +1,8 @@
-// The acquire–wait–retry decisions of co_lock and co_try_lock, sans I/O: what to do after one
-// attempt's outcome, how long a queue's head sleeps before asking again. Private to the
-// library's sources; tested without a server in test/unit/test_acquire_policy.cpp.
+// The acquire–wait–retry rules of the lock family, sans I/O: what to do after one attempt's
+// outcome, how long a queue's head (or a waiting acquire of permits) sleeps before asking
+// again, what a lease handed on within the process must still have. The acquisition machine
+// (acquisition.hpp) applies them in order. Private to the library's sources; tested without a
+// server in test/unit/test_acquire_policy.cpp.
 #pragma once
 
 #include "lock/base/common.hpp"
@@ -119,5 +121,15 @@ clock_type::time_point head_wakes_at(clock_type::time_point now,
                                      clock_type::time_point wait_deadline,
                                      std::chrono::milliseconds sleep,
                                      std::chrono::milliseconds backoff);
+
+// When a waiting acquire of permits (a semaphore's) that was not admitted asks again: told by a
+// message when permits free up (`listening`), it looks by itself only when the first permit held
+// should have expired or, at the latest, when its queue entry needs refreshing; without messages (a
+// refused subscription), or when no permit is held (the calls ahead of it are about to take
+// theirs), after its backoff. At least 1 ms from now, never after the wait deadline.
+clock_type::time_point permit_wakes_at(clock_type::time_point now,
+                                       clock_type::time_point wait_deadline,
+                                       std::chrono::milliseconds first_expiry, bool listening,
+                                       std::chrono::milliseconds backoff);
 
 } // namespace colock::detail

@@ -18,23 +18,6 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using std::chrono::milliseconds;
 
-namespace {
-
-// The permits' sleep (semaphore_policy.hpp, permit_wakes_at): told by a message when permits
-// free up, a waiter looks by itself only when the first permit held should have expired, at the
-// latest when its queue entry needs refreshing.
-clock_type::time_point permits_wake(clock_type::time_point now, clock_type::time_point deadline,
-                                    milliseconds first_expiry, bool listening,
-                                    milliseconds backoff) {
-    auto nap = first_expiry.count() > 0 ? first_expiry : backoff;
-    if (!listening)
-        nap = std::min(nap, backoff);
-    nap = std::clamp(nap, milliseconds{1}, queue_refresh_interval);
-    return std::min(deadline, saturating_add(now, nap));
-}
-
-} // namespace
-
 acquisition_terms acquisition_terms::lock(lock_options const& opt, std::string_view kind,
                                           bool wait) {
     acquisition_terms t;
@@ -223,7 +206,7 @@ clock_type::time_point acquisition::wakes_at(clock_type::time_point now, bool li
                              std::min(sleep_, queue_refresh_interval), nap);
     if (failed_)
         return head_wakes_at(now, deadlines_.attempt_limit(), sleep_, nap);
-    return permits_wake(now, deadlines_.wait, sleep_, listening, nap);
+    return permit_wakes_at(now, deadlines_.wait, sleep_, listening, nap);
 }
 
 std::string acquisition::ending_text(acquisition_action const& done, link_facts const& link) const {

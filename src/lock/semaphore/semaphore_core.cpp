@@ -6,7 +6,7 @@
 #include "lock/base/errors.hpp"
 #include "lock/base/request_stop.hpp"
 #include "lock/base/token.hpp"
-#include "lock/core/acquire_policy.hpp"
+#include "lock/core/acquisition.hpp"
 #include "lock/core/locker_context.hpp"
 #include "lock/store/semaphore_scripts.hpp"
 
@@ -187,10 +187,6 @@ std::string semaphore_core::failure_text(error_code ec, std::string const& serve
     return text.empty() ? ec.message() : with_acl_pointer(std::move(text), kind_);
 }
 
-std::string semaphore_core::timeout_text(lock_options const& opt) const {
-    return wait_timeout_text(opt, client_->is_connected(), client_->last_error_text());
-}
-
 // ------------------------------------------------------------------ waiting calls
 
 void semaphore_core::add_waiter(std::string const& token, waiter& w) {
@@ -277,6 +273,14 @@ void semaphore_core::close() {
     });
 }
 
+void semaphore_core::settle(permit_outcome& out, acquisition const& acq,
+                            acquisition_action const& done) const {
+    auto const text =
+        acq.ending_text(done, link_facts{client_->is_connected(), client_->last_error_text()});
+    out.ec = error_code(done.ec.value(), done.ec.category());
+    out.message = acquisition_message(kind_, name_, text);
+}
+
 asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphore_core> self,
                                                         std::size_t permits, bool new_fence,
                                                         lock_options opt, bool wait) {
@@ -285,141 +289,72 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
     auto cs = co_await asio::this_coro::cancellation_state;
     auto& core = *self;
     permit_outcome out;
-    auto const fail = [&](error_code ec, std::string const& detail_text) {
-        out.ec = error_code(ec.value(), ec.category());
-        out.message = detail_text.empty()
-                          ? fmt::format("colock: {} '{}'", core.kind_, core.name_)
-                          : fmt::format("colock: {} '{}': {}", core.kind_, core.name_, detail_text);
-    };
-    auto const started = clock_type::now();
-    wait_deadlines deadlines{};
-    deadlines.wait = opt.wait_timeout ? saturating_add(started, *opt.wait_timeout)
-                                      : clock_type::time_point::max();
-    deadlines.first_connect =
-        std::min(deadlines.wait, saturating_add(started, opt.first_connect_timeout));
+    acquisition acq(acquisition_terms::permits(opt, core.kind_, wait), clock_type::now());
     waiter w(core, core.locker_->strand());
     std::string token = random_token();
-    // This call may have an entry in the server's queue, under `token`.
-    bool entered = false;
     std::minstd_rand rng(std::random_device{}());
-    int attempts = 0;
-    for (;;) {
-        if (core.closed_ || w.aborted || cancelled(cs)) {
-            fail(asio::error::operation_aborted, {});
-            break;
-        }
+    auto const stopping = [&] { return core.closed_ || w.aborted || cancelled(cs); };
+    // The last request's: when it was sent, how long its grant is ours, the server it went to.
+    auto sent_at = clock_type::now();
+    auto lease_end = sent_at;
+    std::uint64_t generation = 0;
+    auto next = acq.begin_attempt(stopping());
+    while (next.step == acquisition_step::ask) {
         if (wait)
             core.add_waiter(token, w);
         w.woken = false;
-        auto const sent_at = clock_type::now();
-        auto const generation = core.client_->server_changes_for(core.keys_.key);
-        auto g = co_await core.attempt(token, permits, new_fence, opt.ttl, wait, cs,
-                                       deadlines.attempt_limit());
-        ++attempts;
-        if (!g.ec && g.granted && core.client_->server_changes_for(core.keys_.key) != generation) {
-            // Granted by a server instance replaced since: as a reply that was lost.
-            g.granted = false;
-            g.ec = redis::error::connection_lost;
-            g.outcome_unknown = true;
-        }
-        if (wait && !g.granted && (!g.ec || g.outcome_unknown) && !g.stored)
-            entered = true;
-        bool const stopping = core.closed_ || w.aborted || cancelled(cs);
-        auto const lease_end = sent_at + core.locker_->store().safe_ttl(opt.ttl);
-        if (g.granted && !stopping && !lease_left_to_pass(lease_end, clock_type::now())) {
-            // Read when the lease it granted was over, or all but (a starved process, or a
-            // round trip as long as the ttl): its guard would never hold the permits. Given
-            // back, and answered as "none free now"; the call goes on under a new token (a
-            // token is granted once).
-            if (wait)
-                core.waiters_.erase(token);
-            core.release_detached(token, permits, true);
-            token = random_token();
-            entered = false;
-            g.granted = false;
-            g.wait = milliseconds(0);
-        }
-        if (g.granted) {
-            entered = false; // the grant took the entry out
-            if (stopping) {
-                core.release_detached(token, permits, true);
-                fail(asio::error::operation_aborted, {});
-                break;
-            }
-            auto st = std::make_shared<permit_state>(self, token, permits, g.fence, opt, sent_at,
-                                                     lease_end, generation);
-            st->hold();
-            out.state = std::move(st);
-            break;
-        }
+        sent_at = clock_type::now();
+        lease_end = sent_at + core.locker_->store().safe_ttl(opt.ttl);
+        generation = core.client_->server_changes_for(core.keys_.key);
+        auto const g =
+            co_await core.attempt(token, permits, new_fence, opt.ttl, wait, cs, next.until);
         if (g.stored) {
-            fail(error::invalid_argument, {});
+            out.ec = make_error_code(error::invalid_argument);
             out.message = capacity_mismatch_text(core.kind_, core.name_, core.keys_.key,
                                                  core.capacity_, *g.stored);
             break;
         }
-        if (g.outcome_unknown) {
-            // It may have granted permits to this token, or queued it: given back, and the call
-            // goes on under a new token (a token is granted once).
-            if (wait)
+        store_answer answer;
+        answer.result = as_grant_result(g);
+        answer.lease_end = lease_end;
+        answer.server_changed = core.client_->server_changes_for(core.keys_.key) != generation;
+        next = acq.on_answer(answer, clock_type::now(), stopping());
+        while (next.step == acquisition_step::give_back) {
+            if (next.new_token && wait)
                 core.waiters_.erase(token);
-            core.release_detached(token, permits, true);
-            token = random_token();
-            entered = false;
+            core.release_detached(token, permits, true); // its queue entry with it
+            if (next.new_token)
+                token = random_token(); // a token is granted once
+            next = acq.on_given_back(true, clock_type::now(), stopping());
         }
-        if (g.ec == asio::error::operation_aborted && !stopping)
-            g.ec = error::timeout; // stopped by the wait deadline before it was sent
-        note_attempt(deadlines, g.ec, g.server_text, clock_type::now());
-        attempt_context const context{wait, attempts > 1, deadlines, opt.retry.max};
-        auto const now = clock_type::now();
-        auto const next = decide_after_attempt(as_grant_result(g), context, stopping, now);
-        bool goes_on = false;
-        switch (next.step) {
-        case next_step::acquired:
-        case next_step::not_acquired:
+        if (next.step == acquisition_step::wait)
+            next = acq.keep_waiting(clock_type::now());
+        if (next.step != acquisition_step::wait)
             break;
-        case next_step::fail_timeout:
-            fail(error::timeout, core.timeout_text(opt));
-            break;
-        case next_step::fail:
-            fail(g.ec, core.failure_text(g.ec, g.server_text, opt, wait));
-            break;
-        case next_step::aborted:
-            fail(asio::error::operation_aborted, {});
-            break;
-        case next_step::wait:
-            goes_on = true;
-            if (now >= deadlines.wait) {
-                fail(error::timeout, core.timeout_text(opt));
-                goes_on = false;
-            }
-            break;
-        }
-        if (!goes_on)
-            break;
-        if (!core.subscribed_ && !core.refused_ && !core.subscribing_ && !g.ec) {
+        if (!core.subscribed_ && !core.refused_ && !core.subscribing_ && !acq.answer().ec) {
             // Subscribe, then ask again at once: a release published before the subscription
             // was confirmed reached nobody.
             co_await subscribe(self);
-            continue;
+            next = acq.begin_attempt(stopping());
+        } else if (w.woken) {
+            next = acq.begin_attempt(stopping()); // told meanwhile: ask now
+        } else {
+            w.timer.expires_at(acq.wakes_at(clock_type::now(), core.subscribed_, rng));
+            co_await w.timer.async_wait(asio::as_tuple(asio::use_awaitable));
+            next = acq.on_sleep_end(clock_type::now(), w.woken, stopping());
         }
-        if (w.woken)
-            continue;
-        auto const nap = backoff(opt.retry, std::max(attempts - 1, 0), rng);
-        auto const until =
-            g.ec ? head_wakes_at(now, deadlines.attempt_limit(), next.sleep, nap)
-                 : permit_wakes_at(now, deadlines.wait, g.wait, core.subscribed_, nap);
-        w.timer.expires_at(until);
-        co_await w.timer.async_wait(asio::as_tuple(asio::use_awaitable));
-        if (!w.woken && clock_type::now() >= deadlines.wait && !cancelled(cs) && !w.aborted &&
-            !core.closed_) {
-            fail(error::timeout, core.timeout_text(opt));
-            break;
-        }
+    }
+    if (next.step == acquisition_step::finish && next.end == acquisition_end::acquired) {
+        auto st = std::make_shared<permit_state>(self, token, permits, acq.answer().fence, opt,
+                                                 sent_at, lease_end, generation);
+        st->hold();
+        out.state = std::move(st);
+    } else if (next.fails()) {
+        core.settle(out, acq, next);
     }
     if (wait)
         core.remove_waiter(token);
-    if (entered && !out.state)
+    if (acq.queued_at_server() && !out.state)
         core.release_detached(token, permits, true); // leaves the queue, passing on a wake
     co_return out;
 }

@@ -6,6 +6,7 @@
 
 #include "detail/spawn.hpp"
 #include "lock/base/common.hpp"
+#include "lock/core/acquisition.hpp"
 #include "lock/core/channel_routes.hpp"
 #include "lock/core/lease.hpp"
 #include "lock/semaphore/semaphore_policy.hpp"
@@ -137,7 +138,8 @@ private:
                                                  clock_type::time_point deadline);
     std::string failure_text(boost::system::error_code ec, std::string const& server_text,
                              lock_options const& opt, bool waited) const;
-    std::string timeout_text(lock_options const& opt) const;
+    // Records how `done`, a failing finish of `acq`, ends an acquire: its error and text.
+    void settle(permit_outcome& out, acquisition const& acq, acquisition_action const& done) const;
 
     std::shared_ptr<locker_context> const locker_;
     std::shared_ptr<script_client> const client_;

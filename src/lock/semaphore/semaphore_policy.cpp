@@ -158,15 +158,4 @@ void validate_permits(std::string_view name, std::size_t capacity, std::size_t p
                            permits));
 }
 
-clock_type::time_point permit_wakes_at(clock_type::time_point now,
-                                       clock_type::time_point wait_deadline,
-                                       milliseconds first_expiry, bool listening,
-                                       milliseconds backoff) {
-    auto nap = first_expiry.count() > 0 ? first_expiry : backoff;
-    if (!listening)
-        nap = std::min(nap, backoff);
-    nap = std::clamp(nap, milliseconds{1}, queue_refresh_interval);
-    return std::min(wait_deadline, saturating_add(now, nap));
-}
-
 } // namespace colock::detail

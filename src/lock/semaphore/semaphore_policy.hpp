@@ -1,11 +1,12 @@
 // A semaphore's decisions without I/O: its scripts' replies read into results (every shape a
-// server or a proxy could send), the checks of its arguments, and when a waiting acquire asks
-// again. What to do after an attempt is the lock's own decision (acquire_policy.hpp): a permit
-// is a lease like a lock's. Private to the library's sources; tested without a server in
-// test/unit/test_semaphore_policy.cpp.
+// server or a proxy could send) and the checks of its arguments. What to do after an attempt,
+// and when a waiting acquire asks again, are the acquisition machine's (lock/core/
+// acquisition.hpp), shared with the lock: a permit is a lease like a lock's. Private to the
+// library's sources; tested without a server in test/unit/test_semaphore_policy.cpp.
 #pragma once
 
 #include "lock/base/common.hpp"
+#include "lock/core/acquire_policy.hpp"
 #include "lock/store/lease_store.hpp"
 #include "lock/store/script_client.hpp"
 
@@ -80,15 +81,5 @@ std::string capacity_mismatch_text(std::string_view kind, std::string_view name,
 void validate_semaphore(std::string_view name, std::size_t capacity);
 // ... permits of 0, above the capacity or above max_permits_per_call.
 void validate_permits(std::string_view name, std::size_t capacity, std::size_t permits);
-
-// When a waiting acquire that was not admitted asks again: told by a message when permits free
-// up (`listening`), it looks by itself only when the first permit held should have expired or,
-// at the latest, when its queue entry needs refreshing; without messages (a refused
-// subscription), or when no permit is held (the calls ahead of it are about to take theirs),
-// after its backoff. At least 1 ms from now, never after the wait deadline.
-clock_type::time_point permit_wakes_at(clock_type::time_point now,
-                                       clock_type::time_point wait_deadline,
-                                       std::chrono::milliseconds first_expiry, bool listening,
-                                       std::chrono::milliseconds backoff);
 
 } // namespace colock::detail
