@@ -72,6 +72,17 @@ inline asio::awaitable<long long> told_lost_after(lost_watch const& w, lock_guar
     co_return told;
 }
 
+/// Takes lock `name` with `opt` through `locks`, has `w` watch the guard, and holds it for `d`,
+/// CHECKing that it stays held and untold meanwhile; returns the guard.
+inline asio::awaitable<lock_guard> watched_hold(locker& locks, std::string const& name,
+                                                lock_options const& opt, lost_watch& w,
+                                                std::chrono::milliseconds d) {
+    auto g = co_await locks.co_lock(name, opt);
+    watch(g, w);
+    CHECK(co_await stays([&] { return g.owns_lock() && !w.done; }, d));
+    co_return g;
+}
+
 /// A co_spawn completion that checks the coroutine threw nothing, then marks it done: sets a
 /// flag, or counts one more in a counter.
 template <class Done>
@@ -102,14 +113,7 @@ stall_at_server(redis::connection& conn, redis::connection& probe, std::chrono::
     auto const id = co_await integer(conn, command("CLIENT", "ID"));
     auto stalled = std::make_shared<exec_outcome>();
     exec_into(conn, command("WAIT", 1, d.count()), stalled);
-    bool blocked = false;
-    for (int i = 0; i < 200 && !blocked; ++i) {
-        auto const clients = co_await probe.co_exec(command("CLIENT", "LIST", "ID", id));
-        blocked = text_of(clients.at(0)).find(" cmd=wait ") != std::string::npos;
-        if (!blocked)
-            co_await sleep_for(std::chrono::milliseconds{5});
-    }
-    REQUIRE(blocked);
+    REQUIRE(co_await server_runs(probe, id, "wait", std::chrono::milliseconds{1000}));
     co_return stalled;
 }
 
@@ -163,10 +167,43 @@ struct two_lockers {
     std::string const name;
 };
 
-/// Runs `scenario` as run_test does, with a fresh `Cast` (one_locker or two_lockers) on the
-/// server of `cfg`: the scenario takes the cast's members as references, in their order, after
-/// the test's io_context when it wants it too. The connections are closed once it returns; when it
-/// throws, they are left to the io_context's end, as a failed test leaves them.
+/// Three lockers, each on its own connection, a probe connection, and a lock name from
+/// unique_key(what): for a holder and two processes queued behind it. A scenario takes them in this
+/// order: (conn_a, conn_b, conn_c, probe, a, b, c, name).
+struct three_lockers {
+    three_lockers(asio::io_context& ctx, redis::config const& cfg, std::string_view what)
+        : conn_a{ctx.get_executor(), cfg}
+        , conn_b{ctx.get_executor(), cfg}
+        , conn_c{ctx.get_executor(), cfg}
+        , probe{ctx.get_executor(), cfg}
+        , a{conn_a}
+        , b{conn_b}
+        , c{conn_c}
+        , name(unique_key(what)) {}
+
+    template <class Scenario>
+    asio::awaitable<void> play(Scenario& scenario, asio::io_context& ctx) {
+        co_await play_scenario(scenario, ctx, conn_a, conn_b, conn_c, probe, a, b, c, name);
+        conn_a.close();
+        conn_b.close();
+        conn_c.close();
+        probe.close();
+    }
+
+    redis::connection conn_a;
+    redis::connection conn_b;
+    redis::connection conn_c;
+    redis::connection probe;
+    locker a;
+    locker b;
+    locker c;
+    std::string const name;
+};
+
+/// Runs `scenario` as run_test does, with a fresh `Cast` (one_locker, two_lockers or three_lockers)
+/// on the server of `cfg`: the scenario takes the cast's members as references, in their order,
+/// after the test's io_context when it wants it too. The connections are closed once it returns;
+/// when it throws, they are left to the io_context's end, as a failed test leaves them.
 template <class Cast, class Scenario>
 void run_lock_test(redis::config const& cfg, std::string_view what, Scenario scenario,
                    std::chrono::seconds limit = std::chrono::seconds{60}) {
@@ -236,8 +273,8 @@ asio::awaitable<int> run_side_by_side(asio::io_context& ctx, int count, Body bod
                 ++finished;
             },
             count_failure(failed, finished));
-    while (finished < count)
-        co_await sleep_for(std::chrono::milliseconds{20});
+    REQUIRE(co_await eventually([&] { return finished == count; }, std::chrono::minutes{2},
+                                std::chrono::milliseconds{20}));
     co_return failed;
 }
 

@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -174,6 +175,39 @@ inline asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
     co_await t.async_wait(asio::use_awaitable);
 }
 
+/// The one bounded wait of the tests: asks `probe()` every `step` until it answers true or `limit`
+/// has passed, and returns its last answer. `probe()` returns a bool (a flag the test's coroutines
+/// set) or an awaitable of one (a state read from the server). For what a test can observe; a fixed
+/// sleep stays only where time itself must pass.
+template <class Probe>
+asio::awaitable<bool> eventually(Probe probe,
+                                 std::chrono::milliseconds limit = std::chrono::milliseconds{2000},
+                                 std::chrono::milliseconds step = std::chrono::milliseconds{5}) {
+    auto const end = steady::now() + limit;
+    for (;;) {
+        bool ok = false;
+        if constexpr (std::is_convertible_v<std::invoke_result_t<Probe&>, bool>)
+            ok = probe();
+        else
+            ok = co_await probe();
+        if (ok || steady::now() >= end)
+            co_return ok;
+        co_await sleep_for(step);
+    }
+}
+
+/// Whether `probe()` holds throughout `d`, asked as eventually() asks: false as soon as it does
+/// not. For what must not happen within a window (a waiter let in, a lease lapsing): the test
+/// fails at the moment it does, not at the window's end.
+template <class Probe>
+asio::awaitable<bool> stays(Probe probe, std::chrono::milliseconds d) {
+    if constexpr (std::is_convertible_v<std::invoke_result_t<Probe&>, bool>)
+        co_return !co_await eventually([&] { return !probe(); }, d);
+    else
+        co_return !co_await eventually(
+            [&]() -> asio::awaitable<bool> { co_return !co_await probe(); }, d);
+}
+
 /// A unique key per test, so tests sharing one server never see each other's data.
 inline std::string unique_key(std::string_view what) {
     static int counter = 0;
@@ -221,6 +255,27 @@ inline redis_server_options with_app_user(redis_server_options opts = {}) {
     opts.acl_user = "app";
     opts.acl_password = "app-secret";
     return opts;
+}
+
+/// Sets up ACL user `user` (password "pw") on `server` with the permissions a lock needs, as
+/// docs/operations.md ("ACL permissions") and the README list them, and `extra` besides.
+inline void set_lock_user(redis_server const& server, std::string const& user,
+                          std::vector<std::string> const& extra = {}) {
+    auto args = strings("ACL", "SETUSER", user, "reset", "on", ">pw", "~colock:*", "&colock:*",
+                        "+hello", "+ping", "+info", "+evalsha", "+eval", "+script|load",
+                        "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl", "+del",
+                        "+time", "+publish", "+exists", "+hset", "+hget", "+hdel", "+rpush",
+                        "+lpop", "+lindex", "+lrem", "+llen", "+hgetall");
+    args.insert(args.end(), extra.begin(), extra.end());
+    server.cli(args);
+}
+
+/// The config of `server` for ACL user `user` with password "pw".
+inline redis::config as_user(redis_server const& server, std::string user) {
+    auto cfg = server.config();
+    cfg.username = std::move(user);
+    cfg.password = "pw";
+    return cfg;
 }
 
 /// `cfg` with short timeouts, so that losing and regaining a server is quick.
@@ -340,8 +395,8 @@ template <class F>
 asio::awaitable<std::invoke_result_t<F>> off_thread(F f) {
     using namespace std::chrono_literals;
     auto done = std::async(std::launch::async, std::move(f));
-    while (done.wait_for(0s) != std::future_status::ready)
-        co_await sleep_for(20ms);
+    co_await eventually([&] { return done.wait_for(0s) == std::future_status::ready; },
+                        std::chrono::hours{1}, 20ms);
     co_return done.get();
 }
 
@@ -416,13 +471,37 @@ inline asio::awaitable<bool> lock_free(redis::connection& c, std::string const& 
 inline asio::awaitable<bool>
 free_becomes(redis::connection& c, std::string const& name,
              std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
-    auto const end = steady::now() + limit;
-    bool free = co_await lock_free(c, name);
-    while (!free && steady::now() < end) {
-        co_await sleep_for(std::chrono::milliseconds{5});
-        free = co_await lock_free(c, name);
-    }
-    co_return free;
+    // A coroutine, not `return lock_free(...)`: the default prefix must outlive the read.
+    co_return co_await eventually(
+        [&]() -> asio::awaitable<bool> { co_return co_await lock_free(c, name); }, limit);
+}
+
+/// Polls, through redis-cli, until the server shows client `id` running `cmd` (lower case, as
+/// CLIENT LIST names it): a blocking command that was written and now waits at the server.
+inline asio::awaitable<bool>
+server_runs(redis_server const& server, std::int64_t id, std::string const& cmd,
+            std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
+    auto const shown = " cmd=" + cmd + " ";
+    co_return co_await eventually(
+        [&] {
+            return server.cli(strings("CLIENT", "LIST", "ID", std::to_string(id))).find(shown) !=
+                   std::string::npos;
+        },
+        limit);
+}
+
+/// server_runs, asked on `probe` (another connection to the same server).
+inline asio::awaitable<bool>
+server_runs(redis::connection& probe, std::int64_t id, std::string const& cmd,
+            std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
+    auto const shown = " cmd=" + cmd + " ";
+    co_return co_await eventually(
+        [&]() -> asio::awaitable<bool> {
+            auto const clients = co_await probe.co_exec(command("CLIENT", "LIST", "ID", id));
+            auto const text = clients.at(0).as_string();
+            co_return text && text->find(shown) != std::string_view::npos;
+        },
+        limit);
 }
 
 /// As lock_free, through redis-cli: `key` is the lock's key.
@@ -456,12 +535,13 @@ inline asio::awaitable<std::int64_t> numsub(redis::connection& c, std::string co
 inline asio::awaitable<std::int64_t>
 numsub_becomes(redis::connection& c, std::string const& channel, std::int64_t expected,
                std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
-    auto const end = steady::now() + limit;
-    auto n = co_await numsub(c, channel);
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(std::chrono::milliseconds{10});
-        n = co_await numsub(c, channel);
-    }
+    std::int64_t n = 0;
+    co_await eventually(
+        [&]() -> asio::awaitable<bool> {
+            n = co_await numsub(c, channel);
+            co_return n == expected;
+        },
+        limit, std::chrono::milliseconds{10});
     co_return n;
 }
 
@@ -469,12 +549,13 @@ numsub_becomes(redis::connection& c, std::string const& channel, std::int64_t ex
 inline asio::awaitable<std::int64_t>
 queue_length_becomes(redis::connection& c, std::string const& name, std::int64_t expected,
                      std::chrono::milliseconds limit = std::chrono::milliseconds{3000}) {
-    auto const end = steady::now() + limit;
-    auto n = co_await integer(c, command("LLEN", lock_key(name) + ":q"));
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(std::chrono::milliseconds{5});
-        n = co_await integer(c, command("LLEN", lock_key(name) + ":q"));
-    }
+    std::int64_t n = 0;
+    co_await eventually(
+        [&]() -> asio::awaitable<bool> {
+            n = co_await integer(c, command("LLEN", lock_key(name) + ":q"));
+            co_return n == expected;
+        },
+        limit);
     co_return n;
 }
 
@@ -482,29 +563,25 @@ queue_length_becomes(redis::connection& c, std::string const& name, std::int64_t
 inline asio::awaitable<std::int64_t>
 exists_becomes(redis::connection& c, std::string const& key, std::int64_t expected,
                std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
-    auto const end = steady::now() + limit;
-    auto n = co_await integer(c, command("EXISTS", key));
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(std::chrono::milliseconds{5});
-        n = co_await integer(c, command("EXISTS", key));
-    }
+    std::int64_t n = 0;
+    co_await eventually(
+        [&]() -> asio::awaitable<bool> {
+            n = co_await integer(c, command("EXISTS", key));
+            co_return n == expected;
+        },
+        limit);
     co_return n;
 }
 
 /// Polls `done()` every `step`, `polls` times at the most, until it holds; returns `done()`.
 template <class Done>
 asio::awaitable<bool> poll_until(Done done, int polls, std::chrono::milliseconds step) {
-    for (int i = 0; i < polls && !done(); ++i)
-        co_await sleep_for(step);
-    co_return done();
+    co_return co_await eventually(std::move(done), polls * step, step);
 }
 
 /// Waits until `done` is set or `limit` has passed; returns `done`.
 inline asio::awaitable<bool> finishes(bool const& done, std::chrono::milliseconds limit) {
-    auto const end = steady::now() + limit;
-    while (!done && steady::now() < end)
-        co_await sleep_for(std::chrono::milliseconds{5});
-    co_return done;
+    co_return co_await eventually([&] { return done; }, limit);
 }
 
 /// Runs `ctx` until `done()` holds or `limit` has passed; returns `done()`. For tests that drive
@@ -556,13 +633,7 @@ inline std::string text_of(resp3::value const& v) {
 /// Waits until `probe()` is true or `limit` has passed; returns the last answer.
 template <class Probe>
 asio::awaitable<bool> finishes_when(Probe probe, std::chrono::milliseconds limit) {
-    auto const end = steady::now() + limit;
-    bool ok = probe();
-    while (!ok && steady::now() < end) {
-        co_await sleep_for(std::chrono::milliseconds{5});
-        ok = probe();
-    }
-    co_return ok;
+    co_return co_await eventually(std::move(probe), limit);
 }
 
 /// `calls` of one command in INFO commandstats; 0 when the server has not seen it.
