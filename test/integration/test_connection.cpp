@@ -97,8 +97,7 @@ TEST_CASE("10,000 coroutines pipeline on one connection and every reply meets it
                 asio::detached);
         }
         // The spawned coroutines keep the context busy; wait for them here.
-        while (matched < coroutines)
-            co_await sleep_for(5ms);
+        co_await eventually([&] { return matched == coroutines; }, 30s);
         conn->close();
     });
     CHECK(matched == coroutines);
@@ -165,8 +164,7 @@ TEST_CASE("cancelling a request before it is written drops it") {
                                           asio::bind_cancellation_slot(signal.slot(),
                                                                        record_code(result, done)));
                           signal.emit(type);
-                          while (!done)
-                              co_await sleep_for(1ms);
+                          REQUIRE(co_await finishes(done, 2s));
                           CHECK(result == asio::error::operation_aborted);
 
                           auto exists = co_await conn.co_exec(command("EXISTS", key));
@@ -187,14 +185,14 @@ TEST_CASE("cancelling a written request discards its reply and keeps the stream 
                           asio::cancellation_signal signal;
                           error_code result;
                           bool done = false;
+                          auto const id = co_await integer(conn, command("CLIENT", "ID"));
                           auto const started = std::chrono::steady_clock::now();
                           conn.async_exec(command("BLPOP", list, "1"),
                                           asio::bind_cancellation_slot(signal.slot(),
                                                                        record_code(result, done)));
-                          co_await sleep_for(100ms);
+                          REQUIRE(co_await server_runs(shared_server(), id, "blpop"));
                           signal.emit(type);
-                          while (!done)
-                              co_await sleep_for(1ms);
+                          REQUIRE(co_await finishes(done, 2s));
                           CHECK(result == asio::error::operation_aborted);
                           CHECK(std::chrono::steady_clock::now() - started < 800ms);
 
@@ -210,6 +208,7 @@ TEST_CASE("total cancellation of a written request is not honoured: the reply st
         asio::cancellation_signal signal;
         error_code result = redis::error::closed;
         bool done = false;
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
         conn.async_exec(
             command("BLPOP", unique_key("total"), "0.3"),
             asio::bind_cancellation_slot(signal.slot(), [&](error_code ec, redis::response r) {
@@ -217,10 +216,9 @@ TEST_CASE("total cancellation of a written request is not honoured: the reply st
                 CHECK(r.at(0).is_null());
                 done = true;
             }));
-        co_await sleep_for(50ms);
+        REQUIRE(co_await server_runs(shared_server(), id, "blpop"));
         signal.emit(asio::cancellation_type::total);
-        while (!done)
-            co_await sleep_for(1ms);
+        REQUIRE(co_await finishes(done, 2s));
         CHECK_FALSE(result);
     });
 }
@@ -258,8 +256,7 @@ TEST_CASE("a cancelled request amid a pipeline leaves its neighbours' replies in
         }
         for (int i = 0; i < count; i += 3)
             signals[i].emit(asio::cancellation_type::terminal);
-        while (done < count)
-            co_await sleep_for(1ms);
+        REQUIRE(co_await eventually([&] { return done == count; }, 5s));
         for (int i = 0; i < count; ++i)
             CHECK(results[i] == (i % 3 == 0 ? "aborted" : std::to_string(i)));
     });
@@ -312,11 +309,11 @@ TEST_CASE("close() fails pending requests with error::closed and the connection 
     run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
         error_code result;
         bool done = false;
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
         conn.async_exec(command("BLPOP", unique_key("closed"), "2"), record_code(result, done));
-        co_await sleep_for(50ms);
+        REQUIRE(co_await server_runs(shared_server(), id, "blpop"));
         conn.close();
-        while (!done)
-            co_await sleep_for(1ms);
+        REQUIRE(co_await finishes(done, 2s));
         CHECK(result == redis::error::closed);
         CHECK_FALSE(conn.is_connected());
 
@@ -332,12 +329,12 @@ TEST_CASE("destroying the connection completes its pending requests") {
         {
             redis::connection conn{ctx.get_executor(), shared_server().config()};
             co_await conn.async_connect(asio::use_awaitable);
+            auto const id = co_await integer(conn, command("CLIENT", "ID"));
             conn.async_exec(command("BLPOP", unique_key("destroyed"), "2"),
                             record_code(result, done));
-            co_await sleep_for(20ms);
+            REQUIRE(co_await server_runs(shared_server(), id, "blpop"));
         }
-        while (!done)
-            co_await sleep_for(1ms);
+        REQUIRE(co_await finishes(done, 2s));
         CHECK(result == redis::error::closed);
     });
 }

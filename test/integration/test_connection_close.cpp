@@ -29,9 +29,10 @@ TEST_CASE("close(): a request queued just before gets its reply, and one in flig
         redis::connection conn{ctx.get_executor(), shared_server().config()};
         co_await conn.async_connect(asio::use_awaitable);
         // In flight when close() comes: a BLPOP that answers nil after 200 ms.
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
         auto blocked = std::make_shared<exec_outcome>();
         exec_into(conn, command("BLPOP", unique_key("empty-list"), "0.2"), blocked);
-        co_await sleep_for(50ms);
+        REQUIRE(co_await server_runs(shared_server(), id, "blpop"));
         auto queued = std::make_shared<exec_outcome>();
         exec_into(conn, command("SET", key, "flushed"), queued);
         conn.close();
@@ -131,9 +132,10 @@ TEST_CASE("close_timeout 0 closes at once, as before") {
         cfg.close_timeout = 0ms;
         redis::connection conn{ctx.get_executor(), cfg};
         co_await conn.co_connect();
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
         auto blocked = std::make_shared<exec_outcome>();
         exec_into(conn, command("BLPOP", unique_key("never"), "2"), blocked);
-        co_await sleep_for(50ms);
+        REQUIRE(co_await server_runs(shared_server(), id, "blpop"));
         auto const start = steady::now();
         conn.close();
         CHECK(co_await finishes(blocked->done, 1000ms));

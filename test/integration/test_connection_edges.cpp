@@ -119,7 +119,7 @@ TEST_CASE(
         exec_into(conn, command("ECHO", "behind"), small);
         bool const dropped = co_await finishes_when([&] { return !conn.is_connected(); }, 5000ms);
         CHECK(dropped);
-        co_await sleep_for(300ms);
+        CHECK(co_await stays([&] { return !large->done && !small->done; }, 300ms));
         CHECK_FALSE(large->done);
         CHECK_FALSE(small->done);
         server.resume();
@@ -155,8 +155,10 @@ drop_during_slow_write(redis::connection& conn, redis::connection& direct, fault
     slow_write_outcomes out;
     std::string const list = unique_key("unblocks");
     if (earlier) {
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
         exec_into(conn, command("BLPOP", list, "10"), out.earlier);
-        co_await sleep_for(100ms); // written: the server blocks on it
+        // Written: the server blocks on it.
+        REQUIRE(co_await server_runs(direct, id, "blpop"));
     }
     proxy.set_latency(300ms);
     exec_into(conn, std::move(first), out.first);
@@ -168,7 +170,7 @@ drop_during_slow_write(redis::connection& conn, redis::connection& direct, fault
         CHECK(answered);
         CHECK_FALSE(out.earlier->ec);
     } else {
-        co_await sleep_for(400ms);
+        CHECK(co_await stays([&] { return !out.first->done && !out.second->done; }, 400ms));
     }
     CHECK_FALSE(out.first->done);
     CHECK_FALSE(out.second->done);
@@ -389,7 +391,7 @@ TEST_CASE("an UNSUBSCRIBE from before a reconnection never undoes the reconnecti
         co_await conn.co_exec(command("PING"));
         // The count says 1: so must the server, and stay so.
         CHECK(cli_numsub(server, channel) == 1);
-        co_await sleep_for(300ms);
+        CHECK(co_await stays([&] { return cli_numsub(server, channel) == 1; }, 300ms));
         co_await conn.co_exec(command("PING"));
         CHECK(cli_numsub(server, channel) == 1);
         conn.close();

@@ -25,11 +25,11 @@ TEST_CASE("server killed mid-request: a clear error, and the next request after 
 
         error_code result;
         bool done = false;
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
         conn.async_exec(command("BLPOP", "never", "5"), record_code(result, done));
-        co_await sleep_for(100ms);
+        REQUIRE(co_await server_runs(server, id, "blpop"));
         server.kill();
-        while (!done)
-            co_await sleep_for(5ms);
+        REQUIRE(co_await finishes(done, 5s));
         // Written before the loss: it fails and is never re-sent behind the caller's back.
         CHECK(result == redis::error::connection_lost);
         CHECK(std::string(result.message()).find("lost") != std::string::npos);
@@ -46,8 +46,7 @@ TEST_CASE("requests made while the server is down wait for the reconnection") {
     redis_server server;
     run_connected(fast_config(server), [&](redis::connection& conn) -> asio::awaitable<void> {
         server.kill();
-        co_await sleep_for(100ms);
-        CHECK_FALSE(conn.is_connected());
+        CHECK(co_await eventually([&] { return !conn.is_connected(); }));
 
         bool done = false;
         error_code result = redis::error::closed;
@@ -58,11 +57,9 @@ TEST_CASE("requests made while the server is down wait for the reconnection") {
                 echoed = std::string(*r.at(0).as_string());
             done = true;
         });
-        co_await sleep_for(200ms);
-        CHECK_FALSE(done);
+        CHECK(co_await stays([&] { return !done; }, 200ms));
         server.restart();
-        while (!done)
-            co_await sleep_for(5ms);
+        REQUIRE(co_await finishes(done, 5s));
         CHECK_FALSE(result);
         CHECK(echoed == "queued");
     });

@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -41,10 +42,11 @@ template <class... Outcomes>
 asio::awaitable<bool> all_done(std::chrono::milliseconds limit, Outcomes... each) {
     std::vector<std::shared_ptr<exec_outcome>> outcomes;
     (outcomes.push_back(each), ...);
-    auto const end = steady::now() + limit;
-    for (auto const& o : outcomes)
-        while (!o->done && steady::now() < end)
-            co_await sleep_for(2ms);
+    co_await eventually(
+        [&] {
+            return std::all_of(outcomes.begin(), outcomes.end(), [](auto& o) { return o->done; });
+        },
+        limit, 2ms);
     for (auto const& o : outcomes)
         if (!o->done)
             co_return false;

@@ -30,13 +30,7 @@ asio::awaitable<long long> ping_ms(redis::connection& conn) {
 /// Polls `probe` until it returns true or `limit` has passed; returns the last answer.
 template <class Probe>
 asio::awaitable<bool> becomes_true(Probe probe, std::chrono::milliseconds limit = 3000ms) {
-    auto const end = steady::now() + limit;
-    bool ok = probe();
-    while (!ok && steady::now() < end) {
-        co_await sleep_for(10ms);
-        ok = probe();
-    }
-    co_return ok;
+    co_return co_await eventually(std::move(probe), limit, 10ms);
 }
 
 /// The outcome of a request sent with a callback, for requests that stay in flight while the
@@ -135,8 +129,7 @@ TEST_CASE("fault proxy: stall_for holds traffic both ways and then delivers all 
         auto last = std::make_shared<pending>();
         send(conn, command("GET", key), last);
 
-        co_await sleep_for(150ms);
-        CHECK_FALSE(last->done);
+        CHECK(co_await stays([&] { return !last->done; }, 150ms));
         // Held on the way to the server too: nothing has run yet.
         CHECK(shared_server().cli(colock::test::strings("EXISTS", key)) == "0");
 
@@ -188,9 +181,10 @@ TEST_CASE("fault proxy: drop_connections fails a request in flight, and the next
         std::string const key = unique_key("proxy-drop");
         co_await conn.co_exec(command("SET", key, "kept"));
 
+        auto const id = co_await integer(conn, command("CLIENT", "ID"));
         auto blocked = std::make_shared<pending>();
         send(conn, command("BLPOP", unique_key("proxy-never"), "5"), blocked);
-        co_await sleep_for(100ms);
+        REQUIRE(co_await server_runs(shared_server(), id, "blpop"));
         CHECK_FALSE(blocked->done);
         proxy.drop_connections();
         co_await finishes(blocked->done, 2000ms);
@@ -356,7 +350,8 @@ TEST_CASE("fault proxy: destroyed promptly with traffic stalled, delayed and bla
         });
         bool const accepted = co_await becomes_true([&] { return holed->stats().accepted == 2; });
         CHECK(accepted);
-        co_await sleep_for(50ms);
+        CHECK(co_await stays([&] { return !a_ping->done && !b_ping->done && !c_connect->done; },
+                             50ms));
         CHECK_FALSE(a_ping->done);
         CHECK_FALSE(b_ping->done);
         CHECK_FALSE(c_connect->done);
