@@ -49,6 +49,19 @@ void start_campaign(asio::any_io_executor ex, election& e, std::string value, lo
         check_nothrow_then_mark(run.done));
 }
 
+// Polls LLEN of election `name`'s queue of candidates' lockers until it is `expected`.
+asio::awaitable<std::int64_t> candidates_queued(redis::connection& probe, std::string const& name,
+                                                std::int64_t expected) {
+    std::int64_t n = 0;
+    co_await eventually(
+        [&]() -> asio::awaitable<bool> {
+            n = co_await integer(probe, command("LLEN", election_key(name) + ":q"));
+            co_return n == expected;
+        },
+        3000ms);
+    co_return n;
+}
+
 } // namespace
 
 TEST_CASE("election: co_leader names the leader; a second candidate waits, and leads at once "
@@ -77,7 +90,7 @@ TEST_CASE("election: co_leader names the leader; a second candidate waits, and l
 
             campaign_run second;
             start_campaign(co_await asio::this_coro::executor, eb, "node-b", lease(5000ms), second);
-            co_await sleep_for(200ms);
+            CHECK(co_await candidates_queued(probe, name, 1) == 1);
             CHECK_FALSE(second.done); // queued behind the leader
 
             auto const resigned_at = steady::now();
@@ -95,7 +108,7 @@ TEST_CASE("election: co_leader names the leader; a second candidate waits, and l
                 campaign_run next;
                 start_campaign(co_await asio::this_coro::executor, i % 2 == 0 ? ea : eb,
                                i % 2 == 0 ? "node-a" : "node-b", lease(5000ms), next);
-                co_await sleep_for(50ms);
+                CHECK(co_await candidates_queued(probe, name, 1) == 1);
                 CHECK_FALSE(next.done);
                 auto const at = steady::now();
                 CHECK(co_await current.co_resign());
@@ -126,7 +139,7 @@ TEST_CASE("election: a watch sees the state it starts in, then every change in o
           "leader, its new value, a hand-over, and nobody leading after a resign") {
     run_lock_test<two_lockers>(
         "election-watch",
-        [](redis::connection&, redis::connection&, redis::connection&, locker& a, locker& b,
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
            std::string const& name) -> asio::awaitable<void> {
             election ea{a, name};
             election eb{b, name};
@@ -156,7 +169,7 @@ TEST_CASE("election: a watch sees the state it starts in, then every change in o
 
             campaign_run second;
             start_campaign(co_await asio::this_coro::executor, eb, "b1", lease(5000ms), second);
-            co_await sleep_for(100ms);
+            CHECK(co_await candidates_queued(probe, name, 1) == 1);
             CHECK(co_await lead_a.co_resign());
             c = co_await next_change(w); // straight to the next leader: somebody was queued
             CHECK(c.leading);
@@ -234,18 +247,6 @@ TEST_CASE("election: a leader that stops renewing (as a dead process) is followe
 
 namespace {
 
-// Polls LLEN of election `name`'s queue of candidates' lockers until it is `expected`.
-asio::awaitable<std::int64_t> candidates_queued(redis::connection& probe, std::string const& name,
-                                                std::int64_t expected) {
-    auto const end = steady::now() + 3000ms;
-    auto n = co_await integer(probe, command("LLEN", election_key(name) + ":q"));
-    while (n != expected && steady::now() < end) {
-        co_await sleep_for(5ms);
-        n = co_await integer(probe, command("LLEN", election_key(name) + ":q"));
-    }
-    co_return n;
-}
-
 // Campaign options that ask again every 2 ms or less while they wait.
 lock_options eager_campaign() {
     auto opt = lease(10'000ms);
@@ -277,16 +278,9 @@ asio::awaitable<void> check_lead_in_order(campaign_run& first, campaign_run& the
 
 TEST_CASE("election: a leader's lease lapses (a dead leader): the first queued candidate leads, "
           "not a later one that asks first") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto const cfg = shared_server().config();
-        redis::connection conn_a{ctx.get_executor(), cfg};
-        redis::connection conn_b{ctx.get_executor(), cfg};
-        redis::connection conn_c{ctx.get_executor(), cfg};
-        redis::connection probe{ctx.get_executor(), cfg};
-        locker a{conn_a};
-        locker b{conn_b};
-        locker c{conn_c};
-        std::string const name = unique_key("election-lapse-fifo");
+    auto scenario = [](asio::io_context& ctx, redis::connection&, redis::connection& conn_b,
+                       redis::connection&, redis::connection& probe, locker& a, locker& b,
+                       locker& c, std::string const& name) -> asio::awaitable<void> {
         election ea{a, name};
         election eb{b, name};
         election ec{c, name};
@@ -311,11 +305,8 @@ TEST_CASE("election: a leader's lease lapses (a dead leader): the first queued c
 
         co_await check_lead_in_order(second, third, lead_a.term());
         CHECK(co_await finishes(stalled->done, 2000ms));
-        conn_a.close();
-        conn_b.close();
-        conn_c.close();
-        probe.close();
-    });
+    };
+    run_lock_test<three_lockers>("election-lapse-fifo", scenario);
 }
 
 TEST_CASE("election: after a forced unlock, the first queued candidate leads, not the ousted "
@@ -447,7 +438,7 @@ TEST_CASE("election: a watch whose connection was lost reads the election again 
 
         proxy.set_black_hole(true);
         proxy.drop_connections();
-        co_await sleep_for(100ms);
+        REQUIRE(co_await eventually([&] { return !conn_w.is_connected(); }));
         co_await lead.co_proclaim("a2"); // missed
         CHECK(co_await lead.co_resign());
         auto next = co_await ea.co_campaign("a3", lease(5000ms)); // missed too
@@ -483,8 +474,7 @@ TEST_CASE("election: two candidates of one locker: the second leads when the fir
             CHECK((co_await next_change(w)).value == "one");
             campaign_run next;
             start_campaign(co_await asio::this_coro::executor, second, "two", lease(5000ms), next);
-            co_await sleep_for(100ms);
-            CHECK_FALSE(next.done);
+            CHECK(co_await stays([&] { return !next.done; }, 100ms));
             auto const resigned_at = steady::now();
             CHECK(co_await lead.co_resign());
             auto const c = co_await next_change(w);
@@ -511,28 +501,10 @@ TEST_CASE("election: a name the lock refuses is refused at construction") {
 TEST_CASE("election: an ACL user with the lock's permissions and the election's: campaign, "
           "co_leader, a watch, renewal, proclaim, hand-over, resign; without one of them, the "
           "campaign fails with the server's refusal and where the list is") {
-    // Keep in step with docs/operations.md, "ACL permissions".
-    auto const lock_rights =
-        strings("~colock:*", "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+eval",
-                "+script|load", "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
-                "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel", "+rpush",
-                "+lpop", "+lindex", "+lrem", "+llen", "+hgetall");
-    auto const election_rights = strings("+hmget", "+pexpireat", "+pexpiretime");
-    auto setuser = [&](std::string const& user, std::vector<std::string> const& extra) {
-        auto args = strings("ACL", "SETUSER", user, "reset", "on", ">pw");
-        args.insert(args.end(), lock_rights.begin(), lock_rights.end());
-        args.insert(args.end(), extra.begin(), extra.end());
-        shared_server().cli(args);
-    };
-    setuser("electuser", election_rights);
-    setuser("electnoexpiretime", strings("+hmget", "+pexpireat"));
+    set_lock_user(shared_server(), "electuser", strings("+hmget", "+pexpireat", "+pexpiretime"));
+    set_lock_user(shared_server(), "electnoexpiretime", strings("+hmget", "+pexpireat"));
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto const as = [](std::string user) {
-            auto cfg = shared_server().config();
-            cfg.username = std::move(user);
-            cfg.password = "pw";
-            return cfg;
-        };
+        auto const as = [](std::string user) { return as_user(shared_server(), std::move(user)); };
         redis::connection conn_a{ctx.get_executor(), as("electuser")};
         redis::connection conn_b{ctx.get_executor(), as("electuser")};
         redis::connection conn_c{ctx.get_executor(), as("electnoexpiretime")};
@@ -553,8 +525,8 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
         REQUIRE(who.has_value());
         CHECK(who->value == "a1");
         REQUIRE(who->holder.has_value()); // the leader's locker record, read as status reads it
-        co_await sleep_for(900ms);        // renewed past its lease: the record too
-        CHECK(lead_a.leads());
+        // Renewed past its lease: the record too.
+        CHECK(co_await stays([&] { return lead_a.leads(); }, 900ms));
         CHECK(co_await lead_a.guard().extend(400ms)); // a shorter lease, told on the channel
         co_await lead_a.co_proclaim("a2");
         ch = co_await next_change(w);
@@ -563,7 +535,9 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
 
         campaign_run second;
         start_campaign(co_await asio::this_coro::executor, eb, "b1", opt, second);
-        co_await sleep_for(100ms);
+        CHECK(co_await eventually(
+            [&] { return shared_server().cli(strings("LLEN", election_key(name) + ":q")) == "1"; },
+            3000ms));
         CHECK_FALSE(second.done);
         CHECK(co_await lead_a.co_resign()); // handed to the queued candidate
         ch = co_await next_change(w);

@@ -311,14 +311,14 @@ TEST_CASE("SCRIPT FLUSH while locks are in use: lock, renew, extend and unlock r
         // PTTL rises above its lowest reading since the flush only by a renewal run after it.
         flush();
         auto lowest = co_await integer(probe, command("PTTL", lock_key(name)));
-        bool renewed = false;
-        auto const end = steady::now() + 2000ms;
-        while (!renewed && steady::now() < end) {
-            co_await sleep_for(10ms);
-            auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
-            renewed = pttl > lowest + 50;
-            lowest = std::min(lowest, pttl);
-        }
+        auto const renewed = co_await eventually(
+            [&]() -> asio::awaitable<bool> {
+                auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+                bool const up = pttl > lowest + 50;
+                lowest = std::min(lowest, pttl);
+                co_return up;
+            },
+            2000ms, 10ms);
         CHECK(renewed);
         CHECK(g.owns_lock());
         CHECK_FALSE(g.lost());
@@ -649,8 +649,8 @@ void run_contenders(redis::config const& cfg, std::string const& name,
                             ++finished;
                         },
                         count_failure(rec->failures, finished));
-            while (finished < lockers * coroutines)
-                co_await sleep_for(10ms);
+            REQUIRE(
+                co_await eventually([&] { return finished == lockers * coroutines; }, 110s, 10ms));
             for (auto& c : conns)
                 c->close();
         },
@@ -774,8 +774,8 @@ TEST_CASE("server cost: contended acquisitions are woken, not polled; one SUBSCR
                     ++done;
                 },
                 count_failure(failed, done));
-        co_await sleep_for(300ms);
-        auto const subscribed = co_await numsub(probe, wake_channel(name));
+        REQUIRE(co_await eventually([&] { return waiter_locks.waiting() == waiters; }));
+        auto const subscribed = co_await numsub_becomes(probe, wake_channel(name), 1);
         CHECK(subscribed == 1);
         co_await holder.unlock();
         co_await poll_until([&] { return done >= waiters; }, 1000, 10ms);
@@ -872,7 +872,9 @@ TEST_CASE("two lockers sharing one connection: one's waiter leaving does not dro
         CHECK(ec == error::timeout);
 
         // The first locker has no waiter left; the second still waits and needs the channel.
-        co_await sleep_for(200ms);
+        CHECK(co_await stays(
+            [&]() -> asio::awaitable<bool> { co_return co_await numsub(probe, channel) == 1; },
+            200ms));
         auto const subscribers = co_await numsub(probe, channel);
         CHECK(subscribers == 1);
 

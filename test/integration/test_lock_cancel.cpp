@@ -141,8 +141,7 @@ TEST_CASE("cancelled with an acquire in flight on a free lock: the lock the serv
         locks.async_lock(
             name, patient_waiter(),
             asio::bind_cancellation_slot(signal.slot(), record_lock_call(ec, got_guard, done)));
-        co_await sleep_for(100ms);
-        CHECK_FALSE(done);
+        CHECK(co_await stays([&] { return !done; }, 100ms));
         signal.emit(asio::cancellation_type::terminal);
         bool const finished = co_await finishes(done, 5000ms);
         REQUIRE(finished);
@@ -217,12 +216,10 @@ TEST_CASE("a storm of 2000 waiters with random deadlines: every one returns, not
                 },
                 count_failure(failures, finished));
         }
-        co_await sleep_for(700ms);
-        CHECK(holders == 0);
+        CHECK(co_await stays([&] { return holders == 0; }, 700ms));
         CHECK(co_await holder.unlock());
         auto const started = steady::now();
-        while (finished < waiters && ms_since(started) < 30'000)
-            co_await sleep_for(10ms);
+        co_await eventually([&] { return finished >= waiters; }, 30s, 10ms);
         MESSAGE("storm: " << acquired << " acquired, " << timed_out << " timed out, " << raced_out
                           << " lost the race to their timer, in " << ms_since(started)
                           << " ms after the release");

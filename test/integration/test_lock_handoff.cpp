@@ -255,16 +255,9 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
 
 TEST_CASE("a lease that lapses without a release (its holder dead) goes to the first queued "
           "locker, not to a later one that asks first") {
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto const cfg = shared_server().config();
-        redis::connection conn_a{ctx.get_executor(), cfg};
-        redis::connection conn_b{ctx.get_executor(), cfg};
-        redis::connection conn_c{ctx.get_executor(), cfg};
-        redis::connection probe{ctx.get_executor(), cfg};
-        locker a{conn_a};
-        locker b{conn_b};
-        locker c{conn_c};
-        std::string const name = unique_key("lapse-fifo");
+    auto scenario = [](asio::io_context& ctx, redis::connection&, redis::connection& conn_b,
+                       redis::connection&, redis::connection& probe, locker& a, locker& b,
+                       locker& c, std::string const& name) -> asio::awaitable<void> {
         // A holds and never renews, as a process that died: its lease lapses, nobody releases.
         auto dying = lease(800ms);
         dying.auto_renew = false;
@@ -309,11 +302,8 @@ TEST_CASE("a lease that lapses without a release (its holder dead) goes to the f
         CHECK(fences[0] > holder.fence());
         CHECK(fences[1] > fences[0]);
         CHECK(co_await finishes(stalled->done, 2000ms));
-        conn_a.close();
-        conn_b.close();
-        conn_c.close();
-        probe.close();
-    });
+    };
+    run_lock_test<three_lockers>("lapse-fifo", scenario);
 }
 
 // ------------------------------------------------------------------------ cohort hand-off

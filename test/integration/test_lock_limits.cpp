@@ -33,14 +33,13 @@ namespace {
 // test waits for has begun), for at most `limit`.
 asio::awaitable<bool> server_says(redis::connection& probe, resp3::request const& req,
                                   std::string_view prefix, std::chrono::milliseconds limit) {
-    auto const end = steady::now() + limit;
-    while (steady::now() < end) {
-        auto [ec, r] = co_await probe.async_exec(req, as_tuple);
-        if (ec == redis::error::server_error && !r.empty() && r.back().text.starts_with(prefix))
-            co_return true;
-        co_await sleep_for(10ms);
-    }
-    co_return false;
+    co_return co_await eventually(
+        [&]() -> asio::awaitable<bool> {
+            auto [ec, r] = co_await probe.async_exec(req, as_tuple);
+            co_return ec == redis::error::server_error && !r.empty() &&
+                r.back().text.starts_with(prefix);
+        },
+        limit, 10ms);
 }
 
 // The cast of the transient-state tests: a locker on its own connection, a second connection
@@ -139,9 +138,8 @@ TEST_CASE("every key a lock writes expires: 200 names leave no key without a TTL
         CHECK(without_ttl == 0);
         // The locks' keys go with their leases; the locker's holder record lives on for two
         // minutes after the last lease it covered (it names the holder for status).
-        auto const end = steady::now() + 5s;
-        while (!shared_server().cli(strings("KEYS", prefix + "{*")).empty() && steady::now() < end)
-            co_await sleep_for(100ms);
+        co_await eventually(
+            [&] { return shared_server().cli(strings("KEYS", prefix + "{*")).empty(); }, 5s, 100ms);
         CHECK(shared_server().cli(strings("KEYS", prefix + "{*")).empty());
         CHECK(shared_server().cli_lines(strings("KEYS", prefix + "*")) ==
               strings(prefix + "locker:" + locks.id()));
@@ -198,8 +196,7 @@ TEST_CASE("the free key keeps the last fence for the rest of the lease, and fenc
         auto g = co_await locks.co_lock(name, opt);
         auto const first = g.fence();
         // Renewed for three leases; extend() moves the lease too.
-        co_await sleep_for(900ms);
-        CHECK(g.owns_lock());
+        CHECK(co_await stays([&] { return g.owns_lock(); }, 900ms));
         auto const lock_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(lock_pttl > 0);
         CHECK(lock_pttl <= 300);
@@ -251,7 +248,7 @@ TEST_CASE("wait_timeout = milliseconds::max() waits (it does not give up at once
         // And it takes the lock once it is free.
         bool acquired = false;
         asio::co_spawn(ctx, take_and_release(locks, name, forever, acquired), asio::detached);
-        co_await sleep_for(50ms);
+        REQUIRE(co_await eventually([&] { return locks.waiting() == 1; }));
         co_await holder.unlock();
         bool const done = co_await finishes(acquired, 3000ms);
         CHECK(done);
@@ -265,8 +262,7 @@ TEST_CASE("max_hold = milliseconds::max() keeps renewing beyond the ttl") {
         opt.renew_interval = 100ms;
         opt.max_hold = std::chrono::milliseconds::max();
         auto g = co_await locks.co_lock(unique_key("hold-max"), opt);
-        co_await sleep_for(1000ms);
-        CHECK(g.owns_lock());
+        CHECK(co_await stays([&] { return g.owns_lock() && !g.lost(); }, 1000ms));
         CHECK_FALSE(g.lost());
         CHECK(co_await g.unlock());
     });
@@ -379,7 +375,13 @@ TEST_CASE("BUSY: a waiting co_lock waits out a long script instead of failing") 
                 message = e.what();
             }
             CHECK(message.find("BUSY") != std::string::npos);
-            co_await sleep_for(600ms);
+            // The script ends: the server answers again.
+            CHECK(co_await eventually(
+                [&]() -> asio::awaitable<bool> {
+                    auto [ec, r] = co_await probe.async_exec(command("PING"), as_tuple);
+                    co_return !ec;
+                },
+                2000ms, 10ms));
         });
 }
 
@@ -515,7 +517,7 @@ TEST_CASE("an ACL user without channel permissions: locks work by polling, and n
                 waiter_done = true;
             },
             asio::detached);
-        co_await sleep_for(100ms); // the waiter is queued and its subscription refused
+        REQUIRE(co_await eventually([&] { return locks.waiting() == 1; })); // the waiter waits
 
         int unlocked = 0;
         for (int i = 0; i < 100; ++i) {
@@ -536,16 +538,9 @@ TEST_CASE("an ACL user without channel permissions: locks work by polling, and n
 
 TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake-up, renew, "
           "extend, unlock") {
-    // Keep in step with README.md, "Operations: ACL permissions".
-    shared_server().cli(strings(
-        "ACL", "SETUSER", "lockuser", "reset", "on", ">pw", "~colock:*", "&colock:*", "+hello",
-        "+ping", "+info", "+evalsha", "+eval", "+script|load", "+subscribe", "+unsubscribe", "+get",
-        "+set", "+pexpire", "+pttl", "+del", "+time", "+publish", "+exists", "+hset", "+hget",
-        "+hdel", "+rpush", "+lpop", "+lindex", "+lrem", "+llen", "+hgetall"));
+    set_lock_user(shared_server(), "lockuser"); // exactly the documented permissions
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto cfg = shared_server().config();
-        cfg.username = "lockuser";
-        cfg.password = "pw";
+        auto cfg = as_user(shared_server(), "lockuser");
         redis::connection conn_a{ctx.get_executor(), cfg};
         redis::connection conn_b{ctx.get_executor(), cfg};
         co_await conn_a.async_connect(asio::use_awaitable);
@@ -567,8 +562,8 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
                 waiter_done = released;
             },
             asio::detached);
-        co_await sleep_for(900ms); // renewed a few times meanwhile
-        CHECK(holder.owns_lock());
+        // Renewed a few times meanwhile.
+        CHECK(co_await stays([&] { return holder.owns_lock(); }, 900ms));
         bool const extended = co_await holder.extend(2000ms);
         CHECK(extended);
         CHECK(co_await holder.unlock());
@@ -620,10 +615,11 @@ TEST_CASE("io_context::run() returns once the work is done: no release deadline 
             auto g = co_await locks.co_lock(unique_key("run-returns"), lease(5000ms));
             bool const released = co_await g.unlock();
             CHECK(released);
+            auto const dropped_name = unique_key("run-returns");
             {
-                auto dropped = co_await locks.co_lock(unique_key("run-returns"), lease(5000ms));
+                auto dropped = co_await locks.co_lock(dropped_name, lease(5000ms));
             } // released in the background
-            co_await sleep_for(100ms);
+            CHECK(co_await free_becomes(conn, dropped_name));
             conn.close();
             finished = true;
         },

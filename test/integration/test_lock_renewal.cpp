@@ -101,8 +101,9 @@ private:
         std::array<char, 16384> buf;
         for (;;) {
             auto [ec, n] = co_await from->async_read_some(asio::buffer(buf), as_tuple);
-            while (st->frozen && !st->stopped)
-                co_await sleep_for(10ms); // hold what was read: nothing gets through
+            // Hold what was read: nothing gets through.
+            co_await eventually([&] { return !st->frozen || st->stopped; }, std::chrono::hours{1},
+                                10ms);
             if (ec || st->stopped) {
                 error_code ignored;
                 to->shutdown(socket::shutdown_send, ignored);
@@ -131,7 +132,7 @@ TEST_CASE("renewal: a 300 ms lease held for three ttls stays ours") {
         watch(g, w);
 
         for (int i = 0; i < 3; ++i) {
-            co_await sleep_for(300ms);
+            CHECK(co_await stays([&] { return g.owns_lock() && !w.done; }, 300ms));
             auto taken = co_await other.co_try_lock(name, opt);
             CHECK_FALSE(taken.has_value());
         }
@@ -175,7 +176,11 @@ TEST_CASE("the key overwritten from outside: lost, and the new value is left alo
             CHECK(value == "someone-else");
         }
         // The guard is gone too (it had nothing to release); the other value stays.
-        co_await sleep_for(300ms);
+        CHECK(co_await stays(
+            [&]() -> asio::awaitable<bool> {
+                co_return co_await get(probe, lock_key(name)) == "someone-else";
+            },
+            300ms));
         auto const value = co_await get(probe, lock_key(name));
         CHECK(value == "someone-else");
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
@@ -196,7 +201,7 @@ TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the gu
         watch(g, w);
 
         // Past the first ttl: alive only because it was renewed.
-        co_await sleep_for(450ms);
+        CHECK(co_await stays([&] { return g.owns_lock() && !w.done; }, 450ms));
         auto const alive = co_await integer(probe, command("EXISTS", lock_key(name)));
         CHECK(alive == 1);
         CHECK(g.owns_lock());
@@ -227,10 +232,8 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
         locker other{conn_b};
         std::string const name = unique_key("restart");
         lock_options opt = renewing_lease(500ms, 150ms);
-        auto g = co_await locks.co_lock(name, opt);
         lost_watch w;
-        watch(g, w);
-        co_await sleep_for(200ms);
+        auto g = co_await watched_hold(locks, name, opt, w, 200ms);
 
         // The restarted server is empty (no persistence): the lock is free for anyone.
         server.kill();
@@ -254,11 +257,9 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
         CHECK(ms_between(acquired_at, w.at) < 500 + 150 + 1000);
 
         // From here on exactly one owner, in the guards and in Redis.
-        for (int i = 0; i < 5; ++i) {
-            CHECK(g2.owns_lock());
-            CHECK_FALSE(g.owns_lock());
-            co_await sleep_for(150ms);
-        }
+        CHECK(co_await stays([&] { return g2.owns_lock() && !g.owns_lock(); }, 750ms));
+        CHECK(g2.owns_lock());
+        CHECK_FALSE(g.owns_lock());
         redis::connection probe{ctx.get_executor(), fast_config(server)};
         auto const held = co_await held_by(probe, name);
         CHECK(held == g2.token());
@@ -280,16 +281,18 @@ TEST_CASE("server restart while held and nobody else wants it: the holder learns
         lost_watch w;
         watch(g, w);
         server.kill();
-        co_await sleep_for(300ms);
+        REQUIRE(co_await eventually([&] { return !conn.is_connected(); }));
         server.restart();
         bool const noticed = co_await finishes(w.done, 3000ms);
         REQUIRE(noticed);
         CHECK(g.lost());
         // Never revived on the new server.
         redis::connection probe{ctx.get_executor(), fast_config(server)};
-        co_await sleep_for(300ms);
-        auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
-        CHECK(exists == 0);
+        CHECK(co_await stays(
+            [&]() -> asio::awaitable<bool> {
+                co_return co_await integer(probe, command("EXISTS", lock_key(name))) == 0;
+            },
+            300ms));
         conn.close();
         probe.close();
     });
@@ -340,18 +343,24 @@ TEST_CASE("a reconnection to the same server keeps the guard and renews it at on
                         std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, renewing_lease(6000ms, 3000ms));
         auto const id = co_await integer(conn, command("CLIENT", "ID"));
-        co_await sleep_for(500ms); // the key has at most 5500 ms left, and falls until 3 s
+        // The key has at most 5500 ms left (on the server's clock), and falls until 3 s.
+        REQUIRE(co_await eventually(
+            [&]() -> asio::awaitable<bool> {
+                co_return co_await integer(probe, command("PTTL", lock_key(name))) <= 5500;
+            },
+            2000ms, 10ms));
         CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
         co_await poll_until([&] { return conn.reconnect_count() != 0; }, 200, 10ms);
         REQUIRE(conn.reconnect_count() == 1);
         // The next interval is 2 s away or more, yet the lease is re-armed right after
         // reconnecting: about 6000 ms left.
-        auto const end = steady::now() + 1000ms;
-        auto pttl = co_await integer(probe, command("PTTL", lock_key(name)));
-        while (pttl <= 5600 && steady::now() < end) {
-            co_await sleep_for(10ms);
-            pttl = co_await integer(probe, command("PTTL", lock_key(name)));
-        }
+        std::int64_t pttl = 0;
+        co_await eventually(
+            [&]() -> asio::awaitable<bool> {
+                pttl = co_await integer(probe, command("PTTL", lock_key(name)));
+                co_return pttl > 5600;
+            },
+            1000ms, 10ms);
         MESSAGE("PTTL after reconnecting: " << pttl << " ms");
         CHECK(pttl > 5600);
         CHECK(conn.server_change_count() == 0);
@@ -385,8 +394,7 @@ TEST_CASE("a release whose connection is lost before the reply is sent again") {
                 done = true;
             },
             asio::detached);
-        co_await sleep_for(150ms);
-        CHECK_FALSE(done);
+        CHECK(co_await stays([&] { return !done; }, 150ms));
         CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");
         bool const finished = co_await finishes(done, 4000ms);
         REQUIRE(finished);
@@ -490,10 +498,8 @@ TEST_CASE("the server stops answering (SIGSTOP): the holder reports lost by its 
         locker locks{conn};
         std::string const name = unique_key("stopped");
         auto const acquired_at = steady::now();
-        auto g = co_await locks.co_lock(name, renewing_lease(500ms, 150ms));
         lost_watch w;
-        watch(g, w);
-        co_await sleep_for(100ms);
+        auto g = co_await watched_hold(locks, name, renewing_lease(500ms, 150ms), w, 100ms);
 
         server.pause();
         // The last successful renewal (or the acquisition) started at most 500 ms ago; no
@@ -538,10 +544,8 @@ TEST_CASE("the holder cut off from the server (partition): it reports lost by it
         locker other{conn_b};
         std::string const name = unique_key("partition");
         auto const acquired_at = steady::now();
-        auto g = co_await locks.co_lock(name, renewing_lease(500ms, 150ms));
         lost_watch w;
-        watch(g, w);
-        co_await sleep_for(100ms);
+        auto g = co_await watched_hold(locks, name, renewing_lease(500ms, 150ms), w, 100ms);
 
         cut.freeze();
         // The server lets the key expire 500 ms after the last renewal that reached it; then

@@ -174,13 +174,11 @@ TEST_CASE("retention: a guard that took a kept lease while another process queue
             check_nothrow_then_mark(b_done));
         // b queues at the server, and tells a, whose guard holds the kept lease.
         CHECK(co_await queue_length_becomes(probe, name, 1) == 1);
-        co_await sleep_for(100ms);
-        CHECK(!b_fence.has_value()); // a still holds it
+        CHECK(co_await stays([&] { return !b_fence.has_value(); }, 100ms)); // a still holds it
         auto const a_fence = held.fence();
         auto const let_go = steady::now();
         CHECK(co_await held.unlock());
-        while (!b_done && steady::now() - let_go < 3000ms)
-            co_await sleep_for(5ms);
+        co_await eventually([&] { return b_done; }, 3000ms, 5ms);
         REQUIRE(b_fence.has_value());
         MESSAGE("the queued process got the lease " << ms_of(steady::now() - let_go)
                                                     << " ms after the let-go");
@@ -229,9 +227,7 @@ TEST_CASE("retention: two processes keeping one name never hold it together, and
         bool a_done = false, b_done = false;
         asio::co_spawn(ctx, worker(a), check_nothrow_then_mark(a_done));
         asio::co_spawn(ctx, worker(b), check_nothrow_then_mark(b_done));
-        auto const start = steady::now();
-        while ((!a_done || !b_done) && steady::now() - start < 30s)
-            co_await sleep_for(10ms);
+        co_await eventually([&] { return a_done && b_done; }, 30s, 10ms);
         CHECK(a_done);
         CHECK(b_done);
         CHECK(overlaps == 0);
@@ -270,8 +266,7 @@ TEST_CASE("retention: coroutines of one locker taking turns on a name never wait
         };
         asio::co_spawn(ctx, worker(), check_nothrow_then_mark(done));
         asio::co_spawn(ctx, worker(), check_nothrow_then_mark(done));
-        while (done < 2 && steady::now() - start < 20s)
-            co_await sleep_for(5ms);
+        co_await eventually([&] { return done >= 2; }, 20s, 5ms);
         auto const took = steady::now() - start;
         MESSAGE("60 turns of two coroutines took " << ms_of(took) << " ms");
         CHECK(done == 2);
@@ -321,9 +316,7 @@ TEST_CASE("retention: a lease is not kept when another process queued during its
             CHECK(co_await queue_length_becomes(probe, name, 1) == 1);
             co_await sleep_for(100ms); // its "q" reaches a
         }
-        auto const let_go = steady::now();
-        while (!b_done && steady::now() - let_go < 3000ms)
-            co_await sleep_for(5ms);
+        co_await eventually([&] { return b_done; }, 3000ms, 5ms);
         CHECK(b_done);
         CHECK(watch->kept == std::vector<bool>{false});
 
@@ -349,9 +342,7 @@ TEST_CASE("retention: a lease is not kept when another process queued during its
             CHECK(co_await queue_length_becomes(probe, name, 2) == 2); // a's waiter and b
             co_await sleep_for(100ms);                                 // its "q" reaches a
             first = lock_guard{};                                      // to a's waiter, locally
-            auto const asked = steady::now();
-            while ((a_done < 1 || !b_done) && steady::now() - asked < 3000ms)
-                co_await sleep_for(5ms);
+            co_await eventually([&] { return a_done >= 1 && b_done; }, 3000ms, 5ms);
             CHECK(a_done == 1);
             CHECK(b_done);
         }
@@ -382,8 +373,7 @@ TEST_CASE("retention: a let-go while another call of the locker asks Redis for t
         co_await sleep_for(50ms);
         auto const let_go = steady::now();
         held = lock_guard{};
-        while (!done && steady::now() - let_go < 5000ms)
-            co_await sleep_for(5ms);
+        co_await eventually([&] { return done; }, 5000ms, 5ms);
         REQUIRE(got.has_value());
         MESSAGE("the other call got the lock " << ms_of(*got - let_go) << " ms after the let-go");
         // Kept, it would wait for the retention to end (a renewal interval, 3.3 s here).

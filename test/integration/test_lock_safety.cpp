@@ -31,13 +31,14 @@ namespace {
 // Asks `other` for lock `name` until it gets it or `limit` has passed; the guard, or none.
 asio::awaitable<std::optional<lock_guard>> taken_by(locker& other, std::string const& name,
                                                     std::chrono::milliseconds limit) {
-    auto const end = steady::now() + limit;
-    for (;;) {
-        auto g = co_await other.co_try_lock(name, lease(10'000ms));
-        if (g || steady::now() >= end)
-            co_return g;
-        co_await sleep_for(10ms);
-    }
+    std::optional<lock_guard> g;
+    co_await eventually(
+        [&]() -> asio::awaitable<bool> {
+            g = co_await other.co_try_lock(name, lease(10'000ms));
+            co_return g.has_value();
+        },
+        limit, 10ms);
+    co_return g;
 }
 
 lock_options without_renewal(std::chrono::milliseconds ttl) {
@@ -130,14 +131,14 @@ TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the re
             ctx,
             [&]() -> asio::awaitable<void> { second = co_await locks.co_lock(name, lease(600ms)); },
             asio::detached);
-        co_await sleep_for(50ms);
+        REQUIRE(co_await eventually([&] { return locks.waiting() == 1; }));
         asio::co_spawn(
             ctx,
             [&]() -> asio::awaitable<void> {
                 third = co_await locks.co_lock(name, without_renewal(10'000ms));
             },
             asio::detached);
-        co_await sleep_for(100ms);
+        REQUIRE(co_await eventually([&] { return locks.waiting() == 2; }));
         co_await first.unlock(); // to the second, in this process
         REQUIRE(co_await finishes_when([&] { return second.has_value(); }, 2000ms));
         auto const handed_deadline = second->lease_expiry();
@@ -189,13 +190,14 @@ TEST_CASE("a lease handed inside the process renews on a full server (maxmemory,
             ctx,
             [&]() -> asio::awaitable<void> { second = co_await locks.co_lock(name, lease(600ms)); },
             asio::detached);
-        co_await sleep_for(50ms);
+        REQUIRE(co_await eventually([&] { return locks.waiting() == 1; }));
         co_await first.unlock(); // a local hand-off: the second's fence is above the stored one
         REQUIRE(co_await finishes_when([&] { return second.has_value(); }, 2000ms));
         CHECK(second->fence() > (co_await read_lock(probe, name)).fence);
 
         server.cli(strings("CONFIG", "SET", "maxmemory", "1")); // over the limit from now on
-        co_await sleep_for(1500ms);                             // more than two ttls
+        // More than two ttls.
+        CHECK(co_await stays([&] { return second->owns_lock(); }, 1500ms));
         bool const held = second->owns_lock();
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         server.cli(strings("CONFIG", "SET", "maxmemory", "0"));
@@ -314,7 +316,8 @@ TEST_CASE("force unlock: the holder is told by the script itself, even when the 
         auto g = co_await locks.co_lock(name, lease(30'000ms));
         // Loads the script, so that the cut below takes its reply, not a NOSCRIPT.
         CHECK_FALSE(co_await forcer.co_force_unlock(unique_key("force-cut-warm")));
-        co_await sleep_for(100ms); // the holder's subscription for forced unlocks is confirmed
+        // The holder's subscription for forced unlocks is confirmed.
+        REQUIRE(co_await numsub_becomes(conn, "colock:locker:" + locks.id(), 1) == 1);
         watch(g, lost);
 
         proxy.cut_next_reply(1); // the script runs; its reply never reaches the forcer
@@ -515,7 +518,9 @@ TEST_CASE("a baton from a lease on a replaced server is not taken, and its lease
                 second_at = steady::now();
             },
             asio::detached);
-        co_await sleep_for(100ms); // queued, in Redis and here
+        // Queued, in Redis and here.
+        REQUIRE(co_await eventually([&] { return locks.waiting() == 1; }));
+        REQUIRE(co_await queue_length_becomes(conn, name, 1) == 1);
 
         server.kill();
         // Within a second the waiter asks again; its attempt waits for the connection.

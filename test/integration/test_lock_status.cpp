@@ -114,10 +114,12 @@ TEST_CASE("status: a held lock names its holder's locker, token, fence, lease an
                 },
                 check_nothrow_then_mark(waiters_done));
         std::size_t queued = 0;
-        for (auto const end = steady::now() + 3000ms; queued != 1 && steady::now() < end;) {
-            co_await sleep_for(5ms);
-            queued = (co_await looker.co_status(name)).queued;
-        }
+        co_await eventually(
+            [&]() -> asio::awaitable<bool> {
+                queued = (co_await looker.co_status(name)).queued;
+                co_return queued == 1;
+            },
+            3000ms);
         CHECK(queued == 1);
         CHECK(other.waiting() == 2);
 
@@ -182,14 +184,16 @@ TEST_CASE("status: the holder record is written once for many acquisitions, outl
 
 TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock for the "
           "quarantine, then another gets it with a higher fence") {
-    auto scenario = [&](redis::connection&, redis::connection&, redis::connection&, locker& locks,
-                        locker& other, std::string const& name) -> asio::awaitable<void> {
+    auto scenario = [&](redis::connection&, redis::connection&, redis::connection& probe,
+                        locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
         auto const seen = std::make_shared<loss_recorder>();
         locks.set_observer(seen);
 
         // A 30 s lease renews every 10 s: only the message can tell the holder within a second.
         auto g = co_await locks.co_lock(name, lease(30'000ms));
-        co_await sleep_for(100ms); // its subscription for forced unlocks is confirmed
+        // Its subscription for forced unlocks is confirmed.
+        REQUIRE(co_await numsub_becomes(probe, "colock:locker:" + locks.id(), 1) == 1);
         CHECK_FALSE(g.loss());
         auto const forced_at = steady::now();
         CHECK(co_await other.co_force_unlock(name));

@@ -95,7 +95,8 @@ TEST_CASE("rw_lock: a waiting writer stops the readers after it; they enter toge
                 ex, [&] { return ra.co_lock_shared(lease(10'000ms)); }, later1);
             start_call(
                 ex, [&] { return rb.co_lock_shared(lease(10'000ms)); }, later2);
-            co_await sleep_for(300ms);
+            CHECK(co_await stays([&] { return !writer.done && !later1.done && !later2.done; },
+                                 300ms));
             CHECK_FALSE(writer.done);
             CHECK_FALSE(later1.done);
             CHECK_FALSE(later2.done);
@@ -104,7 +105,7 @@ TEST_CASE("rw_lock: a waiting writer stops the readers after it; they enter toge
             CHECK(co_await reader.unlock());
             CHECK(co_await finishes(writer.done, 2000ms));
             CHECK(ms_between(released_at, writer.at) < 300);
-            co_await sleep_for(100ms);
+            CHECK(co_await stays([&] { return !later1.done && !later2.done; }, 100ms));
             CHECK_FALSE(later1.done);
             CHECK_FALSE(later2.done);
             auto const written_at = steady::now();
@@ -121,6 +122,7 @@ TEST_CASE("rw_lock: a waiting writer stops the readers after it; they enter toge
             // ever; here it gets in once the readers ahead of it leave.
             bool stop = false;
             int readers_done = 0;
+            int reads = 0;
             for (int i = 0; i < 4; ++i)
                 asio::co_spawn(
                     ex,
@@ -128,22 +130,22 @@ TEST_CASE("rw_lock: a waiting writer stops the readers after it; they enter toge
                         auto& lock = i % 2 == 0 ? ra : rb;
                         while (!stop) {
                             auto r = co_await lock.co_lock_shared(lease(10'000ms));
+                            ++reads;
                             co_await sleep_for(40ms);
                             co_await r.unlock();
                         }
                         ++readers_done;
                     },
                     asio::detached);
-            co_await sleep_for(200ms);
+            // The readers come and go, overlapping.
+            REQUIRE(co_await eventually([&] { return reads >= 8; }, 3000ms));
             auto const asked_at = steady::now();
             auto w = co_await rb.co_lock(lease(10'000ms));
             CHECK(ms_since(asked_at) < 1000);
             CHECK(w.owns_lock());
             stop = true;
             CHECK(co_await w.unlock());
-            auto const end = steady::now() + 3000ms;
-            while (readers_done < 4 && steady::now() < end)
-                co_await sleep_for(10ms);
+            co_await eventually([&] { return readers_done >= 4; }, 3000ms, 10ms);
             CHECK(readers_done == 4);
         });
 }
@@ -181,7 +183,8 @@ TEST_CASE("rw_lock: co_downgrade turns the writer into a reader with no gap: the
             CHECK_FALSE(writer.done);
             CHECK((co_await failure_of(w.co_downgrade())).code == error::not_held);
 
-            co_await sleep_for(900ms); // past the 600 ms lease: renewed on as a reader's
+            // Past the 600 ms lease: renewed on as a reader's.
+            CHECK(co_await stays([&] { return r.owns_lock() && !writer.done; }, 900ms));
             CHECK(r.owns_lock());
             CHECK_FALSE(writer.done);
             auto const upgrade = co_await failure_of(r.co_upgrade());
@@ -222,13 +225,11 @@ TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard c
             // The guard says what it can be sure of: not the writer.
             CHECK_FALSE(w.owns_lock());
             // The pause ends and the downgrade applies: another process reads beside it.
-            bool applied = false;
-            for (int polls = 0; polls < 400 && !applied; ++polls) {
-                applied = co_await integer(probe, command("HLEN", rw_key(name) + ":hw")) == 0;
-                if (!applied)
-                    co_await sleep_for(10ms);
-            }
-            REQUIRE(applied);
+            REQUIRE(co_await eventually(
+                [&]() -> asio::awaitable<bool> {
+                    co_return co_await integer(probe, command("HLEN", rw_key(name) + ":hw")) == 0;
+                },
+                4000ms, 10ms));
             auto reader = co_await rb.co_try_lock_shared(lease(5000ms));
             REQUIRE(reader.has_value());
             CHECK_FALSE(w.owns_lock());
@@ -251,13 +252,7 @@ TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard c
             co_await probe.co_exec(command("CLIENT", "PAUSE", "6500", "WRITE"));
             CHECK((co_await failure_of(w2.co_downgrade())).code == colock::error::timeout);
             CHECK_FALSE(w2.owns_lock());
-            bool writer_again = false;
-            for (int polls = 0; polls < 400 && !writer_again; ++polls) {
-                writer_again = w2.owns_lock();
-                if (!writer_again)
-                    co_await sleep_for(10ms);
-            }
-            CHECK(writer_again);
+            CHECK(co_await eventually([&] { return w2.owns_lock(); }, 4000ms, 10ms));
             CHECK(co_await integer(probe, command("HLEN", rw_key(name) + ":hw")) == 1);
             CHECK_FALSE((co_await rb.co_try_lock_shared()).has_value());
             CHECK(co_await w2.unlock());

@@ -186,10 +186,11 @@ TEST_CASE("semaphore: a waiting call on another locker is woken by the release, 
             auto held = co_await sa.co_acquire(lease(10'000ms));
             acquire_run first, second;
             start_acquire(ex, sb, 1, lease(10'000ms), first);
-            co_await sleep_for(100ms);
+            CHECK(co_await exists_becomes(probe, semaphore_key(name) + ":q", 1) == 1); // first
             start_acquire(ex, sa, 1, lease(10'000ms), second);
             CHECK(co_await numsub_becomes(probe, semaphore_key(name) + ":w:*", 2) == 2);
-            co_await sleep_for(1500ms); // past any poll made before the subscriptions
+            // Past any poll made before the subscriptions: nobody got in.
+            CHECK(co_await stays([&] { return !first.done && !second.done; }, 1500ms));
             CHECK(co_await integer(probe, command("LLEN", semaphore_key(name) + ":q")) == 2);
             CHECK_FALSE(first.done);
 
@@ -261,13 +262,13 @@ TEST_CASE("semaphore: a call for several permits is not overtaken by later calls
             CHECK_FALSE((co_await sa.co_try_acquire()).has_value());
             acquire_run later;
             start_acquire(ex, sa, 1, lease(10'000ms), later);
-            co_await sleep_for(300ms);
-            CHECK_FALSE(later.done);
+            CHECK(co_await stays([&] { return !later.done; }, 300ms));
             CHECK(co_await small[0].release());
             CHECK(co_await small[1].release());
-            co_await sleep_for(200ms);
+            // Two free, and still behind the call for four.
+            CHECK(co_await stays([&] { return !large.done && !later.done; }, 200ms));
             CHECK_FALSE(large.done);
-            CHECK_FALSE(later.done); // two free, and still behind the call for four
+            CHECK_FALSE(later.done);
             CHECK(co_await small[2].release());
             CHECK(co_await finishes(large.done, 2000ms));
             REQUIRE(large.got.has_value());
@@ -313,8 +314,7 @@ TEST_CASE("semaphore: permits not renewed come back at their ttl to a waiting ca
             CHECK(waiting.got->owns());
 
             // Renewed (every 200 ms), it stays held past its ttl...
-            co_await sleep_for(900ms);
-            CHECK(waiting.got->owns());
+            CHECK(co_await stays([&] { return waiting.got->owns(); }, 900ms));
             // ... until its holding is removed from outside: the renewal reports it lost.
             co_await probe.co_exec(command("DEL", semaphore_key(name) + ":h"));
             auto const deleted_at = steady::now();
@@ -345,8 +345,7 @@ TEST_CASE("semaphore: a waiting call cancelled, or ended by the semaphore's dest
                 acquire_run ended;
                 start_acquire(ex, sb, 1, lease(10'000ms), ended);
                 CHECK(co_await exists_becomes(probe, semaphore_key(name) + ":q", 1) == 1);
-                co_await sleep_for(50ms);
-                CHECK_FALSE(ended.done);
+                CHECK(co_await stays([&] { return !ended.done; }, 50ms));
                 sb = semaphore{b, name, 1}; // the first one goes
                 CHECK(co_await finishes(ended.done, 1000ms));
                 CHECK(ended.ec == asio::error::operation_aborted);
@@ -394,30 +393,14 @@ TEST_CASE("semaphore: 3 lockers x 6 coroutines on capacity 3 never hold more tha
 TEST_CASE("semaphore: an ACL user with the lock's permissions and these: acquire, wake-up, "
           "renew, release; without them, the server's refusal and where the list is; without "
           "channels, waiting calls poll") {
-    // Keep in step with docs/operations.md, "ACL permissions".
-    auto const lock_rights =
-        strings("~colock:*", "&colock:*", "+hello", "+ping", "+info", "+evalsha", "+eval",
-                "+script|load", "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl",
-                "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel", "+rpush",
-                "+lpop", "+lindex", "+lrem", "+llen", "+hgetall");
-    auto setuser = [&](std::string const& user, std::vector<std::string> extra) {
-        auto args = strings("ACL", "SETUSER", user, "reset", "on", ">pw");
-        args.insert(args.end(), lock_rights.begin(), lock_rights.end());
-        args.insert(args.end(), extra.begin(), extra.end());
-        shared_server().cli(args);
-    };
-    setuser("semuser", strings("+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zrangebyscore",
-                               "+hmget", "+hvals", "+lrange"));
-    setuser("lockonly", {});
+    set_lock_user(shared_server(), "semuser",
+                  strings("+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zrangebyscore",
+                          "+hmget", "+hvals", "+lrange"));
+    set_lock_user(shared_server(), "lockonly");
     shared_server().cli(
         strings("ACL", "SETUSER", "semnochannels", "on", ">pw", "~*", "+@all", "resetchannels"));
     run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto const as = [](std::string user) {
-            auto cfg = shared_server().config();
-            cfg.username = std::move(user);
-            cfg.password = "pw";
-            return cfg;
-        };
+        auto const as = [](std::string user) { return as_user(shared_server(), std::move(user)); };
         redis::connection conn_a{ctx.get_executor(), as("semuser")};
         redis::connection conn_b{ctx.get_executor(), as("semuser")};
         redis::connection conn_c{ctx.get_executor(), as("lockonly")};
@@ -433,13 +416,11 @@ TEST_CASE("semaphore: an ACL user with the lock's permissions and these: acquire
         asio::co_spawn(
             ctx, [&]() -> asio::awaitable<void> { next.emplace(co_await sb.co_acquire(opt)); },
             asio::detached);
-        co_await sleep_for(1200ms); // renewed past its ttl; the waiter subscribed and sleeps
-        CHECK(held.owns());
+        // Renewed past its ttl; the waiter subscribed and sleeps.
+        CHECK(co_await stays([&] { return held.owns(); }, 1200ms));
         auto const released_at = steady::now();
         CHECK(co_await held.release());
-        auto const start = steady::now();
-        while (!next && ms_since(start) < 2000)
-            co_await sleep_for(2ms);
+        co_await eventually([&] { return next.has_value(); }, 2000ms, 2ms);
         REQUIRE(next);
         CHECK(ms_between(released_at, steady::now()) < 300); // woken: the channel is allowed
         CHECK(co_await next->release());
@@ -467,8 +448,7 @@ TEST_CASE("semaphore: an ACL user with the lock's permissions and these: acquire
                 done = true;
             },
             asio::detached);
-        co_await sleep_for(300ms);
-        CHECK_FALSE(done);
+        CHECK(co_await stays([&] { return !done; }, 300ms));
         CHECK(co_await blocker.release());
         CHECK(co_await finishes(done, 3000ms));
         conn_a.close();
@@ -497,8 +477,7 @@ TEST_CASE("semaphore: closing the connection, or destroying the locker, ends a w
             semaphore sem{locks, name, 1};
             acquire_run waiting;
             start_acquire(ctx.get_executor(), sem, 1, lease(10'000ms), waiting);
-            co_await sleep_for(20ms + settle);
-            CHECK_FALSE(waiting.done);
+            CHECK(co_await stays([&] { return !waiting.done; }, 20ms + settle));
             auto const closed_at = steady::now();
             conn.close();
             CHECK(co_await finishes(waiting.done, 1000ms));
