@@ -68,8 +68,7 @@ asio::awaitable<long long> lost_then_locked_again(locker& locks, lock_guard& hel
                                                   std::chrono::milliseconds limit) {
     auto const fence = held.fence();
     auto const start = steady::now();
-    while (!held.lost() && ms_since(start) < limit.count())
-        co_await sleep_for(20ms);
+    co_await eventually([&] { return held.lost(); }, limit, 20ms);
     auto const took = ms_since(start);
     CHECK(held.lost());
     { auto const gone = std::move(held); }
@@ -157,14 +156,10 @@ TEST_CASE("cluster connection: every request goes to its slot's primary; MOVED a
 
         // Closed, then used again: it reads the map again and is connected again.
         conn.close();
-        co_await sleep_for(50ms);
-        CHECK_FALSE(conn.is_connected());
+        CHECK(co_await eventually([&] { return !conn.is_connected(); }, 2s));
         read = co_await conn.co_exec(command("GET", key));
         CHECK(read.at(0).as_string() == "there");
-        auto const start = steady::now();
-        while (!conn.is_connected() && ms_since(start) < 3000)
-            co_await sleep_for(20ms);
-        CHECK(conn.is_connected());
+        CHECK(co_await eventually([&] { return conn.is_connected(); }, 3s, 20ms));
         conn.close();
     });
 }
@@ -216,6 +211,10 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
 
             // Leases kept (lock_options::retain) on names over the primaries: taken again at
             // once, and given to the other locker as soon as it asks.
+            auto shard_subscribed = [&](std::string const& name) {
+                auto const& node = cluster.node_on(cluster.owner_of(hash_slot(lock_key(name))));
+                return !node.cli({"PUBSUB", "SHARDCHANNELS", lock_key(name) + ":w:*"}).empty();
+            };
             for (int i = 0; i < 6; ++i) {
                 auto const name = fmt::format("kept-{}", i);
                 auto keep = lease(10s);
@@ -227,7 +226,8 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                     auto again = co_await a.co_lock(name, keep); // the kept lease
                     fence = again.fence();
                 }
-                co_await sleep_for(20ms); // a's SUBSCRIBE for the name has reached its node
+                // a's SSUBSCRIBE for the name has reached its node.
+                REQUIRE(co_await eventually([&] { return shard_subscribed(name); }, 5s));
                 auto waits = lease(10s);
                 waits.wait_timeout = 5s;
                 auto const asked = std::chrono::steady_clock::now();
@@ -273,14 +273,13 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 asio::co_spawn(ctx, worker(a), asio::detached);
                 asio::co_spawn(ctx, worker(b), asio::detached);
             }
-            co_await sleep_for(100ms);
+            co_await eventually([&] { return acquired > 0; }, 5s); // the run is under way
             auto const slot = hash_slot(lock_key(name));
             auto const from = cluster.owner_of(slot);
             auto primaries = cluster.primary_ports();
             auto const to = primaries[0] == from ? primaries[1] : primaries[0];
             co_await off_thread([&] { cluster.migrate_slot(slot, to); });
-            while (running > 0)
-                co_await sleep_for(10ms);
+            co_await eventually([&] { return running == 0; }, 60s, 10ms);
             CHECK(overlaps == 0);
             CHECK(fence_inversions == 0);
             CHECK(failures == 0);
@@ -322,21 +321,12 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             auto subscribed_on = [&](std::uint16_t port) {
                 return !cluster.node_on(port).cli({"PUBSUB", "SHARDCHANNELS", pattern}).empty();
             };
-            auto start = steady::now();
-            while (!subscribed_on(mfrom) && ms_since(start) < 5000)
-                co_await sleep_for(20ms);
-            REQUIRE(subscribed_on(mfrom));
+            REQUIRE(co_await eventually([&] { return subscribed_on(mfrom); }, 5s, 20ms));
             co_await off_thread([&] { cluster.migrate_slot(mslot, mto); });
-            start = steady::now();
-            while (!subscribed_on(mto) && ms_since(start) < 5000)
-                co_await sleep_for(20ms);
-            CHECK(subscribed_on(mto));
+            CHECK(co_await eventually([&] { return subscribed_on(mto); }, 5s, 20ms));
             CHECK_FALSE(woken);
             co_await held.unlock();
-            start = steady::now();
-            while (!woken && ms_since(start) < 10000)
-                co_await sleep_for(10ms);
-            REQUIRE(woken);
+            REQUIRE(co_await eventually([&] { return woken.has_value(); }, 10s, 10ms));
             CHECK(woken->fence() > held.fence());
             co_await woken->unlock();
 
@@ -358,14 +348,12 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                     lead_b.emplace(co_await eb.co_campaign("b", lease(10s)));
                 },
                 asio::detached);
-            co_await sleep_for(100ms);
+            CHECK(co_await stays([&] { return !lead_b; }, 100ms)); // b waits behind a
             CHECK(co_await lead_a.co_resign());
             c = co_await next_change(watch);
             CHECK(c.value == "b");
-            start = steady::now(); // the watch may hear of it before the campaign returns
-            while (!lead_b && ms_since(start) < 2000)
-                co_await sleep_for(5ms);
-            REQUIRE(lead_b);
+            // The watch may hear of it before the campaign returns.
+            REQUIRE(co_await eventually([&] { return lead_b.has_value(); }));
             CHECK(c.term == lead_b->term());
             CHECK(c.term > lead_a.term());
             auto const who = co_await ea.co_leader();
@@ -388,15 +376,12 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 ctx,
                 [&]() -> asio::awaitable<void> { p2.emplace(co_await sb.co_acquire(lease(10s))); },
                 asio::detached);
-            start = steady::now();
-            while (!holds_key(sem_node, sem_key + ":q") && ms_since(start) < 2000)
-                co_await sleep_for(5ms);
-            co_await sleep_for(1200ms); // past the waiter's polls before its subscription
+            co_await eventually([&] { return holds_key(sem_node, sem_key + ":q"); });
+            // Past the waiter's polls before its subscription.
+            CHECK(co_await stays([&] { return !p2; }, 1200ms));
             auto const released_at = steady::now();
             CHECK(co_await p1.release());
-            while (!p2 && ms_since(released_at) < 3000)
-                co_await sleep_for(2ms);
-            REQUIRE(p2);
+            REQUIRE(co_await eventually([&] { return p2.has_value(); }, 3s, 2ms));
             CHECK(ms_since(released_at) < 500); // woken by the message, not by its poll
             CHECK(p2->fence() > p1.fence());
             CHECK(co_await p2->release());
@@ -415,12 +400,11 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                     reader.emplace(co_await rwb.co_lock_shared(lease(10s)));
                 },
                 asio::detached);
-            co_await sleep_for(1200ms); // past the reader's polls before its subscription
+            // Past the reader's polls before its subscription.
+            CHECK(co_await stays([&] { return !reader; }, 1200ms));
             auto const downgraded_at = steady::now();
             auto r = co_await w.co_downgrade();
-            while (!reader && ms_since(downgraded_at) < 3000)
-                co_await sleep_for(2ms);
-            REQUIRE(reader);
+            REQUIRE(co_await eventually([&] { return reader.has_value(); }, 3s, 2ms));
             CHECK(ms_since(downgraded_at) < 500);
             CHECK(reader->fence() == r.fence());
             CHECK(co_await r.unlock());

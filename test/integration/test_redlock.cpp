@@ -156,9 +156,8 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             CHECK(count_held(held3, g3.token()) >= majority(n));
             CHECK(co_await g3.unlock());
             auto const pattern = "*{" + brief + "}*";
-            auto const gone_by = steady::now() + 1000ms + 4000ms;
-            while (!keys_on(servers, pattern).empty() && steady::now() < gone_by)
-                co_await sleep_for(100ms);
+            co_await eventually([&] { return keys_on(servers, pattern).empty(); }, 1000ms + 4000ms,
+                                100ms);
             CHECK(keys_on(servers, pattern).empty());
             CHECK(keys_without_ttl(servers, "colock:*").empty());
         };
@@ -204,16 +203,13 @@ TEST_CASE("redlock: an election: the leader on a majority, read by majority (a p
                     lead_b.emplace(co_await eb.co_campaign("b1", lease(10s)));
                 },
                 asio::detached);
-            co_await sleep_for(100ms);
-            CHECK_FALSE(lead_b);
+            CHECK(co_await stays([&] { return !lead_b; }, 100ms));
             CHECK(co_await lead_a.co_resign());
             c = co_await next_change(watch);
             CHECK(c.leading);
             CHECK(c.value == "b1");
             CHECK_FALSE(c.resynced);
-            auto const start = steady::now();
-            while (!lead_b && ms_since(start) < 2000)
-                co_await sleep_for(5ms);
+            co_await eventually([&] { return lead_b.has_value(); }, 2000ms, 5ms);
             REQUIRE(lead_b);
             CHECK(c.term == lead_b->term());
             CHECK(lead_b->term() > lead_a.term());
@@ -323,8 +319,8 @@ TEST_CASE("redlock: right after unlock() returned true no primary holds the rele
                                             v[p] = co_await get(probe[p], key);
                                         },
                                         [&](std::exception_ptr) { ++answered; });
-                                while (answered < n)
-                                    co_await sleep_for(1ms);
+                                REQUIRE(
+                                    co_await eventually([&] { return answered == n; }, 10s, 1ms));
                                 if (count_held(v, token) > 0)
                                     ++left_behind;
                             }
@@ -339,8 +335,7 @@ TEST_CASE("redlock: right after unlock() returned true no primary holds the rele
                             }
                             ++finished;
                         });
-                while (finished < coroutines)
-                    co_await sleep_for(10ms);
+                REQUIRE(co_await eventually([&] { return finished == coroutines; }, 110s, 10ms));
                 MESSAGE(n << " primaries: " << coroutines * cycles << " cycles in "
                           << ms_since(started) << " ms, " << left_behind
                           << " with the token left on a primary after unlock()");
@@ -486,8 +481,8 @@ asio::awaitable<void> contend(std::vector<redis::config> configs, std::shared_pt
                     }
                     ++finished;
                 });
-    while (finished < c->lockers * c->coroutines)
-        co_await sleep_for(10ms);
+    REQUIRE(
+        co_await eventually([&] { return finished == c->lockers * c->coroutines; }, 110s, 10ms));
     for (auto& cs : conns)
         cs->close();
 }
@@ -557,7 +552,7 @@ TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a time
                 done_at = steady::now();
                 done = true;
             }));
-        co_await sleep_for(300ms);
+        co_await until_one_waiting(locks);
         CHECK_FALSE(done);
         auto const emitted = steady::now();
         signal.emit(asio::cancellation_type::terminal);
@@ -669,8 +664,8 @@ TEST_CASE("redlock: renewal: a 600 ms lease held for 2 s stays ours, on a majori
             auto const first_expiry = g.lease_expiry();
             lost_watch w;
             watch(g, w);
-            co_await sleep_for(2000ms); // more than three leases' worth
-
+            // More than three leases' worth.
+            CHECK(co_await stays([&] { return g.owns_lock() && !g.lost() && !w.done; }, 2000ms));
             CHECK(g.owns_lock());
             CHECK_FALSE(g.lost());
             CHECK_FALSE(w.done);

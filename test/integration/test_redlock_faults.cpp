@@ -235,7 +235,8 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
             lost_watch w;
             watch(g, w);
             proxy.stall_for(4000ms);
-            co_await sleep_for(3000ms); // two leases' worth
+            // Two leases' worth.
+            CHECK(co_await stays([&] { return g.owns_lock() && !g.lost() && !w.done; }, 3000ms));
             CHECK(g.owns_lock());
             CHECK_FALSE(g.lost());
             CHECK_FALSE(w.done);
@@ -465,7 +466,7 @@ TEST_CASE("redlock: a primary restarted empty under a guard held on all three: n
         // Two of three still hold it: the guard stays, and nobody else gets the lock.
         auto refused = co_await other.co_try_lock(name, opt);
         CHECK_FALSE(refused.has_value());
-        co_await sleep_for(300ms);
+        CHECK(co_await stays([&] { return g.owns_lock() && !g.lost() && !w.done; }, 300ms));
         CHECK(g.owns_lock());
         CHECK_FALSE(g.lost());
         CHECK_FALSE(w.done);

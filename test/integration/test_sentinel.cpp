@@ -8,6 +8,7 @@
 #include <colock/semaphore.hpp>
 
 #include "election_fixture.hpp"
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 #include <colock_test/sentinel_set.hpp>
@@ -142,7 +143,7 @@ TEST_CASE("sentinel: SENTINEL FAILOVER: a held guard is lost at once, the waiter
                     waiting->done = true;
                 },
                 asio::detached);
-            co_await sleep_for(200ms);
+            co_await until_one_waiting(b);
             CHECK_FALSE(waiting->done);
 
             auto const new_port = co_await off_thread([&] { return set.failover(15s); });
@@ -197,7 +198,7 @@ TEST_CASE("sentinel: a killed primary: the guard is lost after the failover, and
             auto held = co_await locks.co_lock(name, lease(30s));
             auto const held_fence = held.fence();
             // Let the replica have the lease before the primary goes.
-            co_await sleep_for(100ms);
+            CHECK(co_await integer(conn, command("WAIT", 1, 2000)) >= 1);
 
             co_await off_thread([&] { set.node_on(old_port).kill(); });
             auto const new_port =
