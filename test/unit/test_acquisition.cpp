@@ -323,6 +323,11 @@ TEST_CASE("a finish is worded once for every synchronizer") {
     auto const pdone = p.on_answer(closed, t0, false);
     CHECK(n.ending_text(ndone, link_facts{true, {}}).empty());
     CHECK(p.ending_text(pdone, link_facts{true, {}}) == error_code(redis::error::closed).message());
+    auto const report = p.failure(pdone, link_facts{true, {}}, "s");
+    CHECK(report.ec == redis::error::closed);
+    CHECK(report.message == "colock: semaphore 's': " + report.ec.message());
+    CHECK(n.failure(n.keep_waiting(t0 + 10s), link_facts{true, {}}, "l").message ==
+          "colock: lock 'l': not acquired within 10000 ms");
     CHECK(acquisition_message("lock", "a", "") == "colock: lock 'a'");
     CHECK(acquisition_message("semaphore", "b", "x") == "colock: semaphore 'b': x");
 }

@@ -229,6 +229,12 @@ std::string acquisition::ending_text(acquisition_action const& done, link_facts 
     return {};
 }
 
+acquisition_failure acquisition::failure(acquisition_action const& done, link_facts const& link,
+                                         std::string_view name) const {
+    return {error_code(done.ec.value(), done.ec.category()),
+            acquisition_message(terms_.kind, name, ending_text(done, link))};
+}
+
 std::string acquisition_message(std::string_view kind, std::string_view name,
                                 std::string const& detail) {
     return detail.empty() ? fmt::format("colock: {} '{}'", kind, name)

@@ -93,6 +93,14 @@ struct store_answer {
     bool server_changed = false;
 };
 
+// How a failing finish reports: its code, without the source location Asio attaches (the
+// message is about the synchronizer, not where in Asio the error was noticed), and its message,
+// which names the synchronizer.
+struct acquisition_failure {
+    boost::system::error_code ec;
+    std::string message;
+};
+
 // The connection as it stands when a failure is worded.
 struct link_facts {
     bool connected = false;
@@ -134,6 +142,9 @@ public:
 
     // The text a finish reports after the synchronizer's name (empty: none).
     std::string ending_text(acquisition_action const& done, link_facts const& link) const;
+    // The report of `done`, a failing finish, for the synchronizer called `name`.
+    acquisition_failure failure(acquisition_action const& done, link_facts const& link,
+                                std::string_view name) const;
 
     // Whether the caller's cancellation of this type ends the call: terminal and partial do;
     // total does not, since the call may have asked already.

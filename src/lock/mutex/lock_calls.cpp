@@ -19,7 +19,6 @@
 namespace colock::detail {
 
 namespace asio = boost::asio;
-using boost::system::error_code;
 using std::chrono::milliseconds;
 
 namespace {
@@ -131,12 +130,10 @@ void lock_calls::settle(lock_operation& op, acquisition_action const& done) {
     if (!done.fails())
         return;
     auto const& store = locker_.store();
-    auto const text =
-        op.acq_.ending_text(done, link_facts{store.is_connected(), store.last_error_text()});
-    // Without the source location Asio attaches: the message is about the lock, not about
-    // where in Asio the error was noticed.
-    op.out_.ec = error_code(done.ec.value(), done.ec.category());
-    op.out_.message = acquisition_message(op.space_.kind, op.name_, text);
+    auto failure =
+        op.acq_.failure(done, link_facts{store.is_connected(), store.last_error_text()}, op.name_);
+    op.out_.ec = failure.ec;
+    op.out_.message = std::move(failure.message);
 }
 
 void lock_calls::end(lock_operation& op, acquisition_action const& done) {

@@ -275,10 +275,10 @@ void semaphore_core::close() {
 
 void semaphore_core::settle(permit_outcome& out, acquisition const& acq,
                             acquisition_action const& done) const {
-    auto const text =
-        acq.ending_text(done, link_facts{client_->is_connected(), client_->last_error_text()});
-    out.ec = error_code(done.ec.value(), done.ec.category());
-    out.message = acquisition_message(kind_, name_, text);
+    auto failure =
+        acq.failure(done, link_facts{client_->is_connected(), client_->last_error_text()}, name_);
+    out.ec = failure.ec;
+    out.message = std::move(failure.message);
 }
 
 asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphore_core> self,
