@@ -6,8 +6,10 @@
 // the release, the timer, the subscription, the local queue) and nothing of the rules: the wait
 // deadlines, a grant from a replaced server, a grant read too late or for a cancelled call, the
 // "stopped by the wait deadline" rewrite, the "may be queued at the server" bit, when to try
-// again and how long to sleep. Private to the library's sources; tested without a server in
-// test/unit/test_acquisition.cpp.
+// again and how long to sleep. A connection change comes in as a wake-up (a reconnection: ask
+// now) or as an answer's error (a connect failure, which bounds the next attempt by
+// first_connect_timeout). Private to the library's sources; tested without a server in
+// test/unit/test_acquisition.cpp and test_acquisition_walk.cpp.
 #pragma once
 
 #include "lock/base/common.hpp"
