@@ -1,6 +1,7 @@
 // What the election tests share: waiting for a watch's next change, with a bound.
 #pragma once
 
+#include "lock_fixture.hpp"
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
 
@@ -14,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 namespace colock::test {
@@ -30,12 +32,38 @@ next_change(leader_watch& w, std::chrono::milliseconds limit = std::chrono::mill
     co_return *change;
 }
 
+/// A watch of `e` that has reported how it started: with nobody leading (CHECKed).
+inline asio::awaitable<leader_watch> watch_from_nobody(election& e) {
+    auto w = e.observe();
+    CHECK_FALSE((co_await next_change(w)).leading);
+    co_return w;
+}
+
 /// Whether `w` reports nothing for `d`.
 inline asio::awaitable<bool> quiet_for(leader_watch& w, std::chrono::milliseconds d) {
     using namespace boost::asio::experimental::awaitable_operators;
     asio::steady_timer timer(co_await asio::this_coro::executor, d);
     auto r = co_await (w.co_next() || timer.async_wait(asio::use_awaitable));
     co_return r.index() == 1;
+}
+
+/// A campaign run beside the test: its leadership once it leads.
+struct campaign_run {
+    std::optional<leadership> lead;
+    steady::time_point at;
+    bool done = false;
+};
+
+/// Spawns `e.co_campaign(value, opt)` on `ex`, recording it in `run`, which outlives it.
+inline void start_campaign(asio::any_io_executor ex, election& e, std::string value,
+                           lock_options opt, campaign_run& run) {
+    asio::co_spawn(
+        ex,
+        [&e, value, opt, &run]() -> asio::awaitable<void> {
+            run.lead = co_await e.co_campaign(value, opt);
+            run.at = steady::now();
+        },
+        check_nothrow_then_mark(run.done));
 }
 
 /// The key of election `name`'s lock under the default prefix.

@@ -154,6 +154,10 @@ struct two_lockers {
     template <class Scenario>
     asio::awaitable<void> play(Scenario& scenario, asio::io_context& ctx) {
         co_await play_scenario(scenario, ctx, conn_a, conn_b, probe, a, b, name);
+        close();
+    }
+
+    void close() {
         conn_a.close();
         conn_b.close();
         probe.close();
@@ -170,34 +174,19 @@ struct two_lockers {
 /// Three lockers, each on its own connection, a probe connection, and a lock name from
 /// unique_key(what): for a holder and two processes queued behind it. A scenario takes them in this
 /// order: (conn_a, conn_b, conn_c, probe, a, b, c, name).
-struct three_lockers {
+struct three_lockers : two_lockers {
     three_lockers(asio::io_context& ctx, redis::config const& cfg, std::string_view what)
-        : conn_a{ctx.get_executor(), cfg}
-        , conn_b{ctx.get_executor(), cfg}
-        , conn_c{ctx.get_executor(), cfg}
-        , probe{ctx.get_executor(), cfg}
-        , a{conn_a}
-        , b{conn_b}
-        , c{conn_c}
-        , name(unique_key(what)) {}
+        : two_lockers(ctx, cfg, what), conn_c{ctx.get_executor(), cfg}, c{conn_c} {}
 
     template <class Scenario>
     asio::awaitable<void> play(Scenario& scenario, asio::io_context& ctx) {
         co_await play_scenario(scenario, ctx, conn_a, conn_b, conn_c, probe, a, b, c, name);
-        conn_a.close();
-        conn_b.close();
+        close();
         conn_c.close();
-        probe.close();
     }
 
-    redis::connection conn_a;
-    redis::connection conn_b;
     redis::connection conn_c;
-    redis::connection probe;
-    locker a;
-    locker b;
     locker c;
-    std::string const name;
 };
 
 /// Runs `scenario` as run_test does, with a fresh `Cast` (one_locker, two_lockers or three_lockers)

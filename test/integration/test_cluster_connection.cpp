@@ -333,21 +333,16 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             // An election: its keys on the slot of its name, its changes by sharded pub/sub.
             election ea{a, "sched"};
             election eb{b, "sched"};
-            auto watch = eb.observe();
-            CHECK_FALSE((co_await next_change(watch)).leading);
+            auto watch = co_await watch_from_nobody(eb);
             auto lead_a = co_await ea.co_campaign("a", lease(10s));
             auto c = co_await next_change(watch);
             CHECK(c.value == "a");
             CHECK(c.term == lead_a.term());
             auto& node = cluster.node_on(cluster.owner_of(hash_slot(election_key("sched"))));
             CHECK(holds_key(node, election_key("sched") + ":e"));
-            std::optional<leadership> lead_b;
-            asio::co_spawn(
-                ctx,
-                [&]() -> asio::awaitable<void> {
-                    lead_b.emplace(co_await eb.co_campaign("b", lease(10s)));
-                },
-                asio::detached);
+            campaign_run b_run;
+            start_campaign(ctx.get_executor(), eb, "b", lease(10s), b_run);
+            auto& lead_b = b_run.lead;
             CHECK(co_await stays([&] { return !lead_b; }, 100ms)); // b waits behind a
             CHECK(co_await lead_a.co_resign());
             c = co_await next_change(watch);

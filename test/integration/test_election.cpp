@@ -31,35 +31,12 @@ using namespace boost::asio::experimental::awaitable_operators;
 
 namespace {
 
-// A campaign run beside the test: its leadership once it leads.
-struct campaign_run {
-    std::optional<leadership> lead;
-    steady::time_point at;
-    bool done = false;
-};
-
-void start_campaign(asio::any_io_executor ex, election& e, std::string value, lock_options opt,
-                    campaign_run& run) {
-    asio::co_spawn(
-        ex,
-        [&e, value, opt, &run]() -> asio::awaitable<void> {
-            run.lead = co_await e.co_campaign(value, opt);
-            run.at = steady::now();
-        },
-        check_nothrow_then_mark(run.done));
-}
-
 // Polls LLEN of election `name`'s queue of candidates' lockers until it is `expected`.
 asio::awaitable<std::int64_t> candidates_queued(redis::connection& probe, std::string const& name,
                                                 std::int64_t expected) {
-    std::int64_t n = 0;
-    co_await eventually(
-        [&]() -> asio::awaitable<bool> {
-            n = co_await integer(probe, command("LLEN", election_key(name) + ":q"));
-            co_return n == expected;
-        },
+    co_return co_await becomes(
+        [&] { return integer(probe, command("LLEN", election_key(name) + ":q")); }, expected,
         3000ms);
-    co_return n;
 }
 
 } // namespace
@@ -213,8 +190,7 @@ TEST_CASE("election: a leader that stops renewing (as a dead process) is followe
            std::string const& name) -> asio::awaitable<void> {
             election ea{a, name};
             election eb{b, name};
-            auto w = eb.observe();
-            CHECK_FALSE((co_await next_change(w)).leading);
+            auto w = co_await watch_from_nobody(eb);
 
             auto opt = lease(600ms);
             opt.auto_renew = false;
@@ -359,8 +335,7 @@ TEST_CASE("election: a forced unlock ends the term at once for every watch, not 
            std::string const& name) -> asio::awaitable<void> {
             election ea{a, name};
             election eb{b, name};
-            auto w = eb.observe();
-            CHECK_FALSE((co_await next_change(w)).leading);
+            auto w = co_await watch_from_nobody(eb);
             auto lead = co_await ea.co_campaign("a", lease(10'000ms));
             CHECK((co_await next_change(w)).leading);
             locker forcer{probe, "colock:election:"}; // as `colock unlock --force` does
@@ -383,8 +358,7 @@ TEST_CASE("election: a leader's lease lapses with nobody queued: the watch sees 
            std::string const& name) -> asio::awaitable<void> {
             election ea{a, name};
             election eb{b, name};
-            auto w = eb.observe();
-            CHECK_FALSE((co_await next_change(w)).leading);
+            auto w = co_await watch_from_nobody(eb);
 
             auto opt = lease(400ms);
             opt.auto_renew = false;
@@ -431,8 +405,7 @@ TEST_CASE("election: a watch whose connection was lost reads the election again 
         std::string const name = unique_key("election-resync");
         election ea{a, name};
         election ew{watcher, name};
-        auto w = ew.observe();
-        CHECK_FALSE((co_await next_change(w)).leading);
+        auto w = co_await watch_from_nobody(ew);
         auto lead = co_await ea.co_campaign("a1", lease(5000ms));
         CHECK((co_await next_change(w)).value == "a1");
 
@@ -468,8 +441,7 @@ TEST_CASE("election: two candidates of one locker: the second leads when the fir
            std::string const& name) -> asio::awaitable<void> {
             election first{locks, name};
             election second{locks, name};
-            auto w = first.observe();
-            CHECK_FALSE((co_await next_change(w)).leading);
+            auto w = co_await watch_from_nobody(first);
             auto lead = co_await first.co_campaign("one", lease(5000ms));
             CHECK((co_await next_change(w)).value == "one");
             campaign_run next;
@@ -515,8 +487,7 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
         lock_options opt = lease(600ms);
         opt.renew_interval = 200ms;
 
-        auto w = eb.observe(); // subscribes to the election's channel
-        CHECK_FALSE((co_await next_change(w)).leading);
+        auto w = co_await watch_from_nobody(eb); // subscribes to the election's channel
         auto lead_a = co_await ea.co_campaign("a1", opt);
         auto ch = co_await next_change(w);
         CHECK(ch.leading);

@@ -225,12 +225,9 @@ TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the gu
 
 TEST_CASE("server restart while held: the holder ends lost, never beside a second owner") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
-        locker locks{conn};
-        locker other{conn_b};
-        std::string const name = unique_key("restart");
+    auto scenario = [&](redis::connection&, redis::connection&, redis::connection& probe,
+                        locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
         lock_options opt = renewing_lease(500ms, 150ms);
         lost_watch w;
         auto g = co_await watched_hold(locks, name, opt, w, 200ms);
@@ -260,15 +257,12 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
         CHECK(co_await stays([&] { return g2.owns_lock() && !g.owns_lock(); }, 750ms));
         CHECK(g2.owns_lock());
         CHECK_FALSE(g.owns_lock());
-        redis::connection probe{ctx.get_executor(), fast_config(server)};
         auto const held = co_await held_by(probe, name);
         CHECK(held == g2.token());
         CHECK_FALSE(co_await g.unlock());
         co_await check_held_then_release(probe, g2, name);
-        conn.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(fast_config(server), "restart", scenario);
 }
 
 TEST_CASE("server restart while held and nobody else wants it: the holder learns it is lost") {
@@ -301,12 +295,9 @@ TEST_CASE("server restart while held and nobody else wants it: the holder learns
 TEST_CASE("a server restarted at once (new run_id): guards held there are lost on reconnection, "
           "without waiting for a renewal") {
     redis_server server;
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
-        locker locks{conn};
-        locker other{conn_b};
-        std::string const name = unique_key("instant-restart");
+    auto scenario = [&](redis::connection& conn, redis::connection&, redis::connection&,
+                        locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
         // No renewal and a long lease: only the run_id check can tell the holder in time.
         lock_options opt = renewing_lease(10000ms, 3000ms);
         opt.auto_renew = false;
@@ -332,9 +323,8 @@ TEST_CASE("a server restarted at once (new run_id): guards held there are lost o
         CHECK(g2.owns_lock());
         CHECK_FALSE(co_await g.unlock());
         CHECK(co_await g2.unlock());
-        conn.close();
-        conn_b.close();
-    });
+    };
+    run_lock_test<two_lockers>(fast_config(server), "instant-restart", scenario);
 }
 
 TEST_CASE("a reconnection to the same server keeps the guard and renews it at once") {
@@ -604,12 +594,9 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
     redis_server_options aof;
     aof.extra_args = strings("--appendonly", "yes", "--appendfsync", "always");
     redis_server server(aof);
-    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
-        redis::connection conn{ctx.get_executor(), fast_config(server)};
-        redis::connection conn_b{ctx.get_executor(), fast_config(server)};
-        locker locks{conn};
-        locker other{conn_b};
-        std::string const name = unique_key("aof-restart");
+    auto scenario = [&](redis::connection& conn, redis::connection&, redis::connection& probe,
+                        locker& locks, locker& other,
+                        std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, renewing_lease(10000ms, 3000ms));
         lost_watch w;
         watch(g, w);
@@ -624,7 +611,6 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
 
         // The key came back from the append-only file with the old holder's token, so nobody
         // else gets the lock while the old holder may still be finishing its work.
-        redis::connection probe{ctx.get_executor(), fast_config(server)};
         auto const kept = co_await held_by(probe, name);
         CHECK(kept == g.token());
         std::optional<lock_guard> meanwhile =
@@ -636,10 +622,8 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
         bool const gone = co_await free_becomes(probe, name, 3000ms);
         CHECK(gone);
         co_await check_taken_again(other, name, renewing_lease(5000ms, 1000ms), g.fence());
-        conn.close();
-        conn_b.close();
-        probe.close();
-    });
+    };
+    run_lock_test<two_lockers>(fast_config(server), "aof-restart", scenario);
 }
 
 TEST_CASE("a leader that shortens its lease and stops renewing: the watch sees nobody lead when "
@@ -650,8 +634,7 @@ TEST_CASE("a leader that shortens its lease and stops renewing: the watch sees n
                                   std::string const& name) -> asio::awaitable<void> {
                                    election ea{a, name};
                                    election eb{b, name};
-                                   auto w = eb.observe();
-                                   CHECK_FALSE((co_await next_change(w)).leading);
+                                   auto w = co_await watch_from_nobody(eb);
                                    auto opt = lease(30'000ms);
                                    opt.auto_renew = false;
                                    auto lead = co_await ea.co_campaign("a", opt);

@@ -173,8 +173,7 @@ TEST_CASE("redlock: an election: the leader on a majority, read by majority (a p
                             std::string const& name) -> asio::awaitable<void> {
             election ea{a, name};
             election eb{b, name};
-            auto watch = eb.observe();
-            CHECK_FALSE((co_await next_change(watch)).leading);
+            auto watch = co_await watch_from_nobody(eb);
             auto lead_a = co_await ea.co_campaign("a1", lease(10s));
             auto c = co_await next_change(watch);
             CHECK(c.value == "a1");
@@ -196,13 +195,9 @@ TEST_CASE("redlock: an election: the leader on a majority, read by majority (a p
             CHECK(who->value == "a2");
             CHECK(who->term == lead_a.term());
 
-            std::optional<leadership> lead_b;
-            asio::co_spawn(
-                ctx,
-                [&]() -> asio::awaitable<void> {
-                    lead_b.emplace(co_await eb.co_campaign("b1", lease(10s)));
-                },
-                asio::detached);
+            campaign_run b_run;
+            start_campaign(ctx.get_executor(), eb, "b1", lease(10s), b_run);
+            auto& lead_b = b_run.lead;
             CHECK(co_await stays([&] { return !lead_b; }, 100ms));
             CHECK(co_await lead_a.co_resign());
             c = co_await next_change(watch);

@@ -88,8 +88,7 @@ TEST_CASE("sentinel: the connection goes to the primary the sentinels name, and 
 
         // An election on the primary: a leader, its value seen by a watch, its resign.
         election e{locks, name};
-        auto watch = e.observe();
-        CHECK_FALSE((co_await next_change(watch)).leading);
+        auto watch = co_await watch_from_nobody(e);
         auto lead = co_await e.co_campaign("here", lease(10s));
         auto const c = co_await next_change(watch);
         CHECK(c.value == "here");

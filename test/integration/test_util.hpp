@@ -531,46 +531,43 @@ inline asio::awaitable<std::int64_t> numsub(redis::connection& c, std::string co
     co_return total;
 }
 
+/// Polls `read()` (an awaitable of an integer read from the server) until it is `expected` or
+/// `limit` has passed; returns the last reading.
+template <class Read>
+asio::awaitable<std::int64_t>
+becomes(Read read, std::int64_t expected, std::chrono::milliseconds limit,
+        std::chrono::milliseconds step = std::chrono::milliseconds{5}) {
+    std::int64_t n = 0;
+    co_await eventually(
+        [&]() -> asio::awaitable<bool> {
+            n = co_await read();
+            co_return n == expected;
+        },
+        limit, step);
+    co_return n;
+}
+
 /// Polls numsub until it is `expected` or `limit` has passed; returns the last count.
 inline asio::awaitable<std::int64_t>
 numsub_becomes(redis::connection& c, std::string const& channel, std::int64_t expected,
                std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
-    std::int64_t n = 0;
-    co_await eventually(
-        [&]() -> asio::awaitable<bool> {
-            n = co_await numsub(c, channel);
-            co_return n == expected;
-        },
-        limit, std::chrono::milliseconds{10});
-    co_return n;
+    co_return co_await becomes([&] { return numsub(c, channel); }, expected, limit,
+                               std::chrono::milliseconds{10});
 }
 
 /// Polls LLEN of the lock's process queue until it is `expected` or `limit` has passed.
 inline asio::awaitable<std::int64_t>
 queue_length_becomes(redis::connection& c, std::string const& name, std::int64_t expected,
                      std::chrono::milliseconds limit = std::chrono::milliseconds{3000}) {
-    std::int64_t n = 0;
-    co_await eventually(
-        [&]() -> asio::awaitable<bool> {
-            n = co_await integer(c, command("LLEN", lock_key(name) + ":q"));
-            co_return n == expected;
-        },
-        limit);
-    co_return n;
+    co_return co_await becomes([&] { return integer(c, command("LLEN", lock_key(name) + ":q")); },
+                               expected, limit);
 }
 
 /// Polls EXISTS until it is `expected` or `limit` has passed; returns the last answer.
 inline asio::awaitable<std::int64_t>
 exists_becomes(redis::connection& c, std::string const& key, std::int64_t expected,
                std::chrono::milliseconds limit = std::chrono::milliseconds{2000}) {
-    std::int64_t n = 0;
-    co_await eventually(
-        [&]() -> asio::awaitable<bool> {
-            n = co_await integer(c, command("EXISTS", key));
-            co_return n == expected;
-        },
-        limit);
-    co_return n;
+    co_return co_await becomes([&] { return integer(c, command("EXISTS", key)); }, expected, limit);
 }
 
 /// Polls `done()` every `step`, `polls` times at the most, until it holds; returns `done()`.
