@@ -21,11 +21,7 @@
 
 using namespace colock::detail;
 using colock::resp3::value;
-using colock::test::answered;
-using colock::test::array;
-using colock::test::blob;
-using colock::test::error_reply;
-using colock::test::number;
+using namespace colock::test; // the reply builders
 using namespace std::chrono_literals;
 
 namespace {
