@@ -1,0 +1,168 @@
+// The wait_lost calls of one lease (core/loss_waiters): each completes exactly once, with the
+// code the lease's end gives or operation_aborted when its caller cancels, never inside the
+// call that decided it; the calls taken out at shutdown are not completed. On an io_context
+// run by the test: no server, no timer.
+#include "lock/core/loss_waiters.hpp"
+
+#include <colock/error.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using colock::detail::loss_waiters;
+
+namespace {
+
+struct waiters_fixture {
+    asio::io_context ctx;
+    std::shared_ptr<loss_waiters> waiters =
+        std::make_shared<loss_waiters>(asio::make_strand(ctx.get_executor()));
+
+    void settle() {
+        ctx.restart();
+        ctx.poll();
+    }
+};
+
+// What one call was completed with, each time it was.
+struct outcome {
+    std::vector<error_code> codes;
+    auto handler() {
+        return [this](error_code ec) { codes.push_back(ec); };
+    }
+};
+
+} // namespace
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a waiting call completes with the lease's end, "
+                                   "after the call that decided it returns") {
+    outcome o;
+    auto const c = waiters->make(o.handler());
+    CHECK(waiters->enroll(c));
+    waiters->finish_all(error_code());
+    CHECK(o.codes.empty()); // posted, not run inside finish_all
+    settle();
+    REQUIRE(o.codes.size() == 1);
+    CHECK_FALSE(o.codes[0]);
+}
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: every waiting call completes with the same code, "
+                                   "once; a second end finds nobody") {
+    outcome a, b;
+    auto const ca = waiters->make(a.handler());
+    auto const cb = waiters->make(b.handler());
+    waiters->enroll(ca);
+    waiters->enroll(cb);
+    waiters->finish_all(colock::error::not_held);
+    waiters->finish_all(error_code());
+    settle();
+    CHECK(a.codes == std::vector<error_code>{colock::error::not_held});
+    CHECK(b.codes == std::vector<error_code>{colock::error::not_held});
+}
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a call finished on its own completes once, and "
+                                   "the lease's end does not complete it again") {
+    outcome o;
+    auto const c = waiters->make(o.handler());
+    waiters->enroll(c);
+    waiters->finish(c, colock::error::not_held);
+    waiters->finish(c, error_code());
+    waiters->finish_all(error_code());
+    settle();
+    CHECK(o.codes == std::vector<error_code>{colock::error::not_held});
+}
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a call cancelled while it waits completes with "
+                                   "operation_aborted and is no longer waiting") {
+    outcome o;
+    asio::cancellation_signal stop;
+    auto const c = waiters->make(asio::bind_cancellation_slot(stop.slot(), o.handler()));
+    waiters->enroll(c);
+    stop.emit(asio::cancellation_type::terminal);
+    settle();
+    CHECK(o.codes == std::vector<error_code>{asio::error::operation_aborted});
+    waiters->finish_all(error_code());
+    settle();
+    CHECK(o.codes.size() == 1);
+    CHECK(waiters->take_all().empty());
+}
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a call cancelled before it enrolls completes "
+                                   "aborted, and enrolling it then is refused") {
+    outcome o;
+    asio::cancellation_signal stop;
+    auto const c = waiters->make(asio::bind_cancellation_slot(stop.slot(), o.handler()));
+    stop.emit(asio::cancellation_type::terminal); // before anything is posted
+    settle();
+    CHECK(o.codes == std::vector<error_code>{asio::error::operation_aborted});
+    CHECK_FALSE(waiters->enroll(c));
+    CHECK(waiters->take_all().empty());
+}
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: cancelling one call leaves the others waiting") {
+    outcome a, b;
+    asio::cancellation_signal stop_a;
+    auto const ca = waiters->make(asio::bind_cancellation_slot(stop_a.slot(), a.handler()));
+    auto const cb = waiters->make(b.handler());
+    waiters->enroll(ca);
+    waiters->enroll(cb);
+    stop_a.emit(asio::cancellation_type::terminal);
+    settle();
+    CHECK(a.codes.size() == 1);
+    CHECK(b.codes.empty());
+    waiters->finish_all(colock::error::lock_lost);
+    settle();
+    CHECK(b.codes == std::vector<error_code>{colock::error::lock_lost});
+    CHECK(a.codes.size() == 1);
+}
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a cancellation after the completion changes "
+                                   "nothing") {
+    outcome o;
+    asio::cancellation_signal stop;
+    auto const c = waiters->make(asio::bind_cancellation_slot(stop.slot(), o.handler()));
+    waiters->enroll(c);
+    waiters->finish_all(error_code());
+    settle();
+    stop.emit(asio::cancellation_type::terminal); // the slot was cleared with the completion
+    settle();
+    REQUIRE(o.codes.size() == 1);
+    CHECK_FALSE(o.codes[0]);
+}
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: at shutdown the waiting calls are taken out "
+                                   "without completing") {
+    outcome a, b;
+    auto const ca = waiters->make(a.handler());
+    auto const cb = waiters->make(b.handler());
+    waiters->enroll(ca);
+    waiters->enroll(cb);
+    auto const taken = waiters->take_all();
+    CHECK(taken.size() == 2);
+    waiters->finish_all(error_code());
+    settle();
+    CHECK(a.codes.empty());
+    CHECK(b.codes.empty());
+}
+
+TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a cancellation after the waiters are gone "
+                                   "reaches nothing and completes nothing") {
+    outcome o;
+    asio::cancellation_signal stop;
+    auto const c = waiters->make(asio::bind_cancellation_slot(stop.slot(), o.handler()));
+    waiters->enroll(c);
+    waiters.reset();
+    stop.emit(asio::cancellation_type::terminal);
+    settle();
+    CHECK(o.codes.empty());
+}
