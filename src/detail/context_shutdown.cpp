@@ -28,7 +28,7 @@ void context_shutdown::shutdown() {
     }
     for (auto const& weak : holders)
         if (auto holder = weak.lock())
-            holder->drop_handlers_at_shutdown();
+            holder->drop_handlers();
 }
 
 } // namespace colock::detail

@@ -22,7 +22,7 @@ public:
     virtual ~holds_handlers() = default;
     // Called once, on the thread destroying the context, after its threads have stopped:
     // destroy every stored handler without invoking it.
-    virtual void drop_handlers_at_shutdown() noexcept = 0;
+    virtual void drop_handlers() noexcept = 0;
 };
 
 class context_shutdown final : public boost::asio::execution_context::service {

@@ -191,7 +191,7 @@ void cluster_engine::handle_destroyed() {
     });
 }
 
-void cluster_engine::drop_handlers_at_shutdown() noexcept {
+void cluster_engine::drop_handlers() noexcept {
     // Coroutines of this engine may still be resumed while the context winds down: they find
     // nothing to do.
     final_ = true;

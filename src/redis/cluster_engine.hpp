@@ -55,7 +55,7 @@ public:
         return cfg_.log && level >= cfg_.min_log_level;
     }
     void log(log_level level, std::string_view line) const noexcept override;
-    void drop_handlers_at_shutdown() noexcept override;
+    void drop_handlers() noexcept override;
 
     // One primary (or a seed being asked): its connection and what listens to it for us.
     struct node {

@@ -381,7 +381,7 @@ void connection_impl::deliver_subscription(channel_kind kind, subscription_book:
                 std::move(f.server_text));
 }
 
-void connection_impl::drop_handlers_at_shutdown() noexcept {
+void connection_impl::drop_handlers() noexcept {
     ++generation_;
     running_ = false;
     connected_ = false;

@@ -138,7 +138,7 @@ public:
 
     // Requests waiting for replies, completions not yet delivered, connect and subscription
     // waiters: each may own the coroutine that owns this engine.
-    void drop_handlers_at_shutdown() noexcept override;
+    void drop_handlers() noexcept override;
 
     using strand_type = asio::strand<asio::any_io_executor>;
 

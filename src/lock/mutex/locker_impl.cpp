@@ -46,7 +46,7 @@ void locker_impl::set_observer(std::shared_ptr<lock_observer> observer) {
     });
 }
 
-void locker_impl::drop_handlers_at_shutdown() noexcept {
+void locker_impl::drop_handlers() noexcept {
     book_->drop_waiters();
     routes_.drop_handlers();
     // Calls parked with no timer hold themselves (and their handlers); destroyed after the
@@ -80,7 +80,7 @@ void locker_impl::on_reconnect() {
     book_->renew_all_now();
 }
 
-void locker_impl::on_connection_close() noexcept {
+void locker_impl::on_close() noexcept {
     try {
         // Every lease held through the connection goes back now, on this thread, so that the
         // close sends it; a guard let go afterwards has nothing left to send (unlock() answers

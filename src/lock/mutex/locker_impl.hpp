@@ -87,9 +87,9 @@ public:
     void on_reconnect() override;
     void on_server_change() override;
     // The connection is being closed by its user: see lease_events. From any thread.
-    void on_connection_close() noexcept override;
+    void on_close() noexcept override;
     // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
-    void drop_handlers_at_shutdown() noexcept override;
+    void drop_handlers() noexcept override;
 
 private:
     // "f <token> <lock key>" on the holder record's channel: the lease of `token` was ended

@@ -48,7 +48,7 @@ void queue_wait::park(lock_operation& op, clock_type::time_point until) {
     op.wake = wake_reason::none;
     if (until == clock_type::time_point::max()) {
         // Nothing to wait for but a wake: no timer. It holds itself meanwhile (a cycle that
-        // resume() or finish() ends, or drop_handlers_at_shutdown()).
+        // resume() or finish() ends, or drop_handlers()).
         op.parked_self_ = op.shared_from_this();
         op.on_wake = [](waiter& w) {
             auto self = std::move(static_cast<lock_operation&>(w).parked_self_);

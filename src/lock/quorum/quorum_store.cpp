@@ -94,9 +94,9 @@ void member_events::on_reconnect() {
         q->relay_reconnect();
 }
 
-void member_events::on_connection_close() noexcept {
+void member_events::on_close() noexcept {
     if (auto q = quorum_.lock())
-        q->relay_connection_close();
+        q->relay_close();
 }
 
 void member_events::on_server_change() {

@@ -54,7 +54,7 @@ public:
     void on_message(std::string const& channel, std::string const& payload) override;
     void on_reconnect() override;
     void on_server_change() override;
-    void on_connection_close() noexcept override;
+    void on_close() noexcept override;
 
 private:
     std::weak_ptr<quorum_store> quorum_;
@@ -138,9 +138,9 @@ public:
     }
     // One primary's connection is closed by its user: the lock layer gives back every lease,
     // on all primaries (a lease needs a majority, and the user is shutting down).
-    void relay_connection_close() noexcept {
+    void relay_close() noexcept {
         if (auto e = events_.lock())
-            e->on_connection_close();
+            e->on_close();
     }
 
     // A primary was replaced (restarted, failed over): it no longer counts for the leases it

@@ -6,7 +6,7 @@
 
 namespace colock::detail {
 
-// What the engine tells a synchronizer; called on its strand, but for on_connection_close.
+// What the engine tells a synchronizer; called on its strand, but for on_close.
 class channel_events {
 public:
     // A message on a channel starting with the prefix listened to.
@@ -18,7 +18,7 @@ public:
     // The user closes the connection (close(), or its destruction): called on the closing
     // thread, before the close starts, so that what is handed to the engine now is flushed
     // with it.
-    virtual void on_connection_close() noexcept = 0;
+    virtual void on_close() noexcept = 0;
 
 protected:
     ~channel_events() = default;

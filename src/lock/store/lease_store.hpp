@@ -220,7 +220,7 @@ inline constexpr std::chrono::milliseconds release_timeout{5000};
 // What a store tells the lock layer (channel_events, on the store's strand): messages on the
 // listened prefix are "g" the lock was handed to this locker, "q" another locker queued behind a
 // lease it holds; on_server_change means the leases granted before are gone; after
-// on_connection_close the store sends nothing until the user uses the connection again, and
+// on_close the store sends nothing until the user uses the connection again, and
 // the releases handed to the store during it are flushed with the close.
 class lease_events : public channel_events {
 protected:

@@ -92,7 +92,7 @@ public:
 
     void on_close() noexcept override {
         if (auto self = events_.lock())
-            self->on_connection_close(); // on this thread: see channel_events
+            self->on_close(); // on this thread: see channel_events
     }
 
     void on_server_change() override {
