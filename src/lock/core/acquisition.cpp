@@ -18,22 +18,28 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using std::chrono::milliseconds;
 
-acquisition_terms acquisition_terms::lock(lock_options const& opt, std::string_view kind,
-                                          bool wait) {
+namespace {
+
+acquisition_terms terms_of(lock_options const& opt, std::string_view kind, bool wait) {
     acquisition_terms t;
     t.options = &opt;
     t.kind = kind;
     t.wait = wait;
+    return t;
+}
+
+} // namespace
+
+acquisition_terms acquisition_terms::lock(lock_options const& opt, std::string_view kind,
+                                          bool wait) {
+    auto t = terms_of(opt, kind, wait);
     t.server_change_retries = 3;
     return t;
 }
 
 acquisition_terms acquisition_terms::permits(lock_options const& opt, std::string_view kind,
                                              bool wait) {
-    acquisition_terms t;
-    t.options = &opt;
-    t.kind = kind;
-    t.wait = wait;
+    auto t = terms_of(opt, kind, wait);
     t.token_once = true;
     t.wakes = wake_rule::permits;
     t.message_when_empty = true;
