@@ -68,7 +68,7 @@ inline store_answer failed(error_code ec, std::string server_text = {}, bool unk
     return a;
 }
 
-inline error_code refused() {
+inline error_code refused_error() {
     return make_error_code(boost::system::errc::connection_refused);
 }
 

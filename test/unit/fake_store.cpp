@@ -25,7 +25,7 @@ using clock_type = fake_server::clock_type;
 
 namespace {
 
-constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
+constexpr auto nothrow_wait = asio::as_tuple(asio::use_awaitable);
 
 milliseconds left(clock_type::time_point until) {
     return std::max(milliseconds(0),
@@ -268,9 +268,9 @@ asio::awaitable<bool> fake_store::send(std::optional<asio::cancellation_slot> st
             w->cancel();
     });
     if (stop)
-        co_await wait->async_wait(asio::bind_cancellation_slot(*stop, nothrow));
+        co_await wait->async_wait(asio::bind_cancellation_slot(*stop, nothrow_wait));
     else
-        co_await wait->async_wait(nothrow);
+        co_await wait->async_wait(nothrow_wait);
     co_return !server_.is_away();
 }
 
@@ -278,12 +278,12 @@ asio::awaitable<void> fake_store::reply_delay() {
     // On the lock clock, so that virtual time moves replies on too.
     detail::lock_timer t(strand_, server_.latency);
     // Once sent, the reply is read: the caller's cancellation does not cut it short.
-    co_await t.async_wait(asio::bind_cancellation_slot(asio::cancellation_slot(), nothrow));
+    co_await t.async_wait(asio::bind_cancellation_slot(asio::cancellation_slot(), nothrow_wait));
 }
 
 asio::awaitable<void> fake_store::forever() {
     asio::steady_timer t(strand_, clock_type::time_point::max());
-    co_await t.async_wait(nothrow);
+    co_await t.async_wait(nothrow_wait);
 }
 
 namespace {

@@ -205,13 +205,13 @@ TEST_CASE("after a connect failure, the next attempt ends at first_connect_timeo
           "that failure") {
     auto m = lock_call();
     std::string const why = "connecting to 127.0.0.1:1: Connection refused";
-    CHECK(is(m.on_answer(failed(refused(), why), t0 + 100ms, false), acquisition_step::wait));
+    CHECK(is(m.on_answer(failed(refused_error(), why), t0 + 100ms, false), acquisition_step::wait));
     auto const next = m.begin_attempt(false);
     CHECK(next.until == t0 + 2s);
     // Stopped there unsent: the connect failure stands.
     auto const done = m.on_answer(failed(asio::error::operation_aborted), t0 + 2s, false);
     CHECK(ends(done, acquisition_end::failed));
-    CHECK(done.ec == refused());
+    CHECK(done.ec == refused_error());
     CHECK(m.ending_text(done, link_facts{false, why}) ==
           "no connection to the Redis server within 2000 ms: " + why);
 }

@@ -22,7 +22,7 @@ TEST_CASE("a waiting call walked on virtual time, with a fault injected at each 
         failed(redis::error::connection_lost, {}, true),
         failed(redis::error::server_error, "LOADING Redis is loading the dataset in memory"),
         failed(redis::error::health_check_timeout),
-        failed(refused(), "connecting: refused"),
+        failed(refused_error(), "connecting: refused"),
     };
     for (auto make : {&lock_call, &permit_call}) {
         for (std::size_t step = 0; step < 4; ++step) {
@@ -55,10 +55,10 @@ TEST_CASE("a waiting call held to the end times out at the wait deadline") {
     // A connection never established: the connect failure at first_connect_timeout.
     walk c{permit_call(), {}};
     for (int i = 0; i < 400; ++i)
-        c.answers.push_back(failed(refused(), "connecting: refused"));
+        c.answers.push_back(failed(refused_error(), "connecting: refused"));
     auto const down = c.run();
     CHECK(ends(down, acquisition_end::failed));
-    CHECK(down.ec == refused());
+    CHECK(down.ec == refused_error());
     CHECK(c.now >= t0 + 2s);
     CHECK(c.now < t0 + 2s + 10ms);
 }
@@ -99,7 +99,7 @@ TEST_CASE("a co_try_lock makes one attempt, whatever it meets") {
         {granted(), acquisition_end::acquired},
         {held(5ms), acquisition_end::not_acquired},
         {failed(redis::error::connection_lost), acquisition_end::failed},
-        {failed(refused(), "refused"), acquisition_end::failed},
+        {failed(refused_error(), "refused"), acquisition_end::failed},
         {failed(colock::error::timeout), acquisition_end::timed_out},
     };
     for (auto make : {&lock_call, &permit_call}) {

@@ -38,7 +38,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-lock_keys const keys("p:", "name", "owner");
+lock_keys const round_keys("p:", "name", "owner");
 
 asio::strand<asio::any_io_executor> strand_of(asio::io_context& ctx) {
     return asio::make_strand(asio::any_io_executor(ctx.get_executor()));
@@ -75,7 +75,7 @@ void advance(asio::io_context& ctx, milliseconds d) {
 // returns.
 struct completing_release {
     completing_release(asio::io_context& ctx, std::size_t n)
-        : round(strand_of(ctx), n, keys, "tok", milliseconds(500), 9) {
+        : round(strand_of(ctx), n, round_keys, "tok", milliseconds(500), 9) {
         asio::co_spawn(
             strand_of(ctx),
             [this]() -> asio::awaitable<void> {
@@ -93,7 +93,7 @@ struct completing_release {
 
 TEST_CASE("extend round: a majority of confirmations that count, within the lease, keeps it") {
     asio::io_context ctx;
-    extend_round round(strand_of(ctx), 3, keys, "tok", milliseconds(1000), 42);
+    extend_round round(strand_of(ctx), 3, round_keys, "tok", milliseconds(1000), 42);
     CHECK(round.fence() == 42);
     round.answer(0, reply(true), true);
     CHECK_FALSE(round.decided());
@@ -114,7 +114,7 @@ TEST_CASE("extend round: a majority of confirmations that count, within the leas
 
 TEST_CASE("extend round: lost when no majority can confirm; otherwise the round's error") {
     asio::io_context ctx;
-    extend_round lost(strand_of(ctx), 3, keys, "tok", milliseconds(1000), 1);
+    extend_round lost(strand_of(ctx), 3, round_keys, "tok", milliseconds(1000), 1);
     lost.answer(0, reply(false), false);
     lost.answer(1, reply(false), false);
     CHECK(lost.decided());
@@ -124,7 +124,7 @@ TEST_CASE("extend round: lost when no majority can confirm; otherwise the round'
     CHECK_FALSE(l.ec);
     CHECK_FALSE(l.ours);
 
-    extend_round unknown(strand_of(ctx), 3, keys, "tok", milliseconds(1000), 1);
+    extend_round unknown(strand_of(ctx), 3, round_keys, "tok", milliseconds(1000), 1);
     unknown.answer_down(0);
     CHECK(unknown.answered(0));
     unknown.answer(1, reply(true), true);
@@ -135,7 +135,7 @@ TEST_CASE("extend round: lost when no majority can confirm; otherwise the round'
 
     // One primary down and one "not ours": the third's answer tells lost from unknown, so the
     // round waits for it.
-    extend_round waits(strand_of(ctx), 3, keys, "tok", milliseconds(1000), 1);
+    extend_round waits(strand_of(ctx), 3, round_keys, "tok", milliseconds(1000), 1);
     waits.answer_down(0);
     waits.answer(1, reply(false), false);
     CHECK_FALSE(waits.decided());
@@ -146,7 +146,7 @@ TEST_CASE("extend round: lost when no majority can confirm; otherwise the round'
     CHECK_FALSE(w.ec);
     CHECK_FALSE(w.ours);
 
-    extend_round refused(strand_of(ctx), 3, keys, "tok", milliseconds(1000), 1);
+    extend_round refused(strand_of(ctx), 3, round_keys, "tok", milliseconds(1000), 1);
     refused.answer(0, failure(colock::error::unexpected_reply), false);
     refused.answer(1, failure(colock::error::unexpected_reply), false);
     CHECK(refused.decided());
@@ -156,7 +156,7 @@ TEST_CASE("extend round: lost when no majority can confirm; otherwise the round'
 
 TEST_CASE("release round: ours unless a majority said not; handed when a majority handed it") {
     asio::io_context ctx;
-    release_round round(strand_of(ctx), 3, keys, "tok", milliseconds(500), 9);
+    release_round round(strand_of(ctx), 3, round_keys, "tok", milliseconds(500), 9);
     CHECK(round.claim() == milliseconds(500));
     CHECK(round.last_fence() == 9);
     round.answer(0, reply(true, true));
@@ -170,7 +170,7 @@ TEST_CASE("release round: ours unless a majority said not; handed when a majorit
     CHECK(r.ours);
     CHECK(r.handed);
 
-    release_round not_ours(strand_of(ctx), 3, keys, "tok", milliseconds(500), 9);
+    release_round not_ours(strand_of(ctx), 3, round_keys, "tok", milliseconds(500), 9);
     not_ours.answer(0, reply(false));
     not_ours.answer(1, reply(true));
     CHECK_FALSE(not_ours.decided());
@@ -185,7 +185,7 @@ TEST_CASE("release round: ours unless a majority said not; handed when a majorit
 
 TEST_CASE("release round: a primary down is not waited for; too few answers fail") {
     asio::io_context ctx;
-    release_round round(strand_of(ctx), 3, keys, "tok", milliseconds(500), 9);
+    release_round round(strand_of(ctx), 3, round_keys, "tok", milliseconds(500), 9);
     round.answer_down(0);
     round.answer(1, reply(true));
     round.answer(2, failure(colock::redis::error::connection_lost));
@@ -195,7 +195,7 @@ TEST_CASE("release round: a primary down is not waited for; too few answers fail
     CHECK(r.ec == colock::error::no_quorum);
     CHECK_FALSE(r.ours);
 
-    release_round all_down(strand_of(ctx), 3, keys, "tok", milliseconds(500), 9);
+    release_round all_down(strand_of(ctx), 3, round_keys, "tok", milliseconds(500), 9);
     for (std::size_t i = 0; i < 3; ++i)
         all_down.answer_down(i);
     CHECK(all_down.decided());

@@ -32,7 +32,7 @@ lock_reading value(std::string v, std::int64_t pttl = 1000, std::int64_t queued 
     return r;
 }
 
-lock_reading failed(error_code ec, std::string text = {}) {
+lock_reading failed_reading(error_code ec, std::string text = {}) {
     lock_reading r;
     r.ec = ec;
     r.server_text = std::move(text);
@@ -88,7 +88,7 @@ TEST_CASE("quorum status: the state a majority shares, with its largest fence an
 
     // Handed to one locker on a majority, the third primary down.
     std::vector<lock_reading> const handed{value("R 5 locker-b", 100),
-                                           failed(colock::redis::error::connection_lost),
+                                           failed_reading(colock::redis::error::connection_lost),
                                            value("R 6 locker-b", 200)};
     CHECK(shared_reading(handed).value == "R 6 locker-b");
 }
@@ -113,16 +113,16 @@ TEST_CASE("quorum status: no majority in one state reads free, with the largest 
 }
 
 TEST_CASE("quorum status: too few readings fail, lasting errors as they are") {
-    std::vector<lock_reading> const passing{failed(colock::redis::error::connection_lost),
+    std::vector<lock_reading> const passing{failed_reading(colock::redis::error::connection_lost),
                                             value("H 7 o tok 1 0"),
-                                            failed(colock::error::no_quorum, "no answer")};
+                                            failed_reading(colock::error::no_quorum, "no answer")};
     auto const r = shared_reading(passing);
     CHECK(r.ec == colock::error::no_quorum);
     CHECK(r.value.empty());
 
     std::vector<lock_reading> const lasting{
-        value("H 7 o tok 1 0"), failed(colock::redis::error::server_error, "NOPERM no"),
-        failed(colock::redis::error::server_error, "NOPERM no")};
+        value("H 7 o tok 1 0"), failed_reading(colock::redis::error::server_error, "NOPERM no"),
+        failed_reading(colock::redis::error::server_error, "NOPERM no")};
     auto const l = shared_reading(lasting);
     CHECK(l.ec == colock::redis::error::server_error);
     CHECK(l.server_text == "NOPERM no");

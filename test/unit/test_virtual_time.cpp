@@ -126,7 +126,7 @@ colock::lock_options lease_of(std::chrono::milliseconds ttl, std::chrono::millis
     return opt;
 }
 
-std::string const lock_key = "colock:{n}";
+std::string const clock_test_key = "colock:{n}";
 
 } // namespace
 
@@ -141,7 +141,7 @@ TEST_CASE("virtual time: a 30 s lease is renewed every 10 s, and its key outlive
     w.advance(50s); // 60.5 s in
     CHECK(w.server.calls().extends == 6);
     CHECK(guard.owns_lock());
-    auto const held = w.server.lock(lock_key);
+    auto const held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->expires > lock_clock::now() + 19s);
 }
@@ -165,7 +165,7 @@ TEST_CASE("virtual time: renewals never answered: lost at the local deadline, 30
     CHECK(guard.lease_expiry() < granted + 30500ms);
     // The extend ran at the server when it was sent: its expiry is later than the deadline
     // the guard counted on, never earlier.
-    auto const at_server = w.server.lock(lock_key);
+    auto const at_server = w.server.lock(clock_test_key);
     REQUIRE(at_server);
     CHECK(at_server->expires >= guard.lease_expiry() + 9s);
 }
@@ -207,14 +207,14 @@ TEST_CASE("virtual time: a waiter keeps its entry in the server's queue alive fo
     // Entries lapse 3 s after their last refresh: the head asks at least once a second.
     for (int second = 1; second < 60; ++second) {
         w.advance(1s);
-        auto const queue = w.server.queue(lock_key);
+        auto const queue = w.server.queue(clock_test_key);
         CHECK_MESSAGE(std::find(queue.begin(), queue.end(), b.id()) != queue.end(), second);
         CHECK_FALSE(ended);
     }
     w.advance(1500ms);
     REQUIRE(ended);
     CHECK(*ended == colock::error::timeout);
-    CHECK(w.server.queue(lock_key).empty());
+    CHECK(w.server.queue(clock_test_key).empty());
     CHECK(held.owns_lock());
 }
 
@@ -290,7 +290,7 @@ TEST_CASE("virtual time: a lease gone at the server: lost at the next renewal; t
     auto const pending = std::make_shared<std::optional<boost::system::error_code>>();
     guard.async_wait_lost([pending](boost::system::error_code ec) { *pending = ec; });
     w.advance(5s);
-    w.server.drop(lock_key);
+    w.server.drop(clock_test_key);
     CHECK_FALSE(guard.lost());
     w.advance(5500ms); // the renewal at 10 s
     CHECK(w.server.calls().extends == 1);
@@ -306,7 +306,7 @@ TEST_CASE("virtual time: a lease gone at the server: lost at the next renewal; t
     CHECK_FALSE(error_of(w, guard.wait_lost()));
     w.advance(60s);
     CHECK(w.server.calls().extends == 1);
-    CHECK_FALSE(w.server.lock(lock_key).has_value());
+    CHECK_FALSE(w.server.lock(clock_test_key).has_value());
     CHECK_FALSE(result_of(w, guard.unlock()));
 }
 
@@ -364,11 +364,11 @@ TEST_CASE("virtual time: a guard outlives its locker: renewal and unlock still w
     w.advance(1000ms);
     CHECK(guard.owns_lock());
     CHECK(w.server.calls().extends >= 9);
-    auto const held = w.server.lock(lock_key);
+    auto const held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->token == guard.token());
     CHECK(result_of(w, guard.unlock()));
-    auto const after = w.server.lock(lock_key);
+    auto const after = w.server.lock(clock_test_key);
     REQUIRE(after);
     CHECK(after->kind == fake_server::lock_entry::state::free);
 }
@@ -386,7 +386,7 @@ TEST_CASE("virtual time: a guard destroyed stops its renewal and releases in the
     }
     auto const extends = w.server.calls().extends;
     w.settle();
-    auto const after = w.server.lock(lock_key);
+    auto const after = w.server.lock(clock_test_key);
     REQUIRE(after);
     CHECK(after->kind == fake_server::lock_entry::state::free);
     CHECK(w.server.calls().releases == 1);
@@ -406,7 +406,7 @@ TEST_CASE("virtual time: a reconnection to the same server renews every lease at
     w.server.reconnect();
     w.advance(50ms);
     CHECK(w.server.calls().extends == 1);
-    auto const held = w.server.lock(lock_key);
+    auto const held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->expires > lock_clock::now() + 5900ms);
     CHECK(guard.owns_lock());
@@ -418,13 +418,13 @@ TEST_CASE("virtual time: extend raises the lease, and later renewals keep the ne
     auto a = locker_access::make(w.process());
     auto guard = take(w, a, lease_of(600ms, 200ms));
     CHECK(result_of(w, guard.extend(60s)));
-    auto held = w.server.lock(lock_key);
+    auto held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->expires > lock_clock::now() + 59s);
     auto const extends = w.server.calls().extends;
     w.advance(3s);
     CHECK(w.server.calls().extends > extends); // renewals went on
-    held = w.server.lock(lock_key);
+    held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->expires > lock_clock::now() + 50s); // with 60 s, not 600 ms
     CHECK(guard.owns_lock());
