@@ -98,7 +98,7 @@ result stopped_holder() {
     if (!a_acquired)
         return r;
     worker_process b(worker_args(hold, server.url(), "B"));
-    std::this_thread::sleep_for(300ms); // B is waiting
+    r.check(wait_queue(server, "colock:{b}:q", 1, 10s).size() == 1, "B did not queue");
     a.stop_process();
     auto const stopped_ns = steady_now_ns();
     ++r.faults;
@@ -117,16 +117,8 @@ result stopped_holder() {
     a.send("write from-A");
     auto const a_write = a.wait_line("write", 5s);
     r.check(a_write == "write refused", "A's stale write was not refused by the fenced store");
-    a.send("unlock");
-    r.check(a.wait_line("released", 5s) == "released 0", "A's unlock claimed a lock it lost");
-    b.send("unlock");
-    r.check(b.wait_line("released", 5s) == "released 1", "B could not release");
-    r.check(a.wait_exit(10s) == 0 && b.wait_exit(10s) == 0, "a worker failed");
-    colock::test::fenced_store store(dir.file("store"));
-    r.check(store.value() == "from-B", "the store holds '" + store.value() + "'");
-    check_history(r, dir.file("history"));
-    r.acquisitions = 2;
-    r.losses = a_lost ? 1 : 0;
+    let_go_in_turn(r, a, b, "unlock", "released", "lock", dir, a_lost.has_value());
+    colock::test::fenced_store store(dir.file("store")); // for the figures
     r.leaked_keys = lock_keys_left(server, {"b"});
     r.check(r.leaked_keys == 0, "the lock is left held, or a key without an expiry");
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -218,7 +210,7 @@ result instant_restart() {
         auto a_acquired = a.wait_line("acquired", 10s);
         r.check(a_acquired.has_value(), "A did not acquire");
         worker_process b(worker_args(hold, server.url(), "B"));
-        std::this_thread::sleep_for(300ms);
+        r.check(wait_queue(server, "colock:{c2}:q", 1, 10s).size() == 1, "B did not queue");
         server.kill();
         auto const restarted_ns = steady_now_ns();
         server.restart();
@@ -352,10 +344,8 @@ result cancellation_storm() {
     std::vector<std::string> names;
     for (int i = 0; i < 8; ++i)
         names.push_back(fmt::format("e-{}", i));
-    auto const settle_until = std::chrono::steady_clock::now() + 7s;
-    while ((r.leaked_keys = lock_keys_left(server, names)) != 0 &&
-           std::chrono::steady_clock::now() < settle_until)
-        std::this_thread::sleep_for(100ms);
+    wait_until(
+        7s, [&] { return (r.leaked_keys = lock_keys_left(server, names)) == 0; }, 100ms);
     for (auto& w : ws)
         w->send("exit");
     for (auto& w : ws)

@@ -139,20 +139,19 @@ std::optional<std::string> worker_process::wait_line(std::string const& prefix,
 std::optional<int> worker_process::wait_exit(std::chrono::milliseconds limit) {
     if (status_)
         return status_;
-    auto const until = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        int raw = 0;
-        pid_t const r = waitpid(pid_, &raw, WNOHANG);
-        if (r == pid_) {
-            status_ = exit_status(raw);
-            return status_;
-        }
-        if (r < 0 && errno != EINTR)
-            throw_errno("waitpid");
-        if (std::chrono::steady_clock::now() >= until)
-            return std::nullopt;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    wait_until(
+        limit,
+        [&] {
+            int raw = 0;
+            pid_t const r = waitpid(pid_, &raw, WNOHANG);
+            if (r == pid_)
+                status_ = exit_status(raw);
+            else if (r < 0 && errno != EINTR)
+                throw_errno("waitpid");
+            return status_.has_value();
+        },
+        std::chrono::milliseconds(10));
+    return status_;
 }
 
 std::vector<std::string> worker_process::lines() const {

@@ -13,6 +13,21 @@
 
 namespace colock::reliability {
 
+/// The scenarios' one bounded wait for what a process, a journal or a server shows: asks
+/// `done()` every `step` until it holds (then true) or `within` has passed (then false).
+template <class Done>
+bool wait_until(std::chrono::steady_clock::duration within, Done done,
+                std::chrono::steady_clock::duration step = std::chrono::milliseconds(1)) {
+    auto const until = std::chrono::steady_clock::now() + within;
+    for (;;) {
+        if (done())
+            return true;
+        if (std::chrono::steady_clock::now() >= until)
+            return false;
+        std::this_thread::sleep_for(step);
+    }
+}
+
 class worker_process {
 public:
     /// Starts `/proc/self/exe worker args...`. Its stderr goes to ours. Throws

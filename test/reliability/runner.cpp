@@ -139,18 +139,20 @@ keys_after_run
 settle_keys(std::vector<std::pair<colock::test::redis_server const*, std::string>> const& nodes,
             std::chrono::steady_clock::time_point until) {
     keys_after_run keys;
-    do {
-        keys = {};
-        for (auto const& [server, where] : nodes)
-            for (auto const& key : server->cli_lines({"KEYS", "*"})) {
-                if (key.starts_with("colock:locker:"))
-                    ++keys.records;
-                else
-                    keys.left.push_back(fmt::format("{} on {}", key, where));
-            }
-        if (!keys.left.empty())
-            std::this_thread::sleep_for(100ms);
-    } while (!keys.left.empty() && std::chrono::steady_clock::now() < until);
+    wait_until(
+        until - std::chrono::steady_clock::now(),
+        [&] {
+            keys = {};
+            for (auto const& [server, where] : nodes)
+                for (auto const& key : server->cli_lines({"KEYS", "*"})) {
+                    if (key.starts_with("colock:locker:"))
+                        ++keys.records;
+                    else
+                        keys.left.push_back(fmt::format("{} on {}", key, where));
+                }
+            return keys.left.empty();
+        },
+        100ms);
     return keys;
 }
 
@@ -169,6 +171,22 @@ std::int64_t check_counter(result& r, std::string const& counter_file,
     r.check(counter == increments, fmt::format("counter {} but {} increments: {} updates lost",
                                                counter, increments, increments - counter));
     return counter;
+}
+
+void let_go_in_turn(result& r, worker_process& a, worker_process& b, std::string const& command,
+                    std::string const& reply, std::string const& held, scratch_dir const& dir,
+                    bool a_lost) {
+    a.send(command);
+    r.check(a.wait_line(reply, 5s) == reply + " 0",
+            "A's " + command + " claimed a " + held + " it lost");
+    b.send(command);
+    r.check(b.wait_line(reply, 5s) == reply + " 1", "B could not " + command);
+    r.check(a.wait_exit(10s) == 0 && b.wait_exit(10s) == 0, "a worker failed");
+    colock::test::fenced_store store(dir.file("store"));
+    r.check(store.value() == "from-B", "the store holds '" + store.value() + "'");
+    check_history(r, dir.file("history"));
+    r.acquisitions = 2;
+    r.losses = a_lost ? 1 : 0;
 }
 
 void check_history(result& r, std::string const& history_file, std::size_t allowed_overlaps) {
@@ -217,13 +235,15 @@ std::map<std::string, double> collect(result& r, std::vector<std::unique_ptr<wor
 
 std::vector<std::string> wait_queue(redis_server const& server, std::string const& queue_key,
                                     std::size_t n, milliseconds limit) {
-    auto const until = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        auto entries = server.cli_lines({"LRANGE", queue_key, "0", "-1"});
-        if (entries.size() >= n || std::chrono::steady_clock::now() >= until)
-            return entries;
-        std::this_thread::sleep_for(10ms);
-    }
+    std::vector<std::string> entries;
+    wait_until(
+        limit,
+        [&] {
+            entries = server.cli_lines({"LRANGE", queue_key, "0", "-1"});
+            return entries.size() >= n;
+        },
+        10ms);
+    return entries;
 }
 
 } // namespace colock::reliability

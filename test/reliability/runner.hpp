@@ -193,6 +193,13 @@ std::size_t follow_plan(std::chrono::steady_clock::time_point start, Run run, st
 // and fences out of acquisition order.
 void check_history(result& r, std::string const& history_file, std::size_t allowed_overlaps = 0);
 
+// The end of a scenario where A lost what it held and B holds it now: both let go (`command`;
+// the reply starts with `reply` and says 0 for A, 1 for B) and exit; the fenced store keeps B's
+// write and check_history() passes. Counts the two acquisitions, and A's loss when `a_lost`.
+void let_go_in_turn(result& r, worker_process& a, worker_process& b, std::string const& command,
+                    std::string const& reply, std::string const& held, scratch_dir const& dir,
+                    bool a_lost);
+
 // The arguments of a "hold" worker on lock `name` with a lease of `ttl_ms`, renewed every
 // `renew_ms`, writing its history and its fenced store in `dir`.
 std::vector<std::string> hold_args(std::string const& name, std::string const& ttl_ms,

@@ -64,14 +64,8 @@ std::size_t running_node(cluster_set& cluster) {
 // Waits until `node` says ROLE `role` ("master", "slave"); false when it did not within `limit`.
 bool wait_role(colock::test::redis_server const& node, std::string const& role,
                milliseconds limit) {
-    auto const until = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        if (node.cli({"ROLE"}).starts_with(role))
-            return true;
-        if (std::chrono::steady_clock::now() >= until)
-            return false;
-        std::this_thread::sleep_for(50ms);
-    }
+    return wait_until(
+        limit, [&] { return node.cli({"ROLE"}).starts_with(role); }, 50ms);
 }
 
 // The fields of a worker's "summary" line (collect() has waited for it).

@@ -83,15 +83,13 @@ std::vector<colock::test::watch_event> watch_events(std::vector<std::string> con
 
 // Waits until the watch's last report says that nobody leads; whether it did within `limit`.
 bool watch_settles(worker_process& observer, milliseconds limit) {
-    auto const until = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-        auto const events = watch_events(observer.lines());
-        if (!events.empty() && !events.back().leading)
-            return true;
-        if (std::chrono::steady_clock::now() >= until)
-            return false;
-        std::this_thread::sleep_for(50ms);
-    }
+    return wait_until(
+        limit,
+        [&] {
+            auto const events = watch_events(observer.lines());
+            return !events.empty() && !events.back().leading;
+        },
+        50ms);
 }
 
 // The campaigns of several processes: their slots (a process and its restarts after kills),
@@ -367,16 +365,17 @@ result election_stopped_leader() {
     r.check(a_lost.has_value(), "A did not report its leadership lost after SIGCONT");
     // A's first step after the resume: it may come before or after the loss is reported.
     std::optional<std::vector<std::int64_t>> first_step;
-    auto const steps_until = std::chrono::steady_clock::now() + 2s;
-    while (!first_step && std::chrono::steady_clock::now() < steps_until) {
-        for (auto const& line : a.lines())
-            if (line.starts_with("step ") && numbers(line).at(0) >= resumed_ns) {
-                first_step = numbers(line);
-                break;
-            }
-        if (!first_step)
-            std::this_thread::sleep_for(20ms);
-    }
+    wait_until(
+        2s,
+        [&] {
+            for (auto const& line : a.lines())
+                if (line.starts_with("step ") && numbers(line).at(0) >= resumed_ns) {
+                    first_step = numbers(line);
+                    break;
+                }
+            return first_step.has_value();
+        },
+        20ms);
     r.check(first_step.has_value(), "A took no step after SIGCONT");
     if (first_step)
         // leads() reads the lease's deadline on the local clock: false whatever ran first
@@ -398,16 +397,8 @@ result election_stopped_leader() {
     a.send("write from-A");
     r.check(a.wait_line("write", 5s) == "write refused",
             "A's late write was not refused by the fenced store");
-    a.send("resign");
-    r.check(a.wait_line("resigned", 5s) == "resigned 0", "A's resign claimed a term it lost");
-    b.send("resign");
-    r.check(b.wait_line("resigned", 5s) == "resigned 1", "B could not resign");
-    r.check(a.wait_exit(10s) == 0 && b.wait_exit(10s) == 0, "a lead worker failed");
-    colock::test::fenced_store store(dir.file("store"));
-    r.check(store.value() == "from-B", "the store holds '" + store.value() + "'");
-    check_history(r, dir.file("history"));
-    r.acquisitions = 2;
-    r.losses = a_lost ? 1 : 0;
+    let_go_in_turn(r, a, b, "resign", "resigned", "term", dir, a_lost.has_value());
+    colock::test::fenced_store store(dir.file("store")); // for the figures
     r.leaked_keys = keys_left_after(server, r, 3s);
     r.check(r.leaked_keys == 0, "a key of the election is left");
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -458,19 +449,20 @@ result election_campaigns_with_kills() {
         // without a grant), within 3 s.
         std::optional<std::size_t> victim;
         auto const first = static_cast<std::size_t>(pick(0, 2));
-        auto const until = std::chrono::steady_clock::now() + 3s;
-        while (!victim && std::chrono::steady_clock::now() < until) {
-            for (std::size_t i = 0; i < 3 && !victim; ++i) {
-                auto const s = (first + i) % 3;
-                if (c.process(s).wait_exit(0ms))
-                    continue; // done with its campaigns
-                auto const kind = journal_last_kind(c.journal(s));
-                if (leader ? election_journal_leading(c.journal(s)) : kind == 'c')
-                    victim = s;
-            }
-            if (!victim)
-                std::this_thread::sleep_for(std::chrono::microseconds(500));
-        }
+        wait_until(
+            3s,
+            [&] {
+                for (std::size_t i = 0; i < 3 && !victim; ++i) {
+                    auto const s = (first + i) % 3;
+                    if (c.process(s).wait_exit(0ms))
+                        continue; // done with its campaigns
+                    auto const kind = journal_last_kind(c.journal(s));
+                    if (leader ? election_journal_leading(c.journal(s)) : kind == 'c')
+                        victim = s;
+                }
+                return victim.has_value();
+            },
+            std::chrono::microseconds(500));
         if (!victim)
             continue; // the campaigns are over
         auto const kill_ns = steady_now_ns();

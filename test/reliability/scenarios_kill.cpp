@@ -48,10 +48,9 @@ std::int64_t script_calls(redis_server const& server) {
 
 std::size_t settled_keys_left(redis_server const& server, std::vector<std::string> const& names,
                               milliseconds patience) {
-    auto const until = std::chrono::steady_clock::now() + patience;
     std::size_t left = 0;
-    while ((left = lock_keys_left(server, names)) != 0 && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(100ms);
+    wait_until(
+        patience, [&] { return (left = lock_keys_left(server, names)) == 0; }, 100ms);
     return left;
 }
 
@@ -107,16 +106,17 @@ result killed_in_cohort() {
         // Once it takes part, a while of cohort hand-offs, then the kill at a moment one of its
         // coroutines holds the lock (its journal says so; the journal read after the kill is
         // what counts).
-        while (!std::filesystem::exists(journal_file) ||
-               std::filesystem::file_size(journal_file) == 0) {
-            if (std::chrono::steady_clock::now() > round_start + kill_by)
-                break;
-            std::this_thread::sleep_for(5ms);
-        }
+        wait_until(
+            round_start + kill_by - std::chrono::steady_clock::now(),
+            [&] {
+                return std::filesystem::exists(journal_file) &&
+                       std::filesystem::file_size(journal_file) != 0;
+            },
+            5ms);
         std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution(100, 400)(rng)));
-        while (!journal_in_tenure(journal_file) &&
-               std::chrono::steady_clock::now() < round_start + kill_by)
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        wait_until(
+            round_start + kill_by - std::chrono::steady_clock::now(),
+            [&] { return journal_in_tenure(journal_file); }, std::chrono::microseconds(200));
         kill_ns.push_back(steady_now_ns());
         victim->kill_process();
         auto const rc = victim->wait_exit(10s);

@@ -45,19 +45,15 @@ bool overlap(holding const& a, holding const& b) {
 // Waits until the journal shows a writer's tenure ("/w") begun less than `fresh` ago, or
 // `limit` passes.
 bool wait_writer_holds(std::string const& journal_file, milliseconds fresh, milliseconds limit) {
-    auto const until = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < until) {
-        if (std::filesystem::exists(journal_file) && journal_in_tenure(journal_file)) {
-            auto const open = read_journal(journal_file).open;
-            if (std::any_of(open.begin(), open.end(), [&](holding const& h) {
-                    return h.holder.find("/w") != std::string::npos &&
-                           steady_now_ns() - h.acquired_ns < ns(fresh);
-                }))
-                return true;
-        }
-        std::this_thread::sleep_for(1ms);
-    }
-    return false;
+    return wait_until(limit, [&] {
+        if (!std::filesystem::exists(journal_file) || !journal_in_tenure(journal_file))
+            return false;
+        auto const open = read_journal(journal_file).open;
+        return std::any_of(open.begin(), open.end(), [&](holding const& h) {
+            return h.holder.find("/w") != std::string::npos &&
+                   steady_now_ns() - h.acquired_ns < ns(fresh);
+        });
+    });
 }
 
 // 1. Two writer processes (a writer each, always downgrading: x's holding 1000-1500 ms, y's
@@ -316,14 +312,12 @@ std::vector<double> fifo_after_kills(result& r, redis_server const& server, scra
         ++r.faults;
         r.check(rc == sigkill_status, fmt::format("3: a {} holder did not die by the kill", what));
         // Whoever gets it first of B (procs[1]) and C (procs[2]).
-        auto const until = std::chrono::steady_clock::now() + 10s;
         std::optional<std::string> b, c;
-        while (!b && !c && std::chrono::steady_clock::now() < until) {
+        wait_until(10s, [&] {
             b = first_line(*procs[1], got);
             c = first_line(*procs[2], got);
-            if (!b && !c)
-                std::this_thread::sleep_for(1ms);
-        }
+            return b || c;
+        });
         if (c && !b) {
             r.check(false, fmt::format("3: {} round {}: C, queued after B, got it first", what,
                                        round + 1));
@@ -392,11 +386,9 @@ result promises_kept() {
                 static_cast<double>(bound.count()),
             fmt::format("3: the next in the queue waited {:.0f} ms after a death (bound {} ms)",
                         std::max(worst(lock_waits), worst(election_waits)), bound.count()));
-    auto const settle_until = std::chrono::steady_clock::now() + 3s;
     std::size_t left = 0;
-    while ((left = lock_keys_left(server, {"o-fifo"})) != 0 &&
-           std::chrono::steady_clock::now() < settle_until)
-        std::this_thread::sleep_for(100ms);
+    wait_until(
+        3s, [&] { return (left = lock_keys_left(server, {"o-fifo"})) == 0; }, 100ms);
     r.leaked_keys += left;
     r.check(r.leaked_keys == 0, "a lock is left held, or a key without an expiry");
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -62,11 +62,9 @@ death kill_holding(result& r, worker_process& victim, std::string const& journal
                    milliseconds settle, milliseconds prefer, milliseconds within,
                    std::function<bool(holding const&)> const& preferred,
                    std::function<void(holding const&)> const& record) {
-    auto const started_by = std::chrono::steady_clock::now() + 30s;
-    while (journal_last_kind(journal_file) == 0 && std::chrono::steady_clock::now() < started_by)
-        std::this_thread::sleep_for(1ms);
+    bool const began = wait_until(30s, [&] { return journal_last_kind(journal_file) != 0; });
     auto const started = std::chrono::steady_clock::now();
-    r.check(started < started_by, "the victim did not acquire within 30 s of its start");
+    r.check(began, "the victim did not acquire within 30 s of its start");
     std::this_thread::sleep_for(settle);
     auto holds_preferred = [&] {
         if (!journal_in_tenure(journal_file))
@@ -74,10 +72,10 @@ death kill_holding(result& r, worker_process& victim, std::string const& journal
         auto const open = read_journal(journal_file).open;
         return std::any_of(open.begin(), open.end(), preferred);
     };
-    while (!holds_preferred() && std::chrono::steady_clock::now() < started + prefer)
-        std::this_thread::sleep_for(1ms);
-    while (!journal_in_tenure(journal_file) && std::chrono::steady_clock::now() < started + within)
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    wait_until(started + prefer - std::chrono::steady_clock::now(), holds_preferred);
+    wait_until(
+        started + within - std::chrono::steady_clock::now(),
+        [&] { return journal_in_tenure(journal_file); }, std::chrono::microseconds(200));
     death d;
     d.kill_ns = steady_now_ns();
     victim.kill_process();

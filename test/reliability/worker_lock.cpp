@@ -170,17 +170,7 @@ int run_contend(arguments const& args) {
                        });
     }
     // Closing the connection once every contender is done lets run() return.
-    asio::co_spawn(
-        ctx,
-        [&]() -> asio::awaitable<void> {
-            asio::steady_timer timer(ctx, until);
-            co_await timer.async_wait(use_tuple);
-            // Background releases (destructors, cancelled attempts) get their chance.
-            timer.expires_after(1500ms);
-            co_await timer.async_wait(use_tuple);
-            client.close();
-        },
-        asio::detached);
+    close_after(ctx, client, until);
     ctx.run();
     say(fmt::format("summary acquisitions={} increments={} losses={} skipped={} errors={} "
                     "unlock_errors={} reconnects={} extends={}",

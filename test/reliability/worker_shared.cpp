@@ -106,21 +106,6 @@ asio::awaitable<void> give_back(LetGo let_go, shared_tally& t) {
     }
 }
 
-// Closes the connection once every coroutine is done: at the run's end, then a while for the
-// background releases (destructors, cancelled attempts).
-void close_after(asio::io_context& ctx, lock_client& client, steady_clock_deadline until) {
-    asio::co_spawn(
-        ctx,
-        [&ctx, &client, until]() -> asio::awaitable<void> {
-            asio::steady_timer timer(ctx, until);
-            co_await timer.async_wait(use_tuple);
-            timer.expires_after(1500ms);
-            co_await timer.async_wait(use_tuple);
-            client.close();
-        },
-        asio::detached);
-}
-
 auto rethrow = [](std::exception_ptr e) {
     if (e)
         std::rethrow_exception(e);

@@ -1,5 +1,7 @@
 #include "worker_support.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
@@ -136,6 +138,19 @@ lock_options worker_lock_options(arguments const& args) {
 asio::awaitable<void> sleep_for(std::chrono::microseconds d) {
     asio::steady_timer t(co_await asio::this_coro::executor, d);
     co_await t.async_wait(use_tuple);
+}
+
+void close_after(asio::io_context& ctx, lock_client& client, steady_clock_deadline until) {
+    asio::co_spawn(
+        ctx,
+        [&ctx, &client, until]() -> asio::awaitable<void> {
+            asio::steady_timer timer(ctx, until);
+            co_await timer.async_wait(use_tuple);
+            timer.expires_after(std::chrono::milliseconds(1500));
+            co_await timer.async_wait(use_tuple);
+            client.close();
+        },
+        asio::detached);
 }
 
 asio::awaitable<void> read_commands(asio::posix::stream_descriptor& in,

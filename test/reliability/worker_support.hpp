@@ -10,6 +10,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -87,6 +88,10 @@ private:
 lock_options worker_lock_options(arguments const& args);
 
 asio::awaitable<void> sleep_for(std::chrono::microseconds d);
+
+// Closes `client` once every coroutine is done: at `until`, the run's end, then a while for the
+// background releases (destructors, cancelled attempts).
+void close_after(asio::io_context& ctx, lock_client& client, steady_clock_deadline until);
 
 // Passes each line of `in` to `on_line` until it returns false or the input ends.
 asio::awaitable<void> read_commands(asio::posix::stream_descriptor& in,
