@@ -126,6 +126,15 @@ TEST_CASE("channel routes: a listener destroyed without removing itself is skipp
     CHECK_FALSE(routes.deliver("a", "m"));
 }
 
+TEST_CASE("channel routes: a channel whose listeners are all gone is still the synchronizers': "
+          "its message is taken, not passed on as the lock's") {
+    channel_routes routes;
+    auto dead = std::make_shared<recorder>();
+    routes.add("a", dead);
+    dead.reset();
+    CHECK(routes.deliver("a", "m"));
+}
+
 TEST_CASE("channel routes: a listener that removes itself while told of a message does not "
           "stop the others on the channel hearing it") {
     channel_routes routes;

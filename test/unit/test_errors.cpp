@@ -28,14 +28,14 @@ namespace redis = colock::redis;
 
 namespace {
 
-error_code const refused = boost::asio::error::connection_refused;
+error_code const conn_refused = boost::asio::error::connection_refused;
 error_code const not_found = boost::asio::error::host_not_found;
 error_code const eof = boost::asio::error::eof;
 // A TLS stream cut short, and an OpenSSL error (a certificate that failed verification).
 error_code const truncated = boost::asio::ssl::error::stream_truncated;
 error_code const tls(0x0A000086, boost::asio::error::get_ssl_category());
 
-bool contains(std::string const& s, std::string const& part) {
+bool has_text(std::string const& s, std::string const& part) {
     return s.find(part) != std::string::npos;
 }
 
@@ -58,7 +58,7 @@ TEST_CASE("errors: a server error is passing by its text's first word only") {
 
 TEST_CASE("errors: a connection never made, closed by its user, or a lock error is not passing") {
     for (error_code ec :
-         {refused, not_found, eof, tls, truncated, error_code(redis::error::connect_timeout),
+         {conn_refused, not_found, eof, tls, truncated, error_code(redis::error::connect_timeout),
           error_code(redis::error::handshake_failed), error_code(redis::error::closed),
           error_code(colock::error::timeout), error_code(colock::error::unexpected_reply),
           error_code(boost::asio::error::operation_aborted), error_code()}) {
@@ -69,7 +69,7 @@ TEST_CASE("errors: a connection never made, closed by its user, or a lock error 
 
 TEST_CASE("errors: system, resolver, end-of-stream and TLS errors are failures to connect") {
     for (error_code ec :
-         {refused, not_found, eof, tls, truncated, error_code(boost::asio::error::timed_out),
+         {conn_refused, not_found, eof, tls, truncated, error_code(boost::asio::error::timed_out),
           error_code(boost::asio::error::network_unreachable)}) {
         CAPTURE(ec.message());
         CHECK(is_connect_failure(ec));
@@ -104,7 +104,7 @@ TEST_CASE("errors: a refused handshake and an OpenSSL failure last; a refused, s
     CHECK(is_lasting_connect_failure(tls));
     CHECK_FALSE(is_lasting_connect_failure(truncated)); // the stream's, not OpenSSL's
     CHECK_FALSE(is_lasting_connect_failure(redis::error::connect_timeout));
-    CHECK_FALSE(is_lasting_connect_failure(refused));
+    CHECK_FALSE(is_lasting_connect_failure(conn_refused));
     CHECK_FALSE(is_lasting_connect_failure(not_found));
     CHECK_FALSE(is_lasting_connect_failure(error_code()));
 }
@@ -118,24 +118,24 @@ TEST_CASE("errors: an attempt's failure other than a connect failure reads as th
 
 TEST_CASE("errors: a first attempt without a connection names the connection's account of why") {
     lock_options const opt;
-    CHECK(attempt_failure_text(refused, "", opt, false, "connecting to h:1 (TCP): refused") ==
+    CHECK(attempt_failure_text(conn_refused, "", opt, false, "connecting to h:1 (TCP): refused") ==
           "no connection to the Redis server: connecting to h:1 (TCP): refused");
     // Without an account, the code's own message.
-    CHECK(attempt_failure_text(refused, "", opt, false, "") ==
-          "no connection to the Redis server: " + refused.message());
+    CHECK(attempt_failure_text(conn_refused, "", opt, false, "") ==
+          "no connection to the Redis server: " + conn_refused.message());
 }
 
 TEST_CASE("errors: a waiting call without a connection says how long it tried: the smaller of "
           "first_connect_timeout and wait_timeout") {
     lock_options opt;
     opt.first_connect_timeout = 10'000ms;
-    CHECK(attempt_failure_text(refused, "", opt, true, "why") ==
+    CHECK(attempt_failure_text(conn_refused, "", opt, true, "why") ==
           "no connection to the Redis server within 10000 ms: why");
     opt.wait_timeout = 2500ms;
-    CHECK(attempt_failure_text(refused, "", opt, true, "why") ==
+    CHECK(attempt_failure_text(conn_refused, "", opt, true, "why") ==
           "no connection to the Redis server within 2500 ms: why");
     opt.wait_timeout = 60'000ms;
-    CHECK(attempt_failure_text(refused, "", opt, true, "why") ==
+    CHECK(attempt_failure_text(conn_refused, "", opt, true, "why") ==
           "no connection to the Redis server within 10000 ms: why");
 }
 
@@ -152,8 +152,8 @@ TEST_CASE("errors: a command an ACL refuses a script points at the list of the k
     auto const t = with_acl_pointer(
         "ERR The user executing the script can't run this command or subcommand", "semaphore");
     CHECK(t.starts_with("ERR The user executing the script can't run this command"));
-    CHECK(contains(t, "the semaphore's scripts call"));
-    CHECK(contains(t, "docs/operations.md, \"ACL permissions\""));
+    CHECK(has_text(t, "the semaphore's scripts call"));
+    CHECK(has_text(t, "docs/operations.md, \"ACL permissions\""));
 }
 
 TEST_CASE("errors: NOPERM, and a script's refusal of a key or channel, point at what the kind "

@@ -117,7 +117,7 @@ struct queues_fixture {
 };
 
 // The waiters of `q`, front to back.
-std::vector<waiter const*> order(name_queue const& q) {
+std::vector<waiter const*> queue_order(name_queue const& q) {
     std::vector<waiter const*> out;
     for (auto const& w : q.waiters)
         out.push_back(&w);
@@ -134,7 +134,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: waiters on one name share one q
     auto const q3 = queues.join(a, w3);
     CHECK(q1 == q2);
     CHECK(q2 == q3);
-    CHECK(order(*q1) == std::vector<waiter const*>{&w1, &w2, &w3});
+    CHECK(queue_order(*q1) == std::vector<waiter const*>{&w1, &w2, &w3});
     CHECK(q1->keys.key == a.key);
     CHECK(q1->keys.channel == a.channel);
     CHECK(queues.find(a) == q1.get());
@@ -149,8 +149,8 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: another name has a queue of its
     CHECK(qa != qb);
     CHECK(queues.find(a) == qa.get());
     CHECK(queues.find(b) == qb.get());
-    CHECK(order(*qa) == std::vector<waiter const*>{&w1});
-    CHECK(order(*qb) == std::vector<waiter const*>{&w2});
+    CHECK(queue_order(*qa) == std::vector<waiter const*>{&w1});
+    CHECK(queue_order(*qb) == std::vector<waiter const*>{&w2});
     queues.drop(qa, w1);
     queues.drop(qb, w2);
 }
@@ -171,7 +171,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a waiter that has asked goes ah
     sleeper unasked, asker;
     auto const q = queues.join(a, unasked);
     queues.join(a, asker, /*ahead_of_unasked=*/true);
-    CHECK(order(*q) == std::vector<waiter const*>{&asker, &unasked});
+    CHECK(queue_order(*q) == std::vector<waiter const*>{&asker, &unasked});
     queues.drop(q, asker);
     queues.drop(q, unasked);
 }
@@ -183,7 +183,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a head that has asked keeps its
     head.asked = true;
     queues.join(a, middle);
     queues.join(a, asker, /*ahead_of_unasked=*/true);
-    CHECK(order(*q) == std::vector<waiter const*>{&head, &middle, &asker});
+    CHECK(queue_order(*q) == std::vector<waiter const*>{&head, &middle, &asker});
     for (auto* w : {&head, &middle, &asker})
         queues.drop(q, *w);
 }
@@ -193,7 +193,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: without asking to go ahead, a w
     sleeper unasked, later;
     auto const q = queues.join(a, unasked);
     queues.join(a, later);
-    CHECK(order(*q) == std::vector<waiter const*>{&unasked, &later});
+    CHECK(queue_order(*q) == std::vector<waiter const*>{&unasked, &later});
     queues.drop(q, unasked);
     queues.drop(q, later);
 }
@@ -305,7 +305,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a waiter behind the head going 
     queues.leave(q, w2, true, 0ms);
     CHECK(w1.woken == 0);
     CHECK(w3.woken == 0);
-    CHECK(order(*q) == std::vector<waiter const*>{&w1, &w3});
+    CHECK(queue_order(*q) == std::vector<waiter const*>{&w1, &w3});
     queues.drop(q, w1);
     queues.drop(q, w3);
 }

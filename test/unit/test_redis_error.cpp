@@ -18,7 +18,7 @@ namespace resp3 = colock::resp3;
 
 namespace {
 
-resp3::value reply(resp3::type t, std::string text = {}) {
+resp3::value reply_of(resp3::type t, std::string text = {}) {
     resp3::value v;
     v.type = t;
     v.text = std::move(text);
@@ -73,17 +73,17 @@ TEST_CASE("redis errors: connect_error's what() is its message alone, its code a
 }
 
 TEST_CASE("redis errors: first_error_text finds the first error reply, simple or blob") {
-    redis::response const resp{reply(resp3::type::simple_string, "OK"),
-                               reply(resp3::type::blob_error, "SYNTAX one"),
-                               reply(resp3::type::simple_error, "ERR two")};
+    redis::response const resp{reply_of(resp3::type::simple_string, "OK"),
+                               reply_of(resp3::type::blob_error, "SYNTAX one"),
+                               reply_of(resp3::type::simple_error, "ERR two")};
     CHECK(redis::first_error_text(resp) == "SYNTAX one");
 }
 
 TEST_CASE("redis errors: first_error_text is empty when every reply succeeded, and names an "
           "empty error reply") {
     CHECK(redis::first_error_text({}).empty());
-    CHECK(redis::first_error_text(
-              {reply(resp3::type::null), reply(resp3::type::blob_string, "ERR looks like one")})
+    CHECK(redis::first_error_text({reply_of(resp3::type::null),
+                                   reply_of(resp3::type::blob_string, "ERR looks like one")})
               .empty());
-    CHECK(redis::first_error_text({reply(resp3::type::simple_error)}) == "(empty error reply)");
+    CHECK(redis::first_error_text({reply_of(resp3::type::simple_error)}) == "(empty error reply)");
 }

@@ -57,3 +57,16 @@ TEST_CASE("token: every hex digit occurs, in high and low nibbles alike") {
     CHECK(high.size() == 16);
     CHECK(low.size() == 16);
 }
+
+TEST_CASE("token: the two digits of a byte are drawn from its two halves: they differ in most "
+          "bytes") {
+    // Equal digits in every byte would be 64 bits of randomness spelt as 128: in 100 tokens, 3200
+    // bytes, about 200 have equal halves by chance.
+    int equal = 0, bytes = 0;
+    for (int i = 0; i < 100; ++i) {
+        auto const t = random_token();
+        for (std::size_t j = 0; j < t.size(); j += 2, ++bytes)
+            equal += t[j] == t[j + 1];
+    }
+    CHECK(equal < bytes / 4);
+}
