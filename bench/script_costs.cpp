@@ -181,9 +181,9 @@ std::vector<variant> make_variants() {
     auto const tag = fmt::format("colock:bench:{}:{{own}}", ::getpid());
     std::vector<std::string> const lock_keys{tag, tag + ":q", tag + ":qd"};
     std::string const owner = "0123456789abcdef";
-    // As src/lock/store/single_connection_store.cpp sends them: acquire (token, ttl, owner, queueing
-    // "1", queue entry ttl, channel prefix, the client's clock, claim), release (token, channel
-    // prefix, claim, "", the last fence, "0").
+    // As src/lock/store/single_connection_store.cpp sends them: acquire (token, ttl, owner,
+    // queueing "1", queue entry ttl, channel prefix, the client's clock, claim), release (token,
+    // channel prefix, claim, "", the last fence, "0").
     std::vector<std::string> const acquire_args{"$T",   "10000",     owner,           "1",
                                                 "3000", tag + ":w:", "1764240000000", "1000"};
     std::vector<std::string> const release_args{"$T", tag + ":w:", "1000", "", "100", "0"};

@@ -15,8 +15,8 @@
 #include <vector>
 
 using namespace colock::detail;
-using colock::detail::redlock::decide_reading;
 using colock::leader_change;
+using colock::detail::redlock::decide_reading;
 using colock::test::array;
 using colock::test::blob;
 using colock::test::number;
