@@ -49,8 +49,8 @@ using colock::detail::locker_access;
 using colock::test::fake_server;
 using colock::test::fake_store;
 using colock::test::fault;
-// The lock layer's clock, which the fake server's expiries run on too.
-using clock_type = colock::detail::lock_clock;
+// The lock layer's clock (lock_clock), which the fake server's expiries run on too.
+using colock::detail::clock_type;
 
 namespace colock::test::orchestration {
 
