@@ -429,7 +429,7 @@ void fake_store::unsubscribe(std::string const& channel) {
     subscribed_.erase(channel);
 }
 
-void fake_store::listen(std::weak_ptr<lease_events> events, std::string channel_prefix) {
+void fake_store::listen(std::weak_ptr<channel_events> events, std::string channel_prefix) {
     events_ = std::move(events);
     channel_prefix_ = std::move(channel_prefix);
 }

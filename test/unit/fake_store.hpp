@@ -24,9 +24,9 @@
 
 namespace colock::test {
 
+using detail::channel_events;
 using detail::forced_unlock_result;
 using detail::grant_result;
-using detail::lease_events;
 using detail::lease_reply;
 using detail::lease_store;
 using detail::lock_keys;
@@ -162,7 +162,7 @@ public:
     boost::asio::awaitable<std::pair<boost::system::error_code, std::string>>
     subscribe(std::string const& channel) override;
     void unsubscribe(std::string const& channel) override;
-    void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) override;
+    void listen(std::weak_ptr<channel_events> events, std::string channel_prefix) override;
     void stop_listening() override;
     boost::asio::awaitable<lock_reading> read(lock_keys const& keys) override;
     boost::asio::awaitable<record_reading> read_record(std::string const& key) override;
@@ -211,7 +211,7 @@ private:
 
     fake_server& server_;
     boost::asio::strand<boost::asio::any_io_executor> strand_;
-    std::weak_ptr<lease_events> events_;
+    std::weak_ptr<channel_events> events_;
     std::string channel_prefix_;
     std::set<std::string> subscribed_;
     std::uint64_t reconnects_ = 0;

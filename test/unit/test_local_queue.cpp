@@ -71,7 +71,7 @@ public:
     subscribe(std::string const&) override {
         co_return std::pair<boost::system::error_code, std::string>{};
     }
-    void listen(std::weak_ptr<colock::detail::lease_events>, std::string) override {}
+    void listen(std::weak_ptr<colock::detail::channel_events>, std::string) override {}
     void stop_listening() override {}
     asio::awaitable<colock::detail::lock_reading> read(lock_keys const&) override {
         co_return colock::detail::lock_reading{};

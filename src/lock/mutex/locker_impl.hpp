@@ -37,7 +37,7 @@ class guard_state;
 class locker_impl final : public locker_context,
                           public std::enable_shared_from_this<locker_impl>,
                           public holds_handlers,
-                          public lease_events {
+                          public channel_events {
 public:
     // `client_name`: the connection's, for the holder record.
     locker_impl(std::shared_ptr<lease_store> store, std::string prefix, std::string client_name);
@@ -82,11 +82,11 @@ public:
     boost::asio::awaitable<lock_guard> co_lock_in(key_space space, std::string name,
                                                   lock_options opt) override;
 
-    // lease_events and holds_handlers.
+    // channel_events and holds_handlers.
     void on_message(std::string const& channel, std::string const& payload) override;
     void on_reconnect() override;
     void on_server_change() override;
-    // The connection is being closed by its user: see lease_events. From any thread.
+    // The connection is being closed by its user: see channel_events. From any thread.
     void on_close() noexcept override;
     // The guards' wait_lost handlers, which may own the coroutine that owns the guard.
     void drop_handlers() noexcept override;

@@ -60,7 +60,7 @@ void quorum_store::release_in_background(lock_keys const& keys, std::string cons
     });
 }
 
-void quorum_store::listen(std::weak_ptr<lease_events> events, std::string channel_prefix) {
+void quorum_store::listen(std::weak_ptr<channel_events> events, std::string channel_prefix) {
     events_ = std::move(events);
     for (std::size_t i = 0; i < members_->size(); ++i) {
         relays_.push_back(std::make_shared<member_events>(weak_from_this()));

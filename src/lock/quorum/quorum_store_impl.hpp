@@ -48,7 +48,7 @@ class quorum_store;
 
 // One primary's events, to the quorum: messages and reconnections as they are, server changes
 // judged per lease first.
-class member_events final : public lease_events {
+class member_events final : public channel_events {
 public:
     explicit member_events(std::weak_ptr<quorum_store> quorum) : quorum_(std::move(quorum)) {}
     void on_message(std::string const& channel, std::string const& payload) override;
@@ -121,7 +121,7 @@ public:
             members_->store(i).unsubscribe(channel);
     }
 
-    void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) override;
+    void listen(std::weak_ptr<channel_events> events, std::string channel_prefix) override;
 
     void stop_listening() override {
         for (std::size_t i = 0; i < members_->size(); ++i)
@@ -215,7 +215,7 @@ private:
     std::shared_ptr<quorum_members const> const members_;
     std::shared_ptr<quorum_leases> const leases_; // on the strand
     quorum_status const status_;
-    std::weak_ptr<lease_events> events_;
+    std::weak_ptr<channel_events> events_;
     std::vector<std::shared_ptr<member_events>> relays_;
     // On the strand: the last acquisition round per key and token (key + '\n' + token), while
     // it lives.

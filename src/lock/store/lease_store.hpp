@@ -217,16 +217,6 @@ inline constexpr std::chrono::milliseconds forced_unlock_quarantine{1000};
 // error::timeout and the lease is left to run out by its ttl.
 inline constexpr std::chrono::milliseconds release_timeout{5000};
 
-// What a store tells the lock layer (channel_events, on the store's strand): messages on the
-// listened prefix are "g" the lock was handed to this locker, "q" another locker queued behind a
-// lease it holds; on_server_change means the leases granted before are gone; after
-// on_close the store sends nothing until the user uses the connection again, and
-// the releases handed to the store during it are flushed with the close.
-class lease_events : public channel_events {
-protected:
-    ~lease_events() = default;
-};
-
 // The awaitables and unsubscribe() are called on strand(); strand(), release_in_background,
 // listen, stop_listening and the connection facts from any thread. The awaitables take what
 // they are given by reference: the caller awaits them at once and keeps the arguments alive.
@@ -298,9 +288,13 @@ public:
     virtual void unsubscribe(std::string const& channel) = 0;
 
     // Sends wake-ups on channels starting with `channel_prefix`, reconnections and server
-    // changes to `events`, until stop_listening(); and the connection's close for as long as
-    // the store lives (guards outlive their locker, and close() gives their leases back).
-    virtual void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) = 0;
+    // changes to `events` (on the strand), until stop_listening(); and the connection's close
+    // for as long as the store lives (guards outlive their locker, and close() gives their
+    // leases back). The messages are "g" the lock was handed to this locker, "q" another
+    // locker queued behind a lease it holds; a server change means the leases granted before
+    // are gone; after the close the store sends nothing until the user uses the connection
+    // again, and the releases handed to the store during it are flushed with the close.
+    virtual void listen(std::weak_ptr<channel_events> events, std::string channel_prefix) = 0;
     virtual void stop_listening() = 0;
 
     // Status: the lock's value, its time left and its live queue entries, read at once.

@@ -149,7 +149,7 @@ public:
     }
     void unsubscribe(std::string const& channel) override { client_->unsubscribe(channel); }
 
-    void listen(std::weak_ptr<lease_events> events, std::string channel_prefix) override {
+    void listen(std::weak_ptr<channel_events> events, std::string channel_prefix) override {
         client_->listen(std::move(events), std::move(channel_prefix));
     }
     void stop_listening() override { client_->stop_listening(); }
