@@ -462,14 +462,6 @@ TEST_CASE("election: two candidates of one locker: the second leads when the fir
         });
 }
 
-TEST_CASE("election: a name the lock refuses is refused at construction") {
-    asio::io_context ctx;
-    redis::connection conn{ctx.get_executor(), shared_server().config()};
-    locker locks{conn};
-    CHECK_THROWS_AS(election(locks, ""), system_error);
-    conn.close();
-}
-
 TEST_CASE("election: an ACL user with the lock's permissions and the election's: campaign, "
           "co_leader, a watch, renewal, proclaim, hand-over, resign; without one of them, the "
           "campaign fails with the server's refusal and where the list is") {

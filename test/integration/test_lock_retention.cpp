@@ -238,16 +238,6 @@ TEST_CASE("retention: two processes keeping one name never hold it together, and
     run_lock_test<two_lockers>("retain-both", scenario);
 }
 
-TEST_CASE("retention: a negative retain or one above max_lock_ttl is refused") {
-    lock_options opt;
-    opt.retain = -1ms;
-    CHECK_THROWS_AS(validate("n", opt), boost::system::system_error);
-    opt.retain = max_lock_ttl + 1ms;
-    CHECK_THROWS_AS(validate("n", opt), boost::system::system_error);
-    opt.retain = max_lock_ttl;
-    CHECK_NOTHROW(validate("n", opt));
-}
-
 TEST_CASE("retention: coroutines of one locker taking turns on a name never wait for a kept "
           "lease") {
     auto scenario = [&](asio::io_context& ctx, redis::connection&, redis::connection&,

@@ -217,21 +217,6 @@ TEST_CASE("redlock: an election: the leader on a majority, read by majority (a p
     });
 }
 
-TEST_CASE("redlock: a semaphore and a read-write lock are refused at construction, naming why") {
-    run_redlock_test(configs_of(shared_primaries(3)), "redlock-semaphore",
-                     [](primary_connections&, primary_connections&, primary_connections&,
-                        locker& locks, locker&, std::string const& name) -> asio::awaitable<void> {
-                         auto const refused = call_failure([&] { semaphore s{locks, name, 2}; });
-                         CHECK(refused.code == error::invalid_argument);
-                         CHECK(refused.what.find("Redlock") != std::string::npos);
-                         CHECK(refused.what.find(name) != std::string::npos);
-                         auto const rw = call_failure([&] { rw_lock l{locks, name}; });
-                         CHECK(rw.code == error::invalid_argument);
-                         CHECK(rw.what.find("Redlock") != std::string::npos);
-                         co_return;
-                     });
-}
-
 TEST_CASE("redlock: unlock is true when a majority released the lease, false when a majority no "
           "longer held it; the release goes to every primary") {
     auto scenario = [](primary_connections&, primary_connections&, primary_connections& probe,

@@ -333,14 +333,3 @@ TEST_CASE("sentinel: over TLS, to the sentinels and to the primary, verified wit
                            ": certificate verify failed") != std::string::npos);
 }
 
-TEST_CASE("sentinel: a config with sentinels but no master name is refused at construction") {
-    asio::io_context ctx;
-    redis::config cfg;
-    cfg.sentinel.sentinels = {{"127.0.0.1", 26379}};
-    CHECK_THROWS_WITH_AS(redis::connection(ctx.get_executor(), cfg),
-                         doctest::Contains("no master_name"), std::invalid_argument);
-    cfg.sentinel.master_name = "m";
-    cfg.unix_socket = "/tmp/redis.sock";
-    CHECK_THROWS_WITH_AS(redis::connection(ctx.get_executor(), cfg),
-                         doctest::Contains("unix_socket"), std::invalid_argument);
-}
