@@ -4,6 +4,8 @@
 // is moved by the test and nothing sleeps.
 #include "lock/quorum/quorum_round.hpp"
 
+#include "virtual_clock.hpp"
+
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
 
@@ -17,14 +19,13 @@
 
 #include <chrono>
 #include <exception>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using colock::detail::lock_clock;
-using colock::detail::lock_timer;
 using colock::detail::redlock::primary_error;
 using colock::detail::redlock::round_state;
 
@@ -37,38 +38,50 @@ struct bare_round final : round_state {
     using round_state::with_silence;
 };
 
-struct round_fixture {
-    asio::io_context ctx;
-    asio::strand<asio::any_io_executor> strand{asio::make_strand(ctx.get_executor())};
+struct round_fixture : colock::test::virtual_clock_context {
+    std::optional<bool> waited; // what the wait for the decision returned, once it has
+    bool done = false;          // whether the wait that returns nothing has
 
-    void settle() {
-        ctx.restart();
-        ctx.poll();
-    }
-
-    // Moves the lock clock on by `d` and runs what became due.
-    void advance(std::chrono::milliseconds d) {
-        lock_clock::advance(d);
-        // Asio looks at its timers again by the moved clock once one of them is due.
-        lock_timer nudge(ctx, lock_clock::time_point::min());
-        nudge.async_wait([](boost::system::error_code) {});
+    // Starts `op`, a wait for the decision, and runs it to where it waits.
+    void start_wait(asio::awaitable<bool> op, asio::cancellation_slot slot = {}) {
+        asio::co_spawn(strand, std::move(op),
+                       asio::bind_cancellation_slot(slot, [this](std::exception_ptr e, bool v) {
+                           REQUIRE_FALSE(e);
+                           waited = v;
+                       }));
         settle();
     }
-
-    // Starts `op` on the strand; its result lands in `out`.
-    template <class T>
-    void start(asio::awaitable<T> op, std::optional<T>& out, asio::cancellation_slot slot = {}) {
-        asio::co_spawn(strand, std::move(op),
-                       asio::bind_cancellation_slot(slot, [&out](std::exception_ptr e, T v) {
-                           REQUIRE_FALSE(e);
-                           out = v;
-                       }));
-    }
-    void start(asio::awaitable<void> op, bool& done) {
-        asio::co_spawn(strand, std::move(op), [&done](std::exception_ptr e) {
+    // Starts `op`, a wait that returns nothing, and runs it to where it waits.
+    void start_wait(asio::awaitable<void> op) {
+        asio::co_spawn(strand, std::move(op), [this](std::exception_ptr e) {
             REQUIRE_FALSE(e);
             done = true;
         });
+        settle();
+    }
+
+    // Runs what is ready; then whether the wait that returns nothing has returned.
+    bool finished() {
+        settle();
+        return done;
+    }
+    // Runs what is ready; then what the wait for the decision returned, if it has.
+    std::optional<bool> outcome() {
+        settle();
+        return waited;
+    }
+    // Starts `op`, a wait for the decision, and its caller cancels it (terminal) once it waits.
+    asio::cancellation_signal caller;
+    void start_cancelled(asio::awaitable<bool> op) {
+        start_wait(std::move(op), caller.slot());
+        caller.emit(asio::cancellation_type::terminal);
+        settle();
+    }
+
+    // Each of `primaries` answers, in this order.
+    static void answer(bare_round& r, std::initializer_list<std::size_t> primaries) {
+        for (auto const p : primaries)
+            r.mark_answered(p);
     }
 };
 
@@ -111,123 +124,94 @@ TEST_CASE_FIXTURE(round_fixture, "quorum round: a wait on a round decided before
                                  "without the clock") {
     bare_round r(strand, 3);
     r.decide();
-    std::optional<bool> out;
-    start(r.wait(1h, true), out);
-    settle();
-    REQUIRE(out);
-    CHECK(*out);
+    start_wait(r.wait(1h, true));
+    REQUIRE(waited);
+    CHECK(*waited);
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: a wait ends when the answers decide the round, "
                                  "long before its timeout") {
     bare_round r(strand, 3);
-    std::optional<bool> out;
-    start(r.wait(10s, true), out);
-    settle();
-    CHECK_FALSE(out);
-    r.mark_answered(0);
-    r.mark_answered(1);
-    settle();
-    CHECK_FALSE(out); // answers alone do not end it: the round's decision does
+    start_wait(r.wait(10s, true));
+    CHECK_FALSE(waited);
+    answer(r, {0, 1});
+    CHECK_FALSE(outcome()); // answers alone do not end it: the round's decision does
     r.decide();
-    settle();
-    REQUIRE(out);
-    CHECK(*out);
+    CHECK(outcome() == true);
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: an undecided wait ends at its timeout, not "
                                  "before, and reports the rest unknown (true, undecided)") {
     bare_round r(strand, 3);
-    std::optional<bool> out;
-    start(r.wait(5s, true), out);
-    settle(); // the wait's timeout counts from here
+    start_wait(r.wait(5s, true)); // the timeout counts from here
     advance(4900ms);
-    CHECK_FALSE(out);
+    CHECK_FALSE(waited);
     advance(200ms);
-    REQUIRE(out);
-    CHECK(*out);
+    REQUIRE(waited);
+    CHECK(*waited);
     CHECK_FALSE(r.decided());
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: a cancellable wait cancelled by its caller "
                                  "reports false") {
     bare_round r(strand, 3);
-    asio::cancellation_signal stop;
-    std::optional<bool> out;
-    start(r.wait(10s, true), out, stop.slot());
-    settle();
-    stop.emit(asio::cancellation_type::terminal);
-    settle();
-    REQUIRE(out);
-    CHECK_FALSE(*out);
+    start_cancelled(r.wait(10s, true));
+    CHECK(waited == false);
     CHECK_FALSE(r.decided());
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: a wait that is not cancellable goes on past its "
                                  "caller's cancellation, to the decision") {
     bare_round r(strand, 3);
-    asio::cancellation_signal stop;
-    std::optional<bool> out;
-    start(r.wait(10s, false), out, stop.slot());
-    settle();
-    stop.emit(asio::cancellation_type::terminal);
-    settle();
-    CHECK_FALSE(out);
+    start_cancelled(r.wait(10s, false));
+    CHECK_FALSE(waited);
     r.decide();
-    settle();
-    REQUIRE(out);
-    CHECK(*out);
+    CHECK(outcome() == true);
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: wait_decided waits however long the clock goes, "
                                  "until the decision") {
     bare_round r(strand, 3);
-    bool done = false;
-    start(r.wait_decided(), done);
+    start_wait(r.wait_decided());
     advance(24h);
     CHECK_FALSE(done);
     r.decide();
-    settle();
-    CHECK(done);
+    CHECK(finished());
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: wait_answered ends with the last answer, not "
                                  "with the ones before it") {
     bare_round r(strand, 3);
-    bool done = false;
-    start(r.wait_answered(10s), done);
-    settle();
-    r.mark_answered(2);
-    r.mark_answered(0);
-    settle();
-    CHECK_FALSE(done);
+    start_wait(r.wait_answered(10s));
+    answer(r, {2, 0});
+    CHECK_FALSE(finished());
     r.mark_answered(1);
-    settle();
-    CHECK(done);
+    CHECK(finished());
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: wait_answered goes on past the decision, for the "
                                  "answers still to come") {
     bare_round r(strand, 3);
-    bool done = false;
-    start(r.wait_answered(10s), done);
-    settle();
+    start_wait(r.wait_answered(10s));
     r.mark_answered(0);
     r.decide();
-    settle();
-    CHECK_FALSE(done);
-    r.mark_answered(1);
-    r.mark_answered(2);
-    settle();
+    CHECK_FALSE(finished());
+    answer(r, {1, 2});
+    CHECK(finished());
+}
+
+TEST_CASE_FIXTURE(round_fixture, "quorum round: wait_answered on a round every primary answered "
+                                 "ends at once") {
+    bare_round r(strand, 2);
+    answer(r, {0, 1});
+    start_wait(r.wait_answered(1h));
     CHECK(done);
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: wait_answered gives up on silent primaries at "
                                  "its timeout") {
     bare_round r(strand, 3);
-    bool done = false;
-    start(r.wait_answered(2s), done);
-    settle();
+    start_wait(r.wait_answered(2s));
     r.mark_answered(0);
     advance(1900ms);
     CHECK_FALSE(done);
@@ -236,42 +220,24 @@ TEST_CASE_FIXTURE(round_fixture, "quorum round: wait_answered gives up on silent
     CHECK(r.pending() == 2);
 }
 
-TEST_CASE_FIXTURE(round_fixture, "quorum round: wait_answered on a round every primary answered "
-                                 "ends at once") {
-    bare_round r(strand, 2);
-    r.mark_answered(0);
-    r.mark_answered(1);
-    bool done = false;
-    start(r.wait_answered(1h), done);
-    settle();
-    CHECK(done);
-}
-
 TEST_CASE_FIXTURE(round_fixture, "quorum round: wait_answered with an unbounded timeout waits for "
                                  "the answers, the clock's end not wrapping round") {
     bare_round r(strand, 1);
-    bool done = false;
-    start(r.wait_answered(std::chrono::milliseconds::max()), done);
+    start_wait(r.wait_answered(std::chrono::milliseconds::max()));
     advance(1h);
     CHECK_FALSE(done);
     r.mark_answered(0);
-    settle();
-    CHECK(done);
+    CHECK(finished());
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: the last answer outside wait_answered does not "
                                  "end a wait for the decision") {
     bare_round r(strand, 2);
-    std::optional<bool> out;
-    start(r.wait(10s, true), out);
-    settle();
-    r.mark_answered(0);
-    r.mark_answered(1);
-    settle();
-    CHECK_FALSE(out);
+    start_wait(r.wait(10s, true));
+    answer(r, {0, 1});
+    CHECK_FALSE(outcome());
     r.decide();
-    settle();
-    CHECK(out);
+    CHECK(outcome());
 }
 
 TEST_CASE_FIXTURE(round_fixture, "quorum round: silent primaries without an error of their own "

@@ -5,6 +5,7 @@
 #include "lock/quorum/quorum_rounds.hpp"
 
 #include "primary_endpoints.hpp"
+#include "virtual_clock.hpp"
 
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
@@ -64,11 +65,21 @@ void settle(asio::io_context& ctx) {
 // Moves the lock layer's clock (virtual time) on by `d` and runs what became due.
 void advance(asio::io_context& ctx, milliseconds d) {
     colock::detail::lock_clock::advance(d);
-    // Asio sleeps until its earliest timer by the clock as it was: a timer due at once makes
-    // it look at all of them again by the moved clock.
-    colock::detail::lock_timer nudge(ctx, colock::detail::lock_clock::time_point::min());
-    nudge.async_wait([](error_code) {});
+    colock::test::nudge_timers(ctx);
     settle(ctx);
+}
+
+// A round's answer in words, for the checks: its error's message, else "ours" or "not ours".
+std::string in_words(lease_reply const& r) {
+    if (r.ec)
+        return r.ec.message();
+    return r.ours ? "ours" : "not ours";
+}
+
+// What an extend round amounts to once closed, `elapsed` after it started.
+auto closed_outcome(extend_round& round, milliseconds elapsed) {
+    round.close();
+    return round.outcome(elapsed, endpoints);
 }
 
 // A release round of `n` primaries with its wait_complete() running; `done` turns true when it
@@ -101,10 +112,7 @@ TEST_CASE("extend round: a majority of confirmations that count, within the leas
     CHECK_FALSE(round.decided());
     round.answer(2, reply(true), true);
     CHECK(round.decided());
-    round.close();
-    auto const r = round.outcome(milliseconds(30), endpoints);
-    CHECK_FALSE(r.ec);
-    CHECK(r.ours);
+    CHECK(in_words(closed_outcome(round, milliseconds(30))) == "ours");
 
     // Confirmed, but too late to count on it.
     auto const late = round.outcome(milliseconds(995), endpoints);
@@ -120,16 +128,13 @@ TEST_CASE("extend round: lost when no majority can confirm; otherwise the round'
     CHECK(lost.decided());
     lost.close();
     lost.answer(2, reply(true), true); // after the close: changes nothing
-    auto const l = lost.outcome(milliseconds(5), endpoints);
-    CHECK_FALSE(l.ec);
-    CHECK_FALSE(l.ours);
+    CHECK(in_words(lost.outcome(milliseconds(5), endpoints)) == "not ours");
 
     extend_round unknown(strand_of(ctx), 3, round_keys, "tok", milliseconds(1000), 1);
     unknown.answer_down(0);
     CHECK(unknown.answered(0));
     unknown.answer(1, reply(true), true);
-    unknown.close(); // primary 2 never answered
-    auto const u = unknown.outcome(milliseconds(100), endpoints);
+    auto const u = closed_outcome(unknown, milliseconds(100)); // primary 2 never answered
     CHECK(u.ec == colock::error::no_quorum);
     CHECK_FALSE(u.ours);
 
@@ -141,17 +146,13 @@ TEST_CASE("extend round: lost when no majority can confirm; otherwise the round'
     CHECK_FALSE(waits.decided());
     waits.answer(2, reply(false), false);
     CHECK(waits.decided());
-    waits.close();
-    auto const w = waits.outcome(milliseconds(5), endpoints);
-    CHECK_FALSE(w.ec);
-    CHECK_FALSE(w.ours);
+    CHECK(in_words(closed_outcome(waits, milliseconds(5))) == "not ours");
 
     extend_round refused(strand_of(ctx), 3, round_keys, "tok", milliseconds(1000), 1);
     refused.answer(0, failure(colock::error::unexpected_reply), false);
     refused.answer(1, failure(colock::error::unexpected_reply), false);
     CHECK(refused.decided());
-    refused.close();
-    CHECK(refused.outcome(milliseconds(5), endpoints).ec == colock::error::unexpected_reply);
+    CHECK(closed_outcome(refused, milliseconds(5)).ec == colock::error::unexpected_reply);
 }
 
 TEST_CASE("release round: ours unless a majority said not; handed when a majority handed it") {

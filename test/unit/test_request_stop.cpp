@@ -3,6 +3,8 @@
 // and neither once the stop is gone. On virtual time: the test moves the clock.
 #include "lock/base/request_stop.hpp"
 
+#include "virtual_clock.hpp"
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/strand.hpp>
 
@@ -15,15 +17,11 @@
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using colock::detail::clock_type;
-using colock::detail::lock_clock;
-using colock::detail::lock_timer;
 using colock::detail::request_stop;
 
 namespace {
 
-struct stop_fixture {
-    asio::io_context ctx;
-    asio::strand<asio::any_io_executor> strand{asio::make_strand(ctx.get_executor())};
+struct stop_fixture : colock::test::virtual_clock_context {
     asio::cancellation_signal caller;          // the awaiting coroutine's
     std::vector<asio::cancellation_type> seen; // what reached the request
 
@@ -33,16 +31,6 @@ struct stop_fixture {
     // The request: it records the cancellations its slot receives.
     void listen(request_stop const& stop) {
         stop.slot().assign([this](asio::cancellation_type t) { seen.push_back(t); });
-    }
-    void settle() {
-        ctx.restart();
-        ctx.poll();
-    }
-    void advance(std::chrono::milliseconds d) {
-        lock_clock::advance(d);
-        lock_timer nudge(ctx, clock_type::time_point::min());
-        nudge.async_wait([](boost::system::error_code) {});
-        settle();
     }
 };
 

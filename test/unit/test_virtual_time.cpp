@@ -4,6 +4,7 @@
 // run on the same clock.
 #include "fake_store.hpp"
 #include "lock/mutex/locker_access.hpp"
+#include "virtual_clock.hpp"
 
 #include <colock/error.hpp>
 #include <colock/locker.hpp>
@@ -26,7 +27,6 @@
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using colock::detail::lock_clock;
-using colock::detail::lock_timer;
 using colock::detail::locker_access;
 using namespace colock::test;
 
@@ -55,30 +55,13 @@ struct virtual_world {
     void advance(std::chrono::milliseconds d, std::chrono::milliseconds step = 50ms) {
         for (auto done = 0ms; done < d; done += step) {
             lock_clock::advance(step);
-            // Asio sleeps until its earliest timer by the clock as it was; a timer due before
-            // every other makes it look at all of them again by the moved clock.
-            lock_timer nudge(ctx, lock_clock::time_point::min());
-            nudge.async_wait([](boost::system::error_code) {});
+            nudge_timers(ctx);
             settle();
         }
     }
 
     ~virtual_world() { settle(); }
 };
-
-// A guard taken on `l`, settled.
-colock::lock_guard take(virtual_world& w, colock::locker& l, colock::lock_options const& opt,
-                        std::string name = "n") {
-    std::optional<colock::lock_guard> guard;
-    asio::co_spawn(w.ctx, l.co_lock(std::move(name), opt),
-                   [&](std::exception_ptr e, colock::lock_guard g) {
-                       REQUIRE_FALSE(e);
-                       guard = std::move(g);
-                   });
-    w.settle();
-    REQUIRE(guard);
-    return std::move(*guard);
-}
 
 // What `op` returns, run to its end without moving the clock.
 template <class T>
@@ -91,6 +74,12 @@ T result_of(virtual_world& w, asio::awaitable<T> op) {
     w.settle();
     REQUIRE(out);
     return std::move(*out);
+}
+
+// A guard taken on `l`, settled.
+colock::lock_guard take(virtual_world& w, colock::locker& l, colock::lock_options const& opt,
+                        std::string name = "n") {
+    return result_of(w, l.co_lock(std::move(name), opt));
 }
 
 // The code `op` throws as a system_error (none when it returns), run as result_of runs it.
