@@ -35,20 +35,25 @@ struct recorder final : channel_listener {
     void drop_handlers() noexcept override { ++drops; }
 };
 
+// A recorder listening on `channel`.
+std::shared_ptr<recorder> listening(channel_routes& routes, std::string const& channel) {
+    auto l = std::make_shared<recorder>();
+    routes.add(channel, l);
+    return l;
+}
+
 } // namespace
 
 TEST_CASE("channel routes: a message on a channel reaches its listener with the payload") {
     channel_routes routes;
-    auto const l = std::make_shared<recorder>();
-    routes.add("p:e:{a}", l);
+    auto const l = listening(routes, "p:e:{a}");
     CHECK(routes.deliver("p:e:{a}", "v 3"));
     CHECK(l->messages == std::vector<std::string>{"v 3"});
 }
 
 TEST_CASE("channel routes: a channel without routes is not the synchronizers' and tells nobody") {
     channel_routes routes;
-    auto const l = std::make_shared<recorder>();
-    routes.add("p:e:{a}", l);
+    auto const l = listening(routes, "p:e:{a}");
     CHECK_FALSE(routes.deliver("p:e:{b}", "x"));
     CHECK_FALSE(routes.deliver("p:e:{a}x", "x")); // no prefix matching: the whole name
     CHECK_FALSE(routes.deliver("", "x"));
@@ -57,12 +62,9 @@ TEST_CASE("channel routes: a channel without routes is not the synchronizers' an
 
 TEST_CASE("channel routes: every listener of a channel hears its message, the others' not") {
     channel_routes routes;
-    auto const a1 = std::make_shared<recorder>();
-    auto const a2 = std::make_shared<recorder>();
-    auto const b = std::make_shared<recorder>();
-    routes.add("a", a1);
-    routes.add("a", a2);
-    routes.add("b", b);
+    auto const a1 = listening(routes, "a");
+    auto const a2 = listening(routes, "a");
+    auto const b = listening(routes, "b");
     CHECK(routes.deliver("a", "m"));
     CHECK(a1->messages == std::vector<std::string>{"m"});
     CHECK(a2->messages == std::vector<std::string>{"m"});
@@ -71,10 +73,8 @@ TEST_CASE("channel routes: every listener of a channel hears its message, the ot
 
 TEST_CASE("channel routes: a removed listener hears nothing more, the other on its channel does") {
     channel_routes routes;
-    auto const gone = std::make_shared<recorder>();
-    auto const kept = std::make_shared<recorder>();
-    routes.add("a", gone);
-    routes.add("a", kept);
+    auto const gone = listening(routes, "a");
+    auto const kept = listening(routes, "a");
     routes.remove("a", gone.get());
     CHECK(routes.deliver("a", "m"));
     CHECK(gone->messages.empty());
@@ -83,8 +83,7 @@ TEST_CASE("channel routes: a removed listener hears nothing more, the other on i
 
 TEST_CASE("channel routes: removing the last listener makes the channel no synchronizer's") {
     channel_routes routes;
-    auto const l = std::make_shared<recorder>();
-    routes.add("a", l);
+    auto const l = listening(routes, "a");
     routes.remove("a", l.get());
     CHECK_FALSE(routes.deliver("a", "m"));
     CHECK(l->messages.empty());
@@ -92,8 +91,7 @@ TEST_CASE("channel routes: removing the last listener makes the channel no synch
 
 TEST_CASE("channel routes: removal is per channel: the listener's route on another channel stays") {
     channel_routes routes;
-    auto const l = std::make_shared<recorder>();
-    routes.add("a", l);
+    auto const l = listening(routes, "a");
     routes.add("b", l);
     routes.remove("a", l.get());
     CHECK_FALSE(routes.deliver("a", "1"));
@@ -103,9 +101,8 @@ TEST_CASE("channel routes: removal is per channel: the listener's route on anoth
 
 TEST_CASE("channel routes: removing a listener that never listened there changes nothing") {
     channel_routes routes;
-    auto const l = std::make_shared<recorder>();
+    auto const l = listening(routes, "a");
     auto const stranger = std::make_shared<recorder>();
-    routes.add("a", l);
     routes.remove("a", stranger.get());
     routes.remove("b", l.get());
     CHECK(routes.deliver("a", "m"));
@@ -115,10 +112,8 @@ TEST_CASE("channel routes: removing a listener that never listened there changes
 TEST_CASE("channel routes: a listener destroyed without removing itself is skipped, and its "
           "route goes with the next removal on the channel") {
     channel_routes routes;
-    auto dead = std::make_shared<recorder>();
-    auto const live = std::make_shared<recorder>();
-    routes.add("a", dead);
-    routes.add("a", live);
+    auto dead = listening(routes, "a");
+    auto const live = listening(routes, "a");
     dead.reset();
     CHECK(routes.deliver("a", "m")); // still routed: a route is there, if expired
     CHECK(live->messages == std::vector<std::string>{"m"});
@@ -129,8 +124,7 @@ TEST_CASE("channel routes: a listener destroyed without removing itself is skipp
 TEST_CASE("channel routes: a channel whose listeners are all gone is still the synchronizers': "
           "its message is taken, not passed on as the lock's") {
     channel_routes routes;
-    auto dead = std::make_shared<recorder>();
-    routes.add("a", dead);
+    auto dead = listening(routes, "a");
     dead.reset();
     CHECK(routes.deliver("a", "m"));
 }
@@ -138,10 +132,8 @@ TEST_CASE("channel routes: a channel whose listeners are all gone is still the s
 TEST_CASE("channel routes: a listener that removes itself while told of a message does not "
           "stop the others on the channel hearing it") {
     channel_routes routes;
-    auto const first = std::make_shared<recorder>();
-    auto const second = std::make_shared<recorder>();
-    routes.add("a", first);
-    routes.add("a", second);
+    auto const first = listening(routes, "a");
+    auto const second = listening(routes, "a");
     // Whichever is told first takes both routes out: the other is told all the same (the
     // routes were copied before anyone was told).
     auto const remove_both = [&] {
@@ -159,9 +151,8 @@ TEST_CASE("channel routes: a listener that removes itself while told of a messag
 TEST_CASE("channel routes: a listener may add a route while told of a message; the new route "
           "hears the next message, not this one") {
     channel_routes routes;
-    auto const first = std::make_shared<recorder>();
+    auto const first = listening(routes, "a");
     auto const added = std::make_shared<recorder>();
-    routes.add("a", first);
     first->on_next_message = [&] { routes.add("a", added); };
     CHECK(routes.deliver("a", "1"));
     CHECK(added->messages.empty());
@@ -172,12 +163,9 @@ TEST_CASE("channel routes: a listener may add a route while told of a message; t
 
 TEST_CASE("channel routes: a reconnection reaches every live listener of every channel") {
     channel_routes routes;
-    auto const a = std::make_shared<recorder>();
-    auto const b = std::make_shared<recorder>();
-    auto dead = std::make_shared<recorder>();
-    routes.add("a", a);
-    routes.add("b", b);
-    routes.add("c", dead);
+    auto const a = listening(routes, "a");
+    auto const b = listening(routes, "b");
+    auto dead = listening(routes, "c");
     std::weak_ptr<recorder> const watch = dead;
     dead.reset();
     routes.reconnected();
@@ -191,8 +179,7 @@ TEST_CASE("channel routes: a reconnection reaches every live listener of every c
 
 TEST_CASE("channel routes: a removed listener is not told of a reconnection") {
     channel_routes routes;
-    auto const l = std::make_shared<recorder>();
-    routes.add("a", l);
+    auto const l = listening(routes, "a");
     routes.remove("a", l.get());
     routes.reconnected();
     CHECK(l->reconnects == 0);
@@ -200,10 +187,8 @@ TEST_CASE("channel routes: a removed listener is not told of a reconnection") {
 
 TEST_CASE("channel routes: a close tells each live listener once and forgets every route") {
     channel_routes routes;
-    auto const a = std::make_shared<recorder>();
-    auto const b = std::make_shared<recorder>();
-    routes.add("a", a);
-    routes.add("b", b);
+    auto const a = listening(routes, "a");
+    auto const b = listening(routes, "b");
     routes.closed();
     CHECK(a->closes == 1);
     CHECK(b->closes == 1);
@@ -242,12 +227,9 @@ TEST_CASE("channel routes: a listener that adds a route while told of the close 
 TEST_CASE("channel routes: dropping the handlers reaches every live listener and keeps the "
           "routes") {
     channel_routes routes;
-    auto const a = std::make_shared<recorder>();
-    auto const b = std::make_shared<recorder>();
-    auto dead = std::make_shared<recorder>();
-    routes.add("a", a);
-    routes.add("b", b);
-    routes.add("b", dead);
+    auto const a = listening(routes, "a");
+    auto const b = listening(routes, "b");
+    auto dead = listening(routes, "b");
     dead.reset();
     routes.drop_handlers();
     CHECK(a->drops == 1);
@@ -259,8 +241,7 @@ TEST_CASE("channel routes: dropping the handlers reaches every live listener and
 TEST_CASE("channel routes: a listener added twice on a channel hears each message twice, and "
           "one removal takes both routes") {
     channel_routes routes;
-    auto const l = std::make_shared<recorder>();
-    routes.add("a", l);
+    auto const l = listening(routes, "a");
     routes.add("a", l);
     CHECK(routes.deliver("a", "m"));
     CHECK(l->messages.size() == 2);

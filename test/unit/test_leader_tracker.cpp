@@ -65,6 +65,13 @@ void check_nobody(leader_change const& c, std::int64_t term, bool resynced = fal
     CHECK(c.resynced == resynced);
 }
 
+// The election message `text` reads as; the test stops when it reads as none.
+election_message parsed_message(std::string_view text) {
+    auto m = parse_election_message(text);
+    REQUIRE(m.has_value());
+    return *m;
+}
+
 } // namespace
 
 TEST_CASE("election reading: a leader, a record whose lease is gone, a hand-over, no record, "
@@ -105,30 +112,25 @@ TEST_CASE("election reading: a leader, a record whose lease is gone, a hand-over
 }
 
 TEST_CASE("election messages: each kind, a value with spaces, and anything else refused") {
-    auto l = parse_election_message("L 17 3 4500 node a:80");
-    REQUIRE(l.has_value());
-    CHECK(l->what == election_message::kind::leader);
-    CHECK(l->term == 17);
-    CHECK(l->version == 3);
-    CHECK(l->ttl == 4500ms);
-    CHECK(l->value == "node a:80");
-    auto empty_value = parse_election_message("L 17 1 4500 ");
-    REQUIRE(empty_value.has_value());
-    CHECK(empty_value->value.empty());
-    auto r = parse_election_message("R 17 4 1000");
-    REQUIRE(r.has_value());
-    CHECK(r->what == election_message::kind::handed);
-    CHECK(r->ttl == 1000ms);
-    auto n = parse_election_message("N 17 5");
-    REQUIRE(n.has_value());
-    CHECK(n->what == election_message::kind::ended);
-    CHECK(n->version == 5);
-    auto e = parse_election_message("E 17 5 300");
-    REQUIRE(e.has_value());
-    CHECK(e->what == election_message::kind::shortened);
-    CHECK(e->term == 17);
-    CHECK(e->version == 5);
-    CHECK(e->ttl == 300ms);
+    auto const l = parsed_message("L 17 3 4500 node a:80");
+    CHECK(l.what == election_message::kind::leader);
+    CHECK(l.term == 17);
+    CHECK(l.version == 3);
+    CHECK(l.ttl == 4500ms);
+    CHECK(l.value == "node a:80");
+    auto const empty_value = parsed_message("L 17 1 4500 ");
+    CHECK(empty_value.value.empty());
+    auto const r = parsed_message("R 17 4 1000");
+    CHECK(r.what == election_message::kind::handed);
+    CHECK(r.ttl == 1000ms);
+    auto const n = parsed_message("N 17 5");
+    CHECK(n.what == election_message::kind::ended);
+    CHECK(n.version == 5);
+    auto const e = parsed_message("E 17 5 300");
+    CHECK(e.what == election_message::kind::shortened);
+    CHECK(e.term == 17);
+    CHECK(e.version == 5);
+    CHECK(e.ttl == 300ms);
     CHECK(parse_election_message("L 17 1 -2 v")->ttl == 0ms); // the record went meanwhile
     for (auto bad : {"", "X 1 2", "L", "L 1", "L 1 2", "L 2 0 5 v", "L 0 1 5 v", "L a 2 5 v",
                      "R 1 2", "R 1 2 3 4", "N 1 2 3", "N -1 2", "L 1 2 x v", "E 1 2", "E 1 2 3 4",

@@ -14,6 +14,7 @@
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,14 @@ using boost::system::error_code;
 using colock::detail::loss_waiters;
 
 namespace {
+
+// What one call was completed with, each time it was.
+struct loss_outcome {
+    std::vector<error_code> codes;
+    auto handler() {
+        return [this](error_code ec) { codes.push_back(ec); };
+    }
+};
 
 struct waiters_fixture {
     asio::io_context ctx;
@@ -32,13 +41,22 @@ struct waiters_fixture {
         ctx.restart();
         ctx.poll();
     }
-};
 
-// What one call was completed with, each time it was.
-struct loss_outcome {
-    std::vector<error_code> codes;
-    auto handler() {
-        return [this](error_code ec) { codes.push_back(ec); };
+    // A call made for `handler`, enrolled as waiting; the test holds it to its end.
+    template <class Handler>
+    std::shared_ptr<loss_waiters::call> enrolled(Handler handler) {
+        auto call = waiters->make(std::move(handler));
+        waiters->enroll(call);
+        held.push_back(call);
+        return call;
+    }
+    std::vector<std::shared_ptr<loss_waiters::call>> held;
+
+    // Two calls of their own, both enrolled.
+    std::array<loss_outcome, 2> calls;
+    void enroll_calls() {
+        for (auto& o : calls)
+            enrolled(o.handler());
     }
 };
 
@@ -52,29 +70,23 @@ TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a waiting call completes with 
     waiters->finish_all(error_code());
     CHECK(o.codes.empty()); // posted, not run inside finish_all
     settle();
-    REQUIRE(o.codes.size() == 1);
-    CHECK_FALSE(o.codes[0]);
+    CHECK(o.codes == std::vector<error_code>{error_code()});
 }
 
 TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: every waiting call completes with the same code, "
                                    "once; a second end finds nobody") {
-    loss_outcome a, b;
-    auto const ca = waiters->make(a.handler());
-    auto const cb = waiters->make(b.handler());
-    waiters->enroll(ca);
-    waiters->enroll(cb);
+    enroll_calls();
     waiters->finish_all(colock::error::not_held);
     waiters->finish_all(error_code());
     settle();
-    CHECK(a.codes == std::vector<error_code>{colock::error::not_held});
-    CHECK(b.codes == std::vector<error_code>{colock::error::not_held});
+    for (auto const& o : calls)
+        CHECK(o.codes == std::vector<error_code>{colock::error::not_held});
 }
 
 TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a call finished on its own completes once, and "
                                    "the lease's end does not complete it again") {
     loss_outcome o;
-    auto const c = waiters->make(o.handler());
-    waiters->enroll(c);
+    auto const c = enrolled(o.handler());
     waiters->finish(c, colock::error::not_held);
     waiters->finish(c, error_code());
     waiters->finish_all(error_code());
@@ -86,8 +98,7 @@ TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a call cancelled while it wait
                                    "operation_aborted and is no longer waiting") {
     loss_outcome o;
     asio::cancellation_signal stop;
-    auto const c = waiters->make(asio::bind_cancellation_slot(stop.slot(), o.handler()));
-    waiters->enroll(c);
+    enrolled(asio::bind_cancellation_slot(stop.slot(), o.handler()));
     stop.emit(asio::cancellation_type::terminal);
     settle();
     CHECK(o.codes == std::vector<error_code>{asio::error::operation_aborted});
@@ -109,10 +120,8 @@ TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a call cancelled before it enr
 TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: cancelling one call leaves the others waiting") {
     loss_outcome a, b;
     asio::cancellation_signal stop_a;
-    auto const ca = waiters->make(asio::bind_cancellation_slot(stop_a.slot(), a.handler()));
-    auto const cb = waiters->make(b.handler());
-    waiters->enroll(ca);
-    waiters->enroll(cb);
+    enrolled(asio::bind_cancellation_slot(stop_a.slot(), a.handler()));
+    enrolled(b.handler());
     stop_a.emit(asio::cancellation_type::terminal);
     settle();
     CHECK(a.codes.size() == 1);
@@ -127,37 +136,30 @@ TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a cancellation after the compl
                                    "nothing") {
     loss_outcome o;
     asio::cancellation_signal stop;
-    auto const c = waiters->make(asio::bind_cancellation_slot(stop.slot(), o.handler()));
-    waiters->enroll(c);
+    enrolled(asio::bind_cancellation_slot(stop.slot(), o.handler()));
     waiters->finish_all(error_code());
     settle();
     stop.emit(asio::cancellation_type::terminal); // the slot was cleared with the completion
     settle();
-    REQUIRE(o.codes.size() == 1);
-    CHECK_FALSE(o.codes[0]);
+    CHECK(o.codes == std::vector<error_code>{error_code()});
 }
 
 TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: at shutdown the waiting calls are taken out "
                                    "without completing") {
-    loss_outcome a, b;
-    auto const ca = waiters->make(a.handler());
-    auto const cb = waiters->make(b.handler());
-    waiters->enroll(ca);
-    waiters->enroll(cb);
+    enroll_calls();
     auto const taken = waiters->take_all();
     CHECK(taken.size() == 2);
     waiters->finish_all(error_code());
     settle();
-    CHECK(a.codes.empty());
-    CHECK(b.codes.empty());
+    for (auto const& o : calls)
+        CHECK(o.codes.empty());
 }
 
 TEST_CASE_FIXTURE(waiters_fixture, "loss waiters: a cancellation after the waiters are gone "
                                    "reaches nothing and completes nothing") {
     loss_outcome o;
     asio::cancellation_signal stop;
-    auto const c = waiters->make(asio::bind_cancellation_slot(stop.slot(), o.handler()));
-    waiters->enroll(c);
+    enrolled(asio::bind_cancellation_slot(stop.slot(), o.handler()));
     waiters.reset();
     stop.emit(asio::cancellation_type::terminal);
     settle();

@@ -76,6 +76,11 @@ struct release_fixture {
         ctx.restart();
         ctx.poll();
     }
+    // Releases, and runs what that made ready.
+    void release_settled() {
+        release();
+        settle();
+    }
 };
 
 } // namespace
@@ -95,8 +100,7 @@ TEST_CASE_FIXTURE(release_fixture, "release completion: a held lease's release i
 TEST_CASE_FIXTURE(release_fixture, "release completion: a release that found the lease gone "
                                    "answers not ours, without an error") {
     st->ours = false;
-    release();
-    settle();
+    release_settled();
     CHECK(calls == 1);
     CHECK_FALSE(ec);
     CHECK_FALSE(ours);
@@ -121,8 +125,7 @@ TEST_CASE_FIXTURE(release_fixture, "release completion: the release's error is p
     st->answer =
         error_code(static_cast<int>(colock::error::timeout), colock::error_category(), &where);
     REQUIRE(st->answer.has_location());
-    release();
-    settle();
+    release_settled();
     CHECK(ec == colock::error::timeout);
     CHECK_FALSE(ec.has_location());
 }
@@ -130,8 +133,7 @@ TEST_CASE_FIXTURE(release_fixture, "release completion: the release's error is p
 TEST_CASE_FIXTURE(release_fixture, "release completion: an exception in the release reads as an "
                                    "unexpected reply") {
     st->throws = true;
-    release();
-    settle();
+    release_settled();
     CHECK(calls == 1);
     CHECK(ec == colock::error::unexpected_reply);
 }
