@@ -2,6 +2,8 @@
 // errors injected at every step of a waiting co_lock, and the sleeps between attempts.
 #include "lock/core/acquire_policy.hpp"
 
+#include "failed_reply.hpp"
+
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
 
@@ -40,10 +42,7 @@ grant_result held(milliseconds holder_ttl) {
 }
 
 grant_result failed(error_code ec, std::string server_text = {}) {
-    grant_result r;
-    r.ec = ec;
-    r.server_text = std::move(server_text);
-    return r;
+    return colock::test::failed_reply<grant_result>(ec, std::move(server_text));
 }
 
 grant_result server_said(std::string text) {

@@ -12,10 +12,9 @@
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using colock::detail::cancelled;
-using colock::detail::clock_type;
-using colock::detail::lock_clock;
-using colock::detail::saturating_add;
+// What is under test, from base/common.hpp.
+using colock::detail::cancelled, colock::detail::clock_type, colock::detail::lock_clock,
+    colock::detail::saturating_add;
 
 TEST_CASE("lock clock: steady, with steady_clock's time points, moved on by advance()") {
     static_assert(lock_clock::is_steady);

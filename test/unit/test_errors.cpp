@@ -3,6 +3,8 @@
 // attempt's failure, of a wait that ran out and of an ACL refusal; the lock category's names.
 #include "lock/base/errors.hpp"
 
+#include "category_messages.hpp"
+
 #include <colock/error.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/redis/error.hpp>
@@ -12,18 +14,15 @@
 
 #include <doctest/doctest.h>
 
-#include <set>
 #include <string>
 
 using namespace std::chrono_literals;
 using boost::system::error_code;
 using colock::lock_options;
-using colock::detail::attempt_failure_text;
-using colock::detail::is_connect_failure;
-using colock::detail::is_lasting_connect_failure;
-using colock::detail::is_transient;
-using colock::detail::wait_timeout_text;
-using colock::detail::with_acl_pointer;
+// What is under test, from base/errors.hpp.
+using colock::detail::attempt_failure_text, colock::detail::is_connect_failure,
+    colock::detail::is_lasting_connect_failure, colock::detail::is_transient,
+    colock::detail::wait_timeout_text, colock::detail::with_acl_pointer;
 namespace redis = colock::redis;
 
 namespace {
@@ -191,13 +190,10 @@ TEST_CASE("errors: a wait that ran out without a connection says so, with its ac
 
 TEST_CASE("errors: the lock category gives every code a message of its own, and names a code it "
           "does not know") {
-    std::set<std::string> messages;
-    for (int v = static_cast<int>(colock::error::timeout);
-         v <= static_cast<int>(colock::error::no_quorum); ++v) {
-        auto const m = colock::error_category().message(v);
+    for (auto const& m : colock::test::distinct_messages(
+             colock::error_category(), colock::error::timeout, colock::error::no_quorum)) {
         CHECK_FALSE(m.empty());
         CHECK_FALSE(m.starts_with("unknown"));
-        CHECK_MESSAGE(messages.insert(m).second, "code " << v << " repeats " << m);
     }
     CHECK(colock::error_category().message(999) == "unknown colock error 999");
     CHECK(std::string(colock::error_category().name()) == "colock");

@@ -4,6 +4,7 @@
 #include "lock/quorum/quorum_errors.hpp"
 #include "lock/quorum/quorum_status.hpp"
 
+#include "failed_reply.hpp"
 #include "primary_endpoints.hpp"
 
 #include <colock/error.hpp>
@@ -33,10 +34,7 @@ lock_reading value(std::string v, std::int64_t pttl = 1000, std::int64_t queued 
 }
 
 lock_reading failed_reading(error_code ec, std::string text = {}) {
-    lock_reading r;
-    r.ec = ec;
-    r.server_text = std::move(text);
-    return r;
+    return colock::test::failed_reply<lock_reading>(ec, std::move(text));
 }
 
 forced_unlock_result ended(std::string owner, std::string token) {
