@@ -106,12 +106,42 @@ struct two_processes : one_process {
     locker b = locker_access::make(w.process());
 };
 
+// Two processes, the second's store at hand: what it listens on, what reaches it.
+struct two_processes_seen : one_process {
+    std::shared_ptr<fake_store> b_store = w.process();
+    locker b = locker_access::make(b_store);
+};
+
 inline std::string const lock_key = "colock:{n}";
 
 inline lock_options short_lease(std::chrono::milliseconds ttl = 2000ms) {
     lock_options opt;
     opt.ttl = ttl;
     return opt;
+}
+
+// Options with a lease of `ttl` renewed every `every`.
+inline lock_options renewed_lease(std::chrono::milliseconds ttl, std::chrono::milliseconds every) {
+    lock_options opt = short_lease(ttl);
+    opt.renew_interval = every;
+    return opt;
+}
+
+// What an awaited call threw as a system_error: its code and what(); neither when it returned.
+struct thrown_error {
+    error_code code;
+    std::string what;
+};
+
+// Awaits `op()`; what it threw.
+template <class Op>
+asio::awaitable<thrown_error> thrown_by(Op op) {
+    try {
+        co_await op();
+    } catch (boost::system::system_error const& e) {
+        co_return thrown_error{e.code(), e.what()};
+    }
+    co_return thrown_error{};
 }
 
 // The error a co_lock threw, or none.

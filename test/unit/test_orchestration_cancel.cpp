@@ -3,11 +3,9 @@
 // refused; unlock() from a cancelled caller. Nothing is left behind at the fake server.
 #include "orchestration.hpp"
 
-TEST_CASE_FIXTURE(
-    one_process, "orchestration: a co_lock cancelled while queued leaves both queues, and the next "
-                 "release frees the lock rather than hand it to the gone caller") {
-    auto b_store = w.process();
-    auto b = locker_access::make(b_store);
+TEST_CASE_FIXTURE(two_processes_seen,
+                  "orchestration: a co_lock cancelled while queued leaves both queues, and "
+                  "the next release frees the lock rather than hand it to the gone caller") {
     w.run([&]() -> asio::awaitable<void> {
         auto held = co_await a.co_lock("n", short_lease(10s));
         asio::steady_timer give_up(w.ctx, 50ms);
@@ -153,15 +151,11 @@ TEST_CASE_FIXTURE(one_process, "orchestration: a locker destroyed with a call wa
     });
 }
 
-TEST_CASE("orchestration: sleeping waiters cancelled (terminal, partial): the one behind the head "
-          "first, then the head; each returns at once, the holder is not disturbed, and a new "
-          "waiter is woken by the release") {
-    for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial}) {
-        CAPTURE(static_cast<int>(type));
-        world w;
-        auto a = locker_access::make(w.process());
-        auto b_store = w.process();
-        auto b = locker_access::make(b_store);
+namespace {
+
+// One round of the test below, in a world of its own: the waiters cancelled with `type`.
+struct sleeping_waiters_cancelled : two_processes_seen {
+    void round(asio::cancellation_type type) {
         w.run([&]() -> asio::awaitable<void> {
             auto holder = co_await a.co_lock("n", short_lease(10s));
 
@@ -215,6 +209,17 @@ TEST_CASE("orchestration: sleeping waiters cancelled (terminal, partial): the on
             CHECK(next.got);
             CHECK(next.at - released_at < 500ms);
         });
+    }
+};
+
+} // namespace
+
+TEST_CASE("orchestration: sleeping waiters cancelled (terminal, partial): the one behind the head "
+          "first, then the head; each returns at once, the holder is not disturbed, and a new "
+          "waiter is woken by the release") {
+    for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial}) {
+        CAPTURE(static_cast<int>(type));
+        sleeping_waiters_cancelled{}.round(type);
     }
 }
 

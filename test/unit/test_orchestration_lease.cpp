@@ -6,8 +6,7 @@
 
 TEST_CASE_FIXTURE(one_process, "orchestration: renewal extends the lease every renew_interval") {
     w.run([&]() -> asio::awaitable<void> {
-        auto opt = short_lease(300ms);
-        opt.renew_interval = 50ms;
+        auto opt = renewed_lease(300ms, 50ms);
         auto const started = clock_type::now();
         auto g = co_await a.co_lock("n", opt);
         co_await sleep_for(450ms); // half as long again as the lease
@@ -32,8 +31,7 @@ TEST_CASE_FIXTURE(one_process,
     w.run([&]() -> asio::awaitable<void> {
         for (int i = 0; i < 100; ++i)
             w.server.extend_faults.push_back({fault::kind::never_answers});
-        auto opt = short_lease(200ms);
-        opt.renew_interval = 50ms;
+        auto opt = renewed_lease(200ms, 50ms);
         auto const started = clock_type::now();
         auto g = co_await a.co_lock("n", opt);
         co_await g.wait_lost();
@@ -57,8 +55,7 @@ TEST_CASE_FIXTURE(one_process,
     w.run([&]() -> asio::awaitable<void> {
         w.server.extend_faults.push_back({fault::kind::refused, "BUSY script running"});
         w.server.extend_faults.push_back({fault::kind::lost_before});
-        auto opt = short_lease(300ms);
-        opt.renew_interval = 50ms;
+        auto opt = renewed_lease(300ms, 50ms);
         auto g = co_await a.co_lock("n", opt);
         co_await sleep_for(450ms); // past the first lease: a renewal went through
         CHECK(g.owns_lock());
@@ -73,8 +70,7 @@ TEST_CASE_FIXTURE(
     "orchestration: a lease gone at the server is reported lost (not_ours) at the next "
     "renewal") {
     w.run([&]() -> asio::awaitable<void> {
-        auto opt = short_lease(2000ms);
-        opt.renew_interval = 50ms;
+        auto opt = renewed_lease(2000ms, 50ms);
         auto g = co_await a.co_lock("n", opt);
         w.server.drop(lock_key);
         auto const dropped = clock_type::now();
@@ -132,63 +128,64 @@ TEST_CASE_FIXTURE(one_process, "co_with_lock: runs the work under the lock, retu
     });
 }
 
+namespace {
+
+// How a co_with_lock ended: what it threw, and whether it returned.
+struct with_lock_end {
+    thrown_error thrown;
+    bool returned = false;
+};
+
+// Runs `work` under a.co_with_lock("n", ..., opt) to its end.
+template <class Work>
+asio::awaitable<with_lock_end> with_lock_ended(locker& a, lock_options opt, Work work) {
+    with_lock_end end;
+    end.thrown = co_await thrown_by([&]() -> asio::awaitable<void> {
+        co_await a.co_with_lock("n", std::move(work), opt);
+        end.returned = true;
+    });
+    co_return end;
+}
+
+// Checks that `end` is a lock_lost naming the lock and saying `why`.
+void check_lost_naming(with_lock_end const& end, std::string const& why) {
+    CHECK_FALSE(end.returned);
+    CHECK(end.thrown.code == colock::error::lock_lost);
+    CHECK(end.thrown.what.find("lock 'n'") != std::string::npos);
+    CHECK_MESSAGE(end.thrown.what.find(why) != std::string::npos, end.thrown.what);
+}
+
+} // namespace
+
 TEST_CASE_FIXTURE(one_process, "co_with_lock: a lease lost while the work runs cancels the work "
                                "and throws lock_lost, naming the lock and why") {
     w.run([&]() -> asio::awaitable<void> {
-        auto opt = short_lease(2000ms);
-        opt.renew_interval = 50ms;
         bool work_cancelled = false;
-        error_code thrown;
-        std::string message;
-        try {
-            co_await a.co_with_lock(
-                "n",
-                [&](lock_guard&) -> asio::awaitable<int> {
-                    w.server.drop(lock_key); // the lease goes from outside
-                    asio::steady_timer forever(w.ctx, 60s);
-                    auto [ec] = co_await forever.async_wait(nothrow);
-                    work_cancelled = ec == asio::error::operation_aborted;
-                    co_return 1;
-                },
-                opt);
-        } catch (boost::system::system_error const& e) {
-            thrown = e.code();
-            message = e.what();
-        }
+        auto const end = co_await with_lock_ended(
+            a, renewed_lease(2000ms, 50ms), [&](lock_guard&) -> asio::awaitable<int> {
+                w.server.drop(lock_key); // the lease goes from outside
+                asio::steady_timer forever(w.ctx, 60s);
+                auto [ec] = co_await forever.async_wait(nothrow);
+                work_cancelled = ec == asio::error::operation_aborted;
+                co_return 1;
+            });
         CHECK(work_cancelled);
-        CHECK(thrown == colock::error::lock_lost);
-        CHECK(message.find("lock 'n'") != std::string::npos);
-        CHECK(message.find("not_ours") != std::string::npos);
+        check_lost_naming(end, "not_ours");
     });
 }
 
 TEST_CASE_FIXTURE(one_process, "co_with_lock: work that returns after its lease ran out (a stall "
                                "of the thread) ends with lock_lost, not with its result") {
     w.run([&]() -> asio::awaitable<void> {
-        auto opt = short_lease(100ms);
-        opt.renew_interval = 30ms;
-        bool returned = false;
-        error_code thrown;
-        std::string message;
-        try {
-            co_await a.co_with_lock(
-                "n",
-                [&](lock_guard&) -> asio::awaitable<int> {
-                    // Blocks the only thread: neither the renewal nor wait_lost can run, so the
-                    // work's branch wins the race.
-                    std::this_thread::sleep_for(300ms);
-                    co_return 42;
-                },
-                opt);
-            returned = true;
-        } catch (boost::system::system_error const& e) {
-            thrown = e.code();
-            message = e.what();
-        }
-        CHECK_FALSE(returned);
-        CHECK(thrown == colock::error::lock_lost);
-        CHECK(message.find("lock 'n'") != std::string::npos);
-        CHECK(message.find("not returned") != std::string::npos);
+        auto const end = co_await with_lock_ended(a, renewed_lease(100ms, 30ms),
+                                                  [&](lock_guard&) -> asio::awaitable<int> {
+                                                      // Blocks the only thread: neither the renewal
+                                                      // nor wait_lost can run, so the work's branch
+                                                      // wins the race.
+                                                      std::this_thread::sleep_for(300ms);
+                                                      co_return 42;
+                                                  });
+        check_lost_naming(end, "not returned");
     });
 }
 
@@ -230,8 +227,7 @@ TEST_CASE_FIXTURE(one_process, "co_with_lock: the caller's cancellation cancels 
 TEST_CASE_FIXTURE(one_process, "orchestration: co_await (work() || g.wait_lost()) cancels the work "
                                "when the lease goes; work that ends first ends wait_lost quietly") {
     w.run([&]() -> asio::awaitable<void> {
-        auto opt = short_lease(1000ms);
-        opt.renew_interval = 50ms;
+        auto opt = renewed_lease(1000ms, 50ms);
         auto g = co_await a.co_lock("n", opt);
         bool work_cancelled = false, work_finished = false;
         auto work = [&]() -> asio::awaitable<void> {

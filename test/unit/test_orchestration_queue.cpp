@@ -152,12 +152,10 @@ TEST_CASE_FIXTURE(two_processes,
     });
 }
 
-TEST_CASE("orchestration: calls queued behind another process's lease wait in the local queue, "
-          "only its head asking the server, and get the lock one at a time in call order") {
-    world w;
-    auto a = locker_access::make(w.process());
-    auto b_store = w.process();
-    auto b = locker_access::make(b_store);
+TEST_CASE_FIXTURE(
+    two_processes_seen,
+    "orchestration: calls queued behind another process's lease wait in the local queue, "
+    "only its head asking the server, and get the lock one at a time in call order") {
     constexpr std::size_t calls = 40;
     std::vector<std::size_t> order;
     std::vector<std::int64_t> fences;
@@ -203,12 +201,10 @@ TEST_CASE("orchestration: calls queued behind another process's lease wait in th
     CHECK(free_or_gone(w.server.lock(lock_key)));
 }
 
-TEST_CASE("orchestration: of calls queued behind another process, one cancelled and one out of "
-          "time leave at once, and the others still get the lock in turn") {
-    world w;
-    auto a = locker_access::make(w.process());
-    auto b_store = w.process();
-    auto b = locker_access::make(b_store);
+TEST_CASE_FIXTURE(
+    two_processes_seen,
+    "orchestration: of calls queued behind another process, one cancelled and one out of "
+    "time leave at once, and the others still get the lock in turn") {
     constexpr std::size_t calls = 5;
     constexpr std::size_t cancelled_call = 2;
     constexpr std::size_t timed_call = 3;
@@ -283,18 +279,14 @@ TEST_CASE("orchestration: not reentrant: a second co_lock of a held name, from t
         std::array<locker*, 2> const askers{&locks, &same_process};
         for (locker* l : askers) {
             auto const started = clock_type::now();
-            error_code code;
-            std::string what;
-            try {
+            std::string acquired;
+            auto const thrown = co_await thrown_by([&]() -> asio::awaitable<void> {
                 auto second = co_await l->co_lock("n", again);
-                what = "acquired a second time, fence " + std::to_string(second.fence());
-            } catch (boost::system::system_error const& e) {
-                code = e.code();
-                what = e.what();
-            }
-            INFO(what);
-            CHECK(code == colock::error::timeout);
-            CHECK(what.find("'n'") != std::string::npos);
+                acquired = "acquired a second time, fence " + std::to_string(second.fence());
+            });
+            INFO(thrown.what << acquired);
+            CHECK(thrown.code == colock::error::timeout);
+            CHECK(thrown.what.find("'n'") != std::string::npos);
             CHECK(clock_type::now() - started >= 100ms);
             CHECK(clock_type::now() - started < 2000ms);
         }
@@ -348,8 +340,7 @@ TEST_CASE("orchestration: a cohort's lease lost: its holder is told, and the nex
           "process takes a lease of its own from the server") {
     world w;
     auto l = locker_access::make(w.process());
-    auto opt = short_lease(3000ms);
-    opt.renew_interval = 50ms;
+    auto opt = renewed_lease(3000ms, 50ms);
     w.run([&]() -> asio::awaitable<void> {
         auto first = co_await l.co_lock("n", opt);
         std::optional<lock_guard> second, third;

@@ -51,8 +51,7 @@ TEST_CASE_FIXTURE(one_process, "share: a lease lost reaches every sharing guard;
                                "again gives a lost guard, and a scope takes the lock anew") {
     w.run([&]() -> asio::awaitable<void> {
         lock_scope scope{a};
-        auto opt = short_lease(2000ms);
-        opt.renew_interval = 50ms;
+        auto opt = renewed_lease(2000ms, 50ms);
         auto g = co_await scope.co_lock("n", opt);
         auto s = g.share();
         w.server.drop(lock_key);
