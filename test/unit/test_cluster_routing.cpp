@@ -31,10 +31,6 @@ value slots_entry(std::int64_t first, std::int64_t last, std::vector<value> node
 
 server_address const here{"10.0.0.1", 7000};
 
-} // namespace cluster_routing_test
-
-using namespace cluster_routing_test;
-
 TEST_CASE("cluster routing: a '}' before the first '{' does not end a tag; a tag never closed "
           "is no tag") {
     CHECK(hash_slot("}{a}") == hash_slot("a"));
@@ -204,3 +200,5 @@ TEST_CASE("cluster routing: split_commands refuses a negative, signed or oversiz
         CHECK_FALSE(split_commands(bad));
     }
 }
+
+} // namespace cluster_routing_test

@@ -29,10 +29,6 @@ bool refused_with(std::string const& url, std::string const& words) {
     return message.find(words) != std::string::npos && message.starts_with("invalid Redis URL: ");
 }
 
-} // namespace config_urls_test
-
-using namespace config_urls_test;
-
 TEST_CASE("config URLs: a port past 32 bits is refused, not wrapped round to a valid one") {
     // 2^32 + 6379 would read as 6379 if the number wrapped.
     CHECK(refused_with("redis://h:4294973675", "is not a number"));
@@ -178,3 +174,5 @@ TEST_CASE("config URLs: endpoint_text names a plain host, an IPv6 host and a soc
     CHECK(config{}.endpoint_text() == "127.0.0.1:6379");
     CHECK(config{}.to_redacted_url() == "redis://127.0.0.1:6379");
 }
+
+} // namespace config_urls_test

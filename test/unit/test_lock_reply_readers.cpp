@@ -39,10 +39,6 @@ value election_reply(std::string lock, std::string token, std::string term, std:
                   blob(std::move(version)), blob("owner"), number(pttl)});
 }
 
-} // namespace lock_reply_readers_test
-
-using namespace lock_reply_readers_test;
-
 TEST_CASE("lock reply readers: the fence of a held, handed and free lock's value") {
     CHECK(replies::fence_of("H 12 owner tok 1700000000000 0") == 12);
     CHECK(replies::fence_of("R 7 owner") == 7);
@@ -220,3 +216,5 @@ TEST_CASE("lock reply readers: a retried request's pause doubles at most four ti
     CHECK(release_retries.pause(0) == 20ms);
     CHECK(release_retries.pause(100) == 250ms);
 }
+
+} // namespace lock_reply_readers_test

@@ -35,10 +35,6 @@ bool says(std::string const& message, std::string const& words) {
     return message.find(words) != std::string::npos;
 }
 
-} // namespace lock_validation_test
-
-using namespace lock_validation_test;
-
 TEST_CASE("lock validation: a renew interval just below the ttl is accepted, just above it is "
           "refused with both values") {
     lock_options opt;
@@ -202,3 +198,5 @@ TEST_CASE("lock validation: a passing server error is told by its whole first wo
     CHECK_FALSE(colock::is_transient_server_error(" LOADING")); // the first word is empty
     CHECK_FALSE(colock::is_transient_server_error("ERR BUSY"));
 }
+
+} // namespace lock_validation_test

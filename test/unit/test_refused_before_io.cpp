@@ -91,10 +91,6 @@ bool has(std::string const& text, std::string const& part) {
     return text.find(part) != std::string::npos;
 }
 
-} // namespace refused_before_io_test
-
-using namespace refused_before_io_test;
-
 TEST_CASE("retention: a negative retain or one above max_lock_ttl is refused") {
     colock::lock_options opt;
     opt.retain = -1ms;
@@ -240,3 +236,5 @@ TEST_CASE("bad arguments are refused at the call, before any I/O, naming the fie
     CHECK_NOTHROW(colock::validate(std::string(colock::max_lock_name_length, 'x'), edge));
     conn.close();
 }
+
+} // namespace refused_before_io_test

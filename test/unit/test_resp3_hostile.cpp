@@ -67,10 +67,6 @@ std::string nested_arrays(std::size_t depth) {
     return out + ":1\r\n";
 }
 
-} // namespace resp3_hostile_test
-
-using namespace resp3_hostile_test;
-
 TEST_CASE("resp3 hostile: a length past 64 bits is no number, whatever it would wrap to") {
     // 2^64 + 3 would wrap to 3, a length the bytes after it satisfy.
     CHECK(failure_of("$18446744073709551619\r\nabc\r\n") == error::invalid_number);
@@ -232,3 +228,5 @@ TEST_CASE("resp3 hostile: a push inside a reply, and pushes between replies, spl
         CHECK(buffer.empty());
     }
 }
+
+} // namespace resp3_hostile_test

@@ -52,10 +52,6 @@ primary_follower subscribed_follower() {
     return f;
 }
 
-} // namespace sentinel_replies_test
-
-using namespace sentinel_replies_test;
-
 TEST_CASE("sentinel replies: HELLO is answered by a map; a refusal without words says so") {
     CHECK(read_sentinel_hello(hello_reply()).empty());
     CHECK(read_sentinel_hello(aggregate(type::map, {})).empty());
@@ -203,3 +199,5 @@ TEST_CASE("sentinel replies: a later question refused fails the follower with th
     CHECK(f.problem() == "SENTINEL GET-MASTER-ADDR-BY-NAME refused: NOPERM sentinel");
     CHECK(f.answers() == 1);
 }
+
+} // namespace sentinel_replies_test
