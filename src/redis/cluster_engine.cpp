@@ -44,9 +44,7 @@ private:
 };
 
 cluster_engine::cluster_engine(asio::any_io_executor ex, config cfg)
-    : executor_(std::move(ex))
-    , strand_(asio::make_strand(executor_))
-    , cfg_(std::move(cfg))
+    : engine_base(std::move(ex), std::move(cfg))
     , map_changed_(strand_, std::chrono::steady_clock::time_point::max())
     , watch_timer_(strand_)
     , slot_changes_(std::make_unique<std::atomic<std::uint32_t>[]>(cluster_slots)) {
@@ -74,17 +72,6 @@ std::vector<server_address> cluster_engine::cluster_primaries() const {
     return primaries_;
 }
 
-std::string cluster_engine::last_error_text() const {
-    std::lock_guard lock(error_mutex_);
-    return last_error_text_;
-}
-
-void cluster_engine::set_error_text(std::string text) {
-    log(log_level::warning, text);
-    std::lock_guard lock(error_mutex_);
-    last_error_text_ = std::move(text);
-}
-
 std::string cluster_engine::connect_failure_text(error_code ec) const {
     if (!is_connect_failure(ec))
         return {};
@@ -93,16 +80,6 @@ std::string cluster_engine::connect_failure_text(error_code ec) const {
         return last_connect_error_;
     return fmt::format("connecting to {}: {}", cfg_.endpoint_text(),
                        error_code(ec.value(), ec.category()).message());
-}
-
-void cluster_engine::log(log_level level, std::string_view line) const noexcept {
-    if (!logs(level))
-        return;
-    try {
-        cfg_.log(level, line);
-    } catch (...) {
-        // A failing log hook must not take the connection down with it.
-    }
 }
 
 // ---------------------------------------------------------------- the engine's interface
@@ -148,18 +125,6 @@ void cluster_engine::finish_connect_waiters(error_code ec) {
         w->done = true;
         colock::detail::complete_now(strand_, std::move(w->handler), w->slot, ec);
     }
-}
-
-void cluster_engine::add_listener(std::shared_ptr<push_listener> l) {
-    asio::dispatch(strand_, [self = shared_from_this(), l = std::move(l)]() mutable {
-        self->listeners_.push_back(std::move(l));
-    });
-}
-
-void cluster_engine::remove_listener(push_listener const* listener) {
-    asio::dispatch(strand_, [self = shared_from_this(), listener] {
-        std::erase_if(self->listeners_, [listener](auto const& l) { return l.get() == listener; });
-    });
 }
 
 void cluster_engine::start_close() {

@@ -23,38 +23,25 @@
 
 namespace colock::redis::detail {
 
-class cluster_engine final : public engine,
+class cluster_engine final : public engine_base,
                              public std::enable_shared_from_this<cluster_engine>,
                              public colock::detail::holds_handlers {
 public:
     cluster_engine(asio::any_io_executor ex, config cfg);
 
     // --- the engine's interface ---
-    asio::any_io_executor executor() const override { return executor_; }
-    config const& settings() const noexcept override { return cfg_; }
     void start_connect(connect_handler handler) override;
     void start_exec(resp3::request req, exec_handler handler) override;
     void start_subscription(channel_kind kind, bool subscribe, std::vector<std::string> channels,
                             any_subscription_handler handler) override;
-    void add_listener(std::shared_ptr<push_listener> listener) override;
-    void remove_listener(push_listener const* listener) override;
     void start_close() override;
     void handle_destroyed() override;
-    bool is_connected() const noexcept override { return connected_; }
-    std::uint64_t reconnects() const noexcept override { return reconnects_; }
-    std::uint64_t server_changes() const noexcept override { return server_changes_; }
     // The failovers and restarts of the primaries that served `key`'s slot.
     std::uint64_t server_changes_for(std::string_view key) const noexcept override;
     // The primaries' run_ids, in the order of their first slots, comma-separated.
     std::string run_id() const override;
     std::vector<server_address> cluster_primaries() const override;
-    std::string last_error_text() const override;
     std::string connect_failure_text(error_code ec) const override;
-    bool ever_connected() const noexcept override { return ever_connected_; }
-    bool logs(log_level level) const noexcept override {
-        return cfg_.log && level >= cfg_.min_log_level;
-    }
-    void log(log_level level, std::string_view line) const noexcept override;
     void drop_handlers() noexcept override;
 
     // One primary (or a seed being asked): its connection and what listens to it for us.
@@ -71,9 +58,8 @@ public:
 private:
     friend class node_listener;
 
-    asio::any_io_executor executor_;
-    asio::strand<asio::any_io_executor> strand_;
-    config cfg_;
+    std::shared_ptr<engine_base> shared_base() override { return shared_from_this(); }
+
     std::shared_ptr<asio::ssl::context> tls_context_;
 
     // --- state below is touched on the strand only ---
@@ -101,23 +87,14 @@ private:
         std::size_t count = 0;
     };
     std::map<std::pair<channel_kind, std::string>, placement> subscriptions_;
-    std::vector<std::shared_ptr<push_listener>> listeners_;
 
     // --- readable from any thread ---
-    std::atomic<bool> connected_{false};
-    std::atomic<bool> ever_connected_{false};
-    std::atomic<std::uint64_t> reconnects_{0};
-    std::atomic<std::uint64_t> server_changes_{0};
+    // (connected_, reconnects_, server_changes_ and the failure's texts: engine_base's)
     // Per slot: counted on the strand before listeners hear of the change.
     std::unique_ptr<std::atomic<std::uint32_t>[]> slot_changes_;
-    mutable std::mutex error_mutex_;
-    std::string last_error_text_;
-    error_code last_connect_ec_;
-    std::string last_connect_error_;
+    // Under error_mutex_:
     std::string run_ids_;
     std::vector<server_address> primaries_; // order_, for other threads
-
-    void set_error_text(std::string text);
 
     // --- the nodes (cluster_engine.cpp) and the map (cluster_map.cpp) ---
     node_ptr node_for(server_address const& address);

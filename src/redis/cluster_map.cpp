@@ -218,7 +218,7 @@ void cluster_engine::apply_map(std::vector<slot_range> const& ranges) {
         run_ids_ = std::move(ids);
         primaries_ = order_;
     }
-    ever_connected_ = true;
+    ever_handshaken_ = true;
     connected_ = !closed_;
     if (!replaced.empty()) {
         ++server_changes_;

@@ -169,18 +169,6 @@ void connection_impl::start_subscription(channel_kind kind, bool subscribe,
     });
 }
 
-void connection_impl::add_listener(std::shared_ptr<push_listener> l) {
-    asio::dispatch(strand_, [self = shared_from_this(), l = std::move(l)]() mutable {
-        self->listeners_.push_back(std::move(l));
-    });
-}
-
-void connection_impl::remove_listener(push_listener const* listener) {
-    asio::dispatch(strand_, [self = shared_from_this(), listener] {
-        std::erase_if(self->listeners_, [listener](auto const& l) { return l.get() == listener; });
-    });
-}
-
 void connection_impl::start_close() {
     // post, never dispatch: a request whose async_exec (or engine_exec) happened before this call,
     // on any thread, reaches the strand first even when close() is called from a handler that runs
@@ -201,9 +189,37 @@ void connection_impl::handle_destroyed() {
     });
 }
 
-std::string connection_impl::last_error_text() const {
+std::string engine_base::last_error_text() const {
     std::lock_guard lock(error_mutex_);
     return last_error_text_;
+}
+
+void engine_base::add_listener(std::shared_ptr<push_listener> l) {
+    asio::dispatch(strand_, [self = shared_base(), l = std::move(l)]() mutable {
+        self->listeners_.push_back(std::move(l));
+    });
+}
+
+void engine_base::remove_listener(push_listener const* listener) {
+    asio::dispatch(strand_, [self = shared_base(), listener] {
+        std::erase_if(self->listeners_, [listener](auto const& l) { return l.get() == listener; });
+    });
+}
+
+void engine_base::set_error_text(std::string text) {
+    log(log_level::warning, text);
+    std::lock_guard lock(error_mutex_);
+    last_error_text_ = std::move(text);
+}
+
+void engine_base::log(log_level level, std::string_view line) const noexcept {
+    if (!logs(level))
+        return;
+    try {
+        cfg_.log(level, line);
+    } catch (...) {
+        // A failing log hook must not take the connection down with it.
+    }
 }
 
 void check_config(config const& c) {
@@ -250,7 +266,7 @@ std::shared_ptr<engine> make_engine(asio::any_io_executor ex, config cfg) {
     if (cfg.uses_cluster())
         return make_cluster_engine(std::move(ex), std::move(cfg));
     auto impl = std::make_shared<connection_impl>(std::move(ex), std::move(cfg));
-    colock::detail::context_shutdown::watch(impl->executor_, impl);
+    colock::detail::context_shutdown::watch(impl->executor(), impl);
     return impl;
 }
 

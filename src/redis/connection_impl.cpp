@@ -15,9 +15,7 @@ namespace colock::redis::detail {
 
 connection_impl::connection_impl(asio::any_io_executor ex, config cfg,
                                  std::shared_ptr<asio::ssl::context> tls)
-    : executor_(std::move(ex))
-    , strand_(asio::make_strand(executor_))
-    , cfg_(std::move(cfg))
+    : engine_base(std::move(ex), std::move(cfg))
     , tls_context_(std::move(tls))
     , backoff_timer_(strand_)
     , close_timer_(strand_)
@@ -70,22 +68,6 @@ std::string connection_impl::run_id() const {
 std::string connection_impl::endpoint_text() const {
     std::lock_guard lock(error_mutex_);
     return endpoint_text_;
-}
-
-void connection_impl::set_error_text(std::string text) {
-    log(log_level::warning, text);
-    std::lock_guard lock(error_mutex_);
-    last_error_text_ = std::move(text);
-}
-
-void connection_impl::log(log_level level, std::string_view line) const noexcept {
-    if (!logs(level))
-        return;
-    try {
-        cfg_.log(level, line);
-    } catch (...) {
-        // A failing log hook must not take the connection down with it.
-    }
 }
 
 error_code connection_impl::connect_failed(session& s, error_code ec, std::string cause) {

@@ -117,39 +117,28 @@ std::string printable_bytes(std::string_view bytes, std::size_t limit = 32);
 // The run_id field of an INFO reply; empty when missing or malformed.
 std::string parse_run_id(resp3::value const& info);
 
-class connection_impl final : public engine,
+class connection_impl final : public engine_base,
                               public std::enable_shared_from_this<connection_impl>,
                               public colock::detail::holds_handlers {
 public:
     // --- the engine's interface (connection.cpp) ---
-    asio::any_io_executor executor() const override { return executor_; }
-    config const& settings() const noexcept override { return cfg_; }
     void start_subscription(channel_kind kind, bool subscribe, std::vector<std::string> channels,
                             any_subscription_handler handler) override;
-    void add_listener(std::shared_ptr<push_listener> listener) override;
-    void remove_listener(push_listener const* listener) override;
     void start_close() override;
     void handle_destroyed() override;
-    bool is_connected() const noexcept override { return connected_; }
-    std::uint64_t reconnects() const noexcept override { return reconnects_; }
-    std::uint64_t server_changes() const noexcept override { return server_changes_; }
-    std::string last_error_text() const override;
-    bool ever_connected() const noexcept override { return ever_handshaken_; }
 
     // Requests waiting for replies, completions not yet delivered, connect and subscription
     // waiters: each may own the coroutine that owns this engine.
     void drop_handlers() noexcept override;
 
     using strand_type = asio::strand<asio::any_io_executor>;
+    std::shared_ptr<engine_base> shared_base() override { return shared_from_this(); }
 
     // `tls`: the TLS context to use (shared by a Cluster's nodes); made from `cfg` when null and
     // config::use_tls is set.
     connection_impl(asio::any_io_executor ex, config cfg,
                     std::shared_ptr<asio::ssl::context> tls = nullptr);
 
-    asio::any_io_executor executor_;
-    strand_type strand_;
-    config cfg_;
     std::shared_ptr<asio::ssl::context> tls_context_;
 
     // --- state below is touched on the strand only ---
@@ -161,7 +150,6 @@ public:
     subscription_book& book(channel_kind k) { return books_[static_cast<std::size_t>(k)]; }
     std::map<std::pair<channel_kind, subscription_book::op_id>, any_subscription_handler>
         subscription_ops_;
-    std::vector<std::shared_ptr<push_listener>> listeners_;
     asio::steady_timer backoff_timer_;
     asio::steady_timer close_timer_; // bounds a flush by config::close_timeout
     bool closing_ = false;           // close() is flushing session_
@@ -212,20 +200,9 @@ public:
     bool delivering_batch_ = false;
 
     // --- readable from any thread ---
-    std::atomic<bool> connected_{false};
-    std::atomic<bool> destroyed_{false};       // set by ~connection: new requests fail at once
-    std::atomic<bool> ever_handshaken_{false}; // a handshake has completed; never reset
-    std::atomic<std::uint64_t> reconnects_{0};
-    // Counts reconnections that reached a different server instance (another run_id) than the
-    // connection before: everything the old instance held may be gone. Bumped on the strand
-    // before the listeners hear of it, so a reader that saw the old value can tell that a reply
-    // it holds came from before the change.
-    std::atomic<std::uint64_t> server_changes_{0};
-    mutable std::mutex error_mutex_; // guards the texts below and server_run_id_
-    std::string last_error_text_;
-    // The most recent attempt to connect that failed: its code and "connecting to ...: why".
-    error_code last_connect_ec_;
-    std::string last_connect_error_;
+    // (connected_, reconnects_, server_changes_ and the failure's texts: engine_base's)
+    std::atomic<bool> destroyed_{false}; // set by ~connection: new requests fail at once
+    // Under error_mutex_:
     // From INFO server: the last one known. A handshake whose INFO is refused leaves it as it
     // was; empty while no server has said.
     std::string server_run_id_;
@@ -237,14 +214,6 @@ public:
 
     std::string run_id() const override;
     std::string endpoint_text() const;
-    // Records the text connection::last_error_text() returns, and logs it as a warning.
-    void set_error_text(std::string text);
-    // The config's log hook: whether a line of `level` goes out (format it only then), and
-    // sending one.
-    bool logs(log_level level) const noexcept override {
-        return cfg_.log && level >= cfg_.min_log_level;
-    }
-    void log(log_level level, std::string_view line) const noexcept override;
     // Records why session `s` could not connect (at s.step) and returns `ec` without a source
     // location; `cause` defaults to ec.message().
     error_code connect_failed(session& s, error_code ec, std::string cause = {});

@@ -7,6 +7,8 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/system/error_code.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -95,6 +98,61 @@ private:
     std::mutex hooks_mutex_;
     std::vector<std::weak_ptr<close_hook>> hooks_;
     std::atomic<bool> closed_by_user_{false};
+};
+
+// What both engines keep alike: their executor, strand and config, the push listeners, the log
+// hook, the facts of the link that any thread reads, and the texts of the last failure.
+class engine_base : public engine {
+public:
+    boost::asio::any_io_executor executor() const override { return executor_; }
+    config const& settings() const noexcept override { return cfg_; }
+    bool is_connected() const noexcept override { return connected_; }
+    std::uint64_t reconnects() const noexcept override { return reconnects_; }
+    std::uint64_t server_changes() const noexcept override { return server_changes_; }
+    bool ever_connected() const noexcept override { return ever_handshaken_; }
+    // On the strand; the engine notifies them as it goes.
+    void add_listener(std::shared_ptr<push_listener> listener) override;
+    void remove_listener(push_listener const* listener) override;
+    std::string last_error_text() const override;
+    // The config's log hook: whether a line of `level` goes out (format it only then), and
+    // sending one.
+    bool logs(log_level level) const noexcept override {
+        return cfg_.log && level >= cfg_.min_log_level;
+    }
+    void log(log_level level, std::string_view line) const noexcept override;
+    // Records the text connection::last_error_text() returns, and logs it as a warning.
+    void set_error_text(std::string text);
+
+protected:
+    engine_base(boost::asio::any_io_executor ex, config cfg)
+        : executor_(std::move(ex))
+        , strand_(boost::asio::make_strand(executor_))
+        , cfg_(std::move(cfg)) {}
+    ~engine_base() override = default;
+
+    // The engine that is this, which the strand's work holds meanwhile.
+    virtual std::shared_ptr<engine_base> shared_base() = 0;
+
+    boost::asio::any_io_executor executor_;
+    boost::asio::strand<boost::asio::any_io_executor> strand_;
+    config cfg_;
+    std::vector<std::shared_ptr<push_listener>> listeners_; // on the strand
+
+    // --- readable from any thread ---
+    std::atomic<bool> connected_{false};
+    // A connection has worked (a handshake; with Cluster, a slot map read): never reset.
+    std::atomic<bool> ever_handshaken_{false};
+    std::atomic<std::uint64_t> reconnects_{0};
+    // Counts reconnections that reached a different server instance (another run_id) than the
+    // connection before: everything the old instance held may be gone. Bumped on the strand
+    // before the listeners hear of it, so a reader that saw the old value can tell that a reply
+    // it holds came from before the change.
+    std::atomic<std::uint64_t> server_changes_{0};
+    mutable std::mutex error_mutex_; // guards the texts below, and the engine's own beside them
+    std::string last_error_text_;
+    // The most recent attempt to connect that failed: its code and "connecting to ...: why".
+    boost::system::error_code last_connect_ec_;
+    std::string last_connect_error_;
 };
 
 // Refuses a config no engine can work with (std::invalid_argument naming what is wrong).
