@@ -189,6 +189,7 @@ config parse_unix(std::string_view url, std::string_view rest) {
 // What follows the scheme of a sentinel or cluster URL:
 // "[[user]:password@]host[:port][,host[:port]...][/path][?query]".
 struct host_list_url {
+    config cfg; // its credentials and TLS
     std::vector<server_address> hosts;
     std::string_view path;  // after the first '/'; empty without one
     std::string_view query; // after the '?'; empty without one
@@ -198,20 +199,21 @@ struct host_list_url {
     bool may_be_secret = false;
 };
 
-// Fills the credentials of `cfg`; hosts without a port get `default_port`. `what` names a host
-// in messages ("sentinel", "seed").
-host_list_url parse_host_list_url(std::string_view url, std::string_view rest, config& cfg,
+// `tls`: the scheme's; hosts without a port get `default_port`. `what` names a host in messages
+// ("sentinel", "seed").
+host_list_url parse_host_list_url(std::string_view url, std::string_view rest, bool tls,
                                   std::uint16_t default_port, std::string_view what) {
     if (rest.find('#') != std::string_view::npos)
         refuse(url, "fragments are not supported");
+    host_list_url out;
+    out.cfg.use_tls = tls;
     // Credentials first, up to the last '@' before the path: a password with a raw '?' must
     // not be read as the query (and then echoed in a message).
     auto const at = rest.substr(0, rest.find('/')).rfind('@');
     if (at != std::string_view::npos) {
-        parse_userinfo(url, rest.substr(0, at), cfg);
+        parse_userinfo(url, rest.substr(0, at), out.cfg);
         rest = rest.substr(at + 1);
     }
-    host_list_url out;
     // Credentials always end with an '@', and a host may not hold one.
     out.may_be_secret = rest.find('@') != std::string_view::npos;
     auto const question = rest.find('?');
@@ -240,9 +242,8 @@ host_list_url parse_host_list_url(std::string_view url, std::string_view rest, c
 // redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db]
 //     [?sentinel_username=U&sentinel_password=P]
 config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
-    config cfg;
-    cfg.use_tls = tls;
-    auto parts = parse_host_list_url(url, rest, cfg, 26379, "sentinel");
+    auto parts = parse_host_list_url(url, rest, tls, 26379, "sentinel");
+    config cfg = std::move(parts.cfg);
     cfg.sentinel.sentinels = std::move(parts.hosts);
     std::string_view const path = parts.path;
     std::string_view const query = parts.query;
@@ -276,12 +277,10 @@ config parse_sentinel(std::string_view url, std::string_view rest, bool tls) {
 // redis-cluster://[[user]:password@]host[:port][,host[:port]...][/]. No database: a Cluster has
 // only database 0, so a path is a mistake to report rather than ignore.
 config parse_cluster(std::string_view url, std::string_view rest, bool tls) {
-    config cfg;
-    cfg.use_tls = tls;
-    auto parts = parse_host_list_url(url, rest, cfg, 6379, "seed");
+    auto parts = parse_host_list_url(url, rest, tls, 6379, "seed");
+    config cfg = std::move(parts.cfg);
     cfg.cluster.seeds = std::move(parts.hosts);
-    std::string_view const path = parts.path;
-    if (!path.empty()) {
+    if (auto const path = parts.path; !path.empty()) {
         int database = 0;
         auto const r = std::from_chars(path.data(), path.data() + path.size(), database);
         bool const number = r.ec == std::errc{} && r.ptr == path.data() + path.size();
