@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <sstream>
-#include <stdexcept>
 
 namespace colock::reliability {
 
@@ -38,62 +36,53 @@ std::string campaign_value(std::string const& campaign, std::size_t index) {
 }
 
 election_journal read_election_journal(std::string const& path) {
-    std::string const text = read_journal_text(path);
-
     election_journal j;
     std::map<std::string, std::size_t> at; // campaign -> its record
     std::map<std::string, colock::test::holding> open;
-    std::size_t line_no = 0;
-    for (std::size_t begin = 0, nl; (nl = text.find('\n', begin)) != std::string::npos;
-         begin = nl + 1) {
-        ++line_no;
-        std::istringstream line(text.substr(begin, nl - begin));
-        std::string kind;
-        std::string id;
-        line >> kind >> id;
-        auto const known = at.find(id);
-        auto* c = known == at.end() ? nullptr : &j.campaigns[known->second];
-        // "c" starts a campaign; every other line is about one started before.
-        bool ok = !id.empty() && (kind == "c") == (c == nullptr);
-        if (!ok) {
-            // reported below
-        } else if (kind == "c") {
-            at[id] = j.campaigns.size();
-            j.campaigns.push_back({id, std::nullopt, {false}});
-            j.unfinished = id;
-        } else if (kind == "g") {
-            colock::test::holding h;
-            h.holder = id;
-            ok = (line >> h.fence >> h.token >> h.acquired_ns) && !c->term;
-            c->term = h.fence;
-            c->published[0] = true;
-            open[id] = std::move(h);
-        } else if (kind == "v" || kind == "p") {
-            std::size_t index = 0;
-            ok = (line >> index) && c->term && index > 0;
-            if (ok && kind == "v") {
-                ok = index == c->published.size(); // the values are proclaimed in order
-                c->published.push_back(false);
-            } else if (ok) {
-                ok = index < c->published.size();
-                if (ok)
-                    c->published[index] = true;
+    for_each_journal_line(
+        path, "election journal",
+        [&](std::string const& kind, std::string const& id, std::istream& line) {
+            auto const known = at.find(id);
+            auto* c = known == at.end() ? nullptr : &j.campaigns[known->second];
+            // "c" starts a campaign; every other line is about one started before.
+            bool ok = !id.empty() && (kind == "c") == (c == nullptr);
+            if (!ok) {
+                // refused: the line is reported
+            } else if (kind == "c") {
+                at[id] = j.campaigns.size();
+                j.campaigns.push_back({id, std::nullopt, {false}});
+                j.unfinished = id;
+            } else if (kind == "g") {
+                colock::test::holding h;
+                h.holder = id;
+                ok = (line >> h.fence >> h.token >> h.acquired_ns) && !c->term;
+                c->term = h.fence;
+                c->published[0] = true;
+                open[id] = std::move(h);
+            } else if (kind == "v" || kind == "p") {
+                std::size_t index = 0;
+                ok = (line >> index) && c->term && index > 0;
+                if (ok && kind == "v") {
+                    ok = index == c->published.size(); // the values are proclaimed in order
+                    c->published.push_back(false);
+                } else if (ok) {
+                    ok = index < c->published.size();
+                    if (ok)
+                        c->published[index] = true;
+                }
+            } else if (kind == "x") {
+                ok = !c->term && j.unfinished == id;
+                j.unfinished.clear();
+            } else if (kind == "e") {
+                std::string how;
+                ok = (line >> how) && open.erase(id) == 1 && j.unfinished == id;
+                ++j.endings[how];
+                j.unfinished.clear();
+            } else {
+                ok = false;
             }
-        } else if (kind == "x") {
-            ok = !c->term && j.unfinished == id;
-            j.unfinished.clear();
-        } else if (kind == "e") {
-            std::string how;
-            ok = (line >> how) && open.erase(id) == 1 && j.unfinished == id;
-            ++j.endings[how];
-            j.unfinished.clear();
-        } else {
-            ok = false;
-        }
-        if (!ok)
-            throw std::runtime_error(fmt::format("election journal {}, line {}: '{}'", path,
-                                                 line_no, text.substr(begin, nl - begin)));
-    }
+            return ok;
+        });
     for (auto& [id, h] : open)
         j.open.push_back(std::move(h));
     return j;

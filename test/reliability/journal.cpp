@@ -73,42 +73,51 @@ std::string read_journal_text(std::string const& path) {
     return content.str();
 }
 
-journal read_journal(std::string const& path) {
+void for_each_journal_line(std::string const& path, std::string_view what,
+                           std::function<bool(std::string const& kind, std::string const& id,
+                                              std::istream& rest)> const& step) {
     std::string const text = read_journal_text(path);
-
-    journal j;
-    // Open tenures by holder: a coroutine is in one tenure at a time.
-    std::map<std::string, std::pair<colock::test::holding, bool>> open;
     std::size_t line_no = 0;
     for (std::size_t begin = 0, nl; (nl = text.find('\n', begin)) != std::string::npos;
          begin = nl + 1) {
         ++line_no;
         std::istringstream line(text.substr(begin, nl - begin));
         std::string kind;
-        std::string holder;
-        line >> kind >> holder;
-        bool ok = !holder.empty();
-        if (kind == "a") {
-            colock::test::holding h;
-            h.holder = holder;
-            ok = ok && (line >> h.fence >> h.token >> h.acquired_ns);
-            open[holder] = {std::move(h), false};
-            ++j.acquisitions;
-        } else if (kind == "w") {
-            std::int64_t value = 0;
-            ok = ok && (line >> value) && open.contains(holder);
-            j.written.push_back(value);
-            if (ok)
-                open[holder].second = true;
-        } else if (kind == "r") {
-            ok = ok && open.erase(holder) == 1;
-        } else {
-            ok = false;
-        }
-        if (!ok)
-            throw std::runtime_error(fmt::format("journal {}, line {}: '{}'", path, line_no,
+        std::string id;
+        line >> kind >> id;
+        if (!step(kind, id, line))
+            throw std::runtime_error(fmt::format("{} {}, line {}: '{}'", what, path, line_no,
                                                  text.substr(begin, nl - begin)));
     }
+}
+
+journal read_journal(std::string const& path) {
+    journal j;
+    // Open tenures by holder: a coroutine is in one tenure at a time.
+    std::map<std::string, std::pair<colock::test::holding, bool>> open;
+    for_each_journal_line(
+        path, "journal",
+        [&](std::string const& kind, std::string const& holder, std::istream& line) {
+            bool ok = !holder.empty();
+            if (kind == "a") {
+                colock::test::holding h;
+                h.holder = holder;
+                ok = ok && (line >> h.fence >> h.token >> h.acquired_ns);
+                open[holder] = {std::move(h), false};
+                ++j.acquisitions;
+            } else if (kind == "w") {
+                std::int64_t value = 0;
+                ok = ok && (line >> value) && open.contains(holder);
+                j.written.push_back(value);
+                if (ok)
+                    open[holder].second = true;
+            } else if (kind == "r") {
+                ok = ok && open.erase(holder) == 1;
+            } else {
+                ok = false;
+            }
+            return ok;
+        });
     for (auto& [holder, tenure] : open) {
         j.open.push_back(std::move(tenure.first));
         j.open_without_write += tenure.second ? 0 : 1;

@@ -17,7 +17,10 @@
 #include <colock_test/history.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <istream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace colock::reliability {
@@ -56,6 +59,14 @@ struct journal {
 
 /// The whole journal at `path`; throws std::runtime_error when it cannot be read.
 std::string read_journal_text(std::string const& path);
+
+/// Reads the journal at `path` a whole line at a time (a last line without its newline is
+/// ignored): `step` is given the line's first two words and the stream of the rest, and says
+/// whether the line is well formed. Throws std::runtime_error naming `what` ("journal"), the
+/// path and the line for one that is not.
+void for_each_journal_line(std::string const& path, std::string_view what,
+                           std::function<bool(std::string const& kind, std::string const& id,
+                                              std::istream& rest)> const& step);
 
 /// Reads a journal. A last line without its newline (a write the kill cut short) is ignored;
 /// throws std::runtime_error for any other malformed line.

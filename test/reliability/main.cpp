@@ -76,12 +76,10 @@ result contention_under_faults() {
     check_history(r, env.dir.file("history"));
     r.leaked_keys = lock_keys_left(env.server, {"a"});
     r.check(r.leaked_keys == 0, "the lock is left held, or a key without an expiry");
-    auto const s = env.proxy.stats();
-    r.figures = fmt::format("counter {} = increments; lost updates 0; proxy: {} drops, {} cuts, {} "
-                            "stalls, {} black-holed; worker reconnects {:.0f}, co_lock errors "
-                            "{:.0f}, tenures skipped (lease over before the write) {:.0f}",
-                            counter, s.dropped, s.cuts, s.stalls, s.black_holed,
-                            total["reconnects"], total["errors"], total["skipped"]);
+    r.figures = fmt::format(
+        "counter {} = increments; lost updates 0; {}; worker reconnects {:.0f}, co_lock errors "
+        "{:.0f}, tenures skipped (lease over before the write) {:.0f}",
+        counter, proxy_figures(env.proxy), total["reconnects"], total["errors"], total["skipped"]);
     return r;
 }
 
@@ -121,7 +119,7 @@ result stopped_holder() {
     colock::test::fenced_store store(dir.file("store")); // for the figures
     r.leaked_keys = lock_keys_left(server, {"b"});
     r.check(r.leaked_keys == 0, "the lock is left held, or a key without an expiry");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     if (b_acquired && a_lost)
         r.figures = fmt::format(
             "B acquired {:.0f} ms after A stopped; A told lost {:.1f} ms after SIGCONT; A's "
@@ -170,7 +168,7 @@ result restart_after_ttl() {
     b.send("unlock");
     r.check(a.wait_exit(10s) == 0 && b.wait_exit(10s) == 0, "a hold worker failed");
     auto total = collect(r, ws, run + 60s);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     auto const counter = read_counter(dir.file("counter"));
     r.check(counter == static_cast<std::int64_t>(total["increments"]),
             fmt::format("counter {} but {:.0f} increments", counter, total["increments"]));
@@ -246,7 +244,7 @@ result instant_restart() {
     }
     r.check(r.leaked_keys == 0, "the lock is left held, or a key without an expiry");
     r.check(worst_told_ns < 2'000'000'000, "a holder took more than 2 s to learn of the restart");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     r.figures = fmt::format("{} restarts: old holder told within {:.1f} ms of the restart (run_id "
                             "changed); window with two believing holders at most {:.1f} ms; "
                             "stale writes refused by fence {}/{}",
@@ -298,7 +296,7 @@ result client_pause() {
     a.send("unlock");
     r.check(a.wait_exit(10s) == 0, "the hold worker failed");
     auto total = collect(r, ws, run + 60s);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     auto const counter = read_counter(dir.file("counter"));
     r.check(counter == static_cast<std::int64_t>(total["increments"]),
             fmt::format("counter {} but {:.0f} increments", counter, total["increments"]));
@@ -355,7 +353,7 @@ result cancellation_storm() {
     r.check(total["cancelled"] > 0 && total["acquisitions"] > 0, "the storm did nothing");
     r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
     r.losses = static_cast<std::uint64_t>(total["losses"]);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     r.figures = fmt::format("{} coroutines x 2 procs on 8 names: {:.0f} co_lock cancelled, {:.0f} "
                             "errors, {:.0f} reconnects",
                             coroutines, total["cancelled"], total["errors"], total["reconnects"]);
@@ -376,7 +374,7 @@ result many_waiters() {
     auto line = w.wait_line("summary", 300s);
     r.check(line.has_value(), "the waiters worker gave no summary");
     r.check(w.wait_exit(30s) == 0, "the waiters worker failed");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     if (!line)
         return r;
     auto f = fields(*line);

@@ -90,6 +90,22 @@ std::size_t lock_keys_left(redis_server const& server, std::vector<std::string> 
     return left;
 }
 
+void check_left_keys(result& r, redis_server const& server, milliseconds patience,
+                     std::string const& what) {
+    auto const left =
+        settle_keys({{&server, "the server"}}, std::chrono::steady_clock::now() + patience).left;
+    r.leaked_keys = left.size();
+    for (auto const& k : left)
+        r.failures.push_back("  left: " + k);
+    r.check(left.empty(), "a key of the " + what + " is left");
+}
+
+std::string proxy_figures(fault_proxy const& proxy) {
+    auto const s = proxy.stats();
+    return fmt::format("proxy: {} drops, {} cuts, {} stalls, {} black-holed", s.dropped, s.cuts,
+                       s.stalls, s.black_holed);
+}
+
 std::uint64_t inject_faults(fault_proxy& proxy, std::chrono::steady_clock::time_point until,
                             std::mt19937& rng, milliseconds longest_stall) {
     std::uint64_t faults = 0;
@@ -158,7 +174,7 @@ settle_keys(std::vector<std::pair<colock::test::redis_server const*, std::string
 
 void tally(result& r, std::map<std::string, double>& total,
            std::chrono::steady_clock::time_point start, std::uint64_t least) {
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     r.acquisitions = static_cast<std::uint64_t>(total["acquisitions"]);
     r.losses = static_cast<std::uint64_t>(total["losses"]);
     r.check(r.acquisitions >= least, fmt::format("only {} acquisitions", r.acquisitions));

@@ -61,6 +61,10 @@ struct result {
         if (!ok)
             failures.push_back(what);
     }
+    // The scenario took from `start` to now.
+    void timed_from(std::chrono::steady_clock::time_point start) {
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
 };
 
 // A temporary directory for a scenario's shared files, removed with everything in it.
@@ -149,6 +153,9 @@ std::uint64_t inject_faults(colock::test::fault_proxy& proxy,
                             std::chrono::steady_clock::time_point until, std::mt19937& rng,
                             std::chrono::milliseconds longest_stall);
 
+// What the proxy did, for a scenario's figures: "proxy: N drops, N cuts, N stalls, N black-holed".
+std::string proxy_figures(colock::test::fault_proxy const& proxy);
+
 // The end of a run that began at `start`, from the workers' summed `total`: how long it took,
 // the acquisitions and losses, and a failure when there were fewer than `least` acquisitions.
 void tally(result& r, std::map<std::string, double>& total,
@@ -169,6 +176,11 @@ struct keys_after_run {
 keys_after_run
 settle_keys(std::vector<std::pair<colock::test::redis_server const*, std::string>> const& nodes,
             std::chrono::steady_clock::time_point until);
+
+// The keys left on `server` once `patience` has passed, each listed in `r`'s failures and
+// counted in its leaked keys; `what` ("semaphore") names the primitive whose keys they are.
+void check_left_keys(result& r, colock::test::redis_server const& server,
+                     std::chrono::milliseconds patience, std::string const& what);
 
 // Follows a plan of faults until 2 s before the run's end: after each pause of `pause_ms()` ms,
 // the next planned step when its time has come (step `i` at the share `at(i)` of `run` from

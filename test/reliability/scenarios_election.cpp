@@ -245,14 +245,6 @@ std::string check_election(result& r, campaigners& c, worker_process& observer,
                        report.missed_with_resync, report.unlearned_terms);
 }
 
-std::size_t keys_left_after(redis_server const& server, result& r, milliseconds patience) {
-    auto const keys =
-        settle_keys({{&server, "the server"}}, std::chrono::steady_clock::now() + patience);
-    for (auto const& k : keys.left)
-        r.failures.push_back("  left: " + k);
-    return keys.left.size();
-}
-
 } // namespace
 
 // m1. The leader SIGKILLed with the next candidate (another process) queued behind it: the
@@ -322,9 +314,8 @@ result election_killed_leader() {
     r.check(leader->wait_line("resigned", 5s) == "resigned 1", "the last leader could not resign");
     r.check(leader->wait_exit(10s) == 0, "the last leader failed");
     check_history(r, dir.file("history"));
-    r.leaked_keys = keys_left_after(server, r, 3s);
-    r.check(r.leaked_keys == 0, "a key of the election is left");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    check_left_keys(r, server, 3s, "election");
+    r.timed_from(start);
     r.figures = fmt::format("kill -> next candidate's co_campaign returned: {} ms (bound ttl {} "
                             "ms + 100 ms); terms increasing",
                             fmt::join(delays, "/"), election_ttl.count());
@@ -399,9 +390,8 @@ result election_stopped_leader() {
             "A's late write was not refused by the fenced store");
     let_go_in_turn(r, a, b, "resign", "resigned", "term", dir, a_lost.has_value());
     colock::test::fenced_store store(dir.file("store")); // for the figures
-    r.leaked_keys = keys_left_after(server, r, 3s);
-    r.check(r.leaked_keys == 0, "a key of the election is left");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    check_left_keys(r, server, 3s, "election");
+    r.timed_from(start);
     if (a_lost && first_step)
         r.figures = fmt::format(
             "B led {:.0f} ms after A stopped; after SIGCONT A's first step ({:.1f} ms) found "
@@ -494,9 +484,8 @@ result election_campaigns_with_kills() {
     r.check(!leader_kills.empty(), "no kill hit a leader");
     auto endings = c.endings();
     r.losses = endings["lost"];
-    r.leaked_keys = keys_left_after(server, r, 5s);
-    r.check(r.leaked_keys == 0, "a key of the election is left");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    check_left_keys(r, server, 5s, "election");
+    r.timed_from(start);
     // The killed processes' counts are not in the summaries: the terms' endings come from the
     // journals. A term lost or a write refused here is a process starved for longer than the
     // lease's slack (ttl - renew interval), not a fault the scenario injected.
@@ -541,19 +530,15 @@ result election_proxy_faults() {
     r.check(grants.size() >= 5, fmt::format("only {} terms granted", grants.size()));
     auto endings = c.endings();
     r.losses = endings["lost"];
-    r.leaked_keys = keys_left_after(env.server, r, 5s);
-    r.check(r.leaked_keys == 0, "a key of the election is left");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    auto const s = env.proxy.stats();
+    check_left_keys(r, env.server, 5s, "election");
+    r.timed_from(start);
     r.figures = fmt::format(
         "{} terms: {} resigned, {} dropped, {} lost ({:.0f} over when co_campaign returned); "
-        "{:.0f} campaigns failed, {:.0f} resigns failed, {:.0f} proclaims ({:.0f} failed); "
-        "store writes {:.0f} accepted, {:.0f} refused; proxy: {} drops, {} cuts, {} stalls, {} "
-        "black-holed; reconnects {:.0f}; {}",
+        "{:.0f} campaigns failed, {:.0f} resigns failed, {:.0f} proclaims ({:.0f} failed); store "
+        "writes {:.0f} accepted, {:.0f} refused; {}; reconnects {:.0f}; {}",
         grants.size(), endings["resign"], endings["drop"], endings["lost"], total["over_at_return"],
         total["errors"], total["resign_errors"], total["proclaims"], total["proclaim_errors"],
-        total["writes"], total["refused"], s.dropped, s.cuts, s.stalls, s.black_holed,
-        total["reconnects"], watch);
+        total["writes"], total["refused"], proxy_figures(env.proxy), total["reconnects"], watch);
     return r;
 }
 

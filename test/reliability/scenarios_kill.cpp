@@ -141,7 +141,7 @@ result killed_in_cohort() {
     }
 
     auto total = collect(r, steady, run + 60s);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     r.losses = static_cast<std::uint64_t>(total["losses"]);
 
     // Lost updates, exactly: every value from 1 to the counter's end written once; a value no
@@ -322,7 +322,7 @@ result killed_at_queue_head() {
     check_history(r, dir.file("history"));
     r.leaked_keys = settled_keys_left(server, names, max_handoff_claim + 1000ms);
     r.check(r.leaked_keys == 0, "a lock is left held, or a key without an expiry");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     r.figures = fmt::format(
         "V (head of the queue) killed, A releases: handed to the dead V, C acquired {:.0f} ms "
         "after the release (bound: claim {} ms + next attempt within {} ms, + {} ms); V's entry "

@@ -133,13 +133,12 @@ result lease_edges() {
     r.check(sampled.samples >= 20, fmt::format("only {} samples of the keys", sampled.samples));
     r.leaked_keys = lock_keys_left(env.server, {"l"}) + sampled.offenders.size();
     r.check(r.leaked_keys == 0, "the lock is left held, or a key without an expiry");
-    auto const s = env.proxy.stats();
-    r.figures = fmt::format(
-        "counter {} = increments; {} samples of every key, none without an expiry; {} "
-        "full-server spells; {:.0f} shortening extends; proxy: {} drops, {} cuts, {} stalls, {} "
-        "black-holed; losses {:.0f}, co_lock errors {:.0f}, tenures skipped {:.0f}",
-        counter, sampled.samples, full_spells, total["extends"], s.dropped, s.cuts, s.stalls,
-        s.black_holed, total["losses"], total["errors"], total["skipped"]);
+    r.figures =
+        fmt::format("counter {} = increments; {} samples of every key, none without an expiry; {} "
+                    "full-server spells; {:.0f} shortening extends; {}; losses {:.0f}, co_lock "
+                    "errors {:.0f}, tenures skipped {:.0f}",
+                    counter, sampled.samples, full_spells, total["extends"],
+                    proxy_figures(env.proxy), total["losses"], total["errors"], total["skipped"]);
     return r;
 }
 

@@ -391,7 +391,7 @@ result promises_kept() {
         3s, [&] { return (left = lock_keys_left(server, {"o-fifo"})) == 0; }, 100ms);
     r.leaked_keys += left;
     r.check(r.leaked_keys == 0, "a lock is left held, or a key without an expiry");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.timed_from(start);
     auto const list = [](std::vector<double> const& v) {
         std::vector<std::string> out;
         for (auto x : v)

@@ -120,10 +120,6 @@ private:
     std::thread thread_;
 };
 
-std::vector<std::string> leftover_keys(redis_server const& server, milliseconds patience) {
-    return settle_keys({{&server, "the server"}}, std::chrono::steady_clock::now() + patience).left;
-}
-
 // The largest value of `key` in the summaries of ws[from, to) (collect adds them up).
 double largest(std::vector<std::unique_ptr<worker_process>> const& ws, std::size_t from,
                std::size_t to, std::string const& key) {
@@ -329,27 +325,22 @@ result semaphore_with_kills() {
                                 });
                             }),
             "a victim never held");
-    auto const left = leftover_keys(env.server, queue_entry_ttl + 2s);
-    r.leaked_keys = left.size();
-    for (auto const& k : left)
-        r.failures.push_back("  left: " + k);
-    r.check(left.empty(), "a key of the semaphore is left");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    auto const s = env.proxy.stats();
+    check_left_keys(r, env.server, queue_entry_ttl + 2s, "semaphore");
+    r.timed_from(start);
     std::size_t victim_permits_total = 0;
     for (auto const& d : deaths)
         for (auto const& h : d.open)
             victim_permits_total += permits_of(h);
-    r.figures = fmt::format(
-        "{} tenures, at most {} permits at once (capacity {}); fences all distinct, increasing "
-        "per holder; kills hit {} permit(s) held; their leases ran out {} ms after the kill (ttl "
-        "{} ms); the others' next acquisition {} ms, and they held the victim's permits {} ms "
-        "after it (bound {} ms); {:.0f} losses, {:.0f} errors, {:.0f} timeouts, {:.0f} releases "
-        "not ours; proxy: {} drops, {} cuts, {} stalls, {} black-holed",
-        all.size(), report.most_at_once, capacity, victim_permits_total, fmt::join(lefts, "/"),
-        shared_ttl.count(), fmt::join(firsts, "/"), fmt::join(reuses, "/"), reuse_bound.count(),
-        total["losses"], total["errors"], total["timeouts"], total["not_ours"], s.dropped, s.cuts,
-        s.stalls, s.black_holed);
+    r.figures =
+        fmt::format("{} tenures, at most {} permits at once (capacity {}); fences all distinct, "
+                    "increasing per holder; kills hit {} permit(s) held; their leases ran out {} "
+                    "ms after the kill (ttl {} ms); the others' next acquisition {} ms, and they "
+                    "held the victim's permits {} ms after it (bound {} ms); {:.0f} losses, {:.0f} "
+                    "errors, {:.0f} timeouts, {:.0f} releases not ours; {}",
+                    all.size(), report.most_at_once, capacity, victim_permits_total,
+                    fmt::join(lefts, "/"), shared_ttl.count(), fmt::join(firsts, "/"),
+                    fmt::join(reuses, "/"), reuse_bound.count(), total["losses"], total["errors"],
+                    total["timeouts"], total["not_ours"], proxy_figures(env.proxy));
     return r;
 }
 
@@ -502,20 +493,14 @@ result rw_lock_with_kills() {
     for (auto const& d : deaths)
         held_at_kills += d.open.empty() ? 0 : 1;
     r.check(held_at_kills == deaths.size(), "a kill found the victim holding nothing");
-    auto const left = leftover_keys(env.server, queue_entry_ttl + 2s);
-    r.leaked_keys = left.size();
-    for (auto const& k : left)
-        r.failures.push_back("  left: " + k);
-    r.check(left.empty(), "a key of the read-write lock is left");
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    auto const s = env.proxy.stats();
+    check_left_keys(r, env.server, queue_entry_ttl + 2s, "read-write lock");
+    r.timed_from(start);
     r.figures = fmt::format(
-        "{} reader and {} writer tenures ({:.0f} downgrades), up to {} readers at once; "
-        "writers' fences increasing; {} readers' fences checked, {} exactly the last writer's "
-        "before them, {} after a lapse; longest writer wait {:.0f} ms direct (bound {} ms), {:.0f} "
-        "ms through the proxy; longest unbroken reading {:.0f} ms (bound {} ms); kills hit "
-        "{} tenures ({} a writer's); {:.0f} losses, {:.0f} errors, {:.0f} timeouts; proxy: {} "
-        "drops, {} cuts, {} stalls, {} black-holed",
+        "{} reader and {} writer tenures ({:.0f} downgrades), up to {} readers at once; writers' "
+        "fences increasing; {} readers' fences checked, {} exactly the last writer's before them, "
+        "{} after a lapse; longest writer wait {:.0f} ms direct (bound {} ms), {:.0f} ms through "
+        "the proxy; longest unbroken reading {:.0f} ms (bound {} ms); kills hit {} tenures ({} a "
+        "writer's); {:.0f} losses, {:.0f} errors, {:.0f} timeouts; {}",
         report.readers, report.writers, total["downgrades"], report.most_readers_at_once,
         report.readers_checked, report.readers_exact, report.readers_after_lapse, longest_wait_ms,
         wait_bound.count(), proxied_wait_ms, ms(longest_reading_ns), shared_ttl.count(),
@@ -525,8 +510,8 @@ result rw_lock_with_kills() {
                 n += d.open.size();
             return n;
         }(),
-        writers_killed, total["losses"], total["errors"], total["timeouts"], s.dropped, s.cuts,
-        s.stalls, s.black_holed);
+        writers_killed, total["losses"], total["errors"], total["timeouts"],
+        proxy_figures(env.proxy));
     return r;
 }
 

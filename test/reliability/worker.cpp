@@ -52,6 +52,7 @@
 #include <cstdio>
 #include <exception>
 #include <string_view>
+#include <utility>
 
 namespace colock::reliability {
 
@@ -67,26 +68,16 @@ int worker_main(int argc, char** argv) {
     std::string_view const mode = argv[2];
     try {
         arguments const args(argc, argv, 3);
-        if (mode == "contend")
-            return run_contend(args);
-        if (mode == "hold")
-            return run_hold(args);
-        if (mode == "storm")
-            return run_storm(args);
-        if (mode == "waiters")
-            return run_waiters(args);
-        if (mode == "lead")
-            return run_lead(args);
-        if (mode == "campaign")
-            return run_campaign(args);
-        if (mode == "observe")
-            return run_observe(args);
-        if (mode == "permits")
-            return run_permits(args);
-        if (mode == "rw")
-            return run_rw(args);
-        if (mode == "with_lock")
-            return run_with_lock(args);
+        using mode_main = int (*)(arguments const&);
+        static constexpr std::pair<std::string_view, mode_main> modes[] = {
+            {"contend", run_contend},     {"hold", run_hold},       {"storm", run_storm},
+            {"waiters", run_waiters},     {"lead", run_lead},       {"campaign", run_campaign},
+            {"observe", run_observe},     {"permits", run_permits}, {"rw", run_rw},
+            {"with_lock", run_with_lock},
+        };
+        for (auto const& [name, run] : modes)
+            if (mode == name)
+                return run(args);
         std::fprintf(stderr, "worker: unknown mode '%.*s'\n", static_cast<int>(mode.size()),
                      mode.data());
         return 2;

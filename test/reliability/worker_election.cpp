@@ -31,9 +31,6 @@ namespace colock::reliability {
 namespace {
 
 using namespace asio::experimental::awaitable_operators;
-using boost::system::error_code;
-using colock::test::steady_now_ns;
-using std::chrono::milliseconds;
 
 // A leader's steps: every `step` it asks leads(), saying "step NS LEADS LOST", and stops
 // asking at the first step that finds it does not lead. Returns only when cancelled.
@@ -169,56 +166,32 @@ int run_lead(arguments const& args) {
     colock::test::history_writer history(args.text("history"));
     colock::test::fenced_store store(args.text("store"));
     asio::posix::stream_descriptor in(ctx, dup(STDIN_FILENO));
-    int rc = 0;
 
-    asio::co_spawn(
-        ctx,
-        [&]() -> asio::awaitable<void> {
-            auto lead = co_await el.co_campaign(args.text_or("value", holder), opt);
-            auto const acquired_ns = steady_now_ns();
-            say(fmt::format("leading {} {}", acquired_ns, lead.term()));
-            std::int64_t lost_ns = 0;
-            lead.guard().async_wait_lost([&](error_code ec) {
-                if (!ec && lead.guard().lost()) {
-                    lost_ns = steady_now_ns();
-                    say(fmt::format("lost {}", lost_ns));
-                }
-            });
-            bool resign = false;
-            co_await (lead_steps(lead, step) || read_commands(in, [&](std::string const& line) {
-                          if (line.starts_with("write ")) {
-                              // No leads() check: the write already on its way when the leader
-                              // was stopped.
-                              bool const ok = store.write(lead.term(), line.substr(6));
-                              say(ok ? "write accepted" : "write refused");
-                              return true;
-                          }
-                          if (line == "state") {
-                              say(fmt::format("state leads={} lost={}", lead.leads() ? 1 : 0,
-                                              lead.guard().lost() ? 1 : 0));
-                              return true;
-                          }
-                          resign = line == "resign";
-                          return false;
-                      }));
-            history.record(tenure(lead.guard(), holder, acquired_ns, lost_ns));
-            bool resigned = false;
-            if (resign) {
-                try {
-                    resigned = co_await lead.co_resign();
-                } catch (boost::system::system_error const& e) {
-                    say(fmt::format("resign failed {}", e.what()));
-                }
+    return run_commanded(ctx, client, in, [&]() -> asio::awaitable<void> {
+        auto lead = co_await el.co_campaign(args.text_or("value", holder), opt);
+        auto const acquired_ns = steady_now_ns();
+        say(fmt::format("leading {} {}", acquired_ns, lead.term()));
+        std::int64_t lost_ns = 0;
+        lead.guard().async_wait_lost([&](error_code ec) {
+            if (!ec && lead.guard().lost()) {
+                lost_ns = steady_now_ns();
+                say(fmt::format("lost {}", lost_ns));
             }
-            say(fmt::format("resigned {}", resigned ? 1 : 0));
-            client.close();
-        },
-        report_failure(rc, [&] {
-            client.close();
-            in.close();
-        }));
-    ctx.run();
-    return rc;
+        });
+        bool resign = false;
+        auto const state = [&] {
+            return fmt::format("state leads={} lost={}", lead.leads() ? 1 : 0,
+                               lead.guard().lost() ? 1 : 0);
+        };
+        co_await (
+            lead_steps(lead, step) ||
+            read_commands(in, holder_commands(
+                                  store, [&] { return lead.term(); }, state, "resign", resign)));
+        history.record(tenure(lead.guard(), holder, acquired_ns, lost_ns));
+        co_await end_as_asked(
+            resign, [&] { return lead.co_resign(); }, "resign", "resigned");
+        client.close();
+    });
 }
 
 // ------------------------------------------------------------------------------- campaign
@@ -274,31 +247,21 @@ int run_observe(arguments const& args) {
     lock_client client{ctx.get_executor(), args};
     election el{client.locks(), args.text("name")};
     asio::posix::stream_descriptor in(ctx, dup(STDIN_FILENO));
-    int rc = 0;
 
-    asio::co_spawn(
-        ctx,
-        [&]() -> asio::awaitable<void> {
-            auto watch = el.observe();
-            auto changes = [&]() -> asio::awaitable<void> {
-                while (auto c = co_await watch.co_next())
-                    say(fmt::format("change {} {} {} {} {}", steady_now_ns(), c->leading ? 1 : 0,
-                                    c->term, c->resynced ? 1 : 0,
-                                    c->value.empty() ? "-" : c->value));
-                say("watch over");
-                co_await read_commands(in, [](auto const&) { return false; });
-            };
-            // Until "exit" (or the end of stdin).
-            co_await (changes() || read_commands(in, [](auto const&) { return false; }));
-            watch.close();
-            client.close();
-        },
-        report_failure(rc, [&] {
-            client.close();
-            in.close();
-        }));
-    ctx.run();
-    return rc;
+    return run_commanded(ctx, client, in, [&]() -> asio::awaitable<void> {
+        auto watch = el.observe();
+        auto changes = [&]() -> asio::awaitable<void> {
+            while (auto c = co_await watch.co_next())
+                say(fmt::format("change {} {} {} {} {}", steady_now_ns(), c->leading ? 1 : 0,
+                                c->term, c->resynced ? 1 : 0, c->value.empty() ? "-" : c->value));
+            say("watch over");
+            co_await read_commands(in, [](auto const&) { return false; });
+        };
+        // Until "exit" (or the end of stdin).
+        co_await (changes() || read_commands(in, [](auto const&) { return false; }));
+        watch.close();
+        client.close();
+    });
 }
 
 } // namespace colock::reliability

@@ -30,8 +30,6 @@ namespace colock::reliability {
 namespace {
 
 using namespace asio::experimental::awaitable_operators;
-using boost::system::error_code;
-using std::chrono::milliseconds;
 
 asio::awaitable<void> stormer(locker& locks, std::vector<std::string> const& names,
                               lock_options opt, int seed, steady_clock_deadline until,

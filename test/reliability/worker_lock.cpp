@@ -32,9 +32,6 @@ namespace colock::reliability {
 namespace {
 
 using namespace asio::experimental::awaitable_operators;
-using boost::system::error_code;
-using colock::test::steady_now_ns;
-using std::chrono::milliseconds;
 
 // A counter in a file that holders read, pause over, and write back, with no locking of its
 // own: if two holders ever overlapped, an update would be lost.
@@ -192,56 +189,30 @@ int run_hold(arguments const& args) {
     colock::test::history_writer history(args.text("history"));
     colock::test::fenced_store store(args.text("store"));
     asio::posix::stream_descriptor in(ctx, dup(STDIN_FILENO));
-    int rc = 0;
 
-    asio::co_spawn(
-        ctx,
-        [&]() -> asio::awaitable<void> {
-            auto g = co_await locks.co_lock(name, opt);
-            auto const acquired_ns = steady_now_ns();
-            say(fmt::format("acquired {} {}", acquired_ns, g.fence()));
-            std::int64_t lost_ns = 0;
-            g.async_wait_lost([&](error_code ec) {
-                if (!ec && g.lost()) {
-                    lost_ns = steady_now_ns();
-                    say(fmt::format("lost {}", lost_ns));
-                }
-            });
-            bool unlock_requested = false;
-            co_await read_commands(in, [&](std::string const& line) {
-                if (line.starts_with("write ")) {
-                    // Deliberately no owns_lock() check: this is the write that was already on
-                    // its way when the holder was paused or cut off.
-                    bool const ok = store.write(g.fence(), line.substr(6));
-                    say(ok ? "write accepted" : "write refused");
-                    return true;
-                }
-                if (line == "state") {
-                    say(fmt::format("state owns={} lost={}", g.owns_lock() ? 1 : 0,
-                                    g.lost() ? 1 : 0));
-                    return true;
-                }
-                unlock_requested = line == "unlock";
-                return false;
-            });
-            history.record(tenure(g, holder, acquired_ns, lost_ns));
-            bool released = false;
-            if (unlock_requested) {
-                try {
-                    released = co_await g.unlock();
-                } catch (boost::system::system_error const& e) {
-                    say(fmt::format("unlock failed {}", e.what()));
-                }
+    return run_commanded(ctx, client, in, [&]() -> asio::awaitable<void> {
+        auto g = co_await locks.co_lock(name, opt);
+        auto const acquired_ns = steady_now_ns();
+        say(fmt::format("acquired {} {}", acquired_ns, g.fence()));
+        std::int64_t lost_ns = 0;
+        g.async_wait_lost([&](error_code ec) {
+            if (!ec && g.lost()) {
+                lost_ns = steady_now_ns();
+                say(fmt::format("lost {}", lost_ns));
             }
-            say(fmt::format("released {}", released ? 1 : 0));
-            client.close();
-        },
-        report_failure(rc, [&] {
-            client.close();
-            in.close();
-        }));
-    ctx.run();
-    return rc;
+        });
+        bool unlock_requested = false;
+        auto const state = [&] {
+            return fmt::format("state owns={} lost={}", g.owns_lock() ? 1 : 0, g.lost() ? 1 : 0);
+        };
+        co_await read_commands(
+            in, holder_commands(
+                    store, [&] { return g.fence(); }, state, "unlock", unlock_requested));
+        history.record(tenure(g, holder, acquired_ns, lost_ns));
+        co_await end_as_asked(
+            unlock_requested, [&] { return g.unlock(); }, "unlock", "released");
+        client.close();
+    });
 }
 
 } // namespace colock::reliability

@@ -24,9 +24,6 @@ namespace colock::reliability {
 
 namespace {
 
-using colock::test::steady_now_ns;
-using std::chrono::milliseconds;
-
 struct with_lock_plan {
     std::string name;
     milliseconds work_min, work_max, stall;

@@ -29,8 +29,6 @@ namespace colock::reliability {
 namespace {
 
 using namespace asio::experimental::awaitable_operators;
-using colock::test::steady_now_ns;
-using std::chrono::milliseconds;
 
 // A holding's tenure for the history, ending now, or when its holder learned of the loss
 // (`lost_ns` not 0), or at its lease's local deadline.
@@ -95,6 +93,17 @@ asio::awaitable<void> failed(boost::system::error_code failure, shared_tally& t)
     co_await sleep_for(5ms);
 }
 
+// Awaits `acquire()` into `out`; the code of the system_error it throws, or none.
+template <class T, class Acquire>
+asio::awaitable<boost::system::error_code> acquire_into(T& out, Acquire acquire) {
+    try {
+        out = co_await acquire();
+    } catch (boost::system::system_error const& e) {
+        co_return e.code();
+    }
+    co_return boost::system::error_code{};
+}
+
 // Gives `g` back through `let_go` (release or unlock), counting what it said.
 template <class LetGo>
 asio::awaitable<void> give_back(LetGo let_go, shared_tally& t) {
@@ -125,12 +134,8 @@ asio::awaitable<void> permit_holder(semaphore& sem, lock_options opt, std::strin
     std::minstd_rand rng(static_cast<unsigned>(std::hash<std::string>{}(holder)));
     while (std::chrono::steady_clock::now() < plan.until) {
         permit p;
-        boost::system::error_code failure;
-        try {
-            p = co_await sem.co_acquire(plan.permits, until_end(opt, plan.until));
-        } catch (boost::system::system_error const& e) {
-            failure = e.code();
-        }
+        auto const failure = co_await acquire_into(
+            p, [&] { return sem.co_acquire(plan.permits, until_end(opt, plan.until)); });
         if (failure) {
             co_await failed(failure, t);
             continue;
@@ -207,12 +212,8 @@ asio::awaitable<void> reader(rw_lock& rw, lock_options opt, std::string holder, 
     std::minstd_rand rng(static_cast<unsigned>(std::hash<std::string>{}(holder)));
     while (std::chrono::steady_clock::now() < plan.until) {
         read_guard g;
-        boost::system::error_code failure;
-        try {
-            g = co_await rw.co_lock_shared(until_end(opt, plan.until));
-        } catch (boost::system::system_error const& e) {
-            failure = e.code();
-        }
+        auto const failure =
+            co_await acquire_into(g, [&] { return rw.co_lock_shared(until_end(opt, plan.until)); });
         if (failure) {
             co_await failed(failure, t);
             continue;
@@ -246,12 +247,8 @@ asio::awaitable<void> writer(rw_lock& rw, lock_options opt, std::string proc, st
             break;
         write_guard g;
         auto const called_ns = steady_now_ns();
-        boost::system::error_code failure;
-        try {
-            g = co_await rw.co_lock(until_end(opt, plan.until));
-        } catch (boost::system::system_error const& e) {
-            failure = e.code();
-        }
+        auto const failure =
+            co_await acquire_into(g, [&] { return rw.co_lock(until_end(opt, plan.until)); });
         if (failure) {
             // A wait that timed out at the run's end counts as long as it was: a starved
             // writer would show here.

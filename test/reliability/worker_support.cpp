@@ -17,8 +17,6 @@
 
 namespace colock::reliability {
 
-using std::chrono::milliseconds;
-
 namespace {
 
 std::int64_t parse(std::string const& key, std::string const& v) {
@@ -166,6 +164,50 @@ asio::awaitable<void> read_commands(asio::posix::stream_descriptor& in,
         if (!on_line(line))
             co_return;
     }
+}
+
+int run_commanded(asio::io_context& ctx, lock_client& client, asio::posix::stream_descriptor& in,
+                  std::function<asio::awaitable<void>()> body) {
+    int rc = 0;
+    asio::co_spawn(ctx, std::move(body), report_failure(rc, [&] {
+                       client.close();
+                       in.close();
+                   }));
+    ctx.run();
+    return rc;
+}
+
+std::function<bool(std::string const&)> holder_commands(colock::test::fenced_store& store,
+                                                        std::function<std::int64_t()> fence,
+                                                        std::function<std::string()> state,
+                                                        std::string end, bool& ended) {
+    return [&store, fence = std::move(fence), state = std::move(state), end = std::move(end),
+            &ended](std::string const& line) {
+        if (line.starts_with("write ")) {
+            bool const ok = store.write(fence(), line.substr(6));
+            say(ok ? "write accepted" : "write refused");
+            return true;
+        }
+        if (line == "state") {
+            say(state());
+            return true;
+        }
+        ended = line == end;
+        return false;
+    };
+}
+
+asio::awaitable<void> end_as_asked(bool asked, std::function<asio::awaitable<bool>()> end,
+                                   std::string_view verb, std::string_view done) {
+    bool ended = false;
+    if (asked) {
+        try {
+            ended = co_await end();
+        } catch (boost::system::system_error const& e) {
+            say(fmt::format("{} failed {}", verb, e.what()));
+        }
+    }
+    say(fmt::format("{} {}", done, ended ? 1 : 0));
 }
 
 std::int64_t lease_end_ns(lock_guard const& g) {

@@ -29,6 +29,10 @@ namespace colock::reliability {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
+using boost::system::error_code;
+using colock::test::steady_now_ns;
+using std::chrono::milliseconds;
+
 inline constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 using steady_clock_deadline = std::chrono::steady_clock::time_point;
 
@@ -96,6 +100,26 @@ void close_after(asio::io_context& ctx, lock_client& client, steady_clock_deadli
 // Passes each line of `in` to `on_line` until it returns false or the input ends.
 asio::awaitable<void> read_commands(asio::posix::stream_descriptor& in,
                                     std::function<bool(std::string const&)> on_line);
+
+// Runs `body`, the main coroutine of a mode the runner commands on stdin (`in`), to its end; a
+// failure is reported and closes the client and `in`, so that run() returns. The exit code.
+int run_commanded(asio::io_context& ctx, lock_client& client, asio::posix::stream_descriptor& in,
+                  std::function<asio::awaitable<void>()> body);
+
+// The commands the runner sends a holder (hold, lead), for read_commands: "write V" writes V to
+// `store` with `fence()`, deliberately with no check that the lease still holds (it is the
+// write already on its way when the holder was paused or cut off); "state" says `state()`; any
+// other line ends the reading, and `ended` tells whether it was `end` ("unlock", "resign").
+std::function<bool(std::string const&)> holder_commands(colock::test::fenced_store& store,
+                                                        std::function<std::int64_t()> fence,
+                                                        std::function<std::string()> state,
+                                                        std::string end, bool& ended);
+
+// Ends a holding as the runner asked: when `asked`, awaits `end` (unlock, resign), saying
+// "<verb> failed <what>" should it throw; then says "<done> 1" when it returned true, else
+// "<done> 0".
+asio::awaitable<void> end_as_asked(bool asked, std::function<asio::awaitable<bool>()> end,
+                                   std::string_view verb, std::string_view done);
 
 // A guard's tenure for the history, ending now: from `acquired_ns` to now or its lease's end;
 // or, when the holder learned of a loss (`lost_ns` not 0), then: it stopped relying then.
