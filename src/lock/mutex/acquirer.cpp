@@ -4,7 +4,8 @@
 
 #include "lock/base/request_stop.hpp"
 #include "lock/mutex/guard.hpp"
-#include "lock/mutex/locker_impl.hpp"
+#include "lock/mutex/lock_operation.hpp"
+#include "lock/mutex/retention.hpp"
 
 namespace colock::detail {
 
@@ -16,8 +17,8 @@ asio::awaitable<grant_result> acquirer::attempt(lock_keys const& keys, std::stri
                                                 asio::cancellation_state cs,
                                                 clock_type::time_point deadline,
                                                 replica_wait replicas) {
-    request_stop const stop(cs, locker_.strand(), deadline);
-    auto r = co_await locker_.store().grant(keys, token, ttl, queue, stop.slot(), replicas);
+    request_stop const stop(cs, context_.strand(), deadline);
+    auto r = co_await context_.store().grant(keys, token, ttl, queue, stop.slot(), replicas);
     co_return r;
 }
 
@@ -36,9 +37,8 @@ acquirer::make_guard(std::string name, lock_keys keys, std::string token, std::i
     origin.acquired_at = attempt_start;
     origin.deadline = lease_end;
     origin.others_queued_at_grant = others_queued;
-    auto st =
-        std::make_shared<guard_state>(locker_.shared_from_this(), std::move(name), std::move(keys),
-                                      std::move(token), fence, opt, std::move(origin));
+    auto st = std::make_shared<guard_state>(life_.share(owner_), std::move(name), std::move(keys),
+                                            std::move(token), fence, opt, std::move(origin));
     st->hold();
     return st;
 }
@@ -57,9 +57,8 @@ std::shared_ptr<guard_state> acquirer::make_handed_guard(std::string name, lock_
     origin.deadline = baton.deadline;
     origin.from_retention = from_retention;
     origin.others_queued_at_grant = baton.others_queued;
-    auto st =
-        std::make_shared<guard_state>(locker_.shared_from_this(), std::move(name), std::move(keys),
-                                      std::move(token), baton.fence, opt, std::move(origin));
+    auto st = std::make_shared<guard_state>(life_.share(owner_), std::move(name), std::move(keys),
+                                            std::move(token), baton.fence, opt, std::move(origin));
     st->hold();
     return st;
 }
@@ -68,7 +67,7 @@ asio::awaitable<acquisition_action>
 acquirer::try_once(lock_keys const& keys, std::string const& token, std::string const& name,
                    lock_options const& opt, queueing queue, asio::cancellation_state cs,
                    acquisition& acq, lock_outcome& out) {
-    auto& store = locker_.store();
+    auto& store = context_.store();
     replica_wait const replicas{opt.wait_replicas, opt.replicas_timeout};
     auto next = acq.begin_attempt(false);
     auto started = clock_type::now();
@@ -100,7 +99,7 @@ acquirer::try_once(lock_keys const& keys, std::string const& token, std::string 
         // A lease that may be kept at its let-go: a locker elsewhere that queues meanwhile is
         // heard.
         if (opt.retain.count() > 0 && !r.others_queued && keys.record_key.empty())
-            locker_.retained().watch(keys);
+            retained_.watch(keys);
     }
     co_return next;
 }

@@ -6,6 +6,9 @@
 #include "lock/base/common.hpp"
 #include "lock/core/acquisition.hpp"
 #include "lock/core/local_queue.hpp"
+#include "lock/core/locker_context.hpp"
+#include "lock/mutex/guard_owner.hpp"
+#include "lock/mutex/locker_life.hpp"
 #include "lock/store/lease_store.hpp"
 
 #include <colock/lock_options.hpp>
@@ -23,13 +26,16 @@
 namespace colock::detail {
 
 class guard_state;
-class locker_impl;
+class retained_leases;
 struct lock_outcome;
 
 class acquirer {
 public:
-    // `locker` owns this and makes the guards' owner.
-    explicit acquirer(locker_impl& locker) : locker_(locker) {}
+    // The guards it makes belong to `owner`, held through `life`; they, `context` and
+    // `retained` outlive this.
+    acquirer(locker_context& context, retained_leases& retained, guard_owner& owner,
+             locker_life const& life)
+        : context_(context), retained_(retained), owner_(owner), life_(life) {}
 
     // Runs one attempt of `acq` (asked for again over a replaced server; a grant read for a
     // cancelled call, or too late to hold, given back); on a grant builds the guard into `out`,
@@ -63,7 +69,10 @@ private:
                                             clock_type::time_point lease_end,
                                             std::uint64_t server_changes, bool others_queued);
 
-    locker_impl& locker_;
+    locker_context& context_;
+    retained_leases& retained_;
+    guard_owner& owner_;
+    locker_life const& life_;
 };
 
 } // namespace colock::detail

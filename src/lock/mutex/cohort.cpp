@@ -1,41 +1,27 @@
-// Cohort hand-off: a holder letting go passes the lease to the next waiter of this process on
-// its name, without a round trip to Redis (lock cohorting, Dice, Marathe and Shavit, PPoPP
-// 2012). The lock key keeps the lease's token; each holder gets its own guard, token and the
-// next fence; the release to Redis stores the last fence given. A waiter that leaves with a
-// baton passes it on. A forced unlock takes a baton of its lease back. On the locker's strand.
+// Cohort hand-off: the lock key keeps the lease's token; each holder gets its own guard, token
+// and the next fence; the release to Redis stores the last fence given. A waiter that leaves
+// with a baton passes it on. A forced unlock takes a baton of its lease back. On the locker's
+// strand.
+#include "lock/mutex/cohort.hpp"
+
+#include "lock/core/acquire_policy.hpp"
 #include "lock/mutex/guard.hpp"
-#include "lock/mutex/locker_impl.hpp"
+#include "lock/mutex/lock_operation.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-
-#include <string_view>
 
 namespace colock::detail {
 
 namespace asio = boost::asio;
 using std::chrono::milliseconds;
 
-namespace {
-
-// Gives a lease nobody here takes back to Redis; a waiter here asks at once if the lock ends
-// up free.
-asio::awaitable<void> return_lease(std::shared_ptr<locker_impl> self, lock_keys keys,
-                                   std::string lease_token, milliseconds claim,
-                                   std::int64_t last_fence) {
-    auto const reply = co_await self->store().release(keys, lease_token, claim, last_fence);
-    if (reply.ec || !reply.handed)
-        self->wake_local_head(keys);
-}
-
-} // namespace
-
-bool locker_impl::hand_off_locally(guard_state& st) {
+bool cohort::hand_off_locally(guard_state& st) {
     auto* q = queues_.find(st.keys());
     if (!q)
         return false;
     waiter& next = q->waiters.front();
-    if (next.baton || st.server_generation() != store_->server_changes(st.keys()))
+    if (next.baton || st.server_generation() != context_.store().server_changes(st.keys()))
         return false;
     cohort_facts const facts{st.options().cohort_limit,
                              st.local_handoffs(),
@@ -55,9 +41,10 @@ bool locker_impl::hand_off_locally(guard_state& st) {
     return true;
 }
 
-void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds claim) {
+void cohort::pass_on(lock_keys const& keys, lease_baton baton, milliseconds claim) {
     auto* q = queues_.find(keys);
-    if (q && !q->waiters.front().baton && baton.server_changes == store_->server_changes(keys) &&
+    if (q && !q->waiters.front().baton &&
+        baton.server_changes == context_.store().server_changes(keys) &&
         lease_left_to_pass(baton.deadline, clock_type::now())) {
         // The same hand-off, to the next in line: its fence was never used.
         waiter& next = q->waiters.front();
@@ -68,46 +55,49 @@ void locker_impl::pass_on(lock_keys const& keys, lease_baton baton, milliseconds
     give_back(keys, std::move(baton), claim);
 }
 
-void locker_impl::give_back(lock_keys const& keys, lease_baton baton, milliseconds claim) {
-    auto self = weak_from_this().lock();
-    if (!self)
-        return; // the locker is going: the lease runs out by its ttl
+void cohort::give_back(lock_keys const& keys, lease_baton baton, milliseconds claim) {
     // The script checks the token: a lease that is gone already (a replaced server, a forced
     // unlock, a lock Redis granted anew) is left as it is, and with Redlock the store forgets it.
-    asio::co_spawn(
-        strand_,
-        return_lease(std::move(self), keys, std::move(baton.lease_token), claim, baton.fence),
-        asio::detached);
+    release_in_background(keys, std::move(baton.lease_token), claim, baton.fence, true);
 }
 
-void locker_impl::wake_local_head(lock_keys const& keys) {
+void cohort::release_unseen(lock_keys const& keys, std::string token, milliseconds claim) {
+    release_in_background(keys, std::move(token), claim, 0, false);
+}
+
+void cohort::release_in_background(lock_keys const& keys, std::string token, milliseconds claim,
+                                   std::int64_t last_fence, bool wake_head) {
+    auto self = life_.hold(*this);
+    if (!self)
+        return; // the locker is going: the lease runs out by its ttl
+    asio::co_spawn(context_.strand(),
+                   release(std::move(self), keys, std::move(token), claim, last_fence, wake_head),
+                   asio::detached);
+}
+
+asio::awaitable<void> cohort::release(std::shared_ptr<cohort> self, lock_keys keys,
+                                      std::string token, milliseconds claim,
+                                      std::int64_t last_fence, bool wake_head) {
+    auto const reply = co_await self->context_.store().release(keys, token, claim, last_fence);
+    if (wake_head && (reply.ec || !reply.handed))
+        self->wake_local_head(keys);
+}
+
+void cohort::wake_local_head(lock_keys const& keys) {
     if (auto* q = queues_.find(keys)) {
         q->wake_pending = true; // seen even if the head is busy asking
         local_queues::wake(q->waiters.front());
     }
 }
 
-void locker_impl::on_forced(std::string const& payload) {
-    // "f <token> <lock key>"
-    std::string_view rest(payload);
-    if (!rest.starts_with("f "))
-        return;
-    rest.remove_prefix(2);
-    auto const space = rest.find(' ');
-    if (space == std::string_view::npos)
-        return;
-    auto const token = rest.substr(0, space);
-    auto const key = rest.substr(space + 1);
-    book_->mark_forced_lost(key, token);
-    retained_.on_forced(key, token);
-    // A waiter here that a holder of this process handed the lease to must not take it now.
+void cohort::on_forced(std::string_view key, std::string_view token) {
     // The key no longer holds the lease (the script made it "R <fence> -"), so the give-back
     // changes nothing there; with Redlock the store forgets the lease.
-    if (auto* q = queues_.find(lock_keys(std::string(key), owner_)))
+    if (auto* q = queues_.find(lock_keys(std::string(key), context_.id())))
         for (auto& w : q->waiters)
             if (w.baton && w.baton->lease_token == token)
                 give_back(q->keys, std::move(*std::exchange(w.baton, nullptr)),
-                          handoff_claim(static_cast<lock_operation&>(w).options().ttl));
+                          handoff_claim(lock_operation::of(w).options().ttl));
 }
 
 } // namespace colock::detail

@@ -5,6 +5,8 @@
 #include "detail/completion.hpp"
 #include "detail/spawn.hpp"
 #include "lock/base/release_completion.hpp"
+#include "lock/mutex/lock_notes.hpp"
+#include "lock/mutex/retention.hpp"
 
 #include <colock/locker.hpp>
 
@@ -29,13 +31,13 @@ namespace detail {
 // Coroutines take what they use by value: lambdas with captures that outlive their first
 // suspension are a classic source of dangling references.
 
-guard_state::guard_state(std::shared_ptr<locker_impl> owner, std::string name, lock_keys keys,
+guard_state::guard_state(std::shared_ptr<guard_owner> owner, std::string name, lock_keys keys,
                          std::string token, std::int64_t fence, lock_options const& opt,
                          lease_origin origin)
     : lease(owner->book(),
             lease_terms{opt.ttl, opt.effective_renew_interval(), opt.auto_renew, opt.max_hold},
             origin.acquired_at, origin.deadline, origin.server_changes)
-    , locker_(std::move(owner))
+    , owner_(std::move(owner))
     , name_(std::move(name))
     , keys_(std::move(keys))
     , token_(std::move(token))
@@ -45,7 +47,7 @@ guard_state::guard_state(std::shared_ptr<locker_impl> owner, std::string name, l
 
 void guard_state::hold() {
     enter_book();
-    locker_->record().keep(ttl());
+    owner_->keep_record(ttl());
     start();
 }
 
@@ -64,11 +66,11 @@ lock_guard guard_access::try_share(std::shared_ptr<guard_state> st) noexcept {
 }
 
 asio::awaitable<lease_reply> guard_state::extend_at_server(std::chrono::milliseconds ttl) {
-    return locker_->store().extend(keys_, origin_.lease_token, ttl, fence_);
+    return owner_->store().extend(keys_, origin_.lease_token, ttl, fence_);
 }
 
 std::uint64_t guard_state::current_server_generation() const noexcept {
-    return locker_->store().server_changes(keys_);
+    return owner_->store().server_changes(keys_);
 }
 
 bool guard_state::is_lease(std::string_view key, std::string_view token) const noexcept {
@@ -84,19 +86,19 @@ void guard_state::give_back_now() noexcept {
 }
 
 void guard_state::on_lost(loss_reason why) {
-    locker_->notes().lost(*this, why);
+    owner_->notes().lost(*this, why);
 }
 
 void guard_state::on_renewal(clock_type::duration latency, bool extended, error_code ec) {
-    locker_->notes().renewal(*this, latency, extended, ec);
-    if (ec && ec != error::timeout && locker_->store().logs(log_level::debug))
-        locker_->store().log(log_level::debug,
-                             fmt::format("renewal of lock '{}' (fence {}) failed: {}; retrying",
-                                         name_, fence_, ec.message()));
+    owner_->notes().renewal(*this, latency, extended, ec);
+    if (ec && ec != error::timeout && owner_->store().logs(log_level::debug))
+        owner_->store().log(log_level::debug,
+                            fmt::format("renewal of lock '{}' (fence {}) failed: {}; retrying",
+                                        name_, fence_, ec.message()));
 }
 
 void guard_state::on_confirmed(std::chrono::milliseconds ttl) {
-    locker_->record().keep(ttl);
+    owner_->keep_record(ttl);
 }
 
 namespace {
@@ -104,7 +106,7 @@ namespace {
 // The lease back to Redis, with the last fence this process gave under it; a waiter here asks
 // at once if the lock ends up free rather than handed to another process.
 asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<guard_state> st) {
-    auto& locker = st->locker();
+    auto& locker = st->owner();
     auto const reply = co_await locker.store().release(
         st->keys(), st->lease_token(), handoff_claim(st->options().ttl), st->fence());
     if (reply.ec || !reply.handed)
@@ -120,7 +122,7 @@ asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<
 // Hands the release to the store on the caller's thread (see release_in_background).
 void send_release(std::shared_ptr<guard_state> st) {
     // The locker (and its store) kept alive through the call, whatever becomes of `st`.
-    auto const locker = st->locker().shared_from_this();
+    auto const locker = st->shared_owner();
     auto& store = locker->store();
     auto const& keys = st->keys();
     auto const& token = st->lease_token();
@@ -138,29 +140,14 @@ namespace {
 // Whether a local taker may come for the lease of `st`: one in the queue, or the next co_lock
 // of a kept lease. Its renewal timer then stays armed (a re-arm costs a system call).
 bool local_taker_may_come(guard_state const& st) {
-    return st.locker().waiting() > 0 || st.options().retain.count() > 0;
-}
-
-// On the strand, `st` stopped: the lease goes to a waiter here, or is kept here
-// (lock_options::retain); false when it must go back to Redis.
-bool let_go_locally(guard_state& st) {
-    auto& locker = st.locker();
-    bool const handed = locker.hand_off_locally(st);
-    bool const kept = !handed && locker.retained().keep(st);
-    locker.notes().released(st, handed, kept);
-    if (handed || kept)
-        return true;
-    locker.retained().forget(st.keys());
-    if (locker.waiting() == 0)
-        locker.book()->cancel_idle_timer(); // kept for a taker that did not come
-    return false;
+    return st.owner().waiting() > 0 || st.options().retain.count() > 0;
 }
 
 } // namespace
 
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
     st->stop(local_taker_may_come(*st));
-    if (let_go_locally(*st))
+    if (st->owner().let_go_locally(*st))
         co_return std::tuple{error_code{}, true};
     co_return co_await release_to_server(std::move(st));
 }
@@ -175,13 +162,13 @@ void release_in_background(std::shared_ptr<guard_state> st) {
     if (local_taker_may_come(*st)) {
         bool const may_keep = st->options().retain.count() > 0;
         if (may_keep)
-            st->locker().retained().let_go_pending(st);
+            st->owner().retained().let_go_pending(st);
         auto strand = st->strand();
         asio::dispatch(strand, [st = std::move(st), may_keep]() mutable {
-            if (may_keep && !st->locker().retained().let_go_arrived(*st))
+            if (may_keep && !st->owner().retained().let_go_arrived(*st))
                 return; // the connection's close gave the lease back meanwhile
             st->stop(local_taker_may_come(*st));
-            if (!let_go_locally(*st))
+            if (!st->owner().let_go_locally(*st))
                 send_release(std::move(st));
         });
         return;
@@ -192,8 +179,8 @@ void release_in_background(std::shared_ptr<guard_state> st) {
 void release_now(std::shared_ptr<guard_state> st) {
     asio::dispatch(st->strand(), [st] {
         st->stop();
-        st->locker().notes().released(*st, false, false);
-        st->locker().retained().forget(st->keys()); // a lease a guard took from there
+        st->owner().notes().released(*st, false, false);
+        st->owner().retained().forget(st->keys()); // a lease a guard took from there
     });
     send_release(std::move(st));
 }

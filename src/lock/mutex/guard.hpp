@@ -5,7 +5,7 @@
 #include "detail/completion.hpp"
 #include "lock/base/common.hpp"
 #include "lock/core/lease.hpp"
-#include "lock/mutex/locker_impl.hpp"
+#include "lock/mutex/guard_owner.hpp"
 #include "lock/store/lease_store.hpp"
 
 #include <colock/error.hpp>
@@ -51,11 +51,13 @@ struct lease_origin {
 // Shared by the guard, its renewal and its background release.
 class guard_state final : public lease {
 public:
-    guard_state(std::shared_ptr<locker_impl> owner, std::string name, lock_keys keys,
+    guard_state(std::shared_ptr<guard_owner> owner, std::string name, lock_keys keys,
                 std::string token, std::int64_t fence, lock_options const& opt,
                 lease_origin origin);
 
-    locker_impl& locker() const noexcept { return *locker_; }
+    guard_owner& owner() const noexcept { return *owner_; }
+    // The owner, held: background work of the guard keeps the locker's state alive.
+    std::shared_ptr<guard_owner> const& shared_owner() const noexcept { return owner_; }
     std::string const& name() const noexcept { return name_; }
     lock_keys const& keys() const noexcept { return keys_; }
     std::string const& token() const noexcept { return token_; }
@@ -97,7 +99,7 @@ private:
                     boost::system::error_code ec) override;
     void on_confirmed(std::chrono::milliseconds ttl) override;
 
-    std::shared_ptr<locker_impl> const locker_;
+    std::shared_ptr<guard_owner> const owner_;
     std::string const name_;
     lock_keys const keys_;
     std::string const token_;

@@ -4,8 +4,12 @@
 
 #include "lock/base/errors.hpp"
 #include "lock/base/token.hpp"
+#include "lock/mutex/acquirer.hpp"
+#include "lock/mutex/cohort.hpp"
 #include "lock/mutex/guard.hpp"
-#include "lock/mutex/locker_impl.hpp"
+#include "lock/mutex/lock_notes.hpp"
+#include "lock/mutex/queue_wait.hpp"
+#include "lock/mutex/retention.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -19,25 +23,12 @@
 namespace colock::detail {
 
 namespace asio = boost::asio;
-using std::chrono::milliseconds;
-
-namespace {
-
-// After an attempt whose outcome is unknown, in the background: the connection may be down,
-// and the caller should not wait for it. `self` holds the locker meanwhile.
-asio::awaitable<void> release_detached(std::shared_ptr<locker_impl> self, lock_keys keys,
-                                       std::string token, milliseconds claim,
-                                       std::int64_t last_fence) {
-    co_await self->store().release(keys, token, claim, last_fence);
-}
-
-} // namespace
 
 // ------------------------------------------------------------------ the call
 
-lock_operation::lock_operation(std::shared_ptr<locker_impl> owner, key_space space,
+lock_operation::lock_operation(std::shared_ptr<lock_calls> calls, key_space space,
                                std::string lock_name, lock_options options, bool waits)
-    : locker_(std::move(owner))
+    : calls_(std::move(calls))
     , space_(std::move(space))
     , name_(std::move(lock_name))
     , opt_(std::move(options))
@@ -45,13 +36,11 @@ lock_operation::lock_operation(std::shared_ptr<locker_impl> owner, key_space spa
     , acq_(acquisition_terms::lock(opt_, space_.kind, wait_), started_) {}
 
 lock_operation::~lock_operation() {
-    if (queue_ && !finished_)
-        locker_->queues().drop(queue_, *this);
-    locker_->calls().forget(*this);
+    calls_->destroyed(*this);
 }
 
 asio::any_io_executor lock_operation::io_executor() const {
-    return locker_->strand().get_inner_executor();
+    return calls_->strand().get_inner_executor();
 }
 
 std::string const& lock_operation::holder_token() {
@@ -60,57 +49,102 @@ std::string const& lock_operation::holder_token() {
     return token_;
 }
 
+void lock_operation::make_keys(std::string const& locker_id) {
+    own_keys_ = std::make_unique<lock_keys>(space_, name_, locker_id);
+}
+
+void lock_operation::joined(std::shared_ptr<name_queue> queue) {
+    queue_ = std::move(queue);
+    own_keys_.reset();
+    acq_.joined_local_queue();
+}
+
+asio::cancellation_slot lock_operation::drive() noexcept {
+    driving_ = true;
+    return signal_.slot();
+}
+
+bool lock_operation::forward_cancel(asio::cancellation_type type) {
+    if (!driving_)
+        return false;
+    signal_.emit(type);
+    return true;
+}
+
+bool lock_operation::mark_finished() {
+    if (finished_)
+        return false;
+    finished_ = true;
+    driving_ = false;
+    return true;
+}
+
+void lock_operation::end_sleep() {
+    on_wake = nullptr;
+    parked_self_.reset();
+    if (timer_)
+        timer_->cancel();
+}
+
+// ------------------------------------------------------------------ the calls under way
+
 void lock_calls::start(std::shared_ptr<lock_operation> op) {
-    asio::dispatch(locker_.strand(), [op = std::move(op)] { op->locker_->calls().begin(op); });
+    asio::dispatch(strand(), [op = std::move(op)] { op->calls().begin(op); });
 }
 
 void lock_calls::begin(std::shared_ptr<lock_operation> const& op) {
-    if (op->finished_)
+    if (op->finished())
         return; // cancelled before it reached the strand
     pending_.push_back(*op);
-    op->own_keys_ = std::make_unique<lock_keys>(op->space_, op->name_, locker_.id());
-    if (auto kept = locker_.retained().take(*op->own_keys_)) {
+    op->make_keys(context_.id());
+    if (auto kept = retained_.take(op->keys())) {
         // The locker kept the lease when its last holder let go: no round trip.
-        op->out_.state = locker_.asks().make_handed_guard(
-            op->name_, *op->own_keys_, op->holder_token(), std::move(*kept), op->opt_, true);
+        op->outcome().state = asks_.make_handed_guard(op->name(), op->keys(), op->holder_token(),
+                                                      std::move(*kept), op->options(), true);
         finish(*op);
         return;
     }
-    if (op->wait_ && locker_.queues().busy(*op->own_keys_)) {
+    if (op->waits() && queues_.busy(op->keys())) {
         // Others of this process wait on the name, or ask for it now: queue behind them (FIFO,
         // and no attempt that would fail anyway), parked until its turn.
-        op->queue_ = locker_.queues().join(*op->own_keys_, *op);
-        locker_.notes().queue(op->name_, op->queue_->waiters.size());
-        op->own_keys_.reset();
-        op->acq_.joined_local_queue();
-        op->acq_.wait_for_holder(op->opt_.ttl);
-        locker_.waits().park(*op, op->acq_.deadlines().wait);
+        op->joined(queues_.join(op->keys(), op->node()));
+        notes_.queue(op->name(), op->queue()->waiters.size());
+        op->acq().wait_for_holder(op->options().ttl);
+        op->park(op->acq().deadlines().wait);
         return;
     }
     spawn(op);
 }
 
 void lock_calls::spawn(std::shared_ptr<lock_operation> const& op) {
-    op->driving_ = true;
-    asio::co_spawn(locker_.strand(), run(op),
-                   asio::bind_cancellation_slot(op->signal_.slot(), [op](std::exception_ptr e) {
-                       if (!e || op->finished_)
+    auto slot = op->drive();
+    asio::co_spawn(strand(), run(op),
+                   asio::bind_cancellation_slot(slot, [op](std::exception_ptr e) {
+                       if (!e || op->finished())
                            return;
-                       op->exception_ = e;
-                       op->locker_->calls().finish(*op);
+                       op->failed(e);
+                       op->calls().finish(*op);
                    }));
 }
 
 void lock_calls::cancel(lock_operation& op, asio::cancellation_type type) {
-    if (op.finished_ || !acquisition::ends_call(type))
+    if (op.finished() || !acquisition::ends_call(type))
         return;
-    if (op.driving_) {
-        op.signal_.emit(type);
+    if (op.forward_cancel(type))
         return;
-    }
     // Parked in the queue: nothing of it is at the server but its share of this locker's
     // entry there, which the last one out takes out.
     end(op, acquisition::aborted());
+}
+
+void lock_calls::resume(lock_operation& op) {
+    waits_.resume(op);
+}
+
+void lock_calls::destroyed(lock_operation& op) noexcept {
+    if (op.queue() && !op.finished())
+        queues_.drop(op.queue(), op.node());
+    forget(op);
 }
 
 void lock_calls::forget(lock_operation& op) noexcept {
@@ -129,11 +163,11 @@ void lock_calls::abort_pending() {
 void lock_calls::settle(lock_operation& op, acquisition_action const& done) {
     if (!done.fails())
         return;
-    auto const& store = locker_.store();
-    auto failure =
-        op.acq_.failure(done, link_facts{store.is_connected(), store.last_error_text()}, op.name_);
-    op.out_.ec = failure.ec;
-    op.out_.message = std::move(failure.message);
+    auto const& store = context_.store();
+    auto failure = op.acq().failure(done, link_facts{store.is_connected(), store.last_error_text()},
+                                    op.name());
+    op.outcome().ec = failure.ec;
+    op.outcome().message = std::move(failure.message);
 }
 
 void lock_calls::end(lock_operation& op, acquisition_action const& done) {
@@ -142,35 +176,29 @@ void lock_calls::end(lock_operation& op, acquisition_action const& done) {
 }
 
 void lock_calls::finish(lock_operation& op) {
-    if (op.finished_)
+    if (!op.mark_finished())
         return;
-    op.finished_ = true;
-    op.driving_ = false;
     forget(op);
     auto const keep = op.shared_from_this();
-    auto const claim = handoff_claim(op.opt_.ttl);
+    auto const claim = handoff_claim(op.options().ttl);
+    auto const& out = op.outcome();
     // An attempt that failed after it may have been applied could have left our token in the
-    // key: release it (the script checks the token, so this is always safe).
-    if (op.out_.ec && op.out_.outcome_unknown)
-        asio::co_spawn(locker_.strand(),
-                       release_detached(locker_.shared_from_this(), op.keys(), op.token_, claim, 0),
-                       asio::detached);
-    bool const waited = op.queue_ != nullptr;
-    if (op.out_.state)
-        locker_.notes().acquired(*op.out_.state, op.started_, op.acq_.attempts(), waited);
-    if (auto q = std::exchange(op.queue_, nullptr)) {
-        auto baton = std::exchange(op.baton, nullptr);
-        locker_.queues().leave(q, op, op.out_.state != nullptr, claim);
-        locker_.notes().queue(op.name_, q->waiters.size());
+    // key: release it.
+    if (out.ec && out.outcome_unknown)
+        handoffs_.release_unseen(op.keys(), op.token(), claim);
+    bool const waited = op.queue() != nullptr;
+    if (out.state)
+        notes_.acquired(*out.state, op.started(), op.acq().attempts(), waited);
+    if (auto q = op.leave_queue()) {
+        auto baton = op.take_baton();
+        queues_.leave(q, op.node(), out.state != nullptr, claim);
+        notes_.queue(op.name(), q->waiters.size());
         if (baton)
-            locker_.pass_on(q->keys, std::move(*baton), claim);
-        if (locker_.waiting() == 0)
-            locker_.book()->cancel_idle_timer(); // kept for a taker that is gone
+            handoffs_.pass_on(q->keys, std::move(*baton), claim);
+        if (queues_.waiting() == 0)
+            context_.book()->cancel_idle_timer(); // kept for a taker that is gone
     }
-    op.on_wake = nullptr;
-    op.parked_self_.reset();
-    if (op.timer_)
-        op.timer_->cancel();
+    op.end_sleep();
     op.deliver();
 }
 
@@ -178,52 +206,51 @@ asio::awaitable<void> lock_calls::run(std::shared_ptr<lock_operation> op) {
     co_await asio::this_coro::reset_cancellation_state(asio::enable_partial_cancellation());
     co_await asio::this_coro::throw_if_cancelled(false);
     auto cs = co_await asio::this_coro::cancellation_state;
-    if (!op->queue_ && !co_await first_attempt(*op, cs))
+    if (!op->queue() && !co_await first_attempt(*op, cs))
         co_return;
-    co_await locker_.waits().turns(*op, cs);
+    co_await waits_.turns(*op, cs);
 }
 
 asio::awaitable<bool> lock_calls::first_attempt(lock_operation& op, asio::cancellation_state cs) {
-    auto next = op.acq_.begin_attempt(cancelled(cs));
+    auto& acq = op.acq();
+    auto next = acq.begin_attempt(cancelled(cs));
     if (next.step == acquisition_step::finish) {
         end(op, next);
         co_return false;
     }
     // The uncontended path: one command, no subscription. co_lock calls arriving meanwhile
     // queue behind this one.
-    auto const& keys = *op.own_keys_;
-    auto const queue_mode = op.wait_ ? queueing::when_held : queueing::never;
-    if (op.wait_)
-        locker_.queues().begin_first_attempt(keys);
+    auto const& keys = op.keys();
+    auto const queue_mode = op.waits() ? queueing::when_held : queueing::never;
+    if (op.waits())
+        queues_.begin_first_attempt(keys);
     try {
-        next = co_await locker_.asks().try_once(keys, op.holder_token(), op.name_, op.opt_,
-                                                queue_mode, cs, op.acq_, op.out_);
+        next = co_await asks_.try_once(keys, op.holder_token(), op.name(), op.options(), queue_mode,
+                                       cs, acq, op.outcome());
     } catch (...) {
         // Calls queued behind this attempt must not wait for it for good.
-        if (op.wait_) {
-            locker_.queues().end_first_attempt(keys);
-            if (auto* q = locker_.queues().find(keys))
+        if (op.waits()) {
+            queues_.end_first_attempt(keys);
+            if (auto* q = queues_.find(keys))
                 local_queues::wake(q->waiters.front());
         }
         throw;
     }
-    if (op.wait_)
-        locker_.queues().end_first_attempt(keys);
+    if (op.waits())
+        queues_.end_first_attempt(keys);
     // Whether this locker may have an entry in the server's queue that nobody here will
     // take out: a first attempt that found the lock held queued it.
-    bool const queued_at_server = op.acq_.queued_by_answer();
-    bool const others_queued = !op.acq_.answer().ec && op.acq_.answer().others_queued;
+    bool const queued_at_server = acq.queued_by_answer();
+    bool const others_queued = !acq.answer().ec && acq.answer().others_queued;
     if (next.step == acquisition_step::wait)
-        next = op.acq_.keep_waiting(clock_type::now());
+        next = acq.keep_waiting(clock_type::now());
     if (next.step == acquisition_step::wait) {
         // Contended: first in the local queue, ahead of calls that queued behind this attempt.
-        auto queue = locker_.queues().join(keys, op, true);
-        op.queue_ = queue;
-        locker_.notes().queue(op.name_, queue->waiters.size());
-        op.own_keys_.reset();
-        op.acq_.joined_local_queue();
-        op.asked = true;
-        op.need_attempt_ = false; // the first attempt's answer still stands
+        auto queue = queues_.join(keys, op.node(), true);
+        op.joined(queue);
+        notes_.queue(op.name(), queue->waiters.size());
+        op.mark_asked();
+        op.need_attempt(false); // the first attempt's answer still stands
         queue->queued_at_server = queue->queued_at_server || queued_at_server;
         queue->others_queued = queue->others_queued || others_queued;
         co_return true;
@@ -231,13 +258,13 @@ asio::awaitable<bool> lock_calls::first_attempt(lock_operation& op, asio::cancel
     settle(op, next);
     // Calls that queued behind this attempt: their head asks now, or, when this one took the
     // lock, waits for its release. The server-side entry this attempt may have left is theirs.
-    if (auto* q = op.wait_ ? locker_.queues().find(keys) : nullptr) {
+    if (auto* q = op.waits() ? queues_.find(keys) : nullptr) {
         q->queued_at_server = q->queued_at_server || queued_at_server;
-        local_queues::wake(q->waiters.front(), op.out_.state && q->queued_at_server
+        local_queues::wake(q->waiters.front(), op.outcome().state && q->queued_at_server
                                                    ? wake_reason::promoted_after_acquire
                                                    : wake_reason::woken);
     } else if (queued_at_server) {
-        locker_.store().leave_queue(keys, handoff_claim(op.opt_.ttl));
+        context_.store().leave_queue(keys, handoff_claim(op.options().ttl));
     }
     finish(op);
     co_return false;

@@ -5,6 +5,8 @@
 #pragma once
 
 #include "lock/base/common.hpp"
+#include "lock/core/local_queue.hpp"
+#include "lock/core/locker_context.hpp"
 #include "lock/mutex/lock_operation.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -17,12 +19,29 @@
 
 namespace colock::detail {
 
-class locker_impl;
+class acquirer;
+class cohort;
+class lock_notes;
+class queue_wait;
+class retained_leases;
 
 class lock_calls {
 public:
-    // `locker` owns this.
-    explicit lock_calls(locker_impl& locker) : locker_(locker) {}
+    // The locker's units it drives the calls with; they and `context` outlive this.
+    lock_calls(locker_context& context, local_queues& queues, lock_notes const& notes,
+               acquirer& asks, queue_wait& waits, retained_leases& retained, cohort& handoffs)
+        : context_(context)
+        , queues_(queues)
+        , notes_(notes)
+        , asks_(asks)
+        , waits_(waits)
+        , retained_(retained)
+        , handoffs_(handoffs) {}
+
+    // The locker's strand, where the calls run.
+    boost::asio::strand<boost::asio::any_io_executor> const& strand() const noexcept {
+        return context_.strand();
+    }
 
     // Runs a co_lock or co_try_lock call; its handler is completed once, posted out of the
     // strand. From any thread.
@@ -43,8 +62,11 @@ public:
     // Ends the call: out of the queue (passing on a baton it did not take), a lock of unknown
     // outcome released in the background, the handler completed.
     void finish(lock_operation& op);
-    // A call destroyed with the io_context leaves the list of calls under way.
-    void forget(lock_operation& op) noexcept;
+    // A parked call's sleep ended (its timer, or a wake): its turn in the queue goes on.
+    void resume(lock_operation& op);
+    // A call destroyed with the io_context leaves its queue (without a word to the server) and
+    // the list of calls under way.
+    void destroyed(lock_operation& op) noexcept;
 
 private:
     // On the strand: queues `op` behind this process's waiters on its name (or a first attempt
@@ -55,7 +77,16 @@ private:
     boost::asio::awaitable<bool> first_attempt(lock_operation& op,
                                                boost::asio::cancellation_state cs);
 
-    locker_impl& locker_;
+    // Out of the list of calls under way.
+    void forget(lock_operation& op) noexcept;
+
+    locker_context& context_;
+    local_queues& queues_;
+    lock_notes const& notes_;
+    acquirer& asks_;
+    queue_wait& waits_;
+    retained_leases& retained_;
+    cohort& handoffs_;
     pending_operations pending_;
 };
 

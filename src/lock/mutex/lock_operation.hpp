@@ -29,10 +29,8 @@
 
 namespace colock::detail {
 
-class locker_impl;
 class guard_state;
 class lock_calls;
-class queue_wait;
 
 // How a call ended.
 struct lock_outcome {
@@ -48,14 +46,16 @@ using pending_hook =
     boost::intrusive::list_base_hook<boost::intrusive::tag<struct pending_tag>,
                                      boost::intrusive::link_mode<boost::intrusive::safe_link>>;
 
-// The call's state is written by the two units that drive it: lock_calls (its start, first
-// attempt, cancellation and end) and queue_wait (its turns in the local queue).
-class lock_operation : public waiter,
+// The call's state, changed through its methods by the two units that drive it: lock_calls (its
+// start, first attempt, cancellation and end) and queue_wait (its turns in the local queue).
+// Its node in the local queue (`waiter`) is its own: the queue sees the node, the units the call.
+class lock_operation : private waiter,
                        public pending_hook,
                        public std::enable_shared_from_this<lock_operation> {
 public:
-    // A lock of `space` (the locker's locks, or a synchronizer's leases).
-    lock_operation(std::shared_ptr<locker_impl> owner, key_space space, std::string lock_name,
+    // A lock of `space` (the locker's locks, or a synchronizer's leases), run by `calls` (held:
+    // the locker lives while its calls do).
+    lock_operation(std::shared_ptr<lock_calls> calls, key_space space, std::string lock_name,
                    lock_options options, bool waits);
     // Destroyed while still queued only when the io_context goes with it parked: it leaves the
     // queue without a word to the server.
@@ -63,18 +63,69 @@ public:
     lock_operation(lock_operation const&) = delete;
     lock_operation& operator=(lock_operation const&) = delete;
 
-    // Completes the caller's handler with `out_` (or `exception_`), posted out of the strand.
-    // Once, by lock_calls::finish.
+    // The call whose queue node `w` is.
+    static lock_operation& of(waiter& w) noexcept { return static_cast<lock_operation&>(w); }
+    waiter& node() noexcept { return *this; }
+
+    // Completes the caller's handler with the outcome (or the exception), posted out of the
+    // strand. Once, by lock_calls::finish.
     virtual void deliver() = 0;
 
     // Where handlers without an executor of their own complete: the locker's.
     boost::asio::any_io_executor io_executor() const;
 
-    locker_impl& locker() const noexcept { return *locker_; }
+    lock_calls& calls() const noexcept { return *calls_; }
     std::string const& name() const noexcept { return name_; }
     lock_options const& options() const noexcept { return opt_; }
+    bool waits() const noexcept { return wait_; } // co_lock; co_try_lock asks once
+    clock_type::time_point started() const noexcept { return started_; }
     // The lock's keys: its own until it queues, then its queue's.
     lock_keys const& keys() const { return queue_ ? queue_->keys : *own_keys_; }
+    // Its decisions: the deadlines, the attempts, what each answer makes next.
+    acquisition& acq() noexcept { return acq_; }
+    lock_outcome& outcome() noexcept { return out_; }
+    // The token it holds the lock with, made when first needed (the first attempt, or a
+    // hand-off from a holder of this process); empty until then.
+    std::string const& holder_token();
+    std::string const& token() const noexcept { return token_; }
+
+    // --- its place: its own keys, then the local queue of its name.
+    // On the strand, before anything else: the keys of its lock for the locker `locker_id`.
+    void make_keys(std::string const& locker_id);
+    // Joined `queue` (it leaves its own keys for the queue's); null while not queued.
+    void joined(std::shared_ptr<name_queue> queue);
+    std::shared_ptr<name_queue> const& queue() const noexcept { return queue_; }
+    // Out of the queue's bookkeeping at its end: the queue it was in, and the baton it held.
+    std::shared_ptr<name_queue> leave_queue() noexcept { return std::exchange(queue_, nullptr); }
+    std::unique_ptr<lease_baton> take_baton() noexcept { return std::exchange(baton, nullptr); }
+    // It has asked the server since it queued (see waiter::asked).
+    void mark_asked() noexcept { asked = true; }
+    // Whether the head's last answer no longer stands: it asks on its next turn.
+    bool needs_attempt() const noexcept { return need_attempt_; }
+    void need_attempt(bool again) noexcept { need_attempt_ = again; }
+    // Why its last sleep ended.
+    wake_reason woken_by() const noexcept { return wake; }
+
+    // --- who runs it: a coroutine, or nobody (parked).
+    bool finished() const noexcept { return finished_; }
+    bool driving() const noexcept { return driving_; }
+    // A coroutine runs for it now, spawned with the slot returned: the caller's cancellation
+    // goes there.
+    boost::asio::cancellation_slot drive() noexcept;
+    // The caller's cancellation, while a coroutine runs for it: false when none does.
+    bool forward_cancel(boost::asio::cancellation_type type);
+    // A coroutine of it threw.
+    void failed(std::exception_ptr e) noexcept { exception_ = std::move(e); }
+    // Sleeps with no coroutine until `until` or a wake, then lock_calls::resume: with no end
+    // (time_point::max()) no timer, and it holds itself meanwhile (see release_parked_self).
+    // With the wait it belongs to, in queue_wait.cpp.
+    void park(clock_type::time_point until);
+    // Its sleep ended by its timer: nothing to end any more.
+    void awake() noexcept { on_wake = nullptr; }
+    // Marks it finished, driven by nobody (false when it was already).
+    bool mark_finished();
+    // Its end: no wake, no timer, no hold on itself.
+    void end_sleep();
     // Parked with no timer, the call holds itself: given up when the io_context shuts down.
     std::shared_ptr<lock_operation> release_parked_self() noexcept {
         return std::move(parked_self_);
@@ -85,27 +136,18 @@ protected:
     std::exception_ptr exception_; // a coroutine of it threw
 
 private:
-    friend class lock_calls;
-    friend class queue_wait;
-
-    // The token it holds the lock with, made when first needed (the first attempt, or a
-    // hand-off from a holder of this process).
-    std::string const& holder_token();
-
-    std::shared_ptr<locker_impl> const locker_;
+    std::shared_ptr<lock_calls> const calls_;
     key_space const space_;
     std::string const name_;
     lock_options const opt_;
-    bool const wait_; // co_lock; co_try_lock asks once
+    bool const wait_;
     // When the call was made: its deadlines count from here, and so does the wait an observer
     // is told of.
     clock_type::time_point const started_ = clock_type::now();
     std::string token_;
     std::unique_ptr<lock_keys> own_keys_;
     std::shared_ptr<name_queue> queue_; // while in the local queue
-    // Its decisions: the deadlines, the attempts, what each answer makes next.
     acquisition acq_;
-    // Whether the head's last answer no longer stands: it asks on its next turn.
     bool need_attempt_ = true;
 
     // A coroutine runs for it: the caller's cancellation goes to that coroutine (through
@@ -115,7 +157,7 @@ private:
     bool finished_ = false;
     boost::asio::cancellation_signal signal_;
     // Parked: the timer of a sleep with an end (made on first use), or, for one that only a
-    // wake ends, itself (see queue_wait::park).
+    // wake ends, itself.
     std::unique_ptr<lock_timer> timer_;
     std::shared_ptr<lock_operation> parked_self_;
 };
@@ -126,9 +168,9 @@ using pending_operations =
 // The call's handler and what turns the outcome into its arguments.
 template <class Handler, class Finish>
 struct lock_operation_for final : lock_operation {
-    lock_operation_for(std::shared_ptr<locker_impl> owner, key_space space, std::string lock_name,
+    lock_operation_for(std::shared_ptr<lock_calls> calls, key_space space, std::string lock_name,
                        lock_options options, bool waits, Handler h, Finish f)
-        : lock_operation(std::move(owner), std::move(space), std::move(lock_name),
+        : lock_operation(std::move(calls), std::move(space), std::move(lock_name),
                          std::move(options), waits)
         , slot(boost::asio::get_associated_cancellation_slot(h))
         , handler(std::move(h))

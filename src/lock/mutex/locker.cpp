@@ -1,5 +1,6 @@
 // The locker's public face: construction on a store, the co_lock / co_try_lock calls with their
-// options checked at the call, and their completion. The orchestration is in acquire.cpp.
+// options checked at the call, and their completion. The orchestration is in lock_calls.cpp and
+// queue_wait.cpp.
 #include "lock/mutex/locker_access.hpp"
 #include "lock/mutex/locker_impl.hpp"
 
@@ -29,9 +30,6 @@
 namespace colock {
 
 namespace asio = boost::asio;
-using boost::system::error_code;
-using boost::system::system_error;
-using std::chrono::milliseconds;
 
 namespace detail {
 
@@ -89,6 +87,10 @@ void locker::set_observer(std::shared_ptr<lock_observer> observer) {
     impl_->set_observer(std::move(observer));
 }
 
+std::string const& locker::id() const noexcept {
+    return impl_->id();
+}
+
 namespace {
 
 using outcome_type = detail::lock_outcome;
@@ -101,22 +103,23 @@ void start_operation(std::shared_ptr<detail::locker_impl> const& impl, detail::k
                      std::string name, lock_options opt, bool wait, Handler handler,
                      Finish finish) {
     auto slot = asio::get_associated_cancellation_slot(handler);
+    auto calls = impl->calls();
     auto op = std::make_shared<detail::lock_operation_for<Handler, Finish>>(
-        impl, std::move(space), std::move(name), std::move(opt), wait, std::move(handler),
+        calls, std::move(space), std::move(name), std::move(opt), wait, std::move(handler),
         std::move(finish));
     if (slot.is_connected()) {
         // Installed here, on the caller's thread, where the caller emits.
         slot.assign(
             [weak = std::weak_ptr<detail::lock_operation>(op)](asio::cancellation_type type) {
                 if (auto target = weak.lock()) {
-                    auto const& strand = target->locker().strand();
+                    auto const& strand = target->calls().strand();
                     asio::dispatch(strand, [target = std::move(target), type] {
-                        target->locker().calls().cancel(*target, type);
+                        target->calls().cancel(*target, type);
                     });
                 }
             });
     }
-    impl->calls().start(std::move(op));
+    calls->start(std::move(op));
 }
 
 // co_lock and co_try_lock are not coroutines of their own: each is asio's awaitable of one

@@ -1,11 +1,12 @@
-// The locker: its identity and units, and what the connection tells it (messages,
-// reconnections, server changes, the close).
+// The locker: its identity and units, a lease's let-go, and what the connection tells it
+// (messages, reconnections, server changes, forced unlocks, the close).
 #include "lock/mutex/locker_impl.hpp"
 
 #include "lock/mutex/guard.hpp"
 
 #include <boost/asio/dispatch.hpp>
 
+#include <string_view>
 #include <vector>
 
 namespace colock::detail {
@@ -16,13 +17,15 @@ using boost::system::error_code;
 locker_impl::locker_impl(std::shared_ptr<lease_store> store, std::string prefix,
                          std::string client_name)
     : locker_context(std::move(store), std::move(prefix))
+    , life_([this] { return std::shared_ptr<void>(weak_from_this().lock()); })
     , record_(std::make_shared<holder_record>(store_, locker_key_prefix_ + owner_, client_name))
     , queues_(*store_, owner_)
     , notes_(*store_)
-    , acquirer_(*this)
-    , calls_(*this)
-    , waits_(*this)
-    , retained_(*this) {}
+    , cohort_(*this, queues_, life_)
+    , retained_(*this, queues_, cohort_, life_)
+    , acquirer_(*this, retained_, *this, life_)
+    , waits_(*this, calls_, acquirer_, cohort_)
+    , calls_(*this, queues_, notes_, acquirer_, waits_, retained_, cohort_) {}
 
 void locker_impl::open() {
     store_->listen(shared_from_this(), prefix_);
@@ -53,9 +56,45 @@ void locker_impl::drop_handlers() noexcept {
     // walk, as each leaves its queue.
     std::vector<std::shared_ptr<lock_operation>> parked;
     queues_.for_each_waiter([&parked](waiter& w) {
-        if (auto self = static_cast<lock_operation&>(w).release_parked_self())
+        if (auto self = lock_operation::of(w).release_parked_self())
             parked.push_back(std::move(self));
     });
+}
+
+void locker_impl::keep_record(std::chrono::milliseconds ttl) {
+    record_->keep(ttl);
+}
+
+bool locker_impl::let_go_locally(guard_state& st) {
+    bool const handed = cohort_.hand_off_locally(st);
+    bool const kept = !handed && retained_.keep(st);
+    notes_.released(st, handed, kept);
+    if (handed || kept)
+        return true;
+    retained_.forget(st.keys());
+    if (waiting() == 0)
+        book_->cancel_idle_timer(); // kept for a taker that did not come
+    return false;
+}
+
+void locker_impl::wake_local_head(lock_keys const& keys) {
+    cohort_.wake_local_head(keys);
+}
+
+void locker_impl::on_forced(std::string const& payload) {
+    // "f <token> <lock key>"
+    std::string_view rest(payload);
+    if (!rest.starts_with("f "))
+        return;
+    rest.remove_prefix(2);
+    auto const space = rest.find(' ');
+    if (space == std::string_view::npos)
+        return;
+    auto const token = rest.substr(0, space);
+    auto const key = rest.substr(space + 1);
+    book_->mark_forced_lost(key, token);
+    retained_.on_forced(key, token);
+    cohort_.on_forced(key, token);
 }
 
 void locker_impl::on_message(std::string const& channel, std::string const& payload) {

@@ -1,6 +1,6 @@
-// A locker: its identity and store, the units its calls go through, the cohort hand-off
-// between its holders and waiters, and what its connection tells it. Private to the library's
-// sources.
+// A locker's state: its identity and store, the units its calls go through (each given the
+// few others it uses), what its guards see of it (guard_owner), and what its connection tells
+// it. Private to the library's sources.
 #pragma once
 
 #include "detail/context_shutdown.hpp"
@@ -11,9 +11,12 @@
 #include "lock/core/local_queue.hpp"
 #include "lock/core/locker_context.hpp"
 #include "lock/mutex/acquirer.hpp"
+#include "lock/mutex/cohort.hpp"
+#include "lock/mutex/guard_owner.hpp"
 #include "lock/mutex/lock_calls.hpp"
 #include "lock/mutex/lock_notes.hpp"
 #include "lock/mutex/lock_operation.hpp"
+#include "lock/mutex/locker_life.hpp"
 #include "lock/mutex/queue_wait.hpp"
 #include "lock/mutex/retention.hpp"
 #include "lock/store/lease_store.hpp"
@@ -37,7 +40,8 @@ class guard_state;
 class locker_impl final : public locker_context,
                           public std::enable_shared_from_this<locker_impl>,
                           public holds_handlers,
-                          public channel_events {
+                          public channel_events,
+                          public guard_owner {
 public:
     // `client_name`: the connection's, for the holder record.
     locker_impl(std::shared_ptr<lease_store> store, std::string prefix, std::string client_name);
@@ -51,36 +55,22 @@ public:
     // From any thread; takes effect on the strand.
     void set_observer(std::shared_ptr<lock_observer> observer);
 
-    // Calls waiting in the local queues; from any thread.
-    std::size_t waiting() const noexcept { return queues_.waiting(); }
-
-    // The units of the locker, on the strand: the calls under way (lock_calls.cpp), their
-    // wait in the local queues (queue_wait.cpp), the asks of the store (acquirer.cpp), the
-    // observer's events (lock_notes.cpp) and the holder record (holder_record.cpp).
-    lock_calls& calls() noexcept { return calls_; }
-    queue_wait& waits() noexcept { return waits_; }
-    acquirer& asks() noexcept { return acquirer_; }
-    local_queues& queues() noexcept { return queues_; }
-    lock_notes const& notes() const noexcept { return notes_; }
-    holder_record& record() noexcept { return *record_; }
-    // The leases kept after their holders let go (lock_options::retain).
-    retained_leases& retained() noexcept { return retained_; }
-
-    // Cohort hand-off (cohort.cpp), on the strand: passes the lease of `st`, which is letting
-    // go, to the next waiter of this process on its name, if allowed; true when it did.
-    bool hand_off_locally(guard_state& st);
-    // After a release to Redis that did not hand the lock to a queued locker: the first local
-    // waiter on `keys` asks now rather than after its sleep.
-    void wake_local_head(lock_keys const& keys);
-    // A waiter given a baton leaves without taking it: the lease goes to the next local
-    // waiter, or back to Redis.
-    void pass_on(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
-    // A baton nobody here may take (its server was replaced, its lease was ended or Redis
-    // granted the lock anew meanwhile): its lease goes back to Redis, in the background.
-    void give_back(lock_keys const& keys, lease_baton baton, std::chrono::milliseconds claim);
+    // The calls under way (lock_calls.cpp), held with the locker: a call holds them.
+    std::shared_ptr<lock_calls> calls() { return life_.share(calls_); }
 
     boost::asio::awaitable<lock_guard> co_lock_in(key_space space, std::string name,
                                                   lock_options opt) override;
+
+    // guard_owner: what the guards see of the locker.
+    lease_store& store() const noexcept override { return *store_; }
+    std::shared_ptr<lease_book> const& book() const noexcept override { return book_; }
+    // Calls waiting in the local queues; from any thread.
+    std::size_t waiting() const noexcept override { return queues_.waiting(); }
+    lock_notes const& notes() const noexcept override { return notes_; }
+    retained_leases& retained() noexcept override { return retained_; }
+    void keep_record(std::chrono::milliseconds ttl) override;
+    bool let_go_locally(guard_state& st) override;
+    void wake_local_head(lock_keys const& keys) override;
 
     // channel_events and holds_handlers.
     void on_message(std::string const& channel, std::string const& payload) override;
@@ -93,17 +83,23 @@ public:
 
 private:
     // "f <token> <lock key>" on the holder record's channel: the lease of `token` was ended
-    // from outside (cohort.cpp).
+    // from outside.
     void on_forced(std::string const& payload);
 
+    // What the units hold for their background work.
+    locker_life const life_;
     std::shared_ptr<holder_record> const record_; // shared with its subscription's coroutine
-    // On the strand:
+    // The units, on the strand: the local queues, the observer's events (lock_notes.cpp), the
+    // cohort hand-off (cohort.cpp), the kept leases (retention.cpp), the asks of the store
+    // (acquirer.cpp), the wait in the local queues (queue_wait.cpp) and the calls under way
+    // (lock_calls.cpp). Each is given the few others it uses.
     local_queues queues_;
     lock_notes notes_;
-    acquirer acquirer_;
-    lock_calls calls_;
-    queue_wait waits_;
+    cohort cohort_;
     retained_leases retained_;
+    acquirer acquirer_;
+    queue_wait waits_;
+    lock_calls calls_;
 };
 
 } // namespace colock::detail

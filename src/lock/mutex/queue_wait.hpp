@@ -5,6 +5,7 @@
 #pragma once
 
 #include "lock/base/common.hpp"
+#include "lock/core/locker_context.hpp"
 #include "lock/mutex/lock_operation.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -14,26 +15,31 @@
 
 namespace colock::detail {
 
-class locker_impl;
+class acquirer;
+class cohort;
+class lock_calls;
 
 class queue_wait {
 public:
-    // `locker` owns this.
-    explicit queue_wait(locker_impl& locker);
+    // The locker's units a turn goes through; they and `context` outlive this.
+    queue_wait(locker_context& context, lock_calls& calls, acquirer& asks, cohort& handoffs);
 
-    // The head's turns, each ending in the call's end or park(); park() sleeps with no
-    // coroutine until `until` or a wake, then resume().
+    // The head's turns, each ending in the call's end or a park (lock_operation::park), from
+    // which resume() goes on.
     boost::asio::awaitable<void> turns(lock_operation& op, boost::asio::cancellation_state cs);
-    void park(lock_operation& op, clock_type::time_point until);
+    // `op`'s sleep ended: it takes a baton, ends, sleeps on, or its turn runs.
+    void resume(lock_operation& op);
 
 private:
-    void resume(lock_operation& op);
     // When the head `op` next asks, sleeping from `now`.
     clock_type::time_point head_sleep_end(lock_operation& op, clock_type::time_point now);
     // Takes a baton given meanwhile: the lease of a holder of this process, now op's.
     bool take_baton(lock_operation& op);
 
-    locker_impl& locker_;
+    locker_context& context_;
+    lock_calls& calls_;
+    acquirer& asks_;
+    cohort& handoffs_;
     std::minstd_rand rng_;
 };
 

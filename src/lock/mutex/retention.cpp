@@ -2,8 +2,8 @@
 #include "lock/mutex/retention.hpp"
 
 #include "lock/core/acquire_policy.hpp"
+#include "lock/mutex/cohort.hpp"
 #include "lock/mutex/guard.hpp"
-#include "lock/mutex/locker_impl.hpp"
 
 #include <colock/redis/error.hpp>
 
@@ -21,8 +21,8 @@ retained_leases::~retained_leases() {
         if (e->kept)
             // The locker's strand is gone with its io_context: no retry, no UNSUBSCRIBE (the
             // connection's close drops its subscriptions).
-            locker_.store().release_in_background(e->keys, e->kept->lease_token, e->claim,
-                                                  e->kept->fence, [] {});
+            context_.store().release_in_background(e->keys, e->kept->lease_token, e->claim,
+                                                   e->kept->fence, [] {});
 }
 
 retained_leases::entry_ptr retained_leases::find(std::string const& channel) const {
@@ -39,7 +39,7 @@ retained_leases::entry_ptr retained_leases::entry_for(lock_keys const& keys) {
         std::lock_guard lock(mutex_);
         auto& slot = names_[keys.channel];
         if (!slot) {
-            slot = std::make_shared<name_entry>(keys, lock_timer(locker_.strand()));
+            slot = std::make_shared<name_entry>(keys, lock_timer(context_.strand()));
             entries_.store(names_.size(), std::memory_order_relaxed);
         }
         e = slot;
@@ -81,8 +81,8 @@ bool retained_leases::keep(guard_state& st) {
     // Nor one that a call here is asking Redis for, or waits on: it goes to them.
     if (opt.retain.count() <= 0 || closed_ || refused_ || !opt.auto_renew || st.gone() ||
         st.others_queued_at_grant() || !st.keys().record_key.empty() ||
-        !locker_.store().is_connected() || locker_.queues().busy(st.keys()) ||
-        st.server_generation() != locker_.store().server_changes(st.keys()))
+        !context_.store().is_connected() || queues_.busy(st.keys()) ||
+        st.server_generation() != context_.store().server_changes(st.keys()))
         return false;
     auto const now = clock_type::now();
     auto const next_fence = st.fence() + 1;
@@ -129,11 +129,11 @@ std::optional<lease_baton> retained_leases::take(lock_keys const& keys) {
     // guard over at once. They go back, and the call asks Redis. So does one kept while the
     // connection is down: until it is back and has read the server's run_id, a replaced server
     // is not known as replaced, and another process may hold the name there.
-    if (!locker_.store().is_connected() ||
-        baton->server_changes != locker_.store().server_changes(keys) ||
+    if (!context_.store().is_connected() ||
+        baton->server_changes != context_.store().server_changes(keys) ||
         !lease_left_to_pass(baton->deadline, now) ||
         !fence_in_step(baton->fence, baton->lease_fence, baton->granted_at, now)) {
-        locker_.give_back(keys, std::move(*baton), e->claim);
+        handoffs_.give_back(keys, std::move(*baton), e->claim);
         drop(e);
         return std::nullopt;
     }
@@ -210,10 +210,10 @@ void retained_leases::give_all_back_now() noexcept {
             auto const& e = entry_and_baton.first;
             auto const& baton = entry_and_baton.second;
             // A passing failure leaves it to the retrying release on the strand.
-            locker_.store().release_in_background(
+            context_.store().release_in_background(
                 e->keys, baton.lease_token, e->claim, baton.fence,
-                [locker = locker_.shared_from_this(), keys = e->keys, baton, claim = e->claim] {
-                    locker->give_back(keys, baton, claim);
+                [handoffs = life_.share(handoffs_), keys = e->keys, baton, claim = e->claim] {
+                    handoffs->give_back(keys, baton, claim);
                 });
         }
         for (auto const& weak : pending)
@@ -241,13 +241,13 @@ void retained_leases::arm(entry_ptr const& e) {
     e->armed = true;
     e->armed_at = e->until;
     e->timer.expires_at(e->until);
-    e->timer.async_wait([locker = locker_.weak_from_this(),
+    e->timer.async_wait([owner = std::weak_ptr<retained_leases>(life_.hold(*this)),
                          weak = std::weak_ptr<name_entry>(e)](boost::system::error_code ec) {
-        auto const self = locker.lock();
+        auto const self = owner.lock();
         auto const entry = weak.lock();
         if (ec || !self || !entry)
             return;
-        self->retained().expire(entry);
+        self->expire(entry);
     });
 }
 
@@ -271,8 +271,8 @@ void retained_leases::expire(entry_ptr const& e) {
 
 void retained_leases::subscribe(entry_ptr const& e) {
     e->subscribed = true;
-    auto run = [](std::shared_ptr<locker_impl> self, entry_ptr entry) -> asio::awaitable<void> {
-        auto const answer = co_await self->store().subscribe(entry->keys.channel);
+    auto run = [](std::shared_ptr<retained_leases> self, entry_ptr entry) -> asio::awaitable<void> {
+        auto const answer = co_await self->context_.store().subscribe(entry->keys.channel);
         if (!answer.first)
             co_return;
         // Not listening, so a waiter elsewhere would not be heard: the lease goes back. A refusal
@@ -280,10 +280,10 @@ void retained_leases::subscribe(entry_ptr const& e) {
         // be reached is tried again at the next grant.
         entry->subscribed = false;
         if (answer.first == redis::error::server_error)
-            self->retained().refused_ = true;
-        self->retained().drop(entry);
+            self->refused_ = true;
+        self->drop(entry);
     };
-    asio::co_spawn(locker_.strand(), run(locker_.shared_from_this(), e), asio::detached);
+    asio::co_spawn(context_.strand(), run(life_.share(*this), e), asio::detached);
 }
 
 void retained_leases::drop(entry_ptr const& e) {
@@ -302,11 +302,11 @@ void retained_leases::drop(entry_ptr const& e) {
         e->timer.cancel();
     }
     if (std::exchange(e->subscribed, false))
-        locker_.store().unsubscribe(e->keys.channel);
+        context_.store().unsubscribe(e->keys.channel);
     if (baton)
-        locker_.give_back(e->keys, std::move(*baton), e->claim);
-    if (locker_.waiting() == 0)
-        locker_.book()->cancel_idle_timer(); // kept armed at the let-go for a taker
+        handoffs_.give_back(e->keys, std::move(*baton), e->claim);
+    if (queues_.waiting() == 0)
+        context_.book()->cancel_idle_timer(); // kept armed at the let-go for a taker
 }
 
 } // namespace colock::detail

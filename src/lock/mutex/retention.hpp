@@ -9,6 +9,8 @@
 
 #include "lock/base/common.hpp"
 #include "lock/core/local_queue.hpp"
+#include "lock/core/locker_context.hpp"
+#include "lock/mutex/locker_life.hpp"
 #include "lock/store/lease_store.hpp"
 
 #include <atomic>
@@ -23,12 +25,16 @@
 
 namespace colock::detail {
 
+class cohort;
 class guard_state;
-class locker_impl;
 
 class retained_leases {
 public:
-    explicit retained_leases(locker_impl& locker) : locker_(locker) {}
+    // The locker's `context`, `queues`, `handoffs` (which gives the leases back) and `life`
+    // outlive this.
+    retained_leases(locker_context& context, local_queues& queues, cohort& handoffs,
+                    locker_life const& life)
+        : context_(context), queues_(queues), handoffs_(handoffs), life_(life) {}
     // Kept leases still here (the io_context went before the locker's close ran) go back.
     ~retained_leases();
     retained_leases(retained_leases const&) = delete;
@@ -93,7 +99,10 @@ private:
     // Takes the entry out (and its subscription); its kept lease, if any, goes back to Redis.
     void drop(entry_ptr const& e);
 
-    locker_impl& locker_;
+    locker_context& context_;
+    local_queues& queues_;
+    cohort& handoffs_;
+    locker_life const& life_;
     mutable std::mutex mutex_;
     std::unordered_map<std::string, entry_ptr> names_; // by wake channel
     std::atomic<std::size_t> entries_{0};              // names_.size(), read without the mutex

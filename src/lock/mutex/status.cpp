@@ -4,8 +4,8 @@
 #include "detail/spawn.hpp"
 #include "lock/base/awaited_call.hpp"
 #include "lock/base/errors.hpp"
-#include "lock/mutex/guard.hpp"
-#include "lock/mutex/locker_impl.hpp"
+#include "lock/core/holder_record.hpp"
+#include "lock/core/locker_context.hpp"
 
 #include <colock/locker.hpp>
 
@@ -155,7 +155,7 @@ struct force_unlock_outcome {
     bool ended = false;
 };
 
-asio::awaitable<status_outcome> run_status(std::shared_ptr<locker_impl> self, std::string name) {
+asio::awaitable<status_outcome> run_status(std::shared_ptr<locker_context> self, std::string name) {
     status_outcome out;
     lock_keys const keys(self->prefix(), name, self->id());
     auto const reading = co_await self->store().read(keys);
@@ -187,7 +187,7 @@ asio::awaitable<status_outcome> run_status(std::shared_ptr<locker_impl> self, st
     co_return out;
 }
 
-asio::awaitable<force_unlock_outcome> run_force_unlock(std::shared_ptr<locker_impl> self,
+asio::awaitable<force_unlock_outcome> run_force_unlock(std::shared_ptr<locker_context> self,
                                                        std::string name) {
     force_unlock_outcome out;
     lock_keys const keys(self->prefix(), name, self->id());
@@ -213,7 +213,7 @@ namespace {
 // The awaitable of `run(impl, name)`, for co_status and co_force_unlock: the name checked when
 // it is awaited, a failure thrown with its message, completed off the locker's strand.
 template <class Result, class Run, class Take>
-asio::awaitable<Result> await_run(std::shared_ptr<locker_impl> impl, std::string name, Run run,
+asio::awaitable<Result> await_run(std::shared_ptr<locker_context> impl, std::string name, Run run,
                                   Take take) {
     auto initiation = [impl = std::move(impl), name = std::move(name), run,
                        take](auto handler) mutable {
@@ -238,9 +238,10 @@ asio::awaitable<Result> await_run(std::shared_ptr<locker_impl> impl, std::string
 } // namespace detail
 
 void locker::start_status(std::string name, status_handler handler) {
-    auto strand = impl_->strand();
+    auto context = detail::context_of(*this);
+    auto strand = context->strand();
     detail::spawn_cancellable(
-        strand, detail::run_status(impl_, std::move(name)), std::move(handler),
+        strand, detail::run_status(std::move(context), std::move(name)), std::move(handler),
         [](status_handler h, std::exception_ptr e, detail::status_outcome out) {
             if (e)
                 out.ec = error::unexpected_reply;
@@ -249,9 +250,10 @@ void locker::start_status(std::string name, status_handler handler) {
 }
 
 void locker::start_force_unlock(std::string name, force_unlock_handler handler) {
-    auto strand = impl_->strand();
+    auto context = detail::context_of(*this);
+    auto strand = context->strand();
     detail::spawn_cancellable(
-        strand, detail::run_force_unlock(impl_, std::move(name)), std::move(handler),
+        strand, detail::run_force_unlock(std::move(context), std::move(name)), std::move(handler),
         [](force_unlock_handler h, std::exception_ptr e, detail::force_unlock_outcome out) {
             if (e)
                 out.ec = error::unexpected_reply;
@@ -261,8 +263,8 @@ void locker::start_force_unlock(std::string name, force_unlock_handler handler) 
 
 asio::awaitable<lock_status> locker::co_status(std::string name) {
     return detail::await_run<lock_status>(
-        impl_, std::move(name),
-        [](std::shared_ptr<detail::locker_impl> impl, std::string n) {
+        detail::context_of(*this), std::move(name),
+        [](std::shared_ptr<detail::locker_context> impl, std::string n) {
             return detail::run_status(std::move(impl), std::move(n));
         },
         [](detail::status_outcome out) { return std::move(out.status); });
@@ -270,15 +272,11 @@ asio::awaitable<lock_status> locker::co_status(std::string name) {
 
 asio::awaitable<bool> locker::co_force_unlock(std::string name) {
     return detail::await_run<bool>(
-        impl_, std::move(name),
-        [](std::shared_ptr<detail::locker_impl> impl, std::string n) {
+        detail::context_of(*this), std::move(name),
+        [](std::shared_ptr<detail::locker_context> impl, std::string n) {
             return detail::run_force_unlock(std::move(impl), std::move(n));
         },
         [](detail::force_unlock_outcome out) { return out.ended; });
-}
-
-std::string const& locker::id() const noexcept {
-    return impl_->id();
 }
 
 } // namespace colock
