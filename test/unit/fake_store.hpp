@@ -176,10 +176,6 @@ public:
     std::uint64_t server_changes(lock_keys const&) const noexcept override {
         return server_.changes();
     }
-    // No server: no scripts of a synchronizer's.
-    std::vector<std::shared_ptr<colock::detail::script_client>> script_clients() const override {
-        return {};
-    }
     std::uint64_t reconnects() const noexcept override { return reconnects_; }
     bool logs(log_level) const noexcept override { return false; }
     void log(log_level, std::string_view) const noexcept override {}

@@ -85,9 +85,6 @@ public:
     force_unlock(lock_keys const&, std::string const&) override {
         co_return colock::detail::forced_unlock_result{};
     }
-    std::vector<std::shared_ptr<colock::detail::script_client>> script_clients() const override {
-        return {};
-    }
     bool is_connected() const noexcept override { return true; }
     std::string last_error_text() const override { return {}; }
     std::uint64_t server_changes(lock_keys const&) const noexcept override { return 0; }

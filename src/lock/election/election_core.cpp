@@ -24,7 +24,9 @@ election_core::election_core(std::shared_ptr<locker_context> locker, std::string
     : locker_(std::move(locker))
     , name_(std::move(name))
     , space_{locker_->prefix() + "election:", true, "election"}
-    , keys_(space_, name_, locker_->id()) {}
+    , keys_(space_, name_, locker_->id()) {
+    locker_->store().require(holding_kind::election, space_.kind, name_);
+}
 
 std::size_t election_core::majority() const noexcept {
     return locker_->store().majority();

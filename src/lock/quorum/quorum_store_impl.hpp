@@ -185,12 +185,16 @@ public:
 
     // ------------------------------------------------------------------ facts
 
-    std::vector<std::shared_ptr<script_client>> script_clients() const override {
-        std::vector<std::shared_ptr<script_client>> clients;
-        for (std::size_t i = 0; i < members_->size(); ++i)
-            for (auto& c : members_->store(i).script_clients())
-                clients.push_back(std::move(c));
-        return clients;
+    // Permits counted on each primary apart do not bound the holders by a majority of them:
+    // two majorities of grants can together admit more holders than the capacity.
+    std::string refusal_of(holding_kind kind) const override {
+        if (kind != holding_kind::permits)
+            return {};
+        return fmt::format("a locker over {} independent primaries (Redlock) cannot hold one: its "
+                           "holdings would be counted on each primary apart, and a majority of "
+                           "them does not bound the holders; use a locker over one connection "
+                           "(one server, Sentinel or Cluster)",
+                           members_->size());
     }
 
     bool is_connected() const noexcept override { return members_->is_connected(); }

@@ -1,17 +1,16 @@
 // What a semaphore (or a read-write lock: a semaphore whose writer takes every permit), its
-// holdings and its waiting calls share: the locker, the script client of its server, the keys
-// and requests, and the waiting calls with their wake channel. Private to the library's
+// holdings and its waiting calls share: the locker (whose store serves the requests), the keys,
+// and the waiting calls with their wake channel. Private to the library's
 // sources; on the locker's strand, but for what says otherwise.
 #pragma once
 
 #include "detail/spawn.hpp"
 #include "lock/base/common.hpp"
 #include "lock/core/acquisition.hpp"
-#include "lock/core/channel_routes.hpp"
 #include "lock/core/lease.hpp"
+#include "lock/core/wake_channel.hpp"
 #include "lock/semaphore/semaphore_policy.hpp"
 #include "lock/store/lease_store.hpp"
-#include "lock/store/script_client.hpp"
 
 #include <colock/error.hpp>
 #include <colock/lock_options.hpp>
@@ -33,19 +32,6 @@ namespace colock::detail {
 class locker_context;
 class permit_state;
 
-// The keys of semaphore `name` (the layout is in semaphore_scripts.hpp).
-struct semaphore_keys {
-    std::string key;            // capacity and last fence
-    std::string permits_key;    // the holdings, by expiry
-    std::string weights_key;    // the weight of each holding of more than one permit
-    std::string queue_key;      // the waiting calls, in order
-    std::string entries_key;    // each waiting call's entry
-    std::string channel_prefix; // + a locker's id: its wake channel
-    std::string channel;        // this locker's
-
-    semaphore_keys(std::string const& prefix, std::string_view name, std::string_view owner);
-};
-
 // How an acquire ended.
 struct permit_outcome {
     boost::system::error_code ec;
@@ -53,12 +39,11 @@ struct permit_outcome {
     std::shared_ptr<permit_state> state;
 };
 
-class semaphore_core final : public channel_listener,
-                             public std::enable_shared_from_this<semaphore_core> {
+class semaphore_core final : public std::enable_shared_from_this<semaphore_core> {
 public:
     // `kind` names it in messages ("semaphore", "read-write lock"); its keys are under the
-    // locker's prefix + `kind_prefix`. Throws system_error(invalid_argument) for a locker whose
-    // store cannot run one (a quorum: Redlock).
+    // locker's prefix + `kind_prefix`. Throws system_error(invalid_argument) with the store's
+    // refusal for a locker whose store serves no permits (a quorum: Redlock).
     semaphore_core(std::shared_ptr<locker_context> locker, std::string_view kind,
                    std::string_view kind_prefix, std::string name, std::size_t capacity);
     ~semaphore_core();
@@ -66,7 +51,7 @@ public:
     locker_context& locker() const noexcept { return *locker_; }
     // The locker's strand, where all of this runs.
     boost::asio::strand<boost::asio::any_io_executor> const& locker_strand() const noexcept;
-    script_client& client() const noexcept { return *client_; }
+    lease_store& store() const noexcept;
     std::string const& name() const noexcept { return name_; }
     std::string const& kind() const noexcept { return kind_; }
     std::size_t capacity() const noexcept { return capacity_; }
@@ -102,39 +87,9 @@ public:
     // The semaphore object is gone: its waiting calls end with operation_aborted. Any thread.
     void close();
 
-    // channel_listener
-    void on_message(std::string const& payload) override;
-    void on_reconnect() override;
-    void on_close() override;
-    void drop_handlers() noexcept override {}
-
 private:
-    // A waiting call, on its coroutine's frame.
-    struct waiter {
-        waiter(semaphore_core& c, boost::asio::strand<boost::asio::any_io_executor> const& s)
-            : core(c), timer(s) {}
-        waiter(waiter const&) = delete;
-        waiter& operator=(waiter const&) = delete;
-        // A frame destroyed unresumed (the io_context's end) leaves the list of waiters.
-        ~waiter() {
-            if (auto it = core.waiters_.find(listed_as);
-                it != core.waiters_.end() && it->second == this)
-                core.waiters_.erase(it);
-        }
-        semaphore_core& core;
-        lock_timer timer;
-        std::string listed_as; // its token in the list of waiters, while listed
-        bool woken = false;    // a message, or a reconnection: ask now
-        bool aborted = false;  // the semaphore or the connection closed
-    };
-
-    void add_waiter(std::string const& token, waiter& w);
-    void remove_waiter(std::string const& token);
-    // Subscribes to this locker's wake channel for the semaphore, once, while calls wait.
-    static boost::asio::awaitable<void> subscribe(std::shared_ptr<semaphore_core> self);
-    boost::asio::awaitable<permit_grant> attempt(std::string const& token, std::size_t permits,
-                                                 bool new_fence, std::chrono::milliseconds ttl,
-                                                 bool queue, boost::asio::cancellation_state cs,
+    boost::asio::awaitable<permit_grant> attempt(permit_request const& request,
+                                                 boost::asio::cancellation_state cs,
                                                  clock_type::time_point deadline);
     std::string failure_text(boost::system::error_code ec, std::string const& server_text,
                              lock_options const& opt, bool waited) const;
@@ -142,19 +97,12 @@ private:
     void settle(permit_outcome& out, acquisition const& acq, acquisition_action const& done) const;
 
     std::shared_ptr<locker_context> const locker_;
-    std::shared_ptr<script_client> const client_;
     std::string const kind_;
     std::string const name_;
     std::size_t const capacity_;
-    std::string const capacity_text_;
     semaphore_keys const keys_;
-    // On the strand:
-    std::unordered_map<std::string, waiter*> waiters_; // by token
-    bool closed_ = false;
-    bool routed_ = false; // listed in the locker's channel routes
-    bool subscribing_ = false;
-    bool subscribed_ = false; // confirmed: releases tell the waiters
-    bool refused_ = false;    // the server refused the subscription: the waiters poll
+    // The waiting calls, woken by messages on this locker's wake channel for the semaphore.
+    std::shared_ptr<wake_channel> const wakes_;
 };
 
 // A permit's state: the lease core with the holding's identity. Shared by the permit, its

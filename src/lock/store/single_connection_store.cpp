@@ -5,6 +5,7 @@
 #include "lock/base/errors.hpp"
 #include "lock/store/lock_replies.hpp"
 #include "lock/store/lock_scripts.hpp"
+#include "lock/store/permit_requests.hpp"
 #include "lock/store/script_client.hpp"
 
 #include "redis/engine.hpp"
@@ -212,9 +213,7 @@ public:
         co_return r;
     }
 
-    std::vector<std::shared_ptr<script_client>> script_clients() const override {
-        return {client_};
-    }
+    std::string refusal_of(holding_kind) const override { return {}; }
 
     asio::awaitable<proclaim_result> proclaim(lock_keys const& keys,
                                               proclaim_request const& request) override {
@@ -243,6 +242,41 @@ public:
         script_call const call{client_->scripts().election_read, {keys.key, keys.record_key}, {}};
         co_return detail::read_election(co_await client_->run(call, send_as::sha));
     }
+
+    // ------------------------------------------------------------------ permits
+
+    asio::awaitable<permit_grant> grant_permits(semaphore_keys const& keys,
+                                                permit_request const& request,
+                                                asio::cancellation_slot stop) override {
+        return permits_.grant(keys, request, stop);
+    }
+    asio::awaitable<permit_extension> extend_permits(semaphore_keys const& keys,
+                                                     std::string const& token, milliseconds ttl,
+                                                     bool weigh) override {
+        return permits_.extend(keys, token, ttl, weigh);
+    }
+    asio::awaitable<lease_reply> downgrade_permits(semaphore_keys const& keys,
+                                                   std::string const& token) override {
+        return permits_.downgrade(keys, token);
+    }
+    asio::awaitable<lease_reply> release_permits(semaphore_keys const& keys,
+                                                 std::string const& token, std::size_t permits,
+                                                 bool leave) override {
+        return permits_.release(keys, token, permits, leave);
+    }
+    void release_permits_in_background(semaphore_keys const& keys, std::string const& token,
+                                       std::size_t permits, bool leave,
+                                       std::function<void()> retry) override {
+        permits_.release_in_background(keys, token, permits, leave, std::move(retry));
+    }
+    asio::awaitable<semaphore_reading> read_permits(semaphore_keys const& keys) override {
+        return permits_.read(keys);
+    }
+    std::uint64_t permit_server_changes(semaphore_keys const& keys) const noexcept override {
+        return client_->server_changes_for(keys.key);
+    }
+
+    // ------------------------------------------------------------------ facts
 
     bool is_connected() const noexcept override { return client_->is_connected(); }
     std::string last_error_text() const override { return client_->last_error_text(); }
@@ -283,6 +317,7 @@ private:
     }
 
     std::shared_ptr<script_client> const client_;
+    permit_requests const permits_{client_};
 };
 
 } // namespace
