@@ -24,7 +24,6 @@
 namespace colock {
 
 namespace asio = boost::asio;
-using boost::system::error_code;
 using boost::system::system_error;
 using std::chrono::milliseconds;
 
