@@ -96,6 +96,13 @@ auto check_nothrow_then_mark(Done& done) {
     };
 }
 
+/// A call of `locks` that takes `name` with a lease of 10 s and gives it back at once: a waiter
+/// from another process, for co_spawn.
+inline asio::awaitable<void> take_and_give_back(locker& locks, std::string name) {
+    auto g = co_await locks.co_lock(name, lease(std::chrono::milliseconds{10'000}));
+    co_await g.unlock();
+}
+
 /// Waits until a call of `locks` waits (polling every 5 ms, 300 times at the most), REQUIREs
 /// that exactly one does, and gives it 100 ms more to settle in its queue.
 inline asio::awaitable<void> until_one_waiting(locker& locks) {

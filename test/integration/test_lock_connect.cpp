@@ -66,6 +66,19 @@ std::thread restart_after(redis_server& server, std::chrono::milliseconds delay)
     });
 }
 
+// A lease of 5 s whose co_lock gives up on a connection never made after `first_connect`.
+lock_options connect_bounded(std::chrono::milliseconds first_connect) {
+    lock_options opt = lease(5000ms);
+    opt.first_connect_timeout = first_connect;
+    return opt;
+}
+
+// A call that took `took` ms took at least `least` and less than `most`.
+void check_took(long long took, long long least, long long most) {
+    CHECK(took >= least);
+    CHECK(took < most);
+}
+
 bool contains(std::string const& text, std::string_view part) {
     return text.find(part) != std::string::npos;
 }
@@ -100,8 +113,7 @@ TEST_CASE("a cold start that lasts too long: co_lock fails after first_connect_t
     cfg.port = port;
     cfg.connect_timeout = 500ms;
     run_with_locker(cfg, [&](locker& locks) -> asio::awaitable<void> {
-        lock_options opt = lease(5000ms);
-        opt.first_connect_timeout = 800ms; // no wait_timeout: only this bounds the wait
+        auto opt = connect_bounded(800ms); // no wait_timeout: only this bounds the wait
         opt.retry.max = 100ms;
         auto const start = steady::now();
         auto [ec, what] = co_await lock_outcome(locks, unique_key("never-up"), opt);
@@ -115,32 +127,28 @@ TEST_CASE("a cold start that lasts too long: co_lock fails after first_connect_t
         CHECK(first != std::string::npos);
         CHECK(what.find("Connection refused", first + 1) == std::string::npos);
         CHECK_FALSE(contains(what, "[system:"));
-        CHECK(took >= 700);
-        CHECK(took < 5000);
+        check_took(took, 700, 5000);
     });
 }
 
-TEST_CASE("a server that accepts and never answers: co_lock without wait_timeout fails after "
-          "first_connect_timeout instead of hanging") {
-    silent_server silent;
-    run_with_locker(silent.config(), [&](locker& locks) -> asio::awaitable<void> {
-        lock_options opt = lease(5000ms);
-        opt.first_connect_timeout = 1000ms;
+TEST_CASE_FIXTURE(silent_server, "a server that accepts and never answers: co_lock without "
+                                 "wait_timeout fails after first_connect_timeout instead of "
+                                 "hanging") {
+    run_with_locker(config(), [&](locker& locks) -> asio::awaitable<void> {
+        auto opt = connect_bounded(1000ms);
         auto const start = steady::now();
         auto [ec, what] = co_await lock_outcome(locks, unique_key("silent"), opt);
         auto const took = ms_since(start);
         MESSAGE(what);
         CHECK(ec == redis::error::connect_timeout);
         CHECK(contains(what, "no connection to the Redis server within 1000 ms"));
-        CHECK(took >= 900);
-        CHECK(took < 4000);
+        check_took(took, 900, 4000);
     });
 }
 
-TEST_CASE("wait_timeout shorter than the connection's budget: error::timeout says the "
-          "connection is not established") {
-    silent_server silent;
-    run_with_locker(silent.config(), [&](locker& locks) -> asio::awaitable<void> {
+TEST_CASE_FIXTURE(silent_server, "wait_timeout shorter than the connection's budget: "
+                                 "error::timeout says the connection is not established") {
+    run_with_locker(config(), [&](locker& locks) -> asio::awaitable<void> {
         lock_options opt = waiting_up_to(lease(5000ms), 1000ms);
         auto [ec, what] = co_await lock_outcome(locks, unique_key("silent-wait"), opt);
         MESSAGE(what);

@@ -296,13 +296,7 @@ TEST_CASE("retention: a lease is not kept when another process queued during its
         bool b_done = false;
         {
             auto held = co_await a.co_lock(name, keep_long);
-            asio::co_spawn(
-                ctx,
-                [&]() -> asio::awaitable<void> {
-                    auto g = co_await b.co_lock(name, lease(10'000ms));
-                    co_await g.unlock();
-                },
-                check_nothrow_then_mark(b_done));
+            asio::co_spawn(ctx, take_and_give_back(b, name), check_nothrow_then_mark(b_done));
             CHECK(co_await queue_length_becomes(probe, name, 1) == 1);
             co_await sleep_for(100ms); // its "q" reaches a
         }
@@ -322,13 +316,7 @@ TEST_CASE("retention: a lease is not kept when another process queued during its
                 co_await sleep_for(1ms);
             };
             asio::co_spawn(ctx, a_turn(), check_nothrow_then_mark(a_done));
-            asio::co_spawn(
-                ctx,
-                [&]() -> asio::awaitable<void> {
-                    auto g = co_await b.co_lock(name, lease(10'000ms));
-                    co_await g.unlock();
-                },
-                check_nothrow_then_mark(b_done));
+            asio::co_spawn(ctx, take_and_give_back(b, name), check_nothrow_then_mark(b_done));
             CHECK(co_await queue_length_becomes(probe, name, 2) == 2); // a's waiter and b
             co_await sleep_for(100ms);                                 // its "q" reaches a
             first = lock_guard{};                                      // to a's waiter, locally

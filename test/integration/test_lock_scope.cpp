@@ -32,6 +32,13 @@ struct counting_observer : lock_observer {
     void on_released(released_event const&) override { ++released; }
 };
 
+// A counting observer set on `locks`.
+std::shared_ptr<counting_observer> counted(locker& locks) {
+    auto seen = std::make_shared<counting_observer>();
+    locks.set_observer(seen);
+    return seen;
+}
+
 lock_options renewing(std::chrono::milliseconds ttl, std::chrono::milliseconds every) {
     lock_options opt;
     opt.ttl = ttl;
@@ -45,8 +52,7 @@ TEST_CASE("share: the same lease, token and fence; hold_count; the lease is kept
           "sharing guard goes, and no share is an acquisition") {
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
-        auto const seen = std::make_shared<counting_observer>();
-        locks.set_observer(seen);
+        auto const seen = counted(locks);
         std::optional<lock_guard> g(co_await locks.co_lock(name));
         CHECK(g->hold_count() == 1);
         auto s = g->share();
@@ -137,8 +143,7 @@ TEST_CASE("scope: re-entry returns at once the same lease and fence, with no Red
           "the lease goes back with the scope's last guard") {
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
-        auto const seen = std::make_shared<counting_observer>();
-        locks.set_observer(seen);
+        auto const seen = counted(locks);
         lock_scope scope{locks};
         CHECK(&scope.get_locker() == &locks);
         CHECK(scope.hold_count(name) == 0);

@@ -106,13 +106,8 @@ TEST_CASE("status: a held lock names its holder's locker, token, fence, lease an
         // Another process (locker) waits: it is counted once, however many of its calls wait.
         int waiters_done = 0;
         for (int i = 0; i < 2; ++i)
-            asio::co_spawn(
-                ctx,
-                [&]() -> asio::awaitable<void> {
-                    auto w = co_await other.co_lock(name, lease(10'000ms));
-                    co_await w.unlock();
-                },
-                check_nothrow_then_mark(waiters_done));
+            asio::co_spawn(ctx, take_and_give_back(other, name),
+                           check_nothrow_then_mark(waiters_done));
         std::size_t queued = 0;
         co_await eventually(
             [&]() -> asio::awaitable<bool> {

@@ -64,6 +64,12 @@ std::string connect_failure(redis::config cfg) {
     return message;
 }
 
+// A sentinel set, its primary found: the port it had before a test moves it.
+struct sentinel_primary {
+    sentinel_set set;
+    std::uint16_t const old_port = set.wait_for_primary(5s);
+};
+
 } // namespace
 
 TEST_CASE("sentinel: the connection goes to the primary the sentinels name, and locks work "
@@ -100,10 +106,10 @@ TEST_CASE("sentinel: the connection goes to the primary the sentinels name, and 
     });
 }
 
-TEST_CASE("sentinel: SENTINEL FAILOVER: a held guard is lost at once, the waiter gets the lock "
-          "on the new primary with a higher fence") {
-    sentinel_set set;
-    auto const old_port = set.wait_for_primary(5s);
+TEST_CASE_FIXTURE(
+    sentinel_primary,
+    "sentinel: SENTINEL FAILOVER: a held guard is lost at once, the waiter gets the lock "
+    "on the new primary with a higher fence") {
     run_test(
         [&](asio::io_context& ctx) -> asio::awaitable<void> {
             // Two connections: two processes, each with its own view of the failover.
@@ -185,10 +191,10 @@ TEST_CASE("sentinel: SENTINEL FAILOVER: a held guard is lost at once, the waiter
         90s);
 }
 
-TEST_CASE("sentinel: a killed primary: the guard is lost after the failover, and new locks work "
-          "on the promoted replica") {
-    sentinel_set set;
-    auto const old_port = set.wait_for_primary(5s);
+TEST_CASE_FIXTURE(
+    sentinel_primary,
+    "sentinel: a killed primary: the guard is lost after the failover, and new locks work "
+    "on the promoted replica") {
     run_test(
         [&](asio::io_context& ctx) -> asio::awaitable<void> {
             redis::connection conn{ctx.get_executor(), sentinel_config(set)};
@@ -332,4 +338,3 @@ TEST_CASE("sentinel: over TLS, to the sentinels and to the primary, verified wit
         CHECK(message.find("sentinel 127.0.0.1:" + std::to_string(set.sentinel(i).tls_port()) +
                            ": certificate verify failed") != std::string::npos);
 }
-
