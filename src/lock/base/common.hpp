@@ -6,8 +6,10 @@
 #include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/cancellation_state.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 
 namespace colock::detail {
 
@@ -49,6 +51,27 @@ inline clock_type::time_point saturating_add(clock_type::time_point t,
         std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::time_point::max() - t);
     return d >= room ? clock_type::time_point::max() : t + d;
 }
+
+// A wait_timeout spent over several calls (a campaign's rounds, a scope's turn behind another
+// of its calls, then its own): the deadline from the start, and what is left for the next call.
+class wait_budget {
+public:
+    wait_budget(std::optional<std::chrono::milliseconds> timeout, clock_type::time_point started)
+        : deadline_(timeout ? std::optional(saturating_add(started, *timeout)) : std::nullopt) {}
+
+    // The end of the wait; nothing: it has none.
+    std::optional<clock_type::time_point> deadline() const noexcept { return deadline_; }
+    // What is left at `now`, rounded up to the millisecond, 0 once spent; nothing: no end.
+    std::optional<std::chrono::milliseconds> left(clock_type::time_point now) const {
+        if (!deadline_)
+            return std::nullopt;
+        return std::max(std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - now),
+                        std::chrono::milliseconds{0});
+    }
+
+private:
+    std::optional<clock_type::time_point> deadline_;
+};
 
 inline bool cancelled(boost::asio::cancellation_state const& cs) {
     return cs.cancelled() != boost::asio::cancellation_type::none;

@@ -121,14 +121,11 @@ asio::awaitable<leadership> election::co_campaign(std::string value, lock_option
     // Each term is granted by the server: never handed within this process without it.
     opt.cohort_limit = 0;
     opt.retain = std::chrono::milliseconds{0}; // nor kept for the next campaign
-    auto const wait_until = opt.wait_timeout ? std::chrono::steady_clock::now() + *opt.wait_timeout
-                                             : std::chrono::steady_clock::time_point::max();
+    // wait_timeout bounds the whole campaign, its rounds together.
+    detail::wait_budget const budget(opt.wait_timeout, detail::clock_type::now());
     for (;;) {
         auto this_round = opt;
-        if (opt.wait_timeout)
-            this_round.wait_timeout =
-                std::max(milliseconds{0}, std::chrono::duration_cast<milliseconds>(
-                                              wait_until - std::chrono::steady_clock::now()));
+        this_round.wait_timeout = budget.left(detail::clock_type::now());
         lock_guard guard =
             co_await core->locker().co_lock_in(core->space(), core->name(), this_round);
         auto const claimed = co_await detail::on_strand<bool>(
