@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,13 +20,10 @@
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using colock::detail::lease_store;
-using colock::detail::local_queues;
-using colock::detail::lock_keys;
-using colock::detail::max_handoff_claim;
-using colock::detail::name_queue;
-using colock::detail::waiter;
-using colock::detail::wake_reason;
+// What is under test, from core/local_queue.hpp, and the store it asks.
+using colock::detail::lease_store, colock::detail::local_queues, colock::detail::lock_keys,
+    colock::detail::max_handoff_claim, colock::detail::name_queue, colock::detail::waiter,
+    colock::detail::wake_reason;
 
 namespace {
 
@@ -111,6 +109,27 @@ struct queues_fixture {
     local_queues queues{store, "me"};
     lock_keys const a{"p:", "a", "me"};
     lock_keys const b{"p:", "b", "me"};
+
+    // Joins `ws` to the queue of `keys`, in this order; the queue.
+    std::shared_ptr<name_queue> join_all(lock_keys const& keys, std::initializer_list<waiter*> ws) {
+        std::shared_ptr<name_queue> q;
+        for (auto* w : ws)
+            q = queues.join(keys, *w);
+        return q;
+    }
+    // join_all, the queue then subscribed and queued at the server.
+    std::shared_ptr<name_queue> subscribed_queue(lock_keys const& keys,
+                                                 std::initializer_list<waiter*> ws) {
+        auto q = join_all(keys, ws);
+        q->subscribed = true;
+        q->queued_at_server = true;
+        return q;
+    }
+    // Drops `ws` from `q`, in this order.
+    void drop_all(std::shared_ptr<name_queue> const& q, std::initializer_list<waiter*> ws) {
+        for (auto* w : ws)
+            queues.drop(q, *w);
+    }
 };
 
 // The waiters of `q`, front to back.
@@ -169,8 +188,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a waiter that has asked goes ah
     auto const q = queues.join(a, unasked);
     queues.join(a, asker, /*ahead_of_unasked=*/true);
     CHECK(queue_order(*q) == std::vector<waiter const*>{&asker, &unasked});
-    queues.drop(q, asker);
-    queues.drop(q, unasked);
+    drop_all(q, {&asker, &unasked});
 }
 
 TEST_CASE_FIXTURE(queues_fixture, "local queues: a head that has asked keeps its place; the "
@@ -188,19 +206,16 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a head that has asked keeps its
 TEST_CASE_FIXTURE(queues_fixture, "local queues: without asking to go ahead, a waiter goes last "
                                   "behind an unasked head") {
     sleeper unasked, later;
-    auto const q = queues.join(a, unasked);
-    queues.join(a, later);
+    auto const q = join_all(a, {&unasked, &later});
     CHECK(queue_order(*q) == std::vector<waiter const*>{&unasked, &later});
-    queues.drop(q, unasked);
-    queues.drop(q, later);
+    drop_all(q, {&unasked, &later});
 }
 
 TEST_CASE_FIXTURE(queues_fixture, "local queues: waiting() counts the waiters of every queue, "
                                   "down again as they leave or are dropped") {
     sleeper w1, w2, w3;
     CHECK(queues.waiting() == 0);
-    auto const qa = queues.join(a, w1);
-    queues.join(a, w2);
+    auto const qa = join_all(a, {&w1, &w2});
     auto const qb = queues.join(b, w3);
     CHECK(queues.waiting() == 3);
     queues.leave(qa, w2, false, 0ms);
@@ -214,10 +229,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: waiting() counts the waiters of
 TEST_CASE_FIXTURE(queues_fixture, "local queues: the last one out drops the subscription and the "
                                   "server's entry, with the claim it was given") {
     sleeper w1, w2;
-    auto const q = queues.join(a, w1);
-    queues.join(a, w2);
-    q->subscribed = true;
-    q->queued_at_server = true;
+    auto const q = subscribed_queue(a, {&w1, &w2});
     queues.leave(q, w1, false, 700ms);
     CHECK(store.unsubscribed.empty()); // one left: the name still has a waiter
     CHECK(store.leaves.empty());
@@ -258,24 +270,20 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a queue emptied is forgotten; t
 
 TEST_CASE_FIXTURE(queues_fixture, "local queues: a head going out wakes the next, and only it") {
     sleeper w1, w2, w3;
-    auto const q = queues.join(a, w1);
-    queues.join(a, w2);
-    queues.join(a, w3);
+    auto const q = join_all(a, {&w1, &w2, &w3});
     queues.leave(q, w1, false, 0ms);
     CHECK(w2.woken == 1);
     CHECK(w2.wake == wake_reason::woken);
     CHECK(w3.woken == 0);
     CHECK(w3.wake == wake_reason::none);
-    queues.drop(q, w2);
-    queues.drop(q, w3);
+    drop_all(q, {&w2, &w3});
 }
 
 TEST_CASE_FIXTURE(queues_fixture, "local queues: a head that took the lock with this locker "
                                   "queued at the server promotes the next to wait for its "
                                   "hand-off") {
     sleeper w1, w2;
-    auto const q = queues.join(a, w1);
-    queues.join(a, w2);
+    auto const q = join_all(a, {&w1, &w2});
     q->queued_at_server = true;
     queues.leave(q, w1, /*acquired=*/true, 0ms);
     CHECK(w2.woken == 1);
@@ -286,8 +294,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a head that took the lock with 
 TEST_CASE_FIXTURE(queues_fixture, "local queues: a head that took the lock without an entry at "
                                   "the server wakes the next to ask at once") {
     sleeper w1, w2;
-    auto const q = queues.join(a, w1);
-    queues.join(a, w2);
+    auto const q = join_all(a, {&w1, &w2});
     queues.leave(q, w1, /*acquired=*/true, 0ms);
     CHECK(w2.wake == wake_reason::woken);
     queues.drop(q, w2);
@@ -296,24 +303,18 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a head that took the lock witho
 TEST_CASE_FIXTURE(queues_fixture, "local queues: a waiter behind the head going out wakes "
                                   "nobody") {
     sleeper w1, w2, w3;
-    auto const q = queues.join(a, w1);
-    queues.join(a, w2);
-    queues.join(a, w3);
+    auto const q = join_all(a, {&w1, &w2, &w3});
     queues.leave(q, w2, true, 0ms);
     CHECK(w1.woken == 0);
     CHECK(w3.woken == 0);
     CHECK(queue_order(*q) == std::vector<waiter const*>{&w1, &w3});
-    queues.drop(q, w1);
-    queues.drop(q, w3);
+    drop_all(q, {&w1, &w3});
 }
 
 TEST_CASE_FIXTURE(queues_fixture, "local queues: a dropped waiter asks nothing of the store and "
                                   "wakes nobody, even the last of a subscribed queue") {
     sleeper w1, w2;
-    auto const q = queues.join(a, w1);
-    queues.join(a, w2);
-    q->subscribed = true;
-    q->queued_at_server = true;
+    auto const q = subscribed_queue(a, {&w1, &w2});
     queues.drop(q, w1);
     CHECK(w2.woken == 0);
     queues.drop(q, w2);
@@ -363,16 +364,14 @@ TEST_CASE("local queues: wake() ends the sleep once and leaves the reason; a bus
 TEST_CASE_FIXTURE(queues_fixture, "local queues: a hand-off message wakes the head alone and "
                                   "leaves it pending") {
     sleeper w1, w2;
-    auto const q = queues.join(a, w1);
-    queues.join(a, w2);
+    auto const q = join_all(a, {&w1, &w2});
     queues.on_message(a.channel, "g");
     CHECK(q->wake_pending);
     CHECK(w1.woken == 1);
     CHECK(w1.wake == wake_reason::woken);
     CHECK(w2.woken == 0);
     CHECK(store.leaves.empty());
-    queues.drop(q, w1);
-    queues.drop(q, w2);
+    drop_all(q, {&w1, &w2});
 }
 
 TEST_CASE_FIXTURE(queues_fixture, "local queues: a hand-off to a head that is busy asking is "
@@ -429,8 +428,7 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: a hand-off on a channel of anot
 TEST_CASE_FIXTURE(queues_fixture, "local queues: after a reconnection every queue's head looks, "
                                   "the others stay asleep") {
     sleeper a1, a2, b1;
-    auto const qa = queues.join(a, a1);
-    queues.join(a, a2);
+    auto const qa = join_all(a, {&a1, &a2});
     auto const qb = queues.join(b, b1);
     queues.wake_heads();
     CHECK(a1.woken == 1);
@@ -438,16 +436,14 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: after a reconnection every queu
     CHECK(a2.woken == 0);
     CHECK(qa->wake_pending);
     CHECK(qb->wake_pending);
-    queues.drop(qa, a1);
-    queues.drop(qa, a2);
+    drop_all(qa, {&a1, &a2});
     queues.drop(qb, b1);
 }
 
 TEST_CASE_FIXTURE(queues_fixture, "local queues: for_each_waiter visits every waiter of every "
                                   "queue once") {
     sleeper w1, w2, w3;
-    auto const qa = queues.join(a, w1);
-    queues.join(a, w2);
+    auto const qa = join_all(a, {&w1, &w2});
     auto const qb = queues.join(b, w3);
     std::vector<waiter*> seen;
     queues.for_each_waiter([&](waiter& w) { seen.push_back(&w); });
@@ -455,7 +451,6 @@ TEST_CASE_FIXTURE(queues_fixture, "local queues: for_each_waiter visits every wa
     for (waiter* w :
          {static_cast<waiter*>(&w1), static_cast<waiter*>(&w2), static_cast<waiter*>(&w3)})
         CHECK(std::count(seen.begin(), seen.end(), w) == 1);
-    queues.drop(qa, w1);
-    queues.drop(qa, w2);
+    drop_all(qa, {&w1, &w2});
     queues.drop(qb, w3);
 }
