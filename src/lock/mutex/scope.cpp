@@ -212,12 +212,9 @@ asio::awaitable<std::optional<lock_guard>> scope_state::take(std::shared_ptr<sco
                                                              std::string name, lock_options opt,
                                                              bool wait) {
     validate(name, opt);
-    auto const started = clock_type::now();
-    std::optional<clock_type::time_point> deadline;
-    if (opt.wait_timeout)
-        deadline = started + std::min(*opt.wait_timeout,
-                                      std::chrono::duration_cast<std::chrono::milliseconds>(
-                                          clock_type::time_point::max() - started));
+    // wait_timeout bounds the whole call: the wait behind another call of the scope, then its
+    // own turn.
+    wait_budget const budget(opt.wait_timeout, clock_type::now());
     self->prune();
     for (;;) {
         if (self->closed_)
@@ -231,7 +228,7 @@ asio::awaitable<std::optional<lock_guard>> scope_state::take(std::shared_ptr<sco
             co_return std::nullopt;
         // Another call of the scope is taking it: its outcome first.
         waiter w(*self, e, co_await asio::this_coro::executor);
-        w.timer.expires_at(deadline.value_or(clock_type::time_point::max()));
+        w.timer.expires_at(budget.deadline().value_or(clock_type::time_point::max()));
         auto [ec] = co_await w.timer.async_wait(asio::as_tuple(asio::use_awaitable));
         if (self->closed_)
             throw aborted(name);
@@ -250,11 +247,7 @@ asio::awaitable<std::optional<lock_guard>> scope_state::take(std::shared_ptr<sco
     // The scope's own turn, with what is left of wait_timeout.
     auto& e = self->names_[name];
     taking_mark mark(*self, e);
-    if (deadline) {
-        auto const left =
-            std::chrono::ceil<std::chrono::milliseconds>(*deadline - clock_type::now());
-        opt.wait_timeout = std::max(left, std::chrono::milliseconds{0});
-    }
+    opt.wait_timeout = budget.left(clock_type::now());
     auto& lk = self->locker();
     std::optional<lock_guard> got;
     std::exception_ptr failure;
