@@ -96,7 +96,8 @@ struct lock_options {
 inline constexpr std::size_t max_lock_name_length = 1024;
 
 /// Throws boost::system::system_error with error::invalid_argument, naming the field, when
-/// `name` or `opt` cannot be used (empty or oversized name, ttl <= 0 or above max_lock_ttl,
+/// `name` or `opt` cannot be used (empty or oversized name, a name starting with '}' (its keys'
+/// hash tag would be empty, splitting them over Cluster slots), ttl <= 0 or above max_lock_ttl,
 /// renew_interval <= 0 or >= ttl, a ttl below 3 ms with no renew_interval, negative
 /// wait_timeout, max_hold or first_connect_timeout, retry.initial <= 0, retry.max below
 /// retry.initial, a retry.multiplier below 1 or not finite, replicas_timeout <= 0 or above

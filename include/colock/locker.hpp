@@ -263,7 +263,9 @@ public:
     using executor_type = boost::asio::any_io_executor;
 
     /// Takes locks on `conn`, in keys and channels whose names start with `key_prefix`:
-    /// processes that are to exclude one another use the same prefix on the same server.
+    /// processes that are to exclude one another use the same prefix on the same server. A
+    /// prefix whose first '{' is closed at once ("app{}:") is refused with
+    /// error::invalid_argument: it would split a lock's keys over Cluster slots.
     explicit locker(redis::connection& conn, std::string key_prefix = "colock:");
     /// Redlock: the same locks over `primaries`, independent Redis servers (an odd number, at
     /// least 3; each a single server or a Sentinel-resolved primary, not a Cluster). A lock is

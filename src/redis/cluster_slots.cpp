@@ -177,7 +177,9 @@ std::optional<std::vector<std::vector<std::string_view>>> split_commands(std::st
         auto& args = out.emplace_back();
         for (std::size_t i = 0; i < *count; ++i) {
             auto const size = header('$');
-            if (!size || payload.size() < *size + 2 || payload.substr(*size, 2) != "\r\n")
+            // Compared so that no length, however large, wraps round.
+            if (!size || payload.size() < 2 || *size > payload.size() - 2 ||
+                payload.substr(*size, 2) != "\r\n")
                 return std::nullopt;
             args.push_back(payload.substr(0, *size));
             payload.remove_prefix(*size + 2);

@@ -20,9 +20,11 @@ bool is_digit(char c) noexcept {
 // An optional '-' and one or more digits, the whole of `s`, within 64 bits. A leading '+' is
 // accepted only where the specification allows one (numbers, not lengths).
 bool parse_int64(std::string_view s, bool allow_plus, std::int64_t& out) noexcept {
-    if (allow_plus && !s.empty() && s.front() == '+')
+    bool const plus = allow_plus && !s.empty() && s.front() == '+';
+    if (plus)
         s.remove_prefix(1);
-    if (s.empty() || !(is_digit(s.front()) || (s.front() == '-' && s.size() > 1)))
+    // One sign at most: "+-1" is no number.
+    if (s.empty() || !(is_digit(s.front()) || (!plus && s.front() == '-' && s.size() > 1)))
         return false;
     auto const r = std::from_chars(s.data(), s.data() + s.size(), out);
     return r.ec == std::errc{} && r.ptr == s.data() + s.size();
@@ -298,9 +300,11 @@ std::size_t parser::consume_simple(char tb, std::string_view line, std::size_t l
     }
     case '(': {
         std::string_view digits = line;
-        if (!digits.empty() && digits.front() == '+')
+        bool const plus = !digits.empty() && digits.front() == '+';
+        if (plus)
             digits.remove_prefix(1);
-        if (!all_digits(!digits.empty() && digits.front() == '-' ? digits.substr(1) : digits))
+        if (!all_digits(!plus && !digits.empty() && digits.front() == '-' ? digits.substr(1)
+                                                                          : digits))
             return fail(ec, error::invalid_big_number);
         scalar_slot(type::big_number).text.assign(digits);
         break;

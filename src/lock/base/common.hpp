@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 
 namespace colock::detail {
@@ -72,6 +73,16 @@ public:
 private:
     std::optional<clock_type::time_point> deadline_;
 };
+
+// The wall-clock time `ms` milliseconds from 1970 (as the scripts and records write it; before
+// it when negative), clamped to what the clock holds: a foreign value never wraps round.
+inline std::chrono::system_clock::time_point wall_time_of_ms(std::int64_t ms) noexcept {
+    using wall = std::chrono::system_clock;
+    auto const most =
+        std::chrono::duration_cast<std::chrono::milliseconds>(wall::duration::max()).count();
+    return wall::time_point(std::chrono::duration_cast<wall::duration>(
+        std::chrono::milliseconds(std::clamp<std::int64_t>(ms, -most, most))));
+}
 
 inline bool cancelled(boost::asio::cancellation_state const& cs) {
     return cs.cancelled() != boost::asio::cancellation_type::none;

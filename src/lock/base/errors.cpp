@@ -59,12 +59,26 @@ boost::system::error_category const& error_category() noexcept {
     return instance;
 }
 
+void detail::validate_key_prefix(std::string_view prefix) {
+    // Redis hashes the text between the first '{' and the first '}' after it, or the whole key
+    // when that is empty: a prefix whose first '{' closes at once would hash every key whole.
+    auto const open = prefix.find('{');
+    if (open != std::string_view::npos && open + 1 < prefix.size() && prefix[open + 1] == '}')
+        refuse(fmt::format("key prefix '{}' holds an empty hash tag ('{{}}'): every key would hash "
+                           "whole, and on a Cluster a lock's keys would land in different slots",
+                           prefix.substr(0, 80)));
+}
+
 void validate(std::string_view name, lock_options const& opt) {
     if (name.empty())
         refuse("lock name is empty");
     if (name.size() > max_lock_name_length)
         refuse(fmt::format("lock name is {} bytes, over the limit of {}", name.size(),
                            max_lock_name_length));
+    if (name.front() == '}')
+        refuse(fmt::format("lock name '{}' starts with '}}': its keys' hash tag ('{{{}}}') would "
+                           "be empty, and on a Cluster its keys would land in different slots",
+                           name.substr(0, 40), name.substr(0, 40)));
     if (opt.ttl.count() <= 0)
         refuse(fmt::format("lock_options.ttl must be positive (got {} ms)", opt.ttl.count()));
     if (opt.ttl > max_lock_ttl)

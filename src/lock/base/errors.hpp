@@ -11,6 +11,10 @@
 
 namespace colock::detail {
 
+// Throws system_error(error::invalid_argument) for a locker's key prefix that would split a
+// lock's keys over Cluster slots (its first '{' closed at once: an empty hash tag).
+void validate_key_prefix(std::string_view prefix);
+
 // Errors after which a waiting co_lock, a renewal or a release tries again (within its
 // deadline): the connection was lost or is being re-established, or the server refused for
 // a passing reason. A connection that never worked, or was closed, is a real error.

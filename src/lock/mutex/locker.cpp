@@ -35,6 +35,7 @@ namespace detail {
 
 std::shared_ptr<locker_impl> locker_access::make_impl(std::shared_ptr<lease_store> store,
                                                       std::string prefix, std::string client_name) {
+    validate_key_prefix(prefix);
     return std::make_shared<locker_impl>(std::move(store), std::move(prefix),
                                          std::move(client_name));
 }

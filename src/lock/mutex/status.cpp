@@ -100,8 +100,7 @@ bool read_lock_value(lock_reading const& r, lock_status& st) {
         st.state = lock_state::held;
         st.holder_id = std::string(w[2]);
         st.token = std::string(w[3]);
-        st.since = std::chrono::system_clock::time_point(
-            std::chrono::duration_cast<std::chrono::system_clock::duration>(milliseconds(*since)));
+        st.since = wall_time_of_ms(*since);
         return true;
     }
     return false;
@@ -121,9 +120,7 @@ holder_info read_holder(std::vector<std::pair<std::string, std::string>> const& 
         else if (field == "client_name")
             h.client_name = text;
         else if (field == "started")
-            h.started = std::chrono::system_clock::time_point(
-                std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                    milliseconds(parse_integer<std::int64_t>(text).value_or(0))));
+            h.started = wall_time_of_ms(parse_integer<std::int64_t>(text).value_or(0));
     }
     return h;
 }

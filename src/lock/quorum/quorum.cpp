@@ -23,7 +23,7 @@ milliseconds validity(milliseconds ttl, milliseconds elapsed) noexcept {
     if (elapsed.count() < 0)
         elapsed = milliseconds(0);
     // ttl − elapsed − drift, saturating instead of overflowing.
-    if (ttl < elapsed + drift)
+    if (elapsed >= ttl || ttl - elapsed <= drift)
         return milliseconds(0);
     return ttl - elapsed - drift;
 }
