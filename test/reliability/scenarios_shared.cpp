@@ -77,18 +77,19 @@ bool freeze(worker_process const& victim) {
 bool freeze_holding(worker_process const& victim, std::string const& journal_file,
                     std::chrono::steady_clock::time_point until,
                     std::function<bool(std::vector<holding> const&)> const& accept) {
-    for (;;) {
-        // The journal's last line is a cheap first look; the frozen journal decides.
-        if (journal_in_tenure(journal_file)) {
+    // The journal's last line is a cheap first look; the frozen journal decides. Between looks
+    // the victim runs for the step.
+    return wait_until(
+        until - std::chrono::steady_clock::now(),
+        [&] {
+            if (!journal_in_tenure(journal_file))
+                return false;
             if (freeze(victim) && accept(read_journal(journal_file).open))
                 return true;
             victim.continue_process();
-            std::this_thread::sleep_for(1ms); // let it run between looks
-        }
-        if (std::chrono::steady_clock::now() >= until)
             return false;
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+        },
+        std::chrono::microseconds(500));
 }
 
 // SIGKILLs `victim` while it holds, then records the tenures it was in with `record`. Its clock
