@@ -1,71 +1,92 @@
 // config::from_url at the edges the first set of URL tests leaves: numbers that overflow, hosts
 // with bytes no host has, escapes at the end of a part, query parameters without a value, and the
 // redacted URL of names that need escaping.
+#include "config_url_checks.hpp"
+
 #include <colock/redis/config.hpp>
 
 #include <doctest/doctest.h>
 
-#include <stdexcept>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace config_urls_test {
 
 using colock::redis::config;
 using colock::redis::server_address;
 
-// The message of the refusal of `url`, or "accepted".
-std::string refusal_of(std::string const& url) {
-    try {
-        (void)config::from_url(url);
-    } catch (std::invalid_argument const& e) {
-        return e.what();
-    }
-    return "accepted";
-}
+using colock::test::config_url_checks::check_parts;
+using colock::test::config_url_checks::refusal;
 
-bool refused_with(std::string const& url, std::string const& words) {
-    std::string const message = refusal_of(url);
+bool refused_with(std::string const& url, std::string_view words) {
+    std::string const message = refusal(url);
     INFO(url << " -> " << message);
     return message.find(words) != std::string::npos && message.starts_with("invalid Redis URL: ");
 }
 
+// A URL and the words its refusal must contain.
+struct refused_row {
+    std::string url;
+    std::string_view words;
+};
+
+// Each row's URL is refused with its words, after the common prefix.
+void check_refused(std::initializer_list<refused_row> rows) {
+    for (auto const& row : rows) {
+        std::string const& url = row.url;
+        CAPTURE(url);
+        CHECK(refused_with(url, row.words));
+    }
+}
+
 TEST_CASE("config URLs: a port past 32 bits is refused, not wrapped round to a valid one") {
     // 2^32 + 6379 would read as 6379 if the number wrapped.
-    CHECK(refused_with("redis://h:4294973675", "is not a number"));
-    CHECK(refused_with("redis://h:65536", "port 65536 is out of range 1-65535"));
+    check_refused({
+        {"redis://h:4294973675", "is not a number"},
+        {"redis://h:65536", "port 65536 is out of range 1-65535"},
+    });
     CHECK(config::from_url("redis://h:65535").port == 65535);
     CHECK(config::from_url("redis://h:1").port == 1);
 }
 
 TEST_CASE("config URLs: a port with a sign or a space is not a number") {
-    CHECK(refused_with("redis://h:+80", "port '+80' is not a number"));
-    CHECK(refused_with("redis://h:-1", "port '-1' is not a number"));
-    CHECK(refused_with("redis://h: 80", "port ' 80' is not a number"));
-    CHECK(refused_with("redis://h:80x", "port '80x' is not a number"));
+    check_refused({
+        {"redis://h:+80", "port '+80' is not a number"},
+        {"redis://h:-1", "port '-1' is not a number"},
+        {"redis://h: 80", "port ' 80' is not a number"},
+        {"redis://h:80x", "port '80x' is not a number"},
+    });
 }
 
 TEST_CASE("config URLs: a database past int, with a sign, or a second slash is refused") {
-    CHECK(refused_with("redis://h/99999999999", "database '99999999999'"));
-    CHECK(refused_with("redis://h/+1", "database '+1'"));
-    CHECK(refused_with("redis://h//", "database '/'"));
-    CHECK(refused_with("redis://h/1/2", "database '1/2'"));
+    check_refused({
+        {"redis://h/99999999999", "database '99999999999'"},
+        {"redis://h/+1", "database '+1'"},
+        {"redis://h//", "database '/'"},
+        {"redis://h/1/2", "database '1/2'"},
+    });
     CHECK(config::from_url("redis://h/2147483647").database == 2147483647);
 }
 
 TEST_CASE("config URLs: a host with a space, a comma or a control byte is refused, naming it") {
-    CHECK(refused_with("redis://a b:1", "host contains an invalid character ' '"));
-    CHECK(refused_with("redis://a,b", "host contains an invalid character ','"));
-    CHECK(refused_with("redis://a\tb", "host contains an invalid character"));
-    CHECK(refused_with(std::string("redis://a\x01"), "host contains an invalid character"));
+    check_refused({
+        {"redis://a b:1", "host contains an invalid character ' '"},
+        {"redis://a,b", "host contains an invalid character ','"},
+        {"redis://a\tb", "host contains an invalid character"},
+        {std::string("redis://a\x01"), "host contains an invalid character"},
+    });
     // A dash, a dot and an underscore are ordinary.
     CHECK(config::from_url("redis://my-host_1.example").host == "my-host_1.example");
 }
 
 TEST_CASE("config URLs: an IPv6 host followed by anything but a port, or by an empty one") {
-    CHECK(refused_with("redis://[::1]x", "unexpected characters after the IPv6 host"));
-    CHECK(refused_with("redis://[::1]6379", "unexpected characters after the IPv6 host"));
-    CHECK(refused_with("redis://[::1]:", "empty port after ':'"));
-    CHECK(refused_with("redis://[]:6379", "missing host"));
+    check_refused({
+        {"redis://[::1]x", "unexpected characters after the IPv6 host"},
+        {"redis://[::1]6379", "unexpected characters after the IPv6 host"},
+        {"redis://[::1]:", "empty port after ':'"},
+        {"redis://[]:6379", "missing host"},
+    });
     auto const c = config::from_url("redis://[fe80::1%25eth0]:7000");
     // The zone's escape stays as written: a host is not percent-decoded.
     CHECK(c.host == "fe80::1%25eth0");
@@ -82,11 +103,7 @@ TEST_CASE("config URLs: a user name with an empty password is refused; '@' alone
 }
 
 TEST_CASE("config URLs: the last '@' ends the credentials, so a password may hold raw '@'") {
-    auto const c = config::from_url("redis://u:p@ss@h:7000");
-    CHECK(c.username == "u");
-    CHECK(c.password == "p@ss");
-    CHECK(c.host == "h");
-    CHECK(c.port == 7000);
+    check_parts("redis://u:p@ss@h:7000", {"u", "p@ss", "h", 7000});
     // The first ':' splits user from password; later ones are the password's.
     CHECK(config::from_url("redis://u:a:b@h").password == "a:b");
 }
@@ -95,32 +112,40 @@ TEST_CASE("config URLs: percent escapes in either case, a NUL, and a '%' at the 
     auto const c = config::from_url("redis://%61%4C:%2f%2F%00x@h");
     CHECK(c.username == "aL");
     CHECK(c.password == std::string("//\0x", 4));
-    CHECK(refused_with("redis://:a%@h", "password has a truncated percent escape"));
-    CHECK(refused_with("redis://:a%4@h", "password has a truncated percent escape"));
-    CHECK(refused_with("redis://%g1:p@h", "user name has an invalid percent escape"));
+    check_refused({
+        {"redis://:a%@h", "password has a truncated percent escape"},
+        {"redis://:a%4@h", "password has a truncated percent escape"},
+        {"redis://%g1:p@h", "user name has an invalid percent escape"},
+    });
 }
 
 TEST_CASE("config URLs: a scheme that is empty, or lacks its slashes, is refused") {
-    CHECK(refused_with("://h", "unsupported scheme ''"));
-    CHECK(refused_with("redis:/h", "missing scheme"));
-    CHECK(refused_with("redis:h", "missing scheme"));
-    CHECK(refused_with("", "missing scheme"));
-    CHECK(refused_with("redis://h#top", "query parameters and fragments are not supported"));
+    check_refused({
+        {"://h", "unsupported scheme ''"},
+        {"redis:/h", "missing scheme"},
+        {"redis:h", "missing scheme"},
+        {"", "missing scheme"},
+        {"redis://h#top", "query parameters and fragments are not supported"},
+    });
 }
 
 TEST_CASE("config URLs: unix socket paths that are only a slash, or come without one") {
-    CHECK(refused_with("unix:///", "missing socket path"));
-    CHECK(refused_with("unix://:pw@", "missing socket path"));
-    CHECK(refused_with("unix://:pw@?db=1", "missing socket path"));
+    check_refused({
+        {"unix:///", "missing socket path"},
+        {"unix://:pw@", "missing socket path"},
+        {"unix://:pw@?db=1", "missing socket path"},
+    });
     CHECK(config::from_url("unix:///a%2Fb").unix_socket == "/a/b");
     CHECK(config::from_url("unix:///s").unix_socket == "/s");
 }
 
 TEST_CASE("config URLs: a unix query parameter without a value, given twice, or with an empty "
           "name") {
-    CHECK(refused_with("unix:///r.sock?db", "database ''"));
-    CHECK(refused_with("unix:///r.sock?db=", "database ''"));
-    CHECK(refused_with("unix:///r.sock?db=99999999999", "database '99999999999'"));
+    check_refused({
+        {"unix:///r.sock?db", "database ''"},
+        {"unix:///r.sock?db=", "database ''"},
+        {"unix:///r.sock?db=99999999999", "database '99999999999'"},
+    });
     CHECK(config::from_url("unix:///r.sock?db=1&db=2").database == 2);
     // An empty parameter is skipped, whatever its value.
     CHECK(config::from_url("unix:///r.sock?&db=4&").database == 4);
