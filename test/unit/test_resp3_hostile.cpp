@@ -1,6 +1,8 @@
 // The RESP3 parser against input a hostile or broken peer could send, beyond test_resp3_parser.cpp:
 // lengths past 64 bits, nesting at the default bound, lines at the default bound, numbers at the
 // edges of their grammar, and attributes that must not outlive the value they describe.
+#include "resp3_parse_checks.hpp"
+
 #include <colock/resp3/error.hpp>
 #include <colock/resp3/parser.hpp>
 #include <colock/resp3/value.hpp>
@@ -8,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,15 +52,14 @@ error_code failure_of(std::string_view input, parser_limits limits = {}) {
 }
 
 // The one value `input` holds, all of it consumed.
-value only_value(std::string_view input, parser_limits limits = {}) {
-    parser p{limits};
-    error_code ec;
-    std::size_t const n = p.consume(input, ec);
-    INFO(input);
-    REQUIRE_FALSE(ec);
-    REQUIRE(p.done());
-    CHECK(n == input.size());
-    return p.release();
+using colock::test::resp3_parse_checks::parse_one;
+
+// Each input fails with `expected`, fed whole and byte by byte.
+void check_failures(error expected, std::initializer_list<std::string> inputs) {
+    for (std::string const& input : inputs) {
+        CAPTURE(input);
+        CHECK(failure_of(input) == expected);
+    }
 }
 
 std::string nested_arrays(std::size_t depth) {
@@ -69,26 +71,24 @@ std::string nested_arrays(std::size_t depth) {
 
 TEST_CASE("resp3 hostile: a length past 64 bits is no number, whatever it would wrap to") {
     // 2^64 + 3 would wrap to 3, a length the bytes after it satisfy.
-    CHECK(failure_of("$18446744073709551619\r\nabc\r\n") == error::invalid_number);
-    CHECK(failure_of("*18446744073709551617\r\n:1\r\n") == error::invalid_number);
-    CHECK(failure_of("%9223372036854775808\r\n") == error::invalid_number);
-    CHECK(failure_of("$-9223372036854775809\r\n") == error::invalid_number);
+    check_failures(error::invalid_number,
+                   {"$18446744073709551619\r\nabc\r\n", "*18446744073709551617\r\n:1\r\n",
+                    "%9223372036854775808\r\n", "$-9223372036854775809\r\n"});
 }
 
 TEST_CASE("resp3 hostile: the largest 64-bit length declared is refused by the limits before "
           "anything is allocated") {
-    CHECK(failure_of("=9223372036854775807\r\n") == error::blob_too_long);
-    CHECK(failure_of("!9223372036854775807\r\n") == error::blob_too_long);
-    CHECK(failure_of("~9223372036854775807\r\n") == error::aggregate_too_large);
-    CHECK(failure_of(">9223372036854775807\r\n") == error::aggregate_too_large);
-    // A map's declared pairs would double past 2^63: refused before they are doubled.
-    CHECK(failure_of("|9223372036854775807\r\n") == error::aggregate_too_large);
-    CHECK(failure_of("%4611686018427387904\r\n") == error::aggregate_too_large);
+    check_failures(error::blob_too_long, {"=9223372036854775807\r\n", "!9223372036854775807\r\n"});
+    check_failures(
+        error::aggregate_too_large,
+        {"~9223372036854775807\r\n", ">9223372036854775807\r\n",
+         // A map's declared pairs would double past 2^63: refused before they are doubled.
+         "|9223372036854775807\r\n", "%4611686018427387904\r\n"});
 }
 
 TEST_CASE("resp3 hostile: nesting is bounded at 64 by default, aggregates of every kind "
           "counted") {
-    CHECK(only_value(nested_arrays(64)).type == type::array);
+    CHECK(parse_one(nested_arrays(64)).type == type::array);
     CHECK(failure_of(nested_arrays(65)) == error::nesting_too_deep);
     std::string mixed;
     for (int i = 0; i < 16; ++i)
@@ -99,11 +99,12 @@ TEST_CASE("resp3 hostile: nesting is bounded at 64 by default, aggregates of eve
 
 TEST_CASE("resp3 hostile: a line is bounded at 64 KiB by default, digits included") {
     std::string const at_limit(64 * 1024, 'a');
-    CHECK(only_value("+" + at_limit + "\r\n").text == at_limit);
-    CHECK(failure_of("+" + at_limit + "a\r\n") == error::line_too_long);
-    // A number of 65537 digits is refused for its length, not read.
-    CHECK(failure_of(":" + std::string(64 * 1024 + 1, '1') + "\r\n") == error::line_too_long);
-    CHECK(failure_of("*" + std::string(64 * 1024 + 1, '0')) == error::line_too_long);
+    CHECK(parse_one("+" + at_limit + "\r\n").text == at_limit);
+    check_failures(error::line_too_long,
+                   {"+" + at_limit + "a\r\n",
+                    // A number of 65537 digits is refused for its length, not read.
+                    ":" + std::string(64 * 1024 + 1, '1') + "\r\n",
+                    "*" + std::string(64 * 1024 + 1, '0')});
 }
 
 TEST_CASE("resp3 hostile: a declared aggregate far larger than what follows fails on its first "
@@ -113,44 +114,37 @@ TEST_CASE("resp3 hostile: a declared aggregate far larger than what follows fail
 }
 
 TEST_CASE("resp3 hostile: leading zeros in a length are the same length") {
-    CHECK(only_value("*002\r\n:1\r\n:2\r\n").elements.size() == 2);
-    CHECK(only_value("%01\r\n+a\r\n+b\r\n").elements.size() == 2);
-    CHECK(only_value("=0004\r\ntxt:\r\n").verbatim_format == "txt");
+    CHECK(parse_one("*002\r\n:1\r\n:2\r\n").elements.size() == 2);
+    CHECK(parse_one("%01\r\n+a\r\n+b\r\n").elements.size() == 2);
+    CHECK(parse_one("=0004\r\ntxt:\r\n").verbatim_format == "txt");
 }
 
 TEST_CASE("resp3 hostile: a double's grammar at its edges") {
-    value const negative_zero = only_value(",-0\r\n");
+    value const negative_zero = parse_one(",-0\r\n");
     CHECK(negative_zero.real == 0.0);
     CHECK(std::signbit(negative_zero.real));
-    CHECK(std::isinf(only_value(",+inf\r\n").real));
-    CHECK(std::isnan(only_value(",-nan\r\n").real));
-    CHECK(only_value(",1E5\r\n").real == 100000.0);
+    CHECK(std::isinf(parse_one(",+inf\r\n").real));
+    CHECK(std::isnan(parse_one(",-nan\r\n").real));
+    CHECK(parse_one(",1E5\r\n").real == 100000.0);
     // Too small to be represented: refused like one too large, not read as 0.
-    CHECK(failure_of(",1e-400\r\n") == error::invalid_double);
-    CHECK(failure_of(",Inf\r\n") == error::invalid_double);
-    CHECK(failure_of(",1.5.2\r\n") == error::invalid_double);
-    CHECK(failure_of(", 1\r\n") == error::invalid_double);
-    CHECK(failure_of(",0x10\r\n") == error::invalid_double);
-    CHECK(failure_of(",--1\r\n") == error::invalid_double);
+    check_failures(error::invalid_double,
+                   {",1e-400\r\n", ",Inf\r\n", ",1.5.2\r\n", ", 1\r\n", ",0x10\r\n", ",--1\r\n"});
 }
 
 TEST_CASE("resp3 hostile: booleans, nulls and big numbers take their exact spelling only") {
-    CHECK(failure_of("#T\r\n") == error::invalid_boolean);
-    CHECK(failure_of("#1\r\n") == error::invalid_boolean);
+    check_failures(error::invalid_boolean, {"#T\r\n", "#1\r\n"});
     CHECK(failure_of("_ \r\n") == error::invalid_null);
-    CHECK(failure_of("(+\r\n") == error::invalid_big_number);
-    CHECK(failure_of("(--1\r\n") == error::invalid_big_number);
-    CHECK(failure_of("( 1\r\n") == error::invalid_big_number);
-    CHECK(only_value("(-0\r\n").text == "-0");
-    CHECK(only_value("(007\r\n").text == "007");
+    check_failures(error::invalid_big_number, {"(+\r\n", "(--1\r\n", "( 1\r\n"});
+    CHECK(parse_one("(-0\r\n").text == "-0");
+    CHECK(parse_one("(007\r\n").text == "007");
 }
 
 TEST_CASE("resp3 hostile: line contents are bytes: a NUL, a lone CR-less LF and high bytes") {
     using namespace std::string_view_literals;
-    CHECK(only_value("+a\0b\r\n"sv).text == "a\0b"sv);
-    CHECK(only_value("-\r\n").type == type::simple_error);
-    CHECK(only_value("-\r\n").text.empty());
-    CHECK(only_value("+\xff\xfe\n\r\n").text == "\xff\xfe\n");
+    CHECK(parse_one("+a\0b\r\n"sv).text == "a\0b"sv);
+    CHECK(parse_one("-\r\n").type == type::simple_error);
+    CHECK(parse_one("-\r\n").text.empty());
+    CHECK(parse_one("+\xff\xfe\n\r\n").text == "\xff\xfe\n");
 }
 
 TEST_CASE("resp3 hostile: an attribute stays with its value: the next top-level value has none") {

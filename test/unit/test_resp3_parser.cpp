@@ -1,5 +1,7 @@
 // The RESP3 parser byte for byte: every type, every error, every limit, and the same results
 // whatever the split of the input.
+#include "resp3_parse_checks.hpp"
+
 #include <colock/resp3/error.hpp>
 #include <colock/resp3/parser.hpp>
 #include <colock/resp3/type.hpp>
@@ -133,16 +135,7 @@ outcome parse_whole(std::string_view s, parser_limits limits = {}) {
 }
 
 // One complete value that uses the whole input.
-value parse_one(std::string_view s, parser_limits limits = {}) {
-    parser p{limits};
-    error_code ec;
-    std::size_t const n = p.consume(s, ec);
-    INFO(s);
-    REQUIRE_FALSE(ec);
-    REQUIRE(p.done());
-    CHECK(n == s.size());
-    return p.release();
-}
+using colock::test::resp3_parse_checks::parse_one;
 
 // The error the input produces, fed whole and byte by byte.
 error_code parse_error(std::string_view s, parser_limits limits = {}) {
