@@ -338,54 +338,43 @@ asio::awaitable<grant_result> fake_store::grant(lock_keys const& keys, std::stri
     co_return r;
 }
 
-asio::awaitable<fake_store::lease_request_start>
-fake_store::start_lease_request(std::deque<fault>& faults) {
-    lease_request_start start;
-    if (!co_await send(std::nullopt)) {
-        start.early.ec = asio::error::operation_aborted;
-        co_return start;
-    }
-    start.f = next_fault(faults);
-    if (start.f && start.f->what == fault::kind::refused) {
+asio::awaitable<lease_reply> fake_store::lease_request(std::deque<fault>& faults, bool each_fault,
+                                                       std::function<lease_reply()> run) {
+    if (!co_await send(std::nullopt))
+        co_return lease_reply{asio::error::operation_aborted};
+    auto const f = next_fault(faults);
+    auto const is = [&f](fault::kind k) { return f && f->what == k; };
+    if (is(fault::kind::refused)) {
         co_await reply_delay();
-        start.early.ec = redis::error::server_error;
-        co_return start;
+        co_return lease_reply{redis::error::server_error};
     }
-    start.runs = true;
-    co_return start;
-}
-
-asio::awaitable<lease_reply> fake_store::extend(lock_keys const& keys, std::string const& token,
-                                                milliseconds ttl, std::int64_t fence) {
-    auto const start = co_await start_lease_request(server_.extend_faults);
-    if (!start.runs)
-        co_return start.early;
-    auto const& f = start.f;
-    if (f && f->what == fault::kind::lost_before) {
+    if (each_fault && is(fault::kind::lost_before)) {
         co_await reply_delay();
         co_return lease_reply{redis::error::connection_lost};
     }
-    auto r = server_.extend(keys, token, ttl, fence);
-    if (f && f->what == fault::kind::never_answers) {
+    auto r = run();
+    if (each_fault && is(fault::kind::never_answers)) {
         co_await forever(); // cancelled by the renewal's deadline
         co_return lease_reply{asio::error::operation_aborted};
     }
     co_await reply_delay();
-    if (f && f->what == fault::kind::lost_after)
+    // Without each_fault, any fault but a refusal: lost after the script ran.
+    if (each_fault ? is(fault::kind::lost_after) : f.has_value())
         co_return lease_reply{redis::error::connection_lost};
     co_return r;
 }
 
+asio::awaitable<lease_reply> fake_store::extend(lock_keys const& keys, std::string const& token,
+                                                milliseconds ttl, std::int64_t fence) {
+    co_return co_await lease_request(server_.extend_faults, true,
+                                     [&] { return server_.extend(keys, token, ttl, fence); });
+}
+
 asio::awaitable<lease_reply> fake_store::release(lock_keys const& keys, std::string const& token,
                                                  milliseconds claim, std::int64_t last_fence) {
-    auto const start = co_await start_lease_request(server_.release_faults);
-    if (!start.runs)
-        co_return start.early;
-    auto r = server_.release(keys, token, claim, last_fence, false);
-    co_await reply_delay();
-    if (start.f) // any fault but a refusal: lost after the release ran
-        co_return lease_reply{redis::error::connection_lost};
-    co_return r;
+    co_return co_await lease_request(server_.release_faults, false, [&] {
+        return server_.release(keys, token, claim, last_fence, false);
+    });
 }
 
 void fake_store::release_in_background(lock_keys const& keys, std::string const& token,

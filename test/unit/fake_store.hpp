@@ -195,15 +195,11 @@ private:
     boost::asio::awaitable<void> reply_delay();
     // Waits until cancelled: a reply that never comes.
     boost::asio::awaitable<void> forever();
-    // The start of an extend or a release: whether its script runs; if not, the reply it ends
-    // with (not sent, or refused by the first of the faults); if so, the fault, if any, for
-    // what follows the run.
-    struct lease_request_start {
-        bool runs = false;
-        lease_reply early;
-        std::optional<fault> f;
-    };
-    boost::asio::awaitable<lease_request_start> start_lease_request(std::deque<fault>& faults);
+    // An extend or a release: sent, then refused by the first of `faults` or run by `run`.
+    // With `each_fault`, the other faults act as their kinds say (lost before it runs, never
+    // answered, lost after); without it, any of them loses the reply after the script ran.
+    boost::asio::awaitable<lease_reply> lease_request(std::deque<fault>& faults, bool each_fault,
+                                                      std::function<lease_reply()> run);
 
     fake_server& server_;
     boost::asio::strand<boost::asio::any_io_executor> strand_;

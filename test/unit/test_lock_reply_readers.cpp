@@ -25,13 +25,6 @@ using colock::resp3::value;
 using namespace colock::test;
 using namespace std::chrono_literals;
 
-value simple_text(std::string text) {
-    value v;
-    v.type = type::simple_string;
-    v.text = std::move(text);
-    return v;
-}
-
 // The election read script's reply: {lock value, record token, term, value, version, owner, pttl}.
 value election_reply(std::string lock, std::string token, std::string term, std::string version,
                      std::int64_t pttl = 1000) {

@@ -16,13 +16,6 @@ using colock::resp3::value;
 using namespace colock::redis::detail;
 using namespace colock::test;
 
-value simple_text(std::string text) {
-    value v;
-    v.type = type::simple_string;
-    v.text = std::move(text);
-    return v;
-}
-
 value pushed(std::string kind, std::string channel, value payload) {
     return aggregate(type::push,
                      {blob(std::move(kind)), blob(std::move(channel)), std::move(payload)});

@@ -10,18 +10,24 @@
 
 namespace colock::test {
 
-inline resp3::value blob(std::string text) {
+/// A value of type `t` that carries `text`: a blob, simple string or simple error.
+inline resp3::value text_value(resp3::type t, std::string text) {
     resp3::value v;
-    v.type = resp3::type::blob_string;
+    v.type = t;
     v.text = std::move(text);
     return v;
 }
 
+inline resp3::value blob(std::string text) {
+    return text_value(resp3::type::blob_string, std::move(text));
+}
+
+inline resp3::value simple_text(std::string text) {
+    return text_value(resp3::type::simple_string, std::move(text));
+}
+
 inline resp3::value error_reply(std::string text) {
-    resp3::value v;
-    v.type = resp3::type::simple_error;
-    v.text = std::move(text);
-    return v;
+    return text_value(resp3::type::simple_error, std::move(text));
 }
 
 inline resp3::value number(std::int64_t n) {
