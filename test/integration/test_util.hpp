@@ -5,6 +5,7 @@
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
+#include <colock_test/failures.hpp>
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -52,20 +53,16 @@ inline constexpr auto as_tuple = asio::as_tuple(asio::use_awaitable);
 /// rethrowing what the coroutine threw. Fails if it has not finished within `limit`.
 template <class Make>
 void run_test(Make make, std::chrono::seconds limit = std::chrono::seconds{60}) {
+    coroutine_end end;
     asio::io_context ctx;
-    std::exception_ptr failure;
-    bool finished = false;
-    asio::co_spawn(ctx, make(ctx), [&](std::exception_ptr e) {
-        failure = e;
-        finished = true;
-    });
+    spawn_watched(ctx, make(ctx), end);
     auto const deadline = std::chrono::steady_clock::now() + limit;
-    while (!finished && std::chrono::steady_clock::now() < deadline)
+    while (!end.finished && std::chrono::steady_clock::now() < deadline)
         ctx.run_for(std::chrono::milliseconds{100});
-    if (!finished)
+    if (!end.finished)
         throw std::runtime_error("test coroutine did not finish in time");
-    if (failure)
-        std::rethrow_exception(failure);
+    if (end.thrown)
+        std::rethrow_exception(end.thrown);
 }
 
 /// Runs `ctx` on threads of its own, for tests that block on futures, until join() or the
@@ -114,39 +111,11 @@ resp3::request command(std::string_view name, Args const&... args) {
     return req;
 }
 
-/// The code and text of the system_error an operation threw; both empty when it threw none.
-struct failure {
-    error_code code;
-    std::string what;
-};
-
-template <class T>
-asio::awaitable<failure> failure_of(asio::awaitable<T> op) {
-    failure out;
-    try {
-        co_await std::move(op);
-    } catch (system_error const& e) {
-        out = {e.code(), e.what()};
-    }
-    co_return out;
-}
-
 /// The code `op` throws as a system_error, or an empty code when it completes.
 template <class T>
 asio::awaitable<error_code> error_of(asio::awaitable<T> op) {
     auto const failed = co_await failure_of(std::move(op));
     co_return failed.code;
-}
-
-/// failure_of for a call that throws before it starts anything.
-template <class Call>
-failure call_failure(Call call) {
-    try {
-        call();
-    } catch (system_error const& e) {
-        return {e.code(), e.what()};
-    }
-    return {};
 }
 
 /// The completion for co_spawn of a coroutine that counts itself in `finished` when it returns:

@@ -9,9 +9,9 @@
 #include <colock/redis/connection.hpp>
 #include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
+#include <colock_test/failures.hpp>
 
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -32,52 +32,25 @@ using boost::system::error_code;
 using boost::system::system_error;
 using namespace std::chrono_literals;
 
-// The code and text of the system_error a call threw; both empty when it threw none.
-struct refusal {
-    error_code code;
-    std::string what;
-};
-
-template <class Call>
-refusal refusal_of(Call call) {
-    try {
-        call();
-    } catch (system_error const& e) {
-        return {e.code(), e.what()};
-    }
-    return {};
-}
-
-template <class T>
-asio::awaitable<refusal> awaited_refusal(asio::awaitable<T> op) {
-    refusal out;
-    try {
-        co_await std::move(op);
-    } catch (system_error const& e) {
-        out = {e.code(), e.what()};
-    }
-    co_return out;
-}
+// The system_error a call threw, or a coroutine when awaited: its code and text.
+using colock::test::call_failure;
+using colock::test::failure_of;
 
 // Runs `make(ctx)`'s coroutine on an io_context of its own until it has finished, running only
 // handlers that are ready: nothing here waits on a timer or a socket.
 template <class Make>
 void run_ready(Make make) {
+    colock::test::coroutine_end end;
     asio::io_context ctx;
-    std::exception_ptr failure;
-    bool finished = false;
-    asio::co_spawn(ctx, make(ctx), [&](std::exception_ptr e) {
-        failure = e;
-        finished = true;
-    });
-    while (!finished) {
+    colock::test::spawn_watched(ctx, make(ctx), end);
+    while (!end.finished) {
         ctx.restart();
         if (ctx.poll() == 0)
             break;
     }
-    REQUIRE(finished);
-    if (failure)
-        std::rethrow_exception(failure);
+    REQUIRE(end.finished);
+    if (end.thrown)
+        std::rethrow_exception(end.thrown);
 }
 
 // A config of a local port nothing connects to: these connections never try.
@@ -131,11 +104,11 @@ TEST_CASE("redlock: a semaphore and a read-write lock are refused at constructio
     colock::redis::connection c{ctx.get_executor(), never_connected(3)};
     std::vector<colock::redis::connection*> const primaries{&a, &b, &c};
     colock::locker locks{primaries};
-    auto const refused = refusal_of([&] { colock::semaphore s{locks, "exports", 2}; });
+    auto const refused = call_failure([&] { colock::semaphore s{locks, "exports", 2}; });
     CHECK(refused.code == colock::error::invalid_argument);
     CHECK(has(refused.what, "Redlock"));
     CHECK(has(refused.what, "exports"));
-    auto const rw = refusal_of([&] { colock::rw_lock l{locks, "exports"}; });
+    auto const rw = call_failure([&] { colock::rw_lock l{locks, "exports"}; });
     CHECK(rw.code == colock::error::invalid_argument);
     CHECK(has(rw.what, "Redlock"));
     for (auto* conn : primaries) {
@@ -191,13 +164,13 @@ TEST_CASE("bad arguments are refused at the call, before any I/O, naming the fie
         CAPTURE(c.field);
         CAPTURE(c.name.size());
         bool called = false;
-        auto const by_lock = refusal_of([&] {
+        auto const by_lock = call_failure([&] {
             locks.async_lock(c.name, c.opt, [&](error_code, colock::lock_guard) { called = true; });
         });
         CHECK(by_lock.code == colock::error::invalid_argument);
         CHECK(has(by_lock.what, c.field));
 
-        auto const by_try_lock = refusal_of([&] {
+        auto const by_try_lock = call_failure([&] {
             locks.async_try_lock(c.name, c.opt, [&](error_code, std::optional<colock::lock_guard>) {
                 called = true;
             });
@@ -215,10 +188,10 @@ TEST_CASE("bad arguments are refused at the call, before any I/O, naming the fie
             CAPTURE(c.field);
             // Making the awaitable checks nothing yet; awaiting it does.
             auto pending = locks.co_lock(c.name, c.opt);
-            auto const by_co_lock = co_await awaited_refusal(std::move(pending));
+            auto const by_co_lock = co_await failure_of(std::move(pending));
             CHECK(by_co_lock.code == colock::error::invalid_argument);
             CHECK(has(by_co_lock.what, c.field));
-            auto const by_co_try_lock = co_await awaited_refusal(locks.co_try_lock(c.name, c.opt));
+            auto const by_co_try_lock = co_await failure_of(locks.co_try_lock(c.name, c.opt));
             CHECK(by_co_try_lock.code == colock::error::invalid_argument);
         }
     });
