@@ -86,17 +86,15 @@ result contention_under_faults() {
 // b. The holder's process is stopped for longer than the lease.
 result stopped_holder() {
     result r{"b. holder SIGSTOPped for 2.5 x TTL"};
-    redis_server server;
-    scratch_dir dir;
-    auto const start = std::chrono::steady_clock::now();
-    auto const hold = hold_args("b", "1000", "300", dir);
-    worker_process a(worker_args(hold, server.url(), "A"));
+    plain_server env;
+    auto const hold = hold_args("b", "1000", "300", env.dir);
+    worker_process a(worker_args(hold, env.server.url(), "A"));
     auto a_acquired = a.wait_line("acquired", 10s);
     r.check(a_acquired.has_value(), "A did not acquire");
     if (!a_acquired)
         return r;
-    worker_process b(worker_args(hold, server.url(), "B"));
-    r.check(wait_queue(server, "colock:{b}:q", 1, 10s).size() == 1, "B did not queue");
+    worker_process b(worker_args(hold, env.server.url(), "B"));
+    r.check(wait_queue(env.server, "colock:{b}:q", 1, 10s).size() == 1, "B did not queue");
     a.stop_process();
     auto const stopped_ns = steady_now_ns();
     ++r.faults;
@@ -106,20 +104,17 @@ result stopped_holder() {
         b.send("write from-B");
         r.check(b.wait_line("write", 5s) == "write accepted", "B's write was refused");
     }
-    std::this_thread::sleep_for(milliseconds(2500) -
-                                milliseconds((steady_now_ns() - stopped_ns) / 1000000));
-    auto const resumed_ns = steady_now_ns();
-    a.continue_process();
+    auto const resumed_ns = continue_after(a, stopped_ns, 2500ms);
     auto a_lost = a.wait_line("lost", 5s);
     r.check(a_lost.has_value(), "A did not report lost after SIGCONT");
     a.send("write from-A");
     auto const a_write = a.wait_line("write", 5s);
     r.check(a_write == "write refused", "A's stale write was not refused by the fenced store");
-    let_go_in_turn(r, a, b, "unlock", "released", "lock", dir, a_lost.has_value());
-    colock::test::fenced_store store(dir.file("store")); // for the figures
-    r.leaked_keys = lock_keys_left(server, {"b"});
+    let_go_in_turn(r, a, b, "unlock", "released", "lock", env.dir, a_lost.has_value());
+    colock::test::fenced_store store(env.dir.file("store")); // for the figures
+    r.leaked_keys = lock_keys_left(env.server, {"b"});
     r.check(r.leaked_keys == 0, "the lock is left held, or a key without an expiry");
-    r.timed_from(start);
+    r.timed_from(env.start);
     if (b_acquired && a_lost)
         r.figures = fmt::format(
             "B acquired {:.0f} ms after A stopped; A told lost {:.1f} ms after SIGCONT; A's "

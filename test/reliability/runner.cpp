@@ -189,6 +189,16 @@ std::int64_t check_counter(result& r, std::string const& counter_file,
     return counter;
 }
 
+std::int64_t continue_after(worker_process const& w, std::int64_t stopped_ns,
+                            milliseconds stopped_for) {
+    auto const until = std::chrono::nanoseconds(stopped_ns) + stopped_for;
+    std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(until)));
+    auto const resumed_ns = steady_now_ns();
+    w.continue_process();
+    return resumed_ns;
+}
+
 void let_go_in_turn(result& r, worker_process& a, worker_process& b, std::string const& command,
                     std::string const& reply, std::string const& held, scratch_dir const& dir,
                     bool a_lost) {

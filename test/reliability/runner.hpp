@@ -84,6 +84,14 @@ private:
 void make_counter(std::string const& path);
 std::int64_t read_counter(std::string const& path);
 
+// A server of its own, a scratch directory, and when they were ready: where a scenario that
+// injects its own faults (a stop, a kill) runs its workers.
+struct plain_server {
+    colock::test::redis_server server;
+    scratch_dir dir;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
 // A server behind a fault proxy, and a scratch directory with the shared counter: where the
 // contention scenarios under proxy faults run their workers.
 struct proxied_server {
@@ -204,6 +212,11 @@ std::size_t follow_plan(std::chrono::steady_clock::time_point start, Run run, st
 // Reads the history file and fails `r` on overlapping tenures (more than `allowed_overlaps`)
 // and fences out of acquisition order.
 void check_history(result& r, std::string const& history_file, std::size_t allowed_overlaps = 0);
+
+// Leaves `w`, stopped (SIGSTOP) at `stopped_ns` (steady_now_ns), stopped until `stopped_for`
+// after that, then continues it (SIGCONT). Returns when it was continued, as steady_now_ns.
+std::int64_t continue_after(worker_process const& w, std::int64_t stopped_ns,
+                            milliseconds stopped_for);
 
 // The end of a scenario where A lost what it held and B holds it now: both let go (`command`;
 // the reply starts with `reply` and says 0 for A, 1 for B) and exit; the fenced store keeps B's

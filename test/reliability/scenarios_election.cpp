@@ -328,16 +328,14 @@ result election_killed_leader() {
 // lost, and a write it sends anyway, with its older term, is refused by the store.
 result election_stopped_leader() {
     result r{"m2. election: the leader SIGSTOPped for 2.5 x TTL, then SIGCONT"};
-    redis_server server;
-    scratch_dir dir;
-    auto const start = std::chrono::steady_clock::now();
-    worker_process a(worker_args(lead_args("m2", dir), server.url(), "A"));
+    plain_server env;
+    worker_process a(worker_args(lead_args("m2", env.dir), env.server.url(), "A"));
     auto const a_led = a.wait_line("leading", 10s);
     r.check(a_led.has_value(), "A did not lead");
     if (!a_led)
         return r;
-    worker_process b(worker_args(lead_args("m2", dir), server.url(), "B"));
-    r.check(wait_queue(server, queue_key("m2"), 1, 10s).size() == 1, "B did not queue");
+    worker_process b(worker_args(lead_args("m2", env.dir), env.server.url(), "B"));
+    r.check(wait_queue(env.server, queue_key("m2"), 1, 10s).size() == 1, "B did not queue");
     std::this_thread::sleep_for(120ms); // a step or two of A's
     a.stop_process();
     auto const stopped_ns = steady_now_ns();
@@ -348,10 +346,7 @@ result election_stopped_leader() {
         return r;
     b.send("write from-B");
     r.check(b.wait_line("write", 5s) == "write accepted", "B's write was refused");
-    std::this_thread::sleep_for(milliseconds(2500) -
-                                milliseconds((steady_now_ns() - stopped_ns) / 1000000));
-    auto const resumed_ns = steady_now_ns();
-    a.continue_process();
+    auto const resumed_ns = continue_after(a, stopped_ns, 2500ms);
     auto const a_lost = a.wait_line("lost", 5s);
     r.check(a_lost.has_value(), "A did not report its leadership lost after SIGCONT");
     // A's first step after the resume: it may come before or after the loss is reported.
@@ -388,10 +383,10 @@ result election_stopped_leader() {
     a.send("write from-A");
     r.check(a.wait_line("write", 5s) == "write refused",
             "A's late write was not refused by the fenced store");
-    let_go_in_turn(r, a, b, "resign", "resigned", "term", dir, a_lost.has_value());
-    colock::test::fenced_store store(dir.file("store")); // for the figures
-    check_left_keys(r, server, 3s, "election");
-    r.timed_from(start);
+    let_go_in_turn(r, a, b, "resign", "resigned", "term", env.dir, a_lost.has_value());
+    colock::test::fenced_store store(env.dir.file("store")); // for the figures
+    check_left_keys(r, env.server, 3s, "election");
+    r.timed_from(env.start);
     if (a_lost && first_step)
         r.figures = fmt::format(
             "B led {:.0f} ms after A stopped; after SIGCONT A's first step ({:.1f} ms) found "
