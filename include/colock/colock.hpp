@@ -34,6 +34,7 @@
 
 #include <colock/election.hpp>
 #include <colock/error.hpp>
+#include <colock/functions_library.hpp>
 #include <colock/lease_guard.hpp>
 #include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>

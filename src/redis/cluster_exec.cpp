@@ -51,8 +51,9 @@ bool is_multi(std::string_view name) {
            (name[2] | 0x20) == 'l' && (name[3] | 0x20) == 't' && (name[4] | 0x20) == 'i';
 }
 
-// Keyless commands that belong to the node of the keyed commands around them: SCRIPT LOAD (the
-// script must be there) and WAIT (it counts the replicas of this connection's writes there).
+// Keyless commands that belong to the node of the keyed commands around them: SCRIPT LOAD and
+// FUNCTION LOAD (the script or the library must be there: a library is per node) and WAIT (it
+// counts the replicas of this connection's writes there).
 bool rides_along(std::vector<std::string_view> const& command) {
     auto upper = [](std::string_view w) {
         std::string u(w);
@@ -61,13 +62,15 @@ bool rides_along(std::vector<std::string_view> const& command) {
         return u;
     };
     auto const name = upper(command[0]);
-    return (command.size() == 3 && name == "SCRIPT" && upper(command[1]) == "LOAD") ||
+    return (command.size() == 3 && (name == "SCRIPT" || name == "FUNCTION") &&
+            upper(command[1]) == "LOAD") ||
            (command.size() == 3 && name == "WAIT");
 }
 
-// A SCRIPT LOAD or a WAIT of a request whose keyed command goes elsewhere goes with it: the script
-// is needed there, and WAIT must count the replicas of that node. Loading a script twice does no
-// harm; WAIT's first answer is replaced by the one that counts.
+// A SCRIPT LOAD, FUNCTION LOAD or WAIT of a request whose keyed command goes elsewhere goes with
+// it: the script is needed there, and WAIT must count the replicas of that node. Loading a script
+// twice does no harm (a library loaded twice answers that it exists); WAIT's first answer is
+// replaced by the one that counts.
 void add_riders(std::vector<std::vector<std::string_view>> const& commands,
                 std::vector<std::optional<server_address>>& asking,
                 std::vector<std::size_t>& still) {

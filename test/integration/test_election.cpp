@@ -474,7 +474,9 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
         redis::connection conn_c{ctx.get_executor(), as("electnoexpiretime")};
         locker a{conn_a}, b{conn_b}, c{conn_c};
         auto const name = unique_key("election-acl");
-        shared_server().cli(strings("SCRIPT", "FLUSH")); // so SCRIPT LOAD is needed too
+        // So that FUNCTION LOAD (or SCRIPT LOAD) is needed too.
+        shared_server().cli(strings("FUNCTION", "FLUSH"));
+        shared_server().cli(strings("SCRIPT", "FLUSH"));
         election ea{a, name}, eb{b, name};
         lock_options opt = lease(600ms);
         opt.renew_interval = 200ms;

@@ -1,6 +1,7 @@
 // The lock at its limits: every key it writes expires, durations up to milliseconds::max()
 // never overflow, names outlive the caller's string, transient server states (LOADING, BUSY,
 // READONLY, MASTERDOWN) are waited out, and a renewal survives a short connection loss.
+#include <colock/functions_library.hpp>
 #include <colock/locker.hpp>
 
 #include "lock_fixture.hpp"
@@ -536,11 +537,22 @@ TEST_CASE("an ACL user without channel permissions: locks work by polling, and n
     shared_server().cli(strings("ACL", "DELUSER", "nochannels"));
 }
 
-TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake-up, renew, "
-          "extend, unlock") {
-    set_lock_user(shared_server(), "lockuser"); // exactly the documented permissions
-    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
-        auto cfg = as_user(shared_server(), "lockuser");
+namespace {
+
+// What the documented ACL list allows, played by `user`: lock, wake-up, renew, extend, unlock, a
+// lapsed lease handed to the queue's head, status and a forced unlock. The scripts are flushed
+// first, so that a user who may load them does; `preload`: an administrator loads the library
+// instead.
+void play_acl_scenario(std::string const& user, bool preload, log_lines& logged) {
+    shared_server().cli(strings("FUNCTION", "FLUSH"));
+    shared_server().cli(strings("SCRIPT", "FLUSH"));
+    if (preload)
+        shared_server().cli(
+            strings("FUNCTION", "LOAD", functions_library_for(shared_server().config()).code));
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = as_user(shared_server(), user);
+        cfg.log = logged.hook();
+        cfg.min_log_level = log_level::warning;
         redis::connection conn_a{ctx.get_executor(), cfg};
         redis::connection conn_b{ctx.get_executor(), cfg};
         co_await conn_a.async_connect(asio::use_awaitable);
@@ -548,7 +560,6 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
         locker a{conn_a};
         locker b{conn_b};
         std::string const name = unique_key("acl-listed");
-        shared_server().cli(strings("SCRIPT", "FLUSH")); // so SCRIPT LOAD is needed too
         lock_options opt = lease(600ms);
         opt.renew_interval = 200ms;
 
@@ -598,7 +609,78 @@ TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake
         conn_a.close();
         conn_b.close();
     });
+}
+
+} // namespace
+
+TEST_CASE("an ACL user with exactly the permissions the README lists: lock, wake-up, renew, "
+          "extend, unlock; by FCALL, the library loaded by the user's first call") {
+    set_lock_user(shared_server(), "lockuser"); // exactly the documented permissions
+    auto const before = shared_server().cli(strings("INFO", "commandstats"));
+    log_lines logged;
+    play_acl_scenario("lockuser", false, logged);
+    auto const after = shared_server().cli(strings("INFO", "commandstats"));
+    CHECK(command_calls(after, "function|load") > command_calls(before, "function|load"));
+    CHECK(command_calls(after, "evalsha") == command_calls(before, "evalsha"));
+    CHECK(command_calls(after, "eval") == command_calls(before, "eval"));
+    CHECK_MESSAGE(logged.count(log_level::warning, {"Redis Functions"}) == 0, logged.dump());
     shared_server().cli(strings("ACL", "DELUSER", "lockuser"));
+}
+
+TEST_CASE("an ACL user allowed FCALL but no code of its own (no EVAL, EVALSHA, SCRIPT LOAD or "
+          "FUNCTION LOAD): the same, once an administrator loaded colock's library; before, "
+          "its call fails naming both refusals") {
+    set_lock_user(shared_server(), "lockfcall",
+                  strings("-evalsha", "-eval", "-script", "-function"));
+    shared_server().cli(strings("FUNCTION", "FLUSH"));
+    log_lines refused_log;
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        auto cfg = as_user(shared_server(), "lockfcall");
+        cfg.log = refused_log.hook();
+        cfg.min_log_level = log_level::warning;
+        redis::connection conn{ctx.get_executor(), cfg};
+        locker locks{conn};
+        auto const name = unique_key("acl-fcall-unloaded");
+        auto const failed = co_await failure_of(locks.co_try_lock(name, lease(5000ms)));
+        CHECK(failed.code == redis::error::server_error);
+        INFO(failed.what);
+        CHECK(failed.what.find(name) != std::string::npos);
+        CHECK(failed.what.find("'evalsha'") != std::string::npos);
+        CHECK(failed.what.find("Redis Functions were refused") != std::string::npos);
+        // Nothing was written, and nothing is left.
+        CHECK(shared_server().cli(strings("EXISTS", lock_key(name))) == "0");
+        conn.close();
+    });
+    // The fall-back was logged once, with the server's words for FUNCTION LOAD.
+    CHECK_MESSAGE(
+        refused_log.count(log_level::warning, {"refused Redis Functions", "'function|load'"}) == 1,
+        refused_log.dump());
+
+    auto const before = shared_server().cli(strings("INFO", "commandstats"));
+    log_lines logged;
+    play_acl_scenario("lockfcall", true, logged);
+    auto const after = shared_server().cli(strings("INFO", "commandstats"));
+    CHECK(command_calls(after, "fcall") > command_calls(before, "fcall"));
+    CHECK(command_calls(after, "evalsha") == command_calls(before, "evalsha"));
+    CHECK_MESSAGE(logged.count(log_level::warning, {"Redis Functions"}) == 0, logged.dump());
+    shared_server().cli(strings("ACL", "DELUSER", "lockfcall"));
+}
+
+TEST_CASE("an ACL user refused Functions (no FCALL, no FUNCTION LOAD): the connection falls back "
+          "to EVALSHA once, logs why, and does all the same") {
+    set_lock_user(shared_server(), "locksha", strings("-fcall", "-function"));
+    auto const before = shared_server().cli(strings("INFO", "commandstats"));
+    log_lines logged;
+    play_acl_scenario("locksha", false, logged);
+    auto const after = shared_server().cli(strings("INFO", "commandstats"));
+    CHECK(command_calls(after, "evalsha") > command_calls(before, "evalsha"));
+    CHECK(command_calls(after, "script|load") > command_calls(before, "script|load"));
+    CHECK(command_calls(after, "fcall") == command_calls(before, "fcall"));
+    CHECK(command_calls(after, "eval") == command_calls(before, "eval"));
+    // Once per connection (the scenario has two), with the server's words.
+    CHECK_MESSAGE(logged.count(log_level::warning, {"refused Redis Functions", "'fcall'"}) == 2,
+                  logged.dump());
+    shared_server().cli(strings("ACL", "DELUSER", "locksha"));
 }
 
 // ------------------------------------------------------------------------ lifetime

@@ -23,34 +23,6 @@ using namespace colock::test;
 
 namespace {
 
-struct log_lines {
-    std::vector<std::pair<log_level, std::string>> lines;
-
-    // A hook that appends here; the lines outlive the connection (the test is single-threaded).
-    log_handler hook() {
-        return [this](log_level level, std::string_view line) {
-            lines.emplace_back(level, std::string(line));
-        };
-    }
-    // The lines of `level` that contain every one of `parts`.
-    std::size_t count(log_level level, std::vector<std::string> const& parts) const {
-        std::size_t n = 0;
-        for (auto const& [lvl, line] : lines) {
-            bool all = lvl == level;
-            for (auto const& part : parts)
-                all = all && line.find(part) != std::string::npos;
-            n += all ? 1 : 0;
-        }
-        return n;
-    }
-    std::string dump() const {
-        std::string out;
-        for (auto const& [lvl, line] : lines)
-            out += std::string(to_string(lvl)) + ": " + line + "\n";
-        return out;
-    }
-};
-
 asio::awaitable<void> reconnect_after_kill(redis_server& server, redis::connection& conn) {
     auto const id = co_await integer(conn, command("CLIENT", "ID"));
     CHECK(server.cli(strings("CLIENT", "KILL", "ID", std::to_string(id))) == "1");

@@ -244,10 +244,12 @@ TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard c
             CHECK(co_await r.unlock());
             CHECK(co_await integer(probe, command("EXISTS", rw_key(name) + ":h")) == 0);
 
-            // The other outcome: the paused request is answered NOSCRIPT once the pause ends
-            // (the script cache flushed meanwhile), so the downgrade never happened. The guard
-            // claims no write lock until a renewal finds the holding still a writer's.
+            // The other outcome: the paused request is answered "Function not found" (or
+            // NOSCRIPT) once the pause ends (the library flushed meanwhile), so the downgrade
+            // never happened. The guard claims no write lock until a renewal finds the holding
+            // still a writer's.
             auto w2 = co_await ra.co_lock(opt);
+            co_await probe.co_exec(command("FUNCTION", "FLUSH"));
             co_await probe.co_exec(command("SCRIPT", "FLUSH"));
             co_await probe.co_exec(command("CLIENT", "PAUSE", "6500", "WRITE"));
             CHECK((co_await failure_of(w2.co_downgrade())).code == colock::error::timeout);

@@ -407,7 +407,9 @@ TEST_CASE("semaphore: an ACL user with the lock's permissions and these: acquire
         redis::connection conn_d{ctx.get_executor(), as("semnochannels")};
         locker a{conn_a}, b{conn_b}, c{conn_c}, d{conn_d};
         auto const name = unique_key("sem-acl");
-        shared_server().cli(strings("SCRIPT", "FLUSH")); // so SCRIPT LOAD is needed too
+        // So that FUNCTION LOAD (or SCRIPT LOAD) is needed too.
+        shared_server().cli(strings("FUNCTION", "FLUSH"));
+        shared_server().cli(strings("SCRIPT", "FLUSH"));
         semaphore sa{a, name, 1}, sb{b, name, 1};
         lock_options opt = lease(600ms);
         opt.renew_interval = 200ms;

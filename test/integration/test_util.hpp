@@ -4,6 +4,7 @@
 
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
+#include <colock/log.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock_test/failures.hpp>
 #include <colock_test/redis_server.hpp>
@@ -231,10 +232,10 @@ inline redis_server_options with_app_user(redis_server_options opts = {}) {
 inline void set_lock_user(redis_server const& server, std::string const& user,
                           std::vector<std::string> const& extra = {}) {
     auto args = strings("ACL", "SETUSER", user, "reset", "on", ">pw", "~colock:*", "&colock:*",
-                        "+hello", "+ping", "+info", "+evalsha", "+eval", "+script|load",
-                        "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire", "+pttl", "+del",
-                        "+time", "+publish", "+exists", "+hset", "+hget", "+hdel", "+rpush",
-                        "+lpop", "+lindex", "+lrem", "+llen", "+hgetall");
+                        "+hello", "+ping", "+info", "+fcall", "+function|load", "+evalsha",
+                        "+script|load", "+subscribe", "+unsubscribe", "+get", "+set", "+pexpire",
+                        "+pttl", "+del", "+time", "+publish", "+exists", "+hset", "+hget", "+hdel",
+                        "+rpush", "+lpop", "+lindex", "+lrem", "+llen", "+hgetall");
     args.insert(args.end(), extra.begin(), extra.end());
     server.cli(args);
 }
@@ -609,6 +610,40 @@ inline std::int64_t command_calls(std::string_view info, std::string_view name) 
     if (at == std::string_view::npos)
         return 0;
     return std::stoll(std::string(info.substr(at + field.size(), 20)));
+}
+
+/// The lines a connection logged (redis::config::log), kept for a test to count.
+struct log_lines {
+    std::vector<std::pair<log_level, std::string>> lines;
+
+    /// A hook that appends here; the lines outlive the connection (the test is single-threaded).
+    log_handler hook() {
+        return [this](log_level level, std::string_view line) {
+            lines.emplace_back(level, std::string(line));
+        };
+    }
+    /// The lines of `level` that contain every one of `parts`.
+    std::size_t count(log_level level, std::vector<std::string> const& parts) const {
+        std::size_t n = 0;
+        for (auto const& [lvl, line] : lines) {
+            bool all = lvl == level;
+            for (auto const& part : parts)
+                all = all && line.find(part) != std::string::npos;
+            n += all ? 1 : 0;
+        }
+        return n;
+    }
+    std::string dump() const {
+        std::string out;
+        for (auto const& [lvl, line] : lines)
+            out += std::string(to_string(lvl)) + ": " + line + "\n";
+        return out;
+    }
+};
+
+/// The scripts the client called (FCALL or EVALSHA) in INFO commandstats.
+inline std::int64_t script_calls(std::string_view info) {
+    return command_calls(info, "fcall") + command_calls(info, "evalsha");
 }
 
 /// `calls` of every command in INFO commandstats, summed.

@@ -38,12 +38,15 @@ std::int64_t server_ms(redis_server const& server) {
     return std::stoll(t[0]) * 1000 + std::stoll(t[1]) / 1000;
 }
 
-// EVALSHA calls the server counted so far (the scripts: one per acquire, extend or release
-// that went to Redis).
+// Script calls (FCALL or EVALSHA) the server counted so far: one per acquire, extend or release
+// that went to Redis.
 std::int64_t script_calls(redis_server const& server) {
     auto const info = server.cli({"INFO", "commandstats"});
-    auto const pos = info.find("cmdstat_evalsha:calls=");
-    return pos == std::string::npos ? 0 : std::atoll(info.c_str() + pos + 22);
+    std::int64_t calls = 0;
+    for (std::string_view field : {"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="})
+        if (auto const pos = info.find(field); pos != std::string::npos)
+            calls += std::atoll(info.c_str() + pos + field.size());
+    return calls;
 }
 
 std::size_t settled_keys_left(redis_server const& server, std::vector<std::string> const& names,

@@ -82,3 +82,63 @@ TEST_CASE("scripts_for: the sharded set publishes only with SPUBLISH, the plain 
     CHECK(scripts_for(script_variant::plain).publishes_beyond_slot());
     CHECK_FALSE(scripts_for(script_variant::sharded).publishes_beyond_slot());
 }
+
+namespace {
+
+std::size_t count_of(std::string_view text, std::string_view what) {
+    std::size_t n = 0;
+    for (auto at = text.find(what); at != std::string_view::npos; at = text.find(what, at + 1))
+        ++n;
+    return n;
+}
+
+// The flags the library gives `function`: the text between "flags=" and ", callback".
+std::string_view flags_of(script_set const& set, std::string const& function) {
+    auto const at = set.library.find("function_name='" + function + "'");
+    REQUIRE(at != std::string::npos);
+    auto const from = set.library.find("flags=", at) + 6;
+    return std::string_view(set.library).substr(from, set.library.find(", callback", at) - from);
+}
+
+} // namespace
+
+TEST_CASE("the Functions library: named after what it holds, one function per script with the "
+          "script's text as its body, named after the library") {
+    auto const& plain = scripts_for(script_variant::plain);
+    auto const& sharded = scripts_for(script_variant::sharded);
+    for (auto const* set : {&plain, &sharded}) {
+        CHECK(set->library_name.starts_with("colock_"));
+        CHECK(set->library_name.size() == 7 + 16);
+        CHECK(set->library.starts_with("#!lua name=" + set->library_name + "\n"));
+        CHECK(count_of(set->library, "redis.register_function{") == every(*set).size());
+        std::set<std::string> names;
+        for (auto const* s : every(*set)) {
+            CHECK(s->function.starts_with(set->library_name + "_"));
+            names.insert(s->function);
+            // The body is the text EVALSHA runs, unchanged, as a function of (KEYS, ARGV).
+            CHECK(count_of(set->library,
+                           "callback=function(KEYS, ARGV)\n" + s->source + "\nend}") == 1);
+        }
+        CHECK(names.size() == every(*set).size());
+    }
+    // The variants' texts differ, and so do their names: both can be on one server.
+    CHECK(plain.library_name != sharded.library_name);
+    CHECK(plain.acquire.function != sharded.acquire.function);
+}
+
+TEST_CASE("the Functions library's flags: what frees or renews runs on a full server, what only "
+          "reads is no-writes, what grants is refused there") {
+    auto const& set = scripts_for(script_variant::plain);
+    for (auto const* s : {&set.release, &set.extend, &set.force_unlock, &set.semaphore_release,
+                          &set.semaphore_downgrade, &set.semaphore_extend, &set.semaphore_read})
+        CHECK_MESSAGE(flags_of(set, s->function) == "{'allow-oom'}", s->function);
+    for (auto const* s : {&set.status, &set.election_read})
+        CHECK_MESSAGE(flags_of(set, s->function) == "{'no-writes'}", s->function);
+    for (auto const* s : {&set.acquire, &set.semaphore_acquire, &set.proclaim})
+        CHECK_MESSAGE(flags_of(set, s->function) == "{}", s->function);
+    // A read-only function must not write: its text calls no command that does.
+    for (auto const* s : {&set.status, &set.election_read})
+        for (std::string_view write : {"'SET'", "'DEL'", "'HSET'", "'HDEL'", "'PEXPIRE'", "'ZREM'",
+                                       "'PUBLISH'", "'LPOP'", "'RPUSH'"})
+            CHECK_MESSAGE(count_of(s->source, write) == 0, s->function, " calls ", write);
+}

@@ -113,6 +113,13 @@ struct config {
     /// and reading the replies of those in flight before they close the socket. 0 closes at once:
     /// whatever is pending completes with error::closed.
     std::chrono::milliseconds close_timeout{1000};
+    /// How the lockers on this connection run their scripts: as a Redis Functions library
+    /// (FUNCTION LOAD once per server, which keeps it and gives it to its replicas; then FCALL)
+    /// when true, else by SHA (EVALSHA, SCRIPT LOAD after a restart). Where the server refuses
+    /// FCALL or FUNCTION LOAD (before Redis 7.0, an ACL, a proxy) the connection falls back to
+    /// EVALSHA by itself, once, and logs why at warning level. See docs/operations.md, "Scripts
+    /// and Functions".
+    bool use_functions = true;
     /// Where this connection, and the lockers on it, log: off when empty. Lines below
     /// `min_log_level` are not even formatted.
     log_handler log;

@@ -25,7 +25,7 @@ asio::awaitable<permit_grant> permit_requests::grant(semaphore_keys const& keys,
         {keys.key, keys.permits_key, keys.weights_key, keys.queue_key, keys.entries_key},
         {request.token, count, capacity, ttl_text, request.owner, request.queue ? "1" : "0",
          entry_ttl_text, request.new_fence ? "1" : "0", keys.channel_prefix, claim_text}};
-    co_return read_permit_grant(co_await client_->run(call, send_as::sha, stop));
+    co_return read_permit_grant(co_await client_->run(call, stop));
 }
 
 asio::awaitable<permit_extension> permit_requests::extend(semaphore_keys const& keys,
@@ -35,7 +35,7 @@ asio::awaitable<permit_extension> permit_requests::extend(semaphore_keys const& 
     script_call const call{client_->scripts().semaphore_extend,
                            {keys.key, keys.permits_key, keys.weights_key},
                            {token, ttl_text, weigh ? "1" : "0"}};
-    auto const reply = co_await client_->run(call, send_as::sha);
+    auto const reply = co_await client_->run(call);
     co_return weigh ? read_permit_extension(reply)
                     : permit_extension{read_permit_reply(reply), false};
 }
@@ -47,8 +47,7 @@ asio::awaitable<lease_reply> permit_requests::downgrade(semaphore_keys const& ke
         client_->scripts().semaphore_downgrade,
         {keys.key, keys.permits_key, keys.weights_key, keys.queue_key, keys.entries_key},
         {token, keys.channel_prefix, claim_text}};
-    co_return read_permit_reply(
-        co_await client_->run_retrying(call, send_as::sha, release_retries));
+    co_return read_permit_reply(co_await client_->run_retrying(call, release_retries));
 }
 
 asio::awaitable<lease_reply> permit_requests::release(semaphore_keys const& keys,
@@ -60,8 +59,8 @@ asio::awaitable<lease_reply> permit_requests::release(semaphore_keys const& keys
         client_->scripts().semaphore_release,
         {keys.key, keys.permits_key, keys.weights_key, keys.queue_key, keys.entries_key},
         {token, keys.channel_prefix, claim_text, leave ? "1" : "0", count}};
-    co_return read_permit_reply(co_await client_->run_retrying(
-        call, send_as::sha, leave ? leave_retries : release_retries));
+    co_return read_permit_reply(
+        co_await client_->run_retrying(call, leave ? leave_retries : release_retries));
 }
 
 void permit_requests::release_in_background(semaphore_keys const& keys, std::string const& token,
@@ -85,7 +84,7 @@ asio::awaitable<semaphore_reading> permit_requests::read(semaphore_keys const& k
         client_->scripts().semaphore_read,
         {keys.key, keys.permits_key, keys.weights_key, keys.queue_key, keys.entries_key},
         {}};
-    co_return read_semaphore(co_await client_->run(call, send_as::sha));
+    co_return read_semaphore(co_await client_->run(call));
 }
 
 } // namespace colock::detail

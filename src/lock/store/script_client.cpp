@@ -1,5 +1,7 @@
 #include "lock/store/script_client.hpp"
 
+#include "lock/store/call_form.hpp"
+
 #include "detail/awaitable_tokens.hpp"
 #include "lock/base/errors.hpp"
 #include "redis/engine.hpp"
@@ -9,10 +11,14 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/container/small_vector.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cctype>
 #include <limits>
 
 namespace colock::detail {
@@ -40,22 +46,45 @@ milliseconds retry_schedule::pause(int round) const noexcept {
 
 namespace {
 
-// EVALSHA sha / EVAL source, numkeys, keys, args.
-void push_script(resp3::request& req, script_call const& call, send_as how) {
-    boost::container::small_vector<std::string_view, 16> words;
-    auto const key_count = std::to_string(call.keys.size() + (call.last_key.empty() ? 0 : 1));
-    words.push_back(how == send_as::sha ? std::string_view(call.code.sha)
-                                        : std::string_view(call.code.source));
-    words.push_back(key_count);
-    words.insert(words.end(), call.keys.begin(), call.keys.end());
+// A script call's outcome: its answer, the last. The engine reports a server error when any
+// answer of the request is one, and a library loaded by another call meanwhile answers that it
+// exists: that is no error of the call's.
+script_reply call_reply(error_code ec, redis::response&& resp) {
+    if (ec == redis::error::server_error && !resp.empty() && !resp.back().is_error())
+        ec = {};
+    return last_reply(ec, std::move(resp));
+}
+
+} // namespace
+
+struct script_client::owned_call {
+    script const& code;
+    std::size_t key_count;
+    std::vector<std::string> words; // keys, then arguments
+
+    explicit owned_call(script_call const& call)
+        : code(call.code), key_count(call.keys.size() + (call.last_key.empty() ? 0 : 1)) {
+        words.reserve(key_count + call.args.size());
+        words.assign(call.keys.begin(), call.keys.end());
+        if (!call.last_key.empty())
+            words.emplace_back(call.last_key);
+        words.insert(words.end(), call.args.begin(), call.args.end());
+    }
+};
+
+namespace {
+
+// The keys and arguments of `call` in order, as views.
+boost::container::small_vector<std::string_view, 16> words_of(script_call const& call) {
+    boost::container::small_vector<std::string_view, 16> words(call.keys.begin(), call.keys.end());
     if (!call.last_key.empty())
         words.push_back(call.last_key);
     words.insert(words.end(), call.args.begin(), call.args.end());
-    req.push_range(how == send_as::sha ? "EVALSHA" : "EVAL", words);
+    return words;
 }
 
-bool is_noscript(resp3::value const& v) {
-    return v.is_error() && v.text.starts_with("NOSCRIPT");
+std::size_t key_count_of(script_call const& call) {
+    return call.keys.size() + (call.last_key.empty() ? 0 : 1);
 }
 
 } // namespace
@@ -111,9 +140,57 @@ script_client::script_client(redis::detail::shared_engine engine,
     : engine_(std::move(engine))
     , scripts_(scripts_for(redis::detail::engine_shards_channels(engine_) ? script_variant::sharded
                                                                           : script_variant::plain))
-    , strand_(std::move(strand)) {}
+    , strand_(std::move(strand))
+    , form_(engine_->settings().use_functions ? call_form::function : call_form::sha) {}
 
 script_client::~script_client() = default;
+
+void script_client::push_call(resp3::request& req, script const& code, std::size_t key_count,
+                              std::span<std::string_view const> words, call_form form,
+                              bool load) const {
+    if (load && form == call_form::function)
+        req.push("FUNCTION", "LOAD", scripts_.library);
+    else if (load)
+        req.push("SCRIPT", "LOAD", code.source);
+    boost::container::small_vector<std::string_view, 18> command;
+    auto const count = std::to_string(key_count);
+    command.push_back(form == call_form::function ? std::string_view(code.function)
+                                                  : std::string_view(code.sha));
+    command.push_back(count);
+    command.insert(command.end(), words.begin(), words.end());
+    req.push_range(form == call_form::function ? "FCALL" : "EVALSHA", command);
+}
+
+script_client::next_step script_client::after(redis::response& resp, std::size_t answer_at,
+                                              bool loaded, call_form form) {
+    auto const verdict = judge_call(resp, answer_at, loaded, form);
+    switch (verdict.kind) {
+    case call_verdict::fall_back:
+        fall_back(verdict.refusal);
+        return next_step::fall_back;
+    case call_verdict::load_and_repeat:
+        return next_step::load_and_repeat;
+    case call_verdict::stands:
+        break;
+    }
+    // Neither way is open to this user: say both, so that the fix (an ACL, or the library loaded
+    // by someone allowed to) is clear.
+    if (form == call_form::sha && fell_back_.load(std::memory_order_relaxed) &&
+        resp.size() > answer_at && refuses_sha(resp[answer_at]))
+        resp[answer_at].text += both_refused_hint;
+    return next_step::done;
+}
+
+void script_client::fall_back(std::string_view refusal) {
+    form_.store(call_form::sha, std::memory_order_relaxed);
+    if (fell_back_.exchange(true))
+        return;
+    if (logs(log_level::warning))
+        log(log_level::warning,
+            fmt::format("the server refused Redis Functions ({}): this connection runs colock's "
+                        "scripts by EVALSHA",
+                        refusal));
+}
 
 namespace {
 
@@ -139,18 +216,33 @@ exec_through(redis::detail::shared_engine const& engine, resp3::request req,
 
 } // namespace
 
-asio::awaitable<script_reply> script_client::run(script_call call, send_as how,
-                                                 std::optional<asio::cancellation_slot> cancel_by) {
-    for (int round = 0; round < 2; ++round) {
+asio::awaitable<script_reply> script_client::run(script_call call,
+                                                 std::optional<asio::cancellation_slot> cancel_by,
+                                                 std::function<bool()> const& wanted) {
+    auto const words = words_of(call);
+    auto const own_cancellation = co_await asio::this_coro::cancellation_state;
+    // A caller that left (its own cancellation, when no slot is given) is not asked again.
+    auto const still_wanted = [&] {
+        if (!cancel_by && own_cancellation.cancelled() != asio::cancellation_type::none)
+            return false;
+        return !wanted || wanted();
+    };
+    auto form = this->form();
+    bool load = false;
+    // At most: FCALL, missing; FUNCTION LOAD refused; EVALSHA, NOSCRIPT; SCRIPT LOAD + EVALSHA.
+    for (int round = 0; round < 4; ++round) {
         resp3::request req;
-        if (round == 1)
-            req.push("SCRIPT", "LOAD", call.code.source);
-        push_script(req, call, how);
+        push_call(req, call.code, key_count_of(call), words, form, load);
         auto [ec, resp] = co_await exec_through(engine_, std::move(req), cancel_by);
-        if (ec == redis::error::server_error && how == send_as::sha && round == 0 &&
-            !resp.empty() && is_noscript(resp.back()))
-            continue; // load it and call again, once
-        co_return last_reply(ec, std::move(resp));
+        if (ec == redis::error::server_error && !resp.empty()) {
+            auto const step = after(resp, resp.size() - 1, load, form);
+            if (step != next_step::done && still_wanted()) {
+                load = step == next_step::load_and_repeat;
+                form = step == next_step::fall_back ? call_form::sha : form;
+                continue;
+            }
+        }
+        co_return call_reply(ec, std::move(resp));
     }
     co_return script_reply{error::unexpected_reply, {}};
 }
@@ -159,21 +251,26 @@ asio::awaitable<std::pair<script_reply, wait_reply>>
 script_client::run_then_wait(script_call call, std::size_t replicas, milliseconds timeout,
                              asio::cancellation_slot cancel_by) {
     using result = std::pair<script_reply, wait_reply>;
-    for (int round = 0; round < 2; ++round) {
+    auto const words = words_of(call);
+    auto form = this->form();
+    bool load = false;
+    for (int round = 0; round < 4; ++round) {
         resp3::request req;
-        if (round == 1)
-            req.push("SCRIPT", "LOAD", call.code.source);
-        push_script(req, call, send_as::sha);
+        push_call(req, call.code, key_count_of(call), words, form, load);
         req.push("WAIT", replicas, timeout.count());
         auto [ec, resp] = co_await exec_through(engine_, std::move(req), cancel_by);
         if (ec && ec != redis::error::server_error)
             co_return result{{ec, {}}, {}};
         if (resp.size() < 2)
             co_return result{{error::unexpected_reply, {}}, {}};
+        auto const step = after(resp, resp.size() - 2, load, form);
+        if (step != next_step::done) {
+            load = step == next_step::load_and_repeat;
+            form = step == next_step::fall_back ? call_form::sha : form;
+            continue;
+        }
         auto& answer = resp[resp.size() - 2];
         auto const& waited = resp.back();
-        if (round == 0 && is_noscript(answer))
-            continue; // load it and call again, once
         wait_reply acked;
         if (waited.is_error())
             acked.refusal = waited.text;
@@ -186,8 +283,7 @@ script_client::run_then_wait(script_call call, std::size_t replicas, millisecond
     co_return result{{error::unexpected_reply, {}}, {}};
 }
 
-asio::awaitable<script_reply> script_client::run_retrying(script_call call, send_as how,
-                                                          retry_schedule schedule,
+asio::awaitable<script_reply> script_client::run_retrying(script_call call, retry_schedule schedule,
                                                           std::function<bool()> wanted) {
     auto deadline = std::make_shared<deadline_state>();
     watch(clock_type::now() + schedule.timeout, deadline);
@@ -205,7 +301,7 @@ asio::awaitable<script_reply> script_client::run_retrying(script_call call, send
     for (int round = 0; round < schedule.tries; ++round) {
         if (wanted && !wanted())
             co_return reply;
-        reply = co_await run(call, how, deadline->stop.slot());
+        reply = co_await run(call, deadline->stop.slot(), wanted);
         if (!reply.ec)
             co_return reply;
         if (deadline->fired)
@@ -223,9 +319,33 @@ asio::awaitable<script_reply> script_client::run_retrying(script_call call, send
 }
 
 void script_client::run_detached(script_call call, std::function<void(script_reply)> done) {
+    send_detached(std::make_shared<owned_call>(call), form(), false, std::move(done));
+}
+
+void script_client::send_detached(std::shared_ptr<owned_call> call, call_form form, bool load,
+                                  std::function<void(script_reply)> done) {
+    boost::container::small_vector<std::string_view, 16> words(call->words.begin(),
+                                                               call->words.end());
     resp3::request req;
-    push_script(req, call, send_as::in_place);
-    exec_detached(std::move(req), std::move(done));
+    push_call(req, call->code, call->key_count, words, form, load);
+    // The repeat, when the server lacked the script, is sent from the engine's strand, where the
+    // reply arrives: it cannot go out before anything sent before it.
+    redis::detail::engine_exec(
+        engine_, std::move(req),
+        [self = shared_from_this(), call, form, load,
+         done = std::move(done)](error_code ec, redis::response resp) mutable {
+            if (ec == redis::error::server_error && !resp.empty()) {
+                auto const step = self->after(resp, resp.size() - 1, load, form);
+                if (step != next_step::done) { // at most three times: see run()
+                    self->send_detached(std::move(call),
+                                        step == next_step::fall_back ? call_form::sha : form,
+                                        step == next_step::load_and_repeat, std::move(done));
+                    return;
+                }
+            }
+            if (done)
+                done(call_reply(ec, std::move(resp)));
+        });
 }
 
 asio::awaitable<script_reply> script_client::exec(resp3::request req, bool cancellable) {

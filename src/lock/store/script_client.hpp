@@ -1,13 +1,15 @@
 // Runs Lua scripts and the few plain commands a synchronizer needs on one connection's engine,
-// knowing nothing of what the scripts do: by SHA with a reload on NOSCRIPT, with WAIT behind in
-// the same pipeline, in place (EVAL), tried again over passing errors under a deadline that one
-// timer keeps for every request, and the listener that carries the engine's pushes and events to
-// a synchronizer's strand. The stores build their keys and arguments and read the replies (the
-// pure parsers of lock_replies.hpp); this is the only unit of the lock layer that talks to the
+// knowing nothing of what the scripts do: as Redis Functions (FCALL, the library loaded when the
+// server lacks it) or by SHA (EVALSHA, SCRIPT LOAD on NOSCRIPT), never with their source on a
+// call; with WAIT behind in the same pipeline; tried again over passing errors under a deadline
+// that one timer keeps for every request; and the listener that carries the engine's pushes and
+// events to a synchronizer's strand. The stores build their keys and arguments and read the replies
+// (the pure parsers of lock_replies.hpp); this is the only unit of the lock layer that talks to the
 // engine. Private to the library's sources.
 #pragma once
 
 #include "lock/base/common.hpp"
+#include "lock/store/call_form.hpp"
 #include "lock/store/channel_events.hpp"
 #include "lock/store/lease_store.hpp"
 #include "lock/store/scripts.hpp"
@@ -23,6 +25,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -31,6 +34,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -69,15 +73,6 @@ struct script_call {
     std::string_view last_key = {};
 };
 
-// How a script is sent.
-enum class send_as {
-    // EVALSHA; on NOSCRIPT (a restarted server, SCRIPT FLUSH) SCRIPT LOAD and EVALSHA again,
-    // once, which may land behind requests sent after the first.
-    sha,
-    // EVAL: one request, which keeps its place in the connection's order.
-    in_place,
-};
-
 // How a request that failed for a passing reason (is_transient) is tried again: at most `tries`
 // times, pausing first_pause, doubled each time up to max_pause, and never past `timeout` from
 // the start (which fails the request in flight with error::timeout).
@@ -114,28 +109,34 @@ public:
     // The scripts as this connection's server takes them, chosen once (scripts.hpp).
     script_set const& scripts() const noexcept { return scripts_; }
 
+    // How this connection calls the scripts now (call_form).
+    call_form form() const noexcept { return form_.load(std::memory_order_relaxed); }
+
     // Runs `call`, cancelled through `cancel_by` when given (an empty slot: not cancellable),
     // else through the awaiting coroutine's own cancellation. A cancellation is honoured while
-    // the request is unsent, as the engine's.
+    // the request is unsent, as the engine's. A server without the script (a restart, SCRIPT or
+    // FUNCTION FLUSH) is given it and asked again, once, in the same request as the load; the
+    // repeat goes out behind requests sent after the first call, so it is sent only while
+    // `wanted()` (when given) answers true, checked on the caller's strand just before.
     boost::asio::awaitable<script_reply>
-    run(script_call call, send_as how,
-        std::optional<boost::asio::cancellation_slot> cancel_by = std::nullopt);
+    run(script_call call, std::optional<boost::asio::cancellation_slot> cancel_by = std::nullopt,
+        std::function<bool()> const& wanted = {});
 
-    // Runs `call` by SHA with WAIT `replicas` `timeout` behind it in the same pipeline, so that
-    // WAIT counts the replicas that have the script's writes (a reconnection in between fails
-    // the request instead).
+    // Runs `call` with WAIT `replicas` `timeout` behind it in the same pipeline, so that WAIT
+    // counts the replicas that have the script's writes (a reconnection in between fails the
+    // request instead).
     boost::asio::awaitable<std::pair<script_reply, wait_reply>>
     run_then_wait(script_call call, std::size_t replicas, std::chrono::milliseconds timeout,
                   boost::asio::cancellation_slot cancel_by);
 
     // Runs `call` again over passing errors as `schedule` says, while `wanted()` (when given)
     // answers true; the last reply, or error::timeout. Not cancellable.
-    boost::asio::awaitable<script_reply> run_retrying(script_call call, send_as how,
-                                                      retry_schedule schedule,
+    boost::asio::awaitable<script_reply> run_retrying(script_call call, retry_schedule schedule,
                                                       std::function<bool()> wanted = {});
 
-    // Hands `call` (in place) to the engine now, on the caller's thread, so that it goes out
-    // before anything the caller does next; `done` gets the reply on the engine's strand.
+    // Hands `call` to the engine now, on the caller's thread, so that it goes out before
+    // anything the caller does next; `done` gets the reply on the engine's strand (after the
+    // script was given to a server that lacked it, and the call repeated).
     void run_detached(script_call call, std::function<void(script_reply)> done);
 
     // A plain request.
@@ -180,9 +181,26 @@ private:
     void unwatch();
     void arm_deadline_timer();
 
+    // A detached call's keys and arguments, owned: a repeat is sent after the caller's are gone.
+    struct owned_call;
+    // What the server answered to a call in `form` (its answer at `answer_at`; the load's, when
+    // `loaded`, at 0), as the next step: the answer stands, load the script and repeat, or fall
+    // back from Functions to SHA and repeat.
+    enum class next_step { done, load_and_repeat, fall_back };
+    next_step after(redis::response& resp, std::size_t answer_at, bool loaded, call_form form);
+    // By SHA from now on, because the server answered `refusal`; logged once.
+    void fall_back(std::string_view refusal);
+    // The call in `form`, the script (or the library) loaded first when `load`.
+    void push_call(resp3::request& req, script const& code, std::size_t key_count,
+                   std::span<std::string_view const> words, call_form form, bool load) const;
+    void send_detached(std::shared_ptr<owned_call> call, call_form form, bool load,
+                       std::function<void(script_reply)> done);
+
     redis::detail::shared_engine const engine_;
     script_set const& scripts_;
     boost::asio::strand<boost::asio::any_io_executor> const strand_;
+    std::atomic<call_form> form_;
+    std::atomic<bool> fell_back_{false};
     std::shared_ptr<listener> listener_;
     // On the strand: the deadlines of run_retrying, in order, under one timer (no timer per
     // release on the hot path). Disarmed when none is left, so that it keeps no io_context

@@ -1,14 +1,18 @@
-// A script with its SHA-1, the Cluster variant of a text, and the set of each variant.
+// A script with its SHA-1, the Cluster variant of a text, and the set of each variant with its
+// Functions library.
 #include "lock/store/scripts.hpp"
 
 #include "lock/store/election_scripts.hpp"
 #include "lock/store/lock_scripts.hpp"
 #include "lock/store/semaphore_scripts.hpp"
 
+#include <colock/functions_library.hpp>
+
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
 #include <stdexcept>
+#include <vector>
 
 namespace colock::detail {
 
@@ -42,26 +46,92 @@ script make_script(std::string_view source, bool sharded) {
         }
     text.append(source.substr(copied));
     auto sha = sha1_hex(text);
-    return script{std::move(text), std::move(sha)};
+    return script{std::move(text), std::move(sha), {}};
 }
 
 namespace {
 
+// What a function may do on a full server or a replica (the Redis docs' script flags).
+enum class runs_when {
+    memory_allows, // no flags: refused on a full server, as a script's first write is
+    memory_full,   // allow-oom: it frees or renews what is held
+    read_only,     // no-writes (which allows a full server too)
+};
+
+struct entry {
+    script set_member;
+    std::string_view short_name;
+    runs_when flags;
+};
+
+std::string_view flags_of(runs_when r) {
+    switch (r) {
+    case runs_when::memory_full:
+        return "{'allow-oom'}";
+    case runs_when::read_only:
+        return "{'no-writes'}";
+    case runs_when::memory_allows:
+        break;
+    }
+    return "{}";
+}
+
+// The library: each script's text is the body of a function of (KEYS, ARGV), so that it runs
+// unchanged, as EVALSHA runs it.
+void add_library(script_set& set, std::vector<entry>& entries) {
+    std::string hashed;
+    for (auto const& e : entries) {
+        hashed += e.short_name;
+        hashed += flags_of(e.flags);
+        hashed += e.set_member.source;
+    }
+    set.library_name = "colock_" + sha1_hex(hashed).substr(0, 16);
+    set.library = fmt::format("#!lua name={}\n", set.library_name);
+    for (auto& e : entries) {
+        e.set_member.function = fmt::format("{}_{}", set.library_name, e.short_name);
+        set.library += fmt::format(
+            "redis.register_function{{function_name='{}', flags={}, callback=function(KEYS, "
+            "ARGV)\n{}\nend}}\n",
+            e.set_member.function, flags_of(e.flags), e.set_member.source);
+    }
+}
+
 script_set make_set(script_variant variant) {
     bool const sharded = variant == script_variant::sharded;
-    return script_set{variant,
-                      make_script(acquire_source, sharded),
-                      make_script(release_source, sharded),
-                      make_script(extend_source, sharded),
-                      make_script(status_source, sharded),
-                      make_script(force_unlock_source, sharded),
-                      make_script(semaphore_acquire_source, sharded),
-                      make_script(semaphore_release_source, sharded),
-                      make_script(semaphore_downgrade_source, sharded),
-                      make_script(semaphore_extend_source, sharded),
-                      make_script(semaphore_read_source, sharded),
-                      make_script(proclaim_source, sharded),
-                      make_script(election_read_source, sharded)};
+    std::vector<entry> entries;
+    auto add = [&](std::string_view source, std::string_view short_name, runs_when flags) {
+        entries.push_back({make_script(source, sharded), short_name, flags});
+    };
+    add(acquire_source, "acquire", runs_when::memory_allows);
+    add(release_source, "release", runs_when::memory_full);
+    add(extend_source, "extend", runs_when::memory_full);
+    add(status_source, "status", runs_when::read_only);
+    add(force_unlock_source, "force_unlock", runs_when::memory_full);
+    add(semaphore_acquire_source, "semaphore_acquire", runs_when::memory_allows);
+    add(semaphore_release_source, "semaphore_release", runs_when::memory_full);
+    add(semaphore_downgrade_source, "semaphore_downgrade", runs_when::memory_full);
+    add(semaphore_extend_source, "semaphore_extend", runs_when::memory_full);
+    // The semaphore's read drops lapsed permits on the way: it writes.
+    add(semaphore_read_source, "semaphore_read", runs_when::memory_full);
+    add(proclaim_source, "proclaim", runs_when::memory_allows);
+    add(election_read_source, "election_read", runs_when::read_only);
+    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    add_library(set, entries);
+    script* const members[] = {&set.acquire,
+                               &set.release,
+                               &set.extend,
+                               &set.status,
+                               &set.force_unlock,
+                               &set.semaphore_acquire,
+                               &set.semaphore_release,
+                               &set.semaphore_downgrade,
+                               &set.semaphore_extend,
+                               &set.semaphore_read,
+                               &set.proclaim,
+                               &set.election_read};
+    for (std::size_t i = 0; i < entries.size(); ++i)
+        *members[i] = std::move(entries[i].set_member);
+    return set;
 }
 
 } // namespace
@@ -73,3 +143,13 @@ script_set const& scripts_for(script_variant variant) {
 }
 
 } // namespace colock::detail
+
+namespace colock {
+
+functions_library functions_library_for(redis::config const& cfg) {
+    auto const& set = detail::scripts_for(cfg.uses_cluster() ? detail::script_variant::sharded
+                                                             : detail::script_variant::plain);
+    return functions_library{set.library_name, set.library};
+}
+
+} // namespace colock

@@ -63,7 +63,7 @@ public:
                                {token, ttl_text, keys.owner, queue_text, entry_ttl_text,
                                 keys.channel_prefix, since_text, claim_text}};
         if (replicas.count == 0)
-            co_return read_grant(co_await client_->run(call, send_as::sha, stop));
+            co_return read_grant(co_await client_->run(call, stop));
         auto [reply, acked] =
             co_await client_->run_then_wait(call, replicas.count, replicas.timeout, stop);
         auto r = read_grant(reply);
@@ -82,14 +82,16 @@ public:
 
     asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
                                         milliseconds ttl, std::int64_t fence) override {
-        // In place, not by SHA: after a NOSCRIPT the extend would be sent again behind later
-        // requests, and could land after the next holder's renewal in a cohort, setting the
-        // lease to a ttl nobody counts on. One request keeps its place.
+        // On a server without the script, the repeat goes out behind later requests: it could
+        // land after the renewal of the next holder in a cohort, setting the lease to a ttl
+        // nobody counts on. That holder's lease is another (the baton carries values), and this
+        // one's renewal is cancelled before it is handed on: a cancelled call is not repeated
+        // (script_client::run).
         auto const ttl_text = std::to_string(ttl.count());
         auto const fence_text = std::to_string(fence);
         script_call const call{
             client_->scripts().extend, {keys.key}, {token, ttl_text, fence_text}, keys.record_key};
-        co_return read_extend(co_await client_->run(call, send_as::in_place));
+        co_return read_extend(co_await client_->run(call));
     }
 
     asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
@@ -103,12 +105,13 @@ public:
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {token, keys.channel_prefix, claim_text, "", fence_text},
                                keys.record_key};
-        co_return read_release(co_await client_->run_retrying(call, send_as::sha, release_retries));
+        co_return read_release(co_await client_->run_retrying(call, release_retries));
     }
 
     void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
                                std::int64_t last_fence, std::function<void()> retry) override {
-        // In place: no NOSCRIPT, so the one request is all it takes.
+        // A repeat on a server without the script goes out after what the caller sent next:
+        // harmless, the script acts on this lease's token only, which no later call uses.
         auto const claim_text = std::to_string(claim.count());
         auto const fence_text = std::to_string(last_fence);
         script_call const call{client_->scripts().release,
@@ -158,7 +161,7 @@ public:
     asio::awaitable<lock_reading> read(lock_keys const& keys) override {
         script_call const call{
             client_->scripts().status, {keys.key, keys.queue_key, keys.deadlines_key}, {}};
-        co_return read_lock(co_await client_->run(call, send_as::sha));
+        co_return read_lock(co_await client_->run(call));
     }
 
     asio::awaitable<record_reading> read_record(std::string const& key) override {
@@ -201,8 +204,7 @@ public:
         script_call const call{client_->scripts().force_unlock,
                                {keys.key, record_key},
                                {quarantine_text, tell_in_script}};
-        auto r = read_forced_unlock(
-            co_await client_->run(call, send_as::sha, asio::cancellation_slot()));
+        auto r = read_forced_unlock(co_await client_->run(call, asio::cancellation_slot()));
         if (!r.ended || client_->scripts().publishes_beyond_slot())
             co_return r;
         // A Cluster: told from here. The lease is ended whatever happens to the message: a
@@ -227,20 +229,20 @@ public:
         script_reply reply;
         if (request.retrying)
             reply = co_await client_->run_retrying(
-                call, send_as::sha,
+                call,
                 retry_schedule{std::numeric_limits<int>::max(), proclaim_first_retry_pause,
                                proclaim_max_retry_pause, request.lease_left},
                 request.still_ours);
         else if (request.cancellable)
-            reply = co_await client_->run(call, send_as::sha);
+            reply = co_await client_->run(call);
         else
-            reply = co_await client_->run(call, send_as::sha, asio::cancellation_slot());
+            reply = co_await client_->run(call, asio::cancellation_slot());
         co_return read_proclaim(reply);
     }
 
     asio::awaitable<election_reading> read_election(lock_keys const& keys) override {
         script_call const call{client_->scripts().election_read, {keys.key, keys.record_key}, {}};
-        co_return detail::read_election(co_await client_->run(call, send_as::sha));
+        co_return detail::read_election(co_await client_->run(call));
     }
 
     // ------------------------------------------------------------------ permits
@@ -292,9 +294,9 @@ public:
 private:
     // The lock freed if `token` holds it, not handed to a queued locker; while `current()`.
     // Started on the strand, so its request follows any sent before, and is sent only while no
-    // newer acquisition with the same token was: it must never run after one. Hence in place
-    // rather than by SHA: a NOSCRIPT (a primary restarted, its first release) would send it
-    // again after the newer acquisition, taking back what that one granted.
+    // newer acquisition with the same token was: it must never run after one. Its repeat on a
+    // server without the script (a primary restarted, its first release) is sent only while
+    // `current()` too, checked on the strand just before.
     static asio::awaitable<void> give_back(std::shared_ptr<single_connection_store> self,
                                            lock_keys keys, std::string token,
                                            std::function<bool()> current) {
@@ -302,8 +304,7 @@ private:
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {token, keys.channel_prefix, "0", "", "0", "1"},
                                keys.record_key};
-        co_await self->client_->run_retrying(call, send_as::in_place, release_retries,
-                                             std::move(current));
+        co_await self->client_->run_retrying(call, release_retries, std::move(current));
     }
 
     // Out of the queue, passing on a hand-off; sent again over passing errors.
@@ -313,7 +314,7 @@ private:
         script_call const call{self->client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
                                {"", keys.channel_prefix, claim_text, keys.owner, "0"}};
-        co_await self->client_->run_retrying(call, send_as::sha, leave_retries);
+        co_await self->client_->run_retrying(call, leave_retries);
     }
 
     std::shared_ptr<script_client> const client_;
