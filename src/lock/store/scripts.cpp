@@ -58,7 +58,7 @@ enum class runs_when {
     read_only,     // no-writes (which allows a full server too)
 };
 
-struct entry {
+struct library_entry {
     script set_member;
     std::string_view short_name;
     runs_when flags;
@@ -78,7 +78,7 @@ std::string_view flags_of(runs_when r) {
 
 // The library: each script's text is the body of a function of (KEYS, ARGV), so that it runs
 // unchanged, as EVALSHA runs it.
-void add_library(script_set& set, std::vector<entry>& entries) {
+void add_library(script_set& set, std::vector<library_entry>& entries) {
     std::string hashed;
     for (auto const& e : entries) {
         hashed += e.short_name;
@@ -98,7 +98,7 @@ void add_library(script_set& set, std::vector<entry>& entries) {
 
 script_set make_set(script_variant variant) {
     bool const sharded = variant == script_variant::sharded;
-    std::vector<entry> entries;
+    std::vector<library_entry> entries;
     auto add = [&](std::string_view source, std::string_view short_name, runs_when flags) {
         entries.push_back({make_script(source, sharded), short_name, flags});
     };
