@@ -2,6 +2,7 @@
 // fixture starts: routing by slot, MOVED after a migration, ASK during one, cross-slot refusals,
 // locks on names over every primary, and a primary's failover.
 #include <colock/election.hpp>
+#include <colock/functions_library.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock/rw_lock.hpp>
@@ -300,6 +301,26 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             CHECK(spublish > 0);
             CHECK(ssubscribe > 0);
             CHECK(publish == 0);
+
+            // The scripts ran as Redis Functions on every primary, each of which was given the
+            // library (the Cluster's variant) by the first call it took, and passed it on to its
+            // replica; nothing went by EVAL or EVALSHA.
+            auto const library = functions_library_for(cluster_config(cluster)).name;
+            for (auto const port : cluster.primary_ports()) {
+                auto& primary = cluster.node_on(port);
+                auto const info = primary.cli({"INFO", "commandstats"});
+                CHECK(command_calls(info, "fcall") > 0);
+                CHECK(command_calls(info, "function|load") > 0);
+                CHECK(command_calls(info, "evalsha") == 0);
+                CHECK(command_calls(info, "eval") == 0);
+                CHECK_FALSE(primary.cli({"FUNCTION", "LIST", "LIBRARYNAME", library}).empty());
+                auto& replica = cluster.node_on(cluster.replica_of(port));
+                CHECK(co_await eventually(
+                    [&] {
+                        return !replica.cli({"FUNCTION", "LIST", "LIBRARYNAME", library}).empty();
+                    },
+                    5s, 20ms));
+            }
 
             // A waiter's shard channel follows its slot: the server drops it (sunsubscribe) and
             // the connection subscribes again on the new owner; the waiter is woken there.

@@ -3,6 +3,7 @@
 // unlock by majority, mutual exclusion and fences under contention, cancellation, renewal, and
 // a primary killed while lockers contend. Faults and bad configurations: test_redlock_faults.cpp.
 #include <colock/election.hpp>
+#include <colock/functions_library.hpp>
 #include <colock/locker.hpp>
 #include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
@@ -499,6 +500,12 @@ TEST_CASE("redlock: mutual exclusion under contention: 4 lockers x 16 coroutines
             180s);
         check_contention(*c);
         CHECK(servers[0]->cli(strings("GET", c->counter_key)) == std::to_string(c->total()));
+        // Each primary ran the scripts as Redis Functions, its library loaded by the first call.
+        auto const library = functions_library_for(servers[0]->config()).name;
+        for (auto const* server : servers) {
+            CHECK(command_calls(server->cli(strings("INFO", "commandstats")), "fcall") > 0);
+            CHECK_FALSE(server->cli(strings("FUNCTION", "LIST", "LIBRARYNAME", library)).empty());
+        }
     });
 }
 

@@ -2,6 +2,7 @@
 // starts: a primary, a replica and three redis-sentinel processes. Failovers are real:
 // SENTINEL FAILOVER, and a killed primary.
 #include <colock/election.hpp>
+#include <colock/functions_library.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock/rw_lock.hpp>
@@ -185,6 +186,27 @@ TEST_CASE_FIXTURE(
             REQUIRE(waiting->guard);
             CHECK_FALSE(lock_key_free(set.node_on(new_port), lock_key(name)));
             CHECK(co_await waiting->guard->unlock());
+
+            // The scripts ran as Redis Functions, and the library came with the data: the new
+            // primary, a replica until the failover, had it from its primary (a FUNCTION LOAD
+            // it ran as a replica), and was never asked to load it again (which it would have
+            // refused: "already exists").
+            auto const info = set.node_on(new_port).cli({"INFO", "commandstats"});
+            CHECK(command_calls(info, "fcall") > 0);
+            if (auto const loads = info.find("cmdstat_function|load:");
+                loads != std::string::npos) {
+                auto const line = info.substr(loads, info.find('\n', loads) - loads);
+                INFO(line);
+                auto const failed = line.find("failed_calls=");
+                REQUIRE(failed != std::string::npos);
+                CHECK(std::stoll(line.substr(failed + 13)) == 0);
+            }
+            CHECK_FALSE(set.node_on(new_port)
+                            .cli({"FUNCTION", "LIST", "LIBRARYNAME",
+                                  functions_library_for(sentinel_config(set)).name})
+                            .empty());
+            CHECK(command_calls(info, "evalsha") == 0);
+            CHECK(command_calls(info, "eval") == 0);
             conn_a.close();
             conn_b.close();
         },

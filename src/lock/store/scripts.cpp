@@ -12,7 +12,6 @@
 #include <openssl/evp.h>
 
 #include <stdexcept>
-#include <vector>
 
 namespace colock::detail {
 
@@ -58,12 +57,6 @@ enum class runs_when {
     read_only,     // no-writes (which allows a full server too)
 };
 
-struct library_entry {
-    script set_member;
-    std::string_view short_name;
-    runs_when flags;
-};
-
 std::string_view flags_of(runs_when r) {
     switch (r) {
     case runs_when::memory_full:
@@ -76,61 +69,56 @@ std::string_view flags_of(runs_when r) {
     return "{}";
 }
 
-// The library: each script's text is the body of a function of (KEYS, ARGV), so that it runs
-// unchanged, as EVALSHA runs it.
-void add_library(script_set& set, std::vector<library_entry>& entries) {
-    std::string hashed;
-    for (auto const& e : entries) {
-        hashed += e.short_name;
-        hashed += flags_of(e.flags);
-        hashed += e.set_member.source;
-    }
-    set.library_name = "colock_" + sha1_hex(hashed).substr(0, 16);
-    set.library = fmt::format("#!lua name={}\n", set.library_name);
-    for (auto& e : entries) {
-        e.set_member.function = fmt::format("{}_{}", set.library_name, e.short_name);
-        set.library += fmt::format(
-            "redis.register_function{{function_name='{}', flags={}, callback=function(KEYS, "
-            "ARGV)\n{}\nend}}\n",
-            e.set_member.function, flags_of(e.flags), e.set_member.source);
-    }
-}
+// Each script of the set: where it goes, its text, its function's name in the library (after
+// the library's own) and its flags.
+struct script_spec {
+    script script_set::*member;
+    std::string_view source;
+    std::string_view short_name;
+    runs_when flags;
+};
+
+constexpr script_spec specs[] = {
+    {&script_set::acquire, acquire_source, "acquire", runs_when::memory_allows},
+    {&script_set::release, release_source, "release", runs_when::memory_full},
+    {&script_set::extend, extend_source, "extend", runs_when::memory_full},
+    {&script_set::status, status_source, "status", runs_when::read_only},
+    {&script_set::force_unlock, force_unlock_source, "force_unlock", runs_when::memory_full},
+    {&script_set::semaphore_acquire, semaphore_acquire_source, "semaphore_acquire",
+     runs_when::memory_allows},
+    {&script_set::semaphore_release, semaphore_release_source, "semaphore_release",
+     runs_when::memory_full},
+    {&script_set::semaphore_downgrade, semaphore_downgrade_source, "semaphore_downgrade",
+     runs_when::memory_full},
+    {&script_set::semaphore_extend, semaphore_extend_source, "semaphore_extend",
+     runs_when::memory_full},
+    // The semaphore's read drops lapsed permits on the way: it writes.
+    {&script_set::semaphore_read, semaphore_read_source, "semaphore_read", runs_when::memory_full},
+    {&script_set::proclaim, proclaim_source, "proclaim", runs_when::memory_allows},
+    {&script_set::election_read, election_read_source, "election_read", runs_when::read_only},
+};
 
 script_set make_set(script_variant variant) {
     bool const sharded = variant == script_variant::sharded;
-    std::vector<library_entry> entries;
-    auto add = [&](std::string_view source, std::string_view short_name, runs_when flags) {
-        entries.push_back({make_script(source, sharded), short_name, flags});
-    };
-    add(acquire_source, "acquire", runs_when::memory_allows);
-    add(release_source, "release", runs_when::memory_full);
-    add(extend_source, "extend", runs_when::memory_full);
-    add(status_source, "status", runs_when::read_only);
-    add(force_unlock_source, "force_unlock", runs_when::memory_full);
-    add(semaphore_acquire_source, "semaphore_acquire", runs_when::memory_allows);
-    add(semaphore_release_source, "semaphore_release", runs_when::memory_full);
-    add(semaphore_downgrade_source, "semaphore_downgrade", runs_when::memory_full);
-    add(semaphore_extend_source, "semaphore_extend", runs_when::memory_full);
-    // The semaphore's read drops lapsed permits on the way: it writes.
-    add(semaphore_read_source, "semaphore_read", runs_when::memory_full);
-    add(proclaim_source, "proclaim", runs_when::memory_allows);
-    add(election_read_source, "election_read", runs_when::read_only);
     script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
-    add_library(set, entries);
-    script* const members[] = {&set.acquire,
-                               &set.release,
-                               &set.extend,
-                               &set.status,
-                               &set.force_unlock,
-                               &set.semaphore_acquire,
-                               &set.semaphore_release,
-                               &set.semaphore_downgrade,
-                               &set.semaphore_extend,
-                               &set.semaphore_read,
-                               &set.proclaim,
-                               &set.election_read};
-    for (std::size_t i = 0; i < entries.size(); ++i)
-        *members[i] = std::move(entries[i].set_member);
+    std::string hashed;
+    for (auto const& spec : specs) {
+        set.*spec.member = make_script(spec.source, sharded);
+        hashed += spec.short_name;
+        hashed += flags_of(spec.flags);
+        hashed += (set.*spec.member).source;
+    }
+    // The library: each script's text is the body of a function of (KEYS, ARGV), so that it runs
+    // unchanged, as EVALSHA runs it.
+    set.library_name = "colock_" + sha1_hex(hashed).substr(0, 16);
+    set.library = fmt::format("#!lua name={}\n", set.library_name);
+    for (auto const& spec : specs) {
+        auto& member = set.*spec.member;
+        member.function = fmt::format("{}_{}", set.library_name, spec.short_name);
+        set.library += fmt::format("redis.register_function{{function_name='{}', flags={}, "
+                                   "callback=function(KEYS, ARGV)\n{}\nend}}\n",
+                                   member.function, flags_of(spec.flags), member.source);
+    }
     return set;
 }
 
