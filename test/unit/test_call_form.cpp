@@ -96,3 +96,22 @@ TEST_CASE("refuses_sha: EVALSHA itself refused, not a script's error") {
     CHECK_FALSE(refuses_sha(number(1)));
     CHECK_FALSE(refuses_sha(error_reply("NOSCRIPT No matching script.")));
 }
+
+TEST_CASE("call_attempt: each verdict moves a call on, towards the end only: load once, fall "
+          "back once, then the answer stands") {
+    call_attempt attempt{call_form::function};
+    CHECK_FALSE(attempt.load);
+    CHECK(attempt.follow(call_verdict::load_and_repeat));
+    CHECK(attempt.form == call_form::function);
+    CHECK(attempt.load);
+    // The load refused: by SHA, first without a load.
+    CHECK(attempt.follow(call_verdict::fall_back));
+    CHECK(attempt.form == call_form::sha);
+    CHECK_FALSE(attempt.load);
+    CHECK(attempt.follow(call_verdict::load_and_repeat));
+    CHECK(attempt.load);
+    // An answer that stands changes nothing and asks for no more.
+    CHECK_FALSE(attempt.follow(call_verdict::stands));
+    CHECK(attempt.form == call_form::sha);
+    CHECK(attempt.load);
+}

@@ -32,6 +32,25 @@ struct call_verdict {
 call_verdict judge_call(std::span<resp3::value const> answers, std::size_t answer_at, bool loaded,
                         call_form form);
 
+// How a call's next request is sent: in which form, and whether it loads the script (or the
+// library) first. Starts as the connection's form; each verdict moves it on, and only ever
+// towards the end (load once, fall back once), so a call makes at most four requests.
+struct call_attempt {
+    call_form form;
+    bool load = false;
+
+    // After an answer judged `verdict`: true when another request follows (load and repeat, or
+    // by SHA now), false when the answer stands.
+    bool follow(call_verdict::kind_type verdict) noexcept {
+        if (verdict == call_verdict::stands)
+            return false;
+        load = verdict == call_verdict::load_and_repeat;
+        if (verdict == call_verdict::fall_back)
+            form = call_form::sha;
+        return true;
+    }
+};
+
 // The text added to an EVALSHA refusal when Functions were refused before, so that the error
 // says both ways are closed to this user.
 inline constexpr std::string_view both_refused_hint =

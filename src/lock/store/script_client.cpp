@@ -57,21 +57,6 @@ script_reply call_reply(error_code ec, redis::response&& resp) {
 
 } // namespace
 
-struct script_client::owned_call {
-    script const& code;
-    std::size_t key_count;
-    std::vector<std::string> words; // keys, then arguments
-
-    explicit owned_call(script_call const& call)
-        : code(call.code), key_count(call.keys.size() + (call.last_key.empty() ? 0 : 1)) {
-        words.reserve(key_count + call.args.size());
-        words.assign(call.keys.begin(), call.keys.end());
-        if (!call.last_key.empty())
-            words.emplace_back(call.last_key);
-        words.insert(words.end(), call.args.begin(), call.args.end());
-    }
-};
-
 namespace {
 
 // The keys and arguments of `call` in order, as views.
@@ -88,6 +73,17 @@ std::size_t key_count_of(script_call const& call) {
 }
 
 } // namespace
+
+struct script_client::owned_call {
+    script const& code;
+    std::size_t key_count;
+    std::vector<std::string> words; // keys, then arguments
+
+    explicit owned_call(script_call const& call) : code(call.code), key_count(key_count_of(call)) {
+        auto const views = words_of(call);
+        words.assign(views.begin(), views.end());
+    }
+};
 
 // Pushes and connection events, from the engine's strand to the synchronizer's.
 class script_client::listener final : public redis::push_listener,
@@ -146,11 +142,12 @@ script_client::script_client(redis::detail::shared_engine engine,
 script_client::~script_client() = default;
 
 void script_client::push_call(resp3::request& req, script const& code, std::size_t key_count,
-                              std::span<std::string_view const> words, call_form form,
-                              bool load) const {
-    if (load && form == call_form::function)
+                              std::span<std::string_view const> words,
+                              call_attempt const& attempt) const {
+    auto const form = attempt.form;
+    if (attempt.load && form == call_form::function)
         req.push("FUNCTION", "LOAD", scripts_.library);
-    else if (load)
+    else if (attempt.load)
         req.push("SCRIPT", "LOAD", code.source);
     boost::container::small_vector<std::string_view, 18> command;
     auto const count = std::to_string(key_count);
@@ -161,24 +158,18 @@ void script_client::push_call(resp3::request& req, script const& code, std::size
     req.push_range(form == call_form::function ? "FCALL" : "EVALSHA", command);
 }
 
-script_client::next_step script_client::after(redis::response& resp, std::size_t answer_at,
-                                              bool loaded, call_form form) {
-    auto const verdict = judge_call(resp, answer_at, loaded, form);
-    switch (verdict.kind) {
-    case call_verdict::fall_back:
+call_verdict::kind_type script_client::after(redis::response& resp, std::size_t answer_at,
+                                             call_attempt const& attempt) {
+    auto const verdict = judge_call(resp, answer_at, attempt.load, attempt.form);
+    if (verdict.kind == call_verdict::fall_back)
         fall_back(verdict.refusal);
-        return next_step::fall_back;
-    case call_verdict::load_and_repeat:
-        return next_step::load_and_repeat;
-    case call_verdict::stands:
-        break;
-    }
     // Neither way is open to this user: say both, so that the fix (an ACL, or the library loaded
     // by someone allowed to) is clear.
-    if (form == call_form::sha && fell_back_.load(std::memory_order_relaxed) &&
-        resp.size() > answer_at && refuses_sha(resp[answer_at]))
+    if (verdict.kind == call_verdict::stands && attempt.form == call_form::sha &&
+        fell_back_.load(std::memory_order_relaxed) && resp.size() > answer_at &&
+        refuses_sha(resp[answer_at]))
         resp[answer_at].text += both_refused_hint;
-    return next_step::done;
+    return verdict.kind;
 }
 
 void script_client::fall_back(std::string_view refusal) {
@@ -216,9 +207,9 @@ exec_through(redis::detail::shared_engine const& engine, resp3::request req,
 
 } // namespace
 
-asio::awaitable<script_reply> script_client::run(script_call call,
-                                                 std::optional<asio::cancellation_slot> cancel_by,
-                                                 std::function<bool()> const& wanted) {
+asio::awaitable<std::pair<error_code, redis::response>> script_client::exchange(
+    script_call const& call, std::optional<std::pair<std::size_t, milliseconds>> wait,
+    std::optional<asio::cancellation_slot> const& cancel_by, std::function<bool()> const& wanted) {
     auto const words = words_of(call);
     auto const own_cancellation = co_await asio::this_coro::cancellation_state;
     // A caller that left (its own cancellation, when no slot is given) is not asked again.
@@ -227,60 +218,50 @@ asio::awaitable<script_reply> script_client::run(script_call call,
             return false;
         return !wanted || wanted();
     };
-    auto form = this->form();
-    bool load = false;
+    // The call's answer, counted from the back: WAIT's comes after it.
+    std::size_t const from_back = wait ? 2 : 1;
+    call_attempt attempt{form()};
     // At most: FCALL, missing; FUNCTION LOAD refused; EVALSHA, NOSCRIPT; SCRIPT LOAD + EVALSHA.
-    for (int round = 0; round < 4; ++round) {
+    for (int round = 0;; ++round) {
         resp3::request req;
-        push_call(req, call.code, key_count_of(call), words, form, load);
+        push_call(req, call.code, key_count_of(call), words, attempt);
+        if (wait)
+            req.push("WAIT", wait->first, wait->second.count());
         auto [ec, resp] = co_await exec_through(engine_, std::move(req), cancel_by);
-        if (ec == redis::error::server_error && !resp.empty()) {
-            auto const step = after(resp, resp.size() - 1, load, form);
-            if (step != next_step::done && still_wanted()) {
-                load = step == next_step::load_and_repeat;
-                form = step == next_step::fall_back ? call_form::sha : form;
-                continue;
-            }
-        }
-        co_return call_reply(ec, std::move(resp));
+        if (round < 3 && ec == redis::error::server_error && resp.size() >= from_back &&
+            attempt.follow(after(resp, resp.size() - from_back, attempt)) && still_wanted())
+            continue;
+        co_return std::pair{ec, std::move(resp)};
     }
-    co_return script_reply{error::unexpected_reply, {}};
+}
+
+asio::awaitable<script_reply> script_client::run(script_call call,
+                                                 std::optional<asio::cancellation_slot> cancel_by,
+                                                 std::function<bool()> const& wanted) {
+    auto [ec, resp] = co_await exchange(call, std::nullopt, cancel_by, wanted);
+    co_return call_reply(ec, std::move(resp));
 }
 
 asio::awaitable<std::pair<script_reply, wait_reply>>
 script_client::run_then_wait(script_call call, std::size_t replicas, milliseconds timeout,
                              asio::cancellation_slot cancel_by) {
     using result = std::pair<script_reply, wait_reply>;
-    auto const words = words_of(call);
-    auto form = this->form();
-    bool load = false;
-    for (int round = 0; round < 4; ++round) {
-        resp3::request req;
-        push_call(req, call.code, key_count_of(call), words, form, load);
-        req.push("WAIT", replicas, timeout.count());
-        auto [ec, resp] = co_await exec_through(engine_, std::move(req), cancel_by);
-        if (ec && ec != redis::error::server_error)
-            co_return result{{ec, {}}, {}};
-        if (resp.size() < 2)
-            co_return result{{error::unexpected_reply, {}}, {}};
-        auto const step = after(resp, resp.size() - 2, load, form);
-        if (step != next_step::done) {
-            load = step == next_step::load_and_repeat;
-            form = step == next_step::fall_back ? call_form::sha : form;
-            continue;
-        }
-        auto& answer = resp[resp.size() - 2];
-        auto const& waited = resp.back();
-        wait_reply acked;
-        if (waited.is_error())
-            acked.refusal = waited.text;
-        else
-            acked.replicas = waited.as_integer().value_or(0);
-        error_code const script_ec =
-            answer.is_error() ? error_code(redis::error::server_error) : error_code();
-        co_return result{{script_ec, std::move(answer)}, std::move(acked)};
-    }
-    co_return result{{error::unexpected_reply, {}}, {}};
+    auto [ec, resp] =
+        co_await exchange(call, std::pair{replicas, timeout}, std::optional(cancel_by), {});
+    if (ec && ec != redis::error::server_error)
+        co_return result{{ec, {}}, {}};
+    if (resp.size() < 2)
+        co_return result{{error::unexpected_reply, {}}, {}};
+    auto& answer = resp[resp.size() - 2];
+    auto const& waited = resp.back();
+    wait_reply acked;
+    if (waited.is_error())
+        acked.refusal = waited.text;
+    else
+        acked.replicas = waited.as_integer().value_or(0);
+    error_code const script_ec =
+        answer.is_error() ? error_code(redis::error::server_error) : error_code();
+    co_return result{{script_ec, std::move(answer)}, std::move(acked)};
 }
 
 asio::awaitable<script_reply> script_client::run_retrying(script_call call, retry_schedule schedule,
@@ -319,29 +300,26 @@ asio::awaitable<script_reply> script_client::run_retrying(script_call call, retr
 }
 
 void script_client::run_detached(script_call call, std::function<void(script_reply)> done) {
-    send_detached(std::make_shared<owned_call>(call), form(), false, std::move(done));
+    send_detached(std::make_shared<owned_call>(call), call_attempt{form()}, std::move(done));
 }
 
-void script_client::send_detached(std::shared_ptr<owned_call> call, call_form form, bool load,
+void script_client::send_detached(std::shared_ptr<owned_call> call, call_attempt attempt,
                                   std::function<void(script_reply)> done) {
     boost::container::small_vector<std::string_view, 16> words(call->words.begin(),
                                                                call->words.end());
     resp3::request req;
-    push_call(req, call->code, call->key_count, words, form, load);
+    push_call(req, call->code, call->key_count, words, attempt);
     // The repeat, when the server lacked the script, is sent from the engine's strand, where the
-    // reply arrives: it cannot go out before anything sent before it.
+    // reply arrives: it cannot go out before anything sent before it. At most three repeats, as
+    // for run(): each verdict moves the attempt on.
     redis::detail::engine_exec(
         engine_, std::move(req),
-        [self = shared_from_this(), call, form, load,
+        [self = shared_from_this(), call, attempt,
          done = std::move(done)](error_code ec, redis::response resp) mutable {
-            if (ec == redis::error::server_error && !resp.empty()) {
-                auto const step = self->after(resp, resp.size() - 1, load, form);
-                if (step != next_step::done) { // at most three times: see run()
-                    self->send_detached(std::move(call),
-                                        step == next_step::fall_back ? call_form::sha : form,
-                                        step == next_step::load_and_repeat, std::move(done));
-                    return;
-                }
+            if (ec == redis::error::server_error && !resp.empty() &&
+                attempt.follow(self->after(resp, resp.size() - 1, attempt))) {
+                self->send_detached(std::move(call), attempt, std::move(done));
+                return;
             }
             if (done)
                 done(call_reply(ec, std::move(resp)));

@@ -183,17 +183,24 @@ private:
 
     // A detached call's keys and arguments, owned: a repeat is sent after the caller's are gone.
     struct owned_call;
-    // What the server answered to a call in `form` (its answer at `answer_at`; the load's, when
-    // `loaded`, at 0), as the next step: the answer stands, load the script and repeat, or fall
-    // back from Functions to SHA and repeat.
-    enum class next_step { done, load_and_repeat, fall_back };
-    next_step after(redis::response& resp, std::size_t answer_at, bool loaded, call_form form);
+    // What the server answered to `attempt` (its call's answer at `answer_at`; the load's, when
+    // it loaded, at 0), judged (judge_call) and acted on: a fall-back is the connection's from
+    // now on, and an EVALSHA refused after Functions were says both.
+    call_verdict::kind_type after(redis::response& resp, std::size_t answer_at,
+                                  call_attempt const& attempt);
     // By SHA from now on, because the server answered `refusal`; logged once.
     void fall_back(std::string_view refusal);
-    // The call in `form`, the script (or the library) loaded first when `load`.
+    // The call as `attempt` sends it.
     void push_call(resp3::request& req, script const& code, std::size_t key_count,
-                   std::span<std::string_view const> words, call_form form, bool load) const;
-    void send_detached(std::shared_ptr<owned_call> call, call_form form, bool load,
+                   std::span<std::string_view const> words, call_attempt const& attempt) const;
+    // Sends `call` (with WAIT `wait` behind it when given) until its answer stands, as run()
+    // describes; the last request's answers.
+    boost::asio::awaitable<std::pair<boost::system::error_code, redis::response>>
+    exchange(script_call const& call,
+             std::optional<std::pair<std::size_t, std::chrono::milliseconds>> wait,
+             std::optional<boost::asio::cancellation_slot> const& cancel_by,
+             std::function<bool()> const& wanted);
+    void send_detached(std::shared_ptr<owned_call> call, call_attempt attempt,
                        std::function<void(script_reply)> done);
 
     redis::detail::shared_engine const engine_;
