@@ -539,6 +539,8 @@ std::vector<std::string> redis_server::server_args() const {
                            std::to_string(opts_.sentinel_failover_timeout_ms)});
         if (!opts_.sentinel_auth_pass.empty())
             a.insert(a.end(), {"--sentinel", "auth-pass", name, opts_.sentinel_auth_pass});
+        if (!opts_.sentinel_auth_user.empty())
+            a.insert(a.end(), {"--sentinel", "auth-user", name, opts_.sentinel_auth_user});
     }
     if (!opts_.requirepass.empty())
         a.insert(a.end(), {"--requirepass", opts_.requirepass});

@@ -13,9 +13,18 @@ using namespace std::chrono_literals;
 
 constexpr setup_failure fail{"sentinel_set"};
 
+// The sentinels' own user on the data nodes, with sentinel_set_options::sentinels_own_user.
+constexpr char const* sentinel_user = "colock-sentinel";
+constexpr char const* sentinel_user_password = "colock-sentinel-password";
+
 redis_server_options data_node_options(std::uint16_t primary_port, std::string const& password,
-                                       bool tls, std::string const& tls_files) {
+                                       bool tls, std::string const& tls_files,
+                                       bool sentinels_own_user) {
     redis_server_options o;
+    if (sentinels_own_user) {
+        o.acl_user = sentinel_user;
+        o.acl_password = sentinel_user_password;
+    }
     o.requirepass = password;
     o.tls = tls;
     o.tls_files_from = tls_files;
@@ -35,14 +44,14 @@ redis_server_options data_node_options(std::uint16_t primary_port, std::string c
 
 sentinel_set::sentinel_set(sentinel_set_options opts)
     : master_name_(opts.master_name), opts_(std::move(opts)) {
-    nodes_.push_back(
-        std::make_unique<redis_server>(data_node_options(0, opts_.data_password, opts_.tls, {})));
+    nodes_.push_back(std::make_unique<redis_server>(
+        data_node_options(0, opts_.data_password, opts_.tls, {}, opts_.sentinels_own_user)));
     std::string const tls_files = nodes_[0]->tls_files_dir();
     // The replica and the sentinels reach the primary on the port clients use: its TLS port
     // when there is one.
     auto const primary_port = opts_.tls ? nodes_[0]->tls_port() : nodes_[0]->port();
-    nodes_.push_back(std::make_unique<redis_server>(
-        data_node_options(primary_port, opts_.data_password, opts_.tls, tls_files)));
+    nodes_.push_back(std::make_unique<redis_server>(data_node_options(
+        primary_port, opts_.data_password, opts_.tls, tls_files, opts_.sentinels_own_user)));
     // Sentinels that start after the replica is in sync learn of it from their first INFO of
     // the primary, rather than ten seconds later.
     if (!poll_until(10s, [&] {
@@ -59,6 +68,10 @@ sentinel_set::sentinel_set(sentinel_set_options opts)
         if (opts_.tls)
             o.extra_args = {"--tls-replication", "yes"};
         o.sentinel_auth_pass = opts_.data_password;
+        if (opts_.sentinels_own_user) {
+            o.sentinel_auth_user = sentinel_user;
+            o.sentinel_auth_pass = sentinel_user_password;
+        }
         o.requirepass = opts_.sentinel_password;
         sentinels_.push_back(std::make_unique<redis_server>(o));
     }

@@ -55,6 +55,9 @@ struct redis_server_options {
     int sentinel_failover_timeout_ms = 3000;
     /// The password the sentinel gives the data nodes (`sentinel auth-pass`), if they have one.
     std::string sentinel_auth_pass;
+    /// The ACL user the sentinel logs in as on the data nodes (`sentinel auth-user`), if not
+    /// the default user.
+    std::string sentinel_auth_user;
 };
 
 /// One redis-server process: bound to 127.0.0.1 only, no persistence (`--save ""

@@ -31,6 +31,12 @@ struct sentinel_set_options {
     /// (node 0's). The sentinels then name the primary's TLS port, and config() and url() go
     /// to the sentinels' TLS ports.
     bool tls = false;
+    /// The sentinels log in to the data nodes as an ACL user of their own (created on both),
+    /// not as the default user the clients use. A test that ends the clients' connections then
+    /// names them (`CLIENT KILL TYPE normal USER default`) and leaves the sentinels' links up:
+    /// a killed link is reconnected only up to a second later, long enough for the sentinels to
+    /// judge the primary down (down-after 1 s) and fail over on their own.
+    bool sentinels_own_user = false;
 };
 
 class sentinel_set : process_fixture {
