@@ -16,8 +16,9 @@
 //   extend_sha      the library's extend script by EVALSHA on the same guards' keys
 //   bare            two EVALSHAs of `return 1` with one key and one argument: a script call
 //   bare_fcall      the same as two FCALLs
-//   args            `return 1` with the library's keys and arguments (3 keys; 8, then 5 args)
-//   calls           a GET and a SET in each script, with those arguments
+//   args            `return 1` with the library's keys and arguments (3 keys, 3 arguments each)
+//   calls           the library's server calls, with those arguments: a GET and a SET PX, then
+//                   one SET KEEPTTL GET
 //   scripts         the library's acquire and release (src/lock/store/lock_scripts.hpp) by
 //                   EVALSHA, on their uncontended path
 // bare, args, calls and scripts, each adding one part of what the library's scripts do, say where
@@ -39,6 +40,7 @@
 // Usage: script_costs [--cycles N] [--batches N] [--in-flight N] [--url redis://...] [--json]
 #include "bench_common.hpp"
 
+#include "lock/store/lock_arguments.hpp"
 #include "lock/store/lock_scripts.hpp"
 
 #include <colock/locker.hpp>
@@ -213,8 +215,13 @@ struct variant {
 // The way a raw variant sends one step of a cycle.
 enum class call_form { set_nx_px, evalsha, fcall };
 
-// A step of a raw cycle: "$T" in an argument is the cycle's token, "$W" the worker's wake channel
-// prefix, "$F" the fence its acquire answered; keys are suffixes of the worker's lock key.
+// The arguments of a step from the cycle's token and the fence its acquire answered.
+using make_arguments =
+    std::function<std::vector<std::string>(std::string const& token, std::int64_t fence)>;
+
+// A step of a raw cycle: "$T" in an argument is the cycle's token; keys are suffixes of the
+// worker's lock key. `make_args`, when set, gives the arguments instead (the library's, built by
+// lock_arguments.hpp as the store builds them).
 struct raw_step {
     call_form form = call_form::evalsha;
     std::string_view source; // evalsha: the script, loaded before the first batch
@@ -222,6 +229,7 @@ struct raw_step {
     std::vector<std::string> key_suffixes;
     std::vector<std::string> args;
     std::string sha; // evalsha, once loaded
+    make_arguments make_args = {};
 };
 
 struct raw_cycle {
@@ -234,7 +242,7 @@ std::string worker_key(std::string const& prefix, std::string_view family, std::
 }
 
 resp3::request step_request(raw_step const& s, std::string const& key, std::string const& token,
-                            std::string const& fence = {}) {
+                            std::int64_t fence = 0) {
     resp3::request req;
     if (s.form == call_form::set_nx_px) {
         req.push("SET", key, token, "NX", "PX", "600000");
@@ -245,8 +253,12 @@ resp3::request step_request(raw_step const& s, std::string const& key, std::stri
     words.push_back(std::to_string(s.key_suffixes.size()));
     for (auto const& suffix : s.key_suffixes)
         words.push_back(key + suffix);
-    for (auto const& a : s.args)
-        words.push_back(a == "$T" ? token : a == "$W" ? key + ":w:" : a == "$F" ? fence : a);
+    if (s.make_args)
+        for (auto& a : s.make_args(token, fence))
+            words.push_back(std::move(a));
+    else
+        for (auto const& a : s.args)
+            words.push_back(a == "$T" ? token : a);
     req.push_range(s.form == call_form::evalsha ? "EVALSHA" : "FCALL", words);
     return req;
 }
@@ -262,14 +274,18 @@ asio::awaitable<void> raw_worker(redis::connection& conn, std::shared_ptr<raw_cy
         auto const acquired = co_await conn.co_exec(step_request(c.acquire, key, token));
         auto const& a = acquired.at(0);
         // An acquire or release off its path would measure another path than this one's.
+        // The library's acquire answers its fence as a number or (on the uncontended path) as
+        // its decimal text.
+        std::int64_t fence = a.as_integer().value_or(0);
+        if (auto const text = a.as_string(); text && !a.as_integer())
+            fence = std::atoll(std::string(*text).c_str());
         bool const acquire_ok = c.acquire.form == call_form::set_nx_px ? a.as_string() == "OK"
-                                : c.library_scripts ? a.as_integer().value_or(0) >= 1
-                                                    : true;
+                                : c.library_scripts                    ? fence >= 1
+                                                                       : true;
         if (!acquire_ok)
             throw std::runtime_error(fmt::format("{}: the acquire of {} did not take its "
                                                  "uncontended path: {}",
                                                  name, key, resp3::to_debug_string(a)));
-        auto const fence = std::to_string(a.as_integer().value_or(0));
         auto const released = co_await conn.co_exec(step_request(c.release, key, token, fence));
         if (released.at(0).as_integer().value_or(0) < 1)
             throw std::runtime_error(fmt::format("{}: the release of {} freed nothing: {}", name,
@@ -323,15 +339,26 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
                                        bool functions) {
     // As long as a locker's id.
     std::string const owner = "0123456789abcdef";
-    // As src/lock/store/single_connection_store.cpp sends them for co_lock and unlock(): acquire
-    // (token, ttl, owner, queueing "1", queue entry ttl, channel prefix, the client's clock,
-    // claim), release (token, channel prefix, claim, "", the holder's fence).
-    auto const now_ms = std::to_string(std::chrono::duration_cast<milliseconds>(
-                                           std::chrono::system_clock::now().time_since_epoch())
-                                           .count());
-    std::vector<std::string> const acquire_args{"$T",   "30000", owner,  "1",
-                                                "3000", "$W",    now_ms, "1000"};
-    std::vector<std::string> const release_args{"$T", "$W", "1000", "", "$F"};
+    // As src/lock/store/single_connection_store.cpp sends them for co_lock and unlock(), built by
+    // the same functions: acquire (the holder, ttl, queueing "1" with the queue entry's ttl and
+    // the claim), release (what the grant wrote, the free value with the holder's fence, the
+    // claim and the token).
+    auto const now_ms = std::chrono::duration_cast<milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    make_arguments const acquire_args = [owner, now_ms](std::string const& token, std::int64_t) {
+        auto const a = colock::detail::acquire_arguments(owner, token, now_ms, milliseconds(30000),
+                                                         colock::detail::queueing::when_held,
+                                                         milliseconds(3000), milliseconds(1000));
+        return std::vector<std::string>(a.begin(), a.end());
+    };
+    make_arguments const release_args = [owner, now_ms](std::string const& token,
+                                                        std::int64_t fence) {
+        auto const a = colock::detail::release_arguments(
+            colock::detail::release_kind::hand_on, token, milliseconds(1000), fence,
+            colock::detail::held_value{fence, now_ms}, owner);
+        return std::vector<std::string>(a.begin(), a.end());
+    };
     std::vector<std::string> const lock_keys{"", ":q", ":qd"};
     std::vector<std::string> const one_key{""};
     std::vector<std::string> const one_arg{"$T"};
@@ -339,10 +366,14 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
     constexpr std::string_view get_set_acquire =
         "redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1";
     constexpr std::string_view get_set_release =
-        "redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], 'F 1', 'KEEPTTL') return 1";
+        "redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL', 'GET') return 1";
     auto const script = [](std::string_view source, std::vector<std::string> keys,
                            std::vector<std::string> args) {
         return raw_step{call_form::evalsha, source, {}, std::move(keys), std::move(args), {}};
+    };
+    auto const library_args = [](std::string_view source, std::vector<std::string> keys,
+                                 make_arguments args) {
+        return raw_step{call_form::evalsha, source, {}, std::move(keys), {}, {}, std::move(args)};
     };
     auto const function = [](std::string name, std::vector<std::string> keys,
                              std::vector<std::string> args) {
@@ -377,20 +408,20 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
                      function("colock_bench_bare", one_key, one_arg), false},
                     {},
                     true});
-    defs.push_back(
-        {"args",
-         "bare with the library's keys and arguments",
-         {script(bare, lock_keys, acquire_args), script(bare, lock_keys, release_args), false},
-         {}});
+    defs.push_back({"args",
+                    "bare with the library's keys and arguments",
+                    {library_args(bare, lock_keys, acquire_args),
+                     library_args(bare, lock_keys, release_args), false},
+                    {}});
     defs.push_back({"calls",
-                    "+ a GET and a SET in each script",
-                    {script(get_set_acquire, lock_keys, acquire_args),
-                     script(get_set_release, lock_keys, release_args), false},
+                    "+ the library's calls: GET and SET PX, then SET KEEPTTL GET",
+                    {library_args(get_set_acquire, lock_keys, acquire_args),
+                     library_args(get_set_release, lock_keys, release_args), false},
                     {}});
     defs.push_back({"scripts",
                     "the library's acquire and release scripts by EVALSHA (uncontended path)",
-                    {script(colock::detail::acquire_source, lock_keys, acquire_args),
-                     script(colock::detail::release_source, lock_keys, release_args), true},
+                    {library_args(colock::detail::acquire_source, lock_keys, acquire_args),
+                     library_args(colock::detail::release_source, lock_keys, release_args), true},
                     {}});
 
     for (auto& d : defs) {
@@ -410,7 +441,7 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
                 // The uncontended path starts from a free lock that has been used: "F <fence>",
                 // a fence of the size the library's first one has (the server's clock in us).
                 resp3::request prime;
-                prime.push("SET", keys.back(), "F " + now_ms + "000", "PX", "600000");
+                prime.push("SET", keys.back(), fmt::format("F {}000", now_ms), "PX", "600000");
                 co_await ctx.conn.co_exec(std::move(prime));
             }
         }

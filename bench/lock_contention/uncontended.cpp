@@ -3,6 +3,7 @@
 // EVALSHA acquire | release), with the commands one cycle costs from INFO commandstats.
 #include "lock_contention.hpp"
 
+#include "lock/store/lock_arguments.hpp"
 #include "lock/store/lock_scripts.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -125,18 +126,25 @@ asio::awaitable<int> delete_limit_keys(redis::config cfg) {
 
 void measure_script_limit(std::string const& program, redis::config const& cfg,
                           uncontended_result& r, double seconds) {
-    // The same arguments the locker sends: the lock and its queue keys, then for acquire token,
-    // ttl, owner, queueing ("0": never, as co_try_lock), the queue entry's lifetime, the wake
-    // channel prefix, the request's time (for status) and the claim of a hand-off it may make;
-    // for release token, wake channel prefix, claim and "" (the leaving locker, unused here).
+    // The arguments the locker sends (lock_arguments.hpp): the lock and its queue keys, then for
+    // acquire the holder, ttl and queueing ("0": never, as co_try_lock) with the queue entry's
+    // lifetime and the claim of a hand-off it may make; for release (with no value the grant
+    // wrote: redis-benchmark cannot carry the acquire's fence over) the free value, the claim and
+    // the token.
     std::string const key = "colock:bench:limit:{__rand_int__}";
     std::string const token = "0123456789abcdef0123456789abcdef";
-    std::vector<std::string> const acquire = {
-        "EVALSHA", r.acquire_sha, "3", key,    key + ":q",  key + ":qd",     token,
-        "30000",   "bench",       "0", "3000", key + ":w:", "1700000000000", "1000"};
-    std::vector<std::string> const release = {
-        "EVALSHA",   r.release_sha, "3",         key,    key + ":q",
-        key + ":qd", token,         key + ":w:", "1000", ""};
+    auto const acquire_args = colock::detail::acquire_arguments(
+        "bench", token, 1700000000000, std::chrono::milliseconds(30000),
+        colock::detail::queueing::never, std::chrono::milliseconds(3000),
+        std::chrono::milliseconds(1000));
+    auto const release_args = colock::detail::release_arguments(
+        colock::detail::release_kind::hand_on, token, std::chrono::milliseconds(1000), 0);
+    std::vector<std::string> acquire = {"EVALSHA", r.acquire_sha, "3",
+                                        key,       key + ":q",    key + ":qd"};
+    acquire.insert(acquire.end(), acquire_args.begin(), acquire_args.end());
+    std::vector<std::string> release = {"EVALSHA", r.release_sha, "3",
+                                        key,       key + ":q",    key + ":qd"};
+    release.insert(release.end(), release_args.begin(), release_args.end());
     benchmark_load const load{.clients = 1,
                               .pipeline = limit_pipeline,
                               .random_keys = uncontended_keys,

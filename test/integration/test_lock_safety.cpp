@@ -6,6 +6,7 @@
 #include "lock_fixture.hpp"
 #include "test_util.hpp"
 
+#include "lock/store/lock_arguments.hpp"
 #include "lock/store/lock_scripts.hpp"
 #include <colock_test/fault_proxy.hpp>
 #include <colock_test/redis_server.hpp>
@@ -230,9 +231,10 @@ TEST_CASE("release script: a hand-off that pushes the releasing process back ont
         co_await probe.co_exec(command("PEXPIRE", queue, "3000"));
         co_await probe.co_exec(command("PEXPIRE", deadlines, "3000"));
 
-        auto const reply = co_await probe.co_exec(command("EVAL", detail::release_source, "3", key,
-                                                          queue, deadlines, "token-x",
-                                                          key + ":w:", "1000", "", "0", "0"));
+        auto const args =
+            detail::release_arguments(detail::release_kind::hand_on, "token-x", 1000ms, 0);
+        auto const reply = co_await probe.co_exec(command(
+            "EVAL", detail::release_source, "3", key, queue, deadlines, args[0], args[1], args[2]));
         CHECK(reply.at(0).as_integer() == 2); // handed to "y"
         auto const listed = co_await probe.co_exec(command("LRANGE", queue, "0", "-1"));
         REQUIRE(listed.at(0).elements.size() == 1);
@@ -253,48 +255,123 @@ TEST_CASE("acquire and release scripts: the uncontended paths write what the gen
         std::string const key = lock_key(name);
         std::string const queue = key + ":q";
         std::string const deadlines = key + ":qd";
-        auto const acquire = [&](std::string token, std::string queueing, std::string since) {
-            return command("EVAL", detail::acquire_source, "3", key, queue, deadlines, token,
-                           "10000", "owner-a", queueing, "3000", key + ":w:", since, "1000");
+        auto const acquire = [&](std::string token, detail::queueing queueing, std::int64_t since) {
+            auto const a = detail::acquire_arguments("owner-a", token, since, 10'000ms, queueing,
+                                                     3000ms, 1000ms);
+            return command("EVAL", detail::acquire_source, "3", key, queue, deadlines, a[0], a[1],
+                           a[2]);
         };
-        auto const release = [&](std::string token, std::string last_fence) {
-            return command("EVAL", detail::release_source, "3", key, queue, deadlines, token,
-                           key + ":w:", "1000", "", last_fence);
+        // A release with the value its grant wrote (the one-command path), or without (the
+        // general path).
+        auto const release = [&](std::string token, std::int64_t last_fence,
+                                 std::optional<detail::held_value> written = {}) {
+            auto const a = detail::release_arguments(detail::release_kind::hand_on, token, 1000ms,
+                                                     last_fence, written, "owner-a");
+            return command("EVAL", detail::release_source, "3", key, queue, deadlines, a[0], a[1],
+                           a[2]);
+        };
+        using held = detail::held_value;
+        auto const fence_of = [](std::vector<resp3::value> const& reply) {
+            auto const& v = reply.at(0);
+            return v.as_integer() ? *v.as_integer() : std::stoll(text_of(v));
         };
         co_await probe.co_exec(command("SET", key, "F 41", "PX", "60000"));
 
-        // Free, taken without staying queued: the next fence, as a bare number.
-        CHECK(co_await integer(probe, acquire("tok-a", "1", "123")) == 42);
+        // Free, taken without staying queued: the next fence, alone.
+        CHECK(fence_of(co_await probe.co_exec(
+                  acquire("tok-a", detail::queueing::when_held, 123))) == 42);
         CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
         auto ttl = co_await integer(probe, command("PTTL", key));
         CHECK(ttl > 9000);
         CHECK(ttl <= 10000);
         // Again with the same token (a lost reply's retry): the same fence.
-        CHECK(co_await integer(probe, acquire("tok-a", "1", "124")) == 42);
+        CHECK(fence_of(co_await probe.co_exec(
+                  acquire("tok-a", detail::queueing::when_held, 124))) == 42);
         // Another token finds it held, and changes nothing.
-        auto const held = co_await probe.co_exec(acquire("tok-b", "0", "125"));
-        REQUIRE(held.at(0).elements.size() == 3);
-        CHECK(held.at(0).elements.at(0).as_integer() == 0);
-        CHECK(held.at(0).elements.at(1).as_integer() > 0);
+        auto const held_reply =
+            co_await probe.co_exec(acquire("tok-b", detail::queueing::never, 125));
+        REQUIRE(held_reply.at(0).elements.size() == 3);
+        CHECK(held_reply.at(0).elements.at(0).as_integer() == 0);
+        CHECK(held_reply.at(0).elements.at(1).as_integer() > 0);
         CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
 
-        // Released only with its token; the larger last fence of the holder's process is kept,
-        // and so is the lease's expiry.
-        CHECK(co_await integer(probe, release("tok-b", "0")) == 0);
+        // Released only with its token, whatever the value it says its grant wrote: a value that
+        // is not the key's is put back as it was, expiry and all.
+        CHECK(co_await integer(probe, release("tok-b", 45, held{42, 123})) == 0);
+        CHECK(co_await integer(probe, release("tok-a", 45, held{42, 999})) == 1);
+        CHECK(co_await get(probe, key) == "F 45");
+        co_await probe.co_exec(command("SET", key, "H 42 owner-a tok-a 123 0", "PX", "10000"));
+        CHECK(co_await integer(probe, release("tok-b", 45)) == 0);
         CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
-        CHECK(co_await integer(probe, release("tok-a", "45")) == 1);
+        ttl = co_await integer(probe, command("PTTL", key));
+        CHECK(ttl > 9000);
+        // The one-command path: the larger last fence of the holder's process is kept, and so is
+        // the lease's expiry.
+        CHECK(co_await integer(probe, release("tok-a", 45, held{42, 123})) == 1);
         CHECK(co_await get(probe, key) == "F 45");
         ttl = co_await integer(probe, command("PTTL", key));
         CHECK(ttl > 0);
         CHECK(ttl <= 10000);
-        CHECK(co_await integer(probe, release("tok-a", "45")) == 0);
+        CHECK(co_await integer(probe, release("tok-a", 45, held{42, 123})) == 0);
+        CHECK(co_await get(probe, key) == "F 45");
+        // A release that finds no key leaves none (its SET made one, without an expiry).
+        co_await probe.co_exec(command("DEL", key));
+        CHECK(co_await integer(probe, release("tok-a", 45, held{42, 123})) == 0);
+        CHECK(co_await integer(probe, command("EXISTS", key)) == 0);
 
-        // The general path from the same state (staying queued): the same value but the
-        // queued flag, and the same numbering.
-        CHECK(co_await integer(probe, acquire("tok-c", "2", "126")) == 46);
+        // The next fence counted on the text, with a carry, and from values the text path leaves
+        // to the general one (a zero, a leading zero): the same numbers either way.
+        for (auto const& [stored, next] : std::vector<std::pair<std::string, std::int64_t>>{
+                 {"F 49", 50},
+                 {"F 99", 100},
+                 {"F 0", 1},
+                 {"F 041", 42},
+                 {"F 1799999999999999", 1800000000000000},
+                 {"F 9007199254740990", 9007199254740991}}) {
+            co_await probe.co_exec(command("SET", key, stored, "PX", "60000"));
+            CHECK(fence_of(co_await probe.co_exec(acquire("tok-d", detail::queueing::never, 7))) ==
+                  next);
+            CHECK(co_await get(probe, key) == fmt::format("H {} owner-a tok-d 7 0", next));
+        }
+
+        // The general path from a free state (staying queued): the same value but the queued
+        // flag, and the same numbering.
+        co_await probe.co_exec(command("SET", key, "F 45", "PX", "60000"));
+        CHECK(fence_of(co_await probe.co_exec(
+                  acquire("tok-c", detail::queueing::stay_after_grant, 126))) == 46);
         CHECK(co_await get(probe, key) == "H 46 owner-a tok-c 126 1");
         CHECK(co_await integer(probe, command("LLEN", queue)) == 1);
+        // What the grant wrote says nobody is queued: the one-command path puts the value back,
+        // and the general one hands the lock to the holder's own queued locker.
+        CHECK(co_await integer(probe, release("tok-c", 46, held{46, 126})) == 2);
+        CHECK(co_await get(probe, key) == "R 46 owner-a");
         co_await probe.co_exec(command("DEL", key, queue, deadlines));
+        probe.close();
+    });
+}
+
+TEST_CASE("a lock key in a later release's key format is refused, naming the key and both "
+          "formats, and left as it is") {
+    run_test([](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection probe{ctx.get_executor(), shared_server().config()};
+        std::string const key = lock_key(unique_key("later-format"));
+        co_await probe.co_exec(command("SET", key, "2:H 5 x y 0 0", "PX", "60000"));
+        auto const a = detail::acquire_arguments("owner-a", "tok", 1, 10'000ms,
+                                                 detail::queueing::when_held, 3000ms, 1000ms);
+        auto [ec, reply] =
+            co_await probe.async_exec(command("EVAL", detail::acquire_source, "3", key, key + ":q",
+                                              key + ":qd", a[0], a[1], a[2]),
+                                      as_tuple);
+        CHECK(ec == redis::error::server_error);
+        REQUIRE(reply.size() == 1);
+        REQUIRE(reply.at(0).is_error());
+        auto const text = reply.at(0).text;
+        CHECK(text.find(key) != std::string::npos);
+        CHECK(text.find("key format 2") != std::string::npos);
+        CHECK(text.find("key format 1") != std::string::npos);
+        CHECK(co_await get(probe, key) == "2:H 5 x y 0 0");
+        CHECK(co_await integer(probe, command("EXISTS", key + ":q")) == 0);
+        co_await probe.co_exec(command("DEL", key));
         probe.close();
     });
 }

@@ -13,6 +13,7 @@
 #include "script_differential.hpp"
 #include "test_util.hpp"
 
+#include "lock/store/lock_arguments.hpp"
 #include "lock/store/lock_scripts.hpp"
 
 #include <colock_test/previous_lock_scripts.hpp>
@@ -104,6 +105,10 @@ struct lock_step {
     std::string free_only; // release ARGV[6]: absent, "0" or "1"
     bool tell = true;      // force_unlock: the script tells the holder
     std::string value;     // overwrite
+    /// release: what the holder's process says its grant wrote, for the releases that send it
+    /// (the current one): 0-5 the key's value if it is the token's, 6 the same with a fence one
+    /// too low, 7 with another clock, 8-9 nothing.
+    int written = 0;
 
     std::string describe() const {
         auto const u = [](std::int64_t d) { return std::to_string(d / unit_ms) + "u"; };
@@ -140,6 +145,9 @@ struct call_site {
     std::string key;
     std::string locker_prefix;
     std::string fence;
+    /// release: the lock's state on this side before the step, from which a holder's process
+    /// knows what its grant wrote.
+    lock_state stored;
 };
 
 /// The previous release's call form, as src/lock/store/single_connection_store.cpp makes its
@@ -178,6 +186,55 @@ void push_previous_call(lock_step const& st, call_site const& at, std::string_vi
     }
 }
 
+/// This release's call form (src/lock/store/lock_arguments.hpp, as the store sends it). A
+/// release sends what the holder's grant wrote, as its process knows it: right, stale or none.
+void push_current_call(lock_step const& st, call_site const& at, std::string_view source,
+                       resp3::request& req) {
+    auto const& k = at.key;
+    std::vector<std::string> const keys{k, k + ":q", k + ":qd"};
+    using std::chrono::milliseconds;
+    auto const to_vector = [](auto const& a) {
+        return std::vector<std::string>(a.begin(), a.end());
+    };
+    switch (st.what) {
+    case op::acquire: {
+        auto const q = st.queueing == "0"   ? detail::queueing::never
+                       : st.queueing == "1" ? detail::queueing::when_held
+                                            : detail::queueing::stay_after_grant;
+        diff::push_eval(req, source, keys,
+                        to_vector(detail::acquire_arguments(
+                            st.owner, st.token, 1700000000000, milliseconds(st.ttl), q,
+                            milliseconds(st.entry), milliseconds(st.claim))));
+        return;
+    }
+    case op::release: {
+        std::optional<detail::held_value> written;
+        std::string owner = st.owner;
+        if (at.stored.kind == 'H' && at.stored.token == st.token && st.written < 8) {
+            written = detail::held_value{at.stored.fence - (st.written == 6 ? 1 : 0),
+                                         st.written == 7 ? 1700000000001 : 1700000000000};
+            owner = at.stored.owner;
+        } else if (st.written < 8) {
+            written = detail::held_value{std::max<std::int64_t>(1, at.stored.fence), 1700000000000};
+        }
+        auto const kind =
+            st.free_only == "1" ? detail::release_kind::free_only : detail::release_kind::hand_on;
+        diff::push_eval(req, source, keys,
+                        to_vector(detail::release_arguments(kind, st.token, milliseconds(st.claim),
+                                                            std::stoll(at.fence), written, owner)));
+        return;
+    }
+    case op::leave:
+        diff::push_eval(req, source, keys,
+                        to_vector(detail::release_arguments(detail::release_kind::leave, st.owner,
+                                                            milliseconds(st.claim), 0)));
+        return;
+    default: // extend, force unlock and status: as the previous release calls them
+        push_previous_call(st, at, source, req);
+        return;
+    }
+}
+
 /// One release's lock scripts: their sources (owned, so that a test can break a copy), how its
 /// library calls them and how its values read as states. A release that packs its arguments
 /// otherwise, or writes another value format, gives its own `push_call` and `decode`; the walk,
@@ -212,9 +269,9 @@ lock_scripts previous_scripts() {
 }
 
 lock_scripts current_scripts() {
-    return {std::string(detail::acquire_source), std::string(detail::release_source),
-            std::string(detail::extend_source), std::string(detail::status_source),
-            std::string(detail::force_unlock_source)};
+    return {std::string(detail::acquire_source),      std::string(detail::release_source),
+            std::string(detail::extend_source),       std::string(detail::status_source),
+            std::string(detail::force_unlock_source), push_current_call};
 }
 
 /// One side of the run: its scripts, and what it showed so far.
@@ -272,6 +329,8 @@ struct lock_family {
 
     std::array<std::string, 3> names{"n1", "n2", "n3"};
     std::array<std::string, 6> tokens{"A1", "A2", "B1", "B2", "C1", "C2"};
+    /// What a release says its grant wrote (lock_step::written).
+    mutable std::mt19937_64 written_rng{46};
 
     static std::string key(side const& s, std::string const& name) {
         return s.prefix + "{" + name + "}";
@@ -309,6 +368,8 @@ struct lock_family {
         case op::release:
             st.fence_plus = static_cast<int>(rng() % 5) - 1;
             st.free_only = pick(std::array<char const*, 4>{"", "", "0", "1"});
+            // From a generator of its own: the walk stays the one its seed always gave.
+            st.written = static_cast<int>(written_rng() % 10);
             break;
         case op::leave:
             st.owner = pick(std::array<char const*, 3>{"A", "B", "C"});
@@ -341,7 +402,7 @@ struct lock_family {
         auto const stored = s.states[st.name];
         bool const fenced = st.fence_plus >= 0 && stored.kind != 0 && stored.kind != '?';
         call_site const at{key(s, st.name), st.tell ? s.prefix + "locker:" : "",
-                           fenced ? std::to_string(stored.fence + st.fence_plus) : "0"};
+                           fenced ? std::to_string(stored.fence + st.fence_plus) : "0", stored};
         s.scripts.push_call(st, at, s.scripts.source_of(st.what), req);
     }
 
@@ -392,9 +453,15 @@ struct lock_family {
         bool granted = false;
         std::int64_t number = 0;
         std::string others = "0";
+        auto const digits = reply.as_string();
         if (auto const fence = reply.as_integer()) {
             granted = true;
             number = *fence;
+        } else if (digits && !digits->empty() && digits->size() < 19 &&
+                   digits->find_first_not_of("0123456789") == std::string_view::npos) {
+            // The uncontended path's fence as its decimal text: the same grant.
+            granted = true;
+            number = std::stoll(std::string(*digits));
         } else if (reply.elements.size() == 3) {
             granted = diff::integer_of(reply.elements[0]) == 1;
             number = diff::integer_of(reply.elements[1]);

@@ -371,7 +371,8 @@ asio::awaitable<lease_reply> fake_store::extend(lock_keys const& keys, std::stri
 }
 
 asio::awaitable<lease_reply> fake_store::release(lock_keys const& keys, std::string const& token,
-                                                 milliseconds claim, std::int64_t last_fence) {
+                                                 milliseconds claim, std::int64_t last_fence,
+                                                 std::optional<detail::held_value> /*written*/) {
     co_return co_await lease_request(server_.release_faults, false, [&] {
         return server_.release(keys, token, claim, last_fence, false);
     });
@@ -379,6 +380,7 @@ asio::awaitable<lease_reply> fake_store::release(lock_keys const& keys, std::str
 
 void fake_store::release_in_background(lock_keys const& keys, std::string const& token,
                                        milliseconds claim, std::int64_t last_fence,
+                                       std::optional<detail::held_value> /*written*/,
                                        std::function<void()> retry) {
     if (server_.is_away()) {
         // Queued in the connection until it is back.

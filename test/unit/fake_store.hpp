@@ -152,9 +152,11 @@ public:
                                                std::int64_t fence) override;
     boost::asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
                                                 std::chrono::milliseconds claim,
-                                                std::int64_t last_fence) override;
+                                                std::int64_t last_fence,
+                                                std::optional<detail::held_value> written) override;
     void release_in_background(lock_keys const& keys, std::string const& token,
                                std::chrono::milliseconds claim, std::int64_t last_fence,
+                               std::optional<detail::held_value> written,
                                std::function<void()> retry) override;
     void give_back_in_background(lock_keys const& keys, std::string const& token,
                                  std::function<bool()> current) override;

@@ -56,13 +56,14 @@ public:
     extend(lock_keys const&, std::string const&, std::chrono::milliseconds, std::int64_t) override {
         co_return colock::detail::lease_reply{};
     }
-    asio::awaitable<colock::detail::lease_reply> release(lock_keys const&, std::string const&,
-                                                         std::chrono::milliseconds,
-                                                         std::int64_t) override {
+    asio::awaitable<colock::detail::lease_reply>
+    release(lock_keys const&, std::string const&, std::chrono::milliseconds, std::int64_t,
+            std::optional<colock::detail::held_value>) override {
         co_return colock::detail::lease_reply{};
     }
     void release_in_background(lock_keys const&, std::string const&, std::chrono::milliseconds,
-                               std::int64_t, std::function<void()>) override {}
+                               std::int64_t, std::optional<colock::detail::held_value>,
+                               std::function<void()>) override {}
     void give_back_in_background(lock_keys const&, std::string const&,
                                  std::function<bool()>) override {}
     asio::awaitable<std::pair<boost::system::error_code, std::string>>

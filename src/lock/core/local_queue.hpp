@@ -38,6 +38,7 @@ struct lease_baton {
     std::size_t local_handoffs;        // this one included
     std::uint64_t server_changes;      // the store's count when the lease was granted
     bool others_queued = false;        // a locker of another process was queued for it
+    std::optional<held_value> written; // what the lock key holds, when known (held_value)
 };
 
 // One local waiter of a contended co_lock: the queue node of its lock_operation, linked into

@@ -26,7 +26,7 @@ std::shared_ptr<guard_state>
 acquirer::make_guard(std::string name, lock_keys keys, std::string token, std::int64_t fence,
                      lock_options const& opt, clock_type::time_point attempt_start,
                      clock_type::time_point lease_end, std::uint64_t server_changes,
-                     bool others_queued) {
+                     bool others_queued, std::optional<held_value> written) {
     lease_origin origin;
     origin.lease_token = token;
     origin.lease_fence = fence;
@@ -37,6 +37,7 @@ acquirer::make_guard(std::string name, lock_keys keys, std::string token, std::i
     origin.acquired_at = attempt_start;
     origin.deadline = lease_end;
     origin.others_queued_at_grant = others_queued;
+    origin.written = written;
     auto st = std::make_shared<guard_state>(life_.share(owner_), std::move(name), std::move(keys),
                                             std::move(token), fence, opt, std::move(origin));
     st->hold();
@@ -57,6 +58,7 @@ std::shared_ptr<guard_state> acquirer::make_handed_guard(std::string name, lock_
     origin.deadline = baton.deadline;
     origin.from_retention = from_retention;
     origin.others_queued_at_grant = baton.others_queued;
+    origin.written = baton.written;
     auto st = std::make_shared<guard_state>(life_.share(owner_), std::move(name), std::move(keys),
                                             std::move(token), baton.fence, opt, std::move(origin));
     st->hold();
@@ -86,7 +88,8 @@ acquirer::try_once(lock_keys const& keys, std::string const& token, std::string 
         answer.server_changed = store.server_changes(keys) != server_changes;
         next = acq.on_answer(answer, clock_type::now(), cancelled(cs));
         while (next.step == acquisition_step::give_back) {
-            auto const released = co_await store.release(keys, token, handoff_claim(opt.ttl), 0);
+            auto const released =
+                co_await store.release(keys, token, handoff_claim(opt.ttl), 0, std::nullopt);
             next = acq.on_given_back(!released.ec, clock_type::now(), cancelled(cs));
         }
     }
@@ -95,7 +98,7 @@ acquirer::try_once(lock_keys const& keys, std::string const& token, std::string 
     if (next.step == acquisition_step::finish && next.end == acquisition_end::acquired) {
         auto const& r = acq.answer();
         out.state = make_guard(name, keys, token, r.fence, opt, started, lease_end, server_changes,
-                               r.others_queued);
+                               r.others_queued, r.written);
         // A lease that may be kept at its let-go: a locker elsewhere that queues meanwhile is
         // heard.
         if (opt.retain.count() > 0 && !r.others_queued && keys.record_key.empty())

@@ -67,7 +67,8 @@ private:
                                             std::int64_t fence, lock_options const& opt,
                                             clock_type::time_point attempt_start,
                                             clock_type::time_point lease_end,
-                                            std::uint64_t server_changes, bool others_queued);
+                                            std::uint64_t server_changes, bool others_queued,
+                                            std::optional<held_value> written);
 
     locker_context& context_;
     retained_leases& retained_;

@@ -36,7 +36,8 @@ bool cohort::hand_off_locally(guard_state& st) {
     next.baton = std::make_unique<lease_baton>(
         lease_baton{st.lease_token(), st.lease_fence(), st.fence() + 1, st.lease_granted_at(),
                     st.deadline(), st.local_handoffs() + 1, st.server_generation(),
-                    q->others_queued || st.others_queued_at_grant()});
+                    q->others_queued || st.others_queued_at_grant(),
+                    q->others_queued ? std::nullopt : st.written()});
     local_queues::wake(next, wake_reason::handed);
     return true;
 }
@@ -58,27 +59,32 @@ void cohort::pass_on(lock_keys const& keys, lease_baton baton, milliseconds clai
 void cohort::give_back(lock_keys const& keys, lease_baton baton, milliseconds claim) {
     // The script checks the token: a lease that is gone already (a replaced server, a forced
     // unlock, a lock Redis granted anew) is left as it is, and with Redlock the store forgets it.
-    release_in_background(keys, std::move(baton.lease_token), claim, baton.fence, true);
+    release_in_background(keys, std::move(baton.lease_token), claim, baton.fence, baton.written,
+                          true);
 }
 
 void cohort::release_unseen(lock_keys const& keys, std::string token, milliseconds claim) {
-    release_in_background(keys, std::move(token), claim, 0, false);
+    release_in_background(keys, std::move(token), claim, 0, std::nullopt, false);
 }
 
 void cohort::release_in_background(lock_keys const& keys, std::string token, milliseconds claim,
-                                   std::int64_t last_fence, bool wake_head) {
+                                   std::int64_t last_fence, std::optional<held_value> written,
+                                   bool wake_head) {
     auto self = life_.hold(*this);
     if (!self)
         return; // the locker is going: the lease runs out by its ttl
-    asio::co_spawn(context_.strand(),
-                   release(std::move(self), keys, std::move(token), claim, last_fence, wake_head),
-                   asio::detached);
+    asio::co_spawn(
+        context_.strand(),
+        release(std::move(self), keys, std::move(token), claim, last_fence, written, wake_head),
+        asio::detached);
 }
 
 asio::awaitable<void> cohort::release(std::shared_ptr<cohort> self, lock_keys keys,
                                       std::string token, milliseconds claim,
-                                      std::int64_t last_fence, bool wake_head) {
-    auto const reply = co_await self->context_.store().release(keys, token, claim, last_fence);
+                                      std::int64_t last_fence, std::optional<held_value> written,
+                                      bool wake_head) {
+    auto const reply =
+        co_await self->context_.store().release(keys, token, claim, last_fence, written);
     if (wake_head && (reply.ec || !reply.handed))
         self->wake_local_head(keys);
 }

@@ -49,14 +49,15 @@ public:
     void on_forced(std::string_view key, std::string_view token);
 
 private:
-    // `token`'s lease back to Redis with `last_fence`; with `wake_head`, a waiter here asks at
-    // once if the lock ends up free.
+    // `token`'s lease back to Redis with `last_fence` (and what the key holds, when known);
+    // with `wake_head`, a waiter here asks at once if the lock ends up free.
     void release_in_background(lock_keys const& keys, std::string token,
                                std::chrono::milliseconds claim, std::int64_t last_fence,
-                               bool wake_head);
+                               std::optional<held_value> written, bool wake_head);
     static boost::asio::awaitable<void> release(std::shared_ptr<cohort> self, lock_keys keys,
                                                 std::string token, std::chrono::milliseconds claim,
-                                                std::int64_t last_fence, bool wake_head);
+                                                std::int64_t last_fence,
+                                                std::optional<held_value> written, bool wake_head);
 
     locker_context& context_;
     local_queues& queues_;

@@ -98,7 +98,16 @@ void guard_state::on_renewal(clock_type::duration latency, bool extended, error_
 }
 
 void guard_state::on_confirmed(std::chrono::milliseconds ttl) {
+    renewal_confirmed_.store(true, std::memory_order_relaxed);
     owner_->keep_record(ttl);
+}
+
+std::optional<held_value> guard_state::written() const noexcept {
+    if (!origin_.written)
+        return std::nullopt;
+    if (renewal_confirmed_.load(std::memory_order_relaxed))
+        return held_value{std::max(fence_, origin_.written->fence), origin_.written->since_ms};
+    return origin_.written;
 }
 
 namespace {
@@ -107,8 +116,9 @@ namespace {
 // at once if the lock ends up free rather than handed to another process.
 asio::awaitable<std::tuple<error_code, bool>> release_to_server(std::shared_ptr<guard_state> st) {
     auto& locker = st->owner();
-    auto const reply = co_await locker.store().release(
-        st->keys(), st->lease_token(), handoff_claim(st->options().ttl), st->fence());
+    auto const reply = co_await locker.store().release(st->keys(), st->lease_token(),
+                                                       handoff_claim(st->options().ttl),
+                                                       st->fence(), st->written());
     if (reply.ec || !reply.handed)
         locker.wake_local_head(st->keys());
     if (reply.ec && locker.store().logs(log_level::error))
@@ -128,7 +138,8 @@ void send_release(std::shared_ptr<guard_state> st) {
     auto const& token = st->lease_token();
     auto const claim = handoff_claim(st->options().ttl);
     auto const fence = st->fence();
-    store.release_in_background(keys, token, claim, fence, [st = std::move(st)] {
+    auto const written = st->written(); // before the lambda takes `st`
+    store.release_in_background(keys, token, claim, fence, written, [st = std::move(st)] {
         asio::co_spawn(st->strand(), release_to_server(st), asio::detached);
     });
 }

@@ -44,6 +44,9 @@ struct lease_origin {
     // retained (lock_options::retain) when let go.
     bool others_queued_at_grant = false;
     bool from_retention = false; // taken from a lease the locker kept (lock_options::retain)
+    // What the lock key holds, when known: the grant wrote it with nobody queued, and nothing
+    // this process heard of changed it since (held_value).
+    std::optional<held_value> written;
 };
 
 // A lock guard's state: the lease core, with the lock's identity (name, keys, this holder's
@@ -70,6 +73,9 @@ public:
     std::size_t local_handoffs() const noexcept { return origin_.local_handoffs; }
     bool others_queued_at_grant() const noexcept { return origin_.others_queued_at_grant; }
     bool from_retention() const noexcept { return origin_.from_retention; }
+    // What the lock key holds now, as far as this process knows (held_value): the release
+    // sends it, and a baton passes it on. Any thread.
+    std::optional<held_value> written() const noexcept;
 
     // Joins the locker's book and starts renewing; once, when made.
     void hold();
@@ -107,6 +113,9 @@ private:
     lock_options const opt_;
     lease_origin const origin_;
     std::atomic<std::size_t> holds_{1};
+    // A renewal of this guard's was confirmed: it stored fence_ in the key (a lease's fences
+    // only grow along its holders, so the stored one was no larger).
+    std::atomic<bool> renewal_confirmed_{false};
 };
 
 // What lock_scope (scope.cpp) needs of a lock_guard beyond its public face.

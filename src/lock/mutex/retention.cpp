@@ -22,7 +22,7 @@ retained_leases::~retained_leases() {
             // The locker's strand is gone with its io_context: no retry, no UNSUBSCRIBE (the
             // connection's close drops its subscriptions).
             context_.store().release_in_background(e->keys, e->kept->lease_token, e->claim,
-                                                   e->kept->fence, [] {});
+                                                   e->kept->fence, e->kept->written, [] {});
 }
 
 retained_leases::entry_ptr retained_leases::find(std::string const& channel) const {
@@ -106,7 +106,8 @@ bool retained_leases::keep(guard_state& st) {
                               st.deadline(),
                               st.local_handoffs() + 1,
                               st.server_generation(),
-                              false};
+                              false,
+                              st.written()};
     }
     e->until = until;
     arm(e);
@@ -154,6 +155,8 @@ void retained_leases::on_queued(std::string const& channel) {
         std::lock_guard lock(mutex_);
         e->others_queued = true;
         kept = e->kept.has_value();
+        if (kept)
+            e->kept->written.reset(); // the key now says a locker is queued
     }
     if (kept)
         drop(e); // gives it back; a guard that holds it gives it back at its let-go
@@ -211,7 +214,7 @@ void retained_leases::give_all_back_now() noexcept {
             auto const& baton = entry_and_baton.second;
             // A passing failure leaves it to the retrying release on the strand.
             context_.store().release_in_background(
-                e->keys, baton.lease_token, e->claim, baton.fence,
+                e->keys, baton.lease_token, e->claim, baton.fence, baton.written,
                 [handoffs = life_.share(handoffs_), keys = e->keys, baton, claim = e->claim] {
                     handoffs->give_back(keys, baton, claim);
                 });

@@ -172,7 +172,7 @@ asio::awaitable<void> release_member(std::shared_ptr<quorum_members const> membe
     if (down)
         round->answer_down(i);
     auto const r = co_await members->store(i).release(round->keys(), round->token(), round->claim(),
-                                                      round->last_fence());
+                                                      round->last_fence(), std::nullopt);
     if (down)
         co_return;
     round->answer(i, r);

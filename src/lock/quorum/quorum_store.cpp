@@ -36,13 +36,17 @@ asio::awaitable<grant_result> quorum_store::grant(lock_keys const& keys, std::st
 }
 
 asio::awaitable<lease_reply> quorum_store::release(lock_keys const& keys, std::string const& token,
-                                                   milliseconds claim, std::int64_t last_fence) {
+                                                   milliseconds claim, std::int64_t last_fence,
+                                                   std::optional<held_value> /*written*/) {
+    // Each primary granted its own fence and stores its own: no value is known for all of them,
+    // so each release takes the general path.
     leases_->forget(keys.key, token);
     co_return co_await run_release(members_, keys, token, claim, last_fence);
 }
 
 void quorum_store::release_in_background(lock_keys const& keys, std::string const& token,
                                          milliseconds claim, std::int64_t last_fence,
+                                         std::optional<held_value> /*written*/,
                                          std::function<void()> retry) {
     // From any thread: handed to every primary now. The first passing failure of any of them
     // runs `retry` (release() on all, each retrying until its deadline: a repeat where the
@@ -50,7 +54,7 @@ void quorum_store::release_in_background(lock_keys const& keys, std::string cons
     auto retried = std::make_shared<std::atomic<bool>>(false);
     auto shared_retry = std::make_shared<std::function<void()>>(std::move(retry));
     for (std::size_t i = 0; i < members_->size(); ++i)
-        members_->store(i).release_in_background(keys, token, claim, last_fence,
+        members_->store(i).release_in_background(keys, token, claim, last_fence, std::nullopt,
                                                  [retried, shared_retry] {
                                                      if (!retried->exchange(true))
                                                          (*shared_retry)();

@@ -93,10 +93,12 @@ public:
     // ------------------------------------------------------------------ release
 
     asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
-                                         milliseconds claim, std::int64_t last_fence) override;
+                                         milliseconds claim, std::int64_t last_fence,
+                                         std::optional<held_value> written) override;
 
     void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
-                               std::int64_t last_fence, std::function<void()> retry) override;
+                               std::int64_t last_fence, std::optional<held_value> written,
+                               std::function<void()> retry) override;
 
     void give_back_in_background(lock_keys const& keys, std::string const& token,
                                  std::function<bool()> current) override {

@@ -74,19 +74,20 @@ public:
 
     // Gives the lease of `token` back: to the first queued process (kept for it for `claim`),
     // or free; `last_fence` is the last fence this process gave under the lease (its own
-    // waiters' turns). Not cancellable; sent again over passing errors until
-    // release_timeout, then error::timeout. `ours` is reported only when known: a repeat of a
-    // release that went through answers false.
-    virtual boost::asio::awaitable<lease_reply> release(lock_keys const& keys,
-                                                        std::string const& token,
-                                                        std::chrono::milliseconds claim,
-                                                        std::int64_t last_fence) = 0;
+    // waiters' turns); `written`, what the grant wrote when nothing this process knows of
+    // changed it since (held_value; a store may ignore it). Not cancellable; sent again over
+    // passing errors until release_timeout, then error::timeout. `ours` is reported only when
+    // known: a repeat of a release that went through answers false.
+    virtual boost::asio::awaitable<lease_reply>
+    release(lock_keys const& keys, std::string const& token, std::chrono::milliseconds claim,
+            std::int64_t last_fence, std::optional<held_value> written) = 0;
 
     // Hands a release to the deployment now, on the caller's thread, so that it goes out
     // before anything the caller does next (a close() right after still sends it). When it
     // fails for a passing reason, `retry` runs on the strand, to go on with release().
     virtual void release_in_background(lock_keys const& keys, std::string const& token,
                                        std::chrono::milliseconds claim, std::int64_t last_fence,
+                                       std::optional<held_value> written,
                                        std::function<void()> retry) = 0;
 
     // Gives the lease of `token` back, free, not handed to a queued locker; in the background,

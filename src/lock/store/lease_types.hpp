@@ -93,6 +93,17 @@ struct replica_wait {
     std::chrono::milliseconds timeout{0};
 };
 
+// What a grant with nobody queued wrote in the lock key, beside the holder's locker and token:
+// the fence stored there (the grant's, or the larger one a confirmed renewal stored) and the
+// holder's clock at the request. A release that passes it frees the lock in one command while
+// the key holds exactly that; when anything changed it (another locker queued, a renewal whose
+// reply was lost), the release takes the general path: a stale one costs time, never a wrong
+// release.
+struct held_value {
+    std::int64_t fence = 0;
+    std::int64_t since_ms = 0;
+};
+
 // The answer to one request for a lease.
 struct grant_result {
     // Empty when the deployment answered; else why not: the network's code, one of
@@ -111,6 +122,8 @@ struct grant_result {
     // The lease is (granted) or is held by (not granted) this locker, and another locker is
     // queued for it: this process's own waiters get at most cohort_limit turns more.
     bool others_queued = false;
+    // Granted with nobody queued, not even this locker: what the key holds now.
+    std::optional<held_value> written;
 };
 
 // The answer to an extend or a release: `ours` is whether the lease was still ours (and is

@@ -127,15 +127,21 @@ inline grant_result read_grant(script_reply const& reply) {
         return r;
     }
     auto const& v = reply.value;
-    if (v.type == resp3::type::number) {
-        // A grant with nobody else queued: its fence alone (the scripts grant none below 1).
-        if (v.integer < 1) {
+    // A grant with nobody else queued: its fence alone, as a number or, from the uncontended
+    // path, as its decimal text (the scripts grant none below 1).
+    std::optional<std::int64_t> bare;
+    if (v.type == resp3::type::number)
+        bare = v.integer;
+    else if (v.type == resp3::type::blob_string || v.type == resp3::type::simple_string)
+        bare = replies::number(v.text).value_or(0);
+    if (bare) {
+        if (*bare < 1) {
             r = replies::garbled<grant_result>(v);
             r.outcome_unknown = true;
             return r;
         }
         r.granted = true;
-        r.fence = v.integer;
+        r.fence = *bare;
         return r;
     }
     auto const granted = v.elements.size() == 3 ? replies::flag(v.elements[0], 0, 1) : std::nullopt;

@@ -2,6 +2,9 @@
 // benchmark measuring the server's limit for them) run exactly what the library runs. Private to
 // the library's sources, its tests and benchmarks: not installed.
 //
+// Key format 1 (unmarked: the values of every release so far). A later format will mark its
+// values "<format>:..."; these scripts refuse such a value, naming the key and both formats,
+// rather than read it (docs/operations.md, "Sharing a server between releases").
 // Keys of lock `name` under prefix p, all in the hash slot of `{name}`:
 //   p{name}      the lock: one string, with the last fence folded in
 //                  "H <fence> <owner> <token> <since> <queued>"  held by `token` of locker
@@ -43,60 +46,76 @@
 
 namespace colock::detail {
 
-// KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines.
-// ARGV[1] token, ARGV[2] ttl ms, ARGV[3] owner (the locker), ARGV[4] queueing: "0" never
-// (co_try_lock), "1" queue the owner when held, "2" also keep it queued after a grant (more of
-// its waiters are behind this one), ARGV[5] the queue entry's lifetime in ms, ARGV[6] the
-// channel prefix p{name}:w:, ARGV[7] the time of the request on the client's clock (ms since
-// 1970), kept in the value for status, ARGV[8] the claim's length in ms (as the release's
-// ARGV[3]).
+// KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines (lock_arguments.hpp builds the ARGV).
+// ARGV[1] the holder as the value shows it: "<owner> <token> <since>", the locker, the lease's
+// token and the time of the request on the client's clock (ms since 1970, for status); ARGV[2]
+// the ttl in ms; ARGV[3] "<queueing> <entry ms> <claim ms>": queueing "0" never (co_try_lock),
+// "1" queue the owner when held, "2" also keep it queued after a grant (more of its waiters are
+// behind this one); the queue entry's lifetime; the claim's length (as the release's). The
+// channels are named after KEYS[1] (p{name}:w:<owner>).
 // A key that is absent (never used, a lease that lapsed, a forced unlock's quarantine over) goes
 // to the first live entry of the queue, as a release hands it: when that is another locker, the
 // key becomes "R <the clock's fence> <that locker>" for the claim, that locker is told, and the
-// asker, queued behind (unless ARGV[4] is "0"), waits. So a holder's death keeps the queue's
+// asker, queued behind (unless queueing is "0"), waits. So a holder's death keeps the queue's
 // order.
 // Returns {1, fence, others} when granted (or already ours: a retry after a lost reply is
 // idempotent), else {0, remaining ms of the holder's lease or of the claim, others}; `others`
 // is 1 when the lease is (or would be) ours and another locker is queued for it. A grant with
-// `others` 0 answers the bare fence instead (at least 1): the uncontended path's reply, as a
-// number rather than a table, costs the server less to send. An error reply "COLOCK ..."
-// naming the key when its value is none of the states above.
+// `others` 0 answers the bare fence instead (at least 1; a number, or its decimal text on the
+// uncontended path): that reply costs the server less to send. An error reply "COLOCK ..."
+// naming the key when its value is none of the states above (and the key format when it is one
+// of a later release).
 inline constexpr std::string_view acquire_source = R"lua(
 local v = redis.call('GET', KEYS[1])
 -- The uncontended path, before the general one below defines its functions (each run pays
 -- for the closures it creates): a free lock, taken by a call that does not stay queued. It does
--- what grant(fence + 1, false) below does then, and must keep doing so.
-if v and ARGV[4] ~= '2' and string.sub(v, 1, 2) == 'F ' then
-  local fence = string.match(v, '^F (%d+)$')
-  if fence and tonumber(fence) < 9007199254740991 then
-    fence = tonumber(fence) + 1
-    redis.call('SET', KEYS[1], 'H ' .. string.format('%.0f', fence) .. ' ' .. ARGV[3] .. ' ' ..
-               ARGV[1] .. ' ' .. ARGV[7] .. ' 0', 'PX', ARGV[2])
+-- what grant(fence + 1, false) below does then, and must keep doing so. The next fence is
+-- counted on the text (string.format costs more than the rest of this path): a last digit below
+-- 9 goes up by one; a fence that must carry is formatted. Fences below 2^53 - 1 only (see
+-- exact() below), and no leading zero, so that the text is the number's.
+if v and string.byte(ARGV[3]) ~= 50 then
+  local last = string.match(v, '^F ([1-9]%d*)$')
+  if last and (#last < 16 or (#last == 16 and last < '9007199254740991')) then
+    local digit = string.byte(last, -1)
+    local fence
+    if digit < 57 then
+      fence = string.sub(last, 1, -2) .. string.char(digit + 1)
+    else
+      fence = string.format('%.0f', tonumber(last) + 1)
+    end
+    redis.call('SET', KEYS[1], 'H ' .. fence .. ' ' .. ARGV[1] .. ' 0', 'PX', ARGV[2])
     return fence
   end
 end
+local owner, token = string.match(ARGV[1], '^(%S+) (%S+) %d+$')
+local queueing, entry_ms, claim_ms = string.match(ARGV[3], '^([012]) (%d+) (%d+)$')
+if not owner or not queueing then
+  return redis.error_reply('COLOCK the acquire of ' .. KEYS[1] .. ' got arguments it cannot ' ..
+                           'read: a client of another release of colock?')
+end
+local channels = KEYS[1] .. ':w:'
 local function enqueue()
   local t = redis.call('TIME')
-  local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
-  if redis.call('HSET', KEYS[3], ARGV[3], string.format('%.0f', deadline)) == 1 then
-    redis.call('RPUSH', KEYS[2], ARGV[3])
+  local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(entry_ms)
+  if redis.call('HSET', KEYS[3], owner, string.format('%.0f', deadline)) == 1 then
+    redis.call('RPUSH', KEYS[2], owner)
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
-  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], entry_ms)
+  redis.call('PEXPIRE', KEYS[3], entry_ms)
 end
 -- `queue_may_exist`: the queue may hold other lockers.
 local function grant(fence, queue_may_exist)
   local queued = 0
-  if ARGV[4] == '2' then enqueue() end
+  if queueing == '2' then enqueue() end
   if queue_may_exist then
     local others = redis.call('LLEN', KEYS[2])
-    if ARGV[4] == '2' then others = others - 1 end
-    if others > 0 then queued = 2 elseif ARGV[4] == '2' then queued = 1 end
-  elseif ARGV[4] == '2' then
+    if queueing == '2' then others = others - 1 end
+    if others > 0 then queued = 2 elseif queueing == '2' then queued = 1 end
+  elseif queueing == '2' then
     queued = 1
   end
-  redis.call('SET', KEYS[1], 'H ' .. string.format('%.0f', fence) .. ' ' .. ARGV[3] .. ' ' ..
-             ARGV[1] .. ' ' .. ARGV[7] .. ' ' .. queued, 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], 'H ' .. string.format('%.0f', fence) .. ' ' .. ARGV[1] .. ' ' ..
+             queued, 'PX', ARGV[2])
   if queued == 2 then return {1, fence, 1} end
   return fence
 end
@@ -114,20 +133,20 @@ if not v then
     local now = math.floor(fence / 1000)
     while true do
       local head = redis.call('LINDEX', KEYS[2], 0)
-      if not head or head == ARGV[3] then break end
+      if not head or head == owner then break end
       redis.call('LPOP', KEYS[2])
       local live = tonumber(redis.call('HGET', KEYS[3], head) or '0') >= now
       redis.call('HDEL', KEYS[3], head)
       if live then
         redis.call('SET', KEYS[1], 'R ' .. string.format('%.0f', fence) .. ' ' .. head, 'PX',
-                   ARGV[8])
-        redis.pcall('PUBLISH', ARGV[6] .. head, 'g')
-        if ARGV[4] ~= '0' then enqueue() end
-        return {0, tonumber(ARGV[8]), 0}
+                   claim_ms)
+        redis.pcall('PUBLISH', channels .. head, 'g')
+        if queueing ~= '0' then enqueue() end
+        return {0, tonumber(claim_ms), 0}
       end
     end
-    if redis.call('HDEL', KEYS[3], ARGV[3]) == 1 then
-      redis.call('LREM', KEYS[2], 1, ARGV[3])
+    if redis.call('HDEL', KEYS[3], owner) == 1 then
+      redis.call('LREM', KEYS[2], 1, owner)
     end
   end
   return grant(fence, queue_exists)
@@ -137,37 +156,45 @@ if kind == 'F ' then
   local fence = string.match(v, '^F (%d+)$')
   if exact(fence) then return grant(tonumber(fence) + 1, false) end
 elseif kind == 'R ' then
-  local fence, owner = string.match(v, '^R (%d+) (%S+)$')
+  local fence, handed_to = string.match(v, '^R (%d+) (%S+)$')
   if exact(fence) then
-    if owner == ARGV[3] then return grant(tonumber(fence) + 1, true) end
-    if ARGV[4] ~= '0' then enqueue() end
+    if handed_to == owner then return grant(tonumber(fence) + 1, true) end
+    if queueing ~= '0' then enqueue() end
     return {0, redis.call('PTTL', KEYS[1]), 0}
   end
 elseif kind == 'H ' then
-  local fence, owner, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (%d)$')
+  local fence, holder, held_by, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (%d)$')
   if exact(fence) then
-    if token == ARGV[1] then
+    if held_by == token then
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
       if queued == '2' then return {1, tonumber(fence), 1} end
       return tonumber(fence)
     end
-    if ARGV[4] ~= '0' then
+    if queueing ~= '0' then
       enqueue()
       local now_queued = queued
-      if owner ~= ARGV[3] then now_queued = '2' elseif queued == '0' then now_queued = '1' end
+      if holder ~= owner then now_queued = '2' elseif queued == '0' then now_queued = '1' end
       if now_queued ~= queued then
         redis.call('SET', KEYS[1], string.sub(v, 1, -2) .. now_queued, 'KEEPTTL')
       end
       -- At every attempt of another locker, not only the first: a message the holder's locker
       -- missed (not yet subscribed) would otherwise let its cohort go on for good.
-      if owner ~= ARGV[3] then redis.pcall('PUBLISH', ARGV[6] .. owner, 'q') end
-      return {0, redis.call('PTTL', KEYS[1]), (owner == ARGV[3] and now_queued == '2') and 1 or 0}
+      if holder ~= owner then redis.pcall('PUBLISH', channels .. holder, 'q') end
+      return {0, redis.call('PTTL', KEYS[1]), (holder == owner and now_queued == '2') and 1 or 0}
     end
-    if owner == ARGV[3] then
+    if holder == owner then
       return {0, redis.call('PTTL', KEYS[1]), queued == '2' and 1 or 0}
     end
     return {0, redis.call('PTTL', KEYS[1]), 0}
   end
+end
+-- A value of a later release's key format ("<format>:..."): refused, naming both formats, never
+-- read as one of ours (docs/operations.md, "Sharing a server between releases").
+local format = string.match(v, '^(%d+):')
+if format then
+  return redis.error_reply('COLOCK the lock key ' .. KEYS[1] .. ' holds a value in key format ' ..
+                           format .. ', which a later release of colock writes; this release ' ..
+                           'reads key format 1 only: upgrade it to share the lock')
 end
 -- Not a value this script writes (set by hand, a negative time, a fence of 2^53 or more, which
 -- Lua's numbers cannot count on): refused, naming the key, rather than waited on or counted
@@ -177,13 +204,18 @@ return redis.error_reply('COLOCK the lock key ' .. KEYS[1] .. ' holds "' .. stri
                          '2^53 - 1); delete the key to use the lock')
 )lua";
 
-// Release and leave. KEYS as for acquire, and KEYS[4] the lease's record when it has one. ARGV[1]
-// the holder's token to release, or "" to take locker ARGV[4] out of the queue (its waiters left),
-// ARGV[2] the channel prefix p{name}:w:, ARGV[3] the claim's length in ms, ARGV[5] the last fence
-// the holder's process gave (its own waiters' turns), stored when larger, ARGV[6] "1" to leave the
-// lock free rather than hand it to a queued locker (Redlock gives back the grants of an acquisition
-// without a majority so: handed to another waiter that is itself giving back, they would only trade
-// places). A release of a lock some process is queued for hands it to the first live entry (its
+// Release and leave. KEYS as for acquire, and KEYS[4] the lease's record when it has one
+// (lock_arguments.hpp builds the ARGV). ARGV[1] the lock key's value as the holder's grant wrote
+// it, "H <fence> <owner> <token> <since> 0", when its process knows it and nothing it knows of
+// changed it since (no other locker queued, no record), else ""; ARGV[2] the value a release
+// with nobody queued leaves, "F <last fence>": the largest fence the holder's process gave (its
+// own waiters' turns, and the grant's), stored when larger than the key's ("F 0": none given);
+// ARGV[3] "<claim ms> <how> <who>": the claim's length; how "h" release and hand the lock on,
+// "f" release and leave it free rather than hand it to a queued locker (Redlock gives back the
+// grants of an acquisition without a majority so: handed to another waiter that is itself giving
+// back, they would only trade places), "l" take locker <who> out of the queue (its waiters left);
+// who: the holder's token ("h", "f") or the leaving locker ("l"). The channels are named after
+// KEYS[1]. A release of a lock some process is queued for hands it to the first live entry (its
 // fence stays, the next grant adds one) and tells that process alone; the releasing process's
 // own entry goes behind the others. Otherwise it leaves the lock free. A leaving locker that
 // was handed the lock passes it on the same way. 2 when handed to a queued locker, 1 when
@@ -191,21 +223,29 @@ return redis.error_reply('COLOCK the lock key ' .. KEYS[1] .. ' holds "' .. stri
 // The wake-up is a courtesy: pcall, so that a user without permission for the channel (Redis 7
 // gives a new ACL user none) still releases; its waiters find their turn by polling.
 inline constexpr std::string_view release_source = R"lua(
-local v = redis.call('GET', KEYS[1])
--- The uncontended path, before the general one below defines its functions (each run pays
--- for the closures it creates): our lease, nobody queued, no record. It does what the general
--- path does then (the same match, put() and the larger fence), and must keep doing so.
-if ARGV[1] ~= '' and v and not KEYS[4] then
-  local fence, token, queued = string.match(v, '^H (%d+) %S+ (%S+) %d+ (%d)$')
-  if fence and token == ARGV[1] and queued == '0' then
-    local last = tonumber(ARGV[5] or '0') or 0
-    if last > tonumber(fence) then fence = string.format('%.0f', last) end
-    if redis.pcall('SET', KEYS[1], 'F ' .. fence, 'KEEPTTL').err then
-      redis.call('DEL', KEYS[1])
-    end
-    return 1
+local v = nil
+-- The uncontended path, one command: the free value written at once, the value it replaced
+-- compared whole with what the holder's grant wrote. That value names the token, says nobody is
+-- queued, and carries a fence no larger than ARGV[2]'s (the holder's process gave every fence
+-- from it on), so ARGV[2] is what the general path below writes then. Anything else is put back
+-- as it was (KEEPTTL twice: the expiry stays; a key that was absent is deleted again, since the
+-- SET made it without one) and goes the general way. A full server refuses the SET (maxmemory
+-- with noeviction): nothing was written, and the general path frees the lock even then.
+if ARGV[1] ~= '' and not KEYS[4] then
+  local old = redis.pcall('SET', KEYS[1], ARGV[2], 'KEEPTTL', 'GET')
+  if old == ARGV[1] then return 1 end
+  if type(old) ~= 'table' then
+    if old then redis.call('SET', KEYS[1], old, 'KEEPTTL') else redis.call('DEL', KEYS[1]) end
+    v = old
   end
 end
+if v == nil then v = redis.call('GET', KEYS[1]) end
+local claim_ms, how, who = string.match(ARGV[3], '^(%d+) ([hfl]) (%S+)$')
+if not claim_ms then
+  return redis.error_reply('COLOCK the release of ' .. KEYS[1] .. ' got arguments it cannot ' ..
+                           'read: a client of another release of colock?')
+end
+local channels = KEYS[1] .. ':w:'
 -- Writes `value` (with `expiry`) or, on a full server (maxmemory with noeviction refuses the
 -- SET), deletes the key: a release must free the lock even then. The fence then comes from
 -- the clock again.
@@ -214,8 +254,8 @@ local function put(value, ...)
 end
 local function grant_to(fence, owner)
   redis.call('HDEL', KEYS[3], owner)
-  put('R ' .. fence .. ' ' .. owner, 'PX', ARGV[3])
-  redis.pcall('PUBLISH', ARGV[2] .. owner, 'g')
+  put('R ' .. fence .. ' ' .. owner, 'PX', claim_ms)
+  redis.pcall('PUBLISH', channels .. owner, 'g')
 end
 -- To the first live entry; the releasing process's own entry (`releasing`) goes behind the
 -- others, so that a cohort giving the lock up is not handed it straight back.
@@ -252,18 +292,18 @@ local function hand_off(fence, releasing)
   end
   return false
 end
-if ARGV[1] == '' then
-  if redis.call('HDEL', KEYS[3], ARGV[4]) == 1 then redis.call('LREM', KEYS[2], 1, ARGV[4]) end
+if how == 'l' then
+  if redis.call('HDEL', KEYS[3], who) == 1 then redis.call('LREM', KEYS[2], 1, who) end
   if not v then return 1 end
   local fence, owner = string.match(v, '^R (%d+) (%S+)$')
-  if owner == ARGV[4] and not hand_off(fence, '') then
+  if owner == who and not hand_off(fence, '') then
     put('F ' .. fence, 'KEEPTTL')
   end
   return 1
 end
 if not v then return 0 end
 local fence, holder, token, queued = string.match(v, '^H (%d+) (%S+) (%S+) %d+ (%d)$')
-if not fence or token ~= ARGV[1] then return 0 end
+if not fence or token ~= who then return 0 end
 -- The lease's record (an election's term), when it has one, ends with the lease; its channel
 -- is told: "R <term> <version> <claim ms>" handed to a queued locker, which claims it at once
 -- (else the record lapses with the claim), "N <term> <version>" nobody leads. See
@@ -271,20 +311,20 @@ if not fence or token ~= ARGV[1] then return 0 end
 local function end_record(handed)
   if not KEYS[4] then return end
   local r = redis.call('HMGET', KEYS[4], 'token', 'term', 'version')
-  if r[1] ~= ARGV[1] then return end
+  if r[1] ~= token then return end
   local told = (r[2] or '0') .. ' ' .. (r[3] or '0')
   local kept = handed and redis.pcall('HSET', KEYS[4], 'token', '')
   if kept and type(kept) ~= 'table' then
-    redis.call('PEXPIRE', KEYS[4], ARGV[3])
-    redis.pcall('PUBLISH', KEYS[4], 'R ' .. told .. ' ' .. ARGV[3])
+    redis.call('PEXPIRE', KEYS[4], claim_ms)
+    redis.pcall('PUBLISH', KEYS[4], 'R ' .. told .. ' ' .. claim_ms)
   else
     redis.call('DEL', KEYS[4])
     redis.pcall('PUBLISH', KEYS[4], 'N ' .. told)
   end
 end
-local last = tonumber(ARGV[5] or '0') or 0
+local last = tonumber(string.sub(ARGV[2], 3)) or 0
 if last > tonumber(fence) then fence = string.format('%.0f', last) end
-if queued ~= '0' and ARGV[6] ~= '1' and hand_off(fence, holder) then
+if queued ~= '0' and how ~= 'f' and hand_off(fence, holder) then
   end_record(true)
   return 2
 end

@@ -3,6 +3,7 @@
 #include "lock/store/single_connection_store.hpp"
 
 #include "lock/base/errors.hpp"
+#include "lock/store/lock_arguments.hpp"
 #include "lock/store/lock_replies.hpp"
 #include "lock/store/lock_scripts.hpp"
 #include "lock/store/permit_requests.hpp"
@@ -27,6 +28,12 @@ using std::chrono::milliseconds;
 
 namespace {
 
+// A lease with a record (an election's term) ends it in the general path: no one-command release.
+std::optional<held_value> written_unless_record(lock_keys const& keys,
+                                                std::optional<held_value> const& written) {
+    return keys.record_key.empty() ? written : std::nullopt;
+}
+
 // A campaign's claim of its term is sent again over passing errors, pausing 20 ms, doubled up
 // to 250 ms.
 constexpr milliseconds proclaim_first_retry_pause{20};
@@ -45,32 +52,39 @@ public:
                                         milliseconds ttl, queueing queue,
                                         asio::cancellation_slot stop,
                                         replica_wait replicas) override {
-        auto const ttl_text = std::to_string(ttl.count());
-        std::string_view const queue_text = queue == queueing::never       ? "0"
-                                            : queue == queueing::when_held ? "1"
-                                                                           : "2";
-        auto const entry_ttl_text = std::to_string(queue_entry_ttl.count());
-        // The claim of a hand-off this attempt makes when the key is gone and another locker
-        // heads the queue, as long as a release's.
-        auto const claim_text = std::to_string(handoff_claim(ttl).count());
         // Never negative (a clock set before 1970): the scripts read only digits there.
-        auto const since_text = std::to_string(
+        auto const since_ms =
             std::max<std::int64_t>(0, std::chrono::duration_cast<milliseconds>(
                                           std::chrono::system_clock::now().time_since_epoch())
-                                          .count()));
+                                          .count());
+        // The claim of a hand-off this attempt makes when the key is gone and another locker
+        // heads the queue, as long as a release's.
+        auto const args = acquire_arguments(keys.owner, token, since_ms, ttl, queue,
+                                            queue_entry_ttl, handoff_claim(ttl));
         script_call const call{client_->scripts().acquire,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {token, ttl_text, keys.owner, queue_text, entry_ttl_text,
-                                keys.channel_prefix, since_text, claim_text}};
-        if (replicas.count == 0)
-            co_return read_grant(co_await client_->run(call, stop));
+                               {args[0], args[1], args[2]}};
+        // A grant with nobody queued wrote the holder's value with this clock (a retry after a
+        // lost reply finds the first one's: its release then takes the general path).
+        auto const note_written = [&](grant_result& r) {
+            if (r.granted && !r.others_queued && queue != queueing::stay_after_grant)
+                r.written = held_value{r.fence, since_ms};
+        };
+        if (replicas.count == 0) {
+            auto r = read_grant(co_await client_->run(call, stop));
+            note_written(r);
+            co_return r;
+        }
         auto [reply, acked] =
             co_await client_->run_then_wait(call, replicas.count, replicas.timeout, stop);
         auto r = read_grant(reply);
+        note_written(r);
         if (r.granted && acked.replicas < static_cast<std::int64_t>(replicas.count)) {
             // A failover to a replica without the lock could give it to someone else: give it
             // back now, and say why.
-            auto const released = co_await release(keys, token, handoff_claim(ttl), r.fence);
+            auto const released =
+                co_await release(keys, token, handoff_claim(ttl), r.fence, r.written);
+            r.written.reset();
             r.granted = false;
             r.fence = 0;
             r.outcome_unknown = released.ec.failed(); // the locker releases again on its way out
@@ -95,28 +109,30 @@ public:
     }
 
     asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
-                                         milliseconds claim, std::int64_t last_fence) override {
-        auto const claim_text = std::to_string(claim.count());
-        auto const fence_text = std::to_string(last_fence);
+                                         milliseconds claim, std::int64_t last_fence,
+                                         std::optional<held_value> written) override {
         // A connection lost before the reply leaves the outcome unknown: sent again until the
         // deadline. The script checks the token, so a repeat is harmless (it answers 0 if the
         // first one went through, so `true` is only reported when known).
+        auto const args = release_arguments(release_kind::hand_on, token, claim, last_fence,
+                                            written_unless_record(keys, written), keys.owner);
         script_call const call{client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {token, keys.channel_prefix, claim_text, "", fence_text},
+                               {args[0], args[1], args[2]},
                                keys.record_key};
         co_return read_release(co_await client_->run_retrying(call, release_retries));
     }
 
     void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
-                               std::int64_t last_fence, std::function<void()> retry) override {
+                               std::int64_t last_fence, std::optional<held_value> written,
+                               std::function<void()> retry) override {
         // A repeat on a server without the script goes out after what the caller sent next:
         // harmless, the script acts on this lease's token only, which no later call uses.
-        auto const claim_text = std::to_string(claim.count());
-        auto const fence_text = std::to_string(last_fence);
+        auto const args = release_arguments(release_kind::hand_on, token, claim, last_fence,
+                                            written_unless_record(keys, written), keys.owner);
         script_call const call{client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {token, keys.channel_prefix, claim_text, "", fence_text, "0"},
+                               {args[0], args[1], args[2]},
                                keys.record_key};
         client_->run_detached(
             call, [strand = strand(), retry = std::move(retry)](script_reply const& reply) {
@@ -136,10 +152,10 @@ public:
         // it goes out before anything the caller does next: a close() right after a cancelled
         // co_lock still sends it (a graceful close sends what was asked before it). A passing
         // failure goes on with the retrying one on the strand.
-        auto const claim_text = std::to_string(claim.count());
+        auto const args = release_arguments(release_kind::leave, keys.owner, claim, 0);
         script_call const call{client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {"", keys.channel_prefix, claim_text, keys.owner, "0"}};
+                               {args[0], args[1], args[2]}};
         client_->run_detached(
             call, [self = shared_from_this(), keys, claim](script_reply const& reply) {
                 if (reply.ec && is_transient(reply.ec, reply.server_text()))
@@ -300,9 +316,10 @@ private:
     static asio::awaitable<void> give_back(std::shared_ptr<single_connection_store> self,
                                            lock_keys keys, std::string token,
                                            std::function<bool()> current) {
+        auto const args = release_arguments(release_kind::free_only, token, milliseconds(0), 0);
         script_call const call{self->client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {token, keys.channel_prefix, "0", "", "0", "1"},
+                               {args[0], args[1], args[2]},
                                keys.record_key};
         co_await self->client_->run_retrying(call, release_retries, std::move(current));
     }
@@ -310,10 +327,10 @@ private:
     // Out of the queue, passing on a hand-off; sent again over passing errors.
     static asio::awaitable<void> leave(std::shared_ptr<single_connection_store> self,
                                        lock_keys keys, milliseconds claim) {
-        auto const claim_text = std::to_string(claim.count());
+        auto const args = release_arguments(release_kind::leave, keys.owner, claim, 0);
         script_call const call{self->client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {"", keys.channel_prefix, claim_text, keys.owner, "0"}};
+                               {args[0], args[1], args[2]}};
         co_await self->client_->run_retrying(call, leave_retries);
     }
 
