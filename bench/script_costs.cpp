@@ -16,11 +16,14 @@
 //   extend_sha      the library's extend script by EVALSHA on the same guards' keys
 //   bare            two EVALSHAs of `return 1` with one key and one argument: a script call
 //   bare_fcall      the same as two FCALLs
-//   args            `return 1` with the library's keys and arguments (3 keys, 3 arguments each)
+//   args            `return 1` with the keys and arguments of the library's uncontended cycle on
+//                   a name it left free (1 key; 3, then 2 arguments)
 //   calls           the library's server calls, with those arguments: a GET and a SET PX, then
 //                   one SET KEEPTTL GET
-//   scripts         the library's acquire and release (src/lock/store/lock_scripts.hpp) by
-//                   EVALSHA, on their uncontended path
+//   scripts         the library's one-key acquire and release of that cycle (acquire_known,
+//                   release_known in src/lock/store/lock_scripts.hpp) by EVALSHA
+//   general         its general acquire and release by EVALSHA, on a free name whose value the
+//                   process does not know (another process released it last)
 // bare, args, calls and scripts, each adding one part of what the library's scripts do, say where
 // the microseconds go.
 //
@@ -235,7 +238,14 @@ struct raw_step {
 struct raw_cycle {
     raw_step acquire, release;
     bool library_scripts = false; // the acquire answers a fence, and the lock starts "F <fence>"
+    // The library's one-key acquire (acquire_known): its arguments take the fence of the free
+    // value the worker's last release left, and it answers 1 for the next.
+    bool known_acquire = false;
 };
+
+// Per worker of a library variant: the fence of the free value its last release left (the
+// primed one at first).
+using free_fences = std::vector<std::int64_t>;
 
 std::string worker_key(std::string const& prefix, std::string_view family, std::size_t worker) {
     return fmt::format("{}{{{}:{}}}", prefix, family, worker);
@@ -266,19 +276,22 @@ resp3::request step_request(raw_step const& s, std::string const& key, std::stri
 // One worker's cycles of a raw variant: acquire, then release, one command per request.
 asio::awaitable<void> raw_worker(redis::connection& conn, std::shared_ptr<raw_cycle const> cycle,
                                  std::string key, std::string name, std::size_t cycles,
-                                 std::uint64_t& tokens) {
+                                 std::uint64_t& tokens, std::int64_t& free_fence) {
     auto const& c = *cycle;
     for (std::size_t i = 0; i < cycles; ++i) {
         // As long as the library's tokens: 128 bits in hex.
         auto const token = fmt::format("{:032x}", ++tokens);
-        auto const acquired = co_await conn.co_exec(step_request(c.acquire, key, token));
+        auto const acquired =
+            co_await conn.co_exec(step_request(c.acquire, key, token, free_fence));
         auto const& a = acquired.at(0);
         // An acquire or release off its path would measure another path than this one's.
         // The library's acquire answers its fence as a number or (on the uncontended path) as
-        // its decimal text.
+        // its decimal text; the one-key acquire answers 1 for the one after the free value's.
         std::int64_t fence = a.as_integer().value_or(0);
         if (auto const text = a.as_string(); text && !a.as_integer())
             fence = std::atoll(std::string(*text).c_str());
+        if (c.known_acquire)
+            fence = fence == 1 ? free_fence + 1 : 0;
         bool const acquire_ok = c.acquire.form == call_form::set_nx_px ? a.as_string() == "OK"
                                 : c.library_scripts                    ? fence >= 1
                                                                        : true;
@@ -290,6 +303,7 @@ asio::awaitable<void> raw_worker(redis::connection& conn, std::shared_ptr<raw_cy
         if (released.at(0).as_integer().value_or(0) < 1)
             throw std::runtime_error(fmt::format("{}: the release of {} freed nothing: {}", name,
                                                  key, resp3::to_debug_string(released.at(0))));
+        free_fence = fence;
     }
 }
 
@@ -352,19 +366,32 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
                                                          milliseconds(3000), milliseconds(1000));
         return std::vector<std::string>(a.begin(), a.end());
     };
-    make_arguments const release_args = [owner, now_ms](std::string const& token,
-                                                        std::int64_t fence) {
-        auto const a = colock::detail::release_arguments(
-            colock::detail::release_kind::hand_on, token, milliseconds(1000), fence,
-            colock::detail::held_value{fence, now_ms}, owner);
+    make_arguments const release_args = [](std::string const& token, std::int64_t fence) {
+        auto const a = colock::detail::release_arguments(colock::detail::release_kind::hand_on,
+                                                         token, milliseconds(1000), fence);
         return std::vector<std::string>(a.begin(), a.end());
+    };
+    // The one-key calls of a name whose value the process knows: the free value its release
+    // left, and what its grant wrote.
+    make_arguments const known_acquire_args = [owner, now_ms](std::string const& token,
+                                                              std::int64_t free_fence) {
+        auto const a = colock::detail::known_acquire_arguments(
+            free_fence, owner, token, colock::detail::held_value{free_fence + 1, now_ms},
+            milliseconds(30000));
+        return a ? std::vector<std::string>(a->begin(), a->end()) : std::vector<std::string>();
+    };
+    make_arguments const known_release_args = [owner, now_ms](std::string const& token,
+                                                              std::int64_t fence) {
+        auto const k = colock::detail::known_release_arguments(
+            owner, token, colock::detail::held_value{fence, now_ms}, fence);
+        return std::vector<std::string>(k.args.begin(), k.args.end());
     };
     std::vector<std::string> const lock_keys{"", ":q", ":qd"};
     std::vector<std::string> const one_key{""};
     std::vector<std::string> const one_arg{"$T"};
     constexpr std::string_view bare = "return 1";
     constexpr std::string_view get_set_acquire =
-        "redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1";
+        "redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1";
     constexpr std::string_view get_set_release =
         "redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL', 'GET') return 1";
     auto const script = [](std::string_view source, std::vector<std::string> keys,
@@ -408,18 +435,27 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
                      function("colock_bench_bare", one_key, one_arg), false},
                     {},
                     true});
+    std::vector<std::string> const lock_key_only{""};
     defs.push_back({"args",
                     "bare with the library's keys and arguments",
-                    {library_args(bare, lock_keys, acquire_args),
-                     library_args(bare, lock_keys, release_args), false},
+                    {library_args(bare, lock_key_only, known_acquire_args),
+                     library_args(bare, lock_key_only, known_release_args), false},
                     {}});
     defs.push_back({"calls",
                     "+ the library's calls: GET and SET PX, then SET KEEPTTL GET",
-                    {library_args(get_set_acquire, lock_keys, acquire_args),
-                     library_args(get_set_release, lock_keys, release_args), false},
+                    {library_args(get_set_acquire, lock_key_only, known_acquire_args),
+                     library_args(get_set_release, lock_key_only, known_release_args), false},
                     {}});
-    defs.push_back({"scripts",
-                    "the library's acquire and release scripts by EVALSHA (uncontended path)",
+    defs.push_back(
+        {"scripts",
+         "the library's one-key acquire and release by EVALSHA (a name it left free)",
+         {library_args(colock::detail::acquire_known_source, lock_key_only, known_acquire_args),
+          library_args(colock::detail::release_known_source, lock_key_only, known_release_args),
+          true, true},
+         {}});
+    defs.push_back({"general",
+                    "the library's general acquire and release by EVALSHA (a free name it does "
+                    "not know)",
                     {library_args(colock::detail::acquire_source, lock_keys, acquire_args),
                      library_args(colock::detail::release_source, lock_keys, release_args), true},
                     {}});
@@ -431,6 +467,7 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
             if (step->form == call_form::evalsha)
                 step->sha = co_await load_script(ctx.conn, step->source);
         auto cycle = std::make_shared<raw_cycle>(d.cycle);
+        auto fences = std::make_shared<free_fences>(ctx.in_flight, now_ms * 1000);
         std::vector<std::string> keys;
         for (std::size_t w = 0; w < ctx.in_flight; ++w) {
             keys.push_back(worker_key(ctx.prefix, d.name, w));
@@ -449,10 +486,12 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
         v.name = d.name;
         v.what = d.what;
         v.plain_top_level = d.plain;
-        v.batch = [&ctx, cycle, keys, name = d.name](std::size_t per_worker) {
-            return run_workers(ctx.in_flight, [&ctx, cycle, keys, name, per_worker](std::size_t w) {
-                return raw_worker(ctx.conn, cycle, keys[w], name, per_worker, ctx.tokens);
-            });
+        v.batch = [&ctx, cycle, keys, fences, name = d.name](std::size_t per_worker) {
+            return run_workers(ctx.in_flight,
+                               [&ctx, cycle, keys, fences, name, per_worker](std::size_t w) {
+                                   return raw_worker(ctx.conn, cycle, keys[w], name, per_worker,
+                                                     ctx.tokens, (*fences)[w]);
+                               });
         };
         out.push_back(std::move(v));
     }
@@ -813,9 +852,9 @@ asio::awaitable<void> run_all(redis::config cfg, options opts) {
     library_parts lib;
     co_await add_library_variants(ctx, lib, variants);
     // The yardstick first, then the library's cycles, then the breakdown, for the report.
-    std::vector<std::string> const order{"simplest", "simplest_fcall", "unlock", "let_go",
-                                         "extend",   "extend_sha",     "bare",   "bare_fcall",
-                                         "args",     "calls",          "scripts"};
+    std::vector<std::string> const order{"simplest", "simplest_fcall", "unlock",  "let_go",
+                                         "extend",   "extend_sha",     "bare",    "bare_fcall",
+                                         "args",     "calls",          "scripts", "general"};
     std::stable_sort(variants.begin(), variants.end(), [&](variant const& a, variant const& b) {
         return std::find(order.begin(), order.end(), a.name) <
                std::find(order.begin(), order.end(), b.name);

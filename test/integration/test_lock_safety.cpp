@@ -233,8 +233,8 @@ TEST_CASE("release script: a hand-off that pushes the releasing process back ont
 
         auto const args =
             detail::release_arguments(detail::release_kind::hand_on, "token-x", 1000ms, 0);
-        auto const reply = co_await probe.co_exec(command(
-            "EVAL", detail::release_source, "3", key, queue, deadlines, args[0], args[1], args[2]));
+        auto const reply = co_await probe.co_exec(
+            command("EVAL", detail::release_source, "3", key, queue, deadlines, args[0], args[1]));
         CHECK(reply.at(0).as_integer() == 2); // handed to "y"
         auto const listed = co_await probe.co_exec(command("LRANGE", queue, "0", "-1"));
         REQUIRE(listed.at(0).elements.size() == 1);
@@ -261,14 +261,35 @@ TEST_CASE("acquire and release scripts: the uncontended paths write what the gen
             return command("EVAL", detail::acquire_source, "3", key, queue, deadlines, a[0], a[1],
                            a[2]);
         };
-        // A release with the value its grant wrote (the one-command path), or without (the
-        // general path).
+        // A release as the store sends it: with the value its grant wrote, the one-key call
+        // first (release_known), and the general one when that answers -1; without, the general
+        // one alone. The reply of the one that decided, and which one it was.
+        struct release_outcome {
+            std::int64_t reply = 0;
+            bool known = false;
+        };
         auto const release = [&](std::string token, std::int64_t last_fence,
-                                 std::optional<detail::held_value> written = {}) {
-            auto const a = detail::release_arguments(detail::release_kind::hand_on, token, 1000ms,
-                                                     last_fence, written, "owner-a");
-            return command("EVAL", detail::release_source, "3", key, queue, deadlines, a[0], a[1],
-                           a[2]);
+                                 std::optional<detail::held_value> written = {})
+            -> asio::awaitable<release_outcome> {
+            if (written) {
+                auto const k =
+                    detail::known_release_arguments("owner-a", token, *written, last_fence);
+                auto const r = co_await integer(probe, command("EVAL", detail::release_known_source,
+                                                               "1", key, k.args[0], k.args[1]));
+                if (r != -1)
+                    co_return release_outcome{r, true};
+            }
+            auto const a =
+                detail::release_arguments(detail::release_kind::hand_on, token, 1000ms, last_fence);
+            co_return release_outcome{
+                co_await integer(probe, command("EVAL", detail::release_source, "3", key, queue,
+                                                deadlines, a[0], a[1])),
+                false};
+        };
+        auto const released =
+            [&](std::string token, std::int64_t last_fence,
+                std::optional<detail::held_value> written = {}) -> asio::awaitable<std::int64_t> {
+            co_return (co_await release(token, last_fence, written)).reply;
         };
         using held = detail::held_value;
         auto const fence_of = [](std::vector<resp3::value> const& reply) {
@@ -296,27 +317,58 @@ TEST_CASE("acquire and release scripts: the uncontended paths write what the gen
         CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
 
         // Released only with its token, whatever the value it says its grant wrote: a value that
-        // is not the key's is put back as it was, expiry and all.
-        CHECK(co_await integer(probe, release("tok-b", 45, held{42, 123})) == 0);
-        CHECK(co_await integer(probe, release("tok-a", 45, held{42, 999})) == 1);
-        CHECK(co_await get(probe, key) == "F 45");
-        co_await probe.co_exec(command("SET", key, "H 42 owner-a tok-a 123 0", "PX", "10000"));
-        CHECK(co_await integer(probe, release("tok-b", 45)) == 0);
+        // is not the key's is put back as it was, expiry and all, and the general release
+        // decides.
+        auto out = co_await release("tok-b", 45, held{42, 123});
+        CHECK(out.reply == 0);
+        CHECK_FALSE(out.known);
         CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
         ttl = co_await integer(probe, command("PTTL", key));
         CHECK(ttl > 9000);
-        // The one-command path: the larger last fence of the holder's process is kept, and so is
+        out = co_await release("tok-a", 45, held{42, 999});
+        CHECK(out.reply == 1);
+        CHECK_FALSE(out.known);
+        CHECK(co_await get(probe, key) == "F 45");
+        co_await probe.co_exec(command("SET", key, "H 42 owner-a tok-a 123 0", "PX", "10000"));
+        CHECK(co_await released("tok-b", 45) == 0);
+        CHECK(co_await get(probe, key) == "H 42 owner-a tok-a 123 0");
+        // The one-key release: the larger last fence of the holder's process is kept, and so is
         // the lease's expiry.
-        CHECK(co_await integer(probe, release("tok-a", 45, held{42, 123})) == 1);
+        out = co_await release("tok-a", 45, held{42, 123});
+        CHECK(out.reply == 1);
+        CHECK(out.known);
         CHECK(co_await get(probe, key) == "F 45");
         ttl = co_await integer(probe, command("PTTL", key));
         CHECK(ttl > 0);
         CHECK(ttl <= 10000);
-        CHECK(co_await integer(probe, release("tok-a", 45, held{42, 123})) == 0);
+        CHECK(co_await released("tok-a", 45, held{42, 123}) == 0);
         CHECK(co_await get(probe, key) == "F 45");
+
+        // The one-key acquire of the free value this process left: the grant's value, the ttl;
+        // anything else in the key is left as it is, for the general acquire.
+        auto const acquire_known = [&](std::int64_t free_fence, std::string token) {
+            auto const a = detail::known_acquire_arguments(free_fence, "owner-a", token,
+                                                           held{free_fence + 1, 200}, 10'000ms);
+            REQUIRE(a);
+            return integer(probe, command("EVAL", detail::acquire_known_source, "1", key, (*a)[0],
+                                          (*a)[1], (*a)[2]));
+        };
+        CHECK(co_await acquire_known(44, "tok-e") == 0);
+        CHECK(co_await get(probe, key) == "F 45");
+        CHECK(co_await acquire_known(45, "tok-e") == 1);
+        CHECK(co_await get(probe, key) == "H 46 owner-a tok-e 200 0");
+        ttl = co_await integer(probe, command("PTTL", key));
+        CHECK(ttl > 9000);
+        CHECK(co_await acquire_known(45, "tok-f") == 0);
+        CHECK(co_await get(probe, key) == "H 46 owner-a tok-e 200 0");
+        CHECK_FALSE(detail::known_acquire_arguments(detail::largest_exact_fence, "owner-a", "t",
+                                                    held{detail::largest_exact_fence + 1, 1},
+                                                    10'000ms));
+        CHECK(co_await released("tok-e", 46, held{46, 200}) == 1);
+
         // A release that finds no key leaves none (its SET made one, without an expiry).
         co_await probe.co_exec(command("DEL", key));
-        CHECK(co_await integer(probe, release("tok-a", 45, held{42, 123})) == 0);
+        CHECK(co_await released("tok-a", 45, held{42, 123}) == 0);
         CHECK(co_await integer(probe, command("EXISTS", key)) == 0);
 
         // The next fence counted on the text, with a carry, and from values the text path leaves
@@ -343,7 +395,9 @@ TEST_CASE("acquire and release scripts: the uncontended paths write what the gen
         CHECK(co_await integer(probe, command("LLEN", queue)) == 1);
         // What the grant wrote says nobody is queued: the one-command path puts the value back,
         // and the general one hands the lock to the holder's own queued locker.
-        CHECK(co_await integer(probe, release("tok-c", 46, held{46, 126})) == 2);
+        out = co_await release("tok-c", 46, held{46, 126});
+        CHECK(out.reply == 2);
+        CHECK_FALSE(out.known);
         CHECK(co_await get(probe, key) == "R 46 owner-a");
         co_await probe.co_exec(command("DEL", key, queue, deadlines));
         probe.close();

@@ -105,9 +105,9 @@ struct lock_step {
     std::string free_only; // release ARGV[6]: absent, "0" or "1"
     bool tell = true;      // force_unlock: the script tells the holder
     std::string value;     // overwrite
-    /// release: what the holder's process says its grant wrote, for the releases that send it
-    /// (the current one): 0-5 the key's value if it is the token's, 6 the same with a fence one
-    /// too low, 7 with another clock, 8-9 nothing.
+    /// acquire and release: what the process knows of the key, for a release that uses it (the
+    /// current one): 0-5 the key's value (a release: if it is the token's), 6 the same with a
+    /// fence one too low, 7 a release's with another clock, 8-9 nothing.
     int written = 0;
 
     std::string describe() const {
@@ -186,49 +186,106 @@ void push_previous_call(lock_step const& st, call_site const& at, std::string_vi
     }
 }
 
-/// This release's call form (src/lock/store/lock_arguments.hpp, as the store sends it). A
-/// release sends what the holder's grant wrote, as its process knows it: right, stale or none.
+/// `first` (a one-key call, on KEYS[1] and the first `first_args` arguments; `decided`, Lua that
+/// returns what the store makes of its reply `r` when it decided) and otherwise `then` on all
+/// keys and the remaining arguments: what the store sends as two calls, as one script, so that a
+/// step stays one call. Each text is the body of a function of (KEYS, ARGV), as the store's
+/// Functions library makes it.
+std::string one_then_other(std::string_view first, std::size_t first_args, std::string_view decided,
+                           std::string_view then) {
+    std::string first_argv;
+    for (std::size_t i = 1; i <= first_args; ++i)
+        first_argv += (i > 1 ? ", ARGV[" : "ARGV[") + std::to_string(i) + "]";
+    return "local function first(KEYS, ARGV)\n" + std::string(first) +
+           "\nend\nlocal function then_(KEYS, ARGV)\n" + std::string(then) +
+           "\nend\nlocal r = first({KEYS[1]}, {" + first_argv + "})\n" + std::string(decided) +
+           "\nlocal rest = {}\nfor i = " + std::to_string(first_args + 1) +
+           ", #ARGV do rest[#rest + 1] = ARGV[i] end\nreturn then_(KEYS, rest)\n";
+}
+
+/// This release's call form (src/lock/store/lock_arguments.hpp, as the store sends it). A grant
+/// on a name this process left free tries acquire_known first, and a release that knows what its
+/// grant wrote tries release_known first (right, stale or absent knowledge, chosen per step); the
+/// general call follows when the first answers that it changed nothing.
 void push_current_call(lock_step const& st, call_site const& at, std::string_view source,
                        resp3::request& req) {
     auto const& k = at.key;
     std::vector<std::string> const keys{k, k + ":q", k + ":qd"};
     using std::chrono::milliseconds;
-    auto const to_vector = [](auto const& a) {
-        return std::vector<std::string>(a.begin(), a.end());
+    auto const append = [](std::vector<std::string>& out, auto const& a) {
+        out.insert(out.end(), a.begin(), a.end());
     };
     switch (st.what) {
     case op::acquire: {
         auto const q = st.queueing == "0"   ? detail::queueing::never
                        : st.queueing == "1" ? detail::queueing::when_held
                                             : detail::queueing::stay_after_grant;
-        diff::push_eval(req, source, keys,
-                        to_vector(detail::acquire_arguments(
-                            st.owner, st.token, 1700000000000, milliseconds(st.ttl), q,
-                            milliseconds(st.entry), milliseconds(st.claim))));
+        std::vector<std::string> args;
+        auto const general =
+            detail::acquire_arguments(st.owner, st.token, 1700000000000, milliseconds(st.ttl), q,
+                                      milliseconds(st.entry), milliseconds(st.claim));
+        // What the store would remember: the free value's fence (or, stale, one less).
+        auto const free_fence = at.stored.kind == 'F' ? at.stored.fence : 41;
+        auto const known =
+            q == detail::queueing::stay_after_grant || st.written >= 8
+                ? std::nullopt
+                : detail::known_acquire_arguments(
+                      free_fence - (st.written == 6 ? 1 : 0), st.owner, st.token,
+                      detail::held_value{free_fence - (st.written == 6 ? 1 : 0) + 1, 1700000000000},
+                      milliseconds(st.ttl));
+        if (!known) {
+            append(args, general);
+            diff::push_eval(req, source, keys, args);
+            return;
+        }
+        append(args, *known);
+        append(args, general);
+        diff::push_eval(req,
+                        one_then_other(detail::acquire_known_source, 3,
+                                       // Granted: the fence of the value it wrote, as the store
+                                       // answers it.
+                                       "if r == 1 then return tonumber(string.match(ARGV[2], "
+                                       "'^H (%d+) ')) end",
+                                       source),
+                        keys, args);
         return;
     }
     case op::release: {
-        std::optional<detail::held_value> written;
-        std::string owner = st.owner;
-        if (at.stored.kind == 'H' && at.stored.token == st.token && st.written < 8) {
-            written = detail::held_value{at.stored.fence - (st.written == 6 ? 1 : 0),
-                                         st.written == 7 ? 1700000000001 : 1700000000000};
-            owner = at.stored.owner;
-        } else if (st.written < 8) {
-            written = detail::held_value{std::max<std::int64_t>(1, at.stored.fence), 1700000000000};
-        }
         auto const kind =
             st.free_only == "1" ? detail::release_kind::free_only : detail::release_kind::hand_on;
-        diff::push_eval(req, source, keys,
-                        to_vector(detail::release_arguments(kind, st.token, milliseconds(st.claim),
-                                                            std::stoll(at.fence), written, owner)));
+        auto const last_fence = std::stoll(at.fence);
+        std::vector<std::string> args;
+        auto const general =
+            detail::release_arguments(kind, st.token, milliseconds(st.claim), last_fence);
+        // The store sends what its grant wrote for a release that hands on, with a fence.
+        if (kind == detail::release_kind::free_only || last_fence <= 0 || st.written >= 8) {
+            append(args, general);
+            diff::push_eval(req, source, keys, args);
+            return;
+        }
+        detail::held_value written{std::max<std::int64_t>(1, at.stored.fence), 1700000000000};
+        std::string owner = st.owner;
+        if (at.stored.kind == 'H' && at.stored.token == st.token) {
+            written.fence -= st.written == 6 ? 1 : 0;
+            written.since_ms += st.written == 7 ? 1 : 0;
+            owner = at.stored.owner;
+        }
+        auto const known = detail::known_release_arguments(owner, st.token, written, last_fence);
+        append(args, known.args);
+        append(args, general);
+        diff::push_eval(
+            req,
+            one_then_other(detail::release_known_source, 2, "if r ~= -1 then return r end", source),
+            keys, args);
         return;
     }
-    case op::leave:
-        diff::push_eval(req, source, keys,
-                        to_vector(detail::release_arguments(detail::release_kind::leave, st.owner,
-                                                            milliseconds(st.claim), 0)));
+    case op::leave: {
+        std::vector<std::string> args;
+        append(args, detail::release_arguments(detail::release_kind::leave, st.owner,
+                                               milliseconds(st.claim), 0));
+        diff::push_eval(req, source, keys, args);
         return;
+    }
     default: // extend, force unlock and status: as the previous release calls them
         push_previous_call(st, at, source, req);
         return;
@@ -364,6 +421,7 @@ struct lock_family {
             if (kind == 'R' && rng() % 2 == 0)
                 st.token = held->second.owner + pick(std::array<char const*, 2>{"1", "2"});
             st.owner = st.token.substr(0, 1);
+            st.written = static_cast<int>(written_rng() % 10);
             break;
         case op::release:
             st.fence_plus = static_cast<int>(rng() % 5) - 1;

@@ -23,6 +23,8 @@ std::vector<script const*> every(script_set const& s) {
             &s.extend,
             &s.status,
             &s.force_unlock,
+            &s.acquire_known,
+            &s.release_known,
             &s.semaphore_acquire,
             &s.semaphore_release,
             &s.semaphore_downgrade,

@@ -105,9 +105,11 @@ void guard_state::on_confirmed(std::chrono::milliseconds ttl) {
 std::optional<held_value> guard_state::written() const noexcept {
     if (!origin_.written)
         return std::nullopt;
+    auto w = *origin_.written;
     if (renewal_confirmed_.load(std::memory_order_relaxed))
-        return held_value{std::max(fence_, origin_.written->fence), origin_.written->since_ms};
-    return origin_.written;
+        w.fence = std::max(fence_, w.fence);
+    w.until = deadline();
+    return w;
 }
 
 namespace {

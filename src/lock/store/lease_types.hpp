@@ -2,6 +2,8 @@
 // answers to the store's requests (lease_store.hpp). Private to the library's sources.
 #pragma once
 
+#include "lock/base/common.hpp"
+
 #include <boost/system/error_code.hpp>
 
 #include <fmt/format.h>
@@ -102,6 +104,10 @@ struct replica_wait {
 struct held_value {
     std::int64_t fence = 0;
     std::int64_t since_ms = 0;
+    // The lease's local deadline, when its holder releases it: the key lives at least as long
+    // (a local deadline is never later than the server's expiry), and the free value a release
+    // leaves keeps that expiry, so this process knows the value until then.
+    lock_clock::time_point until{};
 };
 
 // The answer to one request for a lease.

@@ -31,8 +31,7 @@ inline std::array<std::string, 3> acquire_arguments(std::string_view owner, std:
             fmt::format("{} {} {}", queue_digit, entry_ttl.count(), claim.count())};
 }
 
-// The lock key's value after a grant with nobody queued (what `written` describes): the release
-// compares it whole with what it replaces.
+// The lock key's value after a grant with nobody queued (what `written` describes).
 inline std::string held_value_text(std::string_view owner, std::string_view token,
                                    held_value const& written) {
     return fmt::format("H {} {} {} {} 0", written.fence, owner, token, written.since_ms);
@@ -48,25 +47,42 @@ enum class release_kind {
 
 // The release script's ARGV. `who`: the lease's token, or for `leave` the leaving locker.
 // `last_fence`: the largest fence the holder's process gave under the lease (0: none known).
-// `written`: the value the grant wrote, when the holder's process knows nothing changed it since
-// (then the server frees the lock in one command); `owner` is the holder's locker.
-inline std::array<std::string, 3> release_arguments(release_kind kind, std::string_view who,
+inline std::array<std::string, 2> release_arguments(release_kind kind, std::string_view who,
                                                     std::chrono::milliseconds claim,
-                                                    std::int64_t last_fence,
-                                                    std::optional<held_value> const& written = {},
-                                                    std::string_view owner = {}) {
+                                                    std::int64_t last_fence) {
     char const how = kind == release_kind::hand_on     ? 'h'
                      : kind == release_kind::free_only ? 'f'
                                                        : 'l';
-    std::string expected;
-    std::int64_t free_fence = std::max<std::int64_t>(0, last_fence);
-    // Only with a known fence: a release that gives none (0) must read the stored one.
-    if (written && kind != release_kind::leave && last_fence > 0) {
-        expected = held_value_text(owner, who, *written);
-        free_fence = std::max(free_fence, written->fence);
-    }
-    return {std::move(expected), fmt::format("F {}", free_fence),
+    return {fmt::format("F {}", std::max<std::int64_t>(0, last_fence)),
             fmt::format("{} {} {}", claim.count(), how, who)};
+}
+
+// The largest fence Lua counts on exactly (lock_scripts.hpp): a grant's is at most this.
+inline constexpr std::int64_t largest_exact_fence = 9007199254740991; // 2^53 - 1
+
+// acquire_known's ARGV: the free value this process's release left (with `free_fence`), the
+// grant's value (`written`: its fence one more, this request's clock) and the ttl. Nothing when
+// one more than `free_fence` is past the fences Lua counts on: the general acquire refuses it.
+inline std::optional<std::array<std::string, 3>>
+known_acquire_arguments(std::int64_t free_fence, std::string_view owner, std::string_view token,
+                        held_value const& written, std::chrono::milliseconds ttl) {
+    if (free_fence < 1 || free_fence >= largest_exact_fence || written.fence != free_fence + 1)
+        return std::nullopt;
+    return std::array<std::string, 3>{fmt::format("F {}", free_fence),
+                                      held_value_text(owner, token, written),
+                                      std::to_string(ttl.count())};
+}
+
+// release_known's ARGV: the value the grant wrote and the free value to leave, with the larger
+// of its fence and `last_fence` (the holder's process's last); that fence too.
+struct known_release {
+    std::array<std::string, 2> args;
+    std::int64_t free_fence = 0;
+};
+inline known_release known_release_arguments(std::string_view owner, std::string_view token,
+                                             held_value const& written, std::int64_t last_fence) {
+    auto const free_fence = std::max(written.fence, last_fence);
+    return {{held_value_text(owner, token, written), fmt::format("F {}", free_fence)}, free_fence};
 }
 
 } // namespace colock::detail

@@ -197,6 +197,43 @@ inline lease_reply read_release(script_reply const& reply) {
     return lease_reply{error_code{}, *released != 0, *released == 2};
 }
 
+// acquire_known's 1 (granted `written`) or 0 (the key held something else: ask the general
+// acquire, which `nullopt` says); an error as read_grant's.
+inline std::optional<grant_result> read_known_grant(script_reply const& reply,
+                                                    held_value const& written) {
+    grant_result r;
+    if (replies::failed(reply, r)) {
+        r.outcome_unknown = reply.ec != redis::error::server_error &&
+                            reply.ec != boost::asio::error::operation_aborted;
+        return r;
+    }
+    auto const granted = replies::flag(reply.value, 0, 1);
+    if (!granted) {
+        r = replies::garbled<grant_result>(reply.value);
+        r.outcome_unknown = true;
+        return r;
+    }
+    if (*granted == 0)
+        return std::nullopt;
+    r.granted = true;
+    r.fence = written.fence;
+    r.written = written;
+    return r;
+}
+
+// release_known's 1 (released free) or -1 (the key held something else: ask the general
+// release, which `nullopt` says); an error as read_release's.
+inline std::optional<lease_reply> read_known_release(script_reply const& reply) {
+    if (reply.ec)
+        return lease_reply{reply.ec, false};
+    auto const released = replies::flag(reply.value, -1, 1);
+    if (!released || *released == 0)
+        return lease_reply{error::unexpected_reply, false};
+    if (*released < 0)
+        return std::nullopt;
+    return lease_reply{error_code{}, true, false};
+}
+
 inline lock_reading read_lock(script_reply const& reply) {
     return replies::read_value<lock_reading>(reply, [](resp3::value const& v, lock_reading& r) {
         auto const value = v.elements.size() == 4 ? v.elements[0].as_string() : std::nullopt;

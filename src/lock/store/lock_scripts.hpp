@@ -205,42 +205,24 @@ return redis.error_reply('COLOCK the lock key ' .. KEYS[1] .. ' holds "' .. stri
 )lua";
 
 // Release and leave. KEYS as for acquire, and KEYS[4] the lease's record when it has one
-// (lock_arguments.hpp builds the ARGV). ARGV[1] the lock key's value as the holder's grant wrote
-// it, "H <fence> <owner> <token> <since> 0", when its process knows it and nothing it knows of
-// changed it since (no other locker queued, no record), else ""; ARGV[2] the value a release
-// with nobody queued leaves, "F <last fence>": the largest fence the holder's process gave (its
-// own waiters' turns, and the grant's), stored when larger than the key's ("F 0": none given);
-// ARGV[3] "<claim ms> <how> <who>": the claim's length; how "h" release and hand the lock on,
-// "f" release and leave it free rather than hand it to a queued locker (Redlock gives back the
-// grants of an acquisition without a majority so: handed to another waiter that is itself giving
-// back, they would only trade places), "l" take locker <who> out of the queue (its waiters left);
-// who: the holder's token ("h", "f") or the leaving locker ("l"). The channels are named after
-// KEYS[1]. A release of a lock some process is queued for hands it to the first live entry (its
-// fence stays, the next grant adds one) and tells that process alone; the releasing process's
-// own entry goes behind the others. Otherwise it leaves the lock free. A leaving locker that
-// was handed the lock passes it on the same way. 2 when handed to a queued locker, 1 when
-// released free (or left), 0 when the token does not hold the lock.
+// (lock_arguments.hpp builds the ARGV). ARGV[1] the value a release with nobody queued leaves,
+// "F <last fence>": the largest fence the holder's process gave (its own waiters' turns, and the
+// grant's), stored when larger than the key's ("F 0": none given); ARGV[2] "<claim ms> <how>
+// <who>": the claim's length; how "h" release and hand the lock on, "f" release and leave it
+// free rather than hand it to a queued locker (Redlock gives back the grants of an acquisition
+// without a majority so: handed to another waiter that is itself giving back, they would only
+// trade places), "l" take locker <who> out of the queue (its waiters left); who: the holder's
+// token ("h", "f") or the leaving locker ("l"). The channels are named after KEYS[1]. A release
+// of a lock some process is queued for hands it to the first live entry (its fence stays, the
+// next grant adds one) and tells that process alone; the releasing process's own entry goes
+// behind the others. Otherwise it leaves the lock free. A leaving locker that was handed the
+// lock passes it on the same way. 2 when handed to a queued locker, 1 when released free (or
+// left), 0 when the token does not hold the lock.
 // The wake-up is a courtesy: pcall, so that a user without permission for the channel (Redis 7
 // gives a new ACL user none) still releases; its waiters find their turn by polling.
 inline constexpr std::string_view release_source = R"lua(
-local v = nil
--- The uncontended path, one command: the free value written at once, the value it replaced
--- compared whole with what the holder's grant wrote. That value names the token, says nobody is
--- queued, and carries a fence no larger than ARGV[2]'s (the holder's process gave every fence
--- from it on), so ARGV[2] is what the general path below writes then. Anything else is put back
--- as it was (KEEPTTL twice: the expiry stays; a key that was absent is deleted again, since the
--- SET made it without one) and goes the general way. A full server refuses the SET (maxmemory
--- with noeviction): nothing was written, and the general path frees the lock even then.
-if ARGV[1] ~= '' and not KEYS[4] then
-  local old = redis.pcall('SET', KEYS[1], ARGV[2], 'KEEPTTL', 'GET')
-  if old == ARGV[1] then return 1 end
-  if type(old) ~= 'table' then
-    if old then redis.call('SET', KEYS[1], old, 'KEEPTTL') else redis.call('DEL', KEYS[1]) end
-    v = old
-  end
-end
-if v == nil then v = redis.call('GET', KEYS[1]) end
-local claim_ms, how, who = string.match(ARGV[3], '^(%d+) ([hfl]) (%S+)$')
+local v = redis.call('GET', KEYS[1])
+local claim_ms, how, who = string.match(ARGV[2], '^(%d+) ([hfl]) (%S+)$')
 if not claim_ms then
   return redis.error_reply('COLOCK the release of ' .. KEYS[1] .. ' got arguments it cannot ' ..
                            'read: a client of another release of colock?')
@@ -322,7 +304,7 @@ local function end_record(handed)
     redis.pcall('PUBLISH', KEYS[4], 'N ' .. told)
   end
 end
-local last = tonumber(string.sub(ARGV[2], 3)) or 0
+local last = tonumber(string.sub(ARGV[1], 3)) or 0
 if last > tonumber(fence) then fence = string.format('%.0f', last) end
 if queued ~= '0' and how ~= 'f' and hand_off(fence, holder) then
   end_record(true)
@@ -331,6 +313,40 @@ end
 put('F ' .. fence, 'KEEPTTL')
 end_record(false)
 return 1
+)lua";
+
+// The uncontended cycle in calls of one key, for a name whose value this process knows: what
+// its own release left ("F <fence>", while the lease it ended would still be running), and what
+// its grant wrote. Each does what acquire_source and release_source do from that value, and
+// nothing when the key holds anything else; the caller then asks those (one more round trip,
+// only when someone else changed the key meanwhile).
+//
+// acquire_known: KEYS[1] lock; ARGV[1] the free value this process's release left, ARGV[2] the
+// grant's value ("H <that fence + 1> <owner> <token> <since> 0"), ARGV[3] the ttl in ms. 1 when
+// granted, 0 when the key holds anything else (nothing changed).
+inline constexpr std::string_view acquire_known_source = R"lua(
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+)lua";
+
+// release_known: KEYS[1] lock; ARGV[1] the value the holder's grant wrote ("H <fence> <owner>
+// <token> <since> 0": the token's, nobody queued), ARGV[2] the free value to leave ("F <last
+// fence>", no smaller than that fence: the holder's process gave every fence from it on). One
+// command: the free value written at once, the value it replaced compared whole. Anything else
+// is put back as it was (KEEPTTL twice: the expiry stays; a key that was absent is deleted again,
+// since the SET made it without one). 1 when released free, -1 when the key held anything else
+// (nothing changed: ask release_source). A full server refuses the SET (maxmemory with
+// noeviction): nothing was written, -1, and release_source frees the lock even then.
+inline constexpr std::string_view release_known_source = R"lua(
+local old = redis.pcall('SET', KEYS[1], ARGV[2], 'KEEPTTL', 'GET')
+if old == ARGV[1] then return 1 end
+if type(old) ~= 'table' then
+  if old then redis.call('SET', KEYS[1], old, 'KEEPTTL') else redis.call('DEL', KEYS[1]) end
+end
+return -1
 )lua";
 
 // KEYS[1] lock, KEYS[2] (when the lease has one) its record; ARGV[1] token, ARGV[2] ttl ms,

@@ -84,6 +84,8 @@ constexpr script_spec specs[] = {
     {&script_set::extend, extend_source, "extend", runs_when::memory_full},
     {&script_set::status, status_source, "status", runs_when::read_only},
     {&script_set::force_unlock, force_unlock_source, "force_unlock", runs_when::memory_full},
+    {&script_set::acquire_known, acquire_known_source, "acquire_known", runs_when::memory_allows},
+    {&script_set::release_known, release_known_source, "release_known", runs_when::memory_full},
     {&script_set::semaphore_acquire, semaphore_acquire_source, "semaphore_acquire",
      runs_when::memory_allows},
     {&script_set::semaphore_release, semaphore_release_source, "semaphore_release",
@@ -100,7 +102,7 @@ constexpr script_spec specs[] = {
 
 script_set make_set(script_variant variant) {
     bool const sharded = variant == script_variant::sharded;
-    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     std::string hashed;
     for (auto const& spec : specs) {
         set.*spec.member = make_script(spec.source, sharded);

@@ -3,6 +3,7 @@
 #include "lock/store/single_connection_store.hpp"
 
 #include "lock/base/errors.hpp"
+#include "lock/store/free_values.hpp"
 #include "lock/store/lock_arguments.hpp"
 #include "lock/store/lock_replies.hpp"
 #include "lock/store/lock_scripts.hpp"
@@ -28,10 +29,15 @@ using std::chrono::milliseconds;
 
 namespace {
 
-// A lease with a record (an election's term) ends it in the general path: no one-command release.
-std::optional<held_value> written_unless_record(lock_keys const& keys,
-                                                std::optional<held_value> const& written) {
-    return keys.record_key.empty() ? written : std::nullopt;
+// The one-key release (release_known) of a lease whose value the holder's process knows, with a
+// last fence given: not for a lease with a record (an election's term, which the general release
+// ends), nor for one whose fence is unknown (0: a release of an attempt of unknown outcome).
+std::optional<known_release> known_release_of(lock_keys const& keys, std::string_view token,
+                                              std::int64_t last_fence,
+                                              std::optional<held_value> const& written) {
+    if (!written || !keys.record_key.empty() || last_fence <= 0)
+        return std::nullopt;
+    return known_release_arguments(keys.owner, token, *written, last_fence);
 }
 
 // A campaign's claim of its term is sent again over passing errors, pausing 20 ms, doubled up
@@ -57,6 +63,18 @@ public:
             std::max<std::int64_t>(0, std::chrono::duration_cast<milliseconds>(
                                           std::chrono::system_clock::now().time_since_epoch())
                                           .count());
+        if (replicas.count == 0 && queue != queueing::stay_after_grant)
+            if (auto const free_fence = free_values_.take(keys.key, lock_clock::now())) {
+                // A name this store's release left free: one key, no parsing at the server.
+                held_value const written{*free_fence + 1, since_ms};
+                if (auto const a =
+                        known_acquire_arguments(*free_fence, keys.owner, token, written, ttl)) {
+                    script_call const quick{
+                        client_->scripts().acquire_known, {keys.key}, {(*a)[0], (*a)[1], (*a)[2]}};
+                    if (auto r = read_known_grant(co_await client_->run(quick, stop), written))
+                        co_return std::move(*r);
+                }
+            }
         // The claim of a hand-off this attempt makes when the key is gone and another locker
         // heads the queue, as long as a release's.
         auto const args = acquire_arguments(keys.owner, token, since_ms, ttl, queue,
@@ -112,13 +130,22 @@ public:
                                          milliseconds claim, std::int64_t last_fence,
                                          std::optional<held_value> written) override {
         // A connection lost before the reply leaves the outcome unknown: sent again until the
-        // deadline. The script checks the token, so a repeat is harmless (it answers 0 if the
+        // deadline. The scripts check the token, so a repeat is harmless (it answers 0 if the
         // first one went through, so `true` is only reported when known).
-        auto const args = release_arguments(release_kind::hand_on, token, claim, last_fence,
-                                            written_unless_record(keys, written), keys.owner);
+        if (auto const known = known_release_of(keys, token, last_fence, written)) {
+            script_call const quick{
+                client_->scripts().release_known, {keys.key}, {known->args[0], known->args[1]}};
+            auto const id = free_values_.remember(keys.key, known->free_fence, written->until);
+            auto r = read_known_release(co_await client_->run_retrying(quick, release_retries));
+            if (!r || r->ec)
+                free_values_.forget(keys.key, id);
+            if (r)
+                co_return *r;
+        }
+        auto const args = release_arguments(release_kind::hand_on, token, claim, last_fence);
         script_call const call{client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {args[0], args[1], args[2]},
+                               {args[0], args[1]},
                                keys.record_key};
         co_return read_release(co_await client_->run_retrying(call, release_retries));
     }
@@ -127,18 +154,30 @@ public:
                                std::int64_t last_fence, std::optional<held_value> written,
                                std::function<void()> retry) override {
         // A repeat on a server without the script goes out after what the caller sent next:
-        // harmless, the script acts on this lease's token only, which no later call uses.
-        auto const args = release_arguments(release_kind::hand_on, token, claim, last_fence,
-                                            written_unless_record(keys, written), keys.owner);
-        script_call const call{client_->scripts().release,
-                               {keys.key, keys.queue_key, keys.deadlines_key},
-                               {args[0], args[1], args[2]},
-                               keys.record_key};
-        client_->run_detached(
-            call, [strand = strand(), retry = std::move(retry)](script_reply const& reply) {
-                if (reply.ec && is_transient(reply.ec, reply.server_text()))
-                    asio::dispatch(strand, std::move(retry));
+        // harmless, the scripts act on this lease's token only, which no later call uses.
+        auto const on_reply = [strand = strand(),
+                               retry = std::move(retry)](script_reply const& reply) {
+            if (reply.ec && is_transient(reply.ec, reply.server_text()))
+                asio::dispatch(strand, retry);
+        };
+        if (auto const known = known_release_of(keys, token, last_fence, written)) {
+            script_call const quick{
+                client_->scripts().release_known, {keys.key}, {known->args[0], known->args[1]}};
+            // The general release, when the key held something else, goes out from the reply's
+            // strand: after what the caller sent meanwhile, which is harmless as above.
+            auto const id = free_values_.remember(keys.key, known->free_fence, written->until);
+            client_->run_detached(quick, [self = shared_from_this(), keys, token, claim, last_fence,
+                                          id, on_reply](script_reply const& reply) {
+                auto const r = read_known_release(reply);
+                if (!r || r->ec)
+                    self->free_values_.forget(keys.key, id);
+                if (!r)
+                    return self->send_release(keys, token, claim, last_fence, on_reply);
+                on_reply(reply);
             });
+            return;
+        }
+        send_release(keys, token, claim, last_fence, on_reply);
     }
 
     void give_back_in_background(lock_keys const& keys, std::string const& token,
@@ -155,7 +194,7 @@ public:
         auto const args = release_arguments(release_kind::leave, keys.owner, claim, 0);
         script_call const call{client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {args[0], args[1], args[2]}};
+                               {args[0], args[1]}};
         client_->run_detached(
             call, [self = shared_from_this(), keys, claim](script_reply const& reply) {
                 if (reply.ec && is_transient(reply.ec, reply.server_text()))
@@ -319,7 +358,7 @@ private:
         auto const args = release_arguments(release_kind::free_only, token, milliseconds(0), 0);
         script_call const call{self->client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {args[0], args[1], args[2]},
+                               {args[0], args[1]},
                                keys.record_key};
         co_await self->client_->run_retrying(call, release_retries, std::move(current));
     }
@@ -330,12 +369,24 @@ private:
         auto const args = release_arguments(release_kind::leave, keys.owner, claim, 0);
         script_call const call{self->client_->scripts().release,
                                {keys.key, keys.queue_key, keys.deadlines_key},
-                               {args[0], args[1], args[2]}};
+                               {args[0], args[1]}};
         co_await self->client_->run_retrying(call, leave_retries);
+    }
+
+    // The general release, handed to the connection now; `done` gets its reply.
+    void send_release(lock_keys const& keys, std::string const& token, milliseconds claim,
+                      std::int64_t last_fence, std::function<void(script_reply)> done) {
+        auto const args = release_arguments(release_kind::hand_on, token, claim, last_fence);
+        script_call const call{client_->scripts().release,
+                               {keys.key, keys.queue_key, keys.deadlines_key},
+                               {args[0], args[1]},
+                               keys.record_key};
+        client_->run_detached(call, std::move(done));
     }
 
     std::shared_ptr<script_client> const client_;
     permit_requests const permits_{client_};
+    free_values free_values_;
 };
 
 } // namespace
