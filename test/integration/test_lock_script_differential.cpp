@@ -292,6 +292,34 @@ void push_current_call(lock_step const& st, call_site const& at, std::string_vie
     }
 }
 
+/// Two releases on the same names: lockers A and C run the previous release's scripts and call
+/// form, locker B this release's (status and forced unlocks, by nobody's locker, this release's).
+/// Equal to a fleet of the previous release alone, step by step: so a fleet can upgrade one
+/// process at a time.
+void push_mixed_call(lock_step const& st, call_site const& at, std::string_view,
+                     resp3::request& req) {
+    bool const current = st.owner == "B" || st.what == op::status || st.what == op::force_unlock;
+    auto const source_of = [&](op what) -> std::string_view {
+        switch (what) {
+        case op::acquire:
+            return current ? detail::acquire_source : previous::acquire_source;
+        case op::release:
+        case op::leave:
+            return current ? detail::release_source : previous::release_source;
+        case op::extend:
+            return current ? detail::extend_source : previous::extend_source;
+        case op::force_unlock:
+            return detail::force_unlock_source;
+        default:
+            return detail::status_source;
+        }
+    };
+    if (current)
+        push_current_call(st, at, source_of(st.what), req);
+    else
+        push_previous_call(st, at, source_of(st.what), req);
+}
+
 /// One release's lock scripts: their sources (owned, so that a test can break a copy), how its
 /// library calls them and how its values read as states. A release that packs its arguments
 /// otherwise, or writes another value format, gives its own `push_call` and `decode`; the walk,
@@ -657,6 +685,25 @@ TEST_CASE("the lock scripts keep the previous release's replies, states, wake-up
               "force_unlock {1", "release past a lapsed entry 2"})
             CHECK_MESSAGE(paths[path] >= 5, path);
     }
+}
+
+TEST_CASE("two releases on the same names at once: lockers of the previous release and of this "
+          "one agree with a fleet of the previous release alone on every reply, state, wake-up "
+          "and TTL") {
+    diff::settings s;
+    s.seed = diff::from_env("COLOCK_SCRIPT_DIFF_SEED", default_seed + 1);
+    s.steps = diff::from_env("COLOCK_SCRIPT_DIFF_STEPS", default_steps);
+    auto mixed = current_scripts();
+    mixed.push_call = push_mixed_call;
+    auto const run = run_lock_differential(make_side("previous release", previous_scripts()),
+                                           make_side("two releases", mixed), s);
+    auto const& out = run.outcome;
+    REQUIRE_MESSAGE(!out.diverged, out.report << "replay: COLOCK_SCRIPT_DIFF_SEED=" << s.seed
+                                              << " COLOCK_SCRIPT_DIFF_STEPS=" << (out.step + 1));
+    auto paths = run.paths;
+    // Hand-offs between the releases happen: the walk's releases hand the lock on.
+    CHECK(paths["release 2"] >= 5);
+    CHECK(paths["acquire from R"] >= 5);
 }
 
 TEST_CASE("the differential test of the lock scripts finds a broken script") {
