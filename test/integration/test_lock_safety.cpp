@@ -262,7 +262,7 @@ TEST_CASE("acquire and release scripts: the uncontended paths write what the gen
                            a[2]);
         };
         // A release as the store sends it: with the value its grant wrote, the one-key call
-        // first (release_known), and the general one when that answers -1; without, the general
+        // first (release_known), and the general one when that answers 0; without, the general
         // one alone. The reply of the one that decided, and which one it was.
         struct release_outcome {
             std::int64_t reply = 0;
@@ -276,7 +276,7 @@ TEST_CASE("acquire and release scripts: the uncontended paths write what the gen
                     detail::known_release_arguments("owner-a", token, *written, last_fence);
                 auto const r = co_await integer(probe, command("EVAL", detail::release_known_source,
                                                                "1", key, k.args[0], k.args[1]));
-                if (r != -1)
+                if (r != 0)
                     co_return release_outcome{r, true};
             }
             auto const a =

@@ -275,7 +275,7 @@ void push_current_call(lock_step const& st, call_site const& at, std::string_vie
         append(args, general);
         diff::push_eval(
             req,
-            one_then_other(detail::release_known_source, 2, "if r ~= -1 then return r end", source),
+            one_then_other(detail::release_known_source, 2, "if r ~= 0 then return r end", source),
             keys, args);
         return;
     }

@@ -210,4 +210,50 @@ TEST_CASE("lock reply readers: a retried request's pause doubles at most four ti
     CHECK(release_retries.pause(100) == 250ms);
 }
 
+TEST_CASE("lock reply readers: the one-key calls' replies, and the uncontended grant's fence as "
+          "text") {
+    held_value const written{42, 7};
+    // acquire_known: 1 granted the value the store knew, 0 asks the general acquire.
+    auto granted = read_known_grant(answered(number(1)), written);
+    REQUIRE(granted);
+    CHECK(granted->granted);
+    CHECK(granted->fence == 42);
+    REQUIRE(granted->written);
+    CHECK(granted->written->fence == 42);
+    CHECK_FALSE(read_known_grant(answered(number(0)), written));
+    // Anything else is garbled, of unknown outcome (the script ran); a lost reply too.
+    for (auto const& v : {number(2), number(-1), blob("1"), simple_text("OK")}) {
+        auto const r = read_known_grant(answered(v), written);
+        REQUIRE(r);
+        CHECK(r->ec == colock::error::unexpected_reply);
+        CHECK_FALSE(r->granted);
+        CHECK(r->outcome_unknown);
+    }
+    auto const lost =
+        read_known_grant(script_reply{colock::redis::error::connection_lost, {}}, written);
+    REQUIRE(lost);
+    CHECK(lost->outcome_unknown);
+    // release_known: 1 released, 0 asks the general release, anything else is no success.
+    auto const released = read_known_release(answered(number(1)));
+    REQUIRE(released);
+    CHECK(released->ours);
+    CHECK_FALSE(released->handed);
+    CHECK_FALSE(read_known_release(answered(number(0))));
+    for (auto const& v : {number(2), number(-1), blob("1"), simple_text("OK")}) {
+        auto const r = read_known_release(answered(v));
+        REQUIRE(r);
+        CHECK(r->ec == colock::error::unexpected_reply);
+        CHECK_FALSE(r->ours);
+    }
+    // The general acquire's uncontended path answers the fence as its decimal text.
+    auto const text = read_grant(answered(blob("1764738211234568")));
+    CHECK(text.granted);
+    CHECK(text.fence == 1764738211234568);
+    for (auto const& bad : {"0", "-3", "12x", ""}) {
+        auto const r = read_grant(answered(blob(bad)));
+        CHECK(r.ec == colock::error::unexpected_reply);
+        CHECK_FALSE(r.granted);
+    }
+}
+
 } // namespace lock_reply_readers_test

@@ -221,15 +221,15 @@ inline std::optional<grant_result> read_known_grant(script_reply const& reply,
     return r;
 }
 
-// release_known's 1 (released free) or -1 (the key held something else: ask the general
-// release, which `nullopt` says); an error as read_release's.
+// release_known's 1 (released free) or 0 (the key held something else: ask the general
+// release, which `nullopt` says); an error as read_release's, any other reply unexpected_reply.
 inline std::optional<lease_reply> read_known_release(script_reply const& reply) {
     if (reply.ec)
         return lease_reply{reply.ec, false};
-    auto const released = replies::flag(reply.value, -1, 1);
-    if (!released || *released == 0)
+    auto const released = replies::flag(reply.value, 0, 1);
+    if (!released)
         return lease_reply{error::unexpected_reply, false};
-    if (*released < 0)
+    if (*released == 0)
         return std::nullopt;
     return lease_reply{error_code{}, true, false};
 }

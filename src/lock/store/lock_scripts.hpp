@@ -351,16 +351,16 @@ return 0
 // fence>", no smaller than that fence: the holder's process gave every fence from it on). One
 // command: the free value written at once, the value it replaced compared whole. Anything else
 // is put back as it was (KEEPTTL twice: the expiry stays; a key that was absent is deleted again,
-// since the SET made it without one). 1 when released free, -1 when the key held anything else
+// since the SET made it without one). 1 when released free, 0 when the key held anything else
 // (nothing changed: ask release_source). A full server refuses the SET (maxmemory with
-// noeviction): nothing was written, -1, and release_source frees the lock even then.
+// noeviction): nothing was written, 0, and release_source frees the lock even then.
 inline constexpr std::string_view release_known_source = R"lua(
 local old = redis.pcall('SET', KEYS[1], ARGV[2], 'KEEPTTL', 'GET')
 if old == ARGV[1] then return 1 end
 if type(old) ~= 'table' then
   if old then redis.call('SET', KEYS[1], old, 'KEEPTTL') else redis.call('DEL', KEYS[1]) end
 end
-return -1
+return 0
 )lua";
 
 // KEYS[1] lock, KEYS[2] (when the lease has one) its record; ARGV[1] token, ARGV[2] ttl ms,
