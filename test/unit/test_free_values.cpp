@@ -49,7 +49,7 @@ TEST_CASE("free values: bounded; lapsed entries make room, live ones are kept") 
     CHECK(values.size() == free_values::capacity);
     // Full of live values but one: that one goes, the new one comes in.
     CHECK(values.remember("p{new}", 7, now + 10s) == 0); // nothing has lapsed yet
-    lock_clock::advance(200ms); // the test clock: the first one lapses
+    lock_clock::advance(200ms);                          // the test clock: the first one lapses
     CHECK(values.remember("p{new}", 7, now + 1h) != 0);
     CHECK(values.size() == free_values::capacity);
     CHECK(values.take("p{0}", lock_clock::now()) == std::nullopt);
