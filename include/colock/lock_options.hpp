@@ -35,8 +35,16 @@ struct lock_options {
     std::chrono::milliseconds ttl{30'000};
     /// Renew the lease in the background while the guard lives.
     bool auto_renew = true;
-    /// Time between renewals; default ttl / 3. Must be below ttl.
+    /// Time between renewals; default ttl / 3. Must be below ttl. Each renewal is due at a
+    /// multiple of a sixteenth of it (at most that much sooner), so that a locker's leases of the
+    /// same terms fall due together.
     std::optional<std::chrono::milliseconds> renew_interval;
+    /// Renewals in batches: a renewal due with others of the same locker and ttl (on one server
+    /// or one Cluster slot) goes out with them in one script call of up to 256 leases, each
+    /// checked by the value its grant wrote, at most 2 ms after it was due. A process holding
+    /// thousands of locks then costs the server less than half per renewal. Off, each renewal
+    /// is a call of its own, sent when due. Redlock renews each lease alone either way.
+    bool renew_in_batches = true;
     /// Renewal stops this long after the lock was taken, so a stuck holder cannot keep the
     /// lock forever; the lease then runs out and the guard reports it lost. Default: no limit.
     /// Any length up to milliseconds::max() is accepted and means what it says (no overflow).

@@ -365,7 +365,8 @@ asio::awaitable<lease_reply> fake_store::lease_request(std::deque<fault>& faults
 }
 
 asio::awaitable<lease_reply> fake_store::extend(lock_keys const& keys, std::string const& token,
-                                                milliseconds ttl, std::int64_t fence) {
+                                                milliseconds ttl, std::int64_t fence,
+                                                std::optional<detail::held_value> /*renewal*/) {
     co_return co_await lease_request(server_.extend_faults, true,
                                      [&] { return server_.extend(keys, token, ttl, fence); });
 }

@@ -148,8 +148,8 @@ public:
                                                boost::asio::cancellation_slot stop,
                                                replica_wait replicas) override;
     boost::asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
-                                               std::chrono::milliseconds ttl,
-                                               std::int64_t fence) override;
+                                               std::chrono::milliseconds ttl, std::int64_t fence,
+                                               std::optional<detail::held_value> renewal) override;
     boost::asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
                                                 std::chrono::milliseconds claim,
                                                 std::int64_t last_fence,

@@ -53,7 +53,8 @@ public:
         co_return colock::detail::grant_result{};
     }
     asio::awaitable<colock::detail::lease_reply>
-    extend(lock_keys const&, std::string const&, std::chrono::milliseconds, std::int64_t) override {
+    extend(lock_keys const&, std::string const&, std::chrono::milliseconds, std::int64_t,
+           std::optional<colock::detail::held_value>) override {
         co_return colock::detail::lease_reply{};
     }
     asio::awaitable<colock::detail::lease_reply>

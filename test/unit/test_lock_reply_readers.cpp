@@ -256,4 +256,29 @@ TEST_CASE("lock reply readers: the one-key calls' replies, and the uncontended g
     }
 }
 
+TEST_CASE("lock reply readers: a batch of renewals answers one flag per lease; a refusal sends "
+          "each alone, anything else fails them all") {
+    auto const read = read_known_extensions(answered(array({number(1), number(0), number(1)})), 3);
+    CHECK_FALSE(read.ec);
+    CHECK(read.extended == std::vector<bool>{true, false, true});
+    // A refusal (an ACL without the function, a proxy): no answers and no error, so that each
+    // lease asks alone and hears it.
+    auto const refused = read_known_extensions(
+        script_reply{colock::redis::error::server_error, error_reply("NOPERM")}, 2);
+    CHECK_FALSE(refused.ec);
+    CHECK(refused.extended.empty());
+    auto const lost =
+        read_known_extensions(script_reply{colock::redis::error::connection_lost, {}}, 2);
+    CHECK(lost.ec == colock::redis::error::connection_lost);
+    CHECK(lost.extended.empty());
+    // Too few or too many answers, a flag out of range or of another type, not an array.
+    for (auto const& v :
+         {array({number(1)}), array({number(1), number(0), number(1)}),
+          array({number(1), number(2)}), array({number(1), blob("1")}), number(1)}) {
+        auto const r = read_known_extensions(answered(v), 2);
+        CHECK(r.ec == colock::error::unexpected_reply);
+        CHECK(r.extended.empty());
+    }
+}
+
 } // namespace lock_reply_readers_test

@@ -292,19 +292,24 @@ TEST_CASE_FIXTURE(one_process,
     });
 }
 
-TEST_CASE_FIXTURE(one_process, "orchestration: the renewal timer kept for a local hand-off stops "
-                               "once nothing is held: io_context::run() returns at once") {
+TEST_CASE_FIXTURE(one_process, "orchestration: the renewal timer, left armed after the last lease "
+                               "(the next one costs no re-arm), stops at the locker's close: "
+                               "io_context::run() returns at once") {
     w.run([&]() -> asio::awaitable<void> {
-        auto first = co_await a.co_lock("n", short_lease(30s)); // renewals every 10 s
+        // A locker of its own, gone at the end of this scope as a program's is before run()
+        // returns (a connection, which a real locker has, keeps run() going while open).
+        locker c = locker_access::make(w.process());
+        auto first = co_await c.co_lock("n", short_lease(30s)); // renewals every 10 s
         std::optional<lock_guard> second;
         asio::co_spawn(
             w.ctx,
-            [&]() -> asio::awaitable<void> { second = co_await a.co_lock("n", short_lease(30s)); },
+            [&]() -> asio::awaitable<void> { second = co_await c.co_lock("n", short_lease(30s)); },
             asio::detached);
-        co_await until([&] { return a.waiting() == 1; });
-        CHECK(co_await first.unlock()); // handed to the waiter: the timer is kept for it
+        co_await until([&] { return c.waiting() == 1; });
+        CHECK(co_await first.unlock()); // handed to the waiter
         co_await until([&] { return second.has_value(); });
         CHECK(co_await second->unlock());
+        second.reset();
     });
     w.ctx.restart();
     auto const started = clock_type::now();

@@ -25,6 +25,7 @@ std::vector<script const*> every(script_set const& s) {
             &s.force_unlock,
             &s.acquire_known,
             &s.release_known,
+            &s.extend_known,
             &s.semaphore_acquire,
             &s.semaphore_release,
             &s.semaphore_downgrade,
@@ -131,8 +132,9 @@ TEST_CASE("the Functions library: named after what it holds, one function per sc
 TEST_CASE("the Functions library's flags: what frees or renews runs on a full server, what only "
           "reads is no-writes, what grants is refused there") {
     auto const& set = scripts_for(script_variant::plain);
-    for (auto const* s : {&set.release, &set.extend, &set.force_unlock, &set.semaphore_release,
-                          &set.semaphore_downgrade, &set.semaphore_extend, &set.semaphore_read})
+    for (auto const* s :
+         {&set.release, &set.extend, &set.extend_known, &set.force_unlock, &set.semaphore_release,
+          &set.semaphore_downgrade, &set.semaphore_extend, &set.semaphore_read})
         CHECK_MESSAGE(flags_of(set, s->function) == "{'allow-oom'}", s->function);
     for (auto const* s : {&set.status, &set.election_read})
         CHECK_MESSAGE(flags_of(set, s->function) == "{'no-writes'}", s->function);

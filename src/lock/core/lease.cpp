@@ -157,10 +157,8 @@ void lease_book::set_renewal_timer(clock_type::time_point at) {
     });
 }
 
-void lease_book::unschedule(renewal_entry e, bool keep_timer) {
+void lease_book::unschedule(renewal_entry e) {
     renewals_due_.erase(e);
-    if (!keep_timer)
-        cancel_idle_timer();
 }
 
 void lease_book::cancel_idle_timer() {
@@ -239,7 +237,15 @@ clock_type::time_point lease::next_renewal() const {
     auto const until = deadline();
     auto const by_lease =
         until - now > ttl_ - interval ? now + interval : until - (ttl_ - interval);
-    return std::max(now, std::min(now + interval, by_lease));
+    auto const due = std::min(now + interval, by_lease);
+    // Down to a multiple of a sixteenth of the interval: a locker's leases of the same terms
+    // fall due at the same moments, and their renewals go out together (renewal_batch.hpp).
+    // Never later for it; at most a sixteenth sooner.
+    auto const grid = std::chrono::duration_cast<clock_type::duration>(interval) / 16;
+    if (grid <= clock_type::duration::zero())
+        return std::max(now, due);
+    auto const since = due.time_since_epoch();
+    return std::max(now, clock_type::time_point(since - since % grid));
 }
 
 void lease::enter_book() {
@@ -275,11 +281,11 @@ void lease::start_watch() {
                    asio::bind_cancellation_slot(renew_stop_.slot(), asio::detached));
 }
 
-void lease::stop(bool keep_renewal_timer) {
+void lease::stop() {
     renew_stop_.emit(asio::cancellation_type::terminal);
     finish_waiters();
     if (renewal_scheduled_)
-        book_->unschedule(*std::exchange(renewal_scheduled_, std::nullopt), keep_renewal_timer);
+        book_->unschedule(*std::exchange(renewal_scheduled_, std::nullopt));
     if (registration_)
         book_->remove(*std::exchange(registration_, std::nullopt));
 }
@@ -366,7 +372,7 @@ asio::awaitable<bool> lease::renew_now(std::shared_ptr<lease> self, asio::cancel
         self->bound_deadline(started, ttl);
         lease_end.expires_at(self->deadline());
         auto outcome =
-            co_await (self->extend_at_server(ttl) || lease_end.async_wait(nothrow_awaitable));
+            co_await (self->extend_at_server(ttl, true) || lease_end.async_wait(nothrow_awaitable));
         turn.turns = nullptr;
         self->turns_.give();
         if (cancelled(cs) || self->released_)
@@ -414,7 +420,7 @@ asio::awaitable<std::tuple<error_code, bool>> lease::extend(std::shared_ptr<leas
     // The watcher (or the renewal's sleep) looks again at the earlier deadline.
     if (self->bound_deadline(started, ttl))
         self->renew_timer_.cancel();
-    auto const reply = co_await self->extend_at_server(ttl);
+    auto const reply = co_await self->extend_at_server(ttl, false);
     if (reply.ec)
         co_return std::tuple{reply.ec, false};
     if (reply.ours) {

@@ -98,8 +98,8 @@ public:
     // The wait_lost handlers, which may own the coroutine that owns the guard, at the
     // io_context's shutdown.
     void drop_waiters() noexcept;
-    // Stops the renewal timer when nothing is scheduled: kept for a local waiter (see
-    // unschedule) that is gone now, or the locker closes. On the strand.
+    // Stops the renewal timer when nothing is scheduled: the locker or its connection closes.
+    // On the strand.
     void cancel_idle_timer();
 
 private:
@@ -113,12 +113,13 @@ private:
     // less than its renew interval costs no coroutine and no timer of its own. One timer
     // serves them all.
     renewal_entry schedule(clock_type::time_point due, std::shared_ptr<lease> const& l);
-    // Takes a renewal off the schedule; with none left, the timer stops, so that it does not
-    // keep io_context::run() from returning; unless `keep_timer`: a waiter of this process is
-    // about to take the lease, and re-arming the timer for it would cost a system call per
-    // hand-off (Asio reprograms its timerfd when a timer becomes its clock's earliest). A kept
-    // timer that fires finds nothing due and stops; cancel_idle_timer() stops it sooner.
-    void unschedule(renewal_entry e, bool keep_timer = false);
+    // Takes a renewal off the schedule. The timer stays armed, even with nothing left: when it
+    // fires it finds nothing due and stops. The next lease (the next cycle of a name locked in a
+    // loop, a hand-off here) finds it armed for an earlier time and costs nothing, where stopping
+    // and re-arming it cost a system call per cycle (Asio reprograms its timerfd when a timer
+    // becomes its clock's earliest). An idle armed timer keeps io_context::run() from returning
+    // no longer than the open connection does, and its close stops it (cancel_idle_timer).
+    void unschedule(renewal_entry e);
     void start_due_renewals();
     void set_renewal_timer(clock_type::time_point at);
 
@@ -198,16 +199,17 @@ public:
     void renew_now();
     // Stops renewal and wakes wait_lost, and leaves the book. On the strand; before any
     // release is sent, so no renewal can be queued behind the release and revive the lock.
-    // `keep_renewal_timer`: a local waiter is about to take the lease (lease_book::unschedule).
-    void stop(bool keep_renewal_timer = false);
+    void stop();
     // An explicit extension of `self`, in turn with the renewal: `ours` false marks it lost.
     // On the strand.
     static boost::asio::awaitable<std::tuple<boost::system::error_code, bool>>
     extend(std::shared_ptr<lease> self, std::chrono::milliseconds ttl);
 
 protected:
-    // Sets the lease to `ttl` from now at the server, if it is still ours.
-    virtual boost::asio::awaitable<lease_reply> extend_at_server(std::chrono::milliseconds ttl) = 0;
+    // Sets the lease to `ttl` from now at the server, if it is still ours: for the renewal
+    // (`renewal`, which a store may send with others' a moment later) or an extend().
+    virtual boost::asio::awaitable<lease_reply> extend_at_server(std::chrono::milliseconds ttl,
+                                                                 bool renewal) = 0;
     // The current generation of the server that holds the lease: one other than at the grant
     // means it was replaced, and the lease with it.
     virtual std::uint64_t current_server_generation() const noexcept = 0;
@@ -240,7 +242,7 @@ private:
     std::chrono::milliseconds renew_interval() const;
     // When to renew next: one interval from now, or sooner for a lease taken over from a
     // holder before (its deadline is older), when as little is left of it as a lease renewed
-    // on time would have: ttl - renew_interval.
+    // on time would have: ttl - renew_interval; aligned down to a sixteenth of the interval.
     clock_type::time_point next_renewal() const;
     void start_watch();
     void finish_waiters();

@@ -65,8 +65,17 @@ lock_guard guard_access::try_share(std::shared_ptr<guard_state> st) noexcept {
     return lock_guard(std::move(st));
 }
 
-asio::awaitable<lease_reply> guard_state::extend_at_server(std::chrono::milliseconds ttl) {
-    return owner_->store().extend(keys_, origin_.lease_token, ttl, fence_);
+asio::awaitable<lease_reply> guard_state::extend_at_server(std::chrono::milliseconds ttl,
+                                                           bool renewal) {
+    // The key holds the written value with this holder's fence, or the renewal must store it.
+    auto known = renewal && opt_.renew_in_batches ? written() : std::nullopt;
+    if (known && known->fence < fence_)
+        known.reset();
+    auto const reply =
+        co_await owner_->store().extend(keys_, origin_.lease_token, ttl, fence_, known);
+    if (reply.value_changed)
+        value_changed_.store(true, std::memory_order_relaxed);
+    co_return reply;
 }
 
 std::uint64_t guard_state::current_server_generation() const noexcept {
@@ -103,7 +112,7 @@ void guard_state::on_confirmed(std::chrono::milliseconds ttl) {
 }
 
 std::optional<held_value> guard_state::written() const noexcept {
-    if (!origin_.written)
+    if (!origin_.written || value_changed_.load(std::memory_order_relaxed))
         return std::nullopt;
     auto w = *origin_.written;
     if (renewal_confirmed_.load(std::memory_order_relaxed))
@@ -151,7 +160,7 @@ void send_release(std::shared_ptr<guard_state> st) {
 namespace {
 
 // Whether a local taker may come for the lease of `st`: one in the queue, or the next co_lock
-// of a kept lease. Its renewal timer then stays armed (a re-arm costs a system call).
+// of a kept lease: the strand decides first whether the lease goes to it.
 bool local_taker_may_come(guard_state const& st) {
     return st.owner().waiting() > 0 || st.options().retain.count() > 0;
 }
@@ -159,7 +168,7 @@ bool local_taker_may_come(guard_state const& st) {
 } // namespace
 
 asio::awaitable<std::tuple<error_code, bool>> release_held(std::shared_ptr<guard_state> st) {
-    st->stop(local_taker_may_come(*st));
+    st->stop();
     if (st->owner().let_go_locally(*st))
         co_return std::tuple{error_code{}, true};
     co_return co_await release_to_server(std::move(st));
@@ -180,7 +189,7 @@ void release_in_background(std::shared_ptr<guard_state> st) {
         asio::dispatch(strand, [st = std::move(st), may_keep]() mutable {
             if (may_keep && !st->owner().retained().let_go_arrived(*st))
                 return; // the connection's close gave the lease back meanwhile
-            st->stop(local_taker_may_come(*st));
+            st->stop();
             if (!st->owner().let_go_locally(*st))
                 send_release(std::move(st));
         });

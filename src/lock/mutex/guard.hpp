@@ -96,7 +96,8 @@ public:
     }
 
 private:
-    boost::asio::awaitable<lease_reply> extend_at_server(std::chrono::milliseconds ttl) override;
+    boost::asio::awaitable<lease_reply> extend_at_server(std::chrono::milliseconds ttl,
+                                                         bool renewal) override;
     std::uint64_t current_server_generation() const noexcept override;
     bool is_lease(std::string_view key, std::string_view token) const noexcept override;
     void give_back_now() noexcept override;
@@ -116,6 +117,9 @@ private:
     // A renewal of this guard's was confirmed: it stored fence_ in the key (a lease's fences
     // only grow along its holders, so the stored one was no larger).
     std::atomic<bool> renewal_confirmed_{false};
+    // A renewal found the key holding another value while the lease was ours (another locker
+    // queued behind it): written() no longer knows it.
+    std::atomic<bool> value_changed_{false};
 };
 
 // What lock_scope (scope.cpp) needs of a lock_guard beyond its public face.

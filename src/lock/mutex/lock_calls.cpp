@@ -195,8 +195,6 @@ void lock_calls::finish(lock_operation& op) {
         notes_.queue(op.name(), q->waiters.size());
         if (baton)
             handoffs_.pass_on(q->keys, std::move(*baton), claim);
-        if (queues_.waiting() == 0)
-            context_.book()->cancel_idle_timer(); // kept for a taker that is gone
     }
     op.end_sleep();
     op.deliver();

@@ -72,8 +72,6 @@ bool locker_impl::let_go_locally(guard_state& st) {
     if (handed || kept)
         return true;
     retained_.forget(st.keys());
-    if (waiting() == 0)
-        book_->cancel_idle_timer(); // kept for a taker that did not come
     return false;
 }
 

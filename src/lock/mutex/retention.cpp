@@ -308,8 +308,6 @@ void retained_leases::drop(entry_ptr const& e) {
         context_.store().unsubscribe(e->keys.channel);
     if (baton)
         handoffs_.give_back(e->keys, std::move(*baton), e->claim);
-    if (queues_.waiting() == 0)
-        context_.book()->cancel_idle_timer(); // kept armed at the let-go for a taker
 }
 
 } // namespace colock::detail

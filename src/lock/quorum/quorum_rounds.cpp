@@ -74,8 +74,8 @@ asio::awaitable<void> extend_member(std::shared_ptr<quorum_members const> member
     }
     auto& store = members->store(i);
     auto const before = store.server_changes(round->keys());
-    auto const r =
-        co_await store.extend(round->keys(), round->token(), round->ttl(), round->fence());
+    auto const r = co_await store.extend(round->keys(), round->token(), round->ttl(),
+                                         round->fence(), std::nullopt);
     auto const after = store.server_changes(round->keys());
     // A confirmation counts from an instance that granted or confirmed this lease before,
     // and was not replaced meanwhile; a late one still keeps the primary counted.

@@ -86,7 +86,9 @@ public:
     // ------------------------------------------------------------------ extend
 
     asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
-                                        milliseconds ttl, std::int64_t fence) override {
+                                        milliseconds ttl, std::int64_t fence,
+                                        std::optional<held_value> /*renewal*/) override {
+        // Each primary's value is its own: no batches (each primary's renewal goes alone).
         return run_extend(members_, leases_, keys, token, ttl, fence);
     }
 

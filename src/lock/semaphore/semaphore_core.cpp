@@ -236,7 +236,7 @@ void permit_state::hold() {
     start();
 }
 
-asio::awaitable<lease_reply> permit_state::extend_at_server(milliseconds ttl) {
+asio::awaitable<lease_reply> permit_state::extend_at_server(milliseconds ttl, bool /*renewal*/) {
     if (!exclusive_in_doubt())
         co_return co_await core_->extend(token_, ttl);
     // A downgrade whose reply was not seen: the renewal asks which it is now.

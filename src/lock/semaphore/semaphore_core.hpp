@@ -133,7 +133,8 @@ public:
     }
 
 private:
-    boost::asio::awaitable<lease_reply> extend_at_server(std::chrono::milliseconds ttl) override;
+    boost::asio::awaitable<lease_reply> extend_at_server(std::chrono::milliseconds ttl,
+                                                         bool renewal) override;
     std::uint64_t current_server_generation() const noexcept override;
     bool is_lease(std::string_view key, std::string_view token) const noexcept override;
     void give_back_now() noexcept override;

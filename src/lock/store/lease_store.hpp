@@ -59,11 +59,12 @@ public:
 
     // Sets the lease of `token` to `ttl` from now, if it is still ours, and keeps `fence` (the
     // holder's) as the lock's last fence where a smaller one is stored. Cancelled by the
-    // awaiting coroutine's cancellation, as the connection's requests are.
-    virtual boost::asio::awaitable<lease_reply> extend(lock_keys const& keys,
-                                                       std::string const& token,
-                                                       std::chrono::milliseconds ttl,
-                                                       std::int64_t fence) = 0;
+    // awaiting coroutine's cancellation, as the connection's requests are. `renewal`: a
+    // renewal (not an extend() its caller waits for) of a lease whose value the holder knows
+    // (held_value): a store may send it with others, a moment later (renewal_batch.hpp).
+    virtual boost::asio::awaitable<lease_reply>
+    extend(lock_keys const& keys, std::string const& token, std::chrono::milliseconds ttl,
+           std::int64_t fence, std::optional<held_value> renewal) = 0;
 
     // How long a lease of `ttl` is known to be ours, counted from the start of the request that
     // granted or extended it: `ttl` on one server; with a quorum, less the clock drift allowed

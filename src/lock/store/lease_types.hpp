@@ -139,6 +139,9 @@ struct lease_reply {
     boost::system::error_code ec;
     bool ours = false;
     bool handed = false;
+    // A renewal of a value the holder knew (lease_store::extend): the key held another while
+    // the lease was ours, so what the holder knows is stale.
+    bool value_changed = false;
 };
 
 // A lock's keys as status reads them.

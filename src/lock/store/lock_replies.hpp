@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace colock::detail {
 
@@ -40,6 +41,16 @@ lease_reply read_extend(script_reply const& reply);
 
 // The release script's 2 (handed to a queued locker), 1 (freed) or 0 (not ours).
 lease_reply read_release(script_reply const& reply);
+
+// extend_known's answers for `keys` leases, in order: `extended` true (1), false (0: ask the
+// general extend). A refusal (server_error: an ACL, a proxy) leaves `extended` empty and `ec`
+// clear, so each lease asks alone and hears the refusal itself; another failure, or a reply of
+// any other shape (unexpected_reply), is every lease's `ec`.
+struct known_extensions {
+    boost::system::error_code ec;
+    std::vector<bool> extended;
+};
+known_extensions read_known_extensions(script_reply const& reply, std::size_t keys);
 
 // The status script's {value or "", pttl, live queue entries, server time}.
 lock_reading read_lock(script_reply const& reply);
@@ -223,6 +234,32 @@ inline std::optional<grant_result> read_known_grant(script_reply const& reply,
 
 // release_known's 1 (released free) or 0 (the key held something else: ask the general
 // release, which `nullopt` says); an error as read_release's, any other reply unexpected_reply.
+inline known_extensions read_known_extensions(script_reply const& reply, std::size_t keys) {
+    known_extensions r;
+    if (reply.ec == redis::error::server_error)
+        return r;
+    if (reply.ec) {
+        r.ec = reply.ec;
+        return r;
+    }
+    auto const& v = reply.value;
+    if (v.type != resp3::type::array || v.elements.size() != keys) {
+        r.ec = error::unexpected_reply;
+        return r;
+    }
+    r.extended.reserve(keys);
+    for (auto const& e : v.elements) {
+        auto const extended = replies::flag(e, 0, 1);
+        if (!extended) {
+            r.extended.clear();
+            r.ec = error::unexpected_reply;
+            return r;
+        }
+        r.extended.push_back(*extended == 1);
+    }
+    return r;
+}
+
 inline std::optional<lease_reply> read_known_release(script_reply const& reply) {
     if (reply.ec)
         return lease_reply{reply.ec, false};

@@ -399,6 +399,27 @@ end
 return 1
 )lua";
 
+// extend_known: the renewals of one locker's leases that fall due together, on one server or one
+// Cluster slot, in one call. KEYS[i] a lock; ARGV[1] the ttl in ms, every lease's; ARGV[i + 1]
+// the value KEYS[i]'s grant wrote, which the holder's process knows ("H <fence> <owner> <token>
+// <since> 0"). A key that holds its value whole is set to the ttl from now (PEXPIRE: it needs
+// no memory, so leases are renewed on a full server too). One answer per key, in order: 1
+// extended, 0 the key held anything else (nothing changed: ask extend_source, which tells a
+// lost lease from one whose value changed while ours, and keeps a larger fence). pcall: a key
+// of the wrong type answers 0 rather than failing the others.
+inline constexpr std::string_view extend_known_source = R"lua(
+local out = {}
+for i = 1, #KEYS do
+  if redis.pcall('GET', KEYS[i]) == ARGV[i + 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+)lua";
+
 // Status: reads the lock. KEYS as for acquire. Returns {value or "", its PTTL, the number of
 // queued lockers whose entries are live, the server's time in ms}.
 inline constexpr std::string_view status_source = R"lua(

@@ -64,12 +64,14 @@ boost::container::small_vector<std::string_view, 16> words_of(script_call const&
     boost::container::small_vector<std::string_view, 16> words(call.keys.begin(), call.keys.end());
     if (!call.last_key.empty())
         words.push_back(call.last_key);
+    words.insert(words.end(), call.more_keys.begin(), call.more_keys.end());
     words.insert(words.end(), call.args.begin(), call.args.end());
+    words.insert(words.end(), call.more_args.begin(), call.more_args.end());
     return words;
 }
 
 std::size_t key_count_of(script_call const& call) {
-    return call.keys.size() + (call.last_key.empty() ? 0 : 1);
+    return call.keys.size() + (call.last_key.empty() ? 0 : 1) + call.more_keys.size();
 }
 
 } // namespace

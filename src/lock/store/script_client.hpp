@@ -71,6 +71,10 @@ struct script_call {
     // One more key after `keys` when not empty: one the script takes when the caller has it
     // (a lease's record).
     std::string_view last_key = {};
+    // Keys after those, and arguments after `args`, for a call whose count is known only when
+    // it is made (a batch of renewals).
+    std::span<std::string_view const> more_keys = {};
+    std::span<std::string_view const> more_args = {};
 };
 
 // How a request that failed for a passing reason (is_transient) is tried again: at most `tries`

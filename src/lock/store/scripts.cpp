@@ -86,6 +86,7 @@ constexpr script_spec specs[] = {
     {&script_set::force_unlock, force_unlock_source, "force_unlock", runs_when::memory_full},
     {&script_set::acquire_known, acquire_known_source, "acquire_known", runs_when::memory_allows},
     {&script_set::release_known, release_known_source, "release_known", runs_when::memory_full},
+    {&script_set::extend_known, extend_known_source, "extend_known", runs_when::memory_full},
     {&script_set::semaphore_acquire, semaphore_acquire_source, "semaphore_acquire",
      runs_when::memory_allows},
     {&script_set::semaphore_release, semaphore_release_source, "semaphore_release",
@@ -102,7 +103,7 @@ constexpr script_spec specs[] = {
 
 script_set make_set(script_variant variant) {
     bool const sharded = variant == script_variant::sharded;
-    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     std::string hashed;
     for (auto const& spec : specs) {
         set.*spec.member = make_script(spec.source, sharded);

@@ -35,6 +35,8 @@ struct script_set {
     script acquire, release, extend, status, force_unlock;
     // The uncontended cycle's calls of one key, for a value the process knows (lock_scripts.hpp).
     script acquire_known, release_known;
+    // The renewals of leases with values the process knows, in batches (lock_scripts.hpp).
+    script extend_known;
     // The semaphore's and the read-write lock's (semaphore_scripts.hpp).
     script semaphore_acquire, semaphore_release, semaphore_downgrade, semaphore_extend,
         semaphore_read;

@@ -8,6 +8,7 @@
 #include "lock/store/lock_replies.hpp"
 #include "lock/store/lock_scripts.hpp"
 #include "lock/store/permit_requests.hpp"
+#include "lock/store/renewal_batch.hpp"
 #include "lock/store/script_client.hpp"
 
 #include "redis/engine.hpp"
@@ -113,7 +114,19 @@ public:
     }
 
     asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
-                                        milliseconds ttl, std::int64_t fence) override {
+                                        milliseconds ttl, std::int64_t fence,
+                                        std::optional<held_value> renewal) override {
+        // A renewal of a value this process knows goes in a batch: not one with a record (an
+        // election's term, whose record the general extend renews too) nor one whose fence the
+        // key must learn.
+        bool changed = false;
+        if (renewal && keys.record_key.empty() && fence <= renewal->fence) {
+            auto const b = co_await batch_->extend(
+                keys.key, held_value_text(keys.owner, token, *renewal), ttl);
+            if (b.how == batched_extension::kind::answered)
+                co_return b.reply;
+            changed = b.how == batched_extension::kind::changed;
+        }
         // On a server without the script, the repeat goes out behind later requests: it could
         // land after the renewal of the next holder in a cohort, setting the lease to a ttl
         // nobody counts on. That holder's lease is another (the baton carries values), and this
@@ -123,7 +136,9 @@ public:
         auto const fence_text = std::to_string(fence);
         script_call const call{
             client_->scripts().extend, {keys.key}, {token, ttl_text, fence_text}, keys.record_key};
-        co_return read_extend(co_await client_->run(call));
+        auto r = read_extend(co_await client_->run(call));
+        r.value_changed = changed && !r.ec && r.ours;
+        co_return r;
     }
 
     asio::awaitable<lease_reply> release(lock_keys const& keys, std::string const& token,
@@ -387,6 +402,7 @@ private:
     std::shared_ptr<script_client> const client_;
     permit_requests const permits_{client_};
     free_values free_values_;
+    std::shared_ptr<renewal_batch> const batch_ = std::make_shared<renewal_batch>(client_);
 };
 
 } // namespace
