@@ -574,6 +574,31 @@ inline redis::config pick_server(common_options const& opts,
     return own->config();
 }
 
+/// A benchmark's main on one server: parses the command line into Options (`parse` for the
+/// benchmark's own options), picks the server, runs `run(config, options)` (an awaitable of
+/// void) to completion, and reports a failure as "<tool>: <what>" with exit status 1.
+template <class Options, class Parse, class Run>
+int run_main(std::string_view tool, std::string_view usage, int argc, char** argv, Parse parse,
+             Run run) {
+    Options opts;
+    if (auto const status = parse_command_line(tool, usage, argc, argv, opts, parse))
+        return *status;
+    try {
+        std::optional<colock::test::redis_server> own;
+        auto const cfg = pick_server(opts, own);
+        asio::io_context io;
+        run_on(io, [](Run r, redis::config c, Options o) -> asio::awaitable<bool> {
+            co_await r(std::move(c), std::move(o));
+            co_return true;
+        }(run, cfg, opts));
+    } catch (std::exception const& e) {
+        fmt::print(stderr, "{}: {}\n", tool, e.what());
+        return 1;
+    }
+    std::fflush(stdout);
+    return 0;
+}
+
 /// The URL of the server pick_server chose, as from_url reads it (password included).
 inline std::string server_url(common_options const& opts,
                               std::optional<colock::test::redis_server> const& own) {

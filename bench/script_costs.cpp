@@ -898,22 +898,5 @@ asio::awaitable<void> run_all(redis::config cfg, options opts) {
 } // namespace
 
 int main(int argc, char** argv) {
-    options opts;
-    if (auto const status =
-            bench::parse_command_line("script_costs", usage_text, argc, argv, opts, parse_option))
-        return *status;
-    try {
-        std::optional<colock::test::redis_server> own;
-        auto const cfg = bench::pick_server(opts, own);
-        asio::io_context io;
-        bench::run_on(io, [](redis::config c, options o) -> asio::awaitable<bool> {
-            co_await run_all(std::move(c), std::move(o));
-            co_return true;
-        }(cfg, opts));
-    } catch (std::exception const& e) {
-        fmt::print(stderr, "script_costs: {}\n", e.what());
-        return 1;
-    }
-    std::fflush(stdout);
-    return 0;
+    return bench::run_main<options>("script_costs", usage_text, argc, argv, parse_option, run_all);
 }

@@ -121,10 +121,10 @@ common=(-G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Debug)
 # The library is compiled with every check of both sanitizers; what is built on it leaves out
 # the four UBSan checks of pointer and array accesses (COLOCK_SANITIZE_OUTSIDE_LIBRARY_EXCLUDE in
 # CMakeLists.txt says why), which halves the build.
-# A unity build (COLOCK_UNITY_BUILD: sources compiled in batches) here and in step 3: the test
+# A unity build (COLOCK_UNITY_BUILD: sources compiled in batches) in every step: the test
 # files each instantiate the same Asio coroutine machinery, and compiled in batches they build in
-# about half the time. Step 2 builds the library file by file, which keeps a missing include in
-# src/ from hiding behind the file before it in a batch.
+# about half the time. Step 3 builds the library file by file (COLOCK_UNITY_BUILD_LIBRARY off),
+# which keeps a missing include in src/ from hiding behind the file before it in a batch.
 step "configure build/asan (address,undefined)"
 cmake -S . -B build/asan "${common[@]}" -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" \
     -DCOLOCK_SANITIZE=address,undefined -DCOLOCK_WERROR=ON -DCOLOCK_BUILD_BENCH=OFF \
@@ -154,7 +154,7 @@ done_step "ctest asan"
 step "configure build/tsan (thread)"
 cmake -S . -B build/tsan "${common[@]}" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
     -DCOLOCK_SANITIZE=thread -DCOLOCK_WERROR=ON -DCMAKE_CXX_FLAGS=-Wno-tsan \
-    -DCOLOCK_BUILD_EXAMPLES=OFF -DCOLOCK_BUILD_BENCH=OFF
+    -DCOLOCK_BUILD_EXAMPLES=OFF -DCOLOCK_BUILD_BENCH=OFF -DCOLOCK_UNITY_BUILD=ON
 done_step "configure tsan"
 
 step "build build/tsan target colock_threads_test (-j$jobs)"
@@ -175,15 +175,15 @@ step "ctest build/tsan -R ^threads\$"
 )
 done_step "ctest tsan"
 
-# Clang 14 must build what users build with warnings as errors too; its unit tests run as a
-# check. The tests that need a server (integration, reliability, threads: GCC builds and runs
+# Clang 14 must build what users build with warnings as errors too, the library file by file;
+# its unit tests run as a check, without debug information (nothing here reads a stack). The tests that need a server (integration, reliability, threads: GCC builds and runs
 # them twice above) are left out, about two minutes of the run. Ninja's <dir>/all targets.
 clangxx=$(command -v clang++ || command -v clang++-14 || true)
 if [ -n "$clangxx" ]; then
     step "configure build/clang ($clangxx, warnings as errors)"
     cmake -S . -B build/clang -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Debug \
-        -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DCOLOCK_WERROR=ON -DCOLOCK_ASIO_NO_DEPRECATED=ON \
-        -DCOLOCK_UNITY_BUILD=ON
+        -DCMAKE_CXX_FLAGS_DEBUG="-O0" -DCOLOCK_WERROR=ON -DCOLOCK_ASIO_NO_DEPRECATED=ON \
+        -DCOLOCK_UNITY_BUILD=ON -DCOLOCK_UNITY_BUILD_LIBRARY=OFF
     done_step "configure clang"
 
     step "build build/clang (-j$jobs)"
