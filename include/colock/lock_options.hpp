@@ -42,7 +42,7 @@ struct lock_options {
     /// Renewals in batches: a renewal due with others of the same locker and ttl (on one server
     /// or one Cluster slot) goes out with them in one script call of up to 256 leases, each
     /// checked by the value its grant wrote, at most 2 ms after it was due. A process holding
-    /// thousands of locks then costs the server less than half per renewal. Off, each renewal
+    /// thousands of locks then costs the server about half as much per renewal. Off, each renewal
     /// is a call of its own, sent when due. Redlock renews each lease alone either way.
     bool renew_in_batches = true;
     /// Renewal stops this long after the lock was taken, so a stuck holder cannot keep the
