@@ -6,7 +6,8 @@
 #      builds everything but the benchmarks and runs every ctest (unit, integration against
 #      throwaway redis-servers, examples, the README's snippets, the parser fuzzer, the
 #      installed-package consumer).
-#   2. build/tsan: GCC, ThreadSanitizer; builds and runs only the multi-threaded test.
+#   2. build/tsan: GCC, ThreadSanitizer; builds (beside step 1's tests, niced) and runs only the
+#      multi-threaded test.
 #   3. build/clang: Clang 14, warnings as errors, BOOST_ASIO_NO_DEPRECATED (colock uses no
 #      deprecated Asio); builds what a user builds (the library, each public header on its own,
 #      the examples, the README's snippets, the benchmarks, the tool) and the unit tests, which
@@ -45,8 +46,13 @@ step() {
 }
 elapsed() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 done_step() { echo "---- $1 took $(elapsed $((SECONDS - step_start)))"; }
+tsan_build_pid=
 on_exit() {
     local rc=$?
+    # A build still running beside the tests (step 2's) ends with the run.
+    if [ -n "$tsan_build_pid" ]; then
+        kill -- "-$tsan_build_pid" 2>/dev/null || true
+    fi
     echo
     if [ "$rc" -eq 0 ]; then
         echo "==== test.sh: all passed in $(elapsed $((SECONDS - start)))"
@@ -136,6 +142,25 @@ step "build build/asan (-j$jobs)"
 cmake --build build/asan --parallel "$jobs"
 done_step "build asan"
 
+# -Wno-tsan: GCC warns that TSan does not model the std::atomic_thread_fence in Asio's
+# reference counts; with warnings as errors that would stop the build.
+# Step 2's build starts now, beside step 1's tests, at the lowest priority: the tests wait on
+# servers and timers and leave about a tenth of the CPU idle, which it takes, while the tests
+# (and the package tests and the fuzzer, niced 10) come first. A session of its own, so that
+# a failure of the tests stops the whole build (on_exit).
+tsan_build_pid=
+if [ "$quick" -eq 0 ]; then
+    mkdir -p build
+    setsid -w bash -c '
+        nice -n 19 cmake -S . -B build/tsan "$@" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
+            -DCOLOCK_SANITIZE=thread -DCOLOCK_WERROR=ON -DCMAKE_CXX_FLAGS=-Wno-tsan \
+            -DCOLOCK_BUILD_EXAMPLES=OFF -DCOLOCK_BUILD_BENCH=OFF -DCOLOCK_UNITY_BUILD=ON &&
+            nice -n 19 cmake --build build/tsan --parallel "'"$jobs"'" \
+                --target colock_threads_test' tsan-build "${common[@]}" \
+        >build/tsan-build.log 2>&1 &
+    tsan_build_pid=$!
+fi
+
 ctest_filter=()
 [ "$quick" -eq 0 ] || ctest_filter=(--label-exclude slow)
 step "ctest build/asan (-j$ctest_jobs${ctest_filter[*]:+ ${ctest_filter[*]}})"
@@ -149,16 +174,16 @@ step "ctest build/asan (-j$ctest_jobs${ctest_filter[*]:+ ${ctest_filter[*]}})"
 done_step "ctest asan"
 [ "$quick" -eq 0 ] || exit 0
 
-# -Wno-tsan: GCC warns that TSan does not model the std::atomic_thread_fence in Asio's
-# reference counts; with warnings as errors that would stop the build.
-step "configure build/tsan (thread)"
-cmake -S . -B build/tsan "${common[@]}" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
-    -DCOLOCK_SANITIZE=thread -DCOLOCK_WERROR=ON -DCMAKE_CXX_FLAGS=-Wno-tsan \
-    -DCOLOCK_BUILD_EXAMPLES=OFF -DCOLOCK_BUILD_BENCH=OFF -DCOLOCK_UNITY_BUILD=ON
-done_step "configure tsan"
-
-step "build build/tsan target colock_threads_test (-j$jobs)"
-cmake --build build/tsan --parallel "$jobs" --target colock_threads_test
+step "build build/tsan target colock_threads_test (-j$jobs; started beside ctest asan)"
+tsan_build_rc=0
+wait "$tsan_build_pid" || tsan_build_rc=$?
+tsan_build_pid=
+tail -n 40 build/tsan-build.log
+if [ "$tsan_build_rc" -ne 0 ]; then
+    echo "test.sh: the TSan build failed (exit $tsan_build_rc); its whole log:" >&2
+    cat build/tsan-build.log >&2
+    exit 1
+fi
 done_step "build tsan"
 
 # test/tsan.supp: the reports proven false (Asio's fenced reference counts; see the file).
