@@ -123,9 +123,10 @@ TEST_CASE("virtual time: a 30 s lease is renewed every 10 s, and its key outlive
     virtual_world w;
     auto a = locker_access::make(w.process());
     auto guard = take(w, a, lease_of(30s, 10s));
-    w.advance(9500ms);
+    // The first renewal is due at a multiple of a sixteenth of the interval: 9.375 to 10 s in.
+    w.advance(9300ms);
     CHECK(w.server.calls().extends == 0);
-    w.advance(1s);
+    w.advance(1200ms);
     CHECK(w.server.calls().extends == 1);
     w.advance(50s); // 60.5 s in
     CHECK(w.server.calls().extends == 6);
