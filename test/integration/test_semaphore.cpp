@@ -131,7 +131,8 @@ TEST_CASE("semaphore: a capacity other than the one at the server is refused, na
 }
 
 TEST_CASE("semaphore: values the library did not write are refused naming the key, not counted "
-          "on: a fence of 2^53 or more, a capacity \"3.0\", a weight \"abc\"") {
+          "on: a fence of 2^53 or more, a capacity \"3.0\", a weight \"abc\" where the scripts "
+          "read one") {
     run_lock_test<two_lockers>(
         "sem-hostile",
         [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker&,
@@ -159,17 +160,27 @@ TEST_CASE("semaphore: values the library did not write are refused naming the ke
             CHECK((co_await failure_of(three.co_available())).what.find("\"3.0\"") !=
                   std::string::npos);
 
-            // A weight of a live holding that is not a number.
-            co_await integer(probe, command("HSET", key, "capacity", "3"));
+            // A weight that is not a number, met where the scripts read weights: counting the
+            // holdings again (no count of the permits held, or one that is not a number), and
+            // taking off an expired holding's permits.
+            co_await integer(probe, command("HSET", key, "capacity", "3", "used", "zz"));
             co_await integer(probe, command("ZADD", key + ":h", "99999999999999", "intruder"));
             co_await integer(probe, command("HSET", key + ":hw", "intruder", "abc"));
             co_await integer(probe, command("PEXPIRE", key + ":h", "60000"));
             co_await integer(probe, command("PEXPIRE", key + ":hw", "60000"));
-            auto const weight = co_await failure_of(three.co_acquire());
-            CHECK(weight.code);
-            CHECK(weight.what.find(key + ":hw") != std::string::npos);
-            CHECK(weight.what.find("abc") != std::string::npos);
-            CHECK(co_await integer(probe, command("ZCARD", key + ":h")) == 1); // the intruder only
+            for (auto const* used : {"zz", "1"}) {
+                CAPTURE(used);
+                if (std::string_view(used) == "1") {
+                    co_await integer(probe, command("HSET", key, "used", used));
+                    co_await integer(probe, command("ZADD", key + ":h", "1", "intruder"));
+                }
+                auto const weight = co_await failure_of(three.co_acquire());
+                CHECK(weight.code);
+                CHECK(weight.what.find(key + ":hw") != std::string::npos);
+                CHECK(weight.what.find("abc") != std::string::npos);
+                // The intruder only: nothing granted, nothing removed.
+                CHECK(co_await integer(probe, command("ZCARD", key + ":h")) == 1);
+            }
             co_await integer(probe, command("DEL", key, key + ":h", key + ":hw"));
         });
 }

@@ -4,9 +4,11 @@
 // lockers), the repeated attempts of queued calls, releases and calls leaving the queue; on a
 // semaphore of 5 (calls for 1 to 3 permits), and in the read-write lock's shape (capacity 2^40,
 // readers take one permit, writers all of them, and writers downgrade). After each step the reply
-// and the server's state (the holdings and their weights, the queue in order, which entries were
-// woken) must be the model's. Leases, queue entries and claims are long here, so that nothing
-// lapses during the run: what lapses is tested with the semaphore itself (test_semaphore.cpp).
+// and the server's state (the holdings and their weights, the count of the permits held, the
+// queue in order, which entries were woken) must be the model's. Leases, queue entries and
+// claims are long here, so that nothing lapses on its own during the run; a holding's lapse is a
+// step (its expiry moved into the past, then a call that sweeps). What lapses by time is tested
+// with the semaphore itself (test_semaphore.cpp).
 #include "lock/store/semaphore_scripts.hpp"
 
 #include "lock_fixture.hpp"
@@ -106,6 +108,12 @@ public:
         return 1;
     }
 
+    // The holding's lease ran out: its permits are free, nobody is woken (an attempt that
+    // finds them free wakes the entries ahead of it that fit).
+    void lapse(std::string const& token) { held_.erase(token); }
+
+    std::size_t used() const { return capacity_ - free(); }
+
     // 1 when the entry was there.
     int leave(std::string const& token) {
         int ours = 0;
@@ -146,7 +154,7 @@ private:
 
 // One step of the run.
 struct step {
-    enum class kind { acquire, retry, release, leave, downgrade } what = kind::acquire;
+    enum class kind { acquire, retry, release, leave, downgrade, lapse } what = kind::acquire;
     std::string token;
     std::size_t want = 1;
     bool may_queue = true;
@@ -166,6 +174,8 @@ std::string describe(step const& s) {
         return "leave " + s.token;
     case step::kind::downgrade:
         return "downgrade " + s.token;
+    case step::kind::lapse:
+        return "lapse " + s.token;
     }
     return {};
 }
@@ -254,6 +264,8 @@ step next_step(std::mt19937& rng, admission_model const& m, shape const& sh, int
         s.token = it->first;
         if (sh.rw && it->second > 1 && pick(rng) < 40)
             s.what = step::kind::downgrade;
+        else if (pick(rng) < 15)
+            s.what = step::kind::lapse;
         return s;
     }
     if (roll < 58 && !m.queue().empty()) {
@@ -288,6 +300,7 @@ asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int s
     co_await conn.co_exec(command("SCRIPT", "LOAD", acquire.source));
     co_await conn.co_exec(command("SCRIPT", "LOAD", release.source));
     co_await conn.co_exec(command("SCRIPT", "LOAD", downgrade.source));
+    co_await conn.co_exec(command("SCRIPT", "LOAD", scripts.semaphore_read.source));
 
     auto const base = "colock:semaphore:{" + unique_key("admission") + "}";
     std::vector<std::string> const keys =
@@ -298,7 +311,7 @@ asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int s
     admission_model model(sh.capacity);
     std::mt19937 rng(seed);
     int tokens = 0;
-    int granted = 0, refused = 0, woken_seen = 0, downgrades = 0;
+    int granted = 0, refused = 0, woken_seen = 0, downgrades = 0, lapses = 0;
     for (int i = 0; i < steps; ++i) {
         auto const s = next_step(rng, model, sh, tokens);
         std::vector<std::string> words;
@@ -314,6 +327,12 @@ asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int s
                                       long_time, s.owner, s.may_queue ? "1" : "0", long_time,
                                       s.want > 1 || !sh.rw ? "1" : "0", channel_prefix, long_time);
             words.insert(words.end(), args.begin(), args.end());
+        } else if (s.what == step::kind::lapse) {
+            // Its expiry moved into the past, then the read script: the sweep of the next call.
+            model.lapse(s.token);
+            co_await conn.co_exec(command("ZADD", keys[1], "XX", "1", s.token));
+            words = strings(scripts.semaphore_read.sha, "5");
+            words.insert(words.end(), keys.begin(), keys.end());
         } else if (s.what == step::kind::downgrade) {
             expected_reply = model.downgrade(s.token);
             ++downgrades;
@@ -334,7 +353,7 @@ asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int s
             words.insert(words.end(), keys.begin(), keys.end());
             auto const args =
                 strings(s.token, channel_prefix, long_time, s.what == step::kind::leave ? "1" : "0",
-                        std::to_string(permits));
+                        std::to_string(permits), std::to_string(sh.capacity));
             words.insert(words.end(), args.begin(), args.end());
         }
         resp3::request req;
@@ -355,6 +374,11 @@ asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int s
                 CHECK(reply.elements[2].as_integer().value_or(-1) ==
                       static_cast<std::int64_t>(expected_free));
             }
+        } else if (s.what == step::kind::lapse) {
+            ++lapses;
+            REQUIRE(reply.elements.size() == 3);
+            CHECK(reply.elements[1].as_integer().value_or(-1) ==
+                  static_cast<std::int64_t>(model.used()));
         } else {
             CHECK(reply.as_integer().value_or(-1) == expected_reply);
         }
@@ -364,7 +388,14 @@ asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int s
         read.push("HGETALL", keys[2]);
         read.push("LRANGE", keys[3], "0", "-1");
         read.push("HGETALL", keys[4]);
-        auto const state = parse_state(co_await conn.co_exec(std::move(read)));
+        read.push("HGET", keys[0], "used");
+        auto const read_replies = co_await conn.co_exec(std::move(read));
+        auto const state = parse_state(read_replies);
+        // The count of the permits held, kept by the scripts, is the holdings' weights.
+        if (auto const used = read_replies.at(4).as_string())
+            CHECK(std::string(*used) == std::to_string(model.used()));
+        else
+            CHECK(model.used() == 0);
         for (auto const& e : state.queue)
             woken_seen += e.woken ? 1 : 0;
         INFO("server: " << state_text(state.held, state.queue));
@@ -372,12 +403,14 @@ asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int s
         REQUIRE(same(state, model));
     }
     MESSAGE(granted << " grants, " << refused << " refusals, " << woken_seen
-                    << " woken entries seen, " << downgrades << " downgrades");
+                    << " woken entries seen, " << downgrades << " downgrades, " << lapses
+                    << " lapses");
     // The run went through the interesting cases: grants, refusals, wake-ups.
     CHECK(granted > steps / 8);
     CHECK(refused > steps / 8);
     CHECK(woken_seen > steps / 20);
     CHECK((downgrades > 0) == sh.rw);
+    CHECK(lapses > 0);
     resp3::request cleanup;
     cleanup.push_range("DEL", keys);
     co_await conn.co_exec(std::move(cleanup));
@@ -391,5 +424,68 @@ TEST_CASE("semaphore admission: the scripts on a real server take the same decis
     run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
         co_await run_against_model(conn, shape{5, false}, 400, 20261127);
         co_await run_against_model(conn, shape{std::size_t{1} << 40, true}, 400, 20261128);
+    });
+}
+
+TEST_CASE("semaphore release: a count of the permits held that is missing or not a number is "
+          "counted again from the holdings, a hash deleted behind them is not made again, and "
+          "every key keeps an expiry") {
+    run_connected(shared_server().config(), [](redis::connection& conn) -> asio::awaitable<void> {
+        auto const& scripts = colock::detail::scripts_for(colock::detail::script_variant::plain);
+        co_await conn.co_exec(command("SCRIPT", "LOAD", scripts.semaphore_acquire.source));
+        co_await conn.co_exec(command("SCRIPT", "LOAD", scripts.semaphore_release.source));
+        for (std::string const damage : {"no count", "count zz", "no hash"}) {
+            CAPTURE(damage);
+            auto const base = "colock:semaphore:{" + unique_key("recount") + "}";
+            auto const keys = strings(base, base + ":h", base + ":hw", base + ":q", base + ":qd");
+            auto acquire = [&](std::string const& token, std::string const& permits) {
+                auto words = strings(scripts.semaphore_acquire.sha, "5");
+                words.insert(words.end(), keys.begin(), keys.end());
+                auto const args = strings(token, permits, "5", "60000", "owner", "0", "60000", "1",
+                                          base + ":w:", "1000");
+                words.insert(words.end(), args.begin(), args.end());
+                resp3::request req;
+                req.push_range("EVALSHA", words);
+                return req;
+            };
+            auto granted = [](std::vector<resp3::value> const& r) {
+                return r.at(0).elements.at(0).as_integer().value_or(-1) == 1;
+            };
+            CHECK(granted(co_await conn.co_exec(acquire("two", "2"))));
+            CHECK(granted(co_await conn.co_exec(acquire("one", "1"))));
+            if (damage == "no count")
+                co_await integer(conn, command("HDEL", base, "used"));
+            else if (damage == "count zz")
+                co_await integer(conn, command("HSET", base, "used", "zz"));
+            else
+                co_await integer(conn, command("DEL", base));
+
+            auto words = strings(scripts.semaphore_release.sha, "5");
+            words.insert(words.end(), keys.begin(), keys.end());
+            auto const args = strings("one", base + ":w:", "1000", "0", "1", "5");
+            words.insert(words.end(), args.begin(), args.end());
+            resp3::request release;
+            release.push_range("EVALSHA", words);
+            CHECK(co_await integer(conn, std::move(release)) == 1);
+            auto const used = co_await conn.co_exec(command("HGET", base, "used"));
+            if (damage == "no hash")
+                CHECK(co_await integer(conn, command("EXISTS", base)) == 0);
+            else
+                CHECK(used.at(0).as_string().value_or("") == "2");
+            // The holding of two is still counted: three more fit, not four.
+            CHECK_FALSE(granted(co_await conn.co_exec(acquire("four", "4"))));
+            CHECK(granted(co_await conn.co_exec(acquire("three", "3"))));
+            CHECK((co_await conn.co_exec(command("HGET", base, "used")))
+                      .at(0)
+                      .as_string()
+                      .value_or("") == "5");
+            for (auto const& key : keys) {
+                auto const pttl = co_await integer(conn, command("PTTL", key));
+                CHECK_MESSAGE(pttl != -1, key, " has no expiry");
+            }
+            resp3::request cleanup;
+            cleanup.push_range("DEL", keys);
+            co_await conn.co_exec(std::move(cleanup));
+        }
     });
 }

@@ -70,7 +70,7 @@ TEST_CASE("store seam: every permit request of a store that serves none answers 
           "with its reason, and nothing is held") {
     seam_world w;
     lease_store& store = *w.store;
-    semaphore_keys const keys("colock:s:", "seam", "owner-1");
+    semaphore_keys const keys("colock:s:", "seam", "owner-1", 3);
     std::string const token = "t1";
     std::string const owner = "owner-1";
     colock::detail::permit_request const request{token, 2,    3,   std::chrono::milliseconds(1000),

@@ -50,7 +50,7 @@ semaphore_core::semaphore_core(std::shared_ptr<locker_context> locker, std::stri
     , name_(std::move(name))
     , capacity_(capacity)
     , keys_(serving_permits(*locker_, kind_, name_).prefix() + std::string(kind_prefix), name_,
-            locker_->id())
+            locker_->id(), capacity)
     , wakes_(std::make_shared<wake_channel>(locker_, keys_.channel)) {}
 
 semaphore_core::~semaphore_core() = default;

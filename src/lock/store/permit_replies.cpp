@@ -16,14 +16,15 @@ namespace colock::detail {
 using std::chrono::milliseconds;
 
 semaphore_keys::semaphore_keys(std::string const& prefix, std::string_view name,
-                               std::string_view owner)
+                               std::string_view owner, std::size_t semaphore_capacity)
     : key(fmt::format("{}{{{}}}", prefix, name))
     , permits_key(key + ":h")
     , weights_key(key + ":hw")
     , queue_key(key + ":q")
     , entries_key(key + ":qd")
     , channel_prefix(key + ":w:")
-    , channel(channel_prefix + std::string(owner)) {}
+    , channel(channel_prefix + std::string(owner))
+    , capacity(std::to_string(semaphore_capacity)) {}
 
 namespace {
 

@@ -58,7 +58,7 @@ asio::awaitable<lease_reply> permit_requests::release(semaphore_keys const& keys
     script_call const call{
         client_->scripts().semaphore_release,
         {keys.key, keys.permits_key, keys.weights_key, keys.queue_key, keys.entries_key},
-        {token, keys.channel_prefix, claim_text, leave ? "1" : "0", count}};
+        {token, keys.channel_prefix, claim_text, leave ? "1" : "0", count, keys.capacity}};
     co_return read_permit_reply(
         co_await client_->run_retrying(call, leave ? leave_retries : release_retries));
 }
@@ -71,7 +71,7 @@ void permit_requests::release_in_background(semaphore_keys const& keys, std::str
     script_call const call{
         client_->scripts().semaphore_release,
         {keys.key, keys.permits_key, keys.weights_key, keys.queue_key, keys.entries_key},
-        {token, keys.channel_prefix, claim_text, leave ? "1" : "0", count}};
+        {token, keys.channel_prefix, claim_text, leave ? "1" : "0", count, keys.capacity}};
     client_->run_detached(
         call, [strand = client_->strand(), retry = std::move(retry)](script_reply const& reply) {
             if (reply.ec && is_transient(reply.ec, reply.server_text()))

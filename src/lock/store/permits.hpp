@@ -26,8 +26,10 @@ struct semaphore_keys {
     std::string entries_key;    // each waiting call's entry
     std::string channel_prefix; // + a locker's id: its wake channel
     std::string channel;        // this locker's
+    std::string capacity;       // the semaphore's, as the scripts are given it
 
-    semaphore_keys(std::string const& prefix, std::string_view name, std::string_view owner);
+    semaphore_keys(std::string const& prefix, std::string_view name, std::string_view owner,
+                   std::size_t capacity);
 };
 
 // A request for `permits` of a semaphore of `capacity` for `token`, for `ttl`; `queue`: wait in

@@ -3,18 +3,25 @@
 //
 // Keys of semaphore `name` under prefix p (the locker's prefix + "semaphore:", or + "rw:" for a
 // read-write lock), all in the hash slot of `{name}`:
-//   p{name}      a hash: `capacity` (every user must agree on it) and `fence` (the last one
-//                given). Its expiry is never earlier than any holding's or queue entry's.
+//   p{name}      a hash: `capacity` (every user must agree on it), `fence` (the last one
+//                given) and `used` (the permits of the holdings in p{name}:h, counted by the
+//                scripts that add and remove them). Its expiry is never earlier than any
+//                holding's or queue entry's.
 //   p{name}:h    the holdings: a sorted set, one member per holding (its token), scored by its
 //                expiry in the server's milliseconds.
 //   p{name}:hw   the weight of each holding of more than one permit (a hash: token -> permits);
-//                a holding not listed holds one. Free permits = capacity - the weights of the
-//                live holdings: derived from the leases at each call, never a stored counter
-//                that could drift. An expired holding is removed with its weight.
+//                a holding not listed holds one.
 //   p{name}:q    the waiting calls, in arrival order (a list of their tokens)
 //   p{name}:qd   each waiting call's entry (a hash): "<deadline ms> <permits> <owner> <woken>";
 //                the call refreshes the deadline while it waits, so a dead one's entry lapses.
 // Channel p{name}:w:<owner>: "g <token>" to locker `owner`: its waiting call `token` may fit now.
+//
+// Free permits = capacity - `used`. A script reads the first holding to expire (one command);
+// only when it has expired are the expired ones removed, their weights taken off `used`. So a
+// holding that lapses frees its permits at the next call, and `used` never drifts from the
+// holdings: when p{name}:h is gone (every holding lapsed) `used` is 0 whatever is stored, and
+// without a `used` field (or with one that is not a count) it is counted again from the
+// holdings and their weights.
 //
 // Admission, first come first served across processes: a call is admitted when its permits and
 // those of every live entry ahead of it in the queue fit in the free permits (a call not queued
@@ -89,30 +96,52 @@ namespace colock::detail {
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
-    "-- Removes the expired holdings with their weights; returns the permits the live ones "       \
-    "hold.\n"                                                                                      \
-    "local function held()\n"                                                                      \
-    "  while true do\n"                                                                            \
-    "    local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 500)\n"     \
-    "    if #expired == 0 then break end\n"                                                        \
-    "    redis.call('ZREM', KEYS[2], unpack(expired))\n"                                           \
-    "    redis.call('HDEL', KEYS[3], unpack(expired))\n"                                           \
+    "-- The permits of a holding whose weight is stored as `w` (false: not listed, one). A\n"      \
+    "-- weight this library writes is 2 .. 2^40, in digits; anything else is refused, naming\n"    \
+    "-- the key, rather than counted from wrongly.\n"                                              \
+    "local function weight(w)\n"                                                                   \
+    "  if not w then return 1 end\n"                                                               \
+    "  if not string.match(w, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then\n"               \
+    "    error({err = 'COLOCK the weights key ' .. KEYS[3] .. ' holds \"' .. string.sub(w, 1, "    \
+    "40) ..\n"                                                                                     \
+    "                 '\", which is not a weight colock writes; delete the key to use it'})\n"     \
     "  end\n"                                                                                      \
-    "  local n = redis.call('ZCARD', KEYS[2])\n"                                                   \
-    "  if n > 0 then\n"                                                                            \
-    "    for _, w in ipairs(redis.call('HVALS', KEYS[3])) do\n"                                    \
-    "      -- A weight this library writes: 2 .. 2^40, in digits. Anything else is refused,\n"     \
-    "      -- naming the key, rather than counted from wrongly.\n"                                 \
-    "      if not string.match(w, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then\n"           \
-    "        error({err = 'COLOCK the weights key ' .. KEYS[3] .. ' holds \"' ..\n"                \
-    "                     string.sub(w, 1, 40) .. '\", which is not a weight colock writes; ' "    \
-    "..\n"                                                                                         \
-    "                     'delete the key to use it'})\n"                                          \
+    "  return tonumber(w)\n"                                                                       \
+    "end\n"                                                                                        \
+    "-- The permits the live holdings hold, from `stored` (the hash's `used` as stored, false\n"   \
+    "-- when it has none), and the expiry of the first holding to expire (nil when none is\n"      \
+    "-- held). One command when no holding has expired; else the expired ones are removed\n"       \
+    "-- with their weights and uncounted. A count that changed is stored back when the hash\n"     \
+    "-- exists (`exists`: this never makes the hash).\n"                                           \
+    "local function held(stored, exists)\n"                                                        \
+    "  local used = stored and #stored <= 16 and string.match(stored, '^%d+$') and "               \
+    "tonumber(stored)\n"                                                                           \
+    "  local count = used\n"                                                                       \
+    "  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"                          \
+    "  if first[1] and tonumber(first[2]) <= now then\n"                                           \
+    "    while true do\n"                                                                          \
+    "      local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 500)\n"   \
+    "      if #expired == 0 then break end\n"                                                      \
+    "      if count then\n"                                                                        \
+    "        for _, w in ipairs(redis.call('HMGET', KEYS[3], unpack(expired))) do\n"               \
+    "          count = count - weight(w)\n"                                                        \
+    "        end\n"                                                                                \
     "      end\n"                                                                                  \
-    "      n = n + tonumber(w) - 1\n"                                                              \
+    "      redis.call('ZREM', KEYS[2], unpack(expired))\n"                                         \
+    "      redis.call('HDEL', KEYS[3], unpack(expired))\n"                                         \
     "    end\n"                                                                                    \
+    "    first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"                              \
     "  end\n"                                                                                      \
-    "  return n\n"                                                                                 \
+    "  if not first[1] then\n"                                                                     \
+    "    -- Nothing held (the holdings' key may have lapsed with a count stored): 0.\n"            \
+    "    count = 0\n"                                                                              \
+    "  elseif not count or count < 0 then\n"                                                       \
+    "    -- No count (or none this library writes): counted from the holdings.\n"                  \
+    "    count = redis.call('ZCARD', KEYS[2])\n"                                                   \
+    "    for _, w in ipairs(redis.call('HVALS', KEYS[3])) do count = count + weight(w) - 1 end\n"  \
+    "  end\n"                                                                                      \
+    "  if exists and count ~= used then redis.call('HSET', KEYS[1], 'used', count) end\n"          \
+    "  return count, first[2] and tonumber(first[2])\n"                                            \
     "end\n"                                                                                        \
     "-- Wakes entry `e` (it fits now), once: its process is told (channel `prefix` + its\n"        \
     "-- locker), and the entry is kept for the claim (`claim` ms) at most, so that a dead\n"       \
@@ -125,11 +154,9 @@ namespace colock::detail {
     "             string.format('%.0f', want) .. ' ' .. owner .. ' 1')\n"                          \
     "  redis.pcall('PUBLISH', prefix .. owner, 'g ' .. e)\n"                                       \
     "end\n"                                                                                        \
-    "-- Wakes the entries that fit in the permits free now; `capacity` from the hash.\n"           \
-    "local function wake(prefix, claim)\n"                                                         \
-    "  if redis.call('LLEN', KEYS[4]) == 0 then return end\n"                                      \
-    "  local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity') or '0') or 0\n"           \
-    "  local free = capacity - held()\n"                                                           \
+    "-- Wakes the entries that fit in `free` permits.\n"                                           \
+    "local function wake(free, prefix, claim)\n"                                                   \
+    "  if free <= 0 then return end\n"                                                             \
     "  walk(free, nil, function(e, want, record) wake_entry(e, want, record, prefix, claim) "      \
     "end)\n"                                                                                       \
     "end\n"                                                                                        \
@@ -151,7 +178,7 @@ namespace colock::detail {
 // weight is not one this library writes. A token already granted is not granted again: the caller
 // uses a new token after a request whose reply it did not see (and gives that one back).
 inline constexpr std::string_view semaphore_acquire_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
-local state = redis.call('HMGET', KEYS[1], 'capacity', 'fence')
+local state = redis.call('HMGET', KEYS[1], 'capacity', 'fence', 'used')
 -- The stored text itself, for the caller to quote: "3.0" is not the capacity 3 colock writes.
 if state[1] and state[1] ~= ARGV[3] then return {-1, state[1]} end
 -- A fence Lua counts on exactly (digits, below 2^53 - 1, so that one more is exact too); else
@@ -165,7 +192,7 @@ end
 local fresh_state = not state[1]
 local k = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[4])
-local used = held()
+local used, first = held(state[3], not fresh_state)
 local free = tonumber(ARGV[3]) - used
 local admitted = false
 local queued = false -- the call's entry was found in the queue
@@ -189,16 +216,17 @@ if admitted then
     local last = fence
     fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
     if last >= fence then fence = last + 1 end
-    redis.call('HSET', KEYS[1], 'capacity', ARGV[3], 'fence', string.format('%.0f', fence))
-  elseif fresh_state then
-    redis.call('HSET', KEYS[1], 'capacity', ARGV[3])
+    redis.call('HSET', KEYS[1], 'capacity', ARGV[3], 'fence', string.format('%.0f', fence),
+               'used', used + k)
+  else
+    redis.call('HSET', KEYS[1], 'capacity', ARGV[3], 'used', used + k)
   end
   redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
   if k > 1 then
     redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
     if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
   end
-  keep(KEYS[2], ttl, used == 0)
+  keep(KEYS[2], ttl, not first)
   keep(KEYS[1], ttl, fresh_state)
   return {1, fence}
 end
@@ -217,9 +245,8 @@ elseif fresh_state then
   -- Nothing held, nothing written: a try needs no key.
   return {0, 0, free}
 end
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local wait = 0
-if first[2] then wait = math.max(tonumber(first[2]) - now, 0) end
+if first then wait = math.max(first - now, 0) end
 return {0, wait, free}
 )lua";
 
@@ -227,9 +254,9 @@ return {0, wait, free}
 // ARGV[3] the claim in ms (how long a woken entry is kept for its process), ARGV[4] "1" when the
 // call leaves the queue (a waiting call given up, or one whose request's reply was lost) rather
 // than gives back a holding, ARGV[5] the holding's permits as its holder knows them (above 1:
-// its weight is removed too). The permits freed go to the entries that now fit, first come first
-// served, each woken once. Returns 1 when the holding was live and is released (or the entry
-// left), 0 when it was not ours any more (expired, or never granted).
+// its weight is removed too), ARGV[6] the capacity. The permits freed go to the entries that now
+// fit, first come first served, each woken once. Returns 1 when the holding was live and is
+// released (or the entry left), 0 when it was not ours any more (expired, or never granted).
 inline constexpr std::string_view semaphore_release_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
 local ours = 0
 if ARGV[4] == '1' then
@@ -238,13 +265,46 @@ if ARGV[4] == '1' then
     ours = 1
   end
 end
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if score then
-  if tonumber(score) > now then ours = 1 end
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  if ARGV[5] ~= '1' then redis.call('HDEL', KEYS[3], ARGV[1]) end
+-- The permits of the token's holding, its weight removed with it.
+local function weighs()
+  if ARGV[5] == '1' then return 1 end
+  local w = weight(redis.call('HGET', KEYS[3], ARGV[1]))
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  return w
 end
-wake(ARGV[2], tonumber(ARGV[3]))
+local capacity, used
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+-- No holding has expired, so the token's, if there, is live.
+local current = first[1] and tonumber(first[2]) > now
+if current and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  -- The common path: its holder asked with the capacity stored (the hash outlives every
+  -- holding, and its capacity does not change), and the count goes down by its permits.
+  ours = 1
+  local n = redis.pcall('HINCRBY', KEYS[1], 'used', -weighs())
+  if type(n) == 'number' and n >= 0 then
+    capacity = tonumber(ARGV[6])
+    used = n
+  elseif type(n) == 'number' and not redis.call('HGET', KEYS[1], 'capacity') then
+    -- No hash was there (deleted behind the holdings): none is left made here.
+    redis.call('DEL', KEYS[1])
+    return ours
+  else
+    -- No count, or none this library writes: counted again below.
+    redis.call('HDEL', KEYS[1], 'used')
+  end
+end
+if not used then
+  local state = redis.call('HMGET', KEYS[1], 'capacity', 'used')
+  -- Expired holdings, the token's among them, go here: what is left of them is live.
+  used = held(state[2], state[1])
+  if first[1] and not current and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+    ours = 1
+    used = used - weighs()
+    if state[1] then redis.call('HSET', KEYS[1], 'used', used) end
+  end
+  capacity = state[1] and tonumber(state[1])
+end
+if capacity then wake(capacity - used, ARGV[2], tonumber(ARGV[3])) end
 return ours
 )lua";
 
@@ -255,25 +315,31 @@ return ours
 inline constexpr std::string_view semaphore_downgrade_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score or tonumber(score) <= now then return 0 end
-if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then wake(ARGV[2], tonumber(ARGV[3])) end
+local w = redis.call('HGET', KEYS[3], ARGV[1])
+if w then
+  local state = redis.call('HMGET', KEYS[1], 'capacity', 'used')
+  local used = held(state[2], state[1]) - weight(w) + 1
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  if state[1] then
+    redis.call('HSET', KEYS[1], 'used', used)
+    wake(tonumber(state[1]) - used, ARGV[2], tonumber(ARGV[3]))
+  end
+end
 return 1
 )lua";
 
 // Extend. KEYS[1] the semaphore, KEYS[2] its holdings, KEYS[3] their weights; ARGV[1] token,
 // ARGV[2] ttl ms, ARGV[3] "1" to be told the holding's weight (after a downgrade whose reply was
 // not seen). 1 when extended, 0 when the holding is not live any more (an expired one is
-// removed with its weight: it is never revived); asked for the weight, 2 when extended and the
+// left to the next call's sweep, and never revived); asked for the weight, 2 when extended and the
 // holding weighs more than one permit (a writer's), 1 when it weighs one.
 inline constexpr std::string_view semaphore_extend_source = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score then return 0 end
-if tonumber(score) <= now then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  return 0
-end
+-- Expired: not revived; the next sweep removes it and counts its permits free.
+if tonumber(score) <= now then return 0 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[2], 'XX', now + ttl, ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ttl, 'GT')
@@ -286,7 +352,8 @@ return 1
 // Reads the semaphore. KEYS as for acquire. Returns {capacity stored, as stored, or "", permits
 // held by live holdings, queued calls}.
 inline constexpr std::string_view semaphore_read_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
-return {redis.call('HGET', KEYS[1], 'capacity') or '', held(), redis.call('LLEN', KEYS[4])}
+local state = redis.call('HMGET', KEYS[1], 'capacity', 'used')
+return {state[1] or '', held(state[2], state[1]), redis.call('LLEN', KEYS[4])}
 )lua";
 
 #undef COLOCK_SEMAPHORE_PROLOGUE
