@@ -4,7 +4,6 @@
 // end) from one still ours behind which another locker queued (kept, renewed alone from then on).
 // How a batch is formed (the gathering, the groups) is the store's; the reply's reader is
 // unit-tested (test_lock_reply_readers.cpp).
-#include <colock/lock_observer.hpp>
 #include <colock/locker.hpp>
 
 #include "lock_fixture.hpp"
@@ -15,7 +14,6 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,12 +21,6 @@ using namespace colock;
 using namespace colock::test;
 
 namespace {
-
-// Counts the renewals that extended a lease (the observer's events, on the test's thread).
-struct renewal_counter final : lock_observer {
-    int extended = 0;
-    void on_renewal(renewal_event const& e) override { extended += e.extended ? 1 : 0; }
-};
 
 lock_options short_lease() {
     lock_options opt;
@@ -43,14 +35,11 @@ TEST_CASE("renewals in batches: forty leases of one locker renewed for a second 
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
         constexpr int leases = 40;
-        auto const renewed = std::make_shared<renewal_counter>();
-        locks.set_observer(renewed);
         std::vector<lock_guard> held;
         for (int i = 0; i < leases; ++i)
             held.push_back(co_await locks.co_lock(name + ":" + std::to_string(i), short_lease()));
         auto const before = co_await commandstats(probe);
-        // Until every lease was renewed three times (about 600 ms): the renewals themselves.
-        CHECK(co_await eventually([&] { return renewed->extended >= leases * 3; }, 3000ms));
+        co_await sleep_for(1000ms);
         auto const after = co_await commandstats(probe);
         // Every renewal sets its key's expiry once, in a batch or alone.
         auto const renewals = command_calls(after, "pexpire") - command_calls(before, "pexpire");
