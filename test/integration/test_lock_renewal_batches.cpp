@@ -45,8 +45,10 @@ TEST_CASE("renewals in batches: forty leases of one locker renewed for a second 
         auto const renewals = command_calls(after, "pexpire") - command_calls(before, "pexpire");
         auto const scripts = script_calls(after) - script_calls(before);
         CHECK(renewals >= leases * 3);
-        // One script call per lease renewed alone; batches bring it well below.
-        CHECK_MESSAGE(scripts * 4 <= renewals, scripts, " script calls for ", renewals,
+        // One script call per lease renewed alone; batches bring it well below. Not to a fixed
+        // few: leases granted over ~100 ms (ASan, a loaded machine) fall on several of the
+        // renewal grid's slots, one batch each (37 and 54 scripts for 120 and 187 renewals seen).
+        CHECK_MESSAGE(scripts * 2 <= renewals, scripts, " script calls for ", renewals,
                       " renewals");
         for (auto& g : held) {
             CHECK(g.owns_lock());
