@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <system_error>
 
 namespace colock::cli {
@@ -67,8 +68,8 @@ void note_inherited_fds() {
     inherited_fds() = open_fds();
 }
 
-spawned spawn_command(std::vector<std::string> const& argv,
-                      std::vector<int> const& caught_signals) {
+spawned spawn_command(std::vector<std::string> const& argv, std::vector<int> const& caught_signals,
+                      std::vector<std::string> const& env) {
     // Everything the child needs is prepared here: between fork and exec it only makes
     // async-signal-safe calls.
     std::vector<std::string> args = argv;
@@ -77,6 +78,21 @@ spawned spawn_command(std::vector<std::string> const& argv,
     for (auto& a : args)
         cargv.push_back(a.data());
     cargv.push_back(nullptr);
+    std::vector<std::string> vars = env;
+    std::vector<char*> cenv;
+    for (char** e = environ; *e != nullptr; ++e) {
+        std::string_view const var{*e};
+        auto const replaced = [&var](std::string const& v) {
+            auto const eq = v.find('=');
+            return var.size() > eq &&
+                   var.substr(0, eq + 1) == std::string_view{v}.substr(0, eq + 1);
+        };
+        if (std::none_of(vars.begin(), vars.end(), replaced))
+            cenv.push_back(*e);
+    }
+    for (auto& v : vars)
+        cenv.push_back(v.data());
+    cenv.push_back(nullptr);
     auto const to_close = own_inheritable_fds();
 
     int report[2];
@@ -98,7 +114,7 @@ spawned spawn_command(std::vector<std::string> const& argv,
             if (fd != report[1])
                 close(fd);
         pthread_sigmask(SIG_SETMASK, &before, nullptr);
-        execvp(cargv[0], cargv.data());
+        execvpe(cargv[0], cargv.data(), cenv.data());
         int const err = errno;
         while (write(report[1], &err, sizeof err) < 0 && errno == EINTR) {
         }

@@ -1,4 +1,4 @@
-// The command that `colock exec` runs: started with fork + execvp in the tool's own process
+// The command that `colock exec` runs: started with fork + execvpe in the tool's own process
 // group (so a terminal's Ctrl-C reaches it as it reaches the tool, as with flock(1)), reaped
 // with waitpid.
 #pragma once
@@ -23,12 +23,14 @@ struct spawned {
     int exec_error = 0;
 };
 
-/// Starts `argv` (searched in PATH as execvp does) and returns once it runs or its exec failed,
-/// which the child reports through a close-on-exec pipe. `caught_signals` are the signals
-/// whose handlers the tool installed: the child sets them back to their defaults before the
+/// Starts `argv` (searched in PATH as execvp does) with the tool's environment, in which each
+/// of `env` ("NAME=VALUE") replaces a variable of that NAME, and returns once it runs or its
+/// exec failed, which the child reports through a close-on-exec pipe. `caught_signals` are the
+/// signals whose handlers the tool installed: the child sets them back to their defaults before the
 /// exec, with every signal blocked until then, so none reaches the tool's handlers from the
 /// child. Throws std::system_error when the pipe or the fork fail.
-spawned spawn_command(std::vector<std::string> const& argv, std::vector<int> const& caught_signals);
+spawned spawn_command(std::vector<std::string> const& argv, std::vector<int> const& caught_signals,
+                      std::vector<std::string> const& env = {});
 
 /// The wait status of `pid` when it has exited or been killed; nullopt while it runs. Throws
 /// std::system_error when waitpid fails.

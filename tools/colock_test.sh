@@ -9,7 +9,9 @@
 # leadership; `exec --permits`: two commands at once under a semaphore of 2 while a third waits,
 # --wait 0 with no permit free, another capacity (exit 123), a lost permit, usage errors;
 # `exec --shared` / `--exclusive`: two readers at once, a reader after a waiting writer refused,
-# the writer after both. Every
+# the writer after both; the command's environment (COLOCK_NAME, COLOCK_FENCE, COLOCK_TOKEN,
+# checked against what the server holds) under a lock, a permit, a write lock and a
+# leadership. Every
 # wait polls for its condition with a bound; nothing relies on a fixed sleep
 # being long enough.
 
@@ -607,5 +609,43 @@ check_usage "exec --permits --shared" exec --permits 2 --shared name -- true
 check_usage "status --shared" status --shared name
 grep -q "status: --shared is an option of exec only" "$work/usage.err" || fail "status --shared: wrong message"
 pass "exec --shared and --exclusive: two readers at once, a reader after the waiting writer refused (120), the writer after both"
+
+# --- 15. the command is told its lease: COLOCK_NAME, COLOCK_FENCE, COLOCK_TOKEN ----------------
+# The command writes what its environment says and, beside it, what the server holds, as the
+# environment's variables replaced (not added to) by colock's.
+envcheck=(sh -c 'printf "%s|%s|%s|%s\n" "$COLOCK_NAME" "$COLOCK_FENCE" "$COLOCK_TOKEN" \
+    "$(env | grep -c "^COLOCK_FENCE=")" > "$1"; shift; "$@" > "$work_env_key"' sh)
+env_field() { cut -d'|' -f"$2" "$work/$1.env"; }
+for round in 1 2; do
+    work_env_key=$work/envlock$round.key COLOCK_FENCE=stale COLOCK_NAME=other run_colock envlock$round \
+        exec envlock -- "${envcheck[@]}" "$work/envlock$round.env" "$redis_cli" -u "$COLOCK_REDIS_URL" GET 'colock:{envlock}'
+    expect_status 0 "exec that prints its environment (round $round)"
+    [ "$(env_field envlock$round 1)" = envlock ] || fail "COLOCK_NAME is '$(env_field envlock$round 1)', expected 'envlock'"
+    [ "$(env_field envlock$round 4)" = 1 ] || fail "COLOCK_FENCE is set $(env_field envlock$round 4) times"
+    # The lock key held "H <fence> <owner> <token> ...".
+    read -r _ key_fence _ key_token _ <"$work/envlock$round.key"
+    [ "$(env_field envlock$round 2)" = "$key_fence" ] ||
+        fail "COLOCK_FENCE is '$(env_field envlock$round 2)', the lock's fence is '$key_fence'"
+    [ "$(env_field envlock$round 3)" = "$key_token" ] ||
+        fail "COLOCK_TOKEN is '$(env_field envlock$round 3)', the lock's token is '$key_token'"
+done
+[ "$(env_field envlock2 2)" -gt "$(env_field envlock1 2)" ] ||
+    fail "the second exec's fence $(env_field envlock2 2) is not above the first's $(env_field envlock1 2)"
+work_env_key=$work/envsem.key run_colock envsem exec --permits 2 envsem -- "${envcheck[@]}" "$work/envsem.env" \
+    "$redis_cli" -u "$COLOCK_REDIS_URL" HGET 'colock:semaphore:{envsem}' fence
+expect_status 0 "exec --permits that prints its environment"
+[ "$(env_field envsem 2)" = "$(cat "$work/envsem.key")" ] ||
+    fail "exec --permits: COLOCK_FENCE is '$(env_field envsem 2)', the semaphore's fence '$(cat "$work/envsem.key")'"
+[ "$(env_field envsem 1)" = envsem ] && [ -n "$(env_field envsem 3)" ] || fail "exec --permits: COLOCK_NAME or COLOCK_TOKEN wrong"
+work_env_key=$work/envrw.key run_colock envrw exec --exclusive envrw -- "${envcheck[@]}" "$work/envrw.env" \
+    "$redis_cli" -u "$COLOCK_REDIS_URL" HGET 'colock:rw:{envrw}' fence
+expect_status 0 "exec --exclusive that prints its environment"
+[ "$(env_field envrw 2)" = "$(cat "$work/envrw.key")" ] ||
+    fail "exec --exclusive: COLOCK_FENCE is '$(env_field envrw 2)', the lock's fence '$(cat "$work/envrw.key")'"
+work_env_key=$work/envel.key run_colock envel elect envel -- "${envcheck[@]}" "$work/envel.env" "$colock" leader --json envel
+expect_status 0 "elect that prints its environment"
+grep -q "\"term\":$(env_field envel 2)," "$work/envel.key" ||
+    fail "elect: COLOCK_FENCE is '$(env_field envel 2)', the leader: $(cat "$work/envel.key")"
+pass "exec (lock, permit, write lock) and elect tell the command its name, fence (term) and token"
 
 echo "colock_test: all checks passed"

@@ -177,7 +177,9 @@ asio::awaitable<int> run_elect(options const& o, redis::connection& conn, locker
         fmt::format("resign the leadership of election '{}'", name)};
     // Unlocking the leadership's guard resigns.
     guard_lease lease{lead.guard()};
-    co_return co_await run_under_lease(o, lease, words, sigs);
+    // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+    lease_identity const identity{o.name, lead.term(), lead.guard().token()};
+    co_return co_await run_under_lease(o, lease, words, identity, sigs);
 }
 
 asio::awaitable<int> run_leader(options const& o, locker& lk) {

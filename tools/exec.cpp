@@ -131,7 +131,9 @@ asio::awaitable<int> run_exec_permit(options const& o, redis::connection& conn, 
         fmt::format("the permit of semaphore '{}' (fence {})", name, got.held->fence()),
         fmt::format("release the permit of semaphore '{}'", name)};
     holding_lease lease{*got.held, [&got] { return got.held->release(); }};
-    co_return co_await run_under_lease(o, lease, words, sigs);
+    // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+    lease_identity const identity{o.name, got.held->fence(), got.held->token()};
+    co_return co_await run_under_lease(o, lease, words, identity, sigs);
 }
 
 // exec --shared / --exclusive: the command runs under read-write lock NAME, as a reader or as
@@ -169,7 +171,9 @@ asio::awaitable<int> run_exec_rw(options const& o, redis::connection& conn, lock
     lease_words const words{fmt::format("the {} of '{}' (fence {})", what, name, got.held->fence()),
                             fmt::format("release the {} of '{}'", what, name)};
     holding_lease lease{*got.held, [&got] { return got.held->unlock(); }};
-    co_return co_await run_under_lease(o, lease, words, sigs);
+    // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+    lease_identity const identity{o.name, got.held->fence(), got.held->token()};
+    co_return co_await run_under_lease(o, lease, words, identity, sigs);
 }
 
 } // namespace
@@ -205,7 +209,9 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
     lease_words const words{fmt::format("the lock '{}'", name),
                             fmt::format("release the lock '{}'", name)};
     guard_lease lease{*got.held};
-    co_return co_await run_under_lease(o, lease, words, sigs);
+    // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+    lease_identity const identity{o.name, got.held->fence(), got.held->token()};
+    co_return co_await run_under_lease(o, lease, words, identity, sigs);
 }
 
 } // namespace colock::cli

@@ -204,12 +204,17 @@ asio::awaitable<void> let_queue_exit_go_out(redis::connection& conn) {
     }
 }
 
+std::vector<std::string> lease_identity::environment() const {
+    return {"COLOCK_NAME=" + name, "COLOCK_FENCE=" + std::to_string(fence),
+            "COLOCK_TOKEN=" + token};
+}
+
 asio::awaitable<int> run_under_lease(options const& o, held_lease& lease, lease_words const& words,
-                                     tool_signals& sigs) {
+                                     lease_identity const& identity, tool_signals& sigs) {
     spawned child;
     std::exception_ptr spawn_failure;
     try {
-        child = spawn_command(o.command, sigs.caught);
+        child = spawn_command(o.command, sigs.caught, identity.environment());
     } catch (std::exception const&) {
         spawn_failure = std::current_exception();
     }

@@ -22,6 +22,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -91,6 +92,18 @@ struct lease_words {
     std::string give_up;
 };
 
+/// What the command is told of its lease, in its environment: COLOCK_NAME (the name given),
+/// COLOCK_FENCE (the fence, for an election the term) and COLOCK_TOKEN (the holding's token at
+/// the server), so that what it writes to can refuse a late write (docs/safety.md).
+struct lease_identity {
+    std::string name;
+    std::int64_t fence = 0;
+    std::string token;
+
+    /// The three variables, "NAME=VALUE".
+    std::vector<std::string> environment() const;
+};
+
 /// The lease a command runs under, whatever holds it: what the supervision needs of a
 /// lock_guard (a lock's, a leadership's) or of a semaphore's permit. Refers to the holder, which
 /// outlives it.
@@ -136,12 +149,14 @@ private:
     std::optional<loss_reason> loss_after_release_;
 };
 
-/// Runs `opt.command` while `lease` holds, then gives the lease up: at once when the command
-/// exits, fails to start, or after a stop signal passed on to it has ended it. If the lease is
-/// lost meanwhile, the command gets SIGTERM, then SIGKILL after `opt.grace`. Returns the exit
-/// code: the command's own status, exit_lost, exit_not_executable or exit_not_found. Throws when
-/// the command could not be started (fork, pipe) after giving the lease up.
+/// Runs `opt.command` while `lease` holds, with `identity` in its environment, then gives the lease
+/// up: at once when the command exits, fails to start, or after a stop signal passed on to it has
+/// ended it. If the lease is lost meanwhile, the command gets SIGTERM, then SIGKILL after
+/// `opt.grace`. Returns the exit code: the command's own status, exit_lost, exit_not_executable or
+/// exit_not_found. Throws when the command could not be started (fork, pipe) after giving the lease
+/// up.
 boost::asio::awaitable<int> run_under_lease(options const& opt, held_lease& lease,
-                                            lease_words const& words, tool_signals& signals);
+                                            lease_words const& words,
+                                            lease_identity const& identity, tool_signals& signals);
 
 } // namespace colock::cli
