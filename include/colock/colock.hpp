@@ -17,6 +17,8 @@
 /// - colock::lock_guard: holds one lock, renews its lease, reports its loss (wait_lost) and
 ///   gives it back (unlock, or its destructor).
 /// - colock::lock_options: the lease, renewal, waiting and replication settings of one call.
+/// - colock::fenced_resource: writes to Redis applied only under a fence at least the highest
+///   the resource has seen, so that a holder paused past its lease cannot write late.
 /// - colock::error, colock::redis::error and colock::resp3::error: the error codes, each with
 ///   its own category.
 ///
@@ -34,6 +36,7 @@
 
 #include <colock/election.hpp>
 #include <colock/error.hpp>
+#include <colock/fenced_resource.hpp>
 #include <colock/functions_library.hpp>
 #include <colock/lease_guard.hpp>
 #include <colock/lock_observer.hpp>

@@ -32,6 +32,9 @@ enum class error {
     /// a renewal and a release try again within their deadlines; the message names each
     /// primary that did not answer, and why.
     no_quorum,
+    /// A fenced_resource refused a write: it holds a higher fence, given to a later holder (the
+    /// writer's lease ran out meanwhile). Nothing was written; the message names both fences.
+    stale_fence,
 };
 
 /// The category of colock::error codes; its name() is "colock".

@@ -1,7 +1,8 @@
 // The connection and the locker on a real Redis Cluster (3 primaries, 3 replicas) that the
 // fixture starts: routing by slot, MOVED after a migration, ASK during one, cross-slot refusals,
-// locks on names over every primary, and a primary's failover.
+// locks on names over every primary, fenced resources on each, and a primary's failover.
 #include <colock/election.hpp>
+#include <colock/fenced_resource.hpp>
 #include <colock/functions_library.hpp>
 #include <colock/locker.hpp>
 #include <colock/redis/connection.hpp>
@@ -209,6 +210,34 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 CHECK(co_await guard.unlock());
             }
             CHECK(owners.size() == 3);
+
+            // Fenced resources on every primary: each batch is one script on its slot's node,
+            // and a late write under an earlier fence is refused there.
+            std::set<std::uint16_t> fenced_on;
+            for (int i = 0; i < 12 && fenced_on.size() < 3; ++i) {
+                auto const name = fmt::format("fenced-{}", i);
+                auto const tag = "{" + name + "}";
+                auto const slot = hash_slot(tag);
+                fenced_resource res{conn_a, "res:" + tag + ":fence", {60s}};
+                auto first = co_await a.co_lock(name, lease(10s));
+                auto const early = first.fence();
+                co_await res.co_write(first, fenced_writes{}.set("res:" + tag, "a", 60s));
+                CHECK(co_await first.unlock());
+                auto second = co_await b.co_lock(name, lease(10s));
+                auto const w = co_await res.co_write(
+                    second,
+                    fenced_writes{}.set("res:" + tag, "b", 60s).incr_by("res:" + tag + ":n", 1));
+                CHECK(w.previous_fence == early);
+                auto const late = co_await failure_of(
+                    res.co_write(name, early, fenced_writes{}.set("res:" + tag, "late", 60s)));
+                CHECK(late.code == colock::error::stale_fence);
+                auto const owner = cluster.owner_of(slot);
+                CHECK(cluster.node_on(owner).cli({"GET", "res:" + tag}) == "b");
+                fenced_on.insert(owner);
+                CHECK(co_await second.unlock());
+                cluster.node_on(owner).cli({"DEL", "res:" + tag + ":n"});
+            }
+            CHECK(fenced_on.size() == 3);
 
             // Leases kept (lock_options::retain) on names over the primaries: taken again at
             // once, and given to the other locker as soon as it asks.

@@ -82,6 +82,7 @@ int main() {
 #include <utility>
 #include <vector>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/system/system_error.hpp>
@@ -116,6 +117,23 @@ asio::awaitable<std::int64_t> fencing(colock::locker& locker, invoice_store& sto
     auto guard = co_await locker.co_lock("invoice:42");
     co_await store.write(guard.fence(), data); // the store: if (fence < highest) refuse;
                                                //            highest = fence; apply
+    //]
+    auto const fence = guard.fence();
+    co_await guard.unlock();
+    co_return fence;
+}
+
+// The job's record in Redis, which takes writes under the highest fence it has seen only.
+asio::awaitable<std::int64_t> finish_job(colock::redis::connection& conn, colock::locker& locker) {
+    //[safety_fenced_resource
+    // The fence key and the job's keys share a hash tag: one script checks and writes.
+    colock::fenced_resource job{conn, "job:{42}:fence"};
+    auto guard = co_await locker.co_lock("job:42");
+    co_await job.co_write(
+        guard,
+        colock::fenced_writes{}.hset("job:{42}", "state", "done").hincr_by("job:{42}", "runs", 1));
+    // A holder paused past its lease gets error::stale_fence here once a later holder has
+    // written, and nothing of its batch is applied.
     //]
     auto const fence = guard.fence();
     co_await guard.unlock();
@@ -504,6 +522,19 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     co_await report.wait_lost();
     check(report.lost(), "the holder was told of the forced unlock");
     co_await report.unlock();
+
+    // Fencing at the resource: two holders write; a late write under the first fence is refused.
+    auto const job_first = co_await finish_job(conn, locker);
+    auto const job_second = co_await finish_job(conn, locker);
+    colock::fenced_resource job{conn, "job:{42}:fence"};
+    auto [late, late_result] = co_await job.async_write(
+        "job:42", job_first, colock::fenced_writes{}.hset("job:{42}", "state", "late"),
+        asio::as_tuple(asio::use_awaitable));
+    check(job_second > job_first && late == colock::error::stale_fence,
+          "the fenced resource refuses the earlier holder's late write");
+    colock::resp3::request cleanup;
+    cleanup.push("DEL", "job:{42}", "job:{42}:fence");
+    co_await conn.co_exec(std::move(cleanup));
     conn.close();
 }
 

@@ -103,6 +103,9 @@ result stopped_holder() {
     if (b_acquired) {
         b.send("write from-B");
         r.check(b.wait_line("write", 5s) == "write accepted", "B's write was refused");
+        b.send("rwrite from-B");
+        r.check(b.wait_line("rwrite", 5s) == "rwrite accepted",
+                "B's write to the fenced resource in Redis was refused");
     }
     auto const resumed_ns = continue_after(a, stopped_ns, 2500ms);
     auto a_lost = a.wait_line("lost", 5s);
@@ -110,6 +113,14 @@ result stopped_holder() {
     a.send("write from-A");
     auto const a_write = a.wait_line("write", 5s);
     r.check(a_write == "write refused", "A's stale write was not refused by the fenced store");
+    // The same at a resource in Redis (colock::fenced_resource), which keeps B's value.
+    a.send("rwrite from-A");
+    auto const a_rwrite = a.wait_line("rwrite", 5s);
+    r.check(a_rwrite == "rwrite refused",
+            fmt::format("A's stale write to the fenced resource in Redis: {}",
+                        a_rwrite.value_or("no answer")));
+    auto const kept = env.server.cli({"GET", "res:{b}"});
+    r.check(kept == "from-B", fmt::format("the fenced resource in Redis holds '{}'", kept));
     let_go_in_turn(r, a, b, "unlock", "released", "lock", env.dir, a_lost.has_value());
     colock::test::fenced_store store(env.dir.file("store")); // for the figures
     r.leaked_keys = lock_keys_left(env.server, {"b"});
@@ -118,7 +129,8 @@ result stopped_holder() {
     if (b_acquired && a_lost)
         r.figures = fmt::format(
             "B acquired {:.0f} ms after A stopped; A told lost {:.1f} ms after SIGCONT; A's "
-            "write (fence {}) refused, B's (fence {}) kept; store: {} accepted, {} refused",
+            "write (fence {}) refused, B's (fence {}) kept, in Redis too; store: {} accepted, {} "
+            "refused",
             ms(numbers(*b_acquired).at(0) - stopped_ns), ms(numbers(*a_lost).at(0) - resumed_ns),
             numbers(*a_acquired).at(1), numbers(*b_acquired).at(1), store.accepted(),
             store.refused());

@@ -6,12 +6,14 @@
 #include <colock/colock.hpp>
 #include <colock_test/history.hpp>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <fmt/format.h>
 
@@ -205,9 +207,32 @@ int run_hold(arguments const& args) {
         auto const state = [&] {
             return fmt::format("state owns={} lost={}", g.owns_lock() ? 1 : 0, g.lost() ? 1 : 0);
         };
-        co_await read_commands(
-            in, holder_commands(
-                    store, [&] { return g.fence(); }, state, "unlock", unlock_requested));
+        // "rwrite V": V to res:{NAME} under the fence checked at the resource, as "write" to the
+        // file store: with the guard's fence, not its state (a write already on its way).
+        colock::fenced_resource resource{
+            client.connection(), "res:{" + name + "}:fence", {std::chrono::minutes{1}}};
+        auto const redis_write = [&](std::string value) {
+            asio::co_spawn(
+                ctx,
+                [&resource, &name, fence = g.fence(),
+                 value = std::move(value)]() -> asio::awaitable<void> {
+                    auto [ec, written] = co_await resource.async_write(
+                        name, fence,
+                        colock::fenced_writes{}.set("res:{" + name + "}", value,
+                                                    std::chrono::minutes{1}),
+                        asio::as_tuple(asio::use_awaitable));
+                    if (!ec)
+                        say("rwrite accepted");
+                    else if (ec == colock::error::stale_fence)
+                        say("rwrite refused");
+                    else
+                        say(fmt::format("rwrite failed {}", ec.message()));
+                },
+                asio::detached);
+        };
+        co_await read_commands(in, holder_commands(
+                                       store, [&] { return g.fence(); }, state, "unlock",
+                                       unlock_requested, redis_write));
         history.record(tenure(g, holder, acquired_ns, lost_ns));
         co_await end_as_asked(
             unlock_requested, [&] { return g.unlock(); }, "unlock", "released");

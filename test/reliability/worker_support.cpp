@@ -177,15 +177,19 @@ int run_commanded(asio::io_context& ctx, lock_client& client, asio::posix::strea
     return rc;
 }
 
-std::function<bool(std::string const&)> holder_commands(colock::test::fenced_store& store,
-                                                        std::function<std::int64_t()> fence,
-                                                        std::function<std::string()> state,
-                                                        std::string end, bool& ended) {
+std::function<bool(std::string const&)>
+holder_commands(colock::test::fenced_store& store, std::function<std::int64_t()> fence,
+                std::function<std::string()> state, std::string end, bool& ended,
+                std::function<void(std::string)> redis_write) {
     return [&store, fence = std::move(fence), state = std::move(state), end = std::move(end),
-            &ended](std::string const& line) {
+            &ended, redis_write = std::move(redis_write)](std::string const& line) {
         if (line.starts_with("write ")) {
             bool const ok = store.write(fence(), line.substr(6));
             say(ok ? "write accepted" : "write refused");
+            return true;
+        }
+        if (line.starts_with("rwrite ") && redis_write) {
+            redis_write(line.substr(7));
             return true;
         }
         if (line == "state") {

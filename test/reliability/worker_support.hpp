@@ -79,6 +79,8 @@ public:
     lock_client& operator=(lock_client const&) = delete;
 
     locker& locks() noexcept { return *locks_; }
+    // The first connection (the only one but with --urls).
+    redis::connection& connection() noexcept { return *conns_.front(); }
     void close();
     std::uint64_t reconnect_count() const noexcept;
 
@@ -108,12 +110,14 @@ int run_commanded(asio::io_context& ctx, lock_client& client, asio::posix::strea
 
 // The commands the runner sends a holder (hold, lead), for read_commands: "write V" writes V to
 // `store` with `fence()`, deliberately with no check that the lease still holds (it is the
-// write already on its way when the holder was paused or cut off); "state" says `state()`; any
-// other line ends the reading, and `ended` tells whether it was `end` ("unlock", "resign").
-std::function<bool(std::string const&)> holder_commands(colock::test::fenced_store& store,
-                                                        std::function<std::int64_t()> fence,
-                                                        std::function<std::string()> state,
-                                                        std::string end, bool& ended);
+// write already on its way when the holder was paused or cut off); "rwrite V" passes V to
+// `redis_write` (when given), which writes it to a resource in Redis the same way; "state" says
+// `state()`; any other line ends the reading, and `ended` tells whether it was `end` ("unlock",
+// "resign").
+std::function<bool(std::string const&)>
+holder_commands(colock::test::fenced_store& store, std::function<std::int64_t()> fence,
+                std::function<std::string()> state, std::string end, bool& ended,
+                std::function<void(std::string)> redis_write = {});
 
 // Ends a holding as the runner asked: when `asked`, awaits `end` (unlock, resign), saying
 // "<verb> failed <what>" should it throw; then says "<done> 1" when it returned true, else

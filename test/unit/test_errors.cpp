@@ -191,7 +191,7 @@ TEST_CASE("errors: a wait that ran out without a connection says so, with its ac
 TEST_CASE("errors: the lock category gives every code a message of its own, and names a code it "
           "does not know") {
     for (auto const& m : colock::test::distinct_messages(
-             colock::error_category(), colock::error::timeout, colock::error::no_quorum)) {
+             colock::error_category(), colock::error::timeout, colock::error::stale_fence)) {
         CHECK_FALSE(m.empty());
         CHECK_FALSE(m.starts_with("unknown"));
     }

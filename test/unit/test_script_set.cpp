@@ -32,7 +32,8 @@ std::vector<script const*> every(script_set const& s) {
             &s.semaphore_extend,
             &s.semaphore_read,
             &s.proclaim,
-            &s.election_read};
+            &s.election_read,
+            &s.fenced_write};
 }
 
 bool publishes(std::string_view text, std::string_view command) {

@@ -43,6 +43,8 @@ public:
             return "too few replicas acknowledged the lock in time";
         case error::no_quorum:
             return "fewer than a majority of the Redlock primaries answered";
+        case error::stale_fence:
+            return "the resource holds a higher fence: a later holder wrote";
         }
         return "unknown colock error " + std::to_string(ev);
     }
@@ -152,6 +154,8 @@ std::string_view to_string(error e) noexcept {
         return "replicas_not_acknowledged";
     case error::no_quorum:
         return "no_quorum";
+    case error::stale_fence:
+        return "stale_fence";
     }
     return "unknown";
 }

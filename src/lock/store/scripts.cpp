@@ -3,6 +3,7 @@
 #include "lock/store/scripts.hpp"
 
 #include "lock/store/election_scripts.hpp"
+#include "lock/store/fence_scripts.hpp"
 #include "lock/store/lock_scripts.hpp"
 #include "lock/store/semaphore_scripts.hpp"
 
@@ -99,11 +100,12 @@ constexpr script_spec specs[] = {
     {&script_set::semaphore_read, semaphore_read_source, "semaphore_read", runs_when::memory_full},
     {&script_set::proclaim, proclaim_source, "proclaim", runs_when::memory_allows},
     {&script_set::election_read, election_read_source, "election_read", runs_when::read_only},
+    {&script_set::fenced_write, fenced_write_source, "fenced_write", runs_when::memory_allows},
 };
 
 script_set make_set(script_variant variant) {
     bool const sharded = variant == script_variant::sharded;
-    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     std::string hashed;
     for (auto const& spec : specs) {
         set.*spec.member = make_script(spec.source, sharded);

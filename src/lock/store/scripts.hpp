@@ -1,8 +1,8 @@
-// The scripts as sent: each text (from lock_scripts.hpp, semaphore_scripts.hpp and
-// election_scripts.hpp, which the benchmark and tests share) with its SHA-1, for EVALSHA, and its
-// name as a Redis Function, for FCALL; and the set of them one connection sends, in the variant
-// its server takes, with the Functions library that holds them all. Private to the library's
-// sources.
+// The scripts as sent: each text (from lock_scripts.hpp, semaphore_scripts.hpp,
+// election_scripts.hpp and fence_scripts.hpp, which the benchmark and tests share) with its
+// SHA-1, for EVALSHA, and its name as a Redis Function, for FCALL; and the set of them one
+// connection sends, in the variant its server takes, with the Functions library that holds them
+// all. Private to the library's sources.
 #pragma once
 
 #include <string>
@@ -42,6 +42,8 @@ struct script_set {
         semaphore_read;
     // The election's term (election_scripts.hpp).
     script proclaim, election_read;
+    // A fenced resource's writes (fence_scripts.hpp).
+    script fenced_write;
 
     // Every script above as a Redis Functions library, for FUNCTION LOAD: "colock_" and a hash of
     // the scripts, and its functions "<library>_<script>". Named after what it holds, so that
