@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
     libboost1.81-dev libfmt-dev doctest-dev libssl-dev
     redis-server redis-tools redis-sentinel openssl curl
+    postgresql-15 libpq-dev
     ninja-build cmake g++ pkg-config
     clang-14 libclang-rt-14-dev
     doxygen

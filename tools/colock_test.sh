@@ -636,7 +636,9 @@ work_env_key=$work/envsem.key run_colock envsem exec --permits 2 envsem -- "${en
 expect_status 0 "exec --permits that prints its environment"
 [ "$(env_field envsem 2)" = "$(cat "$work/envsem.key")" ] ||
     fail "exec --permits: COLOCK_FENCE is '$(env_field envsem 2)', the semaphore's fence '$(cat "$work/envsem.key")'"
-[ "$(env_field envsem 1)" = envsem ] && [ -n "$(env_field envsem 3)" ] || fail "exec --permits: COLOCK_NAME or COLOCK_TOKEN wrong"
+if [ "$(env_field envsem 1)" != envsem ] || [ -z "$(env_field envsem 3)" ]; then
+    fail "exec --permits: COLOCK_NAME or COLOCK_TOKEN wrong: $(cat "$work/envsem.env")"
+fi
 work_env_key=$work/envrw.key run_colock envrw exec --exclusive envrw -- "${envcheck[@]}" "$work/envrw.env" \
     "$redis_cli" -u "$COLOCK_REDIS_URL" HGET 'colock:rw:{envrw}' fence
 expect_status 0 "exec --exclusive that prints its environment"
