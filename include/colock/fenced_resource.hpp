@@ -64,13 +64,19 @@ public:
 
     /// The number of writes.
     std::size_t size() const noexcept { return count_; }
+    /// True when the batch has no write: applied, it only raises the resource's fence.
     bool empty() const noexcept { return count_ == 0; }
     /// The distinct keys written, in the order of their first write.
     std::vector<std::string> const& keys() const noexcept { return keys_; }
 
 private:
     friend class detail::fenced_resource_impl;
-    enum class shape : unsigned char { any, string, hash };
+    /// How the batch writes a key so far.
+    enum class shape : unsigned char {
+        any,    ///< only as a whole (DEL, EXPIRE), or not yet
+        string, ///< as a string (SET, INCRBY)
+        hash,   ///< as a hash (HSET, HDEL, HINCRBY)
+    };
     struct key_use {
         shape as = shape::any;
         std::vector<std::string> fields; // the hash fields written so far
@@ -100,7 +106,9 @@ struct fenced_result {
 
 /// The fence a resource holds: the highest it accepted, and the name it came from.
 struct fence_record {
+    /// The highest fence accepted.
     std::int64_t fence = 0;
+    /// The name of the lock (semaphore, read-write lock, election) it came from.
     std::string name;
 };
 
@@ -129,18 +137,23 @@ struct fenced_resource_options {
 /// per object.
 class fenced_resource {
 public:
+    /// The type of get_executor().
     using executor_type = boost::asio::any_io_executor;
 
     /// Refuses an empty `fence_key` or a record_ttl below 1 ms, throwing
     /// boost::system::system_error (error::invalid_argument), before any I/O.
     fenced_resource(redis::connection& conn, std::string fence_key,
                     fenced_resource_options opt = {});
-    fenced_resource(fenced_resource&&) noexcept;
-    fenced_resource& operator=(fenced_resource&&) noexcept;
+    /// Takes over `other`'s resource and pending writes; `other` then refers to none.
+    fenced_resource(fenced_resource&& other) noexcept;
+    /// Completes this one's pending writes with operation_aborted, then takes over `other`'s.
+    fenced_resource& operator=(fenced_resource&& other) noexcept;
     /// Completes the pending operations with operation_aborted.
     ~fenced_resource();
 
+    /// The connection's executor: where operations complete unless the handler has its own.
     executor_type get_executor() const noexcept;
+    /// The key that keeps the resource's fence record; empty for a moved-from resource.
     std::string const& fence_key() const noexcept;
 
     /// Applies `writes` under `fence` of `name` (a fence from elsewhere: another process, or
