@@ -144,6 +144,10 @@ done_step "build asan"
 
 # -Wno-tsan: GCC warns that TSan does not model the std::atomic_thread_fence in Asio's
 # reference counts; with warnings as errors that would stop the build.
+# -Wno-maybe-uninitialized: GCC 12 at -O1 reports the move of an empty std::optional (of
+# leader_change, in leader_watch.cpp's co_next) as a read of its uninitialised payload, in some
+# groupings of the unity build and not in others: a false report, which -O0 (ASan) and Clang
+# do not make.
 # Step 2's build starts now, beside step 1's tests, at the lowest priority: the tests wait on
 # servers and timers and leave about a tenth of the CPU idle, which it takes, while the tests
 # (and the package tests and the fuzzer, niced 10) come first. A session of its own, so that
@@ -153,7 +157,7 @@ if [ "$quick" -eq 0 ]; then
     mkdir -p build
     setsid -w bash -c '
         nice -n 19 cmake -S . -B build/tsan "$@" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
-            -DCOLOCK_SANITIZE=thread -DCOLOCK_WERROR=ON -DCMAKE_CXX_FLAGS=-Wno-tsan \
+            -DCOLOCK_SANITIZE=thread -DCOLOCK_WERROR=ON -DCMAKE_CXX_FLAGS="-Wno-tsan -Wno-maybe-uninitialized" \
             -DCOLOCK_BUILD_EXAMPLES=OFF -DCOLOCK_BUILD_BENCH=OFF -DCOLOCK_UNITY_BUILD=ON &&
             nice -n 19 cmake --build build/tsan --parallel "'"$jobs"'" \
                 --target colock_threads_test' tsan-build "${common[@]}" \
