@@ -39,10 +39,10 @@ class fenced_resource_impl;
 /// checked at the server before the first is made (a key of another type, a value that is not an
 /// integer, a sum that overflows 64 bits refuse the whole batch, naming the key). Each method
 /// adds one write and refuses bad arguments by throwing boost::system::system_error
-/// (error::invalid_argument) naming them: an empty key, a ttl below 1 ms, a key written both as a
-/// string and as a hash, an increment that is not the first write of its key (of its field, for
-/// a hash). Every key must be in the hash slot of the resource's fence key (fenced_resource
-/// checks it when writing).
+/// (error::invalid_argument) naming them: an empty key, a ttl below 1 ms or above 2^40 ms, a key
+/// written both as a string and as a hash, an increment that is not the first write of its key (of
+/// its field, for a hash). Every key must be in the hash slot of the resource's fence key
+/// (fenced_resource checks it when writing).
 class fenced_writes {
 public:
     /// SET key value. The key loses any expiry it had, as with SET.
@@ -53,7 +53,8 @@ public:
     fenced_writes& hset(std::string_view key, std::string_view field, std::string_view value);
     /// HDEL key field.
     fenced_writes& hdel(std::string_view key, std::string_view field);
-    /// INCRBY key by: the key absent or holding an integer. Its reply is the new value.
+    /// INCRBY key by: the key absent or holding an integer. Its reply is the new value (rounded
+    /// above 2^53, as Lua's numbers are: read the key for an exact one).
     fenced_writes& incr_by(std::string_view key, std::int64_t by);
     /// HINCRBY key field by: the field absent or holding an integer. Its reply is the new value.
     fenced_writes& hincr_by(std::string_view key, std::string_view field, std::int64_t by);
@@ -140,7 +141,7 @@ public:
     /// The type of get_executor().
     using executor_type = boost::asio::any_io_executor;
 
-    /// Refuses an empty `fence_key` or a record_ttl below 1 ms, throwing
+    /// Refuses an empty `fence_key` or a record_ttl below 1 ms or above 2^40 ms, throwing
     /// boost::system::system_error (error::invalid_argument), before any I/O.
     fenced_resource(redis::connection& conn, std::string fence_key,
                     fenced_resource_options opt = {});
@@ -168,7 +169,7 @@ public:
     /// written) or the fence key holds something else than a fence record; else a network
     /// error. Not retried: a write whose reply was not seen may have been applied.
     /// @par Per-operation cancellation
-    /// terminal, partial, as the connection's async_exec: honoured while the request is unsent.
+    /// terminal: honoured while the request is unsent.
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_write(std::string name, std::int64_t fence, fenced_writes writes,
                      CompletionToken&& token = {}) {

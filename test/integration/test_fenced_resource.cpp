@@ -231,6 +231,17 @@ TEST_CASE("fenced resource: bad arguments are refused before any I/O, naming wha
                   std::string::npos);
             CHECK(refusal([&] { fenced_writes{}.set(keys.value, "v", 0ms); }).find("ttl") !=
                   std::string::npos);
+            // Redis would refuse an expiry this far out only after the writes before it.
+            CHECK(refusal([&] {
+                      fenced_writes{}
+                          .set(keys.value, "v")
+                          .expire(keys.fields, std::chrono::milliseconds::max());
+                  }).find("2^40") != std::string::npos);
+            fenced_resource_options far;
+            far.record_ttl = std::chrono::milliseconds::max();
+            CHECK(refusal([&] {
+                      fenced_resource r{conn, keys.fence, far};
+                  }).find("record_ttl") != std::string::npos);
             CHECK(refusal([&] {
                       fenced_writes{}.set(keys.value, "v").hset(keys.value, "f", "v");
                   }).find("as a string") != std::string::npos);

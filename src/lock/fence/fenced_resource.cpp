@@ -43,9 +43,14 @@ std::string shown(std::string_view text) {
     return std::string(text.substr(0, 77)) + "...";
 }
 
+// The longest ttl taken: 2^40 ms, about 34 years. Redis refuses an expiry whose time from now
+// overflows, and the script sends its expiries after earlier writes of the batch are made: a
+// bound checked here keeps the batch whole.
+constexpr std::int64_t max_ttl_ms = std::int64_t{1} << 40;
+
 std::string ms_text(std::chrono::milliseconds ttl, std::string_view what) {
-    if (ttl.count() < 1)
-        refuse(fmt::format("fenced write: {} of {} ms (at least 1 ms)", what, ttl.count()));
+    if (ttl.count() < 1 || ttl.count() > max_ttl_ms)
+        refuse(fmt::format("fenced write: {} of {} ms (1 ms to 2^40 ms)", what, ttl.count()));
     return std::to_string(ttl.count());
 }
 
@@ -281,8 +286,7 @@ fenced_outcome fenced_resource_impl::judge(script_reply const& r, std::string co
         out.ec = error::stale_fence;
         out.message = fmt::format(
             "colock: fenced write under fence key '{}' refused: fence {} of '{}' is below the "
-            "fence {} it holds, given to a later holder (this one's lease ran out); nothing was "
-            "written",
+            "fence {} it holds, given to a later holder; nothing was written",
             shown(key_), fence, shown(name), *seen);
         return out;
     }
@@ -376,8 +380,8 @@ fenced_resource::fenced_resource(redis::connection& conn, std::string fence_key,
                                  fenced_resource_options opt) {
     if (fence_key.empty())
         refuse("fenced_resource: an empty fence key");
-    if (opt.record_ttl && opt.record_ttl->count() < 1)
-        refuse(fmt::format("fenced_resource '{}': record_ttl of {} ms (at least 1 ms)",
+    if (opt.record_ttl && (opt.record_ttl->count() < 1 || opt.record_ttl->count() > max_ttl_ms))
+        refuse(fmt::format("fenced_resource '{}': record_ttl of {} ms (1 ms to 2^40 ms)",
                            shown(fence_key), opt.record_ttl->count()));
     impl_ = std::make_shared<detail::fenced_resource_impl>(conn, std::move(fence_key), opt);
     impl_->this_ptr_ = impl_;
