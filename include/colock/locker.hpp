@@ -6,6 +6,7 @@
 #include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/lock_status.hpp>
+#include <colock/multi_lock_guard.hpp>
 #include <colock/redis/connection.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -27,6 +28,7 @@
 #include <string_view>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 namespace colock {
 
@@ -362,6 +364,46 @@ public:
     boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string name,
                                                                   lock_options opt = {});
 
+    /// Locks every name of `names` at once, all or none: one lease over them (multi_lock_guard),
+    /// a fence per name. Waits as co_lock does, in each name's queue, which co_lock of that name
+    /// shares: no deadlock between calls naming overlapping sets in any order, FIFO per name,
+    /// and a call for many names is not overtaken forever by calls for few (the names it may
+    /// take are kept for it while it waits for the rest). A name repeated counts once; an empty
+    /// set or a bad name is refused at the call (error::invalid_argument). On a Cluster the names
+    /// must share a hash slot (one hash tag); a locker over independent primaries (Redlock)
+    /// refuses. Cancellation (terminal, partial) leaves nothing held or queued. Completes with
+    /// the guard, or the error.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_lock_all(std::vector<std::string> names, lock_options opt = {},
+                        CompletionToken&& token = {}) {
+        validate_all(names, opt);
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, multi_lock_guard)>(
+            [this](auto handler, std::vector<std::string> n, lock_options o) {
+                start_lock_all(std::move(n), std::move(o), std::move(handler));
+            },
+            token, std::move(names), std::move(opt));
+    }
+    /// One attempt at every name of `names`: an empty optional when any is held (nothing is left
+    /// held or queued then); else as async_lock_all.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_try_lock_all(std::vector<std::string> names, lock_options opt = {},
+                            CompletionToken&& token = {}) {
+        validate_all(names, opt);
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
+                                                                 std::optional<multi_lock_guard>)>(
+            [this](auto handler, std::vector<std::string> n, lock_options o) {
+                start_try_lock_all(std::move(n), std::move(o), std::move(handler));
+            },
+            token, std::move(names), std::move(opt));
+    }
+    /// Awaitable async_lock_all; throws system_error (or redis::connect_error) as co_lock does.
+    boost::asio::awaitable<multi_lock_guard> co_lock_all(std::vector<std::string> names,
+                                                         lock_options opt = {});
+    /// Awaitable async_try_lock_all: an empty optional when any name is held.
+    boost::asio::awaitable<std::optional<multi_lock_guard>>
+    co_try_lock_all(std::vector<std::string> names, lock_options opt = {});
+
     /// Runs `f` under lock `name`, the `co_await (work() || guard.wait_lost())` users write by
     /// hand: takes the lock as co_lock(name, opt) does, runs the awaitable that `f(guard)`
     /// returns raced against the guard's wait_lost(), gives the lock back when it ends, and
@@ -458,6 +500,14 @@ private:
 
     void start_lock(std::string name, lock_options opt, lock_handler handler);
     void start_try_lock(std::string name, lock_options opt, try_lock_handler handler);
+    using lock_all_handler =
+        boost::asio::any_completion_handler<void(boost::system::error_code, multi_lock_guard)>;
+    using try_lock_all_handler = boost::asio::any_completion_handler<void(
+        boost::system::error_code, std::optional<multi_lock_guard>)>;
+    static void validate_all(std::vector<std::string> const& names, lock_options const& opt);
+    void start_lock_all(std::vector<std::string> names, lock_options opt, lock_all_handler handler);
+    void start_try_lock_all(std::vector<std::string> names, lock_options opt,
+                            try_lock_all_handler handler);
 
     friend struct detail::locker_access;
     explicit locker(std::shared_ptr<detail::locker_impl> impl);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the library's private includes run one way, down the layers of docs/design.md:
 #
-#   src/lock/{mutex,semaphore,election,fence}/  synchronizers: none includes another's files
+#   src/lock/{mutex,semaphore,election,fence,multi}/  synchronizers: none includes another's files
 #   src/lock/core/                         the lease, the acquisition machine, the local queue
 #   src/lock/quorum/                       the lease store over N primaries
 #   src/lock/store/                        the lease store's seam, the scripts and their replies
@@ -20,7 +20,7 @@ rank() {
     store) echo 1 ;;
     quorum) echo 2 ;;
     core) echo 3 ;;
-    mutex | semaphore | election | fence) echo 4 ;;
+    mutex | semaphore | election | fence | multi) echo 4 ;;
     *) echo -1 ;;
     esac
 }

@@ -33,7 +33,10 @@ std::vector<script const*> every(script_set const& s) {
             &s.semaphore_read,
             &s.proclaim,
             &s.election_read,
-            &s.fenced_write};
+            &s.fenced_write,
+            &s.acquire_all,
+            &s.release_all,
+            &s.extend_all};
 }
 
 bool publishes(std::string_view text, std::string_view command) {

@@ -192,6 +192,11 @@ public:
     // Permits counted on each primary apart do not bound the holders by a majority of them:
     // two majorities of grants can together admit more holders than the capacity.
     std::string refusal_of(holding_kind kind) const override {
+        if (kind == holding_kind::name_set)
+            return fmt::format("a locker over {} independent primaries (Redlock) cannot hold "
+                               "several names at once yet; use a locker over one connection "
+                               "(one server, Sentinel or Cluster)",
+                               members_->size());
         if (kind != holding_kind::permits)
             return {};
         return fmt::format("a locker over {} independent primaries (Redlock) cannot hold one: its "

@@ -35,6 +35,8 @@ std::string lease_store::refusal_of(holding_kind kind) const {
         return {};
     case holding_kind::permits:
         return "the locker's store serves no semaphore";
+    case holding_kind::name_set:
+        return "the locker's store serves no lock on several names";
     case holding_kind::election:
         break;
     }
@@ -81,5 +83,25 @@ void lease_store::release_permits_in_background(semaphore_keys const&, std::stri
 asio::awaitable<semaphore_reading> lease_store::read_permits(semaphore_keys const&) {
     co_return refused<semaphore_reading>(*this, holding_kind::permits);
 }
+
+asio::awaitable<names_grant> lease_store::grant_names(std::span<lock_keys const>,
+                                                      names_request const&,
+                                                      asio::cancellation_slot) {
+    co_return names_grant{refused<grant_result>(*this, holding_kind::name_set), {}};
+}
+
+asio::awaitable<lease_reply> lease_store::extend_names(std::span<lock_keys const>,
+                                                       std::string const&, milliseconds) {
+    co_return refused_reply();
+}
+
+asio::awaitable<lease_reply> lease_store::release_names(std::span<lock_keys const>,
+                                                        std::string const&, std::string const&,
+                                                        bool) {
+    co_return refused_reply();
+}
+
+void lease_store::release_names_in_background(std::span<lock_keys const>, std::string const&,
+                                              std::string const&, bool, std::function<void()>) {}
 
 } // namespace colock::detail

@@ -8,6 +8,7 @@
 
 #include "lock/store/channel_events.hpp"
 #include "lock/store/lease_types.hpp"
+#include "lock/store/name_sets.hpp"
 #include "lock/store/permits.hpp"
 
 #include <colock/error.hpp>
@@ -27,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,8 +37,9 @@
 namespace colock::detail {
 
 // What a synchronizer holds through a store: a lock's lease (every store serves it), a
-// semaphore's permits (and a read-write lock's holdings), an election's term.
-enum class holding_kind { lease, permits, election };
+// semaphore's permits (and a read-write lock's holdings), an election's term, a lock set's
+// names (several locks taken at once).
+enum class holding_kind { lease, permits, election, name_set };
 
 // The awaitables and unsubscribe() are called on strand(); strand(), release_in_background,
 // listen, stop_listening and the connection facts from any thread. The awaitables take what
@@ -180,6 +183,29 @@ public:
     virtual std::uint64_t permit_server_changes(semaphore_keys const& /*keys*/) const noexcept {
         return 0;
     }
+
+    // A lock set's requests (multi_scripts.hpp): every name of `keys` in one call, taken as the
+    // lease's are. grant_names: one attempt, queued at the server when `request.queue`; `stop`
+    // as grant's. extend_names: once, cancelled by the awaiting coroutine's cancellation; ours
+    // only when every name's lease was. release_names: gives the names of `token` back (and,
+    // with `leave`, takes `entry` out of their queues, passing on a name handed or reserved to
+    // it), sent again over passing errors until release_timeout (a leave: a few times).
+    virtual boost::asio::awaitable<names_grant> grant_names(std::span<lock_keys const> keys,
+                                                            names_request const& request,
+                                                            boost::asio::cancellation_slot stop);
+    virtual boost::asio::awaitable<lease_reply> extend_names(std::span<lock_keys const> keys,
+                                                             std::string const& token,
+                                                             std::chrono::milliseconds ttl);
+    virtual boost::asio::awaitable<lease_reply> release_names(std::span<lock_keys const> keys,
+                                                              std::string const& entry,
+                                                              std::string const& token, bool leave);
+    // The same, handed to the deployment now on the caller's thread, as release_in_background.
+    virtual void release_names_in_background(std::span<lock_keys const> keys,
+                                             std::string const& entry, std::string const& token,
+                                             bool leave, std::function<void()> retry);
+    // Why the names of `keys` cannot be taken in one call here (a sentence: names over several
+    // Cluster slots), or empty.
+    virtual std::string names_refusal(std::span<lock_keys const> /*keys*/) const { return {}; }
 
     // How many of the store's servers make a majority: 1 for one connection. A watch over a
     // quorum passes a message on once that many primaries told it.

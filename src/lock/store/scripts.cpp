@@ -5,6 +5,7 @@
 #include "lock/store/election_scripts.hpp"
 #include "lock/store/fence_scripts.hpp"
 #include "lock/store/lock_scripts.hpp"
+#include "lock/store/multi_scripts.hpp"
 #include "lock/store/semaphore_scripts.hpp"
 
 #include <colock/functions_library.hpp>
@@ -101,11 +102,15 @@ constexpr script_spec specs[] = {
     {&script_set::proclaim, proclaim_source, "proclaim", runs_when::memory_allows},
     {&script_set::election_read, election_read_source, "election_read", runs_when::read_only},
     {&script_set::fenced_write, fenced_write_source, "fenced_write", runs_when::memory_allows},
+    {&script_set::acquire_all, acquire_all_source, "acquire_all", runs_when::memory_allows},
+    {&script_set::release_all, release_all_source, "release_all", runs_when::memory_full},
+    {&script_set::extend_all, extend_all_source, "extend_all", runs_when::memory_full},
 };
 
 script_set make_set(script_variant variant) {
     bool const sharded = variant == script_variant::sharded;
-    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    script_set set{variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {},
+                   {},      {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     std::string hashed;
     for (auto const& spec : specs) {
         set.*spec.member = make_script(spec.source, sharded);

@@ -1,8 +1,8 @@
 // The scripts as sent: each text (from lock_scripts.hpp, semaphore_scripts.hpp,
-// election_scripts.hpp and fence_scripts.hpp, which the benchmark and tests share) with its
-// SHA-1, for EVALSHA, and its name as a Redis Function, for FCALL; and the set of them one
-// connection sends, in the variant its server takes, with the Functions library that holds them
-// all. Private to the library's sources.
+// election_scripts.hpp, fence_scripts.hpp and multi_scripts.hpp, which the benchmark and tests
+// share) with its SHA-1, for EVALSHA, and its name as a Redis Function, for FCALL; and the set of
+// them one connection sends, in the variant its server takes, with the Functions library that holds
+// them all. Private to the library's sources.
 #pragma once
 
 #include <string>
@@ -44,6 +44,8 @@ struct script_set {
     script proclaim, election_read;
     // A fenced resource's writes (fence_scripts.hpp).
     script fenced_write;
+    // A lock set's: several names at once, on the lock's keys (multi_scripts.hpp).
+    script acquire_all, release_all, extend_all;
 
     // Every script above as a Redis Functions library, for FUNCTION LOAD: "colock_" and a hash of
     // the scripts, and its functions "<library>_<script>". Named after what it holds, so that

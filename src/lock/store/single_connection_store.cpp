@@ -7,10 +7,12 @@
 #include "lock/store/lock_arguments.hpp"
 #include "lock/store/lock_replies.hpp"
 #include "lock/store/lock_scripts.hpp"
+#include "lock/store/name_sets.hpp"
 #include "lock/store/permit_requests.hpp"
 #include "lock/store/renewal_batch.hpp"
 #include "lock/store/script_client.hpp"
 
+#include "redis/cluster_slots.hpp"
 #include "redis/engine.hpp"
 
 #include <colock/error.hpp>
@@ -348,6 +350,42 @@ public:
         return client_->server_changes_for(keys.key);
     }
 
+    // ------------------------------------------------------------------ lock sets
+
+    asio::awaitable<names_grant> grant_names(std::span<lock_keys const> keys,
+                                             names_request const& request,
+                                             asio::cancellation_slot stop) override {
+        return names_.grant(keys, request, stop);
+    }
+    asio::awaitable<lease_reply> extend_names(std::span<lock_keys const> keys,
+                                              std::string const& token, milliseconds ttl) override {
+        return names_.extend(keys, token, ttl);
+    }
+    asio::awaitable<lease_reply> release_names(std::span<lock_keys const> keys,
+                                               std::string const& entry, std::string const& token,
+                                               bool leave) override {
+        return names_.release(keys, entry, token, leave);
+    }
+    void release_names_in_background(std::span<lock_keys const> keys, std::string const& entry,
+                                     std::string const& token, bool leave,
+                                     std::function<void()> retry) override {
+        names_.release_in_background(keys, entry, token, leave, std::move(retry));
+    }
+    // One call runs on one Cluster slot: a set over several is refused (for now) rather than
+    // sent to fail with CROSSSLOT.
+    std::string names_refusal(std::span<lock_keys const> keys) const override {
+        if (client_->scripts().variant != script_variant::sharded || keys.empty())
+            return {};
+        auto const slot = redis::detail::hash_slot(keys.front().key);
+        for (auto const& k : keys)
+            if (redis::detail::hash_slot(k.key) != slot)
+                return fmt::format("on a Cluster the names of one set must share a hash slot "
+                                   "(give them one hash tag: \"{{tag}}a\", \"{{tag}}b\"); {} is "
+                                   "on slot {} and {} on slot {}",
+                                   keys.front().key, slot, k.key, redis::detail::hash_slot(k.key));
+        return {};
+    }
+
     // ------------------------------------------------------------------ facts
 
     bool is_connected() const noexcept override { return client_->is_connected(); }
@@ -401,6 +439,7 @@ private:
 
     std::shared_ptr<script_client> const client_;
     permit_requests const permits_{client_};
+    name_set_requests const names_{client_};
     free_values free_values_;
     std::shared_ptr<renewal_batch> const batch_ = std::make_shared<renewal_batch>(client_);
 };

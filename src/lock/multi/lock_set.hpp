@@ -1,0 +1,119 @@
+// A lock on several names at once (a lock set): the call that takes every name or none, waiting
+// in each name's queue (multi_scripts.hpp says why that neither deadlocks nor starves), and the
+// lease that holds them. Private to the library's sources; on the locker's strand, but for what
+// says otherwise.
+#pragma once
+
+#include "detail/spawn.hpp"
+#include "lock/base/common.hpp"
+#include "lock/core/lease.hpp"
+#include "lock/core/locker_context.hpp"
+#include "lock/store/lease_store.hpp"
+
+#include <colock/error.hpp>
+#include <colock/lock_options.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace colock::detail {
+
+class lock_set_state;
+
+// What users call it in messages.
+inline constexpr std::string_view lock_set_kind = "lock on several names";
+
+// How a lock_all call ended.
+struct lock_set_outcome {
+    boost::system::error_code ec;
+    std::string message; // names the set
+    std::shared_ptr<lock_set_state> state;
+};
+
+// The names of a set as its guard shows them: sorted, each once.
+std::vector<std::string> distinct_names(std::vector<std::string> names);
+// The set as messages show it: "a, b, c".
+std::string shown_names(std::vector<std::string> const& names);
+
+// Takes every name of `names` (distinct_names) for one lease, waiting when `wait` (else one
+// attempt: an empty state when any is held). The caller's cancellation (terminal, partial) ends
+// a wait at once; a grant that arrives for a cancelled call is given back, and the call's
+// entries leave the queues, before it completes.
+boost::asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_context> locker,
+                                                          std::vector<std::string> names,
+                                                          lock_options opt, bool wait);
+
+// The lease over a set's names. Shared by the guard, its renewal and its background release.
+class lock_set_state final : public lease {
+public:
+    lock_set_state(std::shared_ptr<locker_context> locker, std::vector<std::string> names,
+                   std::vector<lock_keys> keys, std::string entry, std::string token,
+                   std::vector<std::int64_t> fences, lock_options const& opt,
+                   clock_type::time_point acquired_at, clock_type::time_point deadline,
+                   std::uint64_t server_generation);
+
+    std::vector<std::string> const& names() const noexcept { return names_; }
+    std::vector<std::int64_t> const& fences() const noexcept { return fences_; }
+    std::string const& token() const noexcept { return token_; }
+    lease_store& store() const noexcept;
+
+    // Joins the locker's book and starts renewing; once, when made.
+    void hold();
+    // Gives every name back, sent again over passing errors until release_timeout.
+    boost::asio::awaitable<lease_reply> release();
+    // The same, handed to the connection now on the caller's thread (a close() right after
+    // still sends it); a passing failure goes on with release() on the strand. Any thread.
+    void release_detached();
+
+    std::shared_ptr<lock_set_state> shared() {
+        return std::static_pointer_cast<lock_set_state>(shared_from_this());
+    }
+
+private:
+    boost::asio::awaitable<lease_reply> extend_at_server(std::chrono::milliseconds ttl,
+                                                         bool renewal) override;
+    std::uint64_t current_server_generation() const noexcept override;
+    bool is_lease(std::string_view key, std::string_view token) const noexcept override;
+    void give_back_now() noexcept override;
+    void on_lost(loss_reason why) override;
+    void on_renewal(clock_type::duration latency, bool extended,
+                    boost::system::error_code ec) override;
+    void on_confirmed(std::chrono::milliseconds) override {}
+
+    std::shared_ptr<locker_context> const locker_;
+    std::vector<std::string> const names_;
+    std::vector<lock_keys> const keys_;
+    std::string const entry_;
+    std::string const token_;
+    std::vector<std::int64_t> const fences_;
+};
+
+// An acquire for an awaiting caller (the co_* forms), whose cancellation reaches it on the
+// strand: the outcome of a success, else throws system_error with its code and message.
+boost::asio::awaitable<lock_set_outcome> await_lock_set(std::shared_ptr<locker_context> locker,
+                                                        std::vector<std::string> names,
+                                                        lock_options opt, bool wait);
+
+// An acquire for a completion handler (the async_* forms): `finish(handler, code, outcome)` on
+// the handler's executor once it ends (a coroutine that threw: error::unexpected_reply).
+template <class Handler, class Finish>
+void spawn_lock_set(std::shared_ptr<locker_context> locker, std::vector<std::string> names,
+                    lock_options opt, bool wait, Handler handler, Finish finish) {
+    auto strand = locker->strand();
+    spawn_cancellable(
+        strand, acquire_lock_set(std::move(locker), std::move(names), std::move(opt), wait),
+        std::move(handler), [finish](Handler h, std::exception_ptr e, lock_set_outcome o) {
+            auto ec = o.ec;
+            if (e)
+                ec = make_error_code(error::unexpected_reply);
+            finish(std::move(h), ec, std::move(o));
+        });
+}
+
+} // namespace colock::detail

@@ -1,0 +1,211 @@
+// The guard of a lock set, and the locker's calls that take one.
+#include "lock/base/errors.hpp"
+#include "lock/base/release_completion.hpp"
+#include "lock/multi/lock_set.hpp"
+
+#include <colock/locker.hpp>
+#include <colock/multi_lock_guard.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <tuple>
+
+namespace colock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using boost::system::system_error;
+
+namespace detail {
+
+// Static rather than in an unnamed namespace: release_and_complete finds these two by
+// argument-dependent lookup. Renewal stops before the release is sent, so it cannot revive a
+// name given back.
+static void release_in_background(std::shared_ptr<lock_set_state> st) {
+    asio::dispatch(st->strand(), [st] { st->stop(); });
+    st->release_detached();
+}
+
+static asio::awaitable<std::tuple<error_code, bool>>
+release_held(std::shared_ptr<lock_set_state> st) {
+    st->stop();
+    auto const reply = co_await st->release();
+    co_return std::tuple{reply.ec, reply.ours};
+}
+
+namespace {
+
+void let_go(std::shared_ptr<lock_set_state> st) noexcept {
+    if (!st || !st->release_once())
+        return;
+    try {
+        release_in_background(std::move(st));
+    } catch (...) {
+        // Out of memory while posting: the lease runs out by its ttl.
+    }
+}
+
+std::vector<std::string> const no_names;
+std::vector<std::int64_t> const no_fences;
+std::string const empty_string;
+
+} // namespace
+
+} // namespace detail
+
+multi_lock_guard::multi_lock_guard() noexcept = default;
+multi_lock_guard::multi_lock_guard(std::shared_ptr<detail::lock_set_state> state) noexcept
+    : state_(std::move(state)) {}
+multi_lock_guard::multi_lock_guard(multi_lock_guard&& other) noexcept = default;
+
+multi_lock_guard& multi_lock_guard::operator=(multi_lock_guard&& other) noexcept {
+    if (this != &other) {
+        detail::let_go(std::exchange(state_, nullptr));
+        state_ = std::move(other.state_);
+    }
+    return *this;
+}
+
+multi_lock_guard::~multi_lock_guard() {
+    detail::let_go(std::move(state_));
+}
+
+std::vector<std::string> const& multi_lock_guard::names() const noexcept {
+    return state_ ? state_->names() : detail::no_names;
+}
+std::vector<std::int64_t> const& multi_lock_guard::fences() const noexcept {
+    return state_ ? state_->fences() : detail::no_fences;
+}
+std::int64_t multi_lock_guard::fence(std::string_view name) const {
+    auto const& all = names();
+    auto const it = std::lower_bound(all.begin(), all.end(), name);
+    if (it == all.end() || *it != name)
+        throw system_error(error::invalid_argument,
+                           fmt::format("colock: fence of '{}': the {} '{}' does not hold it", name,
+                                       detail::lock_set_kind, detail::shown_names(all)));
+    return fences()[static_cast<std::size_t>(it - all.begin())];
+}
+std::string const& multi_lock_guard::token() const noexcept {
+    return state_ ? state_->token() : detail::empty_string;
+}
+bool multi_lock_guard::owns_lock() const noexcept {
+    return state_ && !state_->lost() && !state_->released() && state_->running();
+}
+bool multi_lock_guard::lost() const noexcept {
+    // Without renewal nobody marks the end of the lease: it is lost when it runs out.
+    return state_ && (state_->lost() || (!state_->released() && !state_->running()));
+}
+std::optional<loss_reason> multi_lock_guard::loss() const noexcept {
+    if (!state_)
+        return std::nullopt;
+    if (auto const why = state_->loss())
+        return why;
+    if (lost())
+        return loss_reason::expired;
+    return std::nullopt;
+}
+std::chrono::steady_clock::time_point multi_lock_guard::lease_expiry() const noexcept {
+    return state_ ? state_->deadline() : std::chrono::steady_clock::time_point{};
+}
+
+void multi_lock_guard::start_wait_lost(std::shared_ptr<detail::lock_set_state> st,
+                                       asio::any_completion_handler<void(error_code)> handler) {
+    if (!st || st->released()) {
+        auto ex = asio::get_associated_executor(handler);
+        asio::dispatch(ex, [h = std::move(handler)]() mutable {
+            std::move(h)(make_error_code(error::not_held));
+        });
+        return;
+    }
+    st->wait_lost(std::move(handler));
+}
+
+asio::awaitable<void> multi_lock_guard::wait_lost() {
+    auto [ec] = co_await async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted)
+        throw system_error(ec, "colock: wait_lost");
+}
+
+void multi_lock_guard::start_unlock(std::shared_ptr<detail::lock_set_state> st,
+                                    unlock_handler handler) {
+    if (!st || !st->release_once()) {
+        auto fallback =
+            st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
+        detail::complete_soon(std::move(handler), fallback, error_code{}, false);
+        return;
+    }
+    detail::release_and_complete(std::move(st), std::move(handler));
+}
+
+asio::awaitable<bool> multi_lock_guard::unlock() {
+    auto const what =
+        state_ ? fmt::format("{} '{}'", detail::lock_set_kind, detail::shown_names(state_->names()))
+               : std::string("a guard that holds nothing");
+    auto [ec, ours] = co_await async_unlock(detail::nothrow_awaitable);
+    if (ec)
+        throw system_error(ec, ec == error::timeout
+                                   ? fmt::format("colock: release of {}: not confirmed within {} "
+                                                 "ms; the leases end by their ttl",
+                                                 what, detail::release_timeout.count())
+                                   : fmt::format("colock: release of {}", what));
+    co_return ours;
+}
+
+// ---------------------------------------------------------------------- the locker's calls
+
+void locker::validate_all(std::vector<std::string> const& names, lock_options const& opt) {
+    if (names.empty())
+        throw system_error(error::invalid_argument,
+                           "colock: lock on several names: the set of names is empty");
+    for (auto const& n : names)
+        validate(n, opt);
+}
+
+void locker::start_lock_all(std::vector<std::string> names, lock_options opt,
+                            lock_all_handler handler) {
+    detail::spawn_lock_set(detail::context_of(*this), std::move(names), std::move(opt), true,
+                           std::move(handler),
+                           [](lock_all_handler h, error_code ec, detail::lock_set_outcome o) {
+                               std::move(h)(ec, multi_lock_guard(std::move(o.state)));
+                           });
+}
+
+void locker::start_try_lock_all(std::vector<std::string> names, lock_options opt,
+                                try_lock_all_handler handler) {
+    detail::spawn_lock_set(detail::context_of(*this), std::move(names), std::move(opt), false,
+                           std::move(handler),
+                           [](try_lock_all_handler h, error_code ec, detail::lock_set_outcome o) {
+                               std::optional<multi_lock_guard> g;
+                               if (o.state)
+                                   g.emplace(multi_lock_guard(std::move(o.state)));
+                               std::move(h)(ec, std::move(g));
+                           });
+}
+
+asio::awaitable<multi_lock_guard> locker::co_lock_all(std::vector<std::string> names,
+                                                      lock_options opt) {
+    validate_all(names, opt);
+    auto out = co_await detail::await_lock_set(detail::context_of(*this), std::move(names),
+                                               std::move(opt), true);
+    co_return multi_lock_guard(std::move(out.state));
+}
+
+asio::awaitable<std::optional<multi_lock_guard>>
+locker::co_try_lock_all(std::vector<std::string> names, lock_options opt) {
+    validate_all(names, opt);
+    auto out = co_await detail::await_lock_set(detail::context_of(*this), std::move(names),
+                                               std::move(opt), false);
+    if (!out.state)
+        co_return std::nullopt;
+    co_return multi_lock_guard(std::move(out.state));
+}
+
+} // namespace colock

@@ -1,0 +1,271 @@
+// The lock on several names (locker::co_lock_all) against a real server: all of the names or
+// none, a fence per name on the name's own sequence, shared with co_lock of each name; a waiting
+// set keeps the names it may take and is granted once the holders before it are gone, ahead of
+// a single-name waiter that came after; overlapping sets named in any order by several lockers
+// never overlap and never deadlock; cancellation and co_try_lock_all leave nothing held or
+// queued; a lost name ends the whole set; bad input is refused at the call.
+#include "lock_fixture.hpp"
+#include "test_util.hpp"
+#include <colock_test/failures.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace colock;
+using namespace colock::test;
+using namespace boost::asio::experimental::awaitable_operators;
+
+namespace {
+
+// What is left of the names' keys: each key of theirs (the lock, its queue, its deadlines) has
+// an expiry, and the queues hold nobody.
+asio::awaitable<void> check_keys_left(redis::connection& probe,
+                                      std::vector<std::string> const& names) {
+    for (auto const& n : names) {
+        auto const key = lock_key(n);
+        for (auto const& k : strings(key, key + ":q", key + ":qd")) {
+            auto const pttl = co_await integer(probe, command("PTTL", k));
+            INFO("key ", k);
+            CHECK(pttl != -1); // -2: gone, else an expiry
+        }
+        CHECK(co_await integer(probe, command("LLEN", key + ":q")) == 0);
+        CHECK(co_await integer(probe, command("HLEN", key + ":qd")) == 0);
+    }
+}
+
+} // namespace
+
+TEST_CASE("lock set: all or none, a fence per name on the name's own sequence, and co_lock of "
+          "a held name sees it held") {
+    run_lock_test<two_lockers>(
+        "set-basic",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto const n1 = name + "-1", n2 = name + "-2", n3 = name + "-3", free = name + "-x";
+            // A name the set is asked for twice counts once; the guard lists them sorted.
+            auto set = co_await a.co_lock_all(strings(n3, n1, n2, n1), lease(10'000ms));
+            REQUIRE(set.owns_lock());
+            CHECK(set.names() == strings(n1, n2, n3));
+            REQUIRE(set.fences().size() == 3);
+            for (auto const& n : set.names()) {
+                auto const r = co_await read_lock(probe, n);
+                INFO("name ", n);
+                CHECK(r.kind == 'H');
+                CHECK(r.token == set.token());
+                CHECK(r.fence == set.fence(n));
+                CHECK(r.fence > 0);
+            }
+            CHECK((co_await failure_of(asio::co_spawn(
+                       co_await asio::this_coro::executor,
+                       [&]() -> asio::awaitable<void> {
+                           (void)set.fence(free);
+                           co_return;
+                       },
+                       asio::use_awaitable)))
+                      .code == error::invalid_argument);
+            // Each name is the lock's: co_try_lock of one finds it held.
+            CHECK_FALSE((co_await b.co_try_lock(n2)).has_value());
+            // All or none: a set with one held name takes nothing, and leaves nothing.
+            CHECK_FALSE((co_await b.co_try_lock_all(strings(free, n2))).has_value());
+            CHECK(co_await lock_free(probe, free));
+            auto const fence1 = set.fence(n1);
+            CHECK(co_await set.unlock());
+            CHECK_FALSE(set.owns_lock());
+            // The next holder of a name, through co_lock, gets a higher fence.
+            auto one = co_await b.co_lock(n1, lease(10'000ms));
+            CHECK(one.fence() > fence1);
+            co_await one.unlock();
+            // And the next set's is higher still.
+            auto again = co_await b.co_lock_all(strings(n1, n2), lease(10'000ms));
+            CHECK(again.fence(n1) > one.fence());
+            co_await again.unlock();
+            co_await check_keys_left(probe, strings(n1, n2, n3, free));
+        });
+}
+
+TEST_CASE("lock set: a waiting set keeps the names it may take, is granted when the holder in "
+          "its way lets go, and goes before a single-name waiter that came after it") {
+    run_lock_test<three_lockers>(
+        "set-wait",
+        [](redis::connection&, redis::connection&, redis::connection&, redis::connection& probe,
+           locker& a, locker& b, locker& c, std::string const& name) -> asio::awaitable<void> {
+            auto const n1 = name + "-1", n2 = name + "-2";
+            auto ex = co_await asio::this_coro::executor;
+            auto holder = co_await a.co_lock(n2, lease(10'000ms));
+            std::vector<std::string> order;
+            std::optional<multi_lock_guard> set;
+            asio::co_spawn(
+                ex,
+                [&]() -> asio::awaitable<void> {
+                    set.emplace(co_await b.co_lock_all(strings(n1, n2), lease(10'000ms)));
+                    order.push_back("set");
+                },
+                asio::detached);
+            // n1 is free: the set reserves it ("R <fence> <its entry>") while it waits for n2.
+            CHECK(co_await eventually([&]() -> asio::awaitable<bool> {
+                auto const r = co_await read_lock(probe, n1);
+                co_return r.kind == 'R' && r.owner.starts_with(b.id() + "/");
+            }));
+            // Nobody else takes a reserved name.
+            CHECK_FALSE((co_await c.co_try_lock(n1)).has_value());
+            std::optional<lock_guard> single;
+            asio::co_spawn(
+                ex,
+                [&]() -> asio::awaitable<void> {
+                    single.emplace(co_await c.co_lock(n1, lease(10'000ms)));
+                    order.push_back("single");
+                },
+                asio::detached);
+            CHECK(co_await eventually([&]() -> asio::awaitable<bool> {
+                co_return co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 1;
+            }));
+            auto const let_go = steady::now();
+            co_await holder.unlock();
+            // Told by the hand-off's message, not by a poll.
+            REQUIRE(co_await eventually([&] { return set.has_value(); }));
+            CHECK(ms_since(let_go) < 500);
+            CHECK(set->fence(n2) > holder.fence());
+            CHECK(co_await stays([&] { return !single.has_value(); }, 100ms));
+            co_await set->unlock();
+            REQUIRE(co_await eventually([&] { return single.has_value(); }));
+            CHECK(order == strings("set", "single"));
+            CHECK(single->fence() > set->fence(n1));
+            co_await single->unlock();
+            co_await check_keys_left(probe, strings(n1, n2));
+        });
+}
+
+TEST_CASE("lock set: cancelled while it waits, or cut by its wait timeout, it leaves no name "
+          "reserved and no queue entry") {
+    run_lock_test<two_lockers>(
+        "set-cancel",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto const n1 = name + "-1", n2 = name + "-2";
+            auto holder = co_await a.co_lock(n2, lease(10'000ms));
+            auto const raced =
+                co_await (b.co_lock_all(strings(n1, n2), lease(10'000ms)) || sleep_for(300ms));
+            CHECK(raced.index() == 1);
+            CHECK(co_await eventually([&]() -> asio::awaitable<bool> {
+                co_return co_await lock_free(probe, n1) &&
+                    co_await integer(probe, command("LLEN", lock_key(n2) + ":q")) == 0;
+            }));
+            auto const timed_out = co_await failure_of(
+                b.co_lock_all(strings(n1, n2), waiting_up_to(lease(10'000ms), 200ms)));
+            CHECK(timed_out.code == error::timeout);
+            CHECK(timed_out.what.find("lock on several names") != std::string::npos);
+            CHECK(co_await eventually(
+                [&]() -> asio::awaitable<bool> { co_return co_await lock_free(probe, n1); }));
+            co_await holder.unlock();
+            auto set = co_await a.co_try_lock_all(strings(n1, n2));
+            CHECK(set.has_value());
+            co_await set->unlock();
+            co_await check_keys_left(probe, strings(n1, n2));
+        });
+}
+
+TEST_CASE("lock set: a name's lease lost ends the set: wait_lost completes, and the release "
+          "says not every name was held") {
+    run_lock_test<one_locker>("set-lost",
+                              [](redis::connection&, redis::connection& probe, locker& locks,
+                                 std::string const& name) -> asio::awaitable<void> {
+                                  auto const n1 = name + "-1", n2 = name + "-2";
+                                  auto set =
+                                      co_await locks.co_lock_all(strings(n1, n2), lease(900ms));
+                                  co_await probe.co_exec(command("DEL", lock_key(n2)));
+                                  auto const raced =
+                                      co_await (set.wait_lost() || sleep_for(3000ms));
+                                  CHECK(raced.index() == 0);
+                                  CHECK(set.lost());
+                                  CHECK(set.loss() == loss_reason::not_ours);
+                                  CHECK_FALSE(co_await set.unlock());
+                                  CHECK(co_await lock_free(probe, n1));
+                              });
+}
+
+TEST_CASE("lock set: overlapping sets named in any order by three lockers, with single-name "
+          "locks among them, never overlap and never deadlock") {
+    run_lock_test<three_lockers>(
+        "set-mix",
+        [](redis::connection&, redis::connection&, redis::connection&, redis::connection& probe,
+           locker& a, locker& b, locker& c, std::string const& name) -> asio::awaitable<void> {
+            std::vector<std::string> names;
+            for (int i = 0; i < 5; ++i)
+                names.push_back(name + "-" + std::to_string(i));
+            std::map<std::string, int> holders; // one io_context thread: no lock needed
+            int overlaps = 0, failed = 0, finished = 0, rounds = 0;
+            std::array<locker*, 3> const lockers{&a, &b, &c};
+            auto ex = co_await asio::this_coro::executor;
+            constexpr int workers = 12;
+            for (int w = 0; w < workers; ++w)
+                asio::co_spawn(
+                    ex,
+                    [&, w]() -> asio::awaitable<void> {
+                        std::minstd_rand rng(static_cast<unsigned>(w + 1));
+                        auto& locks = *lockers[static_cast<std::size_t>(w) % lockers.size()];
+                        for (int round = 0; round < 12; ++round) {
+                            // 1 to 3 names, in a random order (a set sorts them itself).
+                            std::vector<std::string> want;
+                            auto const count = 1 + rng() % 3;
+                            while (want.size() < count) {
+                                auto const& n = names[rng() % names.size()];
+                                if (std::find(want.begin(), want.end(), n) == want.end())
+                                    want.push_back(n);
+                            }
+                            auto opt = waiting_up_to(lease(5'000ms), 15'000ms);
+                            std::optional<multi_lock_guard> set;
+                            std::optional<lock_guard> single;
+                            if (count == 1 && w % 2 == 0)
+                                single.emplace(co_await locks.co_lock(want.front(), opt));
+                            else
+                                set.emplace(co_await locks.co_lock_all(want, opt));
+                            for (auto const& n : want)
+                                if (holders[n]++ != 0)
+                                    ++overlaps;
+                            co_await sleep_for(std::chrono::milliseconds(1 + rng() % 3));
+                            for (auto const& n : want)
+                                --holders[n];
+                            if (set)
+                                CHECK(co_await set->unlock());
+                            else
+                                CHECK(co_await single->unlock());
+                            ++rounds;
+                        }
+                        ++finished;
+                    },
+                    count_failure(failed, finished));
+            REQUIRE(co_await eventually([&] { return finished == workers; }, 40'000ms));
+            CHECK(failed == 0);
+            CHECK(overlaps == 0);
+            CHECK(rounds == workers * 12);
+            co_await check_keys_left(probe, names);
+        });
+}
+
+TEST_CASE("lock set: bad input is refused at the call") {
+    run_lock_test<one_locker>(
+        "set-args",
+        [](redis::connection&, redis::connection&, locker& locks,
+           std::string const& name) -> asio::awaitable<void> {
+            auto const empty = co_await failure_of(locks.co_lock_all({}));
+            CHECK(empty.code == error::invalid_argument);
+            CHECK(empty.what.find("empty") != std::string::npos);
+            CHECK(co_await error_of(locks.co_try_lock_all(strings(name, ""))) ==
+                  error::invalid_argument);
+            lock_options no_ttl;
+            no_ttl.ttl = 0ms;
+            CHECK(co_await error_of(locks.co_lock_all(strings(name), no_ttl)) ==
+                  error::invalid_argument);
+        });
+}
