@@ -235,8 +235,11 @@ for i = 1, n do
       -- let its cohort go on).
       local v = value[i]
       local holder, queued = string.match(v, '^H %d+ (%S+) %S+ %d+ (%d)$')
+      -- A set's holder (an entry "<locker>/<n>") passes its lease to nobody: not told.
       if queued ~= '2' then put(key, string.sub(v, 1, -2) .. '2', 'KEEPTTL') end
-      redis.pcall('PUBLISH', key .. ':w:' .. holder, 'q')
+      if not string.find(holder, '/', 1, true) then
+        redis.pcall('PUBLISH', key .. ':w:' .. holder, 'q')
+      end
     end
   end
 end
