@@ -27,8 +27,8 @@
 #include <chrono>
 #include <future>
 #include <map>
-#include <memory>
 #include <optional>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -238,6 +238,45 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 cluster.node_on(owner).cli({"DEL", "res:" + tag + ":n"});
             }
             CHECK(fenced_on.size() == 3);
+
+            // Lock sets on one slot each (names under one hash tag), on every primary: one
+            // script there, a waiting set woken by the shard's message. A set over several
+            // slots is refused, naming them.
+            std::set<std::uint16_t> sets_on;
+            for (int i = 0; i < 12 && sets_on.size() < 3; ++i) {
+                auto const tag = fmt::format("{{set-{}}}", i);
+                auto const x = tag + "x", y = tag + "y", z = tag + "z";
+                auto held = co_await a.co_lock_all(strings(x, y), lease(10s));
+                CHECK_FALSE(co_await b.co_try_lock(x, lease(10s)));
+                std::optional<multi_lock_guard> next;
+                asio::co_spawn(
+                    ctx,
+                    [&]() -> asio::awaitable<void> {
+                        next.emplace(co_await b.co_lock_all(strings(z, y), lease(10s)));
+                    },
+                    asio::detached);
+                auto const owner = cluster.owner_of(hash_slot(lock_key(x)));
+                CHECK(co_await eventually([&] {
+                    return cluster.node_on(owner).cli({"GET", lock_key(z)}).starts_with("R ");
+                }));
+                CHECK(co_await held.unlock());
+                REQUIRE(co_await eventually([&] { return next.has_value(); }));
+                CHECK(next->fence(y) > held.fence(y));
+                CHECK(co_await next->unlock());
+                sets_on.insert(owner);
+            }
+            CHECK(sets_on.size() == 3);
+            {
+                std::string first = "set-slot-a", second;
+                for (int i = 0; second.empty(); ++i) {
+                    auto const candidate = fmt::format("set-slot-{}", i);
+                    if (hash_slot(lock_key(candidate)) != hash_slot(lock_key(first)))
+                        second = candidate;
+                }
+                auto const refused = co_await failure_of(a.co_lock_all(strings(first, second)));
+                CHECK(refused.code == colock::error::invalid_argument);
+                CHECK(refused.what.find("hash slot") != std::string::npos);
+            }
 
             // Leases kept (lock_options::retain) on names over the primaries: taken again at
             // once, and given to the other locker as soon as it asks.

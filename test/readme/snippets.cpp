@@ -140,6 +140,23 @@ asio::awaitable<std::int64_t> finish_job(colock::redis::connection& conn, colock
     co_return fence;
 }
 
+asio::awaitable<void> move_money() { // the work that needs both accounts
+    co_return;
+}
+
+// Moves money between two accounts under both of their locks, taken at once.
+asio::awaitable<std::int64_t> transfer(colock::locker& locker) {
+    //[guide_lock_all
+    // Both accounts or neither: no deadlock with a transfer the other way round.
+    std::vector<std::string> const both{"account:7", "account:42"};
+    auto accounts = co_await locker.co_lock_all(both);
+    co_await (move_money() || accounts.wait_lost()); // work stops with the lease
+    auto const fence = accounts.fence("account:42"); // each name's own, for its resource
+    co_await accounts.unlock();
+    //]
+    co_return fence;
+}
+
 //[guide_not_reentrant
 // Takes the account's lock once and hands the guard to the code that needs the lock held.
 asio::awaitable<void> apply_fee(colock::lock_guard const& account) {
@@ -522,6 +539,11 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     co_await report.wait_lost();
     check(report.lost(), "the holder was told of the forced unlock");
     co_await report.unlock();
+
+    // Two names at once: the second set's fence of each name is above the first's.
+    auto const set_first = co_await transfer(locker);
+    auto const set_second = co_await transfer(locker);
+    check(set_second > set_first, "a lock set's fences rise per name");
 
     // Fencing at the resource: two holders write; a late write under the first fence is refused.
     auto const job_first = co_await finish_job(conn, locker);
