@@ -269,3 +269,53 @@ TEST_CASE("lock set: bad input is refused at the call") {
                   error::invalid_argument);
         });
 }
+
+TEST_CASE("lock set: what a dead set kept lapses with it, and its name goes to the next in line; "
+          "a set whose place in one queue lapsed gives back what it kept and queues again") {
+    run_lock_test<two_lockers>(
+        "set-dead",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto const n1 = name + "-1", n2 = name + "-2";
+            // A set of a process that is gone: its reservation of n1, 400 ms left, and its
+            // entry in n2's queue, lapsed.
+            co_await probe.co_exec(command("SET", lock_key(n1), "R 1000 gone/1", "PX", "400"));
+            auto const started = steady::now();
+            auto set = co_await a.co_lock_all(strings(n1, n2), lease(10'000ms));
+            CHECK(ms_since(started) >= 300);
+            CHECK(ms_since(started) < 1500);
+            CHECK(set.fence(n1) > 1000);
+
+            // b waits behind a's set for n1; its entry in n2's queue is taken out by hand (as a
+            // lapse would): at its next attempt it gives back n2, reserved meanwhile, and queues
+            // again, and it is still granted once a lets go.
+            std::optional<multi_lock_guard> next;
+            asio::co_spawn(
+                co_await asio::this_coro::executor,
+                [&]() -> asio::awaitable<void> {
+                    next.emplace(co_await b.co_lock_all(strings(n2, n1), lease(10'000ms)));
+                },
+                asio::detached);
+            CHECK(co_await eventually([&]() -> asio::awaitable<bool> {
+                co_return co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 1 &&
+                    co_await integer(probe, command("LLEN", lock_key(n2) + ":q")) == 1;
+            }));
+            auto const head = co_await probe.co_exec(command("LINDEX", lock_key(n1) + ":q", "0"));
+            std::string const entry(head.at(0).as_string().value_or(""));
+            INFO("entry ", entry, ", locker ", b.id());
+            CHECK(entry.starts_with(b.id() + "/"));
+            co_await probe.co_exec(command("LREM", lock_key(n1) + ":q", "1", entry));
+            co_await probe.co_exec(command("HDEL", lock_key(n1) + ":qd", entry));
+            // Its next attempt (at least every second) puts it back in n1's queue.
+            CHECK(co_await eventually(
+                [&]() -> asio::awaitable<bool> {
+                    co_return co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 1;
+                },
+                2500ms));
+            CHECK(co_await set.unlock());
+            REQUIRE(co_await eventually([&] { return next.has_value(); }));
+            CHECK(next->fence(n1) > set.fence(n1));
+            co_await next->unlock();
+            co_await check_keys_left(probe, strings(n1, n2));
+        });
+}
