@@ -4,7 +4,7 @@
 // once and for fences out of order. At the end, one table; the exit code is non-zero when any
 // check failed.
 //
-// Usage: colock_reliability [--full] [--only a,b,...,l,m1,...,m4,n1,n2,o] [--part K/N] [--seed N]
+// Usage: colock_reliability [--full] [--only a,b,...,l,m1,...,m4,n1,n2,o,p] [--part K/N] [--seed N]
 //   default: short versions (under two minutes, run by scripts/test.sh); --full: the long
 //   runs (scripts/reliability.sh). --part K/N runs every Nth scenario from the Kth: ctest runs
 //   the short versions as two tests side by side.
@@ -17,7 +17,8 @@
 // and proxy faults, a watch checked) in scenarios_election.cpp, and n1-n2 (a semaphore and a
 // read-write lock under proxy faults with a holder SIGKILLed) in scenarios_shared.cpp, and o
 // (no writer beside readers, no co_with_lock result after a lost lease, FIFO across SIGKILLs)
-// in scenarios_promises.cpp.
+// in scenarios_promises.cpp, and p (lock sets under proxy faults, a worker SIGKILLed) in
+// scenarios_sets.cpp.
 #include "runner.hpp"
 #include "worker.hpp"
 
@@ -422,7 +423,8 @@ int run_all() {
         {"m4", election_proxy_faults},
         {"n1", semaphore_with_kills},
         {"n2", rw_lock_with_kills},
-        {"o", promises_kept}};
+        {"o", promises_kept},
+        {"p", lock_sets_with_kills}};
     for (auto const& key : opts.only) {
         if (std::none_of(scenarios.begin(), scenarios.end(),
                          [&](auto const& s) { return s.first == key; }))

@@ -251,6 +251,8 @@ std::vector<std::string> wait_queue(colock::test::redis_server const& server,
 // The scenarios in scenarios_kill.cpp: worker processes SIGKILLed at the worst moments.
 result killed_in_cohort();
 result killed_at_queue_head();
+// scenarios_sets.cpp: lock sets under proxy faults, a worker SIGKILLed.
+result lock_sets_with_kills();
 // scenarios_sentinel.cpp: contention through Redis Sentinel across failovers.
 result sentinel_failovers();
 // scenarios_cluster.cpp: contention through Redis Cluster across slot migrations and failovers.

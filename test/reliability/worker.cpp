@@ -73,7 +73,7 @@ int worker_main(int argc, char** argv) {
             {"contend", run_contend},     {"hold", run_hold},       {"storm", run_storm},
             {"waiters", run_waiters},     {"lead", run_lead},       {"campaign", run_campaign},
             {"observe", run_observe},     {"permits", run_permits}, {"rw", run_rw},
-            {"with_lock", run_with_lock},
+            {"with_lock", run_with_lock}, {"sets", run_sets},
         };
         for (auto const& [name, run] : modes)
             if (mode == name)

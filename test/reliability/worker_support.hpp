@@ -2,7 +2,7 @@
 // lines a worker says on stdout, the connection and locker it works on, lock options from the
 // arguments, and the small coroutines every mode uses. One file per mode family beside it:
 // worker_lock.cpp (contend, hold), worker_load.cpp (storm, waiters), worker_election.cpp
-// (lead, campaign, observe), worker_shared.cpp (permits, rw), worker_promises.cpp (with_lock).
+// (lead, campaign, observe), worker_shared.cpp (permits, rw), worker_promises.cpp (with_lock), worker_sets.cpp (sets).
 #pragma once
 
 #include <colock/colock.hpp>
@@ -156,5 +156,6 @@ int run_observe(arguments const& args);
 int run_permits(arguments const& args);
 int run_rw(arguments const& args);
 int run_with_lock(arguments const& args);
+int run_sets(arguments const& args);
 
 } // namespace colock::reliability
