@@ -58,7 +58,8 @@ struct lock_status {
     /// by hand).
     std::chrono::milliseconds ttl{0};
     /// The id of the locker that holds the lock, or that it is handed to; empty when free or
-    /// when nobody is to claim it (after a forced unlock).
+    /// when nobody is to claim it (after a forced unlock). For a lock set (locker::co_lock_all)
+    /// its call's entry, `<locker id>/<n>`: holder is that locker's record.
     std::string holder_id;
     /// The holder's lease token; held only.
     std::string token;

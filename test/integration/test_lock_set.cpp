@@ -14,6 +14,8 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <array>
 #include <chrono>
 #include <map>
@@ -317,5 +319,31 @@ TEST_CASE("lock set: what a dead set kept lapses with it, and its name goes to t
             CHECK(next->fence(n1) > set.fence(n1));
             co_await next->unlock();
             co_await check_keys_left(probe, strings(n1, n2));
+        });
+}
+
+TEST_CASE("lock set: status names the set's locker and process, and a forced unlock of one name "
+          "tells the set at once") {
+    run_lock_test<two_lockers>(
+        "set-status",
+        [](redis::connection&, redis::connection&, redis::connection&, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto const n1 = name + "-1", n2 = name + "-2";
+            auto set = co_await a.co_lock_all(strings(n1, n2), lease(30'000ms));
+            auto const status = co_await b.co_status(n2);
+            CHECK(status.held());
+            CHECK(status.fence == set.fence(n2));
+            CHECK(status.token == set.token());
+            CHECK(status.holder_id.starts_with(a.id() + "/"));
+            REQUIRE(status.holder.has_value());
+            CHECK(status.holder->pid == ::getpid());
+            // Told by the forced unlock's message, long before a renewal (every 10 s) would see.
+            auto const forced_at = steady::now();
+            CHECK(co_await b.co_force_unlock(n1));
+            auto const raced = co_await (set.wait_lost() || sleep_for(3000ms));
+            CHECK(raced.index() == 0);
+            CHECK(ms_since(forced_at) < 1000);
+            CHECK(set.loss() == loss_reason::forced);
+            CHECK_FALSE(co_await set.unlock());
         });
 }

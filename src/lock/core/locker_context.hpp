@@ -17,6 +17,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/strand.hpp>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,9 @@ public:
     // hand-offs, renewal) on keys of its own.
     virtual boost::asio::awaitable<lock_guard> co_lock_in(key_space space, std::string name,
                                                           lock_options opt) = 0;
+    // A lease of `ttl` was granted or renewed outside the mutex (a lock set's): the locker's
+    // holder record is kept for it, and forced unlocks are listened for.
+    virtual void keep_holder_record(std::chrono::milliseconds ttl) = 0;
 
 protected:
     locker_context(std::shared_ptr<lease_store> store, std::string prefix);

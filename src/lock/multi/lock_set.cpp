@@ -264,6 +264,7 @@ lease_store& lock_set_state::store() const noexcept {
 void lock_set_state::hold() {
     enter_book();
     start();
+    locker_->keep_holder_record(ttl()); // status names the holder; a forced unlock tells it
 }
 
 asio::awaitable<lease_reply> lock_set_state::release() {
@@ -282,7 +283,10 @@ void lock_set_state::release_detached() {
 }
 
 asio::awaitable<lease_reply> lock_set_state::extend_at_server(milliseconds ttl, bool /*renewal*/) {
-    return store().extend_names(keys_, token_, ttl);
+    auto const reply = co_await store().extend_names(keys_, token_, ttl);
+    if (!reply.ec && reply.ours)
+        locker_->keep_holder_record(ttl);
+    co_return reply;
 }
 
 std::uint64_t lock_set_state::current_server_generation() const noexcept {

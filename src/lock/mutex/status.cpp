@@ -172,8 +172,9 @@ asio::awaitable<status_outcome> run_status(std::shared_ptr<locker_context> self,
     }
     if (out.status.holder_id.empty())
         co_return out;
-    auto const record =
-        co_await self->store().read_record(self->locker_key_prefix() + out.status.holder_id);
+    // A lock set's holder is its entry "<locker>/<n>": the record is its locker's.
+    auto const locker_id = out.status.holder_id.substr(0, out.status.holder_id.find('/'));
+    auto const record = co_await self->store().read_record(self->locker_key_prefix() + locker_id);
     if (record.ec) {
         out.ec = record.ec;
         out.message = failure_message(self->store(), "status", name, record.ec, record.server_text);

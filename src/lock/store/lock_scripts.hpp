@@ -463,8 +463,9 @@ if KEYS[2] and redis.call('HGET', KEYS[2], 'token') == token then
   redis.call('DEL', KEYS[2])
   redis.pcall('PUBLISH', KEYS[2], 'N ' .. (r[1] or '0') .. ' ' .. (r[2] or '0'))
 end
+-- A lock set's holder is its entry "<locker>/<n>": its locker is told.
 if ARGV[2] ~= '' then
-  redis.pcall('PUBLISH', ARGV[2] .. owner, 'f ' .. token .. ' ' .. KEYS[1])
+  redis.pcall('PUBLISH', ARGV[2] .. string.match(owner, '^[^/]*'), 'f ' .. token .. ' ' .. KEYS[1])
 end
 return {1, owner, token}
 )lua";

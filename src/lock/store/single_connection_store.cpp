@@ -282,7 +282,9 @@ public:
         // A Cluster: told from here. The lease is ended whatever happens to the message: a
         // holder that misses it finds out at its next renewal.
         resp3::request tell;
-        tell.push("SPUBLISH", notify_prefix + r.owner, fmt::format("f {} {}", r.token, keys.key));
+        // A lock set's holder is its entry "<locker>/<n>": its locker is told.
+        tell.push("SPUBLISH", notify_prefix + r.owner.substr(0, r.owner.find('/')),
+                  fmt::format("f {} {}", r.token, keys.key));
         co_await client_->exec(std::move(tell), false);
         co_return r;
     }
