@@ -71,6 +71,10 @@ struct options {
     /// instead of the lock NAME.
     enum class rw_mode { none, shared, exclusive };
     rw_mode rw = rw_mode::none;
+    /// exec --all: hold the locks of every name of `names` at once (locker::co_lock_all) instead
+    /// of the lock NAME; `name` is then the names joined by spaces.
+    bool all = false;
+    std::vector<std::string> names;
     /// elect: what the leader proclaims; nullopt: "<host>:<pid>" of the tool's process.
     std::optional<std::string> value;
 

@@ -159,8 +159,16 @@ private:
             wait_given_ = true;
         } else if (runs_command(cmd) && name == "--grace") {
             o_.grace = duration(name, value());
+        } else if (cmd == subcommand::exec && name == "--all") {
+            flag(o_.all);
+            if (o_.permits || o_.rw != options::rw_mode::none)
+                refuse("--all and --permits, --shared or --exclusive: --all holds locks only");
+        } else if (cmd != subcommand::none && name == "--all") {
+            refuse("--all is an option of exec only (a command run under several locks)");
         } else if (cmd == subcommand::exec && name == "--permits") {
             o_.permits = permits(name, value());
+            if (o_.all)
+                refuse("--all and --permits: --all holds locks only");
             if (o_.rw != options::rw_mode::none)
                 refuse("--permits and --shared or --exclusive: a command holds a semaphore's "
                        "permit or a read-write lock, not both");
@@ -178,6 +186,8 @@ private:
                 refuse(fmt::format("--permits and {}: a command holds a semaphore's permit or a "
                                    "read-write lock, not both",
                                    name));
+            if (o_.all)
+                refuse(fmt::format("--all and {}: --all holds locks only", name));
             o_.rw = mode;
         } else if (cmd != subcommand::none && (name == "--shared" || name == "--exclusive")) {
             refuse(fmt::format("{} is an option of exec only (a command run under a read-write "
@@ -229,6 +239,21 @@ private:
         return n;
     }
 
+    // exec --all: every operand is a lock's name, each checked as need_name checks one.
+    void need_names(std::vector<std::string> const& operands) {
+        if (operands.empty())
+            refuse("missing the lock names (--all NAME... -- COMMAND)");
+        for (auto const& n : operands) {
+            if (n.empty())
+                refuse("a lock name is empty");
+            if (n.size() > max_lock_name_length)
+                refuse(fmt::format("the lock name '{}...' is {} bytes, over the limit of {}",
+                                   printable(n.substr(0, 20)), n.size(), max_lock_name_length));
+        }
+        o_.names = operands;
+        o_.name = fmt::format("{}", fmt::join(operands, " "));
+    }
+
     void need_name(std::vector<std::string> const& operands) {
         auto const what = name_word(o_.cmd);
         if (operands.empty())
@@ -250,10 +275,15 @@ private:
                            ? fmt::format("missing '--' between the {} and the command",
                                          name_word(o_.cmd))
                            : "missing '--' and the command to run (NAME -- COMMAND [ARGS...])");
-            if (operands.size() > 1)
-                refuse(fmt::format("one {} expected before '--', got {}", name_word(o_.cmd),
-                                   operands.size()));
-            need_name(operands);
+            if (o_.all) {
+                need_names(operands);
+            } else {
+                if (operands.size() > 1)
+                    refuse(fmt::format("one {} expected before '--', got {} (several locks at "
+                                       "once: --all)",
+                                       name_word(o_.cmd), operands.size()));
+                need_name(operands);
+            }
             if (o_.command.empty())
                 refuse("no command after '--'");
             check_lease_durations();
@@ -356,7 +386,8 @@ std::string usage_line(subcommand cmd) {
     switch (cmd) {
     case subcommand::exec:
         return "usage: colock [OPTIONS] exec [--permits N | --shared | --exclusive] [--ttl D] "
-               "[--wait D|forever] [--grace D] NAME -- COMMAND [ARGS...]";
+               "[--wait D|forever] [--grace D] NAME -- COMMAND [ARGS...], or exec --all [...] "
+               "NAME... -- COMMAND [ARGS...]";
     case subcommand::status:
         return "usage: colock [OPTIONS] status [--json] NAME";
     case subcommand::list:
@@ -382,6 +413,8 @@ semaphore, or while leading an election, and inspect locks and leaders
 usage:
   colock [OPTIONS] exec [--permits N | --shared | --exclusive] [--ttl D] [--wait D|forever]
                         [--grace D] NAME -- COMMAND [ARGS...]
+  colock [OPTIONS] exec --all [--ttl D] [--wait D|forever] [--grace D] NAME... -- COMMAND
+                        [ARGS...]
   colock [OPTIONS] status [--json] NAME
   colock [OPTIONS] list [--json] [PATTERN]
   colock [OPTIONS] unlock --force NAME
@@ -399,7 +432,10 @@ subcommands:
            waiting ones served first come, first served); every user of NAME must give the
            same N. With --shared: hold read-write lock NAME as a reader (many at once);
            with --exclusive: as its writer (alone; a waiting writer holds back the readers
-           that come after it).
+           that come after it). With --all NAME...: hold the locks of every NAME at once,
+           all or none (no deadlock with commands that name them in another order);
+           COLOCK_NAME and COLOCK_FENCE then list the names and their fences, in the order
+           given.
   status   Show lock NAME: state, holder (locker id, host, pid, program), lease start, time
            left, fence, queued processes. Exit 0 when held, 1 when free or handed over.
   list     Show every lock whose name matches PATTERN (a Redis glob; default *), free ones

@@ -650,4 +650,42 @@ grep -q "\"term\":$(env_field envel 2)," "$work/envel.key" ||
     fail "elect: COLOCK_FENCE is '$(env_field envel 2)', the leader: $(cat "$work/envel.key")"
 pass "exec (lock, permit, write lock) and elect tell the command its name, fence (term) and token"
 
+# --- 16. exec --all: several locks at once, all or none -------------------------------------------
+# The command is told every name and its fence, in the order given; the lock keys hold them.
+run_colock envall exec --all setb seta -- sh -c 'printf "%s|%s|%s\n" "$COLOCK_NAME" "$COLOCK_FENCE" \
+    "$COLOCK_TOKEN" > "$1"; "$2" -u "$COLOCK_REDIS_URL" GET "colock:{setb}" > "$1.b"
+    "$2" -u "$COLOCK_REDIS_URL" GET "colock:{seta}" > "$1.a"' sh "$work/envall.env" "$redis_cli"
+expect_status 0 "exec --all that prints its environment"
+[ "$(cut -d'|' -f1 "$work/envall.env")" = "setb seta" ] ||
+    fail "exec --all: COLOCK_NAME is '$(cut -d'|' -f1 "$work/envall.env")', expected 'setb seta'"
+read -r _ fence_b _ token_b _ <"$work/envall.env.b"
+read -r _ fence_a _ token_a _ <"$work/envall.env.a"
+[ "$(cut -d'|' -f2 "$work/envall.env")" = "$fence_b $fence_a" ] ||
+    fail "exec --all: COLOCK_FENCE is '$(cut -d'|' -f2 "$work/envall.env")', the keys hold '$fence_b $fence_a'"
+if [ "$(cut -d'|' -f3 "$work/envall.env")" != "$token_a" ] || [ "$token_a" != "$token_b" ]; then
+    fail "exec --all: COLOCK_TOKEN is '$(cut -d'|' -f3 "$work/envall.env")', the keys hold '$token_b' and '$token_a'"
+fi
+# While one command holds setb and seta, a lock of either and a set with one of them are refused
+# at once with --wait 0, and nothing is left behind by them; once it ends, the set is taken.
+start_holder allheld exec --all seta setb -- "${sleeping_command[@]}" "$work/allheld.pid"
+wait_until 10 "holder command" test -s "$work/allheld.pid"
+run_colock allbusy exec --wait 0 seta -- true
+expect_status 120 "exec --wait 0 of a name a set holds"
+run_colock allbusy2 exec --all --wait 0 setc setb -- true
+expect_status 120 "exec --all --wait 0 of a set with a held name"
+grep -q "not all free" "$work/allbusy2.err" || fail "exec --all --wait 0: no 'not all free' message"
+[ "$("$redis_cli" -u "$COLOCK_REDIS_URL" EXISTS 'colock:{setc}')" = 0 ] ||
+    fail "exec --all --wait 0 left setc's key behind"
+run_colock allwait exec --all --wait 200ms setb -- true
+expect_status 120 "exec --all --wait 200ms of a held set"
+grep -q "not acquired within 200ms" "$work/allwait.err" || fail "exec --all --wait 200ms: no message"
+kill -TERM "$holder"
+wait_exit "$holder" 10
+run_colock allafter exec --all --wait 5s setc setb seta -- true
+expect_status 0 "exec --all once the set was released"
+check_usage "--all with --permits" exec --all --permits 2 a b -- true
+check_usage "--all without a name" exec --all -- true
+check_usage "two names without --all" exec a b -- true
+pass "exec --all: every name and fence in the environment, all or none, usage errors"
+
 echo "colock_test: all checks passed"

@@ -178,7 +178,7 @@ asio::awaitable<int> run_elect(options const& o, redis::connection& conn, locker
     // Unlocking the leadership's guard resigns.
     guard_lease lease{lead.guard()};
     // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
-    lease_identity const identity{o.name, lead.term(), lead.guard().token()};
+    lease_identity const identity{o.name, std::to_string(lead.term()), lead.guard().token()};
     co_return co_await run_under_lease(o, lease, words, identity, sigs);
 }
 

@@ -1,6 +1,6 @@
 // colock exec: take the lock (or, with --permits, a permit of a semaphore; with --shared or
-// --exclusive, a read-write lock), run the command while the lease is renewed, and stop the
-// command when the lease is lost.
+// --exclusive, a read-write lock; with --all, several locks at once), run the command while the
+// lease is renewed, and stop the command when the lease is lost.
 #include "cli.hpp"
 #include "supervise.hpp"
 #include "text.hpp"
@@ -19,6 +19,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace colock::cli {
 
@@ -132,7 +133,7 @@ asio::awaitable<int> run_exec_permit(options const& o, redis::connection& conn, 
         fmt::format("release the permit of semaphore '{}'", name)};
     holding_lease lease{*got.held, [&got] { return got.held->release(); }};
     // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
-    lease_identity const identity{o.name, got.held->fence(), got.held->token()};
+    lease_identity const identity{o.name, std::to_string(got.held->fence()), got.held->token()};
     co_return co_await run_under_lease(o, lease, words, identity, sigs);
 }
 
@@ -172,7 +173,53 @@ asio::awaitable<int> run_exec_rw(options const& o, redis::connection& conn, lock
                             fmt::format("release the {} of '{}'", what, name)};
     holding_lease lease{*got.held, [&got] { return got.held->unlock(); }};
     // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
-    lease_identity const identity{o.name, got.held->fence(), got.held->token()};
+    lease_identity const identity{o.name, std::to_string(got.held->fence()), got.held->token()};
+    co_return co_await run_under_lease(o, lease, words, identity, sigs);
+}
+
+// The locks of a set, held at once: giving it up unlocks every one.
+class set_lease final : public held_lease {
+public:
+    explicit set_lease(multi_lock_guard& set) noexcept : set_(set) {}
+    void async_wait_lost(lost_handler handler) override {
+        set_.async_wait_lost(std::move(handler));
+    }
+    std::optional<loss_reason> loss() const override { return set_.loss(); }
+    asio::awaitable<bool> give_up() override { return set_.unlock(); }
+
+private:
+    multi_lock_guard& set_;
+};
+
+// exec --all: the command runs under the locks of every name at once.
+asio::awaitable<int> run_exec_all(options const& o, redis::connection& conn, locker& lk,
+                                  tool_signals& sigs) {
+    auto const shown = printable(o.name);
+    auto got = co_await acquire<multi_lock_guard>(
+        o, sigs.stop, [&lk, &o](lock_options lo) { return lk.co_try_lock_all(o.names, lo); },
+        [&lk, &o](lock_options lo) { return lk.co_lock_all(o.names, lo); });
+    if (got.signal != 0) {
+        co_await let_queue_exit_go_out(conn);
+        co_return 128 + got.signal;
+    }
+    if (got.timed_out || !got.held) {
+        if (got.timed_out)
+            complain(fmt::format("the locks '{}' not acquired within {}", shown,
+                                 format_duration(*o.wait)));
+        else
+            complain(fmt::format("the locks '{}' are not all free now", shown));
+        co_return exit_not_acquired;
+    }
+    // Each name's fence, in the order the names were given.
+    std::vector<std::string> fences;
+    for (auto const& n : o.names)
+        fences.push_back(std::to_string(got.held->fence(n)));
+    lease_words const words{fmt::format("the locks '{}'", shown),
+                            fmt::format("release the locks '{}'", shown)};
+    set_lease lease{*got.held};
+    // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+    lease_identity const identity{o.name, fmt::format("{}", fmt::join(fences, " ")),
+                                  got.held->token()};
     co_return co_await run_under_lease(o, lease, words, identity, sigs);
 }
 
@@ -182,6 +229,8 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
     // Caught from here on: while waiting for the lock, they end the wait; while the command
     // runs, they are passed on to it.
     tool_signals sigs{co_await asio::this_coro::executor, true};
+    if (o.all)
+        co_return co_await run_exec_all(o, conn, lk, sigs);
     if (o.permits)
         co_return co_await run_exec_permit(o, conn, lk, sigs);
     if (o.rw == options::rw_mode::shared)
@@ -210,7 +259,7 @@ asio::awaitable<int> run_exec(options const& o, redis::connection& conn, locker&
                             fmt::format("release the lock '{}'", name)};
     guard_lease lease{*got.held};
     // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
-    lease_identity const identity{o.name, got.held->fence(), got.held->token()};
+    lease_identity const identity{o.name, std::to_string(got.held->fence()), got.held->token()};
     co_return co_await run_under_lease(o, lease, words, identity, sigs);
 }
 

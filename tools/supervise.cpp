@@ -205,8 +205,7 @@ asio::awaitable<void> let_queue_exit_go_out(redis::connection& conn) {
 }
 
 std::vector<std::string> lease_identity::environment() const {
-    return {"COLOCK_NAME=" + name, "COLOCK_FENCE=" + std::to_string(fence),
-            "COLOCK_TOKEN=" + token};
+    return {"COLOCK_NAME=" + name, "COLOCK_FENCE=" + fence, "COLOCK_TOKEN=" + token};
 }
 
 asio::awaitable<int> run_under_lease(options const& o, held_lease& lease, lease_words const& words,

@@ -97,7 +97,7 @@ struct lease_words {
 /// the server), so that what it writes to can refuse a late write (docs/safety.md).
 struct lease_identity {
     std::string name;
-    std::int64_t fence = 0;
+    std::string fence; // decimal; for several locks (exec --all), each name's, space-separated
     std::string token;
 
     /// The three variables, "NAME=VALUE".
