@@ -255,6 +255,117 @@ TEST_CASE("lock set: overlapping sets named in any order by three lockers, with 
         });
 }
 
+TEST_CASE("lock set: a call of the same process for the same names is handed the set by its "
+          "holder without a server call, with the next fence of every name, and the release to "
+          "Redis stores the last fence given") {
+    run_lock_test<one_locker>(
+        "set-cohort",
+        [](redis::connection&, redis::connection& probe, locker& locks,
+           std::string const& name) -> asio::awaitable<void> {
+            auto const n1 = name + "-1", n2 = name + "-2";
+            auto ex = co_await asio::this_coro::executor;
+            auto const opt = lease(10'000ms);
+            auto first = co_await locks.co_lock_all(strings(n1, n2), opt);
+            std::vector<std::vector<std::int64_t>> fences;
+            std::vector<std::string> tokens;
+            std::optional<std::int64_t> scripts_when_last_took;
+            int failed = 0, finished = 0;
+            for (int w = 0; w < 2; ++w)
+                asio::co_spawn(
+                    ex,
+                    [&]() -> asio::awaitable<void> {
+                        auto g = co_await locks.co_lock_all(strings(n2, n1), opt);
+                        fences.push_back(g.fences());
+                        tokens.push_back(g.token());
+                        if (fences.size() == 2)
+                            scripts_when_last_took = script_calls(co_await commandstats(probe));
+                        co_await sleep_for(5ms);
+                        CHECK(co_await g.unlock());
+                        ++finished;
+                    },
+                    count_failure(failed, finished));
+            // Queued behind a holder of their own process, they do not ask the server.
+            auto const before = script_calls(co_await commandstats(probe));
+            co_await sleep_for(100ms);
+            CHECK(script_calls(co_await commandstats(probe)) == before);
+            CHECK(co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 0);
+            CHECK(co_await first.unlock());
+            REQUIRE(co_await eventually([&] { return finished == 2; }));
+            CHECK(failed == 0);
+            // Two hand-offs, no script run before the last one took the set.
+            REQUIRE(scripts_when_last_took.has_value());
+            CHECK(*scripts_when_last_took == before);
+            REQUIRE(fences.size() == 2);
+            for (std::size_t i = 0; i < 2; ++i) {
+                INFO("name ", i);
+                CHECK(fences[0][i] == first.fences()[i] + 1);
+                CHECK(fences[1][i] == first.fences()[i] + 2);
+            }
+            // The guards show the lease's token, which the keys hold.
+            CHECK(tokens[0] == tokens[1]);
+            // The last release stored the last fence: the next holder's is above it.
+            auto const next = co_await locks.co_lock(n1, opt);
+            CHECK(next.fence() > fences[1][0]);
+            co_await check_keys_left(probe, strings(n2));
+        });
+}
+
+TEST_CASE("lock set: hand-offs inside the process stop at cohort_limit in a row, and the set "
+          "goes through Redis to a process queued for one of its names") {
+    run_lock_test<two_lockers>(
+        "set-cohort-limit",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            auto const n1 = name + "-1", n2 = name + "-2";
+            auto ex = co_await asio::this_coro::executor;
+            auto opt = lease(10'000ms);
+            opt.cohort_limit = 2;
+            auto first = co_await a.co_lock_all(strings(n1, n2), opt);
+            std::vector<std::string> order;
+            std::vector<std::int64_t> fences_of_n1;
+            int failed = 0, finished = 0;
+            for (int w = 0; w < 4; ++w)
+                asio::co_spawn(
+                    ex,
+                    [&]() -> asio::awaitable<void> {
+                        auto g = co_await a.co_lock_all(strings(n1, n2), opt);
+                        order.push_back("set");
+                        fences_of_n1.push_back(g.fence(n1));
+                        co_await sleep_for(5ms);
+                        CHECK(co_await g.unlock());
+                        ++finished;
+                    },
+                    count_failure(failed, finished));
+            co_await sleep_for(50ms);
+            asio::co_spawn(
+                ex,
+                [&]() -> asio::awaitable<void> {
+                    auto g = co_await b.co_lock(n1, opt);
+                    order.push_back("other");
+                    fences_of_n1.push_back(g.fence());
+                    co_await sleep_for(5ms);
+                    CHECK(co_await g.unlock());
+                    ++finished;
+                },
+                count_failure(failed, finished));
+            REQUIRE(co_await eventually([&]() -> asio::awaitable<bool> {
+                co_return co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 1;
+            }));
+            CHECK(co_await first.unlock());
+            REQUIRE(co_await eventually([&] { return finished == 5; }, 10'000ms));
+            CHECK(failed == 0);
+            // Two hand-offs here, then the other process, queued all along, then this one again.
+            CHECK(order == strings("set", "set", "other", "set", "set"));
+            REQUIRE(fences_of_n1.size() == 5);
+            CHECK(fences_of_n1[0] == first.fence(n1) + 1);
+            for (std::size_t i = 1; i < fences_of_n1.size(); ++i) {
+                INFO("holder ", i);
+                CHECK(fences_of_n1[i] > fences_of_n1[i - 1]);
+            }
+            co_await check_keys_left(probe, strings(n1, n2));
+        });
+}
+
 TEST_CASE("lock set: bad input is refused at the call") {
     run_lock_test<one_locker>(
         "set-args",

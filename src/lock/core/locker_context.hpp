@@ -20,6 +20,9 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <typeindex>
+#include <typeinfo>
+#include <unordered_map>
 
 namespace colock::detail {
 
@@ -51,6 +54,16 @@ public:
     // holder record is kept for it, and forced unlocks are listened for.
     virtual void keep_holder_record(std::chrono::milliseconds ttl) = 0;
 
+    // What a synchronizer keeps once per locker (a lock set's local queues): made on first use,
+    // gone with the locker. On the strand.
+    template <class T>
+    T& synchronizer_state() {
+        auto& slot = synchronizer_states_[std::type_index(typeid(T))];
+        if (!slot)
+            slot = std::make_shared<T>();
+        return *static_cast<T*>(slot.get());
+    }
+
 protected:
     locker_context(std::shared_ptr<lease_store> store, std::string prefix);
     ~locker_context() = default;
@@ -64,6 +77,8 @@ protected:
     // The leases of the holdings taken through this locker: their renewal schedule, and the
     // book a reconnection, a server change and the connection's close go through.
     std::shared_ptr<lease_book> const book_;
+    std::unordered_map<std::type_index, std::shared_ptr<void>>
+        synchronizer_states_; // on the strand
 };
 
 // The context of `l`, for the synchronizers made from it (defined with the locker).

@@ -6,8 +6,9 @@
 #include "lock/base/errors.hpp"
 #include "lock/base/request_stop.hpp"
 #include "lock/base/token.hpp"
+#include "lock/core/acquire_policy.hpp"
 #include "lock/core/acquisition.hpp"
-#include "lock/core/channel_routes.hpp"
+#include "lock/multi/set_queue.hpp"
 
 #include <colock/redis/connection.hpp>
 #include <colock/redis/error.hpp>
@@ -44,104 +45,37 @@ std::string shown_names(std::vector<std::string> const& names) {
 
 namespace {
 
-// Distinct among one locker's calls: with the locker's random id, every call's entry is its own.
-std::atomic<std::uint64_t> entry_serial{0};
-
-// The call's wake channels, one per name (`p{name}:w:<entry>`, where a hand-off tells it): a
-// message, or a reconnection, wakes it; the locker's end or the connection's close aborts it.
-// Routed in the locker's channels while the call waits, subscribed once it must sleep.
-class set_wakes final : public channel_listener, public std::enable_shared_from_this<set_wakes> {
-public:
-    set_wakes(std::shared_ptr<locker_context> locker, std::vector<std::string> channels)
-        : timer(locker->strand()), locker_(std::move(locker)), channels_(std::move(channels)) {}
-
-    void route() {
-        if (routed_)
-            return;
-        for (auto const& c : channels_)
-            locker_->routes().add(c, weak_from_this());
-        routed_ = true;
-    }
-    bool wants_subscription() const noexcept { return routed_ && !subscribed_ && !refused_; }
-    bool subscribed() const noexcept { return subscribed_; }
-
-    // Subscribes every channel; a refusal (an ACL user without the channels) or a failure to
-    // reach the server leaves the call polling by its backoff.
-    static asio::awaitable<void> subscribe(std::shared_ptr<set_wakes> self) {
-        for (; self->done_ < self->channels_.size() && self->routed_; ++self->done_) {
-            auto const [ec, refusal] =
-                co_await self->locker_->store().subscribe(self->channels_[self->done_]);
-            if (ec) {
-                self->refused_ = true;
-                co_return;
-            }
-        }
-        self->subscribed_ = self->routed_;
-    }
-
-    // The call is over: nothing more to hear.
-    void end() {
-        if (!routed_)
-            return;
-        for (std::size_t i = 0; i < done_; ++i)
-            locker_->store().unsubscribe(channels_[i]);
-        for (auto const& c : channels_)
-            locker_->routes().remove(c, this);
-        routed_ = false;
-        subscribed_ = false;
-    }
-
-    void on_message(std::string const& payload) override {
-        if (payload == "g")
-            wake();
-    }
-    void on_reconnect() override { wake(); }
-    void on_close() override {
-        // The locker is gone, or its connection closed: the routes forgot this listener.
-        aborted = true;
-        if (routed_)
-            for (std::size_t i = 0; i < done_; ++i)
-                locker_->store().unsubscribe(channels_[i]);
-        done_ = 0;
-        routed_ = false;
-        subscribed_ = false;
-        timer.cancel();
-    }
-    void drop_handlers() noexcept override {}
-
-    lock_timer timer;     // the call's sleep, cut short by a wake or an abort
-    bool woken = false;   // a hand-off's message, or a reconnection: ask now
-    bool aborted = false; // the locker or the connection closed
-
-private:
-    void wake() {
-        woken = true;
-        timer.cancel();
-    }
-
-    std::shared_ptr<locker_context> const locker_;
-    std::vector<std::string> const channels_;
-    std::size_t done_ = 0; // the channels subscribed, in order
-    bool routed_ = false;
-    bool subscribed_ = false;
-    bool refused_ = false;
-};
-
-// Gives the names of `token` back and takes `entry` out of their queues, in the background: a
-// passing failure goes on with the retrying release on the strand.
-void leave_detached(std::shared_ptr<locker_context> const& locker,
-                    std::vector<lock_keys> const& keys, std::string const& entry,
-                    std::string const& token) {
+// Gives the names of `token` back (`handed`: its hand-offs here) and, with `leave`, takes
+// `entry` out of their queues, in the background: a passing failure goes on with the retrying
+// release on the strand.
+void give_back_detached(std::shared_ptr<locker_context> const& locker,
+                        std::vector<lock_keys> const& keys, std::string const& entry,
+                        std::string const& token, bool leave, std::int64_t handed = 0) {
     locker->store().release_names_in_background(
-        keys, entry, token, true, [locker, keys, entry, token] {
+        keys, entry, token, leave, handed, [locker, keys, entry, token, leave, handed] {
             asio::co_spawn(
                 locker->strand(),
                 [](std::shared_ptr<locker_context> l, std::vector<lock_keys> k, std::string e,
-                   std::string t) -> asio::awaitable<void> {
-                    co_await l->store().release_names(k, e, t, true);
-                }(locker, keys, entry, token),
+                   std::string t, bool lv, std::int64_t h) -> asio::awaitable<void> {
+                    co_await l->store().release_names(k, e, t, lv, h);
+                }(locker, keys, entry, token, leave, handed),
                 asio::detached);
         });
+}
+
+// A baton the receiver does not take: to the next waiter of the queue, when it may still take
+// it, else back to Redis with the fences it gave; the head then asks.
+void pass_on(std::shared_ptr<locker_context> const& locker, set_queue& q, set_baton baton) {
+    auto* next = q.head();
+    if (next && !next->baton && !q.aborted() &&
+        baton.server_changes == locker->store().server_changes(q.keys().front()) &&
+        lease_left_to_pass(baton.deadline, clock_type::now())) {
+        next->baton = std::move(baton); // the same hand-off: its fences were never used
+        set_queue::wake(*next);
+        return;
+    }
+    give_back_detached(locker, q.keys(), q.entry(), baton.lease_token, false, baton.local_handoffs);
+    q.wake_head();
 }
 
 } // namespace
@@ -165,27 +99,66 @@ asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_contex
         out.message = acquisition_message(lock_set_kind, shown, why);
         co_return out;
     }
-    auto const entry = fmt::format("{}/{}", locker->id(), ++entry_serial);
+    // A waiting call joins this locker's queue for its names, whose entry it asks under; one
+    // attempt has an entry of its own and leaves nothing behind.
+    auto& queues = locker->synchronizer_state<lock_set_queues>();
+    std::shared_ptr<set_queue> const q = wait ? queues.join(*locker, names, keys) : nullptr;
+    auto const entry = q ? q->entry() : next_set_entry(*locker);
     auto const token = random_token();
-    std::vector<std::string> channels;
-    channels.reserve(keys.size());
-    for (auto const& k : keys)
-        channels.push_back(k.channel_prefix + entry);
-    auto const wakes = std::make_shared<set_wakes>(locker, std::move(channels));
-    if (wait)
-        wakes->route();
+    set_waiter me(locker->strand());
     acquisition acq(acquisition_terms::lock(opt, lock_set_kind, wait), clock_type::now());
+    if (q) {
+        q->add(me);
+        acq.joined_local_queue();
+    }
     std::minstd_rand rng(std::random_device{}());
-    auto const stopping = [&] { return wakes->aborted || cancelled(cs); };
+    auto const stopping = [&] { return (q && q->aborted()) || cancelled(cs); };
     // The last request's: when it was sent, how long its grant is ours, the server it went to.
     auto sent_at = clock_type::now();
     auto lease_end = sent_at;
     std::uint64_t generation = 0;
     names_grant last;
     names_request request{entry, token, opt.ttl, wait};
+    // A lease handed by a holder here ends the wait (a cancelled call passes it on); one that
+    // can no longer be taken (its server replaced, too little of it left) goes back to Redis,
+    // and the call asks.
+    auto const handed = [&] {
+        if (!me.baton)
+            return false;
+        if (stopping() || (me.baton->server_changes == store.server_changes(keys.front()) &&
+                           lease_left_to_pass(me.baton->deadline, clock_type::now())))
+            return true;
+        give_back_detached(locker, keys, entry, me.baton->lease_token, false,
+                           me.baton->local_handoffs);
+        me.baton.reset();
+        me.woken = true;
+        return false;
+    };
     auto next = acq.begin_attempt(stopping());
     while (next.step == acquisition_step::ask) {
-        wakes->woken = false;
+        // Behind another waiter here, or heading the queue while a holder here has the names:
+        // sleep until this call's turn (the holder's let-go wakes it, or hands it the lease;
+        // at the latest after a ttl, should that holder have lost its lease).
+        while (q && !handed() && (!q->heads(me) || (q->holders > 0 && !me.woken))) {
+            auto const now = clock_type::now();
+            next = acq.keep_waiting(now);
+            if (next.step != acquisition_step::wait)
+                break;
+            auto until = acq.deadlines().wait;
+            bool const behind_holder = q->heads(me);
+            if (behind_holder)
+                until = std::min(until, saturating_add(now, opt.ttl));
+            me.timer.expires_at(until);
+            co_await me.timer.async_wait(asio::as_tuple(asio::use_awaitable));
+            next = acq.begin_attempt(stopping());
+            if (next.step != acquisition_step::ask)
+                break;
+            if (behind_holder && q->heads(me) && clock_type::now() >= until)
+                me.woken = true; // the holder's let-go never came: ask
+        }
+        if (handed() || next.step != acquisition_step::ask)
+            break;
+        me.woken = false;
         sent_at = clock_type::now();
         lease_end = sent_at + store.safe_ttl(opt.ttl);
         generation = store.server_changes(keys.front());
@@ -198,44 +171,77 @@ asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_contex
         answer.lease_end = lease_end;
         answer.server_changed = store.server_changes(keys.front()) != generation;
         next = acq.on_answer(answer, clock_type::now(), stopping());
+        if (q) {
+            if (last.result.granted)
+                q->queued_at_server = false; // the grant took the entry out of every queue
+            else if (acq.queued_by_answer() || last.result.outcome_unknown)
+                q->queued_at_server = true;
+        }
         while (next.step == acquisition_step::give_back) {
-            // A grant for a cancelled call, or read too late: the names go back, and the entry
-            // leaves the queues (a waiting call enters them again at its next attempt).
-            leave_detached(locker, keys, entry, token);
+            // A grant for a cancelled call, or read too late: the names go back (the grant took
+            // the entry out of the queues: a waiting call enters them again at its next attempt).
+            give_back_detached(locker, keys, entry, token, !q);
             next = acq.on_given_back(true, clock_type::now(), stopping());
         }
         if (next.step == acquisition_step::wait)
             next = acq.keep_waiting(clock_type::now());
-        if (next.step != acquisition_step::wait)
+        if (next.step != acquisition_step::wait || handed())
             break;
-        if (wakes->wants_subscription() && !acq.answer().ec) {
+        if (q->wants_subscription() && !acq.answer().ec) {
             // Subscribe, then ask again at once: a hand-off published before the subscription
             // was confirmed reached nobody.
-            co_await set_wakes::subscribe(wakes);
+            co_await set_queue::subscribe(q);
             next = acq.begin_attempt(stopping());
-        } else if (wakes->woken) {
+        } else if (me.woken) {
             next = acq.begin_attempt(stopping()); // told meanwhile: ask now
         } else {
-            wakes->timer.expires_at(acq.wakes_at(clock_type::now(), wakes->subscribed(), rng));
-            co_await wakes->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-            next = acq.on_sleep_end(clock_type::now(), wakes->woken, stopping());
+            me.timer.expires_at(acq.wakes_at(clock_type::now(), q->subscribed(), rng));
+            co_await me.timer.async_wait(asio::as_tuple(asio::use_awaitable));
+            next = acq.on_sleep_end(clock_type::now(), me.woken, stopping());
         }
     }
+    std::optional<set_baton> baton = std::exchange(me.baton, std::nullopt);
+    if (baton && stopping())
+        next = acquisition::aborted(); // passed on below
     if (next.step == acquisition_step::finish && next.end == acquisition_end::acquired) {
-        auto st = std::make_shared<lock_set_state>(locker, std::move(names), keys, entry, token,
-                                                   std::move(last.fences), opt, sent_at, lease_end,
-                                                   generation);
-        st->hold();
-        out.state = std::move(st);
+        set_lease_origin origin{q, last.fences, 0, clock_type::now()};
+        out.state = std::make_shared<lock_set_state>(locker, std::move(names), keys, entry, token,
+                                                     std::move(origin), opt, sent_at, lease_end,
+                                                     generation);
+    } else if (baton && !next.fails()) {
+        // Handed the lease by a holder here: the next fence of every name, no round trip.
+        auto const deadline = baton->deadline;
+        auto const from = baton->server_changes;
+        set_lease_origin origin{q, std::move(baton->lease_fences), baton->local_handoffs,
+                                baton->granted_at};
+        out.state = std::make_shared<lock_set_state>(
+            locker, std::move(names), keys, entry, std::move(baton->lease_token), std::move(origin),
+            opt, clock_type::now(), deadline, from);
+        baton.reset();
     } else if (next.fails()) {
         auto failure =
             acq.failure(next, link_facts{store.is_connected(), store.last_error_text()}, shown);
         out.ec = failure.ec;
         out.message = std::move(failure.message);
     }
-    wakes->end();
-    if (!out.state && (acq.queued_at_server() || acq.outcome_unknown()))
-        leave_detached(locker, keys, entry, token); // passes on what was reserved for it
+    if (out.state) {
+        if (q)
+            ++q->holders; // before leaving: the next head waits for this holder's let-go
+        out.state->hold();
+    }
+    if (q) {
+        q->remove(me, out.state != nullptr);
+        if (baton && out.state) // Redis granted the names anew: that lease is gone
+            give_back_detached(locker, keys, entry, baton->lease_token, false,
+                               baton->local_handoffs);
+        else if (baton)
+            pass_on(locker, *q, std::move(*baton)); // the call ended: the next one takes it
+        if (!out.state && acq.outcome_unknown() && (q->waiting() > 0 || q->holders > 0))
+            give_back_detached(locker, keys, entry, token, false); // a grant never seen
+        queues.drop_if_idle(*q, token);
+    } else if (!out.state && (acq.queued_at_server() || acq.outcome_unknown())) {
+        give_back_detached(locker, keys, entry, token, true);
+    }
     co_return out;
 }
 
@@ -243,10 +249,9 @@ asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_contex
 
 lock_set_state::lock_set_state(std::shared_ptr<locker_context> locker,
                                std::vector<std::string> names, std::vector<lock_keys> keys,
-                               std::string entry, std::string token,
-                               std::vector<std::int64_t> fences, lock_options const& opt,
-                               clock_type::time_point acquired_at, clock_type::time_point deadline,
-                               std::uint64_t server_generation)
+                               std::string entry, std::string token, set_lease_origin origin,
+                               lock_options const& opt, clock_type::time_point acquired_at,
+                               clock_type::time_point deadline, std::uint64_t server_generation)
     : lease(locker->book(),
             lease_terms{opt.ttl, opt.effective_renew_interval(), opt.auto_renew, opt.max_hold},
             acquired_at, deadline, server_generation)
@@ -255,7 +260,14 @@ lock_set_state::lock_set_state(std::shared_ptr<locker_context> locker,
     , keys_(std::move(keys))
     , entry_(std::move(entry))
     , token_(std::move(token))
-    , fences_(std::move(fences)) {}
+    , origin_(std::move(origin))
+    , fences_([this] {
+        auto f = origin_.lease_fences;
+        for (auto& one : f)
+            one += origin_.local_handoffs;
+        return f;
+    }())
+    , cohort_limit_(opt.cohort_limit) {}
 
 lease_store& lock_set_state::store() const noexcept {
     return locker_->store();
@@ -268,18 +280,62 @@ void lock_set_state::hold() {
 }
 
 asio::awaitable<lease_reply> lock_set_state::release() {
-    return store().release_names(keys_, entry_, token_, false);
+    return store().release_names(keys_, entry_, token_, false, origin_.local_handoffs);
 }
 
 void lock_set_state::release_detached() {
-    store().release_names_in_background(keys_, entry_, token_, false, [self = shared()] {
-        asio::co_spawn(
-            self->strand(),
-            [](std::shared_ptr<lock_set_state> st) -> asio::awaitable<void> {
-                co_await st->release();
-            }(self),
-            asio::detached);
-    });
+    store().release_names_in_background(
+        keys_, entry_, token_, false, origin_.local_handoffs, [self = shared()] {
+            asio::co_spawn(
+                self->strand(),
+                [](std::shared_ptr<lock_set_state> st) -> asio::awaitable<void> {
+                    co_await st->release();
+                }(self),
+                asio::detached);
+        });
+}
+
+bool lock_set_state::local_taker_may_come() const noexcept {
+    return origin_.queue && origin_.queue->waiting() > 0;
+}
+
+bool lock_set_state::hand_off_locally() {
+    auto& q = origin_.queue;
+    if (let_go_ || !q)
+        return false;
+    auto* next = q->head();
+    if (!next || next->baton || q->aborted() ||
+        server_generation() != store().server_changes(keys_.front()))
+        return false;
+    // Another process may be queued for any of the names: the set's holder is not told, so
+    // the limit always holds.
+    cohort_facts const facts{cohort_limit_,
+                             static_cast<std::size_t>(origin_.local_handoffs),
+                             true,
+                             gone(),
+                             deadline(),
+                             fences_.front() + 1,
+                             origin_.lease_fences.front(),
+                             origin_.granted_at};
+    if (!may_hand_off_locally(facts, clock_type::now()))
+        return false;
+    next->baton =
+        set_baton{token_,     origin_.lease_fences, origin_.local_handoffs + 1, origin_.granted_at,
+                  deadline(), server_generation()};
+    set_queue::wake(*next);
+    let_go_ = true;
+    --q->holders;
+    return true;
+}
+
+void lock_set_state::after_release() {
+    auto& q = origin_.queue;
+    if (let_go_ || !q)
+        return;
+    let_go_ = true;
+    --q->holders;
+    q->wake_head(); // behind this holder: asks now, after the release
+    locker_->synchronizer_state<lock_set_queues>().drop_if_idle(*q, token_);
 }
 
 asio::awaitable<lease_reply> lock_set_state::extend_at_server(milliseconds ttl, bool /*renewal*/) {

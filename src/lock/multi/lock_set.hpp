@@ -25,6 +25,7 @@
 namespace colock::detail {
 
 class lock_set_state;
+class set_queue;
 
 // What users call it in messages.
 inline constexpr std::string_view lock_set_kind = "lock on several names";
@@ -49,12 +50,22 @@ boost::asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker
                                                           std::vector<std::string> names,
                                                           lock_options opt, bool wait);
 
+// Where a set's lease came from: what a hand-off inside the process needs.
+struct set_lease_origin {
+    // The local queue of the call that took it (co_lock_all), whose head a let-go may pass the
+    // lease to; none for co_try_lock_all.
+    std::shared_ptr<set_queue> queue;
+    std::vector<std::int64_t> lease_fences; // the fences Redis gave the lease, by name
+    std::int64_t local_handoffs = 0;        // the holder's fences are lease_fences + this
+    clock_type::time_point granted_at;      // when Redis's grant came
+};
+
 // The lease over a set's names. Shared by the guard, its renewal and its background release.
 class lock_set_state final : public lease {
 public:
     lock_set_state(std::shared_ptr<locker_context> locker, std::vector<std::string> names,
                    std::vector<lock_keys> keys, std::string entry, std::string token,
-                   std::vector<std::int64_t> fences, lock_options const& opt,
+                   set_lease_origin origin, lock_options const& opt,
                    clock_type::time_point acquired_at, clock_type::time_point deadline,
                    std::uint64_t server_generation);
 
@@ -70,6 +81,16 @@ public:
     // The same, handed to the connection now on the caller's thread (a close() right after
     // still sends it); a passing failure goes on with release() on the strand. Any thread.
     void release_detached();
+
+    // Whether a call of this process waits for the same names: the strand then decides first
+    // whether the lease goes to it (hand_off_locally). Any thread.
+    bool local_taker_may_come() const noexcept;
+    // Passes the lease, which is letting go, to the head of its local queue, if allowed (as the
+    // lock's cohort: valid for 1 ms more, not lost, the same server, fences in step, at most
+    // cohort_limit in a row); true when it did. Once the release to Redis is sent instead,
+    // after_release() wakes that head. On the strand.
+    bool hand_off_locally();
+    void after_release();
 
     std::shared_ptr<lock_set_state> shared() {
         return std::static_pointer_cast<lock_set_state>(shared_from_this());
@@ -91,7 +112,10 @@ private:
     std::vector<lock_keys> const keys_;
     std::string const entry_;
     std::string const token_;
+    set_lease_origin const origin_;
     std::vector<std::int64_t> const fences_;
+    std::size_t const cohort_limit_;
+    bool let_go_ = false; // hand_off_locally or after_release ran
 };
 
 // An acquire for an awaiting caller (the co_* forms), whose cancellation reaches it on the

@@ -28,16 +28,33 @@ namespace detail {
 
 // Static rather than in an unnamed namespace: release_and_complete finds these two by
 // argument-dependent lookup. Renewal stops before the release is sent, so it cannot revive a
-// name given back.
+// name given back. With a call of this process waiting for the same names, the strand decides
+// first whether the lease goes to it; else the release is handed to the connection here, on
+// the caller's thread, so that a close() right after still sends it.
 static void release_in_background(std::shared_ptr<lock_set_state> st) {
+    if (st->local_taker_may_come()) {
+        auto strand = st->strand();
+        asio::dispatch(strand, [st = std::move(st)] {
+            st->stop();
+            if (st->hand_off_locally())
+                return;
+            st->release_detached();
+            st->after_release();
+        });
+        return;
+    }
     asio::dispatch(st->strand(), [st] { st->stop(); });
     st->release_detached();
+    asio::dispatch(st->strand(), [st] { st->after_release(); });
 }
 
 static asio::awaitable<std::tuple<error_code, bool>>
 release_held(std::shared_ptr<lock_set_state> st) {
     st->stop();
+    if (st->hand_off_locally())
+        co_return std::tuple{error_code{}, true};
     auto const reply = co_await st->release();
+    st->after_release();
     co_return std::tuple{reply.ec, reply.ours};
 }
 

@@ -3,10 +3,12 @@
 // names and a lock set that holds it exclude each other, and each name's queue is one FIFO for
 // both. Private to the library's sources, its tests and benchmarks: not installed.
 //
-// A lock set's call is one waiter of its own in each name's queue: its entry `<locker>/<n>`,
-// told on `p{name}:w:<entry>` like a locker. It holds a name as "H <fence> <entry> <token>
-// <since> <queued>", is handed one as "R <fence> <entry>", and keeps what it may take while it
-// waits for the rest (a reservation, below) as "R <fence> <entry>" too.
+// A process's calls for one set of names are one waiter in each name's queue: their entry
+// `<locker>/<n>`, told on `p{name}:w:<entry>` like a locker, asked under by the first of them
+// (set_queue.hpp); a lone attempt (co_try_lock_all) has an entry of its own. A set holds a name
+// as "H <fence> <entry> <token> <since> <queued>", is handed one as "R <fence> <entry>", and
+// keeps what it may take while it waits for the rest (a reservation, below) as "R <fence>
+// <entry>" too. Any call under the entry may take what is handed or reserved to it.
 //
 // No deadlock, no starvation:
 // - A waiting call enters the queues of all its names in one script, so any two waiting calls
@@ -246,13 +248,15 @@ end
 return in_the_way()
 )lua";
 
-// release_all: KEYS as acquire_all's. ARGV[1] "<claim ms> <how> <entry> <token>": how "h" the
-// lease of `token` on each name goes back (to the first live entry of the name's queue, or
-// free), "l" the same, and the call's entry leaves every queue, passing on a name handed or
-// reserved to it (a call that ends without the set). Returns how many of the names the token
-// held.
+// release_all: KEYS as acquire_all's. ARGV[1] "<claim ms> <how> <entry> <token> <handed>": how
+// "h" the lease of `token` on each name goes back (to the first live entry of the name's queue,
+// or free), "l" the same, and the entry leaves every queue, passing on a name handed or
+// reserved to it (the last call of a process's queue for the set ends without it); handed, the
+// lease's hand-offs inside the process (each gave every name the next fence): the fence stored
+// is the lease's plus that many. Returns how many of the names the token held.
 inline constexpr std::string_view release_all_source = R"lua(
-local claim_ms, how, entry, token = string.match(ARGV[1], '^(%d+) ([hl]) (%S+) (%S+)$')
+local claim_ms, how, entry, token, handed =
+  string.match(ARGV[1], '^(%d+) ([hl]) (%S+) (%S+) (%d+)$')
 if not claim_ms or #KEYS == 0 or #KEYS % 3 ~= 0 then
   return redis.error_reply('COLOCK the release of a lock set at ' .. tostring(KEYS[1]) ..
                            ' got arguments it cannot read: a client of another release of colock?')
@@ -289,6 +293,7 @@ for i = 1, #KEYS / 3 do
     local fence, holder_token, queued = string.match(v, '^H (%d+) %S+ (%S+) %d+ (%d)$')
     if fence and holder_token == token then
       held = held + 1
+      if handed ~= '0' then fence = string.format('%.0f', tonumber(fence) + tonumber(handed)) end
       if queued == '0' then put(key, 'F ' .. fence, 'KEEPTTL') else hand_on(key, q, qd, fence) end
     elseif how == 'l' then
       local handed, to = string.match(v, '^R (%d+) (%S+)$')

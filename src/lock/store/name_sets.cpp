@@ -91,9 +91,10 @@ std::vector<std::string_view> key_words(std::span<lock_keys const> keys) {
     return words;
 }
 
-std::string release_argument(std::string const& entry, std::string const& token, bool leave) {
+std::string release_argument(std::string const& entry, std::string const& token, bool leave,
+                             std::int64_t handed) {
     return std::to_string(max_handoff_claim.count()) + (leave ? " l " : " h ") + entry + " " +
-           token;
+           token + " " + std::to_string(handed);
 }
 
 lease_reply read_names_release(script_reply const& reply, std::size_t names) {
@@ -137,10 +138,10 @@ asio::awaitable<lease_reply> name_set_requests::extend(std::span<lock_keys const
 
 asio::awaitable<lease_reply> name_set_requests::release(std::span<lock_keys const> keys,
                                                         std::string const& entry,
-                                                        std::string const& token,
-                                                        bool leave) const {
+                                                        std::string const& token, bool leave,
+                                                        std::int64_t handed) const {
     auto const words = key_words(keys);
-    auto const how = release_argument(entry, token, leave);
+    auto const how = release_argument(entry, token, leave, handed);
     script_call const call{client_->scripts().release_all, {}, {how}, {}, words};
     co_return read_names_release(
         co_await client_->run_retrying(call, leave ? leave_retries : release_retries), keys.size());
@@ -148,9 +149,10 @@ asio::awaitable<lease_reply> name_set_requests::release(std::span<lock_keys cons
 
 void name_set_requests::release_in_background(std::span<lock_keys const> keys,
                                               std::string const& entry, std::string const& token,
-                                              bool leave, std::function<void()> retry) const {
+                                              bool leave, std::int64_t handed,
+                                              std::function<void()> retry) const {
     auto const words = key_words(keys);
-    auto const how = release_argument(entry, token, leave);
+    auto const how = release_argument(entry, token, leave, handed);
     script_call const call{client_->scripts().release_all, {}, {how}, {}, words};
     client_->run_detached(
         call, [strand = client_->strand(), retry = std::move(retry)](script_reply const& reply) {

@@ -55,9 +55,9 @@ public:
                                                std::chrono::milliseconds ttl) const;
     boost::asio::awaitable<lease_reply> release(std::span<lock_keys const> keys,
                                                 std::string const& entry, std::string const& token,
-                                                bool leave) const;
+                                                bool leave, std::int64_t handed) const;
     void release_in_background(std::span<lock_keys const> keys, std::string const& entry,
-                               std::string const& token, bool leave,
+                               std::string const& token, bool leave, std::int64_t handed,
                                std::function<void()> retry) const;
 
 private:

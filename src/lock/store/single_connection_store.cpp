@@ -365,13 +365,13 @@ public:
     }
     asio::awaitable<lease_reply> release_names(std::span<lock_keys const> keys,
                                                std::string const& entry, std::string const& token,
-                                               bool leave) override {
-        return names_.release(keys, entry, token, leave);
+                                               bool leave, std::int64_t handed) override {
+        return names_.release(keys, entry, token, leave, handed);
     }
     void release_names_in_background(std::span<lock_keys const> keys, std::string const& entry,
-                                     std::string const& token, bool leave,
+                                     std::string const& token, bool leave, std::int64_t handed,
                                      std::function<void()> retry) override {
-        names_.release_in_background(keys, entry, token, leave, std::move(retry));
+        names_.release_in_background(keys, entry, token, leave, handed, std::move(retry));
     }
     // One call runs on one Cluster slot: a set over several is refused (for now) rather than
     // sent to fail with CROSSSLOT.
