@@ -27,8 +27,8 @@
 #include <chrono>
 #include <future>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -266,16 +266,88 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 sets_on.insert(owner);
             }
             CHECK(sets_on.size() == 3);
+            // A set over three slots, one on each primary: a set per slot, taken in slot
+            // order. Every name is held on its own node; another locker's set that overlaps it
+            // in any order waits and is then granted; a try over the slots leaves nothing held.
             {
-                std::string first = "set-slot-a", second;
-                for (int i = 0; second.empty(); ++i) {
+                std::vector<std::string> spread;
+                std::set<std::uint16_t> spread_on;
+                for (int i = 0; spread.size() < 3; ++i) {
                     auto const candidate = fmt::format("set-slot-{}", i);
-                    if (hash_slot(lock_key(candidate)) != hash_slot(lock_key(first)))
-                        second = candidate;
+                    if (spread_on.insert(cluster.owner_of(hash_slot(lock_key(candidate)))).second)
+                        spread.push_back(candidate);
                 }
-                auto const refused = co_await failure_of(a.co_lock_all(strings(first, second)));
-                CHECK(refused.code == colock::error::invalid_argument);
-                CHECK(refused.what.find("hash slot") != std::string::npos);
+                auto const extra = std::string("set-slot-extra");
+                auto held = co_await a.co_lock_all(spread, lease(10s));
+                REQUIRE(held.names().size() == 3);
+                for (auto const& n : spread) {
+                    auto const value = cluster.node_on(cluster.owner_of(hash_slot(lock_key(n))))
+                                           .cli({"GET", lock_key(n)});
+                    INFO("name ", n, ": ", value);
+                    CHECK(value.starts_with("H " + std::to_string(held.fence(n)) + " "));
+                }
+                CHECK_FALSE(co_await b.co_try_lock_all(strings(extra, spread[2])));
+                CHECK(co_await eventually([&] {
+                    return lock_key_free(
+                        cluster.node_on(cluster.owner_of(hash_slot(lock_key(extra)))),
+                        lock_key(extra));
+                }));
+                std::optional<multi_lock_guard> next;
+                asio::co_spawn(
+                    ctx,
+                    [&]() -> asio::awaitable<void> {
+                        next.emplace(co_await b.co_lock_all(strings(spread[2], extra, spread[0]),
+                                                            lease(10s)));
+                    },
+                    asio::detached);
+                CHECK(co_await stays([&] { return !next.has_value(); }, 200ms));
+                CHECK(co_await held.unlock());
+                REQUIRE(co_await eventually([&] { return next.has_value(); }));
+                CHECK(next->fence(spread[0]) > held.fence(spread[0]));
+                // One slot's lease lost is the whole set's.
+                auto const& node = cluster.node_on(cluster.owner_of(hash_slot(lock_key(extra))));
+                node.cli({"DEL", lock_key(extra)});
+                using namespace asio::experimental::awaitable_operators;
+                auto const raced = co_await (next->wait_lost() || sleep_for(8s));
+                CHECK(raced.index() == 0);
+                CHECK(next->lost());
+                CHECK_FALSE(co_await next->unlock());
+            }
+            // Overlapping sets over the three slots, named in any order by two lockers, four
+            // coroutines each: never two holders of a name, and every call is granted.
+            {
+                std::vector<std::string> pool;
+                for (int i = 0; i < 6; ++i)
+                    pool.push_back(fmt::format("set-mix-{}", i));
+                std::map<std::string, int> holders;
+                int overlaps = 0, failed = 0, finished = 0;
+                for (int w = 0; w < 8; ++w)
+                    asio::co_spawn(
+                        ctx,
+                        [&, w]() -> asio::awaitable<void> {
+                            auto& locks = w % 2 == 0 ? a : b;
+                            for (int round = 0; round < 6; ++round) {
+                                std::vector<std::string> want;
+                                for (std::size_t k = 0; k < 3; ++k)
+                                    want.push_back(pool[(static_cast<std::size_t>(w + round) +
+                                                         k * static_cast<std::size_t>(1 + w % 3)) %
+                                                        pool.size()]);
+                                auto g = co_await locks.co_lock_all(
+                                    want, waiting_up_to(lease(10s), 20'000ms));
+                                for (auto const& n : g.names())
+                                    if (holders[n]++ != 0)
+                                        ++overlaps;
+                                co_await sleep_for(2ms);
+                                for (auto const& n : g.names())
+                                    --holders[n];
+                                CHECK(co_await g.unlock());
+                            }
+                            ++finished;
+                        },
+                        count_failure(failed, finished));
+                REQUIRE(co_await eventually([&] { return finished == 8; }, 30s));
+                CHECK(failed == 0);
+                CHECK(overlaps == 0);
             }
 
             // Leases kept (lock_options::retain) on names over the primaries: taken again at

@@ -362,7 +362,42 @@ void lock_set_state::give_back_now() noexcept {
     }
 }
 
+void lock_set_state::join_parts(std::vector<std::shared_ptr<lock_set_state>> const& parts) {
+    auto shared = std::make_shared<set_parts>();
+    std::vector<std::pair<std::string, std::int64_t>> fenced;
+    for (auto const& p : parts) {
+        shared->all.push_back(p);
+        for (std::size_t i = 0; i < p->names_.size(); ++i)
+            fenced.emplace_back(p->names_[i], p->fences_[i]);
+    }
+    std::sort(fenced.begin(), fenced.end());
+    for (auto& [n, f] : fenced) {
+        shared->names.push_back(std::move(n));
+        shared->fences.push_back(f);
+    }
+    for (auto const& p : parts)
+        p->parts_ = shared;
+    others_.assign(parts.begin() + 1, parts.end());
+}
+
+std::vector<std::shared_ptr<lock_set_state>> lock_set_state::parts() {
+    std::vector<std::shared_ptr<lock_set_state>> all{shared()};
+    all.insert(all.end(), others_.begin(), others_.end());
+    return all;
+}
+
+clock_type::time_point lock_set_state::earliest_deadline() const noexcept {
+    auto earliest = deadline();
+    for (auto const& p : others_)
+        earliest = std::min(earliest, p->deadline());
+    return earliest;
+}
+
 void lock_set_state::on_lost(loss_reason why) {
+    if (parts_)
+        for (auto const& weak : parts_->all)
+            if (auto p = weak.lock(); p && p.get() != this)
+                p->mark_lost(why); // one name's loss is the set's
     if (!store().logs(log_level::warning))
         return;
     auto const held =
@@ -384,8 +419,8 @@ asio::awaitable<lock_set_outcome> await_lock_set(std::shared_ptr<locker_context>
                                                  std::vector<std::string> names, lock_options opt,
                                                  bool wait) {
     auto strand = locker->strand();
-    auto initiation = [strand, op = acquire_lock_set(std::move(locker), std::move(names),
-                                                     std::move(opt), wait)](auto handler) mutable {
+    auto initiation = [strand, op = acquire_lock_sets(std::move(locker), std::move(names),
+                                                      std::move(opt), wait)](auto handler) mutable {
         spawn_cancellable(strand, std::move(op), std::move(handler),
                           [](auto h, std::exception_ptr e, lock_set_outcome o) {
                               std::move(h)(e, std::move(o));

@@ -60,7 +60,26 @@ struct set_lease_origin {
     clock_type::time_point granted_at;      // when Redis's grant came
 };
 
-// The lease over a set's names. Shared by the guard, its renewal and its background release.
+// Takes every name of `names` as acquire_lock_set does, on a store where they fall on several
+// shards (Cluster slots): one set per slot, taken one after another in slot order, each held
+// while the next is waited for. Every caller takes its slots in that order, so none waits for a
+// slot below one it holds (no deadlock across slots; within one, acquire_lock_set's order). The
+// first part's state is the caller's; the wait_timeout is spent over the parts; a call that
+// does not get every part gives back those it got.
+boost::asio::awaitable<lock_set_outcome> acquire_lock_sets(std::shared_ptr<locker_context> locker,
+                                                           std::vector<std::string> names,
+                                                           lock_options opt, bool wait);
+
+// What the parts of a set over several slots share: every name, sorted, and its fence.
+struct set_parts {
+    std::vector<std::weak_ptr<lock_set_state>> all; // in slot order
+    std::vector<std::string> names;
+    std::vector<std::int64_t> fences;
+};
+
+// The lease over a set's names (on one slot). Shared by the guard, its renewal and its
+// background release. The guard holds the first part of a set over several slots, which keeps
+// the others.
 class lock_set_state final : public lease {
 public:
     lock_set_state(std::shared_ptr<locker_context> locker, std::vector<std::string> names,
@@ -69,9 +88,22 @@ public:
                    clock_type::time_point acquired_at, clock_type::time_point deadline,
                    std::uint64_t server_generation);
 
-    std::vector<std::string> const& names() const noexcept { return names_; }
-    std::vector<std::int64_t> const& fences() const noexcept { return fences_; }
+    // Every name of the set (all parts), sorted, and its fence.
+    std::vector<std::string> const& names() const noexcept {
+        return parts_ ? parts_->names : names_;
+    }
+    std::vector<std::int64_t> const& fences() const noexcept {
+        return parts_ ? parts_->fences : fences_;
+    }
     std::string const& token() const noexcept { return token_; }
+
+    // Makes this, the first of `parts` (one per slot, in slot order), the set's state: it keeps
+    // the others, and a loss of any part is every part's. On the strand.
+    void join_parts(std::vector<std::shared_ptr<lock_set_state>> const& parts);
+    // This and the parts it keeps.
+    std::vector<std::shared_ptr<lock_set_state>> parts();
+    // The earliest local end of the parts' leases. Any thread.
+    clock_type::time_point earliest_deadline() const noexcept;
     lease_store& store() const noexcept;
 
     // Joins the locker's book and starts renewing; once, when made.
@@ -116,6 +148,9 @@ private:
     std::vector<std::int64_t> const fences_;
     std::size_t const cohort_limit_;
     bool let_go_ = false; // hand_off_locally or after_release ran
+    // Set once, by join_parts, before the guard is made; read-only after.
+    std::shared_ptr<set_parts const> parts_;
+    std::vector<std::shared_ptr<lock_set_state>> others_; // the first part's
 };
 
 // An acquire for an awaiting caller (the co_* forms), whose cancellation reaches it on the
@@ -131,7 +166,7 @@ void spawn_lock_set(std::shared_ptr<locker_context> locker, std::vector<std::str
                     lock_options opt, bool wait, Handler handler, Finish finish) {
     auto strand = locker->strand();
     spawn_cancellable(
-        strand, acquire_lock_set(std::move(locker), std::move(names), std::move(opt), wait),
+        strand, acquire_lock_sets(std::move(locker), std::move(names), std::move(opt), wait),
         std::move(handler), [finish](Handler h, std::exception_ptr e, lock_set_outcome o) {
             auto ec = o.ec;
             if (e)

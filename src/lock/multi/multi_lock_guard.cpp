@@ -31,7 +31,7 @@ namespace detail {
 // name given back. With a call of this process waiting for the same names, the strand decides
 // first whether the lease goes to it; else the release is handed to the connection here, on
 // the caller's thread, so that a close() right after still sends it.
-static void release_in_background(std::shared_ptr<lock_set_state> st) {
+static void release_part_in_background(std::shared_ptr<lock_set_state> st) {
     if (st->local_taker_may_come()) {
         auto strand = st->strand();
         asio::dispatch(strand, [st = std::move(st)] {
@@ -48,14 +48,30 @@ static void release_in_background(std::shared_ptr<lock_set_state> st) {
     asio::dispatch(st->strand(), [st] { st->after_release(); });
 }
 
+// `st` is marked let go already; the other parts of a set over several slots are marked here.
+static void release_in_background(std::shared_ptr<lock_set_state> st) {
+    for (auto& part : st->parts())
+        if (part == st || part->release_once())
+            release_part_in_background(std::move(part));
+}
+
 static asio::awaitable<std::tuple<error_code, bool>>
 release_held(std::shared_ptr<lock_set_state> st) {
-    st->stop();
-    if (st->hand_off_locally())
-        co_return std::tuple{error_code{}, true};
-    auto const reply = co_await st->release();
-    st->after_release();
-    co_return std::tuple{reply.ec, reply.ours};
+    error_code first_error;
+    bool every = true;
+    for (auto& part : st->parts()) {
+        if (part != st && !part->release_once())
+            continue;
+        part->stop();
+        if (part->hand_off_locally())
+            continue;
+        auto const reply = co_await part->release();
+        part->after_release();
+        if (reply.ec && !first_error)
+            first_error = reply.ec;
+        every = every && reply.ours;
+    }
+    co_return std::tuple{first_error, every && !first_error};
 }
 
 namespace {
@@ -114,11 +130,13 @@ std::string const& multi_lock_guard::token() const noexcept {
     return state_ ? state_->token() : detail::empty_string;
 }
 bool multi_lock_guard::owns_lock() const noexcept {
-    return state_ && !state_->lost() && !state_->released() && state_->running();
+    return state_ && !state_->lost() && !state_->released() &&
+           detail::clock_type::now() < state_->earliest_deadline();
 }
 bool multi_lock_guard::lost() const noexcept {
     // Without renewal nobody marks the end of the lease: it is lost when it runs out.
-    return state_ && (state_->lost() || (!state_->released() && !state_->running()));
+    return state_ && (state_->lost() || (!state_->released() &&
+                                         detail::clock_type::now() >= state_->earliest_deadline()));
 }
 std::optional<loss_reason> multi_lock_guard::loss() const noexcept {
     if (!state_)
@@ -130,7 +148,7 @@ std::optional<loss_reason> multi_lock_guard::loss() const noexcept {
     return std::nullopt;
 }
 std::chrono::steady_clock::time_point multi_lock_guard::lease_expiry() const noexcept {
-    return state_ ? state_->deadline() : std::chrono::steady_clock::time_point{};
+    return state_ ? state_->earliest_deadline() : std::chrono::steady_clock::time_point{};
 }
 
 void multi_lock_guard::start_wait_lost(std::shared_ptr<detail::lock_set_state> st,

@@ -207,9 +207,11 @@ public:
                                              std::string const& entry, std::string const& token,
                                              bool leave, std::int64_t handed,
                                              std::function<void()> retry);
-    // Why the names of `keys` cannot be taken in one call here (a sentence: names over several
-    // Cluster slots), or empty.
+    // Why the names of `keys` cannot be taken here (a sentence), or empty.
     virtual std::string names_refusal(std::span<lock_keys const> /*keys*/) const { return {}; }
+    // Names of one shard (a Cluster slot) are taken in one call; a set over several is taken a
+    // shard at a time, in the order of this number.
+    virtual std::uint32_t names_shard(lock_keys const& /*keys*/) const { return 0; }
 
     // How many of the store's servers make a majority: 1 for one connection. A watch over a
     // quorum passes a message on once that many primaries told it.

@@ -373,19 +373,11 @@ public:
                                      std::function<void()> retry) override {
         names_.release_in_background(keys, entry, token, leave, handed, std::move(retry));
     }
-    // One call runs on one Cluster slot: a set over several is refused (for now) rather than
-    // sent to fail with CROSSSLOT.
-    std::string names_refusal(std::span<lock_keys const> keys) const override {
-        if (client_->scripts().variant != script_variant::sharded || keys.empty())
-            return {};
-        auto const slot = redis::detail::hash_slot(keys.front().key);
-        for (auto const& k : keys)
-            if (redis::detail::hash_slot(k.key) != slot)
-                return fmt::format("on a Cluster the names of one set must share a hash slot "
-                                   "(give them one hash tag: \"{{tag}}a\", \"{{tag}}b\"); {} is "
-                                   "on slot {} and {} on slot {}",
-                                   keys.front().key, slot, k.key, redis::detail::hash_slot(k.key));
-        return {};
+    // One call runs on one Cluster slot (a set over several would fail with CROSSSLOT).
+    std::uint32_t names_shard(lock_keys const& keys) const override {
+        if (client_->scripts().variant != script_variant::sharded)
+            return 0;
+        return redis::detail::hash_slot(keys.key);
     }
 
     // ------------------------------------------------------------------ facts
