@@ -371,7 +371,7 @@ public:
     /// take are kept for it while it waits for the rest). A name repeated counts once; an empty
     /// set or a bad name is refused at the call (error::invalid_argument). On a Cluster, names
     /// that share a hash slot are taken in one call, and a set over several slots a slot at a
-    /// time, in slot order; a locker over independent primaries (Redlock) refuses. Cancellation
+    /// time, in slot order; over independent primaries (Redlock), on a majority. Cancellation
     /// (terminal, partial) leaves nothing held or queued. Completes with the guard, or the error.
     template <class CompletionToken = boost::asio::deferred_t>
     auto async_lock_all(std::vector<std::string> names, lock_options opt = {},

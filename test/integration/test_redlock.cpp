@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -506,6 +507,92 @@ TEST_CASE("redlock: mutual exclusion under contention: 4 lockers x 16 coroutines
             CHECK(command_calls(server->cli(strings("INFO", "commandstats")), "fcall") > 0);
             CHECK_FALSE(server->cli(strings("FUNCTION", "LIST", "LIBRARYNAME", library)).empty());
         }
+    });
+}
+
+// ------------------------------------------------------------------------ lock sets
+
+TEST_CASE("redlock: a lock set holds every name on a majority, each name's fence the largest its "
+          "primaries gave; an overlapping set waits and is granted after; a try leaves nothing; "
+          "sets named in any order under contention never overlap, on 3 and on 5") {
+    on_3_and_5_primaries([&](std::size_t n, std::vector<redis_server*> const& servers) {
+        run_redlock_test(
+            configs_of(servers), "redlock-set",
+            [&](primary_connections& conns_a, primary_connections& conns_b,
+                primary_connections& probe, locker& a, locker& b,
+                std::string const& name) -> asio::awaitable<void> {
+                co_await conns_a.connect_all();
+                co_await conns_b.connect_all();
+                auto const n1 = name + "-1", n2 = name + "-2", n3 = name + "-3";
+                auto const majority = n / 2 + 1;
+                auto set = co_await a.co_lock_all(strings(n2, n1), lease(10'000ms));
+                CHECK(set.owns_lock());
+                for (auto const& one : strings(n1, n2)) {
+                    INFO("name ", one);
+                    auto const v = co_await values_on(probe, lock_key(one));
+                    CHECK(count_held(v, set.token()) >= majority);
+                    // One a primary gave: the largest of the majority that decided (a grant
+                    // after the decision may be larger).
+                    bool from_a_primary = false;
+                    for (auto const& value : v)
+                        if (auto const r = parse_lock_record(value); r.kind == 'H')
+                            from_a_primary = from_a_primary || r.fence == set.fence(one);
+                    CHECK(from_a_primary);
+                }
+                // A try that finds one name held takes nothing, on any primary.
+                CHECK_FALSE((co_await b.co_try_lock_all(strings(n3, n1))).has_value());
+                auto const n3_left = co_await values_become(
+                    probe, lock_key(n3), [](values const& v) { return count_held(v) == 0; });
+                CHECK(count_held(n3_left) == 0);
+                std::optional<multi_lock_guard> next;
+                asio::co_spawn(
+                    co_await asio::this_coro::executor,
+                    [&]() -> asio::awaitable<void> {
+                        next.emplace(co_await b.co_lock_all(strings(n3, n2), lease(10'000ms)));
+                    },
+                    asio::detached);
+                CHECK(co_await stays([&] { return !next.has_value(); }, 200ms));
+                CHECK(co_await set.unlock());
+                REQUIRE(co_await eventually([&] { return next.has_value(); }));
+                CHECK(next->fence(n2) > set.fence(n2));
+                CHECK(co_await next->unlock());
+
+                // Two lockers x 4 coroutines, sets of 2 of 4 names in any order.
+                std::vector<std::string> pool;
+                for (int i = 0; i < 4; ++i)
+                    pool.push_back(name + "-mix-" + std::to_string(i));
+                std::map<std::string, int> holders;
+                int overlaps = 0, failed = 0, finished = 0;
+                auto ex = co_await asio::this_coro::executor;
+                for (int w = 0; w < 8; ++w)
+                    asio::co_spawn(
+                        ex,
+                        [&, w]() -> asio::awaitable<void> {
+                            auto& locks = w % 2 == 0 ? a : b;
+                            for (int round = 0; round < 5; ++round) {
+                                auto const first = static_cast<std::size_t>(w + round) % 4;
+                                auto const second =
+                                    (first + 1 + static_cast<std::size_t>(w % 3)) % 4;
+                                auto g = co_await locks.co_lock_all(
+                                    strings(pool[second], pool[first]),
+                                    waiting_up_to(lease(10'000ms), 30'000ms));
+                                for (auto const& one : g.names())
+                                    if (holders[one]++ != 0)
+                                        ++overlaps;
+                                co_await sleep_for(2ms);
+                                for (auto const& one : g.names())
+                                    --holders[one];
+                                CHECK(co_await g.unlock());
+                            }
+                            ++finished;
+                        },
+                        count_failure(failed, finished));
+                REQUIRE(co_await eventually([&] { return finished == 8; }, 60'000ms));
+                CHECK(failed == 0);
+                CHECK(overlaps == 0);
+                CHECK(keys_without_ttl(servers, "colock:{" + name + "*").empty());
+            },
+            120s);
     });
 }
 

@@ -254,3 +254,46 @@ TEST_CASE("grant round: a newer round for the same key and token supersedes it")
     t.round.supersede();
     CHECK(t.round.superseded());
 }
+
+TEST_CASE("grant round of a lock set: each name's fence is the largest of the majority that "
+          "decided, and a refusal leaves every grant to give back") {
+    asio::io_context ctx;
+    auto const strand = asio::make_strand(asio::any_io_executor(ctx.get_executor()));
+    std::vector<lock_keys> const keys{lock_keys("p:", "a", "owner"), lock_keys("p:", "b", "owner")};
+    colock::detail::names_request const request{"owner/1", "tok", milliseconds(1000), true};
+    auto round_of = [&] {
+        auto r = std::make_unique<grant_round>(
+            strand, 3, keys.front(), "tok", milliseconds(1000), queueing::when_held, replica_wait{},
+            colock::detail::redlock::names_attempt{keys, request});
+        for (std::size_t i = 0; i < 3; ++i)
+            r->set_changes_at_start(i, 5);
+        return r;
+    };
+    std::minstd_rand rng{7};
+    {
+        auto round = round_of();
+        REQUIRE(round->names().has_value());
+        CHECK(round->names()->keys.size() == 2);
+        CHECK(round->answer(0, granted(40), 5, {40, 70}) == straggler::ignore);
+        CHECK(round->answer(2, granted(60), 5, {60, 50}) == straggler::ignore);
+        CHECK(round->decided());
+        round->close();
+        auto const out = round->outcome(milliseconds(20), endpoints, rng);
+        CHECK(out.result.granted);
+        CHECK(out.fences == std::vector<std::int64_t>{60, 70});
+        // A late grant joins the lease; its fences are not the guard's.
+        CHECK(round->answer(1, granted(90), 5, {90, 90}) == straggler::join_lease);
+    }
+    {
+        // One primary took the names, two found one held: no majority, its grant goes back.
+        auto round = round_of();
+        CHECK(round->answer(1, granted(40), 5, {40, 41}) == straggler::ignore);
+        CHECK(round->answer(0, held(300), 5) == straggler::ignore);
+        CHECK(round->answer(2, held(200), 5) == straggler::ignore);
+        round->close();
+        auto const out = round->outcome(milliseconds(20), endpoints, rng);
+        CHECK_FALSE(out.result.granted);
+        CHECK(out.fences.empty());
+        CHECK(out.give_back == std::vector<std::size_t>{1});
+    }
+}

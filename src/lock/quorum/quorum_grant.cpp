@@ -22,15 +22,17 @@ using std::chrono::milliseconds;
 
 grant_round::grant_round(asio::strand<asio::any_io_executor> const& strand, std::size_t n,
                          lock_keys keys, std::string token, milliseconds ttl, queueing queue,
-                         replica_wait replicas)
+                         replica_wait replicas, std::optional<names_attempt> names)
     : round_state(strand, n)
     , keys_(std::move(keys))
     , token_(std::move(token))
     , ttl_(ttl)
     , queue_(queue)
     , replicas_(replicas)
+    , names_(std::move(names))
     , stops_(n)
     , results_(n)
+    , fences_(n)
     , changes_at_start_(n) {}
 
 void grant_round::stop() {
@@ -58,8 +60,8 @@ void grant_round::decide_if_settled() {
         decide();
 }
 
-grant_round::straggler grant_round::answer(std::size_t i, grant_result r,
-                                           std::uint64_t changes_now) {
+grant_round::straggler grant_round::answer(std::size_t i, grant_result r, std::uint64_t changes_now,
+                                           std::vector<std::int64_t> fences) {
     if (r.granted && changes_now != changes_at_start_[i]) {
         // Granted by an instance that has been replaced since: it does not count, and the
         // new one may hold our token (the request may have been repeated there).
@@ -76,6 +78,7 @@ grant_round::straggler grant_round::answer(std::size_t i, grant_result r,
         return straggler::ignore;
     }
     results_[i] = std::move(r);
+    fences_[i] = std::move(fences);
     mark_answered(i);
     if (results_[i].granted)
         ++granted_;
@@ -115,6 +118,13 @@ grant_outcome grant_round::outcome(milliseconds elapsed, std::span<std::string c
         result.granted = true;
         result.fence = d.fence;
         result.others_queued = others_queued;
+        if (names_) {
+            out.fences.assign(names_->keys.size(), 0);
+            for (std::size_t i = 0; i < n; ++i)
+                if (votes[i].what == quorum::grant_vote::kind::granted)
+                    for (std::size_t k = 0; k < out.fences.size() && k < fences_[i].size(); ++k)
+                        out.fences[k] = std::max(out.fences[k], fences_[i][k]);
+        }
         return out;
     }
     // Not ours: give back every grant, and every attempt that may have been applied (its
@@ -179,6 +189,13 @@ namespace {
 // grants). Its request follows the round's own on that primary's connection.
 void give_back(quorum_members const& members, std::size_t i,
                std::shared_ptr<grant_round> const& round) {
+    if (auto const& names = round->names()) {
+        // On the strand, so the check and the send are one step.
+        if (!round->superseded())
+            members.store(i).release_names_in_background(names->keys, names->request.entry,
+                                                         round->token(), false, 0, [] {});
+        return;
+    }
     members.store(i).give_back_in_background(round->keys(), round->token(),
                                              [round] { return !round->superseded(); });
 }
@@ -198,10 +215,18 @@ asio::awaitable<void> ask_member(std::shared_ptr<quorum_members const> members,
         round->answer(i, std::move(r), 0);
         co_return;
     }
-    auto r = co_await store.grant(round->keys(), round->token(), round->ttl(), round->queue(),
-                                  round->stop_slot(i), round->replicas());
+    grant_result r;
+    std::vector<std::int64_t> fences;
+    if (auto const& names = round->names()) {
+        auto g = co_await store.grant_names(names->keys, names->request, round->stop_slot(i));
+        r = std::move(g.result);
+        fences = std::move(g.fences);
+    } else {
+        r = co_await store.grant(round->keys(), round->token(), round->ttl(), round->queue(),
+                                 round->stop_slot(i), round->replicas());
+    }
     auto const changes = store.server_changes(round->keys());
-    switch (round->answer(i, std::move(r), changes)) {
+    switch (round->answer(i, std::move(r), changes, std::move(fences))) {
     case grant_round::straggler::join_lease:
         leases->count(round->keys().key, round->token(), i, changes);
         break;
@@ -215,10 +240,10 @@ asio::awaitable<void> ask_member(std::shared_ptr<quorum_members const> members,
 
 } // namespace
 
-asio::awaitable<grant_result> run_grant(std::shared_ptr<quorum_members const> members,
-                                        std::shared_ptr<quorum_leases> leases,
-                                        std::shared_ptr<grant_round> round,
-                                        asio::cancellation_slot stop, std::minstd_rand& rng) {
+asio::awaitable<names_grant> run_grant(std::shared_ptr<quorum_members const> members,
+                                       std::shared_ptr<quorum_leases> leases,
+                                       std::shared_ptr<grant_round> round,
+                                       asio::cancellation_slot stop, std::minstd_rand& rng) {
     auto const n = members->size();
     for (std::size_t i = 0; i < n; ++i)
         round->set_changes_at_start(i, members->store(i).server_changes(round->keys()));
@@ -237,7 +262,7 @@ asio::awaitable<grant_result> run_grant(std::shared_ptr<quorum_members const> me
         leases->record(round->keys().key, round->token(), std::move(out.counted));
     for (auto const i : out.give_back)
         give_back(*members, i, round);
-    co_return std::move(out.result);
+    co_return names_grant{std::move(out.result), std::move(out.fences)};
 }
 
 } // namespace colock::detail::redlock

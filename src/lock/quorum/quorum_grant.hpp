@@ -28,9 +28,18 @@ namespace colock::detail::redlock {
 class quorum_leases;
 class quorum_members;
 
+// A lock set's attempt (lease_store::grant_names on each primary) rather than one lock's: the
+// round's keys() are then the set's first name's, which the lease is tracked under.
+struct names_attempt {
+    std::vector<lock_keys> keys;
+    names_request request;
+};
+
 // What an acquisition's answers amount to, and what they leave to do.
 struct grant_outcome {
     grant_result result;
+    // A lock set's, granted: each name's fence, the largest of the granting primaries'.
+    std::vector<std::int64_t> fences;
     // Granted: each primary's count of server changes when it granted the lease, none where it
     // did not (for quorum_leases::record). Empty when not granted.
     std::vector<std::optional<std::uint64_t>> counted;
@@ -43,7 +52,7 @@ class grant_round final : public round_state {
 public:
     grant_round(boost::asio::strand<boost::asio::any_io_executor> const& strand, std::size_t n,
                 lock_keys keys, std::string token, std::chrono::milliseconds ttl, queueing queue,
-                replica_wait replicas);
+                replica_wait replicas, std::optional<names_attempt> names = std::nullopt);
 
     // What each primary is asked.
     lock_keys const& keys() const noexcept { return keys_; }
@@ -51,6 +60,8 @@ public:
     std::chrono::milliseconds ttl() const noexcept { return ttl_; }
     queueing queue() const noexcept { return queue_; }
     replica_wait replicas() const noexcept { return replicas_; }
+    // A lock set's attempt, or none.
+    std::optional<names_attempt> const& names() const noexcept { return names_; }
 
     // Primary i's count of server changes for the keys when the round began.
     void set_changes_at_start(std::size_t i, std::uint64_t changes) {
@@ -72,7 +83,9 @@ public:
     // the round decided when the answers allow. After the round closed, what to do with it
     // instead: a grant joins the lease when one was made, else it goes back, as does an answer
     // of unknown outcome.
-    straggler answer(std::size_t i, grant_result r, std::uint64_t changes_now);
+    // A lock set's primary gives its names' fences with its grant.
+    straggler answer(std::size_t i, grant_result r, std::uint64_t changes_now,
+                     std::vector<std::int64_t> fences = {});
 
     // Decided or timed out: the caller is answered, later answers are stragglers.
     void close() noexcept { closed_ = true; }
@@ -99,8 +112,10 @@ private:
     std::chrono::milliseconds const ttl_;
     queueing const queue_;
     replica_wait const replicas_;
+    std::optional<names_attempt> const names_;
     std::vector<boost::asio::cancellation_signal> stops_;
     std::vector<grant_result> results_;
+    std::vector<std::vector<std::int64_t>> fences_; // a lock set's, per primary
     std::vector<std::uint64_t> changes_at_start_;
     std::size_t granted_ = 0;
     std::size_t held_ = 0;    // answered that another holds it
@@ -113,11 +128,12 @@ private:
 // Asks every member for the lease of `round` in parallel, and decides as soon as the answers
 // allow, or when the round's timeout leaves the rest unknown; `stop` stops the requests not
 // sent yet. A lease made is counted in `leases`. Stragglers finish in the background: a late
-// grant is kept (it is ours, renewed and released with the rest) or given back.
-boost::asio::awaitable<grant_result> run_grant(std::shared_ptr<quorum_members const> members,
-                                               std::shared_ptr<quorum_leases> leases,
-                                               std::shared_ptr<grant_round> round,
-                                               boost::asio::cancellation_slot stop,
-                                               std::minstd_rand& rng);
+// grant is kept (it is ours, renewed and released with the rest) or given back. A lock set's
+// round answers each name's fence too (names_grant::fences, empty for one lock's).
+boost::asio::awaitable<names_grant> run_grant(std::shared_ptr<quorum_members const> members,
+                                              std::shared_ptr<quorum_leases> leases,
+                                              std::shared_ptr<grant_round> round,
+                                              boost::asio::cancellation_slot stop,
+                                              std::minstd_rand& rng);
 
 } // namespace colock::detail::redlock

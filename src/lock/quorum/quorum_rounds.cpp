@@ -21,12 +21,14 @@ using std::chrono::milliseconds;
 // ------------------------------------------------------------------ extend
 
 extend_round::extend_round(asio::strand<asio::any_io_executor> const& strand, std::size_t n,
-                           lock_keys keys, std::string token, milliseconds ttl, std::int64_t fence)
+                           lock_keys keys, std::string token, milliseconds ttl, std::int64_t fence,
+                           std::vector<lock_keys> set_keys)
     : round_state(strand, n)
     , keys_(std::move(keys))
     , token_(std::move(token))
     , ttl_(ttl)
     , fence_(fence)
+    , set_keys_(std::move(set_keys))
     , errors_(n) {}
 
 void extend_round::answer_down(std::size_t i) {
@@ -74,8 +76,12 @@ asio::awaitable<void> extend_member(std::shared_ptr<quorum_members const> member
     }
     auto& store = members->store(i);
     auto const before = store.server_changes(round->keys());
-    auto const r = co_await store.extend(round->keys(), round->token(), round->ttl(),
-                                         round->fence(), std::nullopt);
+    lease_reply r;
+    if (round->set_keys().empty())
+        r = co_await store.extend(round->keys(), round->token(), round->ttl(), round->fence(),
+                                  std::nullopt);
+    else
+        r = co_await store.extend_names(round->set_keys(), round->token(), round->ttl());
     auto const after = store.server_changes(round->keys());
     // A confirmation counts from an instance that granted or confirmed this lease before,
     // and was not replaced meanwhile; a late one still keeps the primary counted.
@@ -89,9 +95,11 @@ asio::awaitable<void> extend_member(std::shared_ptr<quorum_members const> member
 asio::awaitable<lease_reply> run_extend(std::shared_ptr<quorum_members const> members,
                                         std::shared_ptr<quorum_leases> leases,
                                         lock_keys const& keys, std::string const& token,
-                                        milliseconds ttl, std::int64_t fence) {
+                                        milliseconds ttl, std::int64_t fence,
+                                        std::vector<lock_keys> set_keys) {
     auto const n = members->size();
-    auto round = std::make_shared<extend_round>(members->strand(), n, keys, token, ttl, fence);
+    auto round = std::make_shared<extend_round>(members->strand(), n, keys, token, ttl, fence,
+                                                std::move(set_keys));
     auto const started = clock_type::now();
     for (std::size_t i = 0; i < n; ++i)
         asio::co_spawn(members->strand(), extend_member(members, leases, round, i), asio::detached);
@@ -106,12 +114,13 @@ asio::awaitable<lease_reply> run_extend(std::shared_ptr<quorum_members const> me
 
 release_round::release_round(asio::strand<asio::any_io_executor> const& strand, std::size_t n,
                              lock_keys keys, std::string token, milliseconds claim,
-                             std::int64_t last_fence)
+                             std::int64_t last_fence, std::optional<names_release> names)
     : round_state(strand, n)
     , keys_(std::move(keys))
     , token_(std::move(token))
     , claim_(claim)
     , last_fence_(last_fence)
+    , names_(std::move(names))
     , errors_(n) {}
 
 void release_round::answer_down(std::size_t i) {
@@ -171,8 +180,13 @@ asio::awaitable<void> release_member(std::shared_ptr<quorum_members const> membe
     bool const down = members->is_down(i);
     if (down)
         round->answer_down(i);
-    auto const r = co_await members->store(i).release(round->keys(), round->token(), round->claim(),
-                                                      round->last_fence(), std::nullopt);
+    lease_reply r;
+    if (auto const& names = round->names())
+        r = co_await members->store(i).release_names(names->keys, names->entry, round->token(),
+                                                     names->leave, names->handed);
+    else
+        r = co_await members->store(i).release(round->keys(), round->token(), round->claim(),
+                                               round->last_fence(), std::nullopt);
     if (down)
         co_return;
     round->answer(i, r);
@@ -182,10 +196,11 @@ asio::awaitable<void> release_member(std::shared_ptr<quorum_members const> membe
 
 asio::awaitable<lease_reply> run_release(std::shared_ptr<quorum_members const> members,
                                          lock_keys const& keys, std::string const& token,
-                                         milliseconds claim, std::int64_t last_fence) {
+                                         milliseconds claim, std::int64_t last_fence,
+                                         std::optional<names_release> names) {
     auto const n = members->size();
-    auto round =
-        std::make_shared<release_round>(members->strand(), n, keys, token, claim, last_fence);
+    auto round = std::make_shared<release_round>(members->strand(), n, keys, token, claim,
+                                                 last_fence, std::move(names));
     for (std::size_t i = 0; i < n; ++i)
         asio::co_spawn(members->strand(), release_member(members, round, i), asio::detached);
     // Each primary's release retries until release_timeout by itself, in the background once

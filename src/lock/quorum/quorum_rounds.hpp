@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -38,15 +39,18 @@ inline constexpr std::chrono::milliseconds release_straggler_wait{250};
 // each other primary's error.
 class extend_round final : public round_state {
 public:
+    // `set_keys`: a lock set's names, each primary asked with extend_names; keys is then the
+    // first's, which the lease is tracked under.
     extend_round(boost::asio::strand<boost::asio::any_io_executor> const& strand, std::size_t n,
                  lock_keys keys, std::string token, std::chrono::milliseconds ttl,
-                 std::int64_t fence);
+                 std::int64_t fence, std::vector<lock_keys> set_keys = {});
 
     // What each primary is asked.
     lock_keys const& keys() const noexcept { return keys_; }
     std::string const& token() const noexcept { return token_; }
     std::chrono::milliseconds ttl() const noexcept { return ttl_; }
     std::int64_t fence() const noexcept { return fence_; }
+    std::vector<lock_keys> const& set_keys() const noexcept { return set_keys_; }
 
     // Primary i is reconnecting: not asked, it counts as failed.
     void answer_down(std::size_t i);
@@ -66,6 +70,7 @@ private:
     std::string const token_;
     std::chrono::milliseconds const ttl_;
     std::int64_t const fence_;
+    std::vector<lock_keys> const set_keys_;
     std::size_t confirmed_ = 0;
     std::size_t not_ours_ = 0;
     std::vector<primary_error> errors_; // per primary, when it failed
@@ -74,17 +79,26 @@ private:
 
 // A release's round: how many primaries gave the lease back, said it was not ours, handed it
 // on, or failed.
+// A lock set's release on each primary (lease_store::release_names) rather than one lock's.
+struct names_release {
+    std::vector<lock_keys> keys;
+    std::string entry;
+    bool leave = false;
+    std::int64_t handed = 0;
+};
+
 class release_round final : public round_state {
 public:
     release_round(boost::asio::strand<boost::asio::any_io_executor> const& strand, std::size_t n,
                   lock_keys keys, std::string token, std::chrono::milliseconds claim,
-                  std::int64_t last_fence);
+                  std::int64_t last_fence, std::optional<names_release> names = std::nullopt);
 
     // What each primary is asked.
     lock_keys const& keys() const noexcept { return keys_; }
     std::string const& token() const noexcept { return token_; }
     std::chrono::milliseconds claim() const noexcept { return claim_; }
     std::int64_t last_fence() const noexcept { return last_fence_; }
+    std::optional<names_release> const& names() const noexcept { return names_; }
 
     // Primary i is reconnecting: its release is sent, but not waited for.
     void answer_down(std::size_t i);
@@ -108,6 +122,7 @@ private:
     std::string const token_;
     std::chrono::milliseconds const claim_;
     std::int64_t const last_fence_;
+    std::optional<names_release> const names_;
     std::size_t ours_ = 0;
     std::size_t not_ours_ = 0;
     std::size_t handed_ = 0;
@@ -133,16 +148,20 @@ private:
 // Extends the lease of `token` on every member in parallel (see lease_store::extend); decided
 // by a majority of confirmations that count in `leases`, within the lease's validity.
 // Cancelled by the awaiting coroutine's cancellation.
+// Cancelled by the awaiting coroutine's cancellation. A lock set's: every name of `set_keys`.
 boost::asio::awaitable<lease_reply> run_extend(std::shared_ptr<quorum_members const> members,
                                                std::shared_ptr<quorum_leases> leases,
                                                lock_keys const& keys, std::string const& token,
-                                               std::chrono::milliseconds ttl, std::int64_t fence);
+                                               std::chrono::milliseconds ttl, std::int64_t fence,
+                                               std::vector<lock_keys> set_keys = {});
 
-// Releases the lease of `token` on every member in parallel (see lease_store::release).
+// Releases the lease of `token` on every member in parallel (see lease_store::release, and
+// release_names for a lock set's `names`).
 boost::asio::awaitable<lease_reply> run_release(std::shared_ptr<quorum_members const> members,
                                                 lock_keys const& keys, std::string const& token,
                                                 std::chrono::milliseconds claim,
-                                                std::int64_t last_fence);
+                                                std::int64_t last_fence,
+                                                std::optional<names_release> names = std::nullopt);
 
 // Subscribes to `channel` on every member in parallel (see lease_store::subscribe).
 boost::asio::awaitable<std::pair<boost::system::error_code, std::string>>

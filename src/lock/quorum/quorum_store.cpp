@@ -32,6 +32,27 @@ asio::awaitable<grant_result> quorum_store::grant(lock_keys const& keys, std::st
     auto round = std::make_shared<grant_round>(members_->strand(), members_->size(), keys, token,
                                                ttl, queue, replicas);
     supersede_earlier(round);
+    auto out = co_await run_grant(members_, leases_, std::move(round), stop, rng_);
+    co_return std::move(out.result);
+}
+
+asio::awaitable<names_grant> quorum_store::grant_names(std::span<lock_keys const> keys,
+                                                       names_request const& request,
+                                                       asio::cancellation_slot stop) {
+    if (auto refusal = members_->same_server_twice()) {
+        names_grant r;
+        r.result.ec = error::invalid_argument;
+        r.result.server_text = std::move(*refusal);
+        co_return r;
+    }
+    // Each primary takes every name or none in its own queues; a majority of primaries that
+    // took every name holds the set, as for one name.
+    auto const queue = request.queue ? queueing::when_held : queueing::never;
+    names_attempt attempt{std::vector<lock_keys>(keys.begin(), keys.end()), request};
+    auto round = std::make_shared<grant_round>(members_->strand(), members_->size(), keys.front(),
+                                               request.token, request.ttl, queue, replica_wait{},
+                                               std::move(attempt));
+    supersede_earlier(round);
     co_return co_await run_grant(members_, leases_, std::move(round), stop, rng_);
 }
 
@@ -60,6 +81,39 @@ void quorum_store::release_in_background(lock_keys const& keys, std::string cons
                                                          (*shared_retry)();
                                                  });
     asio::dispatch(members_->strand(), [self = shared_from_this(), key = keys.key, token] {
+        self->leases_->forget(key, token);
+    });
+}
+
+asio::awaitable<lease_reply> quorum_store::release_names(std::span<lock_keys const> keys,
+                                                         std::string const& entry,
+                                                         std::string const& token, bool leave,
+                                                         std::int64_t handed) {
+    leases_->forget(keys.front().key, token);
+    // A named local, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
+    names_release names;
+    names.keys.assign(keys.begin(), keys.end());
+    names.entry = entry;
+    names.leave = leave;
+    names.handed = handed;
+    co_return co_await run_release(members_, keys.front(), token, milliseconds(0), 0,
+                                   std::move(names));
+}
+
+void quorum_store::release_names_in_background(std::span<lock_keys const> keys,
+                                               std::string const& entry, std::string const& token,
+                                               bool leave, std::int64_t handed,
+                                               std::function<void()> retry) {
+    // As release_in_background: handed to every primary now, retried once on the strand.
+    auto retried = std::make_shared<std::atomic<bool>>(false);
+    auto shared_retry = std::make_shared<std::function<void()>>(std::move(retry));
+    for (std::size_t i = 0; i < members_->size(); ++i)
+        members_->store(i).release_names_in_background(keys, entry, token, leave, handed,
+                                                       [retried, shared_retry] {
+                                                           if (!retried->exchange(true))
+                                                               (*shared_retry)();
+                                                       });
+    asio::dispatch(members_->strand(), [self = shared_from_this(), key = keys.front().key, token] {
         self->leases_->forget(key, token);
     });
 }

@@ -83,6 +83,10 @@ public:
                                         asio::cancellation_slot stop,
                                         replica_wait replicas) override;
 
+    asio::awaitable<names_grant> grant_names(std::span<lock_keys const> keys,
+                                             names_request const& request,
+                                             asio::cancellation_slot stop) override;
+
     // ------------------------------------------------------------------ extend
 
     asio::awaitable<lease_reply> extend(lock_keys const& keys, std::string const& token,
@@ -90,6 +94,12 @@ public:
                                         std::optional<held_value> /*renewal*/) override {
         // Each primary's value is its own: no batches (each primary's renewal goes alone).
         return run_extend(members_, leases_, keys, token, ttl, fence);
+    }
+
+    asio::awaitable<lease_reply> extend_names(std::span<lock_keys const> keys,
+                                              std::string const& token, milliseconds ttl) override {
+        return run_extend(members_, leases_, keys.front(), token, ttl, 0,
+                          std::vector<lock_keys>(keys.begin(), keys.end()));
     }
 
     // ------------------------------------------------------------------ release
@@ -101,6 +111,13 @@ public:
     void release_in_background(lock_keys const& keys, std::string const& token, milliseconds claim,
                                std::int64_t last_fence, std::optional<held_value> written,
                                std::function<void()> retry) override;
+
+    asio::awaitable<lease_reply> release_names(std::span<lock_keys const> keys,
+                                               std::string const& entry, std::string const& token,
+                                               bool leave, std::int64_t handed) override;
+    void release_names_in_background(std::span<lock_keys const> keys, std::string const& entry,
+                                     std::string const& token, bool leave, std::int64_t handed,
+                                     std::function<void()> retry) override;
 
     void give_back_in_background(lock_keys const& keys, std::string const& token,
                                  std::function<bool()> current) override {
@@ -192,11 +209,6 @@ public:
     // Permits counted on each primary apart do not bound the holders by a majority of them:
     // two majorities of grants can together admit more holders than the capacity.
     std::string refusal_of(holding_kind kind) const override {
-        if (kind == holding_kind::name_set)
-            return fmt::format("a locker over {} independent primaries (Redlock) cannot hold "
-                               "several names at once yet; use a locker over one connection "
-                               "(one server, Sentinel or Cluster)",
-                               members_->size());
         if (kind != holding_kind::permits)
             return {};
         return fmt::format("a locker over {} independent primaries (Redlock) cannot hold one: its "
