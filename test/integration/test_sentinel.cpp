@@ -126,6 +126,9 @@ TEST_CASE_FIXTURE(
             auto permit_held = co_await sem_a.co_acquire(lease(30s));
             rw_lock rw_a{a, name};
             auto reading = co_await rw_a.co_lock_shared(lease(30s));
+            // And a lock set.
+            std::vector<std::string> const pair{name + "-x", name + "-y"};
+            auto both = co_await a.co_lock_all(pair, lease(30s));
 
             struct waiter_result {
                 bool done = false;
@@ -165,6 +168,13 @@ TEST_CASE_FIXTURE(
                                          3000ms));
             CHECK(permit_held.loss() == loss_reason::server_replaced);
             CHECK(reading.loss() == loss_reason::server_replaced);
+            CHECK(co_await finishes_when([&] { return both.lost(); }, 3000ms));
+            CHECK(both.loss() == loss_reason::server_replaced);
+            CHECK_FALSE(co_await both.unlock());
+            auto both_new = co_await b.co_lock_all(pair, waiting_up_to(lease(30s), 10s));
+            CHECK(both_new.fence(pair[0]) > both.fence(pair[0]));
+            CHECK(both_new.fence(pair[1]) > both.fence(pair[1]));
+            CHECK(co_await both_new.unlock());
             // Released, the replica's copies go: the new primary grants them anew.
             CHECK_FALSE(co_await permit_held.release());
             CHECK_FALSE(co_await reading.unlock());
