@@ -129,7 +129,9 @@ struct reconnect_event {
 /// the event happens: keep it short (count, record, hand off), never block, and never wait on
 /// the locker from inside it. The string views are valid during the call only. The default
 /// implementations do nothing, so an observer overrides what it needs. A locker without an
-/// observer builds no event at all.
+/// observer builds no event at all. A lock on several names (locker::co_lock_all) is told as a
+/// lock per name: an acquired, released, lost and renewal event for each of its names, with
+/// that name's fence; its waits are not counted in queue_event.
 class lock_observer {
 public:
     virtual ~lock_observer() = default;

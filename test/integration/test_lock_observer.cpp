@@ -291,6 +291,53 @@ TEST_CASE("observer: a lease that is not renewed is lost as expired at its deadl
     run_lock_test<observed_locker>("observer-expired", scenario);
 }
 
+TEST_CASE("observer: a lock set is told as a lock per name: acquired and released for each "
+          "name with its fence, a hand-off inside the locker as local, a loss for each name") {
+    auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+        auto const a = name + "-a", b = name + "-b";
+        auto first = co_await locks.co_lock_all(strings(b, a), lease(10'000ms));
+        std::optional<multi_lock_guard> second;
+        asio::co_spawn(
+            co_await asio::this_coro::executor,
+            [&]() -> asio::awaitable<void> {
+                second.emplace(co_await locks.co_lock_all(strings(a, b), lease(900ms)));
+            },
+            asio::detached);
+        co_await sleep_for(50ms);
+        CHECK(co_await first.unlock());
+        REQUIRE(co_await eventually([&] { return second.has_value(); }));
+        auto const acquired = seen_by->of("acquired");
+        REQUIRE(acquired.size() == 4);
+        CHECK(acquired[0].name == a);
+        CHECK(acquired[0].fence == first.fence(a));
+        CHECK(acquired[1].name == b);
+        CHECK(acquired[1].fence == first.fence(b));
+        CHECK(acquired[0].how == acquired_by::first_attempt);
+        CHECK(acquired[2].how == acquired_by::local_handoff);
+        CHECK(acquired[2].fence == second->fence(a));
+        auto const released = seen_by->of("released");
+        REQUIRE(released.size() == 2);
+        CHECK(released[0].name == a);
+        CHECK(released[0].flag); // handed locally
+        // A name deleted from outside: the set is lost, each name told.
+        co_await probe.co_exec(command("DEL", lock_key(b)));
+        REQUIRE(co_await eventually([&] { return second->lost(); }, 3000ms));
+        auto const lost = seen_by->of("lost");
+        REQUIRE(lost.size() == 2);
+        CHECK(lost[0].name == a);
+        CHECK(lost[1].name == b);
+        CHECK(lost[1].fence == second->fence(b));
+        CHECK(lost[0].reason == loss_reason::not_ours);
+        CHECK_FALSE(seen_by->of("renewal").empty());
+        CHECK_FALSE(co_await second->unlock());
+        CHECK(seen_by->of("released").size() == 2); // a lost set's let-go is not a release
+    };
+    run_lock_test<one_locker>("observer-set", scenario);
+}
+
 TEST_CASE("observer: a reconnection is reported with the connection's count") {
     auto& server = shared_server();
     auto scenario = [&](redis::connection& conn, locker&, locker&,

@@ -10,6 +10,7 @@
 #include "lock/core/lease.hpp"
 #include "lock/store/lease_store.hpp"
 
+#include <colock/lock_observer.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
 
@@ -53,6 +54,8 @@ public:
     // A lease of `ttl` was granted or renewed outside the mutex (a lock set's): the locker's
     // holder record is kept for it, and forced unlocks are listened for.
     virtual void keep_holder_record(std::chrono::milliseconds ttl) = 0;
+    // The observer set on the locker, or none; on the strand, for the call only.
+    virtual lock_observer* observer() const noexcept = 0;
 
     // What a synchronizer keeps once per locker (a lock set's local queues): made on first use,
     // gone with the locker. On the strand.

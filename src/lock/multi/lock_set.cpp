@@ -106,7 +106,8 @@ asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_contex
     auto const entry = q ? q->entry() : next_set_entry(*locker);
     auto const token = random_token();
     set_waiter me(locker->strand());
-    acquisition acq(acquisition_terms::lock(opt, lock_set_kind, wait), clock_type::now());
+    auto const call_started = clock_type::now();
+    acquisition acq(acquisition_terms::lock(opt, lock_set_kind, wait), call_started);
     if (q) {
         q->add(me);
         acq.joined_local_queue();
@@ -228,6 +229,7 @@ asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_contex
         if (q)
             ++q->holders; // before leaving: the next head waits for this holder's let-go
         out.state->hold();
+        out.state->note_acquired(call_started, acq.attempts());
     }
     if (q) {
         q->remove(me, out.state != nullptr);
@@ -325,14 +327,18 @@ bool lock_set_state::hand_off_locally() {
     set_queue::wake(*next);
     let_go_ = true;
     --q->holders;
+    note_released(true);
     return true;
 }
 
 void lock_set_state::after_release() {
-    auto& q = origin_.queue;
-    if (let_go_ || !q)
+    if (let_go_)
         return;
     let_go_ = true;
+    note_released(false);
+    auto& q = origin_.queue;
+    if (!q)
+        return;
     --q->holders;
     q->wake_head(); // behind this holder: asks now, after the release
     locker_->synchronizer_state<lock_set_queues>().drop_if_idle(*q, token_);
@@ -398,6 +404,9 @@ void lock_set_state::on_lost(loss_reason why) {
         for (auto const& weak : parts_->all)
             if (auto p = weak.lock(); p && p.get() != this)
                 p->mark_lost(why); // one name's loss is the set's
+    if (auto* o = locker_->observer())
+        for (std::size_t i = 0; i < names_.size(); ++i)
+            o->on_lost({names_[i], fences_[i], why, clock_type::now() - acquired_at()});
     if (!store().logs(log_level::warning))
         return;
     auto const held =
@@ -406,11 +415,34 @@ void lock_set_state::on_lost(loss_reason why) {
                                                 shown_names(names_), held, to_string(why)));
 }
 
-void lock_set_state::on_renewal(clock_type::duration, bool, error_code ec) {
+void lock_set_state::on_renewal(clock_type::duration latency, bool extended, error_code ec) {
+    if (auto* o = locker_->observer())
+        for (std::size_t i = 0; i < names_.size(); ++i)
+            o->on_renewal({names_[i], fences_[i], latency, extended, ec});
     if (ec && ec != error::timeout && store().logs(log_level::debug))
         store().log(log_level::debug,
                     fmt::format("renewal of the {} '{}' failed: {}; retrying", lock_set_kind,
                                 shown_names(names_), ec.message()));
+}
+
+void lock_set_state::note_acquired(clock_type::time_point call_started, int attempts) const {
+    auto* o = locker_->observer();
+    if (!o)
+        return;
+    auto const how = origin_.local_handoffs > 0 ? acquired_by::local_handoff
+                     : attempts > 1             ? acquired_by::server_after_wait
+                                                : acquired_by::first_attempt;
+    for (std::size_t i = 0; i < names_.size(); ++i)
+        o->on_acquired({names_[i], fences_[i], clock_type::now() - call_started, attempts, how});
+}
+
+void lock_set_state::note_released(bool handed_locally) const {
+    auto* o = locker_->observer();
+    if (!o || lost())
+        return;
+    for (std::size_t i = 0; i < names_.size(); ++i)
+        o->on_released(
+            {names_[i], fences_[i], clock_type::now() - acquired_at(), handed_locally, false});
 }
 
 // ------------------------------------------------------------------ for awaiting callers

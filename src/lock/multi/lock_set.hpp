@@ -124,6 +124,10 @@ public:
     bool hand_off_locally();
     void after_release();
 
+    // The observer hears of a set as of a lock per name: an event per name, with its fence.
+    void note_acquired(clock_type::time_point call_started, int attempts) const;
+    void note_released(bool handed_locally) const;
+
     std::shared_ptr<lock_set_state> shared() {
         return std::static_pointer_cast<lock_set_state>(shared_from_this());
     }

@@ -26,6 +26,7 @@ public:
     void set_observer(std::shared_ptr<lock_observer> observer) noexcept {
         observer_ = std::move(observer);
     }
+    lock_observer* observer() const noexcept { return observer_.get(); }
 
     // A call made at `call_started` got `st` after `attempts` attempts; `waited`: it queued.
     void acquired(guard_state const& st, clock_type::time_point call_started, int attempts,

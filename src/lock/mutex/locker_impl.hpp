@@ -70,6 +70,7 @@ public:
     retained_leases& retained() noexcept override { return retained_; }
     void keep_record(std::chrono::milliseconds ttl) override;
     void keep_holder_record(std::chrono::milliseconds ttl) override { keep_record(ttl); }
+    lock_observer* observer() const noexcept override { return notes_.observer(); }
     bool let_go_locally(guard_state& st) override;
     void wake_local_head(lock_keys const& keys) override;
 
