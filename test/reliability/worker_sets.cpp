@@ -8,6 +8,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <fmt/format.h>
 
@@ -33,9 +34,9 @@ asio::awaitable<void> set_taker(locker& locks, std::vector<std::string> const& n
                                 std::int64_t max_set, lock_options opt, std::string holder,
                                 steady_clock_deadline until, std::chrono::microseconds hold,
                                 std::vector<std::unique_ptr<colock::test::history_writer>>& files,
-                                set_tally& t) {
+                                set_tally& t, std::function<void()> done) {
     std::minstd_rand rng(static_cast<unsigned>(std::hash<std::string>{}(holder)));
-    auto const stuck_after = milliseconds(8000);
+    auto const stuck_after = milliseconds(12'000);
     while (std::chrono::steady_clock::now() < until) {
         // 1 to max_set names, in a random order: a set sorts them itself.
         std::vector<std::size_t> picked;
@@ -48,10 +49,10 @@ asio::awaitable<void> set_taker(locker& locks, std::vector<std::string> const& n
         std::vector<std::string> wanted;
         for (auto i : picked)
             wanted.push_back(names[i]);
-        auto const left =
-            std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now());
+        // Every wait has its whole limit, the last ones too: the process ends only once each
+        // call has, so a deadlock at the end of the run shows as well.
         lock_options o = opt;
-        o.wait_timeout = std::clamp(left, milliseconds(1), stuck_after);
+        o.wait_timeout = stuck_after;
         auto const asked = std::chrono::steady_clock::now();
         multi_lock_guard g;
         error_code failure;
@@ -64,8 +65,8 @@ asio::awaitable<void> set_taker(locker& locks, std::vector<std::string> const& n
         t.longest_wait_ms =
             std::max(t.longest_wait_ms, std::chrono::duration<double, std::milli>(waited).count());
         if (failure) {
-            // A wait cut by its own limit while the run went on: no progress for that long.
-            if (failure == colock::error::timeout && *o.wait_timeout == stuck_after)
+            // A wait cut by its own limit: no progress for that long.
+            if (failure == colock::error::timeout)
                 ++t.stuck;
             else if (failure != colock::error::timeout)
                 ++t.errors;
@@ -98,6 +99,7 @@ asio::awaitable<void> set_taker(locker& locks, std::vector<std::string> const& n
             ++t.unlock_errors; // the leases run out by their TTL
         }
     }
+    done();
 }
 
 } // namespace
@@ -122,15 +124,28 @@ int run_sets(arguments const& args) {
             fmt::format("{}-{}", args.text("history"), names.back())));
     }
     set_tally t;
+    // The connection closes when the last call has ended, or, should one never end, once the
+    // longest wait could have.
+    auto running = coroutines;
+    asio::steady_timer fallback(ctx, until + milliseconds(14'500));
+    fallback.async_wait([&](error_code ec) {
+        if (!ec)
+            client.close();
+    });
+    auto const done = [&] {
+        if (--running == 0) {
+            fallback.cancel();
+            client.close();
+        }
+    };
     for (std::int64_t i = 0; i < coroutines; ++i)
         asio::co_spawn(ctx,
                        set_taker(locks, names, max_set, opt, fmt::format("p{}/c{}", proc, i), until,
-                                 hold, files, t),
+                                 hold, files, t, done),
                        [](std::exception_ptr e) {
                            if (e)
                                std::rethrow_exception(e);
                        });
-    close_after(ctx, client, until);
     ctx.run();
     say(fmt::format("summary acquisitions={} losses={} errors={} unlock_errors={} stuck={} "
                     "longest_wait_ms={:.0f} reconnects={}",
