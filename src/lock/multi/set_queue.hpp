@@ -130,7 +130,6 @@ public:
 
 private:
     std::map<std::string, std::shared_ptr<set_queue>> queues_;
-    std::uint64_t serial_ = 0;
 };
 
 // A queue entry's name for a locker's call or queue: "<locker>/<n>", distinct in the process.
