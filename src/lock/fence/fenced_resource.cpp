@@ -445,8 +445,10 @@ void fenced_resource::start_write(std::string name, std::int64_t fence, fenced_w
                                                                   fence, std::move(writes)),
                               std::move(handler),
                               [](auto h, std::exception_ptr e, detail::fenced_outcome out) {
+                                  // A coroutine that threw (out of memory) completes the
+                                  // handler with an error, never throws out of run().
                                   if (e)
-                                      std::rethrow_exception(e);
+                                      out.ec = make_error_code(error::unexpected_reply);
                                   std::move(h)(out.ec, std::move(out.result));
                               });
 }
