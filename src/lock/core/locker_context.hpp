@@ -19,11 +19,14 @@
 #include <boost/asio/strand.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <typeindex>
 #include <typeinfo>
 #include <unordered_map>
+#include <vector>
 
 namespace colock::detail {
 
@@ -57,6 +60,13 @@ public:
     // The observer set on the locker, or none; on the strand, for the call only.
     virtual lock_observer* observer() const noexcept = 0;
 
+    // Tells `listener` of every forced unlock of a lease (`key`, `token`) this locker hears of:
+    // a synchronizer's hand-off in flight must not be taken. For as long as the locker; on the
+    // strand.
+    void add_forced_listener(std::function<void(std::string_view, std::string_view)> listener) {
+        forced_listeners_.push_back(std::move(listener));
+    }
+
     // What a synchronizer keeps once per locker (a lock set's local queues): made on first use,
     // gone with the locker. On the strand.
     template <class T>
@@ -71,6 +81,12 @@ protected:
     locker_context(std::shared_ptr<lease_store> store, std::string prefix);
     ~locker_context() = default;
 
+    // A forced unlock of `token`'s lease on `key` was heard: the listeners are told.
+    void tell_forced(std::string_view key, std::string_view token) const {
+        for (auto const& l : forced_listeners_)
+            l(key, token);
+    }
+
     std::shared_ptr<lease_store> const store_;
     boost::asio::strand<boost::asio::any_io_executor> const strand_; // the store's
     std::string const prefix_;
@@ -82,6 +98,7 @@ protected:
     std::shared_ptr<lease_book> const book_;
     std::unordered_map<std::type_index, std::shared_ptr<void>>
         synchronizer_states_; // on the strand
+    std::vector<std::function<void(std::string_view, std::string_view)>> forced_listeners_;
 };
 
 // The context of `l`, for the synchronizers made from it (defined with the locker).

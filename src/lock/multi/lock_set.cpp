@@ -102,6 +102,14 @@ asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_contex
     // A waiting call joins this locker's queue for its names, whose entry it asks under; one
     // attempt has an entry of its own and leaves nothing behind.
     auto& queues = locker->synchronizer_state<lock_set_queues>();
+    if (!queues.listening) {
+        // Both live as long as the locker's context.
+        queues.listening = true;
+        locker->add_forced_listener(
+            [&queues, context = locker.get()](std::string_view key, std::string_view token) {
+                queues.on_forced(*context, key, token);
+            });
+    }
     std::shared_ptr<set_queue> const q = wait ? queues.join(*locker, names, keys) : nullptr;
     auto const entry = q ? q->entry() : next_set_entry(*locker);
     auto const token = random_token();

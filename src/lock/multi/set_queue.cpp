@@ -146,6 +146,24 @@ std::shared_ptr<set_queue> lock_set_queues::join(locker_context& locker,
     return q;
 }
 
+void lock_set_queues::on_forced(locker_context& locker, std::string_view key,
+                                std::string_view token) {
+    for (auto const& [id, q] : queues_) {
+        auto const& keys = q->keys();
+        if (std::none_of(keys.begin(), keys.end(),
+                         [&](lock_keys const& k) { return k.key == key; }))
+            continue;
+        for (auto* w : q->waiters())
+            if (w->baton && w->baton->lease_token == token) {
+                // The forced name is free already; the set's other names go back.
+                locker.store().release_names_in_background(keys, q->entry(), w->baton->lease_token,
+                                                           false, w->baton->local_handoffs, [] {});
+                w->baton.reset();
+                set_queue::wake(*w);
+            }
+    }
+}
+
 void lock_set_queues::drop_if_idle(set_queue& q, std::string const& token) {
     if (q.waiting() > 0 || q.holders > 0)
         return;

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace colock::detail {
@@ -76,6 +77,7 @@ public:
     // How many wait; any thread (a let-go asks the strand first only when some do).
     std::size_t waiting() const noexcept { return waiting_.load(); }
     set_waiter* head() noexcept { return waiters_.empty() ? nullptr : waiters_.front(); }
+    std::list<set_waiter*> const& waiters() const noexcept { return waiters_; }
     // The head asks now (a holder here let go to Redis, or a message).
     void wake_head();
     static void wake(set_waiter& w);
@@ -127,6 +129,11 @@ public:
                                     std::vector<lock_keys> const& keys);
     // Drops `q` once nobody waits in it or holds through it (end()).
     void drop_if_idle(set_queue& q, std::string const& token);
+    // A forced unlock ended the lease of `token` on `key`: a waiter handed that lease does not
+    // take it (its other names go back) and asks Redis instead.
+    void on_forced(locker_context& locker, std::string_view key, std::string_view token);
+    // Listening to the locker's forced unlocks (once).
+    bool listening = false;
 
 private:
     std::map<std::string, std::shared_ptr<set_queue>> queues_;

@@ -93,6 +93,7 @@ void locker_impl::on_forced(std::string const& payload) {
     book_->mark_forced_lost(key, token);
     retained_.on_forced(key, token);
     cohort_.on_forced(key, token);
+    tell_forced(key, token);
 }
 
 void locker_impl::on_message(std::string const& channel, std::string const& payload) {
