@@ -7,6 +7,7 @@
 #include <colock/lock_status.hpp>
 #include <colock/locker.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
@@ -173,6 +174,12 @@ private:
 /// and its watches; a leadership keeps what it needs alive itself, as a guard does.
 class election {
 public:
+    /// The type of get_executor().
+    using executor_type = boost::asio::any_io_executor;
+    /// The locker's executor (its connection's): where operations complete unless the handler
+    /// has an executor of its own, as for an Asio I/O object.
+    executor_type get_executor() const noexcept;
+
     /// An election of `name` on `locker`. Throws boost::system::system_error
     /// (error::invalid_argument) for a name the lock would refuse (see colock::validate).
     election(locker& locker, std::string name);

@@ -8,6 +8,7 @@
 #include <colock/locker.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/deferred.hpp>
@@ -131,6 +132,12 @@ private:
 /// guards it gave live on. Thread-safe as the locker.
 class rw_lock {
 public:
+    /// The type of get_executor().
+    using executor_type = boost::asio::any_io_executor;
+    /// The locker's executor (its connection's): where operations complete unless the handler
+    /// has an executor of its own, as for an Asio I/O object.
+    executor_type get_executor() const noexcept;
+
     /// Throws system_error(error::invalid_argument) for an empty or overlong name or a Redlock
     /// locker. Keeps the locker's state alive.
     rw_lock(locker& l, std::string name);

@@ -1,6 +1,9 @@
 // The guard's operations for any completion token: async_unlock and async_extend with plain
 // callbacks, futures and deferred operations, and a guard that goes away once they started.
+#include <colock/election.hpp>
 #include <colock/locker.hpp>
+#include <colock/rw_lock.hpp>
+#include <colock/semaphore.hpp>
 
 #include "test_util.hpp"
 #include <colock_test/redis_server.hpp>
@@ -247,4 +250,32 @@ TEST_CASE("a future whose exception names the lock: co_spawn of co_lock with use
     }
     CHECK(held.async_unlock(asio::use_future).get());
     conn.close();
+}
+
+TEST_CASE("a semaphore, a read-write lock and an election give their locker's executor, as Asio "
+          "I/O objects do, where a callback without an executor of its own completes; a "
+          "moved-from semaphore or read-write lock gives none") {
+    asio::io_context ctx;
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    auto const name = unique_key("executors");
+    semaphore sem{locks, name, 2};
+    rw_lock rw{locks, name};
+    election vote{locks, name};
+    CHECK(sem.get_executor() == locks.get_executor());
+    CHECK(rw.get_executor() == locks.get_executor());
+    CHECK(vote.get_executor() == conn.get_executor());
+    bool completed_there = false;
+    sem.async_acquire(1, lease(5000ms), [&](error_code ec, permit p) {
+        CHECK_FALSE(ec);
+        completed_there = ctx.get_executor().running_in_this_thread();
+        p.async_release([&](error_code, bool) { conn.close(); });
+    });
+    ctx.run_for(10s);
+    CHECK(completed_there);
+    semaphore moved{std::move(sem)};
+    rw_lock moved_rw{std::move(rw)};
+    CHECK(moved.get_executor() == locks.get_executor());
+    CHECK_FALSE(sem.get_executor()); // NOLINT(bugprone-use-after-move): moved-from on purpose
+    CHECK_FALSE(rw.get_executor());  // NOLINT(bugprone-use-after-move)
 }

@@ -110,6 +110,10 @@ election::election(locker& l, std::string name) {
     core_ = std::make_shared<detail::election_core>(detail::context_of(l), std::move(name));
 }
 
+election::executor_type election::get_executor() const noexcept {
+    return core_ ? core_->locker().strand().get_inner_executor() : executor_type{};
+}
+
 election::~election() = default;
 
 std::string const& election::name() const noexcept {

@@ -105,6 +105,10 @@ rw_lock::rw_lock(locker& l, std::string name) {
 
 rw_lock::rw_lock(rw_lock&& other) noexcept = default;
 
+rw_lock::executor_type rw_lock::get_executor() const noexcept {
+    return core_ ? core_->locker().strand().get_inner_executor() : executor_type{};
+}
+
 rw_lock& rw_lock::operator=(rw_lock&& other) noexcept {
     if (this != &other) {
         if (core_)

@@ -44,6 +44,10 @@ semaphore::semaphore(locker& l, std::string name, std::size_t capacity) {
 
 semaphore::semaphore(semaphore&& other) noexcept = default;
 
+semaphore::executor_type semaphore::get_executor() const noexcept {
+    return core_ ? core_->locker().strand().get_inner_executor() : executor_type{};
+}
+
 semaphore& semaphore::operator=(semaphore&& other) noexcept {
     if (this != &other) {
         if (core_)
