@@ -58,10 +58,10 @@ public:
     /// Awaitable async_unlock; throws system_error naming the lock on a failure.
     boost::asio::awaitable<bool> unlock();
 
-    /// Refused: throws system_error(error::invalid_argument) saying why. Two readers upgrading
-    /// at once would each wait for the other to leave, for ever; unlock, then rw_lock::co_lock(),
-    /// and check again what was read.
-    boost::asio::awaitable<void> co_upgrade();
+    /// Deleted: a read lock is not upgraded. Two readers upgrading at once would each wait for
+    /// the other to leave, for ever; unlock, then rw_lock::co_lock(), and check again what was
+    /// read.
+    boost::asio::awaitable<void> co_upgrade() = delete;
 
 private:
     friend class rw_lock;
@@ -126,7 +126,7 @@ private:
 /// - One server, Sentinel and Cluster (the keys share the hash tag `{name}`); a locker over
 ///   several primaries (Redlock) is refused at construction.
 /// - Not reentrant: a coroutine that holds a read lock and asks for the write lock waits for
-///   itself (until lock_options::wait_timeout); read_guard::co_upgrade() refuses.
+///   itself (until lock_options::wait_timeout); read_guard::co_upgrade() is deleted.
 ///
 /// Like an Asio I/O object: destroying it ends its waiting calls with operation_aborted; the
 /// guards it gave live on. Thread-safe as the locker.

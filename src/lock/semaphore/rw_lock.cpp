@@ -32,17 +32,6 @@ asio::awaitable<bool> read_guard::unlock() {
     return give_back();
 }
 
-asio::awaitable<void> read_guard::co_upgrade() {
-    throw system_error(
-        error::invalid_argument,
-        fmt::format("colock: upgrade of read-write lock '{}' from read to write is refused: two "
-                    "readers upgrading at once would each wait for the other to leave, for ever; "
-                    "unlock the read lock, then co_lock() the write lock and check again what "
-                    "was read",
-                    name()));
-    co_return;
-}
-
 bool write_guard::owns_lock() const noexcept {
     return owns() && !state_->exclusive_in_doubt();
 }
