@@ -64,6 +64,9 @@ struct acquired_event {
     int attempts = 0;
     /// How the lock was obtained.
     acquired_by how = acquired_by::first_attempt;
+    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore" or
+    /// "read-write lock"; valid during the call only.
+    std::string_view kind = "lock";
 };
 
 /// A holder let the lock go (unlock, or its guard went away) while it still held it. For guards
@@ -80,6 +83,9 @@ struct released_event {
     /// The locker keeps the lease for its next co_lock of the name (lock_options::retain).
     /// With neither this nor handed_locally, the lease was sent back to the server.
     bool retained = false;
+    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore" or
+    /// "read-write lock"; valid during the call only.
+    std::string_view kind = "lock";
 };
 
 /// A holder's lease was lost. wait_lost() completes for it.
@@ -92,6 +98,9 @@ struct lost_event {
     loss_reason reason = loss_reason::not_ours;
     /// From the call that acquired the lock to the loss being noticed.
     std::chrono::steady_clock::duration held{};
+    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore" or
+    /// "read-write lock"; valid during the call only.
+    std::string_view kind = "lock";
 };
 
 /// A renewal of a lease (the background renewal, not lock_guard::extend) got its answer, or
@@ -109,6 +118,9 @@ struct renewal_event {
     /// The request failed (it is retried until the lease's deadline); error::timeout when no
     /// answer came by the deadline.
     boost::system::error_code error;
+    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore" or
+    /// "read-write lock"; valid during the call only.
+    std::string_view kind = "lock";
 };
 
 /// The number of this locker's calls waiting on one name changed.
@@ -131,7 +143,9 @@ struct reconnect_event {
 /// implementations do nothing, so an observer overrides what it needs. A locker without an
 /// observer builds no event at all. A lock on several names (locker::co_lock_all) is told as a
 /// lock per name: an acquired, released, lost and renewal event for each of its names, with
-/// that name's fence; its waits are not counted in queue_event.
+/// that name's fence; its waits are not counted in queue_event. A semaphore's permits and a
+/// read-write lock's guards are told as holdings of their name, with their `kind`: acquired,
+/// released, lost and renewal events (their waits are not counted in queue_event either).
 class lock_observer {
 public:
     virtual ~lock_observer() = default;

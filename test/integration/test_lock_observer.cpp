@@ -2,6 +2,8 @@
 // figures, and in which order, for each way a lock is taken, given up and lost.
 #include <colock/lock_observer.hpp>
 #include <colock/locker.hpp>
+#include <colock/rw_lock.hpp>
+#include <colock/semaphore.hpp>
 
 #include "lock_fixture.hpp"
 #include "test_util.hpp"
@@ -39,7 +41,8 @@ struct seen {
     bool flag = false; // released: handed_locally; renewal: extended
     loss_reason reason = loss_reason::not_ours;
     boost::system::error_code error{};
-    std::size_t count = 0; // queue: depth; reconnect: reconnects
+    std::size_t count = 0;     // queue: depth; reconnect: reconnects
+    std::string holder_kind{}; // acquired, released, lost, renewal: the event's kind
 };
 
 struct recorder final : lock_observer {
@@ -57,17 +60,23 @@ struct recorder final : lock_observer {
         auto& s = record("acquired", e.name, e.fence, e.waited);
         s.attempts = e.attempts;
         s.how = e.how;
+        s.holder_kind = e.kind;
     }
     void on_released(released_event const& e) override {
-        record("released", e.name, e.fence, e.held).flag = e.handed_locally;
+        auto& s = record("released", e.name, e.fence, e.held);
+        s.flag = e.handed_locally;
+        s.holder_kind = e.kind;
     }
     void on_lost(lost_event const& e) override {
-        record("lost", e.name, e.fence, e.held).reason = e.reason;
+        auto& s = record("lost", e.name, e.fence, e.held);
+        s.reason = e.reason;
+        s.holder_kind = e.kind;
     }
     void on_renewal(renewal_event const& e) override {
         auto& s = record("renewal", e.name, e.fence, e.latency);
         s.flag = e.extended;
         s.error = e.error;
+        s.holder_kind = e.kind;
     }
     void on_queue(queue_event const& e) override { record("queue", e.name).count = e.depth; }
     void on_reconnect(reconnect_event const& e) override {
@@ -336,6 +345,47 @@ TEST_CASE("observer: a lock set is told as a lock per name: acquired and release
         CHECK(seen_by->of("released").size() == 2); // a lost set's let-go is not a release
     };
     run_lock_test<one_locker>("observer-set", scenario);
+}
+
+TEST_CASE("observer: a semaphore's permits and a read-write lock's guards are told as holdings "
+          "of their name, with their kind: acquired, renewed, released") {
+    auto scenario = [&](redis::connection&, redis::connection&, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+        semaphore sem{locks, name + "-sem", 2};
+        auto opt = lease(3000ms);
+        opt.renew_interval = 100ms;
+        auto p = co_await sem.co_acquire(opt);
+        co_await poll_until([&] { return !seen_by->of("renewal").empty(); }, 300, 10ms);
+        CHECK(co_await p.release());
+        rw_lock rw{locks, name + "-rw"};
+        auto r = co_await rw.co_lock_shared(lease(3000ms));
+        CHECK(co_await r.unlock());
+
+        auto const acquired = seen_by->of("acquired");
+        REQUIRE(acquired.size() == 2);
+        CHECK(acquired[0].name == name + "-sem");
+        CHECK(acquired[0].holder_kind == "semaphore");
+        CHECK(acquired[0].fence == p.fence());
+        CHECK(acquired[0].how == acquired_by::first_attempt);
+        CHECK(acquired[1].name == name + "-rw");
+        CHECK(acquired[1].holder_kind == "read-write lock");
+        auto const released = seen_by->of("released");
+        REQUIRE(released.size() == 2);
+        CHECK(released[0].holder_kind == "semaphore");
+        CHECK(released[0].fence == p.fence());
+        CHECK(released[1].holder_kind == "read-write lock");
+        auto const renewals = seen_by->of("renewal");
+        REQUIRE_FALSE(renewals.empty());
+        CHECK(renewals[0].holder_kind == "semaphore");
+        CHECK(renewals[0].flag);
+        // A lock's events say "lock".
+        auto g = co_await locks.co_lock(name, lease(3000ms));
+        CHECK(co_await g.unlock());
+        CHECK(seen_by->of("acquired").back().holder_kind == "lock");
+    };
+    run_lock_test<one_locker>("observer-permits", scenario);
 }
 
 TEST_CASE("observer: a reconnection is reported with the connection's count") {

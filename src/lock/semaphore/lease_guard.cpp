@@ -34,13 +34,17 @@ namespace detail {
 // Stops the renewal, then gives the holding back in the background; the extend script never
 // revives a holding that is gone, so a renewal behind the release cannot either.
 static void release_in_background(std::shared_ptr<permit_state> st) {
-    asio::dispatch(st->strand(), [st] { st->stop(); });
+    asio::dispatch(st->strand(), [st] {
+        st->stop();
+        st->note_released();
+    });
     st->core().release_detached(st->token(), st->permits(), false);
 }
 
 static asio::awaitable<std::tuple<error_code, bool>>
 release_held(std::shared_ptr<permit_state> st) {
     st->stop();
+    st->note_released();
     auto const reply = co_await st->core().release(st->token(), st->permits(), false);
     co_return std::tuple{reply.ec, reply.ours};
 }

@@ -146,7 +146,8 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
     auto& core = *self;
     auto& wakes = *core.wakes_;
     permit_outcome out;
-    acquisition acq(acquisition_terms::permits(opt, core.kind_, wait), clock_type::now());
+    auto const call_started = clock_type::now();
+    acquisition acq(acquisition_terms::permits(opt, core.kind_, wait), call_started);
     wake_channel::waiter w(wakes);
     std::string token = random_token();
     std::minstd_rand rng(std::random_device{}());
@@ -206,6 +207,11 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
         auto st = std::make_shared<permit_state>(self, token, permits, acq.answer().fence, opt,
                                                  sent_at, lease_end, generation);
         st->hold();
+        if (auto* o = core.locker().observer())
+            o->on_acquired(
+                {core.name_, st->fence(), clock_type::now() - call_started, acq.attempts(),
+                 acq.attempts() > 1 ? acquired_by::server_after_wait : acquired_by::first_attempt,
+                 st->kind()});
         out.state = std::move(st);
     } else if (next.fails()) {
         core.settle(out, acq, next);
@@ -266,7 +272,19 @@ void permit_state::give_back_now() noexcept {
     }
 }
 
+std::string_view permit_state::kind() const noexcept {
+    return core_->kind();
+}
+
+void permit_state::note_released() const {
+    if (auto* o = core_->locker().observer(); o && !lost())
+        o->on_released(
+            {core_->name(), fence_, clock_type::now() - acquired_at(), false, false, kind()});
+}
+
 void permit_state::on_lost(loss_reason why) {
+    if (auto* o = core_->locker().observer())
+        o->on_lost({core_->name(), fence_, why, clock_type::now() - acquired_at(), kind()});
     auto const& store = core_->store();
     if (!store.logs(log_level::warning))
         return;
@@ -277,7 +295,9 @@ void permit_state::on_lost(loss_reason why) {
                           core_->kind(), core_->name(), permits(), fence_, held, to_string(why)));
 }
 
-void permit_state::on_renewal(clock_type::duration, bool, error_code ec) {
+void permit_state::on_renewal(clock_type::duration latency, bool extended, error_code ec) {
+    if (auto* o = core_->locker().observer())
+        o->on_renewal({core_->name(), fence_, latency, extended, ec, kind()});
     auto const& store = core_->store();
     if (ec && ec != error::timeout && store.logs(log_level::debug))
         store.log(log_level::debug,

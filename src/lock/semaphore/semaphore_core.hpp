@@ -127,6 +127,10 @@ public:
 
     // Joins the locker's book and starts renewing; once, when made.
     void hold();
+    // What the observer calls it ("semaphore", "read-write lock"), and its release told there
+    // (on the strand; not for a lost holding).
+    std::string_view kind() const noexcept;
+    void note_released() const;
 
     std::shared_ptr<permit_state> shared() {
         return std::static_pointer_cast<permit_state>(shared_from_this());
