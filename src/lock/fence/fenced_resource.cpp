@@ -1,8 +1,9 @@
-// A resource in Redis that checks the fence of every write (colock::fenced_resource): the batch
-// of writes as the script takes it, the checks made before any I/O, the call and the reading of
-// its reply. The script is fence_scripts.hpp.
+// A resource in Redis that checks the fence of every write (colock::fenced_resource): the checks
+// made before any I/O, the call and the reading of its reply. The batch is fenced_writes.cpp,
+// the script fence_scripts.hpp.
 #include "detail/awaitable_tokens.hpp"
 #include "detail/spawn.hpp"
+#include "lock/fence/fence_text.hpp"
 #include "lock/store/script_client.hpp"
 #include "redis/cluster_slots.hpp"
 #include "redis/engine.hpp"
@@ -30,153 +31,10 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using boost::system::system_error;
 
-namespace {
-
-[[noreturn]] void refuse(std::string const& what) {
-    throw system_error(make_error_code(error::invalid_argument), "colock: " + what);
-}
-
-// A key or name as it appears in a message: at most 80 bytes.
-std::string shown(std::string_view text) {
-    if (text.size() <= 80)
-        return std::string(text);
-    return std::string(text.substr(0, 77)) + "...";
-}
-
-// The longest ttl taken: 2^40 ms, about 34 years. Redis refuses an expiry whose time from now
-// overflows, and the script sends its expiries after earlier writes of the batch are made: a
-// bound checked here keeps the batch whole.
-constexpr std::int64_t max_ttl_ms = std::int64_t{1} << 40;
-
-std::string ms_text(std::chrono::milliseconds ttl, std::string_view what) {
-    if (ttl.count() < 1 || ttl.count() > max_ttl_ms)
-        refuse(fmt::format("fenced write: {} of {} ms (1 ms to 2^40 ms)", what, ttl.count()));
-    return std::to_string(ttl.count());
-}
-
-std::optional<std::int64_t> parse_fence(std::string_view text) {
-    std::int64_t v = 0;
-    auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc{} || end != text.data() + text.size() || v < 1)
-        return std::nullopt;
-    return v;
-}
-
-} // namespace
-
-// ---------------------------------------------------------------------- fenced_writes
-
-std::size_t fenced_writes::use(std::string_view key, shape as, std::string_view what) {
-    if (key.empty())
-        refuse(fmt::format("fenced write: {} of an empty key", what));
-    auto const at = std::find(keys_.begin(), keys_.end(), key);
-    std::size_t const index = static_cast<std::size_t>(at - keys_.begin());
-    if (at == keys_.end()) {
-        keys_.emplace_back(key);
-        uses_.emplace_back();
-    }
-    auto& u = uses_[index];
-    if (as != shape::any) {
-        if (u.as != shape::any && u.as != as)
-            refuse(fmt::format("fenced write: {} of '{}', which the batch writes as a {} too", what,
-                               shown(key), u.as == shape::hash ? "hash" : "string"));
-        u.as = as;
-    }
-    return index + 2; // KEYS[1] is the fence key
-}
-
-void fenced_writes::add_increment(std::string_view key, std::string_view field, std::int64_t by,
-                                  bool hash) {
-    std::string_view const what = hash ? "HINCRBY" : "INCRBY";
-    auto const k = use(key, hash ? shape::hash : shape::string, what);
-    auto& u = uses_[k - 2];
-    // The script checks the stored value, not one written earlier in the batch.
-    bool const earlier =
-        u.written || (hash && std::find(u.fields.begin(), u.fields.end(), field) != u.fields.end());
-    if (earlier)
-        refuse(fmt::format("fenced write: {} of '{}'{} after another write of it in the batch "
-                           "(an increment goes first; add increments up into one)",
-                           what, shown(key), hash ? fmt::format(" field '{}'", shown(field)) : ""));
-    // The stored value v must keep v + by within 64 bits: lo <= v <= hi.
-    constexpr auto min = std::numeric_limits<std::int64_t>::min();
-    constexpr auto max = std::numeric_limits<std::int64_t>::max();
-    std::int64_t const lo = by < 0 ? min - by : min;
-    std::int64_t const hi = by > 0 ? max - by : max;
-    words_.emplace_back(hash ? "J" : "I");
-    words_.push_back(std::to_string(k));
-    if (hash) {
-        words_.emplace_back(field);
-        u.fields.emplace_back(field);
-    } else {
-        u.written = true;
-    }
-    words_.push_back(std::to_string(by));
-    words_.push_back(std::to_string(lo));
-    words_.push_back(std::to_string(hi));
-    ++count_;
-}
-
-fenced_writes& fenced_writes::set(std::string_view key, std::string_view value) {
-    auto const k = use(key, shape::string, "SET");
-    uses_[k - 2].written = true;
-    words_.insert(words_.end(), {"S", std::to_string(k), std::string(value)});
-    ++count_;
-    return *this;
-}
-
-fenced_writes& fenced_writes::set(std::string_view key, std::string_view value,
-                                  std::chrono::milliseconds ttl) {
-    auto ms = ms_text(ttl, "a SET's ttl");
-    auto const k = use(key, shape::string, "SET");
-    uses_[k - 2].written = true;
-    words_.insert(words_.end(), {"P", std::to_string(k), std::string(value), std::move(ms)});
-    ++count_;
-    return *this;
-}
-
-fenced_writes& fenced_writes::hset(std::string_view key, std::string_view field,
-                                   std::string_view value) {
-    auto const k = use(key, shape::hash, "HSET");
-    uses_[k - 2].fields.emplace_back(field);
-    words_.insert(words_.end(), {"H", std::to_string(k), std::string(field), std::string(value)});
-    ++count_;
-    return *this;
-}
-
-fenced_writes& fenced_writes::hdel(std::string_view key, std::string_view field) {
-    auto const k = use(key, shape::hash, "HDEL");
-    uses_[k - 2].fields.emplace_back(field);
-    words_.insert(words_.end(), {"D", std::to_string(k), std::string(field)});
-    ++count_;
-    return *this;
-}
-
-fenced_writes& fenced_writes::incr_by(std::string_view key, std::int64_t by) {
-    add_increment(key, {}, by, false);
-    return *this;
-}
-
-fenced_writes& fenced_writes::hincr_by(std::string_view key, std::string_view field,
-                                       std::int64_t by) {
-    add_increment(key, field, by, true);
-    return *this;
-}
-
-fenced_writes& fenced_writes::del(std::string_view key) {
-    auto const k = use(key, shape::any, "DEL");
-    uses_[k - 2].written = true;
-    words_.insert(words_.end(), {"X", std::to_string(k)});
-    ++count_;
-    return *this;
-}
-
-fenced_writes& fenced_writes::expire(std::string_view key, std::chrono::milliseconds ttl) {
-    auto ms = ms_text(ttl, "an EXPIRE's ttl");
-    auto const k = use(key, shape::any, "EXPIRE");
-    words_.insert(words_.end(), {"E", std::to_string(k), std::move(ms)});
-    ++count_;
-    return *this;
-}
+using detail::fence_text::max_ttl_ms;
+using detail::fence_text::parse_fence;
+using detail::fence_text::refuse;
+using detail::fence_text::shown;
 
 // ---------------------------------------------------------------------- the resource's state
 
