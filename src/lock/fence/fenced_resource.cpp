@@ -20,9 +20,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <exception>
-#include <limits>
 #include <list>
 
 namespace colock {

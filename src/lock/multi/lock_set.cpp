@@ -339,6 +339,14 @@ bool lock_set_state::hand_off_locally() {
     return true;
 }
 
+void lock_set_state::let_go_on_strand() {
+    stop();
+    if (hand_off_locally())
+        return;
+    release_detached();
+    after_release();
+}
+
 void lock_set_state::after_release() {
     if (let_go_)
         return;

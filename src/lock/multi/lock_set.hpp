@@ -123,6 +123,9 @@ public:
     // after_release() wakes that head. On the strand.
     bool hand_off_locally();
     void after_release();
+    // Stops the renewal, then passes the lease on (hand_off_locally) or sends its release and
+    // wakes the head (after_release). On the strand.
+    void let_go_on_strand();
 
     // The observer hears of a set as of a lock per name: an event per name, with its fence.
     void note_acquired(clock_type::time_point call_started, int attempts) const;

@@ -18,15 +18,9 @@ namespace {
 
 // Lets go of parts taken before a later one failed: each goes back in the background.
 void give_back_parts(std::vector<std::shared_ptr<lock_set_state>>& parts) {
-    for (auto& p : parts) {
-        if (!p->release_once())
-            continue;
-        p->stop();
-        if (!p->hand_off_locally()) {
-            p->release_detached();
-            p->after_release();
-        }
-    }
+    for (auto& p : parts)
+        if (p->release_once())
+            p->let_go_on_strand();
     parts.clear();
 }
 

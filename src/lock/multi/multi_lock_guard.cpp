@@ -34,13 +34,7 @@ namespace detail {
 static void release_part_in_background(std::shared_ptr<lock_set_state> st) {
     if (st->local_taker_may_come()) {
         auto strand = st->strand();
-        asio::dispatch(strand, [st = std::move(st)] {
-            st->stop();
-            if (st->hand_off_locally())
-                return;
-            st->release_detached();
-            st->after_release();
-        });
+        asio::dispatch(strand, [st = std::move(st)] { st->let_go_on_strand(); });
         return;
     }
     asio::dispatch(st->strand(), [st] { st->stop(); });
