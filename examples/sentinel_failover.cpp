@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
@@ -90,6 +91,8 @@ asio::awaitable<int> run(colock::redis::config cfg) {
 } // namespace
 
 int main(int argc, char** argv) {
+    // Line by line even into a pipe: a run stopped by a timeout still shows its last step.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     std::string url;
     if (char const* from_env = std::getenv("COLOCK_REDIS_URL"); from_env && *from_env)
         url = from_env;
