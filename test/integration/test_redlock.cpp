@@ -596,6 +596,58 @@ TEST_CASE("redlock: a lock set holds every name on a majority, each name's fence
     });
 }
 
+TEST_CASE("redlock: a lock set's release stores the lease's fence on every primary, not what "
+          "each gave: the next holder's fence is larger even when the primary that gave the "
+          "largest is not in its majority") {
+    auto const servers = shared_primaries(3);
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        primary_connections conns_a{ctx.get_executor(), configs_of(servers)};
+        primary_connections conns_b{ctx.get_executor(), configs_of(servers)};
+        primary_connections probe{ctx.get_executor(), configs_of(servers)};
+        locker a{conns_a.primaries()};
+        locker b{conns_b.primaries()};
+        co_await probe.connect_all();
+        // Connected and the scripts loaded everywhere, so a pause below holds one EVALSHA.
+        auto warm = co_await a.co_lock_all(strings(unique_key("redlock-warm-a")), lease(5000ms));
+        co_await warm.unlock();
+        auto warm_b = co_await b.co_lock_all(strings(unique_key("redlock-warm-b")), lease(5000ms));
+        co_await warm_b.unlock();
+        std::string const name = unique_key("redlock-set-fence");
+        std::string const other = name + "-other";
+        std::string const key = lock_key(name);
+        // Each primary has given the name a different fence before: 1000, 2000, 3000.
+        for (std::size_t i = 0; i < 3; ++i)
+            servers[i]->cli(
+                strings("SET", key, "F " + std::to_string(1000 * (i + 1)), "PX", "60000"));
+
+        // The first primary's writes held: the lease is decided by the other two, the largest
+        // fence the third's.
+        servers[0]->cli(strings("CLIENT", "PAUSE", "500", "WRITE"));
+        auto set = co_await a.co_lock_all(strings(name, other), lease(10'000ms));
+        CHECK(set.fence(name) == 3001);
+        auto const joined = co_await values_become(
+            probe, key, [&](values const& v) { return count_held(v, set.token()) == 3; });
+        REQUIRE(count_held(joined, set.token()) == 3); // the first's late grant joined the lease
+        CHECK(parse_lock_record(joined[0]).fence == 1001);
+
+        // Now the third's writes held: the release reaches the other two, and the next lease is
+        // decided by them. Each stored the lease's fence, not the one it gave.
+        servers[2]->cli(strings("CLIENT", "PAUSE", "1000", "WRITE"));
+        CHECK(co_await set.unlock());
+        auto next = co_await b.co_lock_all(strings(other, name), lease(10'000ms));
+        CHECK(next.fence(name) > set.fence(name));
+        CHECK(next.fence(other) > set.fence(other));
+        CHECK(co_await next.unlock());
+        auto const after =
+            co_await values_become(probe, key, [](values const& v) { return count_held(v) == 0; });
+        CHECK(count_held(after) == 0);
+        CHECK(keys_without_ttl(servers, "colock:{" + name + "*").empty());
+        conns_a.close();
+        conns_b.close();
+        probe.close();
+    });
+}
+
 // ------------------------------------------------------------------------ cancellation
 
 TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a timer) returns "

@@ -45,20 +45,21 @@ std::string shown_names(std::vector<std::string> const& names) {
 
 namespace {
 
-// Gives the names of `token` back (`handed`: its hand-offs here) and, with `leave`, takes
-// `entry` out of their queues, in the background: a passing failure goes on with the retrying
-// release on the strand.
+// Gives the names of `token` back (`last_fences`: the last it gave, as release_names's) and,
+// with `leave`, takes `entry` out of their queues, in the background: a passing failure goes on
+// with the retrying release on the strand.
 void give_back_detached(std::shared_ptr<locker_context> const& locker,
                         std::vector<lock_keys> const& keys, std::string const& entry,
-                        std::string const& token, bool leave, std::int64_t handed = 0) {
+                        std::string const& token, bool leave,
+                        std::vector<std::int64_t> const& last_fences = {}) {
     locker->store().release_names_in_background(
-        keys, entry, token, leave, handed, [locker, keys, entry, token, leave, handed] {
+        keys, entry, token, leave, last_fences, [locker, keys, entry, token, leave, last_fences] {
             asio::co_spawn(
                 locker->strand(),
                 [](std::shared_ptr<locker_context> l, std::vector<lock_keys> k, std::string e,
-                   std::string t, bool lv, std::int64_t h) -> asio::awaitable<void> {
-                    co_await l->store().release_names(k, e, t, lv, h);
-                }(locker, keys, entry, token, leave, handed),
+                   std::string t, bool lv, std::vector<std::int64_t> f) -> asio::awaitable<void> {
+                    co_await l->store().release_names(k, e, t, lv, f);
+                }(locker, keys, entry, token, leave, last_fences),
                 asio::detached);
         });
 }
@@ -74,7 +75,8 @@ void pass_on(std::shared_ptr<locker_context> const& locker, set_queue& q, set_ba
         set_queue::wake(*next);
         return;
     }
-    give_back_detached(locker, q.keys(), q.entry(), baton.lease_token, false, baton.local_handoffs);
+    give_back_detached(locker, q.keys(), q.entry(), baton.lease_token, false,
+                       fences_after(baton.lease_fences, baton.local_handoffs));
     q.wake_head();
 }
 
@@ -138,7 +140,7 @@ asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_contex
                            lease_left_to_pass(me.baton->deadline, clock_type::now())))
             return true;
         give_back_detached(locker, keys, entry, me.baton->lease_token, false,
-                           me.baton->local_handoffs);
+                           fences_after(me.baton->lease_fences, me.baton->local_handoffs));
         me.baton.reset();
         me.woken = true;
         return false;
@@ -243,7 +245,7 @@ asio::awaitable<lock_set_outcome> acquire_lock_set(std::shared_ptr<locker_contex
         q->remove(me, out.state != nullptr);
         if (baton && out.state) // Redis granted the names anew: that lease is gone
             give_back_detached(locker, keys, entry, baton->lease_token, false,
-                               baton->local_handoffs);
+                               fences_after(baton->lease_fences, baton->local_handoffs));
         else if (baton)
             pass_on(locker, *q, std::move(*baton)); // the call ended: the next one takes it
         if (!out.state && acq.outcome_unknown() && (q->waiting() > 0 || q->holders > 0))
@@ -271,12 +273,7 @@ lock_set_state::lock_set_state(std::shared_ptr<locker_context> locker,
     , entry_(std::move(entry))
     , token_(std::move(token))
     , origin_(std::move(origin))
-    , fences_([this] {
-        auto f = origin_.lease_fences;
-        for (auto& one : f)
-            one += origin_.local_handoffs;
-        return f;
-    }())
+    , fences_(fences_after(origin_.lease_fences, origin_.local_handoffs))
     , cohort_limit_(opt.cohort_limit) {}
 
 lease_store& lock_set_state::store() const noexcept {
@@ -290,19 +287,18 @@ void lock_set_state::hold() {
 }
 
 asio::awaitable<lease_reply> lock_set_state::release() {
-    return store().release_names(keys_, entry_, token_, false, origin_.local_handoffs);
+    return store().release_names(keys_, entry_, token_, false, fences_);
 }
 
 void lock_set_state::release_detached() {
-    store().release_names_in_background(
-        keys_, entry_, token_, false, origin_.local_handoffs, [self = shared()] {
-            asio::co_spawn(
-                self->strand(),
-                [](std::shared_ptr<lock_set_state> st) -> asio::awaitable<void> {
-                    co_await st->release();
-                }(self),
-                asio::detached);
-        });
+    store().release_names_in_background(keys_, entry_, token_, false, fences_, [self = shared()] {
+        asio::co_spawn(
+            self->strand(),
+            [](std::shared_ptr<lock_set_state> st) -> asio::awaitable<void> {
+                co_await st->release();
+            }(self),
+            asio::detached);
+    });
 }
 
 bool lock_set_state::local_taker_may_come() const noexcept {

@@ -11,6 +11,13 @@
 
 namespace colock::detail {
 
+std::vector<std::int64_t> fences_after(std::vector<std::int64_t> lease_fences,
+                                       std::int64_t handoffs) {
+    for (auto& one : lease_fences)
+        one += handoffs;
+    return lease_fences;
+}
+
 namespace asio = boost::asio;
 
 namespace {
@@ -121,12 +128,12 @@ void set_queue::end(std::string const& token) {
         queued_at_server = false;
         auto& store = locker_.store();
         store.release_names_in_background(
-            keys_, entry_, token, true, 0, [&store, keys = keys_, entry = entry_, token] {
+            keys_, entry_, token, true, {}, [&store, keys = keys_, entry = entry_, token] {
                 asio::co_spawn(
                     store.strand(),
                     [](lease_store& s, std::vector<lock_keys> k, std::string e,
                        std::string t) -> asio::awaitable<void> {
-                        co_await s.release_names(k, e, t, true, 0);
+                        co_await s.release_names(k, e, t, true, {});
                     }(store, keys, entry, token),
                     asio::detached);
             });
@@ -156,8 +163,9 @@ void lock_set_queues::on_forced(locker_context& locker, std::string_view key,
         for (auto* w : q->waiters())
             if (w->baton && w->baton->lease_token == token) {
                 // The forced name is free already; the set's other names go back.
-                locker.store().release_names_in_background(keys, q->entry(), w->baton->lease_token,
-                                                           false, w->baton->local_handoffs, [] {});
+                locker.store().release_names_in_background(
+                    keys, q->entry(), w->baton->lease_token, false,
+                    fences_after(w->baton->lease_fences, w->baton->local_handoffs), [] {});
                 w->baton.reset();
                 set_queue::wake(*w);
             }

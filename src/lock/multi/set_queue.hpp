@@ -38,6 +38,11 @@ struct set_baton {
     std::uint64_t server_changes = 0;       // the store's count when the lease was granted
 };
 
+// The fences of a lease's holder after `handoffs` hand-offs inside the process: what its
+// release stores, so that the next holder's are larger.
+std::vector<std::int64_t> fences_after(std::vector<std::int64_t> lease_fences,
+                                       std::int64_t handoffs);
+
 class set_queue;
 
 // One call waiting in a set_queue: its sleep, and what ends it.

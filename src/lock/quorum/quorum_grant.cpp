@@ -193,7 +193,7 @@ void give_back(quorum_members const& members, std::size_t i,
         // On the strand, so the check and the send are one step.
         if (!round->superseded())
             members.store(i).release_names_in_background(names->keys, names->request.entry,
-                                                         round->token(), false, 0, [] {});
+                                                         round->token(), false, {}, [] {});
         return;
     }
     members.store(i).give_back_in_background(round->keys(), round->token(),

@@ -183,7 +183,7 @@ asio::awaitable<void> release_member(std::shared_ptr<quorum_members const> membe
     lease_reply r;
     if (auto const& names = round->names())
         r = co_await members->store(i).release_names(names->keys, names->entry, round->token(),
-                                                     names->leave, names->handed);
+                                                     names->leave, names->last_fences);
     else
         r = co_await members->store(i).release(round->keys(), round->token(), round->claim(),
                                                round->last_fence(), std::nullopt);

@@ -84,7 +84,7 @@ struct names_release {
     std::vector<lock_keys> keys;
     std::string entry;
     bool leave = false;
-    std::int64_t handed = 0;
+    std::vector<std::int64_t> last_fences; // as lease_store::release_names's
 };
 
 class release_round final : public round_state {

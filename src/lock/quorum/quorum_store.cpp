@@ -85,30 +85,31 @@ void quorum_store::release_in_background(lock_keys const& keys, std::string cons
     });
 }
 
-asio::awaitable<lease_reply> quorum_store::release_names(std::span<lock_keys const> keys,
-                                                         std::string const& entry,
-                                                         std::string const& token, bool leave,
-                                                         std::int64_t handed) {
+asio::awaitable<lease_reply>
+quorum_store::release_names(std::span<lock_keys const> keys, std::string const& entry,
+                            std::string const& token, bool leave,
+                            std::span<std::int64_t const> last_fences) {
     leases_->forget(keys.front().key, token);
     // A named local, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
     names_release names;
     names.keys.assign(keys.begin(), keys.end());
     names.entry = entry;
     names.leave = leave;
-    names.handed = handed;
+    names.last_fences.assign(last_fences.begin(), last_fences.end());
     co_return co_await run_release(members_, keys.front(), token, milliseconds(0), 0,
                                    std::move(names));
 }
 
 void quorum_store::release_names_in_background(std::span<lock_keys const> keys,
                                                std::string const& entry, std::string const& token,
-                                               bool leave, std::int64_t handed,
+                                               bool leave,
+                                               std::span<std::int64_t const> last_fences,
                                                std::function<void()> retry) {
     // As release_in_background: handed to every primary now, retried once on the strand.
     auto retried = std::make_shared<std::atomic<bool>>(false);
     auto shared_retry = std::make_shared<std::function<void()>>(std::move(retry));
     for (std::size_t i = 0; i < members_->size(); ++i)
-        members_->store(i).release_names_in_background(keys, entry, token, leave, handed,
+        members_->store(i).release_names_in_background(keys, entry, token, leave, last_fences,
                                                        [retried, shared_retry] {
                                                            if (!retried->exchange(true))
                                                                (*shared_retry)();

@@ -114,9 +114,11 @@ public:
 
     asio::awaitable<lease_reply> release_names(std::span<lock_keys const> keys,
                                                std::string const& entry, std::string const& token,
-                                               bool leave, std::int64_t handed) override;
+                                               bool leave,
+                                               std::span<std::int64_t const> last_fences) override;
     void release_names_in_background(std::span<lock_keys const> keys, std::string const& entry,
-                                     std::string const& token, bool leave, std::int64_t handed,
+                                     std::string const& token, bool leave,
+                                     std::span<std::int64_t const> last_fences,
                                      std::function<void()> retry) override;
 
     void give_back_in_background(lock_keys const& keys, std::string const& token,

@@ -97,12 +97,13 @@ asio::awaitable<lease_reply> lease_store::extend_names(std::span<lock_keys const
 
 asio::awaitable<lease_reply> lease_store::release_names(std::span<lock_keys const>,
                                                         std::string const&, std::string const&,
-                                                        bool, std::int64_t) {
+                                                        bool, std::span<std::int64_t const>) {
     co_return refused_reply();
 }
 
 void lease_store::release_names_in_background(std::span<lock_keys const>, std::string const&,
-                                              std::string const&, bool, std::int64_t,
+                                              std::string const&, bool,
+                                              std::span<std::int64_t const>,
                                               std::function<void()>) {}
 
 } // namespace colock::detail

@@ -189,23 +189,23 @@ public:
     // as grant's. extend_names: once, cancelled by the awaiting coroutine's cancellation; ours
     // only when every name's lease was. release_names: gives the names of `token` back (and,
     // with `leave`, takes `entry` out of their queues, passing on a name handed or reserved to
-    // it), sent again over passing errors until release_timeout (a leave: a few times); each
-    // name's stored fence moves `handed` past the lease's, the fences its holders of this
-    // process were given (cohort hand-off).
+    // it), sent again over passing errors until release_timeout (a leave: a few times). Each
+    // name's stored fence becomes at least its `last_fences` entry (in keys' order; empty: the
+    // stored ones stay): the last fence given under the lease, past the grant's after hand-offs
+    // inside the process, and with Redlock past what one primary gave.
     virtual boost::asio::awaitable<names_grant> grant_names(std::span<lock_keys const> keys,
                                                             names_request const& request,
                                                             boost::asio::cancellation_slot stop);
     virtual boost::asio::awaitable<lease_reply> extend_names(std::span<lock_keys const> keys,
                                                              std::string const& token,
                                                              std::chrono::milliseconds ttl);
-    virtual boost::asio::awaitable<lease_reply> release_names(std::span<lock_keys const> keys,
-                                                              std::string const& entry,
-                                                              std::string const& token, bool leave,
-                                                              std::int64_t handed);
+    virtual boost::asio::awaitable<lease_reply>
+    release_names(std::span<lock_keys const> keys, std::string const& entry,
+                  std::string const& token, bool leave, std::span<std::int64_t const> last_fences);
     // The same, handed to the deployment now on the caller's thread, as release_in_background.
     virtual void release_names_in_background(std::span<lock_keys const> keys,
                                              std::string const& entry, std::string const& token,
-                                             bool leave, std::int64_t handed,
+                                             bool leave, std::span<std::int64_t const> last_fences,
                                              std::function<void()> retry);
     // Why the names of `keys` cannot be taken here (a sentence), or empty.
     virtual std::string names_refusal(std::span<lock_keys const> /*keys*/) const { return {}; }

@@ -248,16 +248,26 @@ end
 return in_the_way()
 )lua";
 
-// release_all: KEYS as acquire_all's. ARGV[1] "<claim ms> <how> <entry> <token> <handed>": how
-// "h" the lease of `token` on each name goes back (to the first live entry of the name's queue,
-// or free), "l" the same, and the entry leaves every queue, passing on a name handed or
-// reserved to it (the last call of a process's queue for the set ends without it); handed, the
-// lease's hand-offs inside the process (each gave every name the next fence): the fence stored
-// is the lease's plus that many. Returns how many of the names the token held.
+// release_all: KEYS as acquire_all's. ARGV[1] "<claim ms> <how> <entry> <token>": how "h" the
+// lease of `token` on each name goes back (to the first live entry of the name's queue, or
+// free), "l" the same, and the entry leaves every queue, passing on a name handed or reserved to
+// it (the last call of a process's queue for the set ends without it). ARGV[2], when given, the
+// last fence given under the lease for each name, in order: the fence stored is the larger of it
+// and the stored one. It is above the stored one after hand-offs inside the process (each gave
+// every name the next fence), and with Redlock, where a lease's fence is the largest its
+// majority gave and this primary may have given less. Returns how many of the names the token
+// held.
 inline constexpr std::string_view release_all_source = R"lua(
-local claim_ms, how, entry, token, handed =
-  string.match(ARGV[1], '^(%d+) ([hl]) (%S+) (%S+) (%d+)$')
-if not claim_ms or #KEYS == 0 or #KEYS % 3 ~= 0 then
+local claim_ms, how, entry, token = string.match(ARGV[1], '^(%d+) ([hl]) (%S+) (%S+)$')
+local last, unread = {}, false
+if ARGV[2] then
+  for f in string.gmatch(ARGV[2], '%S+') do
+    last[#last + 1] = f
+    unread = unread or not string.match(f, '^%d+$')
+  end
+  unread = unread or #last ~= #KEYS / 3
+end
+if not claim_ms or #KEYS == 0 or #KEYS % 3 ~= 0 or unread then
   return redis.error_reply('COLOCK the release of a lock set at ' .. tostring(KEYS[1]) ..
                            ' got arguments it cannot read: a client of another release of colock?')
 end
@@ -293,7 +303,7 @@ for i = 1, #KEYS / 3 do
     local fence, holder_token, queued = string.match(v, '^H (%d+) %S+ (%S+) %d+ (%d)$')
     if fence and holder_token == token then
       held = held + 1
-      if handed ~= '0' then fence = string.format('%.0f', tonumber(fence) + tonumber(handed)) end
+      if last[i] and tonumber(last[i]) > tonumber(fence) then fence = last[i] end
       if queued == '0' then put(key, 'F ' .. fence, 'KEEPTTL') else hand_on(key, q, qd, fence) end
     elseif how == 'l' then
       local handed, to = string.match(v, '^R (%d+) (%S+)$')

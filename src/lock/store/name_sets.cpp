@@ -10,6 +10,9 @@
 
 #include <boost/asio/dispatch.hpp>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <limits>
 #include <string_view>
@@ -91,10 +94,14 @@ std::vector<std::string_view> key_words(std::span<lock_keys const> keys) {
     return words;
 }
 
-std::string release_argument(std::string const& entry, std::string const& token, bool leave,
-                             std::int64_t handed) {
+std::string release_argument(std::string const& entry, std::string const& token, bool leave) {
     return std::to_string(max_handoff_claim.count()) + (leave ? " l " : " h ") + entry + " " +
-           token + " " + std::to_string(handed);
+           token;
+}
+
+// release_all's second argument, the last fences space-separated: none when there are none.
+std::string fences_argument(std::span<std::int64_t const> fences) {
+    return fmt::format("{}", fmt::join(fences, " "));
 }
 
 lease_reply read_names_release(script_reply const& reply, std::size_t names) {
@@ -136,24 +143,38 @@ asio::awaitable<lease_reply> name_set_requests::extend(std::span<lock_keys const
     co_return read_names_extension(co_await client_->run(call), keys.size());
 }
 
-asio::awaitable<lease_reply> name_set_requests::release(std::span<lock_keys const> keys,
-                                                        std::string const& entry,
-                                                        std::string const& token, bool leave,
-                                                        std::int64_t handed) const {
+asio::awaitable<lease_reply>
+name_set_requests::release(std::span<lock_keys const> keys, std::string const& entry,
+                           std::string const& token, bool leave,
+                           std::span<std::int64_t const> last_fences) const {
     auto const words = key_words(keys);
-    auto const how = release_argument(entry, token, leave, handed);
-    script_call const call{client_->scripts().release_all, {}, {how}, {}, words};
+    auto const how = release_argument(entry, token, leave);
+    auto const fences = fences_argument(last_fences);
+    std::string_view const more[] = {fences};
+    script_call const call{client_->scripts().release_all,
+                           {},
+                           {how},
+                           {},
+                           words,
+                           std::span(more, last_fences.empty() ? 0 : 1)};
     co_return read_names_release(
         co_await client_->run_retrying(call, leave ? leave_retries : release_retries), keys.size());
 }
 
 void name_set_requests::release_in_background(std::span<lock_keys const> keys,
                                               std::string const& entry, std::string const& token,
-                                              bool leave, std::int64_t handed,
+                                              bool leave, std::span<std::int64_t const> last_fences,
                                               std::function<void()> retry) const {
     auto const words = key_words(keys);
-    auto const how = release_argument(entry, token, leave, handed);
-    script_call const call{client_->scripts().release_all, {}, {how}, {}, words};
+    auto const how = release_argument(entry, token, leave);
+    auto const fences = fences_argument(last_fences);
+    std::string_view const more[] = {fences};
+    script_call const call{client_->scripts().release_all,
+                           {},
+                           {how},
+                           {},
+                           words,
+                           std::span(more, last_fences.empty() ? 0 : 1)};
     client_->run_detached(
         call, [strand = client_->strand(), retry = std::move(retry)](script_reply const& reply) {
             if (reply.ec && is_transient(reply.ec, reply.server_text()))

@@ -55,9 +55,11 @@ public:
                                                std::chrono::milliseconds ttl) const;
     boost::asio::awaitable<lease_reply> release(std::span<lock_keys const> keys,
                                                 std::string const& entry, std::string const& token,
-                                                bool leave, std::int64_t handed) const;
+                                                bool leave,
+                                                std::span<std::int64_t const> last_fences) const;
     void release_in_background(std::span<lock_keys const> keys, std::string const& entry,
-                               std::string const& token, bool leave, std::int64_t handed,
+                               std::string const& token, bool leave,
+                               std::span<std::int64_t const> last_fences,
                                std::function<void()> retry) const;
 
 private:

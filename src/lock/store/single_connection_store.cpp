@@ -365,13 +365,15 @@ public:
     }
     asio::awaitable<lease_reply> release_names(std::span<lock_keys const> keys,
                                                std::string const& entry, std::string const& token,
-                                               bool leave, std::int64_t handed) override {
-        return names_.release(keys, entry, token, leave, handed);
+                                               bool leave,
+                                               std::span<std::int64_t const> last_fences) override {
+        return names_.release(keys, entry, token, leave, last_fences);
     }
     void release_names_in_background(std::span<lock_keys const> keys, std::string const& entry,
-                                     std::string const& token, bool leave, std::int64_t handed,
+                                     std::string const& token, bool leave,
+                                     std::span<std::int64_t const> last_fences,
                                      std::function<void()> retry) override {
-        names_.release_in_background(keys, entry, token, leave, handed, std::move(retry));
+        names_.release_in_background(keys, entry, token, leave, last_fences, std::move(retry));
     }
     // One call runs on one Cluster slot (a set over several would fail with CROSSSLOT).
     std::uint32_t names_shard(lock_keys const& keys) const override {
