@@ -7,8 +7,11 @@
 #include <colock/lock_status.hpp>
 #include <colock/locker.hpp>
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/deferred.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -97,17 +100,45 @@ public:
     /// As the connection's async_exec: honoured while the request is unsent; a cancelled
     /// proclaim may still have been applied.
     boost::asio::awaitable<void> co_proclaim(std::string value);
+    /// The same as an operation of any completion token. The leadership must outlive it (as a
+    /// socket its reads), and value() says the new value once it has completed without error.
+    /// @par Completion signature
+    /// `void(boost::system::error_code)`: error::lock_lost when the term is over, error::not_held
+    /// for a leadership that leads nothing, a network error or redis::error::server_error.
+    /// @par Per-operation cancellation
+    /// As co_proclaim.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_proclaim(std::string value, CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+            [this](auto handler, std::string v) {
+                start_proclaim(std::move(v), std::move(handler));
+            },
+            token, std::move(value));
+    }
     /// Gives the leadership up: the first queued candidate (of any process) leads at once;
     /// with nobody queued, every watch is told that nobody leads. Returns what
     /// lock_guard::unlock() returns: true when it still led and gave the leadership up.
     /// @par Per-operation cancellation
     /// As lock_guard::unlock().
     boost::asio::awaitable<bool> co_resign();
+    /// The same as an operation of any completion token: lock_guard::async_unlock of the
+    /// leadership's guard, which carries the lease (the leadership may go away at once).
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool resigned)`, as lock_guard::async_unlock.
+    /// @par Per-operation cancellation
+    /// None, as lock_guard::async_unlock.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_resign(CompletionToken&& token = {}) {
+        return guard_.async_unlock(std::forward<CompletionToken>(token));
+    }
 
 private:
     friend class election;
     leadership(lock_guard guard, std::string name, std::string value,
                std::shared_ptr<detail::election_core> core) noexcept;
+    void
+    start_proclaim(std::string value,
+                   boost::asio::any_completion_handler<void(boost::system::error_code)> handler);
 
     lock_guard guard_;
     std::string name_;
@@ -142,6 +173,18 @@ public:
     /// terminal, partial, total: returns at once (operation_aborted); no change is lost, the
     /// next call returns it.
     boost::asio::awaitable<std::optional<leader_change>> co_next();
+    /// The same as an operation of any completion token.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, std::optional<leader_change>)`: the code of the refused
+    /// subscription; operation_aborted when cancelled or closed while it waited.
+    /// @par Per-operation cancellation
+    /// As co_next.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_next(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
+                                                                 std::optional<leader_change>)>(
+            [st = state_](auto handler) { start_next(st, std::move(handler)); }, token);
+    }
     /// Stops watching: the subscription ends, a co_next() under way ends with
     /// operation_aborted and later ones return an empty optional.
     void close();
@@ -149,6 +192,10 @@ public:
 private:
     friend class election;
     explicit leader_watch(std::shared_ptr<detail::watch_state> state) noexcept;
+    static void start_next(std::shared_ptr<detail::watch_state> state,
+                           boost::asio::any_completion_handler<void(boost::system::error_code,
+                                                                    std::optional<leader_change>)>
+                               handler);
 
     std::shared_ptr<detail::watch_state> state_;
 };
@@ -200,6 +247,22 @@ public:
     /// terminal, partial: as locker::co_lock; a term won meanwhile is resigned before the
     /// call ends with operation_aborted.
     boost::asio::awaitable<leadership> co_campaign(std::string value, lock_options opt = {});
+    /// The same as an operation of any completion token; the election object may go away
+    /// while it runs.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, leadership)`: the codes co_campaign throws.
+    /// @par Per-operation cancellation
+    /// As co_campaign.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_campaign(std::string value, lock_options opt = {}, CompletionToken&& token = {}) {
+        validate(name(), opt);
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, leadership)>(
+            [core = core_](auto handler, std::string v, lock_options o) {
+                start_campaign(core, std::move(v), std::move(o), std::move(handler));
+            },
+            token, std::move(value), std::move(opt));
+    }
 
     /// Who leads now, or an empty optional when nobody does (nobody campaigned, the leader
     /// resigned with nobody queued, its lease lapsed, or the next candidate has not yet taken
@@ -208,11 +271,32 @@ public:
     /// error::unexpected_reply for keys that do not read as an election's, or (Redlock)
     /// error::no_quorum when no majority of the primaries agrees.
     boost::asio::awaitable<std::optional<leader_info>> co_leader();
+    /// The same as an operation of any completion token.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, std::optional<leader_info>)`: the codes co_leader throws.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as the connection's async_exec.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_leader(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
+                                                                 std::optional<leader_info>)>(
+            [core = core_](auto handler) { start_leader(core, std::move(handler)); }, token);
+    }
 
     /// A watch of this election's changes from now on; see leader_watch.
     leader_watch observe();
 
 private:
+    static boost::asio::awaitable<leadership> campaign(std::shared_ptr<detail::election_core> core,
+                                                       std::string value, lock_options opt);
+    static void start_campaign(
+        std::shared_ptr<detail::election_core> core, std::string value, lock_options opt,
+        boost::asio::any_completion_handler<void(boost::system::error_code, leadership)> handler);
+    static void start_leader(std::shared_ptr<detail::election_core> core,
+                             boost::asio::any_completion_handler<void(boost::system::error_code,
+                                                                      std::optional<leader_info>)>
+                                 handler);
+
     std::shared_ptr<detail::election_core> core_;
 };
 

@@ -106,9 +106,23 @@ public:
     /// next renewal finds which, and a second co_downgrade() is safe). While it runs,
     /// owns_lock() is false too. Not cancelled by the caller.
     boost::asio::awaitable<read_guard> co_downgrade();
+    /// The same as an operation of any completion token. The guard must outlive it (as a
+    /// socket its reads); once it has completed without error, this guard holds nothing.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, read_guard)`: the codes co_downgrade throws.
+    /// @par Per-operation cancellation
+    /// None, as co_downgrade.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_downgrade(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, read_guard)>(
+            [this](auto handler) { start_downgrade(std::move(handler)); }, token);
+    }
 
 private:
     friend class rw_lock;
+    void start_downgrade(
+        boost::asio::any_completion_handler<void(boost::system::error_code, read_guard)> handler);
     explicit write_guard(std::shared_ptr<detail::permit_state> state) noexcept
         : lease_guard(std::move(state)) {}
 };
@@ -199,11 +213,54 @@ public:
     /// One attempt at the write lock: an empty optional when anybody holds it or is queued.
     boost::asio::awaitable<std::optional<write_guard>> co_try_lock(lock_options opt = {});
 
+    /// One attempt at a read lock, as co_try_lock_shared.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, std::optional<read_guard>)`: empty when a writer holds
+    /// the lock or is queued; the codes of async_lock_shared.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as semaphore::async_try_acquire.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_try_lock_shared(lock_options opt = {}, CompletionToken&& token = {}) {
+        check(opt);
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
+                                                                 std::optional<read_guard>)>(
+            [core = core_](auto handler, lock_options o) {
+                start_try_lock_shared(core, std::move(o), std::move(handler));
+            },
+            token, std::move(opt));
+    }
+    /// One attempt at the write lock, as co_try_lock.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, std::optional<write_guard>)`: empty when anybody holds
+    /// the lock or is queued; the codes of async_lock.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as semaphore::async_try_acquire.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_try_lock(lock_options opt = {}, CompletionToken&& token = {}) {
+        check(opt);
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
+                                                                 std::optional<write_guard>)>(
+            [core = core_](auto handler, lock_options o) {
+                start_try_lock(core, std::move(o), std::move(handler));
+            },
+            token, std::move(opt));
+    }
+
 private:
     using read_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, read_guard)>;
     using write_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, write_guard)>;
+    using try_read_handler = boost::asio::any_completion_handler<void(boost::system::error_code,
+                                                                      std::optional<read_guard>)>;
+    using try_write_handler = boost::asio::any_completion_handler<void(boost::system::error_code,
+                                                                       std::optional<write_guard>)>;
+    static void start_try_lock_shared(std::shared_ptr<detail::semaphore_core> core,
+                                      lock_options opt, try_read_handler handler);
+    static void start_try_lock(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
+                               try_write_handler handler);
     void check(lock_options const& opt) const;
     static void start_lock_shared(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
                                   read_handler handler);

@@ -168,6 +168,21 @@ public:
     /// error::invalid_argument when the server holds another capacity for the name.
     /// Cancellation: as the connection's async_exec.
     boost::asio::awaitable<std::size_t> co_available();
+    /// The same as an operation of any completion token. Throws system_error
+    /// (error::invalid_argument) for a moved-from semaphore, at the call.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, std::size_t free)`: error::invalid_argument when the
+    /// server holds another capacity for the name, a network error or
+    /// redis::error::server_error.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as the connection's async_exec.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_available(CompletionToken&& token = {}) {
+        check(1, lock_options{});
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, std::size_t)>(
+            [core = core_](auto handler) { start_available(core, std::move(handler)); }, token);
+    }
 
 private:
     using acquire_handler =
@@ -179,6 +194,9 @@ private:
                               lock_options opt, acquire_handler handler);
     static void start_try_acquire(std::shared_ptr<detail::semaphore_core> core, std::size_t permits,
                                   lock_options opt, try_acquire_handler handler);
+    static void start_available(
+        std::shared_ptr<detail::semaphore_core> core,
+        boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)> handler);
 
     std::shared_ptr<detail::semaphore_core> core_;
 };

@@ -3,6 +3,8 @@
 // leader_watch.cpp, what it reports in leader_tracker.cpp.
 #include "lock/election/election_core.hpp"
 
+#include "detail/async_form.hpp"
+#include "detail/completion.hpp"
 #include "detail/spawn.hpp"
 #include "lock/base/errors.hpp"
 #include "lock/core/holder_record.hpp"
@@ -13,6 +15,8 @@
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
@@ -24,6 +28,8 @@
 namespace colock {
 
 namespace asio = boost::asio;
+using boost::asio::any_completion_handler;
+using boost::system::error_code;
 using boost::system::system_error;
 using std::chrono::milliseconds;
 
@@ -98,6 +104,32 @@ asio::awaitable<void> leadership::co_proclaim(std::string value) {
     value_ = std::move(value);
 }
 
+void leadership::start_proclaim(std::string value,
+                                any_completion_handler<void(error_code)> handler) {
+    if (!core_) {
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        detail::post_completion(asio::system_executor(), std::move(handler), slot,
+                                error_code(error::not_held));
+        return;
+    }
+    auto core = core_;
+    auto const version = ++version_; // as co_proclaim: the version is used even on a failure
+    auto op = [](std::shared_ptr<detail::election_core> c, lock_guard const* guard, std::string v,
+                 std::int64_t n) -> asio::awaitable<bool> {
+        co_return co_await c->proclaim(*guard, v, n, false);
+    }(core, &guard_, value, version);
+    detail::spawn_cancellable(
+        core->locker().strand(), std::move(op), std::move(handler),
+        [this, value = std::move(value)](auto h, std::exception_ptr e, bool done) mutable {
+            auto ec = detail::code_of(e);
+            if (!ec && !done)
+                ec = error::lock_lost;
+            if (!ec)
+                value_ = std::move(value); // on the handler's executor, before it runs
+            std::move(h)(ec);
+        });
+}
+
 asio::awaitable<bool> leadership::co_resign() {
     // The release ends the term's record with the lease, and tells the watches.
     return guard_.unlock();
@@ -121,7 +153,30 @@ std::string const& election::name() const noexcept {
 }
 
 asio::awaitable<leadership> election::co_campaign(std::string value, lock_options opt) {
-    auto core = core_;
+    return campaign(core_, std::move(value), std::move(opt));
+}
+
+void election::start_campaign(std::shared_ptr<detail::election_core> core, std::string value,
+                              lock_options opt,
+                              any_completion_handler<void(error_code, leadership)> handler) {
+    auto strand = core->locker().strand();
+    detail::spawn_to_code(strand, campaign(std::move(core), std::move(value), std::move(opt)),
+                          std::move(handler), [](leadership l) { return l; });
+}
+
+void election::start_leader(
+    std::shared_ptr<detail::election_core> core,
+    any_completion_handler<void(error_code, std::optional<leader_info>)> handler) {
+    auto strand = core->locker().strand();
+    // The core kept alive by the operation: the election may go away meanwhile.
+    auto op = [](std::shared_ptr<detail::election_core> c)
+        -> asio::awaitable<std::optional<leader_info>> { co_return co_await c->leader(); }(core);
+    detail::spawn_to_code(strand, std::move(op), std::move(handler),
+                          [](std::optional<leader_info> l) { return l; });
+}
+
+asio::awaitable<leadership> election::campaign(std::shared_ptr<detail::election_core> core,
+                                               std::string value, lock_options opt) {
     // Each term is granted by the server: never handed within this process without it.
     opt.cohort_limit = 0;
     opt.retain = std::chrono::milliseconds{0}; // nor kept for the next campaign

@@ -4,6 +4,7 @@
 // the locker's strand, but for the calls from the watch object.
 #include "lock/election/election_core.hpp"
 
+#include "detail/async_form.hpp"
 #include "detail/completion.hpp"
 
 #include "lock/core/locker_context.hpp"
@@ -12,10 +13,12 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -56,6 +59,9 @@ public:
         if (core_->quorum())
             by_majority_.emplace(core_->majority());
     }
+
+    // Where a handler without an executor of its own completes.
+    asio::any_io_executor io_executor() const { return strand_.get_inner_executor(); }
 
     // From any thread.
     void start() {
@@ -320,6 +326,27 @@ asio::awaitable<std::optional<leader_change>> leader_watch::co_next() {
             st->next(std::move(handler), slot);
         },
         asio::use_awaitable);
+}
+
+void leader_watch::start_next(
+    std::shared_ptr<detail::watch_state> st,
+    asio::any_completion_handler<void(boost::system::error_code, std::optional<leader_change>)>
+        handler) {
+    using result = std::optional<leader_change>;
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    if (!st) {
+        detail::post_completion(asio::system_executor(), std::move(handler), slot,
+                                boost::system::error_code{}, result());
+        return;
+    }
+    auto const ex = asio::get_associated_executor(handler, st->io_executor());
+    // Completed as co_next's (its slot cleared there), then handed on with the code.
+    st->next(asio::bind_executor(ex,
+                                 [h = std::move(handler)](std::exception_ptr e, result r) mutable {
+                                     auto const ec = detail::code_of(e);
+                                     std::move(h)(ec, ec ? result() : std::move(r));
+                                 }),
+             slot);
 }
 
 leader_watch election::observe() {

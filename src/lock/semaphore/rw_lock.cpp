@@ -3,11 +3,15 @@
 // downgrade, which makes the writer's holding weigh one permit.
 #include "lock/semaphore/semaphore_core.hpp"
 
+#include "detail/async_form.hpp"
+#include "detail/completion.hpp"
 #include "lock/core/locker_context.hpp"
 
 #include <colock/rw_lock.hpp>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -40,11 +44,12 @@ asio::awaitable<bool> write_guard::unlock() {
     return give_back();
 }
 
-asio::awaitable<read_guard> write_guard::co_downgrade() {
-    if (!state_ || state_->released())
-        throw system_error(error::not_held,
-                           "colock: co_downgrade of a write guard that holds nothing");
-    auto st = state_;
+namespace {
+
+// The downgrade of the writer's lease `st`, throwing as write_guard::co_downgrade says; the
+// state, now a reader's, when it went through.
+asio::awaitable<std::shared_ptr<detail::permit_state>>
+downgrade(std::shared_ptr<detail::permit_state> st) {
     auto const name = st->core().name();
     if (st->lost())
         throw system_error(error::lock_lost,
@@ -80,8 +85,42 @@ asio::awaitable<read_guard> write_guard::co_downgrade() {
     }
     st->set_permits(1);
     st->set_exclusive_in_doubt(false);
+    co_return st;
+}
+
+} // namespace
+
+asio::awaitable<read_guard> write_guard::co_downgrade() {
+    if (!state_ || state_->released())
+        throw system_error(error::not_held,
+                           "colock: co_downgrade of a write guard that holds nothing");
+    auto st = co_await downgrade(state_);
     state_.reset();
     co_return read_guard(std::move(st));
+}
+
+void write_guard::start_downgrade(
+    asio::any_completion_handler<void(error_code, read_guard)> handler) {
+    // Not cancelled by the caller: the handler's slot is not connected to the operation.
+    auto uncancelled = asio::bind_cancellation_slot(asio::cancellation_slot(), std::move(handler));
+    if (!state_ || state_->released()) {
+        detail::post_completion(asio::system_executor(), std::move(uncancelled),
+                                asio::cancellation_slot(), error_code(error::not_held),
+                                read_guard());
+        return;
+    }
+    auto strand = state_->core().locker_strand();
+    detail::spawn_cancellable(
+        strand, downgrade(state_), std::move(uncancelled),
+        [this](auto h, std::exception_ptr e, std::shared_ptr<detail::permit_state> st) {
+            auto const ec = detail::code_of(e);
+            if (ec) {
+                std::move(h)(ec, read_guard());
+                return;
+            }
+            state_.reset(); // on the handler's executor, before it runs
+            std::move(h)(ec, read_guard(std::move(st)));
+        });
 }
 
 // ---------------------------------------------------------------------- rw_lock
@@ -137,6 +176,29 @@ void rw_lock::start_lock(std::shared_ptr<detail::semaphore_core> core, lock_opti
                           std::move(handler),
                           [](write_handler h, error_code ec, detail::permit_outcome o) {
                               std::move(h)(ec, write_guard(std::move(o.state)));
+                          });
+}
+
+void rw_lock::start_try_lock_shared(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
+                                    try_read_handler handler) {
+    detail::spawn_acquire(std::move(core), 1, false, std::move(opt), false, std::move(handler),
+                          [](try_read_handler h, error_code ec, detail::permit_outcome o) {
+                              std::optional<read_guard> g;
+                              if (o.state)
+                                  g.emplace(read_guard(std::move(o.state)));
+                              std::move(h)(ec, std::move(g));
+                          });
+}
+
+void rw_lock::start_try_lock(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
+                             try_write_handler handler) {
+    detail::spawn_acquire(std::move(core), all_permits, true, std::move(opt), false,
+                          std::move(handler),
+                          [](try_write_handler h, error_code ec, detail::permit_outcome o) {
+                              std::optional<write_guard> g;
+                              if (o.state)
+                                  g.emplace(write_guard(std::move(o.state)));
+                              std::move(h)(ec, std::move(g));
                           });
 }
 

@@ -3,6 +3,7 @@
 // permit shares with a read-write lock's guards in lease_guard.cpp.
 #include "lock/semaphore/semaphore_core.hpp"
 
+#include "detail/async_form.hpp"
 #include "detail/completion.hpp"
 #include "detail/spawn.hpp"
 #include "lock/core/locker_context.hpp"
@@ -120,6 +121,29 @@ asio::awaitable<std::optional<permit>> semaphore::co_try_acquire(std::size_t per
     co_return permit(std::move(out.state));
 }
 
+namespace {
+
+// The permits a reading leaves free.
+std::size_t free_permits(detail::semaphore_reading const& reading, std::size_t capacity) {
+    auto const held = static_cast<std::size_t>(reading.held);
+    return held >= capacity ? 0 : capacity - held;
+}
+
+} // namespace
+
+void semaphore::start_available(
+    std::shared_ptr<detail::semaphore_core> core,
+    asio::any_completion_handler<void(error_code, std::size_t)> handler) {
+    auto strand = core->locker().strand();
+    auto const capacity = core->capacity();
+    // The core kept alive by the operation: the semaphore may go away meanwhile.
+    auto op = [](std::shared_ptr<detail::semaphore_core> c)
+        -> asio::awaitable<detail::semaphore_reading> { co_return co_await c->read(); }(core);
+    detail::spawn_to_code(
+        strand, std::move(op), std::move(handler),
+        [capacity](detail::semaphore_reading const& r) { return free_permits(r, capacity); });
+}
+
 asio::awaitable<std::size_t> semaphore::co_available() {
     if (!core_)
         throw system_error(error::invalid_argument, "colock: a moved-from semaphore");
@@ -137,8 +161,7 @@ asio::awaitable<std::size_t> semaphore::co_available() {
             std::move(initiation), detail::nothrow_awaitable);
     if (e)
         std::rethrow_exception(e);
-    auto const held = static_cast<std::size_t>(reading.held);
-    co_return held >= core->capacity() ? 0 : core->capacity() - held;
+    co_return free_permits(reading, core->capacity());
 }
 
 } // namespace colock

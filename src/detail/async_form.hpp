@@ -1,0 +1,49 @@
+// How an async_* form runs an operation written as a coroutine that throws. Private to the
+// library's sources.
+#pragma once
+
+#include "spawn.hpp"
+
+#include <colock/error.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <exception>
+#include <utility>
+
+namespace colock::detail {
+
+/// The code an async_* form completes with for what its coroutine threw: a system_error's own,
+/// else error::unexpected_reply (no other exception is thrown by design).
+inline boost::system::error_code code_of(std::exception_ptr const& e) {
+    if (!e)
+        return {};
+    try {
+        std::rethrow_exception(e);
+    } catch (boost::system::system_error const& failure) {
+        return failure.code();
+    } catch (...) {
+        return error::unexpected_reply;
+    }
+}
+
+/// Runs `op` on `strand` as spawn_cancellable does, and completes `handler` with the code of
+/// what it threw and `finish(value)` (its default when it threw): for a handler of
+/// `void(error_code, R)` where `finish` maps T to R.
+template <class T, class Strand, class Handler, class Finish>
+void spawn_to_code(Strand const& strand, boost::asio::awaitable<T> op, Handler handler,
+                   Finish finish) {
+    spawn_cancellable(
+        strand, std::move(op), std::move(handler),
+        [finish = std::move(finish)](Handler h, std::exception_ptr e, T value) mutable {
+            auto const ec = code_of(e);
+            if (ec)
+                std::move(h)(ec, decltype(finish(std::move(value))){});
+            else
+                std::move(h)(ec, finish(std::move(value)));
+        });
+}
+
+} // namespace colock::detail
