@@ -263,6 +263,12 @@ public:
             },
             token, std::move(value), std::move(opt));
     }
+    /// async_campaign with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_campaign(std::string value, CompletionToken&& token) {
+        return async_campaign(std::move(value), lock_options{},
+                              std::forward<CompletionToken>(token));
+    }
 
     /// Who leads now, or an empty optional when nobody does (nobody campaigned, the leader
     /// resigned with nobody queued, its lease lapsed, or the next candidate has not yet taken

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 namespace colock {
 
@@ -112,5 +113,10 @@ inline constexpr std::size_t max_lock_name_length = 1024;
 /// max_lock_ttl while wait_replicas is set, wait_replicas above a million, retain below 0 or
 /// above max_lock_ttl or set with auto_renew off).
 void validate(std::string_view name, lock_options const& opt);
+
+/// What an async_* call takes where its options may stand, so that `async_lock(name, token)`
+/// uses the default options: anything but lock_options.
+template <class T>
+concept not_lock_options = !std::is_convertible_v<T, lock_options>;
 
 } // namespace colock

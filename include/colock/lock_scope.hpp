@@ -124,6 +124,11 @@ public:
             },
             token, std::move(name), std::move(opt));
     }
+    /// async_lock with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_lock(std::string name, CompletionToken&& token) {
+        return async_lock(std::move(name), lock_options{}, std::forward<CompletionToken>(token));
+    }
 
     /// co_try_lock for any completion token, as async_lock.
     ///
@@ -144,6 +149,12 @@ public:
                                std::move(handler));
             },
             token, std::move(name), std::move(opt));
+    }
+    /// async_try_lock with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_try_lock(std::string name, CompletionToken&& token) {
+        return async_try_lock(std::move(name), lock_options{},
+                              std::forward<CompletionToken>(token));
     }
 
     /// How many guards hold the lease the scope has on `name` now (see

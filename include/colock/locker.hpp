@@ -330,6 +330,11 @@ public:
             },
             token, std::move(name), std::move(opt));
     }
+    /// async_lock with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_lock(std::string name, CompletionToken&& token) {
+        return async_lock(std::move(name), lock_options{}, std::forward<CompletionToken>(token));
+    }
 
     /// One attempt. Completes with an empty optional when someone else holds the lock.
     /// @par Completion signature
@@ -345,6 +350,12 @@ public:
                 start_try_lock(std::move(n), std::move(o), std::move(handler));
             },
             token, std::move(name), std::move(opt));
+    }
+    /// async_try_lock with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_try_lock(std::string name, CompletionToken&& token) {
+        return async_try_lock(std::move(name), lock_options{},
+                              std::forward<CompletionToken>(token));
     }
 
     /// Awaitable async_lock that throws boost::system::system_error whose message names the
@@ -384,6 +395,12 @@ public:
             },
             token, std::move(names), std::move(opt));
     }
+    /// async_lock_all with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_lock_all(std::vector<std::string> names, CompletionToken&& token) {
+        return async_lock_all(std::move(names), lock_options{},
+                              std::forward<CompletionToken>(token));
+    }
     /// One attempt at every name of `names`: an empty optional when any is held (nothing is left
     /// held or queued then); else as async_lock_all.
     template <class CompletionToken = boost::asio::deferred_t>
@@ -396,6 +413,12 @@ public:
                 start_try_lock_all(std::move(n), std::move(o), std::move(handler));
             },
             token, std::move(names), std::move(opt));
+    }
+    /// async_try_lock_all with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_try_lock_all(std::vector<std::string> names, CompletionToken&& token) {
+        return async_try_lock_all(std::move(names), lock_options{},
+                                  std::forward<CompletionToken>(token));
     }
     /// Awaitable async_lock_all; throws system_error (or redis::connect_error) as co_lock does.
     boost::asio::awaitable<multi_lock_guard> co_lock_all(std::vector<std::string> names,

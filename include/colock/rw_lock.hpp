@@ -186,6 +186,11 @@ public:
             },
             token, std::move(opt));
     }
+    /// async_lock_shared with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_lock_shared(CompletionToken&& token) {
+        return async_lock_shared(lock_options{}, std::forward<CompletionToken>(token));
+    }
 
     /// Waits for the write lock, as async_lock_shared.
     ///
@@ -202,6 +207,11 @@ public:
                 start_lock(core, std::move(o), std::move(handler));
             },
             token, std::move(opt));
+    }
+    /// async_lock with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_lock(CompletionToken&& token) {
+        return async_lock(lock_options{}, std::forward<CompletionToken>(token));
     }
 
     /// Awaitable async_lock_shared; throws system_error whose message names the lock.
@@ -230,6 +240,11 @@ public:
             },
             token, std::move(opt));
     }
+    /// async_try_lock_shared with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_try_lock_shared(CompletionToken&& token) {
+        return async_try_lock_shared(lock_options{}, std::forward<CompletionToken>(token));
+    }
     /// One attempt at the write lock, as co_try_lock.
     ///
     /// @par Completion signature
@@ -246,6 +261,11 @@ public:
                 start_try_lock(core, std::move(o), std::move(handler));
             },
             token, std::move(opt));
+    }
+    /// async_try_lock with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_try_lock(CompletionToken&& token) {
+        return async_try_lock(lock_options{}, std::forward<CompletionToken>(token));
     }
 
 private:

@@ -132,6 +132,11 @@ public:
             },
             token, permits, std::move(opt));
     }
+    /// async_acquire with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_acquire(std::size_t permits, CompletionToken&& token) {
+        return async_acquire(permits, lock_options{}, std::forward<CompletionToken>(token));
+    }
 
     /// One attempt: an empty optional when the permits are not free now (or calls queued before
     /// want them). As async_acquire otherwise.
@@ -150,6 +155,11 @@ public:
                 start_try_acquire(core, n, std::move(o), std::move(handler));
             },
             token, permits, std::move(opt));
+    }
+    /// async_try_acquire with the default options: the token where they would stand.
+    template <not_lock_options CompletionToken>
+    auto async_try_acquire(std::size_t permits, CompletionToken&& token) {
+        return async_try_acquire(permits, lock_options{}, std::forward<CompletionToken>(token));
     }
 
     /// Awaitable async_acquire of one permit; throws system_error whose message names the

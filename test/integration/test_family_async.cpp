@@ -2,6 +2,7 @@
 // in their async_* forms for any completion token: futures, callbacks (one bound to a strand of
 // a thread pool) and deferred operations; their errors as codes, and cancellation.
 #include <colock/election.hpp>
+#include <colock/lock_scope.hpp>
 #include <colock/locker.hpp>
 #include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
@@ -192,5 +193,53 @@ TEST_CASE("the read-write lock's async_try_lock_shared, async_try_lock and async
     semaphore moved{std::move(sem)};
     CHECK(call_failure([&] { (void)sem.async_available(); }).code == error::invalid_argument);
     pool.join();
+    conn.close();
+}
+
+TEST_CASE("the options may be left out before the token: async_lock(name, token) and its kin "
+          "take the default options") {
+    asio::io_context ctx;
+    context_threads runners{ctx, 2};
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    auto const name = unique_key("token-only");
+
+    auto g = locks.async_lock(name, asio::use_future).get();
+    CHECK(g.owns_lock());
+    CHECK(g.lease_expiry() - steady::now() > lock_options{}.ttl / 2); // the default ttl
+    CHECK_FALSE(locks.async_try_lock(name, asio::use_future).get().has_value());
+    CHECK(g.async_unlock(asio::use_future).get());
+    auto set = locks.async_lock_all(strings(name, name + "-2"), asio::use_future).get();
+    CHECK(set.owns_lock());
+    CHECK_FALSE(locks.async_try_lock_all(strings(name + "-2"), asio::use_future).get());
+    CHECK(set.async_unlock(asio::use_future).get());
+
+    lock_scope scope{locks};
+    auto scoped = scope.async_lock(name, asio::use_future).get();
+    auto again = scope.async_try_lock(name, asio::use_future).get(); // re-entry
+    REQUIRE(again.has_value());
+    CHECK(again->fence() == scoped.fence());
+
+    semaphore sem{locks, name + "-sem", 2};
+    auto one = sem.async_acquire(1, asio::use_future).get();
+    auto other = sem.async_try_acquire(1, asio::use_future).get();
+    CHECK(one.owns());
+    CHECK(other.has_value());
+    rw_lock rw{locks, name + "-rw"};
+    auto reader = rw.async_lock_shared(asio::use_future).get();
+    CHECK(reader.owns());
+    CHECK(rw.async_try_lock_shared(asio::use_future).get().has_value());
+    CHECK_FALSE(rw.async_try_lock(asio::use_future).get().has_value());
+    CHECK(reader.async_unlock(asio::use_future).get());
+    election vote{locks, name + "-vote"};
+    auto lead = vote.async_campaign("v", asio::use_future).get();
+    CHECK(lead.leads());
+    CHECK(lead.async_resign(asio::use_future).get());
+    // With options, the same calls as before.
+    lock_options opt = lease(3000ms);
+    auto w = rw.async_lock(opt, asio::use_future).get();
+    CHECK(w.owns_lock());
+    CHECK(w.lease_expiry() - steady::now() <= 3000ms);
+    CHECK(w.async_unlock(asio::use_future).get());
     conn.close();
 }
