@@ -5,7 +5,9 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 
 #include <utility>
 
@@ -30,6 +32,16 @@ void post_invocation(IoExecutor const& io_executor, Handler handler,
                 std::move(invoke)(std::move(handler));
             });
     });
+}
+
+/// Outstanding work on the handler's associated executor (or `io_executor`, the I/O object's,
+/// when it has none) for as long as it lives. An operation holds it from its initiation until
+/// its handler has run, as Asio's own do: the io_context or thread pool of a handler bound to
+/// an executor of its own does not run out of work while the operation is under way.
+template <class Handler, class IoExecutor>
+auto work_for(Handler const& handler, IoExecutor const& io_executor) {
+    return boost::asio::prefer(boost::asio::get_associated_executor(handler, io_executor),
+                               boost::asio::execution::outstanding_work.tracked);
 }
 
 /// Completes `handler(args...)` as post_invocation does.

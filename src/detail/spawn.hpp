@@ -39,6 +39,7 @@ void spawn_cancellable(Strand const& strand, boost::asio::awaitable<T> op, Handl
     };
     auto state = std::make_shared<cancel_state>();
     auto slot = asio::get_associated_cancellation_slot(handler);
+    auto work = work_for(handler, strand.get_inner_executor());
     if (slot.is_connected()) {
         // Installed here, on the caller's thread, where the caller emits; the emission itself
         // happens on the strand, where the coroutine runs.
@@ -51,13 +52,13 @@ void spawn_cancellable(Strand const& strand, boost::asio::awaitable<T> op, Handl
     }
     asio::co_spawn(strand, std::move(op),
                    asio::bind_cancellation_slot(
-                       state->signal.slot(),
-                       [state, strand, slot, handler = std::move(handler),
-                        finish = std::move(finish)](std::exception_ptr e, T value) mutable {
+                       state->signal.slot(), [state, strand, slot, handler = std::move(handler),
+                                              finish = std::move(finish), work = std::move(work)](
+                                                 std::exception_ptr e, T value) mutable {
                            state->done = true;
                            post_invocation(strand.get_inner_executor(), std::move(handler), slot,
-                                           [finish = std::move(finish), e,
-                                            value = std::move(value)](Handler h) mutable {
+                                           [finish = std::move(finish), e, value = std::move(value),
+                                            work = std::move(work)](Handler h) mutable {
                                                finish(std::move(h), e, std::move(value));
                                            });
                        }));

@@ -14,12 +14,14 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <optional>
@@ -241,5 +243,52 @@ TEST_CASE("the options may be left out before the token: async_lock(name, token)
     CHECK(w.owns_lock());
     CHECK(w.lease_expiry() - steady::now() <= 3000ms);
     CHECK(w.async_unlock(asio::use_future).get());
+    conn.close();
+}
+
+TEST_CASE("an operation under way counts as work on its handler's executor: a thread pool whose "
+          "only work is a callback of async_lock, async_acquire or async_campaign bound to its "
+          "strand is joined only after the callback ran") {
+    asio::io_context ctx;
+    context_threads runners{ctx, 1};
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    auto const name = unique_key("foreign-work");
+    auto held = locks.async_lock(name, lease(5000ms), asio::use_future).get();
+    semaphore sem{locks, name + "-sem", 1};
+    auto permit_held = sem.async_acquire(1, lease(5000ms), asio::use_future).get();
+    election vote{locks, name + "-vote"};
+    auto lead = vote.async_campaign("first", lease(5000ms), asio::use_future).get();
+
+    asio::thread_pool pool{4};
+    auto strand = asio::make_strand(pool);
+    std::atomic<int> ran{0};
+    // Each waits for what is held above; nothing else is queued on the pool.
+    locks.async_lock(name, lease(5000ms),
+                     asio::bind_executor(strand, [&](error_code ec, lock_guard g) {
+                         CHECK_FALSE(ec);
+                         CHECK(g.owns_lock());
+                         ++ran;
+                     }));
+    sem.async_acquire(1, lease(5000ms), asio::bind_executor(strand, [&](error_code ec, permit p) {
+                          CHECK_FALSE(ec);
+                          CHECK(p.owns());
+                          ++ran;
+                      }));
+    vote.async_campaign("second", lease(5000ms),
+                        asio::bind_executor(strand, [&](error_code ec, leadership l) {
+                            CHECK_FALSE(ec);
+                            CHECK(l.leads());
+                            ++ran;
+                        }));
+    // Let them go in 300 ms, from the connection's thread; join() waits for the callbacks.
+    asio::steady_timer later{ctx, 300ms};
+    later.async_wait([&](error_code) {
+        held.async_unlock([](error_code, bool) {});
+        permit_held.async_release([](error_code, bool) {});
+        lead.async_resign([](error_code, bool) {});
+    });
+    pool.join();
+    CHECK(ran == 3);
     conn.close();
 }

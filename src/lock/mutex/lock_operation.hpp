@@ -174,17 +174,21 @@ struct lock_operation_for final : lock_operation {
                          std::move(options), waits)
         , slot(boost::asio::get_associated_cancellation_slot(h))
         , handler(std::move(h))
-        , finish(std::move(f)) {}
+        , finish(std::move(f))
+        , work(work_for(handler, io_executor())) {}
 
     void deliver() override {
-        post_invocation(io_executor(), std::move(handler), slot,
-                        [f = std::move(finish), e = exception_, o = std::move(out_)](
-                            Handler h) mutable { f(std::move(h), e, std::move(o)); });
+        post_invocation(
+            io_executor(), std::move(handler), slot,
+            [f = std::move(finish), e = exception_, o = std::move(out_),
+             w = std::move(work)](Handler h) mutable { f(std::move(h), e, std::move(o)); });
     }
 
     boost::asio::cancellation_slot slot; // the caller's, where it emits
     Handler handler;
     Finish finish;
+    decltype(work_for(std::declval<Handler const&>(),
+                      std::declval<boost::asio::any_io_executor const&>())) work;
 };
 
 } // namespace colock::detail
