@@ -30,6 +30,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// What the program is doing now: said if it takes much longer than it should (a run under a
+// test's timeout then shows where it stood).
+char const* step = "starting";
+
 // The work done under the lock: here, a long wait.
 asio::awaitable<void> work(std::chrono::milliseconds how_long) {
     asio::steady_timer t(co_await asio::this_coro::executor, how_long);
@@ -52,21 +56,25 @@ asio::awaitable<void> ask_for_failover(colock::redis::config const& cfg) {
 
 asio::awaitable<int> run(colock::redis::config cfg) {
     colock::redis::connection conn{co_await asio::this_coro::executor, cfg};
+    step = "connecting through the sentinels";
     co_await conn.co_connect(); // asks the sentinels, then connects to the primary
     colock::locker locker{conn};
 
     colock::lock_options opt;
     opt.ttl = 10s;
     opt.wait_timeout = 30s;
+    step = "locking";
     auto guard = co_await locker.co_lock("example:failover", opt);
     fmt::print("locked '{}' on {}, fence {}\n", guard.name(), cfg.sentinel.master_name,
                guard.fence());
 
+    step = "asking for a failover";
     co_await ask_for_failover(cfg);
     fmt::print("asked the sentinels for a failover\n");
 
     // The work stops when the lease does: the connection follows the sentinels to the new
     // primary, a server instance that never granted this lease, and says so at once.
+    step = "waiting for the lease to be reported lost";
     auto const started = std::chrono::steady_clock::now();
     auto const ended = co_await (work(60s) || guard.wait_lost());
     if (ended.index() == 0 || guard.loss() != colock::loss_reason::server_replaced) {
@@ -78,12 +86,16 @@ asio::awaitable<int> run(colock::redis::config cfg) {
                    std::chrono::steady_clock::now() - started)
                    .count());
     // Its release still goes out: the replica had the lease, and gives it up now.
+    step = "unlocking the lost lease";
     co_await guard.unlock();
 
+    step = "locking again on the new primary";
     auto again = co_await locker.co_lock("example:failover", opt);
     fmt::print("locked again on the new primary, fence {} (fences only go up)\n", again.fence());
     int const status = again.fence() > guard.fence() ? 0 : 1;
+    step = "unlocking";
     co_await again.unlock();
+    step = "closing";
     conn.close();
     co_return status;
 }
@@ -123,10 +135,17 @@ int main(int argc, char** argv) {
     try {
         asio::io_context io;
         int status = 1;
+        // A run takes seconds; this says where one stands that takes far longer.
+        asio::steady_timer slow{io, 60s};
+        slow.async_wait([](boost::system::error_code ec) {
+            if (!ec)
+                fmt::print(stderr, "sentinel_failover: still {} after 60 s\n", step);
+        });
         asio::co_spawn(io, run(cfg), [&](std::exception_ptr failure, int result) {
             if (failure)
                 std::rethrow_exception(failure);
             status = result;
+            slow.cancel();
         });
         io.run();
         return status;
