@@ -1,4 +1,5 @@
 #include <colock/redis/config.hpp>
+#include <colock/redis/error.hpp>
 
 #include "sentinel.hpp"
 
@@ -304,6 +305,19 @@ config parse_cluster(std::string_view url, std::string_view rest, bool tls) {
 }
 
 } // namespace
+
+config config::from_url(std::string_view url, boost::system::error_code& ec, std::string* reason) {
+    try {
+        auto cfg = from_url(url);
+        ec = {};
+        return cfg;
+    } catch (std::invalid_argument const& e) {
+        ec = error::invalid_url;
+        if (reason)
+            *reason = e.what();
+        return {};
+    }
+}
 
 config config::from_url(std::string_view url) {
     config cfg;

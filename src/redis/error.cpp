@@ -40,6 +40,8 @@ public:
             return "no Redis Cluster node gave the slot map";
         case error::cross_slot:
             return "the request's keys hash to more than one Redis Cluster slot";
+        case error::invalid_url:
+            return "the URL cannot be read as a Redis deployment's";
         }
         return "unknown colock.redis error " + std::to_string(ev);
     }
@@ -100,6 +102,8 @@ std::string_view to_string(error e) noexcept {
         return "no_slot_map";
     case error::cross_slot:
         return "cross_slot";
+    case error::invalid_url:
+        return "invalid_url";
     }
     return "unknown";
 }

@@ -4,6 +4,7 @@
 #include "config_url_checks.hpp"
 
 #include <colock/redis/config.hpp>
+#include <colock/redis/error.hpp>
 
 #include <doctest/doctest.h>
 
@@ -38,6 +39,25 @@ void check_refused(std::initializer_list<refused_row> rows) {
         CAPTURE(url);
         CHECK(refused_with(url, row.words));
     }
+}
+
+TEST_CASE("config URLs: the error_code form gives invalid_url and the throwing form's reason, "
+          "or the config with the code cleared") {
+    boost::system::error_code ec = colock::redis::error::closed; // cleared on success
+    auto const good = config::from_url("redis://h:7000/2", ec);
+    CHECK_FALSE(ec);
+    CHECK(good.host == "h");
+    CHECK(good.port == 7000);
+    CHECK(good.database == 2);
+    std::string reason;
+    auto const bad = config::from_url("redis://h:99999", ec, &reason);
+    CHECK(ec == colock::redis::error::invalid_url);
+    CHECK(reason == refusal("redis://h:99999"));
+    CHECK(reason.find("port") != std::string::npos);
+    CHECK(bad.host == config{}.host); // nothing of the bad URL
+    CHECK(bad.port == config{}.port);
+    config::from_url("no scheme at all", ec); // the reason is optional
+    CHECK(ec == colock::redis::error::invalid_url);
 }
 
 TEST_CASE("config URLs: a port past 32 bits is refused, not wrapped round to a valid one") {

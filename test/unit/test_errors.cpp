@@ -83,7 +83,7 @@ TEST_CASE("errors: of the connection's own codes, only a connect timeout and a r
          {redis::error::server_error, redis::error::connection_lost,
           redis::error::health_check_timeout, redis::error::unexpected_reply, redis::error::closed,
           redis::error::unsupported_command, redis::error::no_primary_address,
-          redis::error::no_slot_map, redis::error::cross_slot}) {
+          redis::error::no_slot_map, redis::error::cross_slot, redis::error::invalid_url}) {
         CAPTURE(to_string(e));
         CHECK_FALSE(is_connect_failure(e));
     }

@@ -4,6 +4,8 @@
 
 #include <colock/log.hpp>
 
+#include <boost/system/error_code.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -149,6 +151,11 @@ struct config {
     /// node's. Other URLs take no query. Throws
     /// std::invalid_argument whose message names the part that is wrong (never the password).
     static config from_url(std::string_view url);
+    /// The same without throwing: on a URL it cannot read, sets `ec` to error::invalid_url and,
+    /// when given, `reason` to the message the throwing form has; returns a default config.
+    /// Clears `ec` on success.
+    static config from_url(std::string_view url, boost::system::error_code& ec,
+                           std::string* reason = nullptr);
 
     /// The settings as a URL of the form from_url reads (redis-cluster:// when there are seeds,
     /// else unix:// when `unix_socket` is set), with the password replaced by "***" (safe for

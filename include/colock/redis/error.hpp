@@ -49,6 +49,8 @@ enum class error {
     /// Redis Cluster: the request's keys hash to more than one slot, so no node can run it.
     /// Nothing was written; the response names the keys (put them under one hash tag, {...}).
     cross_slot,
+    /// config::from_url's error_code form: the URL cannot be read (its reason names the part).
+    invalid_url,
 };
 
 /// The category of redis::error codes; its name() is "colock.redis".
