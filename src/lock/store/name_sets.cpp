@@ -99,10 +99,26 @@ std::string release_argument(std::string const& entry, std::string const& token,
            token;
 }
 
-// release_all's second argument, the last fences space-separated: none when there are none.
-std::string fences_argument(std::span<std::int64_t const> fences) {
-    return fmt::format("{}", fmt::join(fences, " "));
-}
+// What release_all is sent: the keys, how, and the last fences (a second argument only when
+// there are some), owned for as long as the call is made.
+struct release_words {
+    release_words(std::span<lock_keys const> lock_keys_of, std::string const& entry,
+                  std::string const& token, bool leave, std::span<std::int64_t const> fences)
+        : keys(key_words(lock_keys_of))
+        , how(release_argument(entry, token, leave))
+        , last_fences(fmt::format("{}", fmt::join(fences, " ")))
+        , has_fences(!fences.empty()) {}
+
+    std::span<std::string_view const> more() const noexcept {
+        return {&last_fences_view, has_fences ? 1u : 0u};
+    }
+
+    std::vector<std::string_view> const keys;
+    std::string const how;
+    std::string const last_fences;
+    bool const has_fences;
+    std::string_view const last_fences_view{last_fences};
+};
 
 lease_reply read_names_release(script_reply const& reply, std::size_t names) {
     if (reply.ec)
@@ -147,16 +163,9 @@ asio::awaitable<lease_reply>
 name_set_requests::release(std::span<lock_keys const> keys, std::string const& entry,
                            std::string const& token, bool leave,
                            std::span<std::int64_t const> last_fences) const {
-    auto const words = key_words(keys);
-    auto const how = release_argument(entry, token, leave);
-    auto const fences = fences_argument(last_fences);
-    std::string_view const more[] = {fences};
-    script_call const call{client_->scripts().release_all,
-                           {},
-                           {how},
-                           {},
-                           words,
-                           std::span(more, last_fences.empty() ? 0 : 1)};
+    release_words const args(keys, entry, token, leave, last_fences);
+    script_call const call{
+        client_->scripts().release_all, {}, {args.how}, {}, args.keys, args.more()};
     co_return read_names_release(
         co_await client_->run_retrying(call, leave ? leave_retries : release_retries), keys.size());
 }
@@ -165,16 +174,9 @@ void name_set_requests::release_in_background(std::span<lock_keys const> keys,
                                               std::string const& entry, std::string const& token,
                                               bool leave, std::span<std::int64_t const> last_fences,
                                               std::function<void()> retry) const {
-    auto const words = key_words(keys);
-    auto const how = release_argument(entry, token, leave);
-    auto const fences = fences_argument(last_fences);
-    std::string_view const more[] = {fences};
-    script_call const call{client_->scripts().release_all,
-                           {},
-                           {how},
-                           {},
-                           words,
-                           std::span(more, last_fences.empty() ? 0 : 1)};
+    release_words const args(keys, entry, token, leave, last_fences);
+    script_call const call{
+        client_->scripts().release_all, {}, {args.how}, {}, args.keys, args.more()};
     client_->run_detached(
         call, [strand = client_->strand(), retry = std::move(retry)](script_reply const& reply) {
             if (reply.ec && is_transient(reply.ec, reply.server_text()))
