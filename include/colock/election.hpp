@@ -229,7 +229,7 @@ public:
 
     /// An election of `name` on `locker`. Throws boost::system::system_error
     /// (error::invalid_argument) for a name the lock would refuse (see colock::validate).
-    election(locker& locker, std::string name);
+    election(locker& locker, std::string_view name);
     /// An election object can be dropped at any time: what it started lives on by itself.
     ~election();
     election(election const&) = delete;

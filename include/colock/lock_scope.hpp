@@ -86,7 +86,7 @@ public:
     /// @par Per-operation cancellation
     /// terminal, partial: as locker::co_lock's while it asks the locker (a lock won is given
     /// back first); a call waiting behind another call of the scope leaves at once.
-    boost::asio::awaitable<lock_guard> co_lock(std::string name, lock_options opt = {});
+    boost::asio::awaitable<lock_guard> co_lock(std::string_view name, lock_options opt = {});
 
     /// One attempt, as locker::co_try_lock, for the scope: another guard on the scope's lease
     /// when it holds `name` (as co_lock), else one attempt at the lock. Returns an empty
@@ -96,7 +96,7 @@ public:
     ///
     /// @par Per-operation cancellation
     /// As co_lock's.
-    boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string name,
+    boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string_view name,
                                                                   lock_options opt = {});
 
     /// co_lock for any completion token (callbacks, futures, deferred operations). Refuses a
@@ -112,7 +112,7 @@ public:
     /// @par Per-operation cancellation
     /// terminal, partial: as co_lock's.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_lock(std::string name, lock_options opt = {}, CompletionToken&& token = {}) {
+    auto async_lock(std::string_view name, lock_options opt = {}, CompletionToken&& token = {}) {
         validate(name, opt);
         return boost::asio::async_initiate<CompletionToken,
                                            void(boost::system::error_code, lock_guard)>(
@@ -122,11 +122,11 @@ public:
                 start_lock(std::move(st), std::move(ex), std::move(n), std::move(o),
                            std::move(handler));
             },
-            token, std::move(name), std::move(opt));
+            token, std::string(name), std::move(opt));
     }
     /// async_lock with the default options: the token where they would stand.
     template <not_lock_options CompletionToken>
-    auto async_lock(std::string name, CompletionToken&& token) {
+    auto async_lock(std::string_view name, CompletionToken&& token) {
         return async_lock(std::move(name), lock_options{}, std::forward<CompletionToken>(token));
     }
 
@@ -138,7 +138,8 @@ public:
     /// @par Per-operation cancellation
     /// terminal, partial: as co_lock's.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_try_lock(std::string name, lock_options opt = {}, CompletionToken&& token = {}) {
+    auto async_try_lock(std::string_view name, lock_options opt = {},
+                        CompletionToken&& token = {}) {
         validate(name, opt);
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
                                                                  std::optional<lock_guard>)>(
@@ -148,11 +149,11 @@ public:
                 start_try_lock(std::move(st), std::move(ex), std::move(n), std::move(o),
                                std::move(handler));
             },
-            token, std::move(name), std::move(opt));
+            token, std::string(name), std::move(opt));
     }
     /// async_try_lock with the default options: the token where they would stand.
     template <not_lock_options CompletionToken>
-    auto async_try_lock(std::string name, CompletionToken&& token) {
+    auto async_try_lock(std::string_view name, CompletionToken&& token) {
         return async_try_lock(std::move(name), lock_options{},
                               std::forward<CompletionToken>(token));
     }

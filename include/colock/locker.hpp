@@ -321,18 +321,18 @@ public:
     /// reply is still read and a lock it granted is released before the operation completes
     /// with operation_aborted. A cancelled waiter never leaves a lock behind.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_lock(std::string name, lock_options opt = {}, CompletionToken&& token = {}) {
+    auto async_lock(std::string_view name, lock_options opt = {}, CompletionToken&& token = {}) {
         validate(name, opt);
         return boost::asio::async_initiate<CompletionToken,
                                            void(boost::system::error_code, lock_guard)>(
             [this](auto handler, std::string n, lock_options o) {
                 start_lock(std::move(n), std::move(o), std::move(handler));
             },
-            token, std::move(name), std::move(opt));
+            token, std::string(name), std::move(opt));
     }
     /// async_lock with the default options: the token where they would stand.
     template <not_lock_options CompletionToken>
-    auto async_lock(std::string name, CompletionToken&& token) {
+    auto async_lock(std::string_view name, CompletionToken&& token) {
         return async_lock(std::move(name), lock_options{}, std::forward<CompletionToken>(token));
     }
 
@@ -342,18 +342,19 @@ public:
     /// @par Per-operation cancellation
     /// As async_lock: a lock granted to a cancelled attempt is released first.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_try_lock(std::string name, lock_options opt = {}, CompletionToken&& token = {}) {
+    auto async_try_lock(std::string_view name, lock_options opt = {},
+                        CompletionToken&& token = {}) {
         validate(name, opt);
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code,
                                                                  std::optional<lock_guard>)>(
             [this](auto handler, std::string n, lock_options o) {
                 start_try_lock(std::move(n), std::move(o), std::move(handler));
             },
-            token, std::move(name), std::move(opt));
+            token, std::string(name), std::move(opt));
     }
     /// async_try_lock with the default options: the token where they would stand.
     template <not_lock_options CompletionToken>
-    auto async_try_lock(std::string name, CompletionToken&& token) {
+    auto async_try_lock(std::string_view name, CompletionToken&& token) {
         return async_try_lock(std::move(name), lock_options{},
                               std::forward<CompletionToken>(token));
     }
@@ -369,10 +370,10 @@ public:
     /// the lock once and pass the guard to the code that needs it held, or share() it; for
     /// re-entry by a logical owner (a request, a job), see lock_scope. co_try_lock of a held
     /// name returns an empty optional.
-    boost::asio::awaitable<lock_guard> co_lock(std::string name, lock_options opt = {});
+    boost::asio::awaitable<lock_guard> co_lock(std::string_view name, lock_options opt = {});
     /// Awaitable async_try_lock: an empty optional when the lock is held by someone else;
     /// throws like co_lock on real errors.
-    boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string name,
+    boost::asio::awaitable<std::optional<lock_guard>> co_try_lock(std::string_view name,
                                                                   lock_options opt = {});
 
     /// Locks every name of `names` at once, all or none: one lease over them (multi_lock_guard),
@@ -465,16 +466,16 @@ public:
     /// @par Per-operation cancellation
     /// terminal, partial: as the connection's async_exec.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_status(std::string name, CompletionToken&& token = {}) {
+    auto async_status(std::string_view name, CompletionToken&& token = {}) {
         validate(name, lock_options{});
         return boost::asio::async_initiate<CompletionToken,
                                            void(boost::system::error_code, lock_status)>(
             [this](auto handler, std::string n) { start_status(std::move(n), std::move(handler)); },
-            token, std::move(name));
+            token, std::string(name));
     }
 
     /// Awaitable async_status; throws boost::system::system_error naming the lock.
-    boost::asio::awaitable<lock_status> co_status(std::string name);
+    boost::asio::awaitable<lock_status> co_status(std::string_view name);
 
     /// The last resort for a lock whose holder is stuck: ends the lease of whoever holds
     /// `name` now, from any process. The holder's locker is told at once (a message on its
@@ -492,17 +493,17 @@ public:
     /// @par Per-operation cancellation
     /// None: once sent, the lease is ended and the holder told.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_force_unlock(std::string name, CompletionToken&& token = {}) {
+    auto async_force_unlock(std::string_view name, CompletionToken&& token = {}) {
         validate(name, lock_options{});
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
             [this](auto handler, std::string n) {
                 start_force_unlock(std::move(n), std::move(handler));
             },
-            token, std::move(name));
+            token, std::string(name));
     }
 
     /// Awaitable async_force_unlock; throws boost::system::system_error naming the lock.
-    boost::asio::awaitable<bool> co_force_unlock(std::string name);
+    boost::asio::awaitable<bool> co_force_unlock(std::string_view name);
 
     /// This locker's id: in its queue entries, its wake channels, lock_status::holder_id and
     /// its holder record.

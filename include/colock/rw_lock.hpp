@@ -154,7 +154,7 @@ public:
 
     /// Throws system_error(error::invalid_argument) for an empty or overlong name or a Redlock
     /// locker. Keeps the locker's state alive.
-    rw_lock(locker& l, std::string name);
+    rw_lock(locker& l, std::string_view name);
     /// Takes over `other`'s lock.
     rw_lock(rw_lock&& other) noexcept;
     /// Ends this one's waiting calls, then takes over `other`'s lock.

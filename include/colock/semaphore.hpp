@@ -94,7 +94,7 @@ public:
 
     /// Throws system_error(error::invalid_argument) for an empty or overlong name, a capacity of
     /// 0 or above 1,000,000, or a Redlock locker. Keeps the locker's state alive.
-    semaphore(locker& l, std::string name, std::size_t capacity);
+    semaphore(locker& l, std::string_view name, std::size_t capacity);
     /// Takes over `other`'s semaphore.
     semaphore(semaphore&& other) noexcept;
     /// Ends this one's waiting calls, then takes over `other`'s semaphore.

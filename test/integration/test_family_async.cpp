@@ -292,3 +292,39 @@ TEST_CASE("an operation under way counts as work on its handler's executor: a th
     CHECK(ran == 3);
     conn.close();
 }
+
+TEST_CASE("names as std::string_view: the lock, the scope, the semaphore, the read-write lock and "
+          "the election take one; a deferred operation keeps its own copy of the name") {
+    asio::io_context ctx;
+    context_threads runners{ctx, 2};
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    locker locks{conn};
+    std::string const base = unique_key("views");
+    std::string_view const name = base;
+
+    auto g = locks.async_lock(name, lease(5000ms), asio::use_future).get();
+    CHECK(g.name() == base);
+    CHECK(locks.async_status(name, asio::use_future).get().held());
+    CHECK(g.async_unlock(asio::use_future).get());
+    // The text behind the view goes before the operation is launched: it was copied at the call.
+    std::optional<decltype(locks.async_lock(name, lease(5000ms), asio::deferred))> later;
+    {
+        std::string gone = base + "-gone";
+        later.emplace(locks.async_lock(std::string_view(gone), lease(5000ms), asio::deferred));
+        gone.assign(gone.size(), 'x');
+    }
+    auto taken = std::move(*later)(asio::use_future).get();
+    CHECK(taken.name() == base + "-gone");
+    CHECK(taken.async_unlock(asio::use_future).get());
+
+    lock_scope scope{locks};
+    auto scoped = scope.async_lock(name, asio::use_future).get();
+    CHECK(scoped.name() == base);
+    semaphore sem{locks, std::string_view(base + "-sem"), 1}; // a view of a temporary
+    CHECK(sem.name() == base + "-sem");
+    rw_lock rw{locks, name};
+    CHECK(rw.name() == base);
+    election vote{locks, name};
+    CHECK(vote.name() == base);
+    conn.close();
+}

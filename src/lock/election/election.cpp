@@ -137,9 +137,9 @@ asio::awaitable<bool> leadership::co_resign() {
 
 // ---------------------------------------------------------------------- election
 
-election::election(locker& l, std::string name) {
+election::election(locker& l, std::string_view name) {
     validate(name, lock_options{});
-    core_ = std::make_shared<detail::election_core>(detail::context_of(l), std::move(name));
+    core_ = std::make_shared<detail::election_core>(detail::context_of(l), std::string(name));
 }
 
 election::executor_type election::get_executor() const noexcept {

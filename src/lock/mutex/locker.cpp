@@ -190,14 +190,15 @@ void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler
                     });
 }
 
-asio::awaitable<lock_guard> locker::co_lock(std::string name, lock_options opt) {
+asio::awaitable<lock_guard> locker::co_lock(std::string_view name, lock_options opt) {
     return await_lock<lock_guard>(
-        impl_.get(), {impl_->prefix()}, std::move(name), std::move(opt), true,
+        impl_.get(), {impl_->prefix()}, std::string(name), std::move(opt), true,
         [](outcome_type out) { return lock_guard(std::move(out.state)); });
 }
 
-asio::awaitable<std::optional<lock_guard>> locker::co_try_lock(std::string name, lock_options opt) {
-    return await_lock<std::optional<lock_guard>>(impl_.get(), {impl_->prefix()}, std::move(name),
+asio::awaitable<std::optional<lock_guard>> locker::co_try_lock(std::string_view name,
+                                                               lock_options opt) {
+    return await_lock<std::optional<lock_guard>>(impl_.get(), {impl_->prefix()}, std::string(name),
                                                  std::move(opt), false, [](outcome_type out) {
                                                      std::optional<lock_guard> g;
                                                      if (out.state)

@@ -285,13 +285,13 @@ locker& lock_scope::get_locker() const noexcept {
 }
 
 // Not coroutines themselves: the scope may be gone before their awaitables run.
-asio::awaitable<lock_guard> lock_scope::co_lock(std::string name, lock_options opt) {
-    return detail::scope_state::lock(state_, std::move(name), std::move(opt));
+asio::awaitable<lock_guard> lock_scope::co_lock(std::string_view name, lock_options opt) {
+    return detail::scope_state::lock(state_, std::string(name), std::move(opt));
 }
 
-asio::awaitable<std::optional<lock_guard>> lock_scope::co_try_lock(std::string name,
+asio::awaitable<std::optional<lock_guard>> lock_scope::co_try_lock(std::string_view name,
                                                                    lock_options opt) {
-    return detail::scope_state::take(state_, std::move(name), std::move(opt), false);
+    return detail::scope_state::take(state_, std::string(name), std::move(opt), false);
 }
 
 namespace {

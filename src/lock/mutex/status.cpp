@@ -259,18 +259,18 @@ void locker::start_force_unlock(std::string name, force_unlock_handler handler) 
         });
 }
 
-asio::awaitable<lock_status> locker::co_status(std::string name) {
+asio::awaitable<lock_status> locker::co_status(std::string_view name) {
     return detail::await_run<lock_status>(
-        detail::context_of(*this), std::move(name),
+        detail::context_of(*this), std::string(name),
         [](std::shared_ptr<detail::locker_context> impl, std::string n) {
             return detail::run_status(std::move(impl), std::move(n));
         },
         [](detail::status_outcome out) { return std::move(out.status); });
 }
 
-asio::awaitable<bool> locker::co_force_unlock(std::string name) {
+asio::awaitable<bool> locker::co_force_unlock(std::string_view name) {
     return detail::await_run<bool>(
-        detail::context_of(*this), std::move(name),
+        detail::context_of(*this), std::string(name),
         [](std::shared_ptr<detail::locker_context> impl, std::string n) {
             return detail::run_force_unlock(std::move(impl), std::move(n));
         },

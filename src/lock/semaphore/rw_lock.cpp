@@ -125,10 +125,10 @@ void write_guard::start_downgrade(
 
 // ---------------------------------------------------------------------- rw_lock
 
-rw_lock::rw_lock(locker& l, std::string name) {
+rw_lock::rw_lock(locker& l, std::string_view name) {
     validate(name, lock_options{});
     core_ = std::make_shared<detail::semaphore_core>(detail::context_of(l), "read-write lock",
-                                                     "rw:", std::move(name), all_permits);
+                                                     "rw:", std::string(name), all_permits);
 }
 
 rw_lock::rw_lock(rw_lock&& other) noexcept = default;

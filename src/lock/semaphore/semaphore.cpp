@@ -37,10 +37,10 @@ asio::awaitable<bool> permit::release() {
 
 // ---------------------------------------------------------------------- semaphore
 
-semaphore::semaphore(locker& l, std::string name, std::size_t capacity) {
+semaphore::semaphore(locker& l, std::string_view name, std::size_t capacity) {
     detail::validate_semaphore(name, capacity);
     core_ = std::make_shared<detail::semaphore_core>(detail::context_of(l), "semaphore",
-                                                     "semaphore:", std::move(name), capacity);
+                                                     "semaphore:", std::string(name), capacity);
 }
 
 semaphore::semaphore(semaphore&& other) noexcept = default;
