@@ -112,6 +112,20 @@ std::size_t count_held(std::vector<std::optional<std::string>> const& values,
     return n;
 }
 
+std::size_t count_free_with_fence(std::vector<std::optional<std::string>> const& values) {
+    std::size_t n = 0;
+    for (auto const& v : values) {
+        if (!v || !v->starts_with("F "))
+            continue;
+        std::istringstream in(*v);
+        std::string kind;
+        long long fence = 0;
+        in >> kind >> fence;
+        n += fence > 0 ? 1 : 0;
+    }
+    return n;
+}
+
 namespace {
 
 // Lists (as "port key") what `args` returns, line by line, on every running server.

@@ -91,6 +91,9 @@ values_become(primary_connections& probe, std::string key,
 std::size_t count_held(std::vector<std::optional<std::string>> const& values,
                        std::string_view token = {});
 
+/// How many of `values` are the free lock ("F <fence>") with a fence above 0.
+std::size_t count_free_with_fence(std::vector<std::optional<std::string>> const& values);
+
 /// The keys matching `pattern` on every running server, as "port key", through redis-cli.
 std::vector<std::string> keys_on(std::vector<redis_server*> const& servers,
                                  std::string const& pattern);
