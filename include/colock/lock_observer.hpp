@@ -64,8 +64,8 @@ struct acquired_event {
     int attempts = 0;
     /// How the lock was obtained.
     acquired_by how = acquired_by::first_attempt;
-    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore" or
-    /// "read-write lock"; valid during the call only.
+    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore", "read-write
+    /// lock", or "election" (a leadership, by the election's name); valid during the call only.
     std::string_view kind = "lock";
 };
 
@@ -83,8 +83,8 @@ struct released_event {
     /// The locker keeps the lease for its next co_lock of the name (lock_options::retain).
     /// With neither this nor handed_locally, the lease was sent back to the server.
     bool retained = false;
-    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore" or
-    /// "read-write lock"; valid during the call only.
+    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore", "read-write
+    /// lock", or "election" (a leadership, by the election's name); valid during the call only.
     std::string_view kind = "lock";
 };
 
@@ -98,8 +98,8 @@ struct lost_event {
     loss_reason reason = loss_reason::not_ours;
     /// From the call that acquired the lock to the loss being noticed.
     std::chrono::steady_clock::duration held{};
-    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore" or
-    /// "read-write lock"; valid during the call only.
+    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore", "read-write
+    /// lock", or "election" (a leadership, by the election's name); valid during the call only.
     std::string_view kind = "lock";
 };
 
@@ -118,8 +118,8 @@ struct renewal_event {
     /// The request failed (it is retried until the lease's deadline); error::timeout when no
     /// answer came by the deadline.
     boost::system::error_code error;
-    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore" or
-    /// "read-write lock"; valid during the call only.
+    /// What holds it: "lock" (a lock, or one name of a lock set), "semaphore", "read-write
+    /// lock", or "election" (a leadership, by the election's name); valid during the call only.
     std::string_view kind = "lock";
 };
 
@@ -144,8 +144,9 @@ struct reconnect_event {
 /// observer builds no event at all. A lock on several names (locker::co_lock_all) is told as a
 /// lock per name: an acquired, released, lost and renewal event for each of its names, with
 /// that name's fence; its waits are not counted in queue_event. A semaphore's permits and a
-/// read-write lock's guards are told as holdings of their name, with their `kind`: acquired,
-/// released, lost and renewal events (their waits are not counted in queue_event either).
+/// read-write lock's guards and an election's leaderships are told as holdings of their name,
+/// with their `kind`: acquired, released, lost and renewal events (a semaphore's and a read-write
+/// lock's waits are not counted in queue_event; a campaign's are, by the election's name).
 class lock_observer {
 public:
     virtual ~lock_observer() = default;

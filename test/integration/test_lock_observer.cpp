@@ -1,5 +1,6 @@
 // locker::set_observer against a real redis-server: what the observer is told, with what
 // figures, and in which order, for each way a lock is taken, given up and lost.
+#include <colock/election.hpp>
 #include <colock/lock_observer.hpp>
 #include <colock/locker.hpp>
 #include <colock/rw_lock.hpp>
@@ -386,6 +387,51 @@ TEST_CASE("observer: a semaphore's permits and a read-write lock's guards are to
         CHECK(seen_by->of("acquired").back().holder_kind == "lock");
     };
     run_lock_test<one_locker>("observer-permits", scenario);
+}
+
+TEST_CASE("observer: an election's leaderships are told as holdings of the election's name, "
+          "kind \"election\": acquired, renewed, released; a waiting candidate is "
+          "in the queue") {
+    auto scenario = [&](redis::connection&, redis::connection&, locker& locks,
+                        std::string const& name) -> asio::awaitable<void> {
+        auto const seen_by = std::make_shared<recorder>();
+        locks.set_observer(seen_by);
+        election vote{locks, name};
+        auto opt = lease(3000ms);
+        opt.renew_interval = 100ms;
+        auto lead = co_await vote.co_campaign("a", opt);
+        co_await poll_until([&] { return !seen_by->of("renewal").empty(); }, 300, 10ms);
+        std::optional<leadership> next;
+        asio::co_spawn(
+            co_await asio::this_coro::executor,
+            [&]() -> asio::awaitable<void> { next.emplace(co_await vote.co_campaign("b", opt)); },
+            asio::detached);
+        co_await poll_until([&] { return !seen_by->of("queue").empty(); }, 300, 10ms);
+        CHECK(co_await lead.co_resign());
+        co_await poll_until([&] { return next.has_value(); }, 300, 10ms);
+        REQUIRE(next.has_value());
+        CHECK(co_await next->co_resign());
+
+        auto const acquired = seen_by->of("acquired");
+        REQUIRE(acquired.size() == 2);
+        for (auto const& e : acquired) {
+            CHECK(e.name == name);
+            CHECK(e.holder_kind == "election");
+        }
+        CHECK(acquired[0].fence == lead.term());
+        CHECK(acquired[1].fence == next->term());
+        auto const released = seen_by->of("released");
+        REQUIRE(released.size() == 2);
+        CHECK(released[0].holder_kind == "election");
+        CHECK(released[0].fence == lead.term());
+        auto const renewals = seen_by->of("renewal");
+        REQUIRE_FALSE(renewals.empty());
+        CHECK(renewals[0].holder_kind == "election");
+        auto const queued = seen_by->of("queue");
+        REQUIRE_FALSE(queued.empty());
+        CHECK(queued[0].name == name);
+    };
+    run_lock_test<one_locker>("observer-election", scenario);
 }
 
 TEST_CASE("observer: a reconnection is reported with the connection's count") {

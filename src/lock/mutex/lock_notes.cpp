@@ -18,7 +18,7 @@ void lock_notes::acquired(guard_state const& st, clock_type::time_point call_sta
                      : waited                  ? acquired_by::server_after_wait
                                                : acquired_by::first_attempt;
     observer_->on_acquired(
-        {st.name(), st.fence(), clock_type::now() - call_started, attempts, how});
+        {st.name(), st.fence(), clock_type::now() - call_started, attempts, how, st.keys().kind});
 }
 
 void lock_notes::queue(std::string const& name, std::size_t waiters) const {
@@ -29,7 +29,7 @@ void lock_notes::queue(std::string const& name, std::size_t waiters) const {
 void lock_notes::released(guard_state const& st, bool handed_locally, bool retained) const {
     if (observer_ && !st.lost())
         observer_->on_released({st.name(), st.fence(), clock_type::now() - st.acquired_at(),
-                                handed_locally, retained});
+                                handed_locally, retained, st.keys().kind});
 }
 
 void lock_notes::lost(guard_state const& st, loss_reason why) const {
@@ -46,13 +46,14 @@ void lock_notes::lost(guard_state const& st, loss_reason why) const {
                                               : "the server instance that held it was replaced"));
     }
     if (observer_)
-        observer_->on_lost({st.name(), st.fence(), why, clock_type::now() - st.acquired_at()});
+        observer_->on_lost(
+            {st.name(), st.fence(), why, clock_type::now() - st.acquired_at(), st.keys().kind});
 }
 
 void lock_notes::renewal(guard_state const& st, clock_type::duration latency, bool extended,
                          boost::system::error_code ec) const {
     if (observer_)
-        observer_->on_renewal({st.name(), st.fence(), latency, extended, ec});
+        observer_->on_renewal({st.name(), st.fence(), latency, extended, ec, st.keys().kind});
 }
 
 void lock_notes::reconnect() const {

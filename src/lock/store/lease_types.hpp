@@ -39,6 +39,7 @@ struct lock_keys {
     std::string owner;          // this locker's id
     std::string channel;        // this locker's wake channel
     std::string record_key;     // the lease's record, or empty: a lock has none
+    std::string_view kind = "lock"; // the space's kind: what the observer's events say
 
     lock_keys(std::string const& prefix, std::string_view name, std::string_view owner_id)
         : lock_keys(fmt::format("{}{{{}}}", prefix, name), owner_id) {}
@@ -47,6 +48,7 @@ struct lock_keys {
         : lock_keys(space.prefix, name, owner_id) {
         if (space.with_record)
             record_key = key + ":e";
+        kind = space.kind;
     }
 
     // From the lock's key itself (`prefix{name}`).
