@@ -1,6 +1,6 @@
-// Lock metrics over HTTP: worker coroutines take locks under load while a Boost.Beast server
-// answers GET /metrics with the locker's figures in Prometheus' text format, counted by a
-// lock_observer.
+// Lock metrics over HTTP: worker coroutines take locks under load (and a semaphore's permits, a
+// read-write lock and an election's leadership) while a Boost.Beast server answers GET /metrics
+// with the locker's figures in Prometheus' text format, counted by a lock_observer, by kind.
 //
 // Usage: colock_example_metrics_http [--url redis://host:port] [--port N] [--workers N]
 // Without --url it uses COLOCK_REDIS_URL, then redis://127.0.0.1:6379. --port 0 (the default)
@@ -32,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -40,80 +41,116 @@ using asio::ip::tcp;
 
 namespace {
 
-// The locker's events as Prometheus counters. Called on the locker's strand, read by the HTTP
-// handler: atomics, and nothing else.
+// The locker's events as Prometheus counters, by what holds (the event's kind: a lock, a
+// semaphore's permits, a read-write lock's guard, an election's leadership). Called on the
+// locker's strand, read by the HTTP handler: atomics, and nothing else.
 struct lock_metrics final : colock::lock_observer {
-    std::atomic<std::uint64_t> acquired_first{0}, acquired_after_wait{0}, acquired_local{0},
-        acquired_retained{0};
-    std::atomic<std::uint64_t> released{0}, lost{0}, renewals{0}, renewal_errors{0};
+    static constexpr std::size_t kinds = 4;
+    // The label of each kind, in the order of kind_index.
+    static constexpr std::string_view kind_labels[kinds] = {"lock", "semaphore", "rw_lock",
+                                                            "election"};
+    static std::size_t kind_index(std::string_view kind) {
+        return kind == "semaphore" ? 1 : kind == "read-write lock" ? 2 : kind == "election" ? 3 : 0;
+    }
+    struct counters {
+        std::atomic<std::uint64_t> acquired_first{0}, acquired_after_wait{0}, acquired_local{0},
+            acquired_retained{0};
+        std::atomic<std::uint64_t> released{0}, lost{0}, renewals{0}, renewal_errors{0};
+        std::atomic<std::int64_t> wait_us{0}, held_us{0};
+    };
+    counters by_kind[kinds];
     std::atomic<std::uint64_t> reconnects{0};
-    std::atomic<std::int64_t> wait_us{0}, held_us{0};
 
     static std::int64_t micros(std::chrono::steady_clock::duration d) {
         return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
     }
     void on_acquired(colock::acquired_event const& e) override {
+        auto& c = by_kind[kind_index(e.kind)];
         switch (e.how) {
         case colock::acquired_by::first_attempt:
-            ++acquired_first;
+            ++c.acquired_first;
             break;
         case colock::acquired_by::server_after_wait:
-            ++acquired_after_wait;
+            ++c.acquired_after_wait;
             break;
         case colock::acquired_by::local_handoff:
-            ++acquired_local;
+            ++c.acquired_local;
             break;
         case colock::acquired_by::retained:
-            ++acquired_retained;
+            ++c.acquired_retained;
             break;
         }
-        wait_us += micros(e.waited);
+        c.wait_us += micros(e.waited);
     }
     void on_released(colock::released_event const& e) override {
-        ++released;
-        held_us += micros(e.held);
+        auto& c = by_kind[kind_index(e.kind)];
+        ++c.released;
+        c.held_us += micros(e.held);
     }
-    void on_lost(colock::lost_event const&) override { ++lost; }
+    void on_lost(colock::lost_event const& e) override { ++by_kind[kind_index(e.kind)].lost; }
     void on_renewal(colock::renewal_event const& e) override {
-        ++renewals;
+        auto& c = by_kind[kind_index(e.kind)];
+        ++c.renewals;
         if (e.error)
-            ++renewal_errors;
+            ++c.renewal_errors;
     }
     void on_reconnect(colock::reconnect_event const&) override { ++reconnects; }
 
+    std::uint64_t total(std::atomic<std::uint64_t> counters::*field) const {
+        std::uint64_t n = 0;
+        for (auto const& c : by_kind)
+            n += (c.*field).load();
+        return n;
+    }
+    std::uint64_t acquired_total() const {
+        return total(&counters::acquired_first) + total(&counters::acquired_after_wait) +
+               total(&counters::acquired_local) + total(&counters::acquired_retained);
+    }
+
     std::string text(std::size_t waiting) const {
         std::string out;
-        auto metric = [&out](std::string_view name, std::string_view type, std::string_view help,
-                             std::string_view labels, double value) {
-            if (!help.empty())
-                out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-            out += fmt::format("{}{} {}\n", name, labels, value);
+        auto help = [&out](std::string_view name, std::string_view type, std::string_view text) {
+            out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, text, name, type);
         };
-        auto const acquired_help = "Locks acquired, by how they were obtained.";
-        metric("colock_acquired_total", "counter", acquired_help, "{how=\"first_attempt\"}",
-               static_cast<double>(acquired_first.load()));
-        metric("colock_acquired_total", "counter", "", "{how=\"server_after_wait\"}",
-               static_cast<double>(acquired_after_wait.load()));
-        metric("colock_acquired_total", "counter", "", "{how=\"local_handoff\"}",
-               static_cast<double>(acquired_local.load()));
-        metric("colock_acquired_total", "counter", "", "{how=\"retained\"}",
-               static_cast<double>(acquired_retained.load()));
-        metric("colock_wait_seconds_total", "counter", "Time spent waiting for locks.", "",
-               static_cast<double>(wait_us.load()) / 1e6);
-        metric("colock_released_total", "counter", "Locks released by their holders.", "",
-               static_cast<double>(released.load()));
-        metric("colock_held_seconds_total", "counter", "Time released locks were held.", "",
-               static_cast<double>(held_us.load()) / 1e6);
-        metric("colock_lost_total", "counter", "Leases lost.", "",
-               static_cast<double>(lost.load()));
-        metric("colock_renewals_total", "counter", "Lease renewals answered.", "",
-               static_cast<double>(renewals.load()));
-        metric("colock_renewal_errors_total", "counter", "Lease renewals that failed.", "",
-               static_cast<double>(renewal_errors.load()));
-        metric("colock_reconnects_total", "counter", "Connections re-established.", "",
-               static_cast<double>(reconnects.load()));
-        metric("colock_waiting", "gauge", "Lock calls waiting now.", "",
-               static_cast<double>(waiting));
+        auto sample = [&out](std::string_view name, std::string_view labels, double value) {
+            out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+        };
+        // One family of samples per metric, a sample per kind (and, for acquired, per how).
+        auto per_kind = [&](std::string_view name, std::string_view type, std::string_view text,
+                            auto value) {
+            help(name, type, text);
+            for (std::size_t k = 0; k < kinds; ++k)
+                sample(name, fmt::format("kind=\"{}\"", kind_labels[k]), value(by_kind[k]));
+        };
+        help("colock_acquired_total", "counter", "Holdings acquired, by kind and how.");
+        for (std::size_t k = 0; k < kinds; ++k) {
+            auto const& c = by_kind[k];
+            std::pair<std::string_view, std::uint64_t> const hows[] = {
+                {"first_attempt", c.acquired_first.load()},
+                {"server_after_wait", c.acquired_after_wait.load()},
+                {"local_handoff", c.acquired_local.load()},
+                {"retained", c.acquired_retained.load()}};
+            for (auto const& [how, n] : hows)
+                sample("colock_acquired_total",
+                       fmt::format("kind=\"{}\",how=\"{}\"", kind_labels[k], how),
+                       static_cast<double>(n));
+        }
+        per_kind("colock_wait_seconds_total", "counter", "Time spent waiting.",
+                 [](counters const& c) { return static_cast<double>(c.wait_us.load()) / 1e6; });
+        per_kind("colock_released_total", "counter", "Holdings let go by their holders.",
+                 [](counters const& c) { return static_cast<double>(c.released.load()); });
+        per_kind("colock_held_seconds_total", "counter", "Time released holdings were held.",
+                 [](counters const& c) { return static_cast<double>(c.held_us.load()) / 1e6; });
+        per_kind("colock_lost_total", "counter", "Leases lost.",
+                 [](counters const& c) { return static_cast<double>(c.lost.load()); });
+        per_kind("colock_renewals_total", "counter", "Lease renewals answered.",
+                 [](counters const& c) { return static_cast<double>(c.renewals.load()); });
+        per_kind("colock_renewal_errors_total", "counter", "Lease renewals that failed.",
+                 [](counters const& c) { return static_cast<double>(c.renewal_errors.load()); });
+        help("colock_reconnects_total", "counter", "Connections re-established.");
+        out += fmt::format("colock_reconnects_total {}\n", reconnects.load());
+        help("colock_waiting", "gauge", "Lock calls waiting now.");
+        out += fmt::format("colock_waiting {}\n", waiting);
         return out;
     }
 };
@@ -132,6 +169,32 @@ asio::awaitable<void> worker(colock::locker& locker, std::atomic<bool> const& st
             co_await locker.co_lock(fmt::format("metrics-example:{}", (id + round) % 2), opt);
         co_await sleep_for(std::chrono::milliseconds{2});
         co_await guard.unlock();
+    }
+}
+
+// Takes one of two permits of a semaphore, holds it a moment, lets it go; until `stopping`.
+asio::awaitable<void> permit_worker(colock::semaphore& sem, std::atomic<bool> const& stopping) {
+    colock::lock_options opt;
+    opt.ttl = std::chrono::seconds{5};
+    while (!stopping) {
+        auto p = co_await sem.co_acquire(opt);
+        co_await sleep_for(std::chrono::milliseconds{2});
+        co_await p.release();
+    }
+}
+
+// Reads under a read-write lock, and leads an election for a moment, in turn; until `stopping`.
+asio::awaitable<void> family_worker(colock::rw_lock& rw, colock::election& vote,
+                                    std::atomic<bool> const& stopping) {
+    colock::lock_options opt;
+    opt.ttl = std::chrono::seconds{5};
+    while (!stopping) {
+        auto reader = co_await rw.co_lock_shared(opt);
+        co_await sleep_for(std::chrono::milliseconds{2});
+        co_await reader.unlock();
+        auto lead = co_await vote.co_campaign("metrics-example", opt);
+        co_await sleep_for(std::chrono::milliseconds{2});
+        co_await lead.co_resign();
     }
 }
 
@@ -242,13 +305,21 @@ asio::awaitable<void> run(options o) {
     std::atomic<bool> stopping{false};
     int running = o.workers;
     asio::steady_timer all_done(ex, asio::steady_timer::time_point::max());
+    auto const worker_done = [&](std::exception_ptr e) {
+        if (e)
+            std::fprintf(stderr, "metrics_http: a worker failed\n");
+        if (--running == 0)
+            all_done.cancel();
+    };
     for (int i = 0; i < o.workers; ++i)
-        asio::co_spawn(ex, worker(locker, stopping, i), [&](std::exception_ptr e) {
-            if (e)
-                std::fprintf(stderr, "metrics_http: a worker failed\n");
-            if (--running == 0)
-                all_done.cancel();
-        });
+        asio::co_spawn(ex, worker(locker, stopping, i), worker_done);
+    // The rest of the family, counted by the same observer under their kind.
+    colock::semaphore sem{locker, "metrics-example:permits", 2};
+    colock::rw_lock rw{locker, "metrics-example:catalog"};
+    colock::election vote{locker, "metrics-example:leader"};
+    running += 2;
+    asio::co_spawn(ex, permit_worker(sem, stopping), worker_done);
+    asio::co_spawn(ex, family_worker(rw, vote, stopping), worker_done);
 
     asio::signal_set signals(ex, SIGINT, SIGTERM);
     co_await signals.async_wait(asio::use_awaitable);
@@ -260,10 +331,9 @@ asio::awaitable<void> run(options o) {
             client->close(ignored);
         }
     co_await all_done.async_wait(asio::as_tuple(asio::use_awaitable));
-    fmt::print("stopped: {} acquired, {} released, {} lost\n",
-               metrics->acquired_first + metrics->acquired_after_wait + metrics->acquired_local +
-                   metrics->acquired_retained,
-               metrics->released.load(), metrics->lost.load());
+    fmt::print("stopped: {} acquired, {} released, {} lost\n", metrics->acquired_total(),
+               metrics->total(&lock_metrics::counters::released),
+               metrics->total(&lock_metrics::counters::lost));
     conn.close();
 }
 

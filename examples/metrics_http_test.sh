@@ -45,15 +45,22 @@ second=$(curl -sSf "$url") || fail "GET $url failed"
 
 grep -q '^# TYPE colock_acquired_total counter$' <<<"$second" || fail "no TYPE line for colock_acquired_total"
 grep -q '^# HELP colock_lost_total ' <<<"$second" || fail "no HELP line for colock_lost_total"
-grep -q '^colock_acquired_total{how="retained"} ' <<<"$second" ||
+grep -q '^colock_acquired_total{kind="lock",how="retained"} ' <<<"$second" ||
     fail "no retained sample of colock_acquired_total"
 a1=$(metric "$first" colock_acquired_total)
 a2=$(metric "$second" colock_acquired_total)
 r1=$(metric "$first" colock_released_total)
 r2=$(metric "$second" colock_released_total)
-local2=$(awk '$1 == "colock_acquired_total{how=\"local_handoff\"}" { print $2 }' <<<"$second")
+local2=$(awk '$1 == "colock_acquired_total{kind=\"lock\",how=\"local_handoff\"}" { print $2 }' <<<"$second")
+# The family's holdings, each under its kind.
+family=""
+for kind in semaphore rw_lock election; do
+    n=$(awk -v k="$kind" 'index($1, "colock_acquired_total{kind=\"" k "\"") == 1 { s += $2 } END { print s + 0 }' <<<"$second")
+    family+=" $kind $n"
+    awk -v n="$n" 'BEGIN { exit !(n > 0) }' || fail "no $kind acquisition counted under its kind"
+done
 lost=$(metric "$second" colock_lost_total)
-echo "metrics_http_test: acquired $a1 -> $a2, released $r1 -> $r2, handed locally $local2, lost $lost"
+echo "metrics_http_test: acquired $a1 -> $a2, released $r1 -> $r2, handed locally $local2, lost $lost;$family"
 awk -v a="$a1" -v b="$a2" 'BEGIN { exit !(b > a && a > 0) }' || fail "colock_acquired_total did not grow ($a1 -> $a2)"
 awk -v a="$r1" -v b="$r2" 'BEGIN { exit !(b > a) }' || fail "colock_released_total did not grow ($r1 -> $r2)"
 awk -v n="${local2:-0}" 'BEGIN { exit !(n > 0) }' || fail "no local hand-off counted with 8 workers on 2 names"
