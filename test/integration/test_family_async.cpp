@@ -43,15 +43,22 @@ error_code code_of(std::future<T>& f) {
     return {};
 }
 
-} // namespace
-
-TEST_CASE("the election's async forms: async_campaign, async_leader, a watch's async_next, "
-          "async_proclaim and async_resign, with futures, callbacks and a deferred operation; "
-          "a candidate waits and leads after the resign; errors and cancellation as codes") {
+// What every case runs on: a locker on the shared server, its context run by two threads (joined
+// last, once the connection is gone), so that futures can be waited for here.
+struct running_locker {
     asio::io_context ctx;
-    context_threads runners{ctx, 2}; // joined last, once the connection is gone
+    context_threads runners{ctx, 2};
     redis::connection conn{ctx.get_executor(), shared_server().config()};
     locker locks{conn};
+};
+
+} // namespace
+
+TEST_CASE_FIXTURE(
+    running_locker,
+    "the election's async forms: async_campaign, async_leader, a watch's async_next, "
+    "async_proclaim and async_resign, with futures, callbacks and a deferred operation; "
+    "a candidate waits and leads after the resign; errors and cancellation as codes") {
     auto const name = unique_key("async-election");
     election vote{locks, name};
 
@@ -138,13 +145,11 @@ TEST_CASE("the election's async forms: async_campaign, async_leader, a watch's a
     conn.close();
 }
 
-TEST_CASE("the read-write lock's async_try_lock_shared, async_try_lock and async_downgrade, and "
-          "the semaphore's async_available, with futures and a callback on a strand of a "
-          "4-thread pool; errors as codes") {
-    asio::io_context ctx;
-    context_threads runners{ctx, 2};
-    redis::connection conn{ctx.get_executor(), shared_server().config()};
-    locker locks{conn};
+TEST_CASE_FIXTURE(
+    running_locker,
+    "the read-write lock's async_try_lock_shared, async_try_lock and async_downgrade, and "
+    "the semaphore's async_available, with futures and a callback on a strand of a "
+    "4-thread pool; errors as codes") {
     auto const name = unique_key("async-family");
     rw_lock rw{locks, name};
 
@@ -198,12 +203,10 @@ TEST_CASE("the read-write lock's async_try_lock_shared, async_try_lock and async
     conn.close();
 }
 
-TEST_CASE("the options may be left out before the token: async_lock(name, token) and its kin "
-          "take the default options") {
-    asio::io_context ctx;
-    context_threads runners{ctx, 2};
-    redis::connection conn{ctx.get_executor(), shared_server().config()};
-    locker locks{conn};
+TEST_CASE_FIXTURE(
+    running_locker,
+    "the options may be left out before the token: async_lock(name, token) and its kin "
+    "take the default options") {
     auto const name = unique_key("token-only");
 
     auto g = locks.async_lock(name, asio::use_future).get();
@@ -246,13 +249,11 @@ TEST_CASE("the options may be left out before the token: async_lock(name, token)
     conn.close();
 }
 
-TEST_CASE("an operation under way counts as work on its handler's executor: a thread pool whose "
-          "only work is a callback of async_lock, async_acquire or async_campaign bound to its "
-          "strand is joined only after the callback ran") {
-    asio::io_context ctx;
-    context_threads runners{ctx, 1};
-    redis::connection conn{ctx.get_executor(), shared_server().config()};
-    locker locks{conn};
+TEST_CASE_FIXTURE(
+    running_locker,
+    "an operation under way counts as work on its handler's executor: a thread pool whose "
+    "only work is a callback of async_lock, async_acquire or async_campaign bound to its "
+    "strand is joined only after the callback ran") {
     auto const name = unique_key("foreign-work");
     auto held = locks.async_lock(name, lease(5000ms), asio::use_future).get();
     semaphore sem{locks, name + "-sem", 1};
@@ -293,12 +294,10 @@ TEST_CASE("an operation under way counts as work on its handler's executor: a th
     conn.close();
 }
 
-TEST_CASE("names as std::string_view: the lock, the scope, the semaphore, the read-write lock and "
-          "the election take one; a deferred operation keeps its own copy of the name") {
-    asio::io_context ctx;
-    context_threads runners{ctx, 2};
-    redis::connection conn{ctx.get_executor(), shared_server().config()};
-    locker locks{conn};
+TEST_CASE_FIXTURE(
+    running_locker,
+    "names as std::string_view: the lock, the scope, the semaphore, the read-write lock and "
+    "the election take one; a deferred operation keeps its own copy of the name") {
     std::string const base = unique_key("views");
     std::string_view const name = base;
 
