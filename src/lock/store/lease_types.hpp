@@ -32,13 +32,13 @@ struct key_space {
 // The keys of lock `name` under a prefix, all in the hash slot of `{name}` (the layout is in
 // lock_scripts.hpp), and this locker's wake channel for it.
 struct lock_keys {
-    std::string key;            // the lock: holder, fence, whether a process is queued
-    std::string queue_key;      // the processes waiting, in arrival order
-    std::string deadlines_key;  // each queued process's deadline
-    std::string channel_prefix; // + a locker's owner id: where it is told of a hand-off
-    std::string owner;          // this locker's id
-    std::string channel;        // this locker's wake channel
-    std::string record_key;     // the lease's record, or empty: a lock has none
+    std::string key;                // the lock: holder, fence, whether a process is queued
+    std::string queue_key;          // the processes waiting, in arrival order
+    std::string deadlines_key;      // each queued process's deadline
+    std::string channel_prefix;     // + a locker's owner id: where it is told of a hand-off
+    std::string owner;              // this locker's id
+    std::string channel;            // this locker's wake channel
+    std::string record_key;         // the lease's record, or empty: a lock has none
     std::string_view kind = "lock"; // the space's kind: what the observer's events say
 
     lock_keys(std::string const& prefix, std::string_view name, std::string_view owner_id)
