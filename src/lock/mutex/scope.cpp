@@ -4,6 +4,7 @@
 // guards keep from any thread.
 #include "lock/mutex/guard.hpp"
 
+#include "detail/async_form.hpp"
 #include "detail/awaitable_tokens.hpp"
 
 #include <colock/lock_scope.hpp>
@@ -296,16 +297,6 @@ asio::awaitable<std::optional<lock_guard>> lock_scope::co_try_lock(std::string_v
 
 namespace {
 
-error_code code_of(std::exception_ptr e) {
-    try {
-        std::rethrow_exception(e);
-    } catch (system_error const& failure) {
-        return failure.code();
-    } catch (...) {
-        return make_error_code(error::unexpected_reply);
-    }
-}
-
 // Runs the scope's take on `ex` for a completion handler, which the caller's cancellation
 // reaches through co_spawn; completes on `ex`, never inside the initiating call.
 template <class Handler, class Complete>
@@ -314,11 +305,11 @@ void spawn_take(std::shared_ptr<detail::scope_state> st, asio::any_io_executor e
     auto slot = asio::get_associated_cancellation_slot(handler);
     asio::co_spawn(ex,
                    detail::scope_state::take(std::move(st), std::move(name), std::move(opt), wait),
-                   asio::bind_cancellation_slot(slot, [handler = std::move(handler), complete](
-                                                          std::exception_ptr e,
-                                                          std::optional<lock_guard> g) mutable {
-                       complete(std::move(handler), e ? code_of(e) : error_code{}, std::move(g));
-                   }));
+                   asio::bind_cancellation_slot(
+                       slot, [handler = std::move(handler),
+                              complete](std::exception_ptr e, std::optional<lock_guard> g) mutable {
+                           complete(std::move(handler), detail::code_of(e), std::move(g));
+                       }));
 }
 
 } // namespace
