@@ -13,6 +13,17 @@
 
 namespace colock::detail {
 
+/// Outstanding work on the handler's associated executor (or `io_executor`, the I/O object's,
+/// when it has none) for as long as it lives. An operation holds it from its initiation until
+/// its handler has been handed to that executor, as Asio's own do: the io_context or thread
+/// pool of a handler bound to an executor of its own does not run out of work while the
+/// operation is under way.
+template <class Handler, class IoExecutor>
+auto work_for(Handler const& handler, IoExecutor const& io_executor) {
+    return boost::asio::prefer(boost::asio::get_associated_executor(handler, io_executor),
+                               boost::asio::execution::outstanding_work.tracked);
+}
+
 /// Calls `invoke(std::move(handler))` on the handler's associated executor, or on
 /// `io_executor` (the I/O object's) when it has none, clearing its cancellation slot there,
 /// where the user emits. Posted to `io_executor` first, then dispatched (inline when the
@@ -20,28 +31,32 @@ namespace colock::detail {
 /// strands, where it would hold up the connection's reads and the renewals, nor inside the loop
 /// that decided the outcome. (A type-erased handler's executor cannot be posted to directly: it
 /// does not offer blocking.never.)
-template <class IoExecutor, class Handler, class Invoke>
+///
+/// `work` (the operation's work_for) is let go only after the last copy of the handler's
+/// executor on this side is gone: once the handler has run, its thread pool may be joined and
+/// destroyed at once, and a strand's executor outliving its pool touches freed memory.
+template <class IoExecutor, class Handler, class Invoke, class Work>
 void post_invocation(IoExecutor const& io_executor, Handler handler,
-                     boost::asio::cancellation_slot slot, Invoke invoke) {
+                     boost::asio::cancellation_slot slot, Invoke invoke, Work work) {
     boost::asio::post(io_executor, [io_executor, handler = std::move(handler), slot,
-                                    invoke = std::move(invoke)]() mutable {
-        auto ex = boost::asio::get_associated_executor(handler, io_executor);
-        boost::asio::dispatch(
-            ex, [handler = std::move(handler), slot, invoke = std::move(invoke)]() mutable {
-                slot.clear();
-                std::move(invoke)(std::move(handler));
-            });
+                                    invoke = std::move(invoke), work = std::move(work)]() mutable {
+        {
+            auto ex = boost::asio::get_associated_executor(handler, io_executor);
+            boost::asio::dispatch(
+                ex, [handler = std::move(handler), slot, invoke = std::move(invoke)]() mutable {
+                    slot.clear();
+                    std::move(invoke)(std::move(handler));
+                });
+        } // `ex` is gone here; `work` goes with this function object, after it.
     });
 }
 
-/// Outstanding work on the handler's associated executor (or `io_executor`, the I/O object's,
-/// when it has none) for as long as it lives. An operation holds it from its initiation until
-/// its handler has run, as Asio's own do: the io_context or thread pool of a handler bound to
-/// an executor of its own does not run out of work while the operation is under way.
-template <class Handler, class IoExecutor>
-auto work_for(Handler const& handler, IoExecutor const& io_executor) {
-    return boost::asio::prefer(boost::asio::get_associated_executor(handler, io_executor),
-                               boost::asio::execution::outstanding_work.tracked);
+/// post_invocation for an operation that holds no work of its own: it is counted from here.
+template <class IoExecutor, class Handler, class Invoke>
+void post_invocation(IoExecutor const& io_executor, Handler handler,
+                     boost::asio::cancellation_slot slot, Invoke invoke) {
+    auto work = work_for(handler, io_executor);
+    post_invocation(io_executor, std::move(handler), slot, std::move(invoke), std::move(work));
 }
 
 /// Completes `handler(args...)` as post_invocation does.

@@ -50,18 +50,20 @@ void spawn_cancellable(Strand const& strand, boost::asio::awaitable<T> op, Handl
             });
         });
     }
-    asio::co_spawn(strand, std::move(op),
-                   asio::bind_cancellation_slot(
-                       state->signal.slot(), [state, strand, slot, handler = std::move(handler),
-                                              finish = std::move(finish), work = std::move(work)](
-                                                 std::exception_ptr e, T value) mutable {
-                           state->done = true;
-                           post_invocation(strand.get_inner_executor(), std::move(handler), slot,
-                                           [finish = std::move(finish), e, value = std::move(value),
-                                            work = std::move(work)](Handler h) mutable {
-                                               finish(std::move(h), e, std::move(value));
-                                           });
-                       }));
+    asio::co_spawn(
+        strand, std::move(op),
+        asio::bind_cancellation_slot(
+            state->signal.slot(),
+            [state, strand, slot, handler = std::move(handler), finish = std::move(finish),
+             work = std::move(work)](std::exception_ptr e, T value) mutable {
+                state->done = true;
+                post_invocation(
+                    strand.get_inner_executor(), std::move(handler), slot,
+                    [finish = std::move(finish), e, value = std::move(value)](Handler h) mutable {
+                        finish(std::move(h), e, std::move(value));
+                    },
+                    std::move(work));
+            }));
 }
 
 } // namespace colock::detail

@@ -24,8 +24,11 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <type_traits>
 
 using namespace colock;
 using namespace colock::test;
@@ -291,6 +294,95 @@ TEST_CASE_FIXTURE(
     });
     pool.join();
     CHECK(ran == 3);
+    conn.close();
+}
+
+namespace {
+
+// An executor of a thread pool that makes visible a copy of itself held on the locker's threads
+// once the handler was handed to it: such a copy, destroyed there, first waits for the handler
+// to have run and 100 ms more, and notes whether the pool was destroyed by then. (A strand's
+// executor that outlives its pool touches freed memory.)
+struct late_copies {
+    asio::io_context* ctx = nullptr;
+    std::atomic<bool> handed_over{false};
+    std::atomic<bool> handler_ran{false};
+    std::atomic<bool> pool_gone{false};
+    std::atomic<int> outlived_pool{0};
+};
+
+template <class Inner>
+struct watched_executor {
+    Inner inner;
+    std::shared_ptr<late_copies> watch;
+
+    watched_executor(Inner i, std::shared_ptr<late_copies> w) noexcept
+        : inner(std::move(i)), watch(std::move(w)) {}
+    watched_executor(watched_executor const&) noexcept = default;
+    watched_executor(watched_executor&&) noexcept = default;
+    watched_executor& operator=(watched_executor const&) noexcept = default;
+    watched_executor& operator=(watched_executor&&) noexcept = default;
+    ~watched_executor() {
+        if (watch && watch->handed_over && watch->ctx->get_executor().running_in_this_thread()) {
+            for (int i = 0; i < 100 && !watch->handler_ran; ++i)
+                std::this_thread::sleep_for(10ms);
+            std::this_thread::sleep_for(100ms);
+            if (watch->pool_gone)
+                ++watch->outlived_pool;
+        }
+    }
+
+    template <class F>
+    void execute(F&& f) const {
+        if (watch->ctx->get_executor().running_in_this_thread())
+            watch->handed_over = true;
+        inner.execute(std::forward<F>(f));
+    }
+    template <class Property>
+    requires asio::can_query<Inner const&, Property>::value auto query(Property p) const {
+        return asio::query(inner, p);
+    }
+    template <class Property>
+    requires asio::can_require<Inner const&, Property>::value auto require(Property p) const {
+        return watched_executor<std::decay_t<decltype(asio::require(inner, p))>>(
+            asio::require(inner, p), watch);
+    }
+    template <class Property>
+    requires asio::can_prefer<Inner const&, Property>::value auto prefer(Property p) const {
+        return watched_executor<std::decay_t<decltype(asio::prefer(inner, p))>>(
+            asio::prefer(inner, p), watch);
+    }
+    friend bool operator==(watched_executor const& a, watched_executor const& b) noexcept {
+        return a.inner == b.inner;
+    }
+};
+
+} // namespace
+
+TEST_CASE_FIXTURE(
+    running_locker,
+    "an operation lets go of its handler's executor before its work: a thread pool joined and "
+    "destroyed as soon as a callback of async_try_lock or async_leader bound to its strand "
+    "has run is not touched afterwards") {
+    auto const name = unique_key("late-copy");
+    election vote{locks, name + "-vote"};
+    auto const run_once = [&](auto start) {
+        auto watch = std::make_shared<late_copies>();
+        watch->ctx = &ctx;
+        {
+            asio::thread_pool pool{1};
+            watched_executor ex{asio::make_strand(pool), watch};
+            start(asio::bind_executor(ex, [watch](auto&&...) { watch->handler_ran = true; }));
+            pool.join(); // returns once the operation's work on the pool is gone
+            CHECK(watch->handler_ran);
+        }
+        watch->pool_gone = true;
+        // Whatever still held a copy has let go of it by now.
+        std::this_thread::sleep_for(300ms);
+        return watch->outlived_pool.load();
+    };
+    CHECK(run_once([&](auto h) { locks.async_try_lock(name, lease(5000ms), std::move(h)); }) == 0);
+    CHECK(run_once([&](auto h) { vote.async_leader(std::move(h)); }) == 0);
     conn.close();
 }
 

@@ -5,6 +5,7 @@
 #include <colock/error.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
+#include <colock/multi_lock_guard.hpp>
 #include <colock/redis/config.hpp>
 #include <colock/redis/connection.hpp>
 #include <colock/rw_lock.hpp>
@@ -17,12 +18,15 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <future>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace refused_before_io_test {
@@ -208,6 +212,31 @@ TEST_CASE("bad arguments are refused at the call, before any I/O, naming the fie
     edge.retry.multiplier = 1.0;
     CHECK_NOTHROW(colock::validate(std::string(colock::max_lock_name_length, 'x'), edge));
     conn.close();
+}
+
+TEST_CASE("async_wait_lost on a guard that holds nothing completes with not_held, never inside "
+          "the call: a lock's, a lock set's, a permit's and a read-write lock's guards") {
+    auto const refused = [](auto guard) {
+        auto const caller = std::this_thread::get_id();
+        std::atomic<bool> returned{false};
+        bool inside_the_call = false;
+        std::promise<error_code> told;
+        auto future = told.get_future();
+        guard.async_wait_lost([&](error_code ec) {
+            inside_the_call = std::this_thread::get_id() == caller && !returned;
+            told.set_value(ec);
+        });
+        returned = true;
+        REQUIRE(future.wait_for(10s) == std::future_status::ready);
+        CHECK_FALSE(inside_the_call);
+        return future.get();
+    };
+    // Each handler is bound to no executor of its own: a dispatch would run it inline, in the call.
+    CHECK(refused(colock::lock_guard{}) == colock::error::not_held);
+    CHECK(refused(colock::multi_lock_guard{}) == colock::error::not_held);
+    CHECK(refused(colock::permit{}) == colock::error::not_held);
+    CHECK(refused(colock::read_guard{}) == colock::error::not_held);
+    CHECK(refused(colock::write_guard{}) == colock::error::not_held);
 }
 
 } // namespace refused_before_io_test

@@ -1,4 +1,5 @@
 // The guard of a lock set, and the locker's calls that take one.
+#include "detail/completion.hpp"
 #include "lock/base/errors.hpp"
 #include "lock/base/release_completion.hpp"
 #include "lock/multi/lock_set.hpp"
@@ -148,10 +149,10 @@ std::chrono::steady_clock::time_point multi_lock_guard::lease_expiry() const noe
 void multi_lock_guard::start_wait_lost(std::shared_ptr<detail::lock_set_state> st,
                                        asio::any_completion_handler<void(error_code)> handler) {
     if (!st || st->released()) {
-        auto ex = asio::get_associated_executor(handler);
-        asio::dispatch(ex, [h = std::move(handler)]() mutable {
-            std::move(h)(make_error_code(error::not_held));
-        });
+        // Posted, never run inside the call; a guard that holds nothing has no I/O executor.
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        detail::post_completion(asio::system_executor(), std::move(handler), slot,
+                                make_error_code(error::not_held));
         return;
     }
     st->wait_lost(std::move(handler));

@@ -180,8 +180,10 @@ struct lock_operation_for final : lock_operation {
     void deliver() override {
         post_invocation(
             io_executor(), std::move(handler), slot,
-            [f = std::move(finish), e = exception_, o = std::move(out_),
-             w = std::move(work)](Handler h) mutable { f(std::move(h), e, std::move(o)); });
+            [f = std::move(finish), e = exception_, o = std::move(out_)](Handler h) mutable {
+                f(std::move(h), e, std::move(o));
+            },
+            std::move(work));
     }
 
     boost::asio::cancellation_slot slot; // the caller's, where it emits

@@ -1,5 +1,6 @@
 // What a permit and a read-write lock's guards share: the handle on a holding's lease, its
 // release (awaited, or in the background when it is let go), and the awaitable acquire.
+#include "detail/completion.hpp"
 #include "lock/base/errors.hpp"
 #include "lock/base/release_completion.hpp"
 #include "lock/semaphore/semaphore_core.hpp"
@@ -143,10 +144,10 @@ std::chrono::steady_clock::time_point lease_guard::lease_expiry() const noexcept
 void lease_guard::start_wait_lost(std::shared_ptr<detail::permit_state> st,
                                   asio::any_completion_handler<void(error_code)> handler) {
     if (!st || st->released()) {
-        auto ex = asio::get_associated_executor(handler);
-        asio::dispatch(ex, [h = std::move(handler)]() mutable {
-            std::move(h)(make_error_code(error::not_held));
-        });
+        // Posted, never run inside the call; a guard that holds nothing has no I/O executor.
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        detail::post_completion(asio::system_executor(), std::move(handler), slot,
+                                make_error_code(error::not_held));
         return;
     }
     st->wait_lost(std::move(handler));
