@@ -23,11 +23,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <type_traits>
 
 using namespace colock;
@@ -301,14 +302,23 @@ namespace {
 
 // An executor of a thread pool that makes visible a copy of itself held on the locker's threads
 // once the handler was handed to it: such a copy, destroyed there, first waits for the handler
-// to have run and 100 ms more, and notes whether the pool was destroyed by then. (A strand's
+// to have run, then up to 100 ms for the pool to be destroyed, counting it if it was. (A strand's
 // executor that outlives its pool touches freed memory.)
 struct late_copies {
     asio::io_context* ctx = nullptr;
     std::atomic<bool> handed_over{false};
-    std::atomic<bool> handler_ran{false};
-    std::atomic<bool> pool_gone{false};
-    std::atomic<int> outlived_pool{0};
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool handler_ran = false;
+    bool pool_gone = false;
+    int watching = 0; // copies in their destructor's wait
+    int outlived_pool = 0;
+
+    void mark(bool late_copies::*what) {
+        std::lock_guard lock(mutex);
+        this->*what = true;
+        changed.notify_all();
+    }
 };
 
 template <class Inner>
@@ -323,13 +333,16 @@ struct watched_executor {
     watched_executor& operator=(watched_executor const&) noexcept = default;
     watched_executor& operator=(watched_executor&&) noexcept = default;
     ~watched_executor() {
-        if (watch && watch->handed_over && watch->ctx->get_executor().running_in_this_thread()) {
-            for (int i = 0; i < 100 && !watch->handler_ran; ++i)
-                std::this_thread::sleep_for(10ms);
-            std::this_thread::sleep_for(100ms);
-            if (watch->pool_gone)
-                ++watch->outlived_pool;
-        }
+        if (!watch || !watch->handed_over || !watch->ctx->get_executor().running_in_this_thread())
+            return;
+        std::unique_lock lock(watch->mutex);
+        ++watch->watching;
+        watch->changed.wait_for(lock, 10s, [&] { return watch->handler_ran; });
+        // The window: 100 ms for the pool to go, if nothing holds it.
+        if (watch->changed.wait_for(lock, 100ms, [&] { return watch->pool_gone; }))
+            ++watch->outlived_pool;
+        --watch->watching;
+        watch->changed.notify_all();
     }
 
     template <class F>
@@ -372,14 +385,17 @@ TEST_CASE_FIXTURE(
         {
             asio::thread_pool pool{1};
             watched_executor ex{asio::make_strand(pool), watch};
-            start(asio::bind_executor(ex, [watch](auto&&...) { watch->handler_ran = true; }));
+            start(asio::bind_executor(
+                ex, [watch](auto&&...) { watch->mark(&late_copies::handler_ran); }));
             pool.join(); // returns once the operation's work on the pool is gone
+            std::lock_guard lock(watch->mutex);
             CHECK(watch->handler_ran);
         }
-        watch->pool_gone = true;
-        // Whatever still held a copy has let go of it by now.
-        std::this_thread::sleep_for(300ms);
-        return watch->outlived_pool.load();
+        watch->mark(&late_copies::pool_gone);
+        // A copy still waiting wakes at that and counts itself.
+        std::unique_lock lock(watch->mutex);
+        watch->changed.wait_for(lock, 10s, [&] { return watch->watching == 0; });
+        return watch->outlived_pool;
     };
     CHECK(run_once([&](auto h) { locks.async_try_lock(name, lease(5000ms), std::move(h)); }) == 0);
     CHECK(run_once([&](auto h) { vote.async_leader(std::move(h)); }) == 0);
