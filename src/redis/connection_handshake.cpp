@@ -107,6 +107,12 @@ asio::awaitable<error_code> connection_impl::handshake_and_health(std::shared_pt
         if (other_server)
             notify_listeners([](push_listener& l) { l.on_server_change(); });
         notify_listeners([](push_listener& l) { l.on_reconnect(); });
+        // Then what came on the channels since they were subscribed to again.
+        for (auto const& push : std::exchange(s->held_pushes, {})) {
+            if (s->detached)
+                break; // a listener closed the connection
+            notify_listeners([&push](push_listener& l) { l.on_push(push); });
+        }
     }
 
     if (cfg_.uses_sentinel()) {

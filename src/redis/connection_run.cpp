@@ -238,7 +238,10 @@ error_code connection_impl::on_value(session& s, resp3::value v) {
         return error::unexpected_reply;
     }
     if (route != reply_matcher::route::answer) {
-        notify_listeners([&v](push_listener& l) { l.on_push(v); });
+        if (!s.ready && ever_connected_)
+            s.held_pushes.push_back(v); // until on_reconnect (see handshake_and_health)
+        else
+            notify_listeners([&v](push_listener& l) { l.on_push(v); });
         if (s.detached)
             return asio::error::operation_aborted; // a listener closed the connection
     }

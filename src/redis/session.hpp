@@ -99,6 +99,10 @@ struct session {
     std::string step;
     bool failure_recorded = false; // the reason it could not connect is in last_connect_error_
     bool answered = false;         // the server has sent a whole RESP3 value on this socket
+    // A reconnection's pushes (messages on the channels it subscribed to again) wait here until
+    // the listeners are told of it (on_reconnect): none reaches them as if nothing had been
+    // missed before it.
+    std::vector<resp3::value> held_pushes;
     // close() with this session up: it sends the requests made before close() (taken from
     // flush_queue instead of the user queue) and reads their replies, then the connection closes.
     // Requests made after close() wait in the user queue for a new connection.

@@ -6,14 +6,18 @@
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
+#include <vector>
 
 using namespace colock;
 using namespace colock::test;
@@ -94,6 +98,82 @@ TEST_CASE("CLIENT KILL: the connection comes back and renews its subscriptions")
         co_await poll_until([&] { return listener->messages != 0; }, 200, 10ms);
         CHECK(listener->messages == 1);
         conn.close();
+    });
+}
+
+TEST_CASE("a reconnection is told before any push of the new connection: its confirmations and "
+          "the messages published since it subscribed again come after on_reconnect") {
+    redis_server server;
+    // What the listener was told, in order: "reconnect", "subscribe", or a message's payload.
+    struct sequence final : redis::push_listener {
+        std::vector<std::string> events;
+        void on_push(resp3::value const& v) override {
+            if (v.elements.size() == 3 && v.elements[0].as_string() == "message")
+                events.emplace_back(*v.elements[2].as_string());
+            else if (!v.elements.empty() && v.elements[0].as_string() == "subscribe")
+                events.emplace_back("subscribe");
+        }
+        void on_reconnect() override { events.emplace_back("reconnect"); }
+    };
+    run_test([&](asio::io_context& ctx) -> asio::awaitable<void> {
+        redis::connection conn{ctx.get_executor(), fast_config(server)};
+        redis::connection publisher{ctx.get_executor(), fast_config(server)};
+        auto listener = std::make_shared<sequence>();
+        conn.add_push_listener(listener);
+        co_await conn.async_subscribe(colock::test::strings("gap"), asio::use_awaitable);
+        co_await conn.co_exec(command("PING"));
+        // Messages all along, so that some come right behind the new subscription's
+        // confirmation, in the same read as it.
+        bool publishing = true;
+        bool stopped = false;
+        int published = 0;
+        asio::co_spawn(
+            ctx,
+            [&]() -> asio::awaitable<void> {
+                while (publishing)
+                    co_await publisher.co_exec(
+                        command("PUBLISH", "gap", std::to_string(++published)));
+                stopped = true;
+            },
+            asio::detached);
+        co_await poll_until([&] { return listener->events.size() >= 3; }, 200, 5ms);
+        auto const before = listener->events.size();
+        CHECK(server.cli(colock::test::strings("CLIENT", "KILL", "TYPE", "pubsub")) == "1");
+        co_await poll_until([&] { return conn.reconnect_count() == 1; }, 200, 10ms);
+        int const at_reconnect = published;
+        co_await poll_until([&] { return published > at_reconnect + 50; }, 200, 5ms);
+        publishing = false;
+        REQUIRE(co_await eventually([&] { return stopped; }));
+        co_await conn.co_exec(command("PING"));
+
+        auto const& events = listener->events;
+        REQUIRE(events.size() > before + 2);
+        // Up to the kill: the subscription's confirmation, then messages only.
+        CHECK(events.at(0) == "subscribe");
+        for (std::size_t i = 1; i < before; ++i)
+            CHECK(events[i] != "reconnect");
+        // After it: the reconnection first, then the renewed subscription, then messages.
+        auto const reconnect = std::find(events.begin() + 1, events.end(), "reconnect");
+        REQUIRE(reconnect != events.end());
+        for (auto it = events.begin() + static_cast<std::ptrdiff_t>(before); it != reconnect; ++it)
+            CHECK_MESSAGE(*it != "subscribe",
+                          "the new connection's confirmation came before on_reconnect");
+        auto const confirmed = std::find(reconnect, events.end(), "subscribe");
+        REQUIRE(confirmed != events.end());
+        CHECK_MESSAGE(confirmed == reconnect + 1,
+                      "a message of the new connection came before its confirmation");
+        CHECK(std::count(events.begin(), events.end(), "reconnect") == 1);
+        // The messages in the order they were published, across the gap (some lost in it).
+        int last = 0;
+        for (auto const& e : events) {
+            if (e == "reconnect" || e == "subscribe")
+                continue;
+            CHECK(std::stoi(e) > last);
+            last = std::stoi(e);
+        }
+        CHECK(last > at_reconnect);
+        conn.close();
+        publisher.close();
     });
 }
 

@@ -248,6 +248,68 @@ TEST_CASE("leader tracker: a skipped version or an unreadable message asks for a
     check_nobody(s.changes[0], 7, true);
 }
 
+TEST_CASE("leader tracker: after a gap, or a message out of step, a new term's first message "
+          "is reported as resynced: whole terms may have come and gone unseen") {
+    // A reconnection: the first message on the new subscription names a later term.
+    leader_tracker t;
+    t.on_reading(leading(7, 1, "a"), false);
+    t.on_gap();
+    auto s = t.on_message("L 9 1 5000 b");
+    REQUIRE(s.changes.size() == 2);
+    check_nobody(s.changes[0], 7, true);
+    check_leader(s.changes[1], "b", 9, true);
+    // What follows is in step with that message.
+    s = t.on_message("L 9 2 5000 c");
+    REQUIRE(s.changes.size() == 1);
+    check_leader(s.changes[0], "c", 9);
+    // The reading after the gap finds nothing new, and says so quietly.
+    CHECK(t.on_reading(leading(9, 2, "c"), true).changes.empty());
+
+    // Nobody led before the gap.
+    leader_tracker u;
+    u.on_reading(leading(7, 1, "a"), false);
+    REQUIRE(u.on_message("N 7 1").changes.size() == 1);
+    u.on_gap();
+    s = u.on_message("L 9 1 5000 b");
+    REQUIRE(s.changes.size() == 1);
+    check_leader(s.changes[0], "b", 9, true);
+
+    // A message out of step (versions 2 and 3 missed): the next term's claim cannot show
+    // that nothing else was missed, before the reading asked for comes.
+    leader_tracker v;
+    v.on_reading(leading(7, 1, "a"), false);
+    CHECK(v.on_message("L 7 4 5000 d").read_again);
+    s = v.on_message("L 9 1 5000 b");
+    REQUIRE(s.changes.size() == 2);
+    check_nobody(s.changes[0], 7, true);
+    check_leader(s.changes[1], "b", 9, true);
+    CHECK(v.on_reading(leading(9, 1, "b"), true).changes.empty());
+    s = v.on_message("N 9 1");
+    REQUIRE(s.changes.size() == 1);
+    check_nobody(s.changes[0], 9);
+
+    // Out of step, then a look (no gap the watch knew of) that finds a later term.
+    leader_tracker w;
+    w.on_reading(leading(7, 1, "a"), false);
+    CHECK(w.on_message("L 7 3 5000 c").read_again);
+    s = w.on_reading(leading(9, 1, "b"), false);
+    REQUIRE(s.changes.size() == 1);
+    check_leader(s.changes[0], "b", 9, true);
+    s = w.on_message("L 9 2 5000 e"); // in step again
+    REQUIRE(s.changes.size() == 1);
+    check_leader(s.changes[0], "e", 9);
+
+    // A gap before the first reading: the first reading is the state, not a resync.
+    leader_tracker x;
+    x.on_gap();
+    s = x.on_reading(leading(7, 1, "a"), true);
+    REQUIRE(s.changes.size() == 1);
+    check_leader(s.changes[0], "a", 7);
+    s = x.on_message("L 9 1 5000 b");
+    REQUIRE(s.changes.size() == 2);
+    check_leader(s.changes[1], "b", 9);
+}
+
 TEST_CASE("leader tracker: a reading older than a message that overtook it is ignored") {
     leader_tracker t;
     t.on_reading(leading(7, 1, "a"), false);

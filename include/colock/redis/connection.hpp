@@ -91,7 +91,9 @@ public:
     /// One push message, as parsed (type resp3::type::push).
     virtual void on_push(resp3::value const& push) = 0;
     /// The connection is up again after a loss; subscriptions made through async_subscribe
-    /// have been renewed, but messages published meanwhile were missed.
+    /// have been renewed, but messages published meanwhile were missed. No push of the new
+    /// connection reaches on_push before this call, so that each message can be told to come
+    /// after the gap.
     virtual void on_reconnect() {}
     /// Called just before on_reconnect() when the server reached is another instance than
     /// before (its run_id differs): a server restarted without persistence, or a failover to

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 namespace colock::detail {
 
@@ -78,6 +79,7 @@ void majority_messages::forget_before(std::int64_t term) {
 }
 
 void leader_tracker::report(step& s, bool resynced) {
+    resynced = resynced || unsure_;
     if (leading_) {
         if (reported_leading_ && reported_term_ == term_ && reported_value_ == value_)
             return;
@@ -106,6 +108,7 @@ leader_tracker::step leader_tracker::on_reading(election_reading const& r, bool 
         version_ = r.version;
         leading_ = r.leading;
         value_ = r.value;
+        unsure_ = false; // what is reported first is the state itself
         if (leading_)
             report(s, false);
         else // nobody leads; the last term when a record says which
@@ -115,11 +118,13 @@ leader_tracker::step leader_tracker::on_reading(election_reading const& r, bool 
     // A reading older than a message that came while it was under way says nothing new.
     if (r.record && (r.term < term_ || (r.term == term_ && r.version < version_)))
         return s;
+    // Messages missed, whether the watch knows it or a message out of step showed it.
+    bool const gap = std::exchange(unsure_, false) || after_gap;
     // The one next change, which cannot hide another; or no change at all.
     bool const contiguous = leading_ && r.leading && r.term == term_ && r.version == version_ + 1;
     bool const same =
         r.leading == leading_ && (!r.record || (r.term == term_ && r.version == version_));
-    if (after_gap && !leading_ && !r.leading && (r.lock_fence == 0 || r.lock_fence > term_)) {
+    if (gap && !leading_ && !r.leading && (r.lock_fence == 0 || r.lock_fence > term_)) {
         // Nobody leads, as before the gap; but the lock's key is gone, or has a fence above
         // the last term known: terms may have come and gone meanwhile. Said, not kept quiet.
         term_ = std::max(term_, r.lock_fence);
@@ -133,11 +138,20 @@ leader_tracker::step leader_tracker::on_reading(election_reading const& r, bool 
     }
     leading_ = r.leading;
     value_ = r.value;
-    report(s, after_gap && !contiguous && !same);
+    report(s, gap && !contiguous && !same);
     return s;
 }
 
 leader_tracker::step leader_tracker::on_message(std::string_view payload) {
+    step s = apply_message(payload);
+    if (s.read_again)
+        unsure_ = true; // until the reading asked for, or a change, says where things are
+    else if (!s.changes.empty())
+        unsure_ = false; // reported as resynced: what follows is in step with it
+    return s;
+}
+
+leader_tracker::step leader_tracker::apply_message(std::string_view payload) {
     step s;
     if (!started_)
         return s;

@@ -67,12 +67,16 @@ public:
     // A message of the election's channel; ignored before the first reading, which includes
     // what it says.
     step on_message(std::string_view payload);
+    // Messages may have been missed (a reconnection): until a reading or a change says where
+    // the election is, a change is reported as resynced, even one that looks like the next.
+    void on_gap() noexcept { unsure_ = true; }
 
     bool started() const noexcept { return started_; }
     // The newest term known.
     std::int64_t term() const noexcept { return term_; }
 
 private:
+    step apply_message(std::string_view payload);
     // Reports what the server state says, when it differs from what was reported last.
     void report(step& s, bool resynced);
 
@@ -83,6 +87,9 @@ private:
     std::int64_t version_ = 0;
     bool leading_ = false;
     std::string value_;
+    // Messages were missed since that state: the watch said so (on_gap), or one came out of
+    // step. A new term's first message then cannot tell whether whole terms went unseen.
+    bool unsure_ = false;
     // What was reported last.
     bool reported_leading_ = false;
     std::int64_t reported_term_ = 0;

@@ -116,8 +116,11 @@ public:
             by_majority_->forget_before(tracker_.term());
     }
     void on_reconnect() override {
-        if (!ended_ && subscribed_)
-            read(true);
+        if (ended_ || !subscribed_)
+            return;
+        // Messages that come before the reading cannot show what went unseen before them.
+        tracker_.on_gap();
+        read(true);
     }
     void on_close() override { end(false); }
     void drop_handlers() noexcept override {
