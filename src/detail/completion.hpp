@@ -2,6 +2,7 @@
 // of. Private to the library's sources.
 #pragma once
 
+#include <boost/asio/any_completion_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -22,6 +23,21 @@ template <class Handler, class IoExecutor>
 auto work_for(Handler const& handler, IoExecutor const& io_executor) {
     return boost::asio::prefer(boost::asio::get_associated_executor(handler, io_executor),
                                boost::asio::execution::outstanding_work.tracked);
+}
+
+/// work_for, type-erased, and nothing for a handler that completes on `io_executor` itself (it
+/// has no executor of its own, or that one): the I/O object's own pending operations keep that
+/// one running, and the connection's every request would pay for the count. Empty when there is
+/// nothing to hold.
+template <class Handler, class IoExecutor>
+boost::asio::any_completion_executor work_if_foreign(Handler const& handler,
+                                                     IoExecutor const& io_executor) {
+    boost::asio::any_completion_executor const io(std::nothrow, io_executor);
+    boost::asio::any_completion_executor const ex(
+        std::nothrow, boost::asio::get_associated_executor(handler, io_executor));
+    if (ex == io)
+        return {};
+    return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked);
 }
 
 /// Calls `invoke(std::move(handler))` on the handler's associated executor, or on

@@ -85,7 +85,7 @@ std::string cluster_engine::connect_failure_text(error_code ec) const {
 // ---------------------------------------------------------------- the engine's interface
 
 void cluster_engine::start_connect(connect_handler handler) {
-    auto w = std::make_shared<connect_waiter>(std::move(handler));
+    auto w = std::make_shared<connect_waiter>(std::move(handler), strand_.get_inner_executor());
     on_terminal_cancellation(w, weak_from_this(), [](auto self, auto cw) {
         asio::dispatch(self->strand_, [self, cw] {
             if (cw->done)

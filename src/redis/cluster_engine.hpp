@@ -168,7 +168,8 @@ private:
     static asio::awaitable<void> run_subscription(std::shared_ptr<cluster_engine> self,
                                                   channel_kind kind, bool subscribe,
                                                   std::vector<std::string> channels,
-                                                  any_subscription_handler handler);
+                                                  any_subscription_handler handler,
+                                                  asio::any_completion_executor work);
     void complete_subscription(any_subscription_handler handler, error_code ec, std::string text);
     // Moves the channels placed on node `from` (it is going) to their slots' primaries.
     void move_subscriptions(std::string const& from);

@@ -18,14 +18,18 @@ namespace colock::redis::detail {
 
 struct cluster_engine::request_op {
     // Constructed with its handler: Boost 1.81's any_completion_handler move assignment recurses.
-    explicit request_op(exec_handler h)
-        : handler(std::move(h)), caller_slot(asio::get_associated_cancellation_slot(handler)) {}
+    request_op(exec_handler h, asio::any_io_executor const& io_executor)
+        : handler(std::move(h))
+        , caller_slot(asio::get_associated_cancellation_slot(handler))
+        , work(colock::detail::work_if_foreign(handler, io_executor)) {}
 
     std::uint64_t id = 0;
     std::optional<std::uint16_t> slot;
     bool transaction = false; // holds MULTI: never split, never sent again
     exec_handler handler;
     asio::cancellation_slot caller_slot;
+    // On the handler's own executor, until its completion is handed over (finish_request).
+    asio::any_completion_executor work;
     std::string payload; // the request as given; `commands` are views into it
     std::vector<std::vector<std::string_view>> commands;
     // Bound to each attempt and pause: the caller's cancellation, and rerouting, go through it.
@@ -96,7 +100,7 @@ void cluster_engine::start_exec(resp3::request req, exec_handler handler) {
                                      error_code(error::unsupported_command), std::move(r));
         return;
     }
-    auto op = std::make_shared<request_op>(std::move(handler));
+    auto op = std::make_shared<request_op>(std::move(handler), strand_.get_inner_executor());
     auto const count = req.commands();
     op->payload = req.take_payload();
     auto commands = split_commands(op->payload);
@@ -146,8 +150,10 @@ void cluster_engine::finish_request(request_op& op, error_code ec, response resp
         return;
     op.done = true;
     ops_.erase(op.id);
-    colock::detail::complete_now(strand_, std::move(op.handler), op.caller_slot, ec,
-                                 std::move(resp));
+    colock::detail::post_invocation(
+        strand_.get_inner_executor(), std::move(op.handler), op.caller_slot,
+        [ec, resp = std::move(resp)](exec_handler h) mutable { std::move(h)(ec, std::move(resp)); },
+        std::move(op.work));
 }
 
 void cluster_engine::reroute_if_moved(request_op& op) {

@@ -18,13 +18,19 @@ void cluster_engine::start_subscription(channel_kind kind, bool subscribe,
         complete_subscription(std::move(handler), {}, {});
         return;
     }
+    // On the handler's own executor, from here until its completion is handed over.
+    auto work = std::visit(
+        [this](auto const& h) {
+            return colock::detail::work_if_foreign(h, strand_.get_inner_executor());
+        },
+        handler);
     asio::dispatch(strand_,
                    [self = shared_from_this(), kind, subscribe, channels = std::move(channels),
-                    handler = std::move(handler)]() mutable {
+                    handler = std::move(handler), work = std::move(work)]() mutable {
                        self->reopen();
                        asio::co_spawn(self->strand_,
                                       run_subscription(self, kind, subscribe, std::move(channels),
-                                                       std::move(handler)),
+                                                       std::move(handler), std::move(work)),
                                       asio::detached);
                    });
 }
@@ -45,10 +51,12 @@ void cluster_engine::complete_subscription(any_subscription_handler handler, err
 // Each channel lives on the primary of its own slot, where it was first subscribed, and moves
 // when that node goes (or, for a sharded channel, when its slot does). Classic channels would do
 // anywhere (PUBLISH reaches every node); the slot spreads them. Sharded ones must be there.
-asio::awaitable<void> cluster_engine::run_subscription(std::shared_ptr<cluster_engine> self,
-                                                       channel_kind kind, bool subscribe,
-                                                       std::vector<std::string> channels,
-                                                       any_subscription_handler handler) {
+asio::awaitable<void>
+cluster_engine::run_subscription(std::shared_ptr<cluster_engine> self, channel_kind kind,
+                                 bool subscribe, std::vector<std::string> channels,
+                                 any_subscription_handler handler,
+                                 [[maybe_unused]] asio::any_completion_executor work) {
+    // `work` is held while it runs; its completion holds its own (complete_subscription).
     co_await asio::this_coro::throw_if_cancelled(false);
     if (self->final_) {
         self->complete_subscription(std::move(handler), error::closed, {});

@@ -12,7 +12,7 @@ namespace colock::redis::detail {
 // ---------------------------------------------------------------- connect
 
 void connection_impl::start_connect(connect_handler handler) {
-    auto w = std::make_shared<connect_waiter>(std::move(handler));
+    auto w = std::make_shared<connect_waiter>(std::move(handler), strand_.get_inner_executor());
     // Only this wait is abandoned; the connection is closed too when nobody else is using it.
     on_terminal_cancellation(w, weak_from_this(), [](auto s, auto cw) {
         asio::dispatch(s->strand_, [s, cw] { s->cancel_connect_waiter(cw); });

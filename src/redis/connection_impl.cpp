@@ -109,7 +109,8 @@ void connection_impl::complete(entry_ptr const& e, error_code ec) {
                                [](resp3::value const& v) { return v.is_error(); }))
             ec = error::server_error;
         // Batched: one strand turn delivers every reply parsed from one read.
-        ready_.push_back(ready_exec{std::move(*h), slot, ec, std::move(e->replies)});
+        ready_.push_back(
+            ready_exec{std::move(*h), slot, ec, std::move(e->replies), std::move(e->work)});
         if (!delivering_batch_ && !flush_posted_) {
             flush_posted_ = true;
             asio::post(strand_, [self = shared_from_this()] { self->flush_ready(); });
@@ -164,6 +165,9 @@ void connection_impl::delivery_runner::operator()() const {
         }
     }
     for (auto& r : chunk) {
+        // Let go after `ex`: once the handler has run, its thread pool may be joined and
+        // destroyed (see post_invocation).
+        auto const work = std::move(r.work);
         auto ex = asio::get_associated_executor(r.handler, io_executor);
         asio::dispatch(ex, [r = std::move(r)]() mutable {
             r.slot.clear();
@@ -220,6 +224,7 @@ void connection_impl::start_exec(resp3::request req, exec_handler handler) {
     auto shapes = req.shapes();
     auto e = make_entry(req.take_payload(), commands, std::move(shapes));
     bind_cancellation(e, handler);
+    e->work = colock::detail::work_if_foreign(handler, strand_.get_inner_executor());
     e->handler = std::move(handler);
     asio::dispatch(strand_,
                    [self = shared_from_this(), e]() mutable { self->enqueue_user(std::move(e)); });
@@ -295,7 +300,13 @@ void connection_impl::change_subscription(channel_kind kind, bool subscribe,
     // subscription fails with its error and counts nothing.
     bool const wait = subscribe && !ever_connected_;
     auto [op, commands] = book(kind).change(subscribe, std::move(channels), wait);
-    subscription_ops_.emplace(std::pair(kind, op), std::move(handler));
+    auto work = std::visit(
+        [this](auto const& h) {
+            return colock::detail::work_if_foreign(h, strand_.get_inner_executor());
+        },
+        handler);
+    subscription_ops_.emplace(std::pair(kind, op),
+                              subscription_op{std::move(handler), std::move(work)});
     for (auto const& c : commands)
         send_subscription_command(kind, c);
     if (wait && !running_) {
@@ -356,10 +367,11 @@ void connection_impl::deliver_subscription(channel_kind kind, subscription_book:
     auto node = subscription_ops_.extract(std::pair(kind, f.op));
     if (node.empty())
         return;
-    if (auto* h = std::get_if<connect_handler>(&node.mapped()))
+    auto& handler = node.mapped().handler;
+    if (auto* h = std::get_if<connect_handler>(&handler))
         deliver(std::move(*h), {}, f.ec);
     else
-        deliver(std::move(std::get<subscription_handler>(node.mapped())), {}, f.ec,
+        deliver(std::move(std::get<subscription_handler>(handler)), {}, f.ec,
                 std::move(f.server_text));
 }
 

@@ -54,10 +54,14 @@ using colock::detail::nothrow_awaitable_t;
 // A pending async_connect, of either engine. Move-constructed only (Boost 1.81's
 // any_completion_handler move assignment recurses); `done` makes exactly one outcome complete it.
 struct connect_waiter {
-    explicit connect_waiter(connect_handler h)
-        : handler(std::move(h)), slot(asio::get_associated_cancellation_slot(handler)) {}
+    connect_waiter(connect_handler h, asio::any_io_executor const& io_executor)
+        : handler(std::move(h))
+        , slot(asio::get_associated_cancellation_slot(handler))
+        , work(colock::detail::work_if_foreign(handler, io_executor)) {}
     connect_handler handler;
     asio::cancellation_slot slot;
+    // Held while it waits; its completion holds its own (post_invocation).
+    asio::any_completion_executor work;
     bool done = false;
 };
 
@@ -148,8 +152,11 @@ public:
     // The counted subscriptions, by channel_kind: classic, sharded.
     std::array<subscription_book, 2> books_;
     subscription_book& book(channel_kind k) { return books_[static_cast<std::size_t>(k)]; }
-    std::map<std::pair<channel_kind, subscription_book::op_id>, any_subscription_handler>
-        subscription_ops_;
+    struct subscription_op {
+        any_subscription_handler handler;
+        asio::any_completion_executor work; // held while it waits (work_if_foreign)
+    };
+    std::map<std::pair<channel_kind, subscription_book::op_id>, subscription_op> subscription_ops_;
     asio::steady_timer backoff_timer_;
     asio::steady_timer close_timer_; // bounds a flush by config::close_timeout
     bool closing_ = false;           // close() is flushing session_
@@ -178,6 +185,7 @@ public:
         asio::cancellation_slot slot;
         error_code ec;
         response replies;
+        asio::any_completion_executor work; // exec_entry::work
     };
     std::vector<ready_exec> ready_;
     bool flush_posted_ = false;

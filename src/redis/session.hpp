@@ -8,6 +8,7 @@
 #include "reply_matcher.hpp"
 #include "subscription_book.hpp"
 
+#include <boost/asio/any_completion_executor.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
@@ -52,6 +53,9 @@ struct exec_entry {
     response replies;
     std::variant<std::monostate, exec_handler, subscription_command> handler;
     asio::cancellation_slot slot;
+    // Outstanding work on the handler's own executor (work_if_foreign), until its completion is
+    // handed over.
+    asio::any_completion_executor work;
     stage state = stage::queued;
     bool discard = false;   // cancelled after it was written: its replies are read and dropped
     bool from_user = false; // taken from the user queue, where it returns if not written

@@ -16,14 +16,18 @@
 
 #include "redis/cluster_slots.hpp"
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
@@ -32,6 +36,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 
 using namespace colock;
 using namespace colock::test;
@@ -127,6 +132,33 @@ TEST_CASE("cluster connection: every request goes to its slot's primary; MOVED a
         CHECK(resp[0].text.find("k1") != std::string::npos);
         CHECK(resp[0].text.find(other) != std::string::npos);
         CHECK(cluster.node_on(cluster.owner_of(hash_slot("k1"))).cli({"GET", "k1"}) == "1");
+
+        // A request and a subscribe whose handlers are bound to a thread pool's strand count as
+        // work there: the pool, with nothing else to do, is joined only after they ran.
+        {
+            asio::thread_pool pool{2};
+            auto strand = asio::make_strand(pool);
+            std::atomic<int> ran{0};
+            conn.async_exec(command("BLPOP", "pool-key", "0.3"),
+                            asio::bind_executor(strand, [&](error_code e, redis::response r) {
+                                CHECK_FALSE(e);
+                                CHECK(r.at(0).is_null());
+                                ++ran;
+                            }));
+            conn.async_subscribe(colock::test::strings("pool-channel"),
+                                 asio::bind_executor(strand, [&](error_code e) {
+                                     CHECK_FALSE(e);
+                                     ++ran;
+                                 }));
+            std::atomic<bool> joined{false};
+            std::thread joiner([&] {
+                pool.join();
+                joined = true;
+            });
+            CHECK(co_await eventually([&] { return joined.load(); }, 5s));
+            joiner.join();
+            CHECK(ran == 2);
+        }
 
         // The slot of k7 moves: the connection's map is stale, MOVED sends it on.
         auto const slot = hash_slot("k7");

@@ -3,17 +3,22 @@
 #include <colock/redis/connection.hpp>
 
 #include "test_util.hpp"
+#include "watched_executor.hpp"
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -380,4 +385,44 @@ TEST_CASE("handlers run in the order their requests were made, across reads and 
         in_order = in_order && order[static_cast<std::size_t>(i)] == i;
     CHECK(in_order);
     CHECK(follow_ups == 1);
+}
+
+TEST_CASE("a request, a connect and a subscribe count as work on their handler's executor, and "
+          "let go of it after their copy of that executor: a thread pool whose only work is a "
+          "callback bound to its strand is joined after the callback ran, and not touched once "
+          "destroyed") {
+    asio::io_context ctx;
+    context_threads runners{ctx, 2};
+    redis::connection conn{ctx.get_executor(), shared_server().config()};
+    {
+        asio::thread_pool pool{4};
+        auto strand = asio::make_strand(pool);
+        std::atomic<int> ran{0};
+        // Nothing else is queued on the pool: a BLPOP answered in 300 ms, and on a connection
+        // not yet made, a connect and a subscribe that wait for its handshake.
+        redis::connection fresh{ctx.get_executor(), shared_server().config()};
+        conn.async_exec(command("BLPOP", unique_key("foreign-work"), "0.3"),
+                        asio::bind_executor(strand, [&](error_code ec, redis::response r) {
+                            CHECK_FALSE(ec);
+                            CHECK(r.at(0).is_null());
+                            ++ran;
+                        }));
+        fresh.async_connect(asio::bind_executor(strand, [&](error_code ec) {
+            CHECK_FALSE(ec);
+            ++ran;
+        }));
+        fresh.async_subscribe(colock::test::strings(unique_key("foreign-channel")),
+                              asio::bind_executor(strand, [&](error_code ec) {
+                                  CHECK_FALSE(ec);
+                                  ++ran;
+                              }));
+        pool.join();
+        CHECK(ran == 3);
+        fresh.close();
+    }
+    auto const ping = [&](auto h) { conn.async_exec(command("PING"), std::move(h)); };
+    auto const outcome = watch_late_copies(ctx, ping);
+    CHECK(outcome.ran_before_join_returned);
+    CHECK(outcome.copies_outliving_pool == 0);
+    conn.close();
 }

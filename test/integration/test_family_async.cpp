@@ -8,6 +8,7 @@
 #include <colock/semaphore.hpp>
 
 #include "test_util.hpp"
+#include "watched_executor.hpp"
 #include <colock_test/redis_server.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -298,80 +299,6 @@ TEST_CASE_FIXTURE(
     conn.close();
 }
 
-namespace {
-
-// An executor of a thread pool that makes visible a copy of itself held on the locker's threads
-// once the handler was handed to it: such a copy, destroyed there, first waits for the handler
-// to have run, then up to 100 ms for the pool to be destroyed, counting it if it was. (A strand's
-// executor that outlives its pool touches freed memory.)
-struct late_copies {
-    asio::io_context* ctx = nullptr;
-    std::atomic<bool> handed_over{false};
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool handler_ran = false;
-    bool pool_gone = false;
-    int watching = 0; // copies in their destructor's wait
-    int outlived_pool = 0;
-
-    void mark(bool late_copies::*what) {
-        std::lock_guard lock(mutex);
-        this->*what = true;
-        changed.notify_all();
-    }
-};
-
-template <class Inner>
-struct watched_executor {
-    Inner inner;
-    std::shared_ptr<late_copies> watch;
-
-    watched_executor(Inner i, std::shared_ptr<late_copies> w) noexcept
-        : inner(std::move(i)), watch(std::move(w)) {}
-    watched_executor(watched_executor const&) noexcept = default;
-    watched_executor(watched_executor&&) noexcept = default;
-    watched_executor& operator=(watched_executor const&) noexcept = default;
-    watched_executor& operator=(watched_executor&&) noexcept = default;
-    ~watched_executor() {
-        if (!watch || !watch->handed_over || !watch->ctx->get_executor().running_in_this_thread())
-            return;
-        std::unique_lock lock(watch->mutex);
-        ++watch->watching;
-        watch->changed.wait_for(lock, 10s, [&] { return watch->handler_ran; });
-        // The window: 100 ms for the pool to go, if nothing holds it.
-        if (watch->changed.wait_for(lock, 100ms, [&] { return watch->pool_gone; }))
-            ++watch->outlived_pool;
-        --watch->watching;
-        watch->changed.notify_all();
-    }
-
-    template <class F>
-    void execute(F&& f) const {
-        if (watch->ctx->get_executor().running_in_this_thread())
-            watch->handed_over = true;
-        inner.execute(std::forward<F>(f));
-    }
-    template <class Property>
-    requires asio::can_query<Inner const&, Property>::value auto query(Property p) const {
-        return asio::query(inner, p);
-    }
-    template <class Property>
-    requires asio::can_require<Inner const&, Property>::value auto require(Property p) const {
-        return watched_executor<std::decay_t<decltype(asio::require(inner, p))>>(
-            asio::require(inner, p), watch);
-    }
-    template <class Property>
-    requires asio::can_prefer<Inner const&, Property>::value auto prefer(Property p) const {
-        return watched_executor<std::decay_t<decltype(asio::prefer(inner, p))>>(
-            asio::prefer(inner, p), watch);
-    }
-    friend bool operator==(watched_executor const& a, watched_executor const& b) noexcept {
-        return a.inner == b.inner;
-    }
-};
-
-} // namespace
-
 TEST_CASE_FIXTURE(
     running_locker,
     "an operation lets go of its handler's executor before its work: a thread pool joined and "
@@ -380,22 +307,9 @@ TEST_CASE_FIXTURE(
     auto const name = unique_key("late-copy");
     election vote{locks, name + "-vote"};
     auto const run_once = [&](auto start) {
-        auto watch = std::make_shared<late_copies>();
-        watch->ctx = &ctx;
-        {
-            asio::thread_pool pool{1};
-            watched_executor ex{asio::make_strand(pool), watch};
-            start(asio::bind_executor(
-                ex, [watch](auto&&...) { watch->mark(&late_copies::handler_ran); }));
-            pool.join(); // returns once the operation's work on the pool is gone
-            std::lock_guard lock(watch->mutex);
-            CHECK(watch->handler_ran);
-        }
-        watch->mark(&late_copies::pool_gone);
-        // A copy still waiting wakes at that and counts itself.
-        std::unique_lock lock(watch->mutex);
-        watch->changed.wait_for(lock, 10s, [&] { return watch->watching == 0; });
-        return watch->outlived_pool;
+        auto const outcome = watch_late_copies(ctx, start);
+        CHECK(outcome.ran_before_join_returned);
+        return outcome.copies_outliving_pool;
     };
     CHECK(run_once([&](auto h) { locks.async_try_lock(name, lease(5000ms), std::move(h)); }) == 0);
     CHECK(run_once([&](auto h) { vote.async_leader(std::move(h)); }) == 0);
