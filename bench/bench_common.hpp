@@ -94,12 +94,11 @@ inline double parse_seconds(std::string_view text) {
 }
 
 inline redis::config parse_url(std::string_view url) {
-    redis::config cfg;
-    try {
-        cfg = redis::config::from_url(url);
-    } catch (std::invalid_argument const& e) {
-        throw usage_error(fmt::format("--url: {}", e.what()));
-    }
+    boost::system::error_code url_error;
+    std::string reason;
+    auto cfg = redis::config::from_url(url, url_error, &reason);
+    if (url_error)
+        throw usage_error(fmt::format("--url: {}", reason));
     if (cfg.use_tls)
         throw usage_error("--url: rediss:// is not supported (redis-benchmark runs "
                           "without TLS here, so the comparison would be unfair)");

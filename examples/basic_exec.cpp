@@ -74,10 +74,11 @@ int main(int argc, char** argv) {
     }
 
     redis::config cfg;
-    try {
-        cfg = redis::config::from_url(url);
-    } catch (std::invalid_argument const& e) {
-        fmt::print(stderr, "basic_exec: bad URL: {}\n", e.what());
+    boost::system::error_code url_error;
+    std::string reason;
+    cfg = redis::config::from_url(url, url_error, &reason);
+    if (url_error) {
+        fmt::print(stderr, "basic_exec: bad URL: {}\n", reason);
         return 2;
     }
 

@@ -133,10 +133,11 @@ asio::awaitable<int> run(colock::redis::config cfg) {
 int main() {
     char const* url = std::getenv("COLOCK_REDIS_URL");
     colock::redis::config cfg;
-    try {
-        cfg = colock::redis::config::from_url(url ? url : "");
-    } catch (std::invalid_argument const& e) {
-        fmt::print(stderr, "cluster_failover: COLOCK_REDIS_URL: {}\n", e.what());
+    boost::system::error_code url_error;
+    std::string reason;
+    cfg = colock::redis::config::from_url(url ? url : "", url_error, &reason);
+    if (url_error) {
+        fmt::print(stderr, "cluster_failover: COLOCK_REDIS_URL: {}\n", reason);
         return 2;
     }
     if (!cfg.uses_cluster()) {

@@ -244,7 +244,11 @@ options parse(int argc, char** argv) {
             host[0] = '\0';
         o.value = fmt::format("{}:{}", host[0] != '\0' ? host : "localhost", ::getpid());
     }
-    o.cfg = colock::redis::config::from_url(url);
+    boost::system::error_code url_error;
+    std::string reason;
+    o.cfg = colock::redis::config::from_url(url, url_error, &reason);
+    if (url_error)
+        throw std::invalid_argument(reason);
     return o;
 }
 

@@ -73,10 +73,11 @@ int main(int argc, char** argv) {
     }
 
     colock::redis::config cfg;
-    try {
-        cfg = colock::redis::config::from_url(url);
-    } catch (std::invalid_argument const& e) {
-        fmt::print(stderr, "lock_basic: bad URL: {}\n", e.what());
+    boost::system::error_code url_error;
+    std::string reason;
+    cfg = colock::redis::config::from_url(url, url_error, &reason);
+    if (url_error) {
+        fmt::print(stderr, "lock_basic: bad URL: {}\n", reason);
         return 2;
     }
 

@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
             return 0;
         }
         cfg = redis::config::from_url(opts.url);
-    } catch (std::exception const& e) { // usage_error, or from_url's std::invalid_argument
+    } catch (std::exception const& e) { // usage_error, or from_url's system_error
         fmt::print(stderr, "colock_example_pipelining: {}\n(try --help)\n", e.what());
         return 2;
     }

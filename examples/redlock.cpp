@@ -230,14 +230,15 @@ int main(int argc, char** argv) {
 
     std::vector<colock::redis::config> cfgs;
     std::string servers; // for messages: the URLs without their passwords
-    try {
-        for (auto const& url : split_urls(urls)) {
-            cfgs.push_back(colock::redis::config::from_url(url));
-            servers += (servers.empty() ? "" : ",") + cfgs.back().to_redacted_url();
+    for (auto const& url : split_urls(urls)) {
+        boost::system::error_code ec;
+        std::string reason;
+        cfgs.push_back(colock::redis::config::from_url(url, ec, &reason));
+        if (ec) {
+            fmt::print(stderr, "redlock: bad URL: {}\n", reason);
+            return 2;
         }
-    } catch (std::invalid_argument const& e) {
-        fmt::print(stderr, "redlock: bad URL: {}\n", e.what());
-        return 2;
+        servers += (servers.empty() ? "" : ",") + cfgs.back().to_redacted_url();
     }
 
     try {

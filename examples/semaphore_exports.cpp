@@ -252,7 +252,11 @@ options parse(int argc, char** argv) {
         else
             throw std::invalid_argument(fmt::format("unknown option '{}'", arg));
     }
-    o.cfg = colock::redis::config::from_url(url);
+    boost::system::error_code url_error;
+    std::string reason;
+    o.cfg = colock::redis::config::from_url(url, url_error, &reason);
+    if (url_error)
+        throw std::invalid_argument(reason);
     return o;
 }
 

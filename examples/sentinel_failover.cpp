@@ -120,10 +120,11 @@ int main(int argc, char** argv) {
         return 2;
     }
     colock::redis::config cfg;
-    try {
-        cfg = colock::redis::config::from_url(url);
-    } catch (std::invalid_argument const& e) {
-        fmt::print(stderr, "sentinel_failover: bad URL: {}\n", e.what());
+    boost::system::error_code url_error;
+    std::string reason;
+    cfg = colock::redis::config::from_url(url, url_error, &reason);
+    if (url_error) {
+        fmt::print(stderr, "sentinel_failover: bad URL: {}\n", reason);
         return 2;
     }
     if (!cfg.uses_sentinel()) {

@@ -116,11 +116,11 @@ int main(int argc, char** argv) {
         return exit_ok;
     }
 
-    colock::redis::config cfg;
-    try {
-        cfg = colock::redis::config::from_url(o.url);
-    } catch (std::exception const& e) {
-        usage_failure(o.cmd, fmt::format("{}: {}", o.url_source, printable(e.what())));
+    boost::system::error_code url_error;
+    std::string reason;
+    auto cfg = colock::redis::config::from_url(o.url, url_error, &reason);
+    if (url_error) {
+        usage_failure(o.cmd, fmt::format("{}: {}", o.url_source, printable(reason)));
         return exit_usage;
     }
     cfg.client_name = "colock-cli";

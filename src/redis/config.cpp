@@ -3,19 +3,27 @@
 
 #include "sentinel.hpp"
 
+#include <boost/system/system_error.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace colock::redis {
 namespace {
 
+// What the parser throws at the first fault; each from_url says it in its own way.
+struct url_refusal {
+    std::string reason;
+};
+
 // The URL may hold a password, so the message names the fault, never the whole URL.
 [[noreturn]] void refuse(std::string_view /*url*/, std::string_view why) {
-    throw std::invalid_argument(fmt::format("invalid Redis URL: {}", why));
+    throw url_refusal{fmt::format("invalid Redis URL: {}", why)};
 }
 
 int hex_digit(char c) {
@@ -304,22 +312,7 @@ config parse_cluster(std::string_view url, std::string_view rest, bool tls) {
     return cfg;
 }
 
-} // namespace
-
-config config::from_url(std::string_view url, boost::system::error_code& ec, std::string* reason) {
-    try {
-        auto cfg = from_url(url);
-        ec = {};
-        return cfg;
-    } catch (std::invalid_argument const& e) {
-        ec = error::invalid_url;
-        if (reason)
-            *reason = e.what();
-        return {};
-    }
-}
-
-config config::from_url(std::string_view url) {
+config parse_url(std::string_view url) {
     config cfg;
     auto const colon_slashes = url.find("://");
     if (colon_slashes == std::string_view::npos)
@@ -362,6 +355,29 @@ config config::from_url(std::string_view url) {
     if (path.size() > 1)
         cfg.database = parse_database(url, path.substr(1));
     return cfg;
+}
+
+} // namespace
+
+config config::from_url(std::string_view url, boost::system::error_code& ec, std::string* reason) {
+    try {
+        auto cfg = parse_url(url);
+        ec = {};
+        return cfg;
+    } catch (url_refusal& r) {
+        ec = error::invalid_url;
+        if (reason)
+            *reason = std::move(r.reason);
+        return {};
+    }
+}
+
+config config::from_url(std::string_view url) {
+    try {
+        return parse_url(url);
+    } catch (url_refusal const& r) {
+        throw boost::system::system_error(error::invalid_url, r.reason);
+    }
 }
 
 namespace {

@@ -7,10 +7,11 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <fmt/format.h>
 
-#include <stdexcept>
+#include <string>
 
 namespace colock::redis {
 namespace detail {
@@ -222,43 +223,51 @@ void engine_base::log(log_level level, std::string_view line) const noexcept {
     }
 }
 
+namespace {
+
+[[noreturn]] void refuse_config(std::string const& what) {
+    throw boost::system::system_error(error::invalid_config, what);
+}
+
+} // namespace
+
 void check_config(config const& c) {
     if (c.uses_sentinel()) {
         if (c.sentinel.master_name.empty())
-            throw std::invalid_argument("colock::redis::connection: config.sentinel has sentinels "
-                                        "but no master_name");
+            refuse_config("colock::redis::connection: config.sentinel has sentinels "
+                          "but no master_name");
         if (!c.unix_socket.empty())
-            throw std::invalid_argument("colock::redis::connection: config has both sentinels "
-                                        "and a unix_socket; the sentinels name a TCP address");
+            refuse_config("colock::redis::connection: config has both sentinels "
+                          "and a unix_socket; the sentinels name a TCP address");
         for (auto const& s : c.sentinel.sentinels)
             if (s.host.empty() || s.port == 0)
-                throw std::invalid_argument(fmt::format(
+                refuse_config(fmt::format(
                     "colock::redis::connection: config.sentinel.sentinels has an address "
                     "without {} ('{}:{}')",
                     s.host.empty() ? "a host" : "a port", s.host, s.port));
     }
     if (c.uses_cluster()) {
         if (c.uses_sentinel())
-            throw std::invalid_argument("colock::redis::connection: config has both cluster "
-                                        "seeds and sentinels; a deployment is one or the other");
+            refuse_config("colock::redis::connection: config has both cluster "
+                          "seeds and sentinels; a deployment is one or the other");
         if (!c.unix_socket.empty())
-            throw std::invalid_argument("colock::redis::connection: config has both cluster "
-                                        "seeds and a unix_socket; cluster nodes are TCP addresses");
+            refuse_config("colock::redis::connection: config has both cluster "
+                          "seeds and a unix_socket; cluster nodes are TCP addresses");
         if (c.database != 0)
-            throw std::invalid_argument(fmt::format(
+            refuse_config(fmt::format(
                 "colock::redis::connection: config.database is {}, but Redis Cluster has only "
                 "database 0",
                 c.database));
         for (auto const& s : c.cluster.seeds)
             if (s.host.empty() || s.port == 0)
-                throw std::invalid_argument(fmt::format(
+                refuse_config(fmt::format(
                     "colock::redis::connection: config.cluster.seeds has an address without {} "
                     "('{}:{}')",
                     s.host.empty() ? "a host" : "a port", s.host, s.port));
     }
     if (c.use_tls && !c.unix_socket.empty())
-        throw std::invalid_argument("colock::redis::connection: TLS over a unix socket is not "
-                                    "supported (config has both use_tls and unix_socket)");
+        refuse_config("colock::redis::connection: TLS over a unix socket is not "
+                      "supported (config has both use_tls and unix_socket)");
 }
 
 std::shared_ptr<engine> make_engine(asio::any_io_executor ex, config cfg) {

@@ -155,7 +155,8 @@ protected:
     std::string last_connect_error_;
 };
 
-// Refuses a config no engine can work with (std::invalid_argument naming what is wrong).
+// Refuses a config no engine can work with (boost::system::system_error with
+// error::invalid_config, naming what is wrong).
 void check_config(config const& cfg);
 
 // The engine for `cfg`: a cluster_engine for config::cluster, else a connection_impl.

@@ -42,6 +42,8 @@ public:
             return "the request's keys hash to more than one Redis Cluster slot";
         case error::invalid_url:
             return "the URL cannot be read as a Redis deployment's";
+        case error::invalid_config:
+            return "the config cannot be used for a Redis connection";
         }
         return "unknown colock.redis error " + std::to_string(ev);
     }
@@ -104,6 +106,8 @@ std::string_view to_string(error e) noexcept {
         return "cross_slot";
     case error::invalid_url:
         return "invalid_url";
+    case error::invalid_config:
+        return "invalid_config";
     }
     return "unknown";
 }

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <colock/redis/config.hpp>
+#include <colock/redis/error.hpp>
+
+#include <boost/system/system_error.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -17,7 +19,8 @@ namespace colock::test::config_url_checks {
 inline std::string refusal(std::string const& url) {
     try {
         (void)redis::config::from_url(url);
-    } catch (std::invalid_argument const& e) {
+    } catch (boost::system::system_error const& e) {
+        CHECK(e.code() == redis::error::invalid_url);
         return e.what();
     }
     return "accepted";

@@ -52,7 +52,7 @@ TEST_CASE("config URLs: the error_code form gives invalid_url and the throwing f
     std::string reason;
     auto const bad = config::from_url("redis://h:99999", ec, &reason);
     CHECK(ec == colock::redis::error::invalid_url);
-    CHECK(reason == refusal("redis://h:99999"));
+    CHECK(refusal("redis://h:99999").starts_with(reason + ": ")); // then the code's text
     CHECK(reason.find("port") != std::string::npos);
     CHECK(bad.host == config{}.host); // nothing of the bad URL
     CHECK(bad.port == config{}.port);

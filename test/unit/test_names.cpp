@@ -45,7 +45,7 @@ TEST_CASE("to_string names every enumerator of the observer's enumerations") {
 
 TEST_CASE("to_string names every error enumerator and reply kind") {
     names_between(colock::error::timeout, colock::error::stale_fence);
-    names_between(colock::redis::error::server_error, colock::redis::error::invalid_url);
+    names_between(colock::redis::error::server_error, colock::redis::error::invalid_config);
     names_between(colock::resp3::error::invalid_type_byte,
                   colock::resp3::error::attribute_without_value);
     names_between(colock::resp3::reply_kind::ordinary, colock::resp3::reply_kind::unmatchable);

@@ -31,7 +31,7 @@ resp3::value reply_of(resp3::type t, std::string text = {}) {
 TEST_CASE("redis errors: the category is colock.redis, and every code has a message of its own") {
     CHECK(std::string(redis::error_category().name()) == "colock.redis");
     for (auto const& m : colock::test::distinct_messages(
-             redis::error_category(), redis::error::server_error, redis::error::invalid_url)) {
+             redis::error_category(), redis::error::server_error, redis::error::invalid_config)) {
         CHECK_FALSE(m.starts_with("unknown"));
         CHECK_MESSAGE(m.find("Redis") != std::string::npos, m); // says whose error it is
     }

@@ -8,6 +8,7 @@
 #include <colock/multi_lock_guard.hpp>
 #include <colock/redis/config.hpp>
 #include <colock/redis/connection.hpp>
+#include <colock/redis/error.hpp>
 #include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
 #include <colock_test/failures.hpp>
@@ -83,11 +84,17 @@ TEST_CASE("sentinel: a config with sentinels but no master name is refused at co
     colock::redis::config cfg;
     cfg.sentinel.sentinels = {{"127.0.0.1", 26379}};
     CHECK_THROWS_WITH_AS(colock::redis::connection(ctx.get_executor(), cfg),
-                         doctest::Contains("no master_name"), std::invalid_argument);
+                         doctest::Contains("no master_name"), boost::system::system_error);
+    try {
+        colock::redis::connection refused(ctx.get_executor(), cfg);
+        FAIL("constructed");
+    } catch (boost::system::system_error const& e) {
+        CHECK(e.code() == colock::redis::error::invalid_config);
+    }
     cfg.sentinel.master_name = "m";
     cfg.unix_socket = "/tmp/redis.sock";
     CHECK_THROWS_WITH_AS(colock::redis::connection(ctx.get_executor(), cfg),
-                         doctest::Contains("unix_socket"), std::invalid_argument);
+                         doctest::Contains("unix_socket"), boost::system::system_error);
 }
 
 TEST_CASE("election: a name the lock refuses is refused at construction") {

@@ -63,7 +63,7 @@ struct config {
     /// Path of the server's unix domain socket (redis.conf `unixsocket`). When not empty the
     /// connection uses it and ignores `host` and `port`. TLS over a unix socket is not supported: a
     /// connection whose config has both this and `use_tls` refuses to be constructed
-    /// (std::invalid_argument).
+    /// (error::invalid_config).
     std::string unix_socket;
 
     /// ACL user name; empty means the "default" user. Only sent when `password` is set.
@@ -84,7 +84,7 @@ struct config {
     /// connection goes to the primaries of the seeds' slot map. `username`, `password`,
     /// `client_name` and the TLS settings apply to every node. `database` must be 0: a Cluster has
     /// only database 0. A config with both seeds and a `unix_socket` refuses to be constructed
-    /// (std::invalid_argument): the slot map names TCP addresses.
+    /// (error::invalid_config): the slot map names TCP addresses.
     cluster_config cluster;
 
     /// Connect over TLS (the `rediss://` scheme).
@@ -148,11 +148,12 @@ struct config {
     /// and password are the data nodes', and the sentinels' own credentials go in the query
     /// (they differ in most deployments). A cluster URL lists the seed nodes (port 6379 by default)
     /// and takes no database (a Cluster has only database 0); its user and password are every
-    /// node's. Other URLs take no query. Throws
-    /// std::invalid_argument whose message names the part that is wrong (never the password).
+    /// node's. Other URLs take no query. Throws boost::system::system_error with
+    /// error::invalid_url, whose message names the part that is wrong (never the password).
     static config from_url(std::string_view url);
     /// The same without throwing: on a URL it cannot read, sets `ec` to error::invalid_url and,
-    /// when given, `reason` to the message the throwing form has; returns a default config.
+    /// when given, `reason` to the message the throwing form's `what()` starts with (the code's
+    /// text follows it there); returns a default config.
     /// Clears `ec` on success.
     static config from_url(std::string_view url, boost::system::error_code& ec,
                            std::string* reason = nullptr);

@@ -165,10 +165,10 @@ public:
 
     /// A connection whose strand runs on `ex`, to the server or deployment `cfg` names. It does
     /// not connect yet: async_connect, or the first request or subscription, does. Throws
-    /// std::invalid_argument for a config it cannot use (sentinels without a master_name;
-    /// sentinels and cluster seeds together; either with a `unix_socket`; a sentinel or seed
-    /// without a host or port; a Cluster with a database other than 0; `use_tls` with a
-    /// `unix_socket`), and boost::system::system_error when TLS is on and `tls_ca_file`
+    /// boost::system::system_error with error::invalid_config for a config it cannot use (sentinels
+    /// without a master_name; sentinels and cluster seeds together; either with a `unix_socket`; a
+    /// sentinel or seed without a host or port; a Cluster with a database other than 0; `use_tls`
+    /// with a `unix_socket`), and boost::system::system_error when TLS is on and `tls_ca_file`
     /// cannot be loaded.
     connection(executor_type ex, config cfg);
     /// Closes the connection as close() does, flush included; never blocks.

@@ -49,8 +49,11 @@ enum class error {
     /// Redis Cluster: the request's keys hash to more than one slot, so no node can run it.
     /// Nothing was written; the response names the keys (put them under one hash tag, {...}).
     cross_slot,
-    /// config::from_url's error_code form: the URL cannot be read (its reason names the part).
+    /// config::from_url: the URL cannot be read (the message, or the error_code form's reason,
+    /// names the part).
     invalid_url,
+    /// The connection's constructor: the config cannot be used (the message names the fields).
+    invalid_config,
 };
 
 /// The category of redis::error codes; its name() is "colock.redis".
