@@ -3,12 +3,14 @@
 #pragma once
 
 #include <boost/asio/any_completion_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
+#include <boost/asio/system_executor.hpp>
 
 #include <utility>
 
@@ -82,6 +84,15 @@ void post_completion(IoExecutor const& io_executor, Handler handler,
     post_invocation(
         io_executor, std::move(handler), slot,
         [... args = std::move(args)](Handler h) mutable { std::move(h)(std::move(args)...); });
+}
+
+/// post_completion for an object with no I/O executor (a guard that holds nothing, a watch of
+/// nothing): posted, never run inside the call, to the handler's own executor, or the system
+/// executor when it has none.
+template <class Handler, class... Args>
+void complete_without_io(Handler handler, Args... args) {
+    auto slot = boost::asio::get_associated_cancellation_slot(handler);
+    post_completion(boost::asio::system_executor(), std::move(handler), slot, std::move(args)...);
 }
 
 /// post_completion on the executor `strand` runs on.

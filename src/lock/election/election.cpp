@@ -16,7 +16,6 @@
 #include <colock/redis/error.hpp>
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/system_executor.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
@@ -107,9 +106,7 @@ asio::awaitable<void> leadership::co_proclaim(std::string value) {
 void leadership::start_proclaim(std::string value,
                                 any_completion_handler<void(error_code)> handler) {
     if (!core_) {
-        auto slot = asio::get_associated_cancellation_slot(handler);
-        detail::post_completion(asio::system_executor(), std::move(handler), slot,
-                                error_code(error::not_held));
+        detail::complete_without_io(std::move(handler), error_code(error::not_held));
         return;
     }
     auto core = core_;

@@ -18,7 +18,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -336,12 +335,11 @@ void leader_watch::start_next(
     asio::any_completion_handler<void(boost::system::error_code, std::optional<leader_change>)>
         handler) {
     using result = std::optional<leader_change>;
-    auto slot = asio::get_associated_cancellation_slot(handler);
     if (!st) {
-        detail::post_completion(asio::system_executor(), std::move(handler), slot,
-                                boost::system::error_code{}, result());
+        detail::complete_without_io(std::move(handler), boost::system::error_code{}, result());
         return;
     }
+    auto slot = asio::get_associated_cancellation_slot(handler);
     auto const ex = asio::get_associated_executor(handler, st->io_executor());
     // Completed as co_next's (its slot cleared there), then handed on with the code.
     st->next(asio::bind_executor(ex,

@@ -149,10 +149,7 @@ std::chrono::steady_clock::time_point multi_lock_guard::lease_expiry() const noe
 void multi_lock_guard::start_wait_lost(std::shared_ptr<detail::lock_set_state> st,
                                        asio::any_completion_handler<void(error_code)> handler) {
     if (!st || st->released()) {
-        // Posted, never run inside the call; a guard that holds nothing has no I/O executor.
-        auto slot = asio::get_associated_cancellation_slot(handler);
-        detail::post_completion(asio::system_executor(), std::move(handler), slot,
-                                make_error_code(error::not_held));
+        detail::complete_without_io(std::move(handler), make_error_code(error::not_held));
         return;
     }
     st->wait_lost(std::move(handler));

@@ -311,10 +311,7 @@ void lock_guard::start_wait_lost(
     boost::asio::any_completion_handler<void(boost::system::error_code)> handler) {
     auto st = held_state();
     if (!st) {
-        // Posted, never run inside the call; a guard that holds nothing has no I/O executor.
-        auto slot = asio::get_associated_cancellation_slot(handler);
-        detail::post_completion(asio::system_executor(), std::move(handler), slot,
-                                make_error_code(error::not_held));
+        detail::complete_without_io(std::move(handler), make_error_code(error::not_held));
         return;
     }
     st->wait_lost(std::move(handler));
