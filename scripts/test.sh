@@ -5,7 +5,7 @@
 #   1. build/asan: GCC, AddressSanitizer + UndefinedBehaviorSanitizer, warnings as errors;
 #      builds everything but the benchmarks and runs every ctest (unit, integration against
 #      throwaway redis-servers, examples, the README's snippets, the parser fuzzer, the
-#      installed-package consumer).
+#      installed-package consumer, which finds the API reference installed with the package).
 #   2. build/tsan: GCC, ThreadSanitizer; builds (beside step 1's tests, niced) and runs only the
 #      multi-threaded test.
 #   3. build/clang: Clang 14, warnings as errors, BOOST_ASIO_NO_DEPRECATED (colock uses no
@@ -135,7 +135,7 @@ step "configure build/asan (address,undefined)"
 cmake -S . -B build/asan "${common[@]}" -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" \
     -DCOLOCK_SANITIZE=address,undefined -DCOLOCK_WERROR=ON -DCOLOCK_BUILD_BENCH=OFF \
     -DCOLOCK_SANITIZE_OUTSIDE_LIBRARY_EXCLUDE=null,alignment,pointer-overflow,bounds \
-    -DCOLOCK_UNITY_BUILD=ON
+    -DCOLOCK_UNITY_BUILD=ON -DCOLOCK_BUILD_API_REFERENCE=ON
 done_step "configure asan"
 
 step "build build/asan (-j$jobs)"

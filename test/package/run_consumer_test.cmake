@@ -9,7 +9,8 @@
 #
 # Variables: SOURCE_DIR (colock's source tree), BUILD_DIR (the build running this test, already
 # built), WORK_DIR (scratch space), CXX_COMPILER, SANITIZE (the build's COLOCK_SANITIZE; the
-# consumer must link the same runtimes).
+# consumer must link the same runtimes), API_REFERENCE (the build's COLOCK_BUILD_API_REFERENCE:
+# the package must hold it).
 cmake_minimum_required(VERSION 3.25)
 set(PACKAGE_TEST package_consumer)
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
@@ -21,7 +22,13 @@ set(consumer_build_dir "${WORK_DIR}/consumer-build")
 file(REMOVE_RECURSE "${prefix}" "${consumer_build_dir}")
 
 package_run_step("install colock" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(doc LICENSE README.md CHANGELOG.md)
+set(docs LICENSE README.md CHANGELOG.md docs/guide.md)
+if(API_REFERENCE)
+    # The API reference, when the build made it (COLOCK_BUILD_API_REFERENCE): its main page and
+    # the locker's.
+    list(APPEND docs html/index.html html/classcolock_1_1locker.html)
+endif()
+foreach(doc IN LISTS docs)
     if(NOT EXISTS "${prefix}/share/doc/colock/${doc}")
         message(FATAL_ERROR "package_consumer: the package has no share/doc/colock/${doc}")
     endif()
