@@ -9,7 +9,9 @@
 #
 # must be the region NAME of one of the SOURCEs: the lines between `//[NAME` and `//]` (`#[NAME`
 # and `#]` in CMake files), without the lines from `//<-` to `//->` (`#<-`, `#->`), each side with
-# its common indentation stripped, byte for byte. Every ```cpp block of every page needs such a
+# its common indentation stripped, byte for byte. A line `//+ TEXT` of a region is shown as TEXT
+# and not compiled there: the includes of a snippet that sits inside a function, each of which
+# the source must really include. Every ```cpp block of every page needs such a
 # marker (a C++ block that is not compiled is how the README drifted before); a snippet is shown
 # once, on one page; and every region of the SOURCEs must be shown on one of the pages. Prints
 # every mismatch with the page, line and snippet's name and a diff; exits 1 when there is one,
@@ -157,8 +159,25 @@ trimmed ~ /^(\/\/|#)->$/ {
     hidden = 0
     next
 }
+trimmed ~ /^#include[ \t]*[<"]/ { included[trimmed] = 1 }
+trimmed ~ /^\/\/\+( |$)/ {
+    if (name == "" || hidden) {
+        problem("//+ outside a region, or in a hidden part")
+        next
+    }
+    sub(/\/\/\+ ?/, "", line)
+    shown = line
+    gsub(/^[ \t]+|[ \t]+$/, "", shown)
+    if (shown ~ /^#include/) shown_include[shown] = FNR
+}
 name != "" && name != "#duplicate" && !hidden { print line > (out "/" name) }
-END { if (name != "") problem("region \"" name "\" (line " start ") is not closed") }
+END {
+    if (name != "") problem("region \"" name "\" (line " start ") is not closed")
+    for (inc in shown_include)
+        if (!(inc in included))
+            print file ":" shown_include[inc] ": the snippet shows \"" inc "\", which " \
+                  "the file does not include" >> problems
+}
 ' "$src"
 done
 

@@ -179,6 +179,15 @@ if changed "$snippets_cpp" "$cpp"; then
     expect pass "a change between //<- and //-> (not shown on a page)"
 fi
 
+# The fencing snippet shows a header the file does not include, on its page and in its region.
+fresh
+sed -i '0,/\/\/+ #include <colock\/locker\.hpp>/s//\/\/+ #include <colock\/lockr.hpp>/' "$cpp"
+sed -i '0,/^#include <colock\/locker\.hpp>$/s//#include <colock\/lockr.hpp>/' "$fencing_page"
+if changed "$snippets_cpp" "$cpp" && changed "$fencing_page_in" "$fencing_page"; then
+    expect fail "a snippet showing an include the source does not have" \
+        '"#include <colock/lockr.hpp>", which the file does not include'
+fi
+
 fresh
 awk '/<!-- snippet: safety_fencing -->/ { indent = 1 }
      indent && /^```$/ && seen { print "    " $0; indent = 0; next }

@@ -69,11 +69,25 @@ int main() {
 
 // ------------------------------------------------------------------------------------------
 // The other snippets, in functions that give them what they use. Nothing below is shown in
-// the documentation outside a marked region.
+// the documentation outside a marked region. The headers each snippet shows (its //+ lines) are
+// included here, where the check (ctest readme_snippets) finds them.
+
+#include <colock/election.hpp>
+#include <colock/error.hpp>
+#include <colock/fenced_resource.hpp>
+#include <colock/lock_observer.hpp>
+#include <colock/lock_options.hpp>
+#include <colock/lock_scope.hpp>
+#include <colock/lock_status.hpp>
+#include <colock/locker.hpp>
+#include <colock/redis/config.hpp>
+#include <colock/rw_lock.hpp>
+#include <colock/semaphore.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -114,6 +128,8 @@ struct invoice_store {
 asio::awaitable<std::int64_t> fencing(colock::locker& locker, invoice_store& store,
                                       std::string data) {
     //[safety_fencing
+    //+ #include <colock/locker.hpp>
+    //+
     auto guard = co_await locker.co_lock("invoice:42");
     co_await store.write(guard.fence(), data); // the store: if (fence < highest) refuse;
                                                //            highest = fence; apply
@@ -126,6 +142,9 @@ asio::awaitable<std::int64_t> fencing(colock::locker& locker, invoice_store& sto
 // The job's record in Redis, which takes writes under the highest fence it has seen only.
 asio::awaitable<std::int64_t> finish_job(colock::redis::connection& conn, colock::locker& locker) {
     //[safety_fenced_resource
+    //+ #include <colock/fenced_resource.hpp>
+    //+ #include <colock/locker.hpp>
+    //+
     // The fence key and the job's keys share a hash tag: one script checks and writes.
     colock::fenced_resource job{conn, "job:{42}:fence"};
     auto guard = co_await locker.co_lock("job:42");
@@ -147,6 +166,13 @@ asio::awaitable<void> move_money() { // the work that needs both accounts
 // Moves money between two accounts under both of their locks, taken at once.
 asio::awaitable<std::int64_t> transfer(colock::locker& locker) {
     //[guide_lock_all
+    //+ #include <colock/locker.hpp>
+    //+
+    //+ #include <boost/asio/experimental/awaitable_operators.hpp>
+    //+
+    //+ #include <string>
+    //+ #include <vector>
+    //+
     // Both accounts or neither: no deadlock with a transfer the other way round.
     std::vector<std::string> const both{"account:7", "account:42"};
     auto accounts = co_await locker.co_lock_all(both);
@@ -158,6 +184,10 @@ asio::awaitable<std::int64_t> transfer(colock::locker& locker) {
 }
 
 //[guide_not_reentrant
+//+ #include <colock/locker.hpp>
+//+
+//+ #include <stdexcept>
+//+
 // Takes the account's lock once and hands the guard to the code that needs the lock held.
 asio::awaitable<void> apply_fee(colock::lock_guard const& account) {
     if (!account.owns_lock()) // lost meanwhile: do not touch the account
@@ -174,6 +204,10 @@ asio::awaitable<void> close_account(colock::locker& locker) {
 //]
 
 //[guide_with_lock
+//+ #include <colock/locker.hpp>
+//+
+//+ #include <cstdint>
+//+
 // The work gets the guard (for its fence); the lock goes back when it ends.
 asio::awaitable<std::int64_t> charge(colock::locker& locker) {
     co_return co_await locker.co_with_lock(
@@ -187,6 +221,16 @@ asio::awaitable<std::int64_t> charge(colock::locker& locker) {
 std::int64_t last_term = 0;
 
 //[election_scheduler
+//+ #include <colock/election.hpp>
+//+
+//+ #include <boost/asio/experimental/awaitable_operators.hpp>
+//+ #include <boost/asio/steady_timer.hpp>
+//+ #include <boost/asio/this_coro.hpp>
+//+ #include <boost/asio/use_awaitable.hpp>
+//+
+//+ #include <chrono>
+//+ #include <cstdint>
+//+
 // A scheduler that runs on one node at a time: it waits to lead, works while it leads, and
 // gives the leadership up when asked to stop.
 asio::awaitable<void> run_jobs([[maybe_unused]] std::int64_t term) { // writes pass the term
@@ -206,6 +250,13 @@ asio::awaitable<void> schedule(colock::locker& locker) {
 //]
 
 //[rw_lock_catalog
+//+ #include <colock/rw_lock.hpp>
+//+
+//+ #include <fmt/format.h>
+//+
+//+ #include <cstdint>
+//+ #include <string>
+//+
 // A catalog that many requests read and one job rebuilds: the readers share the lock; the
 // rebuild waits for the readers ahead of it, and holds back the ones after it until it is done.
 asio::awaitable<std::string> read_catalog(colock::locker& locker) {
@@ -230,6 +281,13 @@ asio::awaitable<std::int64_t> rebuild_catalog(colock::locker& locker) {
 //]
 
 //[election_who_leads
+//+ #include <colock/election.hpp>
+//+
+//+ #include <fmt/format.h>
+//+
+//+ #include <optional>
+//+ #include <string>
+//+
 // Who leads now, and every change from here on.
 asio::awaitable<std::string> who_leads(colock::locker& locker) {
     colock::election election{locker, "scheduler"};
@@ -250,6 +308,15 @@ int exports_peak = 0;
 int exports_done = 0;
 
 //[semaphore_exports
+//+ #include <colock/semaphore.hpp>
+//+
+//+ #include <boost/asio/experimental/awaitable_operators.hpp>
+//+ #include <boost/asio/steady_timer.hpp>
+//+ #include <boost/asio/this_coro.hpp>
+//+ #include <boost/asio/use_awaitable.hpp>
+//+
+//+ #include <chrono>
+//+
 // At most 4 exports at once, over every process that runs this.
 asio::awaitable<void> run_export() { // calls the service that takes 4 at a time
     asio::steady_timer work{co_await asio::this_coro::executor, std::chrono::milliseconds{50}};
@@ -275,6 +342,13 @@ asio::awaitable<void> export_report(colock::locker& locker) {
 //]
 
 //[semaphore_bulk
+//+ #include <colock/semaphore.hpp>
+//+
+//+ #include <boost/asio/experimental/awaitable_operators.hpp>
+//+
+//+ #include <cstddef>
+//+ #include <optional>
+//+
 // A bulk job takes 3 permits at once, or skips this round if they are not free now.
 asio::awaitable<std::optional<std::size_t>> bulk_export(colock::locker& locker) {
     colock::semaphore exports{locker, "exports", 4};
@@ -290,6 +364,13 @@ asio::awaitable<std::optional<std::size_t>> bulk_export(colock::locker& locker) 
 //]
 
 //[semaphore_capacity
+//+ #include <colock/error.hpp>
+//+ #include <colock/semaphore.hpp>
+//+
+//+ #include <boost/system/system_error.hpp>
+//+
+//+ #include <string>
+//+
 // A user that gives another capacity is refused at the server, and nothing changes.
 asio::awaitable<std::string> wrong_capacity(colock::locker& locker) {
     colock::semaphore exports{locker, "exports", 8}; // the others give 4
@@ -305,6 +386,10 @@ asio::awaitable<std::string> wrong_capacity(colock::locker& locker) {
 //]
 
 //[guide_scope
+//+ #include <colock/lock_scope.hpp>
+//+
+//+ #include <cstddef>
+//+
 // One request, one scope: the helpers it calls take the account's lock through the scope and
 // get the request's lease again, at once; it goes back when the last guard goes.
 asio::awaitable<void> add_interest(colock::lock_scope& request) {
@@ -328,6 +413,10 @@ asio::awaitable<void> rebuild_cache() {
 asio::awaitable<bool> try_lock(colock::locker& locker) {
     bool rebuilt = false;
     //[guide_try_lock
+    //+ #include <colock/locker.hpp>
+    //+
+    //+ #include <optional>
+    //+
     // One attempt: an empty optional when someone else holds the lock.
     if (std::optional<colock::lock_guard> guard = co_await locker.co_try_lock("cache:rebuild")) {
         co_await rebuild_cache();
@@ -342,6 +431,11 @@ asio::awaitable<bool> try_lock(colock::locker& locker) {
 
 asio::awaitable<std::int64_t> nightly_report(colock::locker& locker) {
     //[options_nightly_report
+    //+ #include <colock/lock_options.hpp>
+    //+ #include <colock/locker.hpp>
+    //+
+    //+ #include <chrono>
+    //+
     // A nightly report: one process makes it; the others give up after 10 s.
     colock::lock_options opt;
     opt.ttl = std::chrono::seconds{60};          // a crashed holder keeps the lock 60 s at most
@@ -355,6 +449,14 @@ asio::awaitable<std::int64_t> nightly_report(colock::locker& locker) {
 }
 
 //[observability_metrics
+//+ #include <colock/lock_observer.hpp>
+//+ #include <colock/locker.hpp>
+//+
+//+ #include <atomic>
+//+ #include <chrono>
+//+ #include <cstdint>
+//+ #include <memory>
+//+
 // Counts for a metrics endpoint. Called on the locker's strand: it only adds.
 struct lock_metrics final : colock::lock_observer {
     std::atomic<std::uint64_t> acquired{0}, handed_locally{0}, lost{0}, renewal_errors{0};
@@ -381,6 +483,13 @@ std::shared_ptr<lock_metrics> watch(colock::locker& locker) {
 //]
 
 //[observability_status
+//+ #include <colock/lock_status.hpp>
+//+ #include <colock/locker.hpp>
+//+
+//+ #include <fmt/format.h>
+//+
+//+ #include <string>
+//+
 // Who holds `name`, for a log line or an operator's page.
 asio::awaitable<std::string> who_holds(colock::locker& locker, std::string name) {
     colock::lock_status const st = co_await locker.co_status(name);
@@ -402,6 +511,8 @@ void check(bool ok, char const* what) {
 
 void sentinel_configs() {
     //[deployments_sentinel
+    //+ #include <colock/redis/config.hpp>
+    //+
     // The sentinels and the name they monitor the primary under. User and password are the data
     // nodes'; the sentinels' own password goes in the query.
     auto const from_url = colock::redis::config::from_url(
@@ -424,6 +535,8 @@ void sentinel_configs() {
 
 void cluster_configs() {
     //[deployments_cluster
+    //+ #include <colock/redis/config.hpp>
+    //+
     // Any nodes of the cluster; the connection finds the rest (CLUSTER SLOTS).
     auto const from_url = colock::redis::config::from_url(
         "redis-cluster://app:data-secret@10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000");
@@ -532,6 +645,8 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     check(held_line.find(fmt::format("pid {} on ", ::getpid())) != std::string::npos,
           "status names the holder's pid");
     //[observability_force_unlock
+    //+ #include <colock/locker.hpp>
+    //+
     // The last resort, from another process: the holder is told at once.
     bool const ended = co_await locker.co_force_unlock("report:daily");
     //]
