@@ -129,6 +129,9 @@ struct queue_event {
     std::string_view name;
     /// Calls waiting on the name now, in this locker.
     std::size_t depth = 0;
+    /// What waits: "lock" (co_lock's calls), or "election" (campaigns, by the election's name);
+    /// valid during the call only.
+    std::string_view kind = "lock";
 };
 
 /// The locker's connection was re-established after it had been lost.
@@ -146,7 +149,8 @@ struct reconnect_event {
 /// that name's fence; its waits are not counted in queue_event. A semaphore's permits and a
 /// read-write lock's guards and an election's leaderships are told as holdings of their name,
 /// with their `kind`: acquired, released, lost and renewal events (a semaphore's and a read-write
-/// lock's waits are not counted in queue_event; a campaign's are, by the election's name).
+/// lock's waits are not counted in queue_event; a campaign's are, by the election's name and with
+/// kind "election").
 class lock_observer {
 public:
     virtual ~lock_observer() = default;

@@ -43,7 +43,7 @@ struct seen {
     loss_reason reason = loss_reason::not_ours;
     boost::system::error_code error{};
     std::size_t count = 0;     // queue: depth; reconnect: reconnects
-    std::string holder_kind{}; // acquired, released, lost, renewal: the event's kind
+    std::string holder_kind{}; // acquired, released, lost, renewal, queue: the event's kind
 };
 
 struct recorder final : lock_observer {
@@ -79,7 +79,11 @@ struct recorder final : lock_observer {
         s.error = e.error;
         s.holder_kind = e.kind;
     }
-    void on_queue(queue_event const& e) override { record("queue", e.name).count = e.depth; }
+    void on_queue(queue_event const& e) override {
+        auto& s = record("queue", e.name);
+        s.count = e.depth;
+        s.holder_kind = e.kind;
+    }
     void on_reconnect(reconnect_event const& e) override {
         record("reconnect").count = e.reconnects;
     }
@@ -203,6 +207,7 @@ TEST_CASE("observer: a waiter of the same locker is handed the lease locally; th
         CHECK(ev[0].how == acquired_by::first_attempt);
         CHECK(ev[1].count == 1);
         CHECK(ev[1].name == name);
+        CHECK(ev[1].holder_kind == "lock");
         CHECK(ev[2].fence == first.fence());
         CHECK(ev[2].flag); // handed to the waiter
         CHECK(ev[3].how == acquired_by::local_handoff);
@@ -429,7 +434,10 @@ TEST_CASE("observer: an election's leaderships are told as holdings of the elect
         CHECK(renewals[0].holder_kind == "election");
         auto const queued = seen_by->of("queue");
         REQUIRE_FALSE(queued.empty());
-        CHECK(queued[0].name == name);
+        for (auto const& e : queued) {
+            CHECK(e.name == name);
+            CHECK(e.holder_kind == "election");
+        }
     };
     run_lock_test<one_locker>("observer-election", scenario);
 }

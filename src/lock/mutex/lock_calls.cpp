@@ -108,7 +108,7 @@ void lock_calls::begin(std::shared_ptr<lock_operation> const& op) {
         // Others of this process wait on the name, or ask for it now: queue behind them (FIFO,
         // and no attempt that would fail anyway), parked until its turn.
         op->joined(queues_.join(op->keys(), op->node()));
-        notes_.queue(op->name(), op->queue()->waiters.size());
+        notes_.queue(op->name(), op->queue()->waiters.size(), op->keys().kind);
         op->acq().wait_for_holder(op->options().ttl);
         op->park(op->acq().deadlines().wait);
         return;
@@ -192,7 +192,7 @@ void lock_calls::finish(lock_operation& op) {
     if (auto q = op.leave_queue()) {
         auto baton = op.take_baton();
         queues_.leave(q, op.node(), out.state != nullptr, claim);
-        notes_.queue(op.name(), q->waiters.size());
+        notes_.queue(op.name(), q->waiters.size(), q->keys.kind);
         if (baton)
             handoffs_.pass_on(q->keys, std::move(*baton), claim);
     }
@@ -246,7 +246,7 @@ asio::awaitable<bool> lock_calls::first_attempt(lock_operation& op, asio::cancel
         // Contended: first in the local queue, ahead of calls that queued behind this attempt.
         auto queue = queues_.join(keys, op.node(), true);
         op.joined(queue);
-        notes_.queue(op.name(), queue->waiters.size());
+        notes_.queue(op.name(), queue->waiters.size(), keys.kind);
         op.mark_asked();
         op.need_attempt(false); // the first attempt's answer still stands
         queue->queued_at_server = queue->queued_at_server || queued_at_server;

@@ -21,9 +21,9 @@ void lock_notes::acquired(guard_state const& st, clock_type::time_point call_sta
         {st.name(), st.fence(), clock_type::now() - call_started, attempts, how, st.keys().kind});
 }
 
-void lock_notes::queue(std::string const& name, std::size_t waiters) const {
+void lock_notes::queue(std::string const& name, std::size_t waiters, std::string_view kind) const {
     if (observer_)
-        observer_->on_queue({name, waiters});
+        observer_->on_queue({name, waiters, kind});
 }
 
 void lock_notes::released(guard_state const& st, bool handed_locally, bool retained) const {

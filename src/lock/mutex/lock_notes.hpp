@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace colock::detail {
 
@@ -31,7 +32,7 @@ public:
     // A call made at `call_started` got `st` after `attempts` attempts; `waited`: it queued.
     void acquired(guard_state const& st, clock_type::time_point call_started, int attempts,
                   bool waited) const;
-    void queue(std::string const& name, std::size_t waiters) const;
+    void queue(std::string const& name, std::size_t waiters, std::string_view kind) const;
     void released(guard_state const& st, bool handed_locally, bool retained) const;
     void lost(guard_state const& st, loss_reason why) const;
     void renewal(guard_state const& st, clock_type::duration latency, bool extended,
