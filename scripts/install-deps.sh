@@ -10,6 +10,7 @@ packages=(
     ninja-build cmake g++ pkg-config
     clang-14 libclang-rt-14-dev
     doxygen
+    python3
     spin
 )
 
