@@ -246,7 +246,8 @@ asio::awaitable<bool> lock_calls::first_attempt(lock_operation& op, asio::cancel
         // Contended: first in the local queue, ahead of calls that queued behind this attempt.
         auto queue = queues_.join(keys, op.node(), true);
         op.joined(queue);
-        notes_.queue(op.name(), queue->waiters.size(), keys.kind);
+        // The queue's keys: `keys`, the operation's own, went with op.joined.
+        notes_.queue(op.name(), queue->waiters.size(), queue->keys.kind);
         op.mark_asked();
         op.need_attempt(false); // the first attempt's answer still stands
         queue->queued_at_server = queue->queued_at_server || queued_at_server;
