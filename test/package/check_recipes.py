@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """ctest package_recipes: the vcpkg port (packaging/vcpkg/colock) and the Conan recipe
-(packaging/conan/conanfile.py), checked as far as a machine without vcpkg or Conan allows.
+(packaging/conan/conanfile.py), checked as far as a machine without vcpkg or Conan allows, and
+the options of the Debian package's rules (debian/rules).
 
 - vcpkg.json parses, names colock at colock/version.hpp's version, and depends on every Boost
   library the sources include, on fmt and on OpenSSL; the port builds the checkout it lives in.
 - conanfile.py compiles; its Boost, fmt and OpenSSL requirements are there.
-- Both configure colock with the options of docs/install.md's install step, each an option() of
-  CMakeLists.txt, and leave the tool out (COLOCK_BUILD_TOOLS=OFF): they package the library.
+- Both, and debian/rules, configure colock with the options of docs/install.md's install step,
+  each an option() of CMakeLists.txt, and leave the tool out (COLOCK_BUILD_TOOLS=OFF): they
+  package the library.
 - The sources the Conan recipe exports configure on their own, with those options.
 
 Usage: check_recipes.py SOURCE_DIR CMAKE WORK_DIR. Prints each problem; exits 1 when there is one.
@@ -80,6 +82,11 @@ port_options = dict(re.findall(r"-D(COLOCK_[A-Z_]+)=(\S+)", portfile))
 if port_options != recipe_options:
     problems.append("%s/portfile.cmake configures with %s, not %s" %
                     (port, port_options, recipe_options))
+
+# The Debian package's rules build the same (scripts/debian-package.sh builds it).
+rules_options = dict(re.findall(r"-D(COLOCK_BUILD_[A-Z_]+)=(\S+)", read("debian/rules")))
+if rules_options != recipe_options:
+    problems.append("debian/rules configures with %s, not %s" % (rules_options, recipe_options))
 
 # Conan
 recipe = "packaging/conan/conanfile.py"
