@@ -31,7 +31,7 @@ public:
 
     // --- the engine's interface ---
     void start_connect(connect_handler handler) override;
-    void start_exec(resp3::request req, exec_handler handler) override;
+    void start_exec(resp3::request req, exec_handler handler, handler_work work) override;
     void start_subscription(channel_kind kind, bool subscribe, std::vector<std::string> channels,
                             any_subscription_handler handler) override;
     void start_close() override;
@@ -188,7 +188,7 @@ template <class Token>
 auto exec_on(connection_impl& conn, resp3::request req, Token token) {
     return asio::async_initiate<Token, void(error_code, response)>(
         [c = &conn](auto handler, resp3::request r) {
-            c->start_exec(std::move(r), std::move(handler));
+            c->start_exec(std::move(r), std::move(handler), handler_work::untracked);
         },
         token, std::move(req));
 }

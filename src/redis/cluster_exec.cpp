@@ -18,10 +18,12 @@ namespace colock::redis::detail {
 
 struct cluster_engine::request_op {
     // Constructed with its handler: Boost 1.81's any_completion_handler move assignment recurses.
-    request_op(exec_handler h, asio::any_io_executor const& io_executor)
+    request_op(exec_handler h, asio::any_io_executor const& io_executor, handler_work tracking)
         : handler(std::move(h))
         , caller_slot(asio::get_associated_cancellation_slot(handler))
-        , work(colock::detail::work_if_foreign(handler, io_executor)) {}
+        , work(tracking == handler_work::tracked
+                   ? colock::detail::work_if_foreign(handler, io_executor)
+                   : asio::any_completion_executor()) {}
 
     std::uint64_t id = 0;
     std::optional<std::uint16_t> slot;
@@ -89,7 +91,7 @@ void add_riders(std::vector<std::vector<std::string_view>> const& commands,
 
 } // namespace
 
-void cluster_engine::start_exec(resp3::request req, exec_handler handler) {
+void cluster_engine::start_exec(resp3::request req, exec_handler handler, handler_work work) {
     if (req.empty()) {
         colock::detail::complete_now(strand_, std::move(handler), {}, error_code{}, response{});
         return;
@@ -100,7 +102,7 @@ void cluster_engine::start_exec(resp3::request req, exec_handler handler) {
                                      error_code(error::unsupported_command), std::move(r));
         return;
     }
-    auto op = std::make_shared<request_op>(std::move(handler), strand_.get_inner_executor());
+    auto op = std::make_shared<request_op>(std::move(handler), strand_.get_inner_executor(), work);
     auto const count = req.commands();
     op->payload = req.take_payload();
     auto commands = split_commands(op->payload);

@@ -69,7 +69,7 @@ void engine_exec(shared_engine const& engine, resp3::request req, exec_handler h
         refuse_closed(engine, std::move(handler), response{});
         return;
     }
-    engine->start_exec(std::move(req), std::move(handler));
+    engine->start_exec(std::move(req), std::move(handler), handler_work::untracked);
 }
 
 void engine_change_subscription(shared_engine const& engine, bool subscribe,
@@ -307,7 +307,7 @@ void connection::start_connect(connect_handler handler) {
 
 void connection::start_exec(resp3::request req, exec_handler handler) {
     impl_->used_by_user();
-    impl_->start_exec(std::move(req), std::move(handler));
+    impl_->start_exec(std::move(req), std::move(handler), detail::handler_work::tracked);
 }
 
 void connection::start_subscription(bool subscribe, std::vector<std::string> channels,

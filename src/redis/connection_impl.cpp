@@ -205,7 +205,7 @@ entry_ptr connection_impl::make_entry(std::string payload, std::size_t commands,
     return e;
 }
 
-void connection_impl::start_exec(resp3::request req, exec_handler handler) {
+void connection_impl::start_exec(resp3::request req, exec_handler handler, handler_work work) {
     if (destroyed_) {
         deliver(std::move(handler), {}, error_code(error::closed), response{});
         return;
@@ -224,7 +224,8 @@ void connection_impl::start_exec(resp3::request req, exec_handler handler) {
     auto shapes = req.shapes();
     auto e = make_entry(req.take_payload(), commands, std::move(shapes));
     bind_cancellation(e, handler);
-    e->work = colock::detail::work_if_foreign(handler, strand_.get_inner_executor());
+    if (work == handler_work::tracked)
+        e->work = colock::detail::work_if_foreign(handler, strand_.get_inner_executor());
     e->handler = std::move(handler);
     asio::dispatch(strand_,
                    [self = shared_from_this(), e]() mutable { self->enqueue_user(std::move(e)); });

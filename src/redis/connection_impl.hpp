@@ -243,7 +243,7 @@ public:
                          std::vector<resp3::reply_shape> shapes);
     template <class Handler>
     void bind_cancellation(entry_ptr const& e, Handler const& handler);
-    void start_exec(resp3::request req, exec_handler handler) override;
+    void start_exec(resp3::request req, exec_handler handler, handler_work work) override;
     void enqueue_user(entry_ptr e);
     void wake_writer();
     void cancel_entry(entry_ptr const& e, asio::cancellation_type type);

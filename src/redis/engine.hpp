@@ -24,6 +24,11 @@ namespace colock::redis::detail {
 
 using connect_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 using exec_handler = boost::asio::any_completion_handler<void(boost::system::error_code, response)>;
+// A user's request counts as work on its handler's own executor while it is under way (a thread
+// pool's strand is not joined under it). colock's own requests do not: their handlers run on
+// strands of the connection's executor, which the connection's I/O keeps running, and their
+// every request (lock, renewal, release, a Cluster's node requests) would pay for the count.
+enum class handler_work : bool { untracked, tracked };
 using subscription_handler =
     boost::asio::any_completion_handler<void(boost::system::error_code, std::string)>;
 // Classic pub/sub channels (SUBSCRIBE, PUBLISH reaches them on every node of a Cluster), or
@@ -65,7 +70,9 @@ public:
     virtual config const& settings() const noexcept = 0;
 
     virtual void start_connect(connect_handler handler) = 0;
-    virtual void start_exec(resp3::request req, exec_handler handler) = 0;
+    // `work`: whether the request holds outstanding work on its handler's own executor
+    // (colock::detail::work_if_foreign) until its completion is handed over.
+    virtual void start_exec(resp3::request req, exec_handler handler, handler_work work) = 0;
     virtual void start_subscription(channel_kind kind, bool subscribe,
                                     std::vector<std::string> channels,
                                     any_subscription_handler handler) = 0;
