@@ -162,10 +162,10 @@ asio::awaitable<void> philosopher(std::shared_ptr<bench::run_state> state, coloc
         state->completed();
         bool ours = true;
         if (pair) {
-            ours = co_await pair->unlock();
+            ours = co_await pair->release();
         } else {
-            ours = co_await right->unlock();
-            ours = co_await left->unlock() && ours;
+            ours = co_await right->release();
+            ours = co_await left->release() && ours;
         }
         if (!ours)
             throw std::runtime_error("a fork was lost before its release");

@@ -8,13 +8,13 @@
 //             the election's queue, polling LLEN on a connection of its own, then --settle
 //             milliseconds more, in which B subscribes to its wake channel and asks once more
 //             before it sleeps: B is then a candidate that has been waiting); A resigns.
-//             Measured: hand-over = A's co_resign() called -> B's co_campaign() returns;
+//             Measured: hand-over = A's release() called -> B's co_campaign() returns;
 //             observe = the same start -> the watch's co_next() returns B's term. The two swap
 //             roles every round.
 //   proclaim  the leader proclaims a new value. Measured: co_proclaim() itself, and its start ->
 //             the watch's co_next() returns the value.
 //   alone     with nobody else campaigning: co_campaign() (one uncontended campaign), then
-//             co_resign() with nobody queued. Measured: the campaign, and resign start -> the
+//             release() with nobody queued. Measured: the campaign, and resign start -> the
 //             watch's co_next() reports that nobody leads.
 //
 // For each phase the server calls per round from INFO commandstats (calls made inside scripts
@@ -75,7 +75,7 @@ constexpr std::string_view usage_text =
     R"(Usage: election_latency [--rounds N] [--warmup N] [--settle MS] [--url redis://...] [--json]
 
 Leader election latency against one redis-server (a throwaway one unless --url):
-hand-over (co_resign -> the queued candidate's co_campaign returns), observe (the change ->
+hand-over (release -> the queued candidate's co_campaign returns), observe (the change ->
 a watch on another connection reports it) for hand-overs, proclaims and resigns with nobody
 queued, with p50/p99/max, server calls per round (INFO commandstats, calls inside scripts
 included) and the server's CPU per round; a PING round trip as the reference.
@@ -255,7 +255,7 @@ struct phase_result {
     std::size_t rounds = 0;
     latency first;  // handover: hand-over; proclaim: co_proclaim; alone: co_campaign
     latency second; // observe: change -> watch
-    latency third;  // handover: co_resign() itself; alone: co_resign() itself
+    latency third;  // handover: release() itself; alone: release() itself
     bench::command_calls calls;
     double server_cpu_us = 0; // per round
     std::size_t skipped = 0, resynced = 0;
@@ -323,8 +323,8 @@ asio::awaitable<phase_result> run_handover(setup& s, watch_log& log, bench::node
         }
 
         auto const resign_at = steady::now();
-        if (!co_await s.lead->co_resign())
-            throw std::runtime_error("a leader's co_resign() found its term over");
+        if (!co_await s.lead->release())
+            throw std::runtime_error("a leader's release() found its term over");
         auto const resigned_at = steady::now();
         co_await wait_done(*run);
         auto const term = run->lead->term();
@@ -407,7 +407,7 @@ asio::awaitable<phase_result> run_alone(setup& s, watch_log& log, bench::node_st
     std::size_t resynced_before = log.resynced;
     // Whoever leads resigns first, with nobody queued.
     auto const last = s.lead->term();
-    co_await s.lead->co_resign();
+    co_await s.lead->release();
     s.lead.reset();
     co_await log.when([&](colock::leader_change const& c) { return !c.leading; }, false,
                       fmt::format("the end of term {}", last));
@@ -427,8 +427,8 @@ asio::awaitable<phase_result> run_alone(setup& s, watch_log& log, bench::node_st
             [&](colock::leader_change const& c) { return c.leading && c.term == term; }, measuring,
             fmt::format("term {}", term));
         auto const resign_at = steady::now();
-        if (!co_await lead.co_resign())
-            throw std::runtime_error("a leader's co_resign() found its term over");
+        if (!co_await lead.release())
+            throw std::runtime_error("a leader's release() found its term over");
         auto const resigned_at = steady::now();
         auto const seen_at = co_await log.when(
             [&](colock::leader_change const& c) { return !c.leading && c.term == term; }, measuring,
@@ -524,11 +524,11 @@ void report(phase_result const& r, latency const& ping, bool json) {
     if (r.phase == "handover") {
         fmt::print("\n== hand-over: the leader resigns, the queued candidate leads ({} rounds)\n",
                    r.rounds);
-        fmt::print("  hand-over   {}   (co_resign() called -> next co_campaign() returns)\n",
+        fmt::print("  hand-over   {}   (release() called -> next co_campaign() returns)\n",
                    latency_text(r.first));
-        fmt::print("  observe     {}   (co_resign() called -> the watch reports the new term)\n",
+        fmt::print("  observe     {}   (release() called -> the watch reports the new term)\n",
                    latency_text(r.second));
-        fmt::print("  co_resign   {}   (the call itself)\n", latency_text(r.third));
+        fmt::print("  release   {}   (the call itself)\n", latency_text(r.third));
     } else if (r.phase == "proclaim") {
         fmt::print("\n== proclaim: the leader publishes a new value ({} rounds)\n", r.rounds);
         fmt::print("  co_proclaim {}   (the call itself)\n", latency_text(r.first));
@@ -539,9 +539,9 @@ void report(phase_result const& r, latency const& ping, bool json) {
                    "rounds)\n",
                    r.rounds);
         fmt::print("  co_campaign {}   (uncontended)\n", latency_text(r.first));
-        fmt::print("  observe     {}   (co_resign() called -> the watch reports nobody leads)\n",
+        fmt::print("  observe     {}   (release() called -> the watch reports nobody leads)\n",
                    latency_text(r.second));
-        fmt::print("  co_resign   {}   (the call itself)\n", latency_text(r.third));
+        fmt::print("  release   {}   (the call itself)\n", latency_text(r.third));
     }
     if (ping.p50 > 0)
         fmt::print("  / PING p50  {:.1f} x, observe {:.1f} x   (PING {}: {:.1f} us)\n",
@@ -656,7 +656,7 @@ asio::awaitable<int> run(redis::config cfg, options o) {
         status = 1;
     }
     if (s.lead)
-        co_await s.lead->co_resign();
+        co_await s.lead->release();
     stop_watch.emit(asio::cancellation_type::terminal);
     auto const deadline = steady::now() + step_limit;
     while (!log.done && steady::now() < deadline) {

@@ -222,9 +222,9 @@ asio::awaitable<cost> library_phase(redis::connection& conn, redis::connection& 
     renewals = counter->extended.load() - counted_before;
     std::size_t lost = 0;
     for (auto const& g : held)
-        lost += g.owns_lock() ? 0 : 1;
+        lost += g.owns() ? 0 : 1;
     for (auto& g : held)
-        co_await g.unlock();
+        co_await g.release();
     if (lost > 0)
         throw std::runtime_error(fmt::format("{} of the library's leases were lost", lost));
     co_return per_renewal(a, b, renewals);

@@ -10,7 +10,7 @@
 // (colock::locker, lock_guard), so whatever the library sends is what is measured. The variants:
 //   simplest        SET NX PX, then an EVALSHA compare-and-delete (GET, DEL): the yardstick
 //   simplest_fcall  the same with the compare-and-delete as a Redis Function (FCALL)
-//   unlock          co_lock + awaited unlock()
+//   unlock          co_lock + awaited release()
 //   let_go          co_lock, then the guard destroyed (the release runs in the background)
 //   extend          lock_guard::extend(ttl) on held guards: per extend
 //   extend_sha      the library's extend script by EVALSHA on the same guards' keys
@@ -353,7 +353,7 @@ asio::awaitable<void> add_raw_variants(run_context& ctx, std::vector<variant>& o
                                        bool functions) {
     // As long as a locker's id.
     std::string const owner = "0123456789abcdef";
-    // As src/lock/store/single_connection_store.cpp sends them for co_lock and unlock(), built by
+    // As src/lock/store/single_connection_store.cpp sends them for co_lock and release(), built by
     // the same functions: acquire (the holder, ttl, queueing "1" with the queue entry's ttl and
     // the claim), release (what the grant wrote, the free value with the holder's fence, the
     // claim and the token).
@@ -543,7 +543,7 @@ asio::awaitable<void> add_library_variants(run_context& ctx, library_parts& lib,
 
     variant unlock;
     unlock.name = "unlock";
-    unlock.what = "the library: co_lock + awaited unlock()";
+    unlock.what = "the library: co_lock + awaited release()";
     unlock.min_entries_per_cycle = 2;
     unlock.batch = [&ctx, &lib](std::size_t per_worker) {
         return run_workers(ctx.in_flight, [&lib, per_worker](std::size_t w) {
@@ -551,9 +551,9 @@ asio::awaitable<void> add_library_variants(run_context& ctx, library_parts& lib,
                       std::size_t cycles) -> asio::awaitable<void> {
                 for (std::size_t i = 0; i < cycles; ++i) {
                     auto guard = co_await l.co_lock(name);
-                    if (!co_await guard.unlock())
+                    if (!co_await guard.release())
                         throw std::runtime_error(
-                            fmt::format("unlock: {} was no longer ours at unlock()", name));
+                            fmt::format("unlock: {} was no longer ours at release()", name));
                 }
             }(*lib.unlock_locker, lib.names[w], per_worker);
         });
@@ -882,7 +882,7 @@ asio::awaitable<void> run_all(redis::config cfg, options opts) {
     report(opts, variants, empty, per_batch, version);
 
     for (auto& guard : *lib.held)
-        co_await guard.unlock();
+        co_await guard.release();
     lib = {};
     co_await ping(*conn);
     co_await delete_keys(*conn, ctx.keys_to_delete);

@@ -190,9 +190,9 @@ asio::awaitable<void> worker(std::shared_ptr<bench::run_state> state, party& p,
         if (permit)
             ours = co_await permit->release();
         else if (writing)
-            ours = co_await writing->unlock();
+            ours = co_await writing->release();
         else if (reader)
-            ours = co_await reader->unlock();
+            ours = co_await reader->release();
         else
             ours = true;
         if (!ours)

@@ -118,12 +118,12 @@ asio::awaitable<int> run(colock::redis::config cfg) {
                    std::chrono::steady_clock::now() - started)
                    .count());
     // Its release still goes out: the promoted replica had the lease, and gives it up now.
-    co_await guard.unlock();
+    co_await guard.release();
 
     auto again = co_await locker.co_lock(name, opt);
     fmt::print("locked again on the new primary, fence {} (fences only go up)\n", again.fence());
     int const status = again.fence() > guard.fence() ? 0 : 1;
-    co_await again.unlock();
+    co_await again.release();
     conn.close();
     co_return status;
 }

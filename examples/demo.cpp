@@ -194,7 +194,7 @@ asio::awaitable<void> refund_coroutine(worker* w, std::shared_ptr<refund_state> 
                            "{}\n",
                            w->name, id, waited, guard.fence(), balance, balance + 1);
             --state->holders;
-            if (!co_await guard.unlock())
+            if (!co_await guard.release())
                 state->fail(
                     fmt::format("{}/{}: the lock was no longer ours at unlock", w->name, id));
         }
@@ -308,12 +308,12 @@ asio::awaitable<int> run_demo(redis::config cfg, options opts) {
                    attempt ? "acquired?! (wrong)" : "empty optional: somebody holds it");
         if (attempt)
             status = 1;
-        co_await held.unlock();
+        co_await held.release();
         fmt::print("  {} unlocks\n", a.name);
         auto second = co_await b.locker->co_try_lock(lock_name);
         if (second) {
             fmt::print("  {}: co_try_lock -> acquired, fence {}\n", b.name, second->fence());
-            co_await second->unlock();
+            co_await second->release();
         } else {
             fmt::print(stderr, "colock_demo: co_try_lock of a free lock came back empty\n");
             status = 1;
@@ -342,8 +342,8 @@ asio::awaitable<int> run_demo(redis::config cfg, options opts) {
             fmt::print(stderr, "colock_demo: the batch was not stopped by the lost lease\n");
             status = 1;
         }
-        bool const was_ours = co_await guard.unlock();
-        fmt::print("  {}: unlock() -> {} (nothing to give back)\n", a.name, was_ours);
+        bool const was_ours = co_await guard.release();
+        fmt::print("  {}: release() -> {} (nothing to give back)\n", a.name, was_ours);
         if (was_ours)
             status = 1;
     }
@@ -387,7 +387,7 @@ asio::awaitable<int> run_demo(redis::config cfg, options opts) {
         fmt::print("  the lock still belongs to {}: {}\n", a.name, still_a ? "yes" : "NO");
         if (!still_a)
             status = 1;
-        co_await held.unlock();
+        co_await held.release();
     }
 
     // ------------------------------------------------------------------ cleanup

@@ -141,7 +141,7 @@ asio::awaitable<void> schedule(colock::election& election, fenced_resource& reso
         auto const ended = co_await (run_job(term, resource, o) || lead.wait_lost() ||
                                      signals.async_wait(asio::use_awaitable));
         if (ended.index() == 2) {
-            bool const gave_up = co_await lead.co_resign(); // false: it was lost meanwhile
+            bool const gave_up = co_await lead.release(); // false: it was lost meanwhile
             say("resigned: term {}{}", term, gave_up ? "" : " (it was over already)");
             co_return;
         }

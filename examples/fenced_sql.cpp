@@ -128,8 +128,8 @@ asio::awaitable<int> run(colock::redis::config cfg, std::string pg_url, std::str
     opt.ttl = 1s;
     auto guard = co_await locker.co_lock("job:" + job, opt);
     fmt::print("acquired fence {}\n", guard.fence());
-    if (!guard.owns_lock()) { // what a careful holder checks before it writes ...
-        co_await guard.unlock();
+    if (!guard.owns()) { // what a careful holder checks before it writes ...
+        co_await guard.release();
         co_return 1;
     }
     if (pause) { // ... and where a pause still falls between that check and the write.
@@ -161,7 +161,7 @@ asio::awaitable<int> run(colock::redis::config cfg, std::string pg_url, std::str
     }
 
     try {
-        co_await guard.unlock();
+        co_await guard.release();
     } catch (boost::system::system_error const& e) {
         fmt::print("unlock: {}\n", e.what()); // a lost lease's release may fail: it ran out
     }

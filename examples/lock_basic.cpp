@@ -43,7 +43,7 @@ asio::awaitable<int> run(colock::redis::config cfg) {
     std::optional<colock::lock_guard> busy = co_await locker.co_try_lock("example:nightly-report");
     fmt::print("co_try_lock while held: {}\n", busy ? "acquired?!" : "busy, as expected");
 
-    bool const was_ours = co_await guard.unlock();
+    bool const was_ours = co_await guard.release();
     fmt::print("unlocked: {}\n", was_ours ? "released" : "was not ours any more");
 
     auto next = co_await locker.co_try_lock("example:nightly-report");
@@ -53,7 +53,7 @@ asio::awaitable<int> run(colock::redis::config cfg) {
     }
     fmt::print("co_try_lock after unlock: acquired, fence {} (fences only go up)\n", next->fence());
     int const status = (busy || !was_ours || next->fence() <= guard.fence()) ? 1 : 0;
-    co_await next->unlock();
+    co_await next->release();
 
     conn.close(); // stops the connection's background work, so io.run() returns
     co_return status;

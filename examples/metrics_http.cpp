@@ -168,7 +168,7 @@ asio::awaitable<void> worker(colock::locker& locker, std::atomic<bool> const& st
         auto guard =
             co_await locker.co_lock(fmt::format("metrics-example:{}", (id + round) % 2), opt);
         co_await sleep_for(std::chrono::milliseconds{2});
-        co_await guard.unlock();
+        co_await guard.release();
     }
 }
 
@@ -191,10 +191,10 @@ asio::awaitable<void> family_worker(colock::rw_lock& rw, colock::election& vote,
     while (!stopping) {
         auto reader = co_await rw.co_lock_shared(opt);
         co_await sleep_for(std::chrono::milliseconds{2});
-        co_await reader.unlock();
+        co_await reader.release();
         auto lead = co_await vote.co_campaign("metrics-example", opt);
         co_await sleep_for(std::chrono::milliseconds{2});
-        co_await lead.co_resign();
+        co_await lead.release();
     }
 }
 

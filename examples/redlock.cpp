@@ -128,7 +128,7 @@ asio::awaitable<void> contend(colock::locker& locker, colock::lock_options opt, 
         if (ended.index() == 1)
             t.fail(fmt::format("the lease of fence {} was lost", guard.fence()));
         --t.holders;
-        if (!co_await guard.unlock())
+        if (!co_await guard.release())
             t.fail(fmt::format("the lease of fence {} was gone at its unlock", guard.fence()));
     }
 }
@@ -181,7 +181,7 @@ asio::awaitable<int> run(std::vector<colock::redis::config> cfgs) {
     auto busy = co_await other.co_try_lock(lock_name, opt);
     fmt::print("another locker's co_try_lock while held: {}\n",
                busy ? "acquired?!" : "busy, as expected");
-    bool const released = co_await guard.unlock();
+    bool const released = co_await guard.release();
     fmt::print("unlocked: {}\n", released ? "released" : "was not ours any more");
     if (busy || !released)
         status = 1;

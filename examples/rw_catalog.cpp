@@ -85,7 +85,7 @@ asio::awaitable<void> rebuild(colock::rw_lock& catalog, colock::redis::connectio
                    items.at(0).as_integer().value_or(0));
         co_await pause(10ms);
         --t.reading;
-        co_await checking.unlock();
+        co_await checking.release();
         co_await pause(20ms);
     }
 }
@@ -109,7 +109,7 @@ asio::awaitable<void> read_loop(colock::rw_lock& catalog, colock::redis::connect
                     ++t.torn;
         }
         --t.reading;
-        co_await reading.unlock();
+        co_await reading.release();
         co_await pause(3ms);
     }
 }

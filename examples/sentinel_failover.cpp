@@ -87,14 +87,14 @@ asio::awaitable<int> run(colock::redis::config cfg) {
                    .count());
     // Its release still goes out: the replica had the lease, and gives it up now.
     step = "unlocking the lost lease";
-    co_await guard.unlock();
+    co_await guard.release();
 
     step = "locking again on the new primary";
     auto again = co_await locker.co_lock("example:failover", opt);
     fmt::print("locked again on the new primary, fence {} (fences only go up)\n", again.fence());
     int const status = again.fence() > guard.fence() ? 0 : 1;
     step = "unlocking";
-    co_await again.unlock();
+    co_await again.release();
     step = "closing";
     conn.close();
     co_return status;

@@ -171,7 +171,7 @@ asio::awaitable<int> run_exec_rw(options const& o, redis::connection& conn, lock
     }
     lease_words const words{fmt::format("the {} of '{}' (fence {})", what, name, got.held->fence()),
                             fmt::format("release the {} of '{}'", what, name)};
-    holding_lease lease{*got.held, [&got] { return got.held->unlock(); }};
+    holding_lease lease{*got.held, [&got] { return got.held->release(); }};
     // Named, not a temporary in the co_await: GCC 12 destroys such a temporary twice.
     lease_identity const identity{o.name, std::to_string(got.held->fence()), got.held->token()};
     co_return co_await run_under_lease(o, lease, words, identity, sigs);
@@ -185,7 +185,7 @@ public:
         set_.async_wait_lost(std::move(handler));
     }
     std::optional<loss_reason> loss() const override { return set_.loss(); }
-    asio::awaitable<bool> give_up() override { return set_.unlock(); }
+    asio::awaitable<bool> give_up() override { return set_.release(); }
 
 private:
     multi_lock_guard& set_;

@@ -160,7 +160,7 @@ std::optional<loss_reason> guard_lease::loss() const {
 }
 
 asio::awaitable<bool> guard_lease::give_up() {
-    return guard_.unlock();
+    return guard_.release();
 }
 
 void holding_lease::async_wait_lost(lost_handler handler) {

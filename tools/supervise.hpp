@@ -133,7 +133,7 @@ private:
 };
 
 /// A holding of a semaphore or a read-write lock (a permit, a read or write guard); giving it
-/// up releases it (`give_up`: its release() or unlock()).
+/// up releases it (`give_up`: its release() or release()).
 class holding_lease final : public held_lease {
 public:
     holding_lease(lease_guard& holding, std::function<boost::asio::awaitable<bool>()> give_up)

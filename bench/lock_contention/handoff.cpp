@@ -1,5 +1,5 @@
 // Scenario b, hot_key_handoff: K coroutines loop co_lock + unlock on ONE name. Hand-off latency
-// (from a holder's unlock() call to the next holder's co_lock completion) next to a plain PING's
+// (from a holder's release() call to the next holder's co_lock completion) next to a plain PING's
 // round trip, and the commands each acquisition costs (wake-ups, not polling).
 #include "lock_contention.hpp"
 
@@ -25,7 +25,7 @@ struct handoff_state : run_state {
     using run_state::run_state;
     std::optional<steady::time_point> unlock_started; // by the holder that is letting go
     std::vector<double> handoff_us;                   // measured hand-offs
-    std::vector<double> unlock_us;                    // measured unlock() calls
+    std::vector<double> unlock_us;                    // measured release() calls
     std::vector<std::uint64_t> per_worker;            // acquisitions in the window
     std::int64_t last_fence = 0;
 };
@@ -56,7 +56,7 @@ asio::awaitable<void> hot_worker(std::shared_ptr<colock::locker> locker,
         }
         auto const unlock_started = steady::now();
         state->unlock_started = unlock_started;
-        if (!co_await guard.unlock()) {
+        if (!co_await guard.release()) {
             state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
             break;
         }
@@ -158,9 +158,9 @@ void report_handoff(handoff_result const& r, bool json) {
         fmt::print("  acquisitions/s      {:>12.0f}   ({} in {:.2f} s; per waiter {} .. {})\n",
                    r.per_s(), r.measured, r.seconds, r.min_per_worker, r.max_per_worker);
         fmt::print("  hand-off            mean {:.1f} us, p50 {:.1f} us, p99 {:.1f} us, max {:.1f} "
-                   "us   (unlock() call -> next co_lock done)\n",
+                   "us   (release() call -> next co_lock done)\n",
                    r.handoff.mean_us, r.handoff.p50_us, r.handoff.p99_us, r.handoff.max_us);
-        fmt::print("  unlock() itself     mean {:.1f} us, p50 {:.1f} us, p99 {:.1f} us\n",
+        fmt::print("  release() itself     mean {:.1f} us, p50 {:.1f} us, p99 {:.1f} us\n",
                    r.unlock.mean_us, r.unlock.p50_us, r.unlock.p99_us);
         fmt::print("  PING round trip     mean {:.1f} us, p50 {:.1f} us, p99 {:.1f} us   (same "
                    "connection, idle)\n",

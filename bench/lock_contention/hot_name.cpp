@@ -73,7 +73,7 @@ asio::awaitable<void> hot_worker(std::shared_ptr<colock::locker> locker,
             co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
         --state->inside;
 
-        if (!co_await guard.unlock()) {
+        if (!co_await guard.release()) {
             state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
             break;
         }

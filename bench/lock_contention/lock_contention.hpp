@@ -224,14 +224,14 @@ void report_side_by_side(std::vector<side_figure> const& figures, options const&
 
 /// S1 (1 coroutine) or S2 (64), each on its own name, next to the single server's
 /// single-connection or pipelined limit (own_names.cpp); S1-letgo (one coroutine that lets its
-/// guard go instead of awaiting unlock()) and S1-retain (a lease kept at unlock) by `end`: once
+/// guard go instead of awaiting release()) and S1-retain (a lease kept at unlock) by `end`: once
 /// per deployment (the single
 /// server, then with --cluster the cluster, with --redlock the primaries), with `pings[i]`
 /// measured on `deployments[i]`. Returns one figure per deployment.
 enum class cycle_end {
-    unlock, // co_await unlock()
+    unlock, // co_await release()
     let_go, // the guard's destructor
-    retain, // co_await unlock() with lock_options::retain: the locker keeps the lease
+    retain, // co_await release() with lock_options::retain: the locker keeps the lease
 };
 std::vector<side_figure> run_own_names(asio::io_context& io,
                                        std::vector<deployment> const& deployments,

@@ -19,9 +19,9 @@
 // of its colock driver (library defaults, ttl 10 s; --tuned: retry after 1 ms):
 //   S1  one coroutine on its own name: cycles/s next to the single-connection limit, acquire
 //       p50/p99 next to the PING round trip.
-//   S1-letgo  S1 with the guard let go (its destructor) instead of awaiting unlock(): the
+//   S1-letgo  S1 with the guard let go (its destructor) instead of awaiting release(): the
 //       release rides ahead of the next acquisition, so a cycle costs one round trip.
-//   S1-retain  S1 with lock_options::retain (1 s): the locker keeps the lease at unlock() and the
+//   S1-retain  S1 with lock_options::retain (1 s): the locker keeps the lease at release() and the
 //       next co_lock takes it with no round trip; then the wait of another process's co_lock
 //       for a name kept so, next to its wait for a free name.
 //   S2  64 coroutines on their own names: cycles/s next to the pipelined limit.
@@ -74,7 +74,7 @@ constexpr std::string_view usage_text =
 
   --scenarios LIST      comma-separated (default S1,S1-letgo,S1-retain,S2,S3,S4):
                           S1, S2, S3, S4 = the peer harness's shapes (see the source's header)
-                          S1-letgo = S1 letting the guard go instead of awaiting unlock()
+                          S1-letgo = S1 letting the guard go instead of awaiting release()
                           S1-retain = S1 with the lease kept at unlock (lock_options::retain),
                             and another process's wait for a kept name
                           sweep = S3 and S4 at 1, 2, 4, ... --sweep-max coroutines in all

@@ -53,7 +53,7 @@ asio::awaitable<void> memory_waiter(std::shared_ptr<colock::locker> locker,
         ++state->aborted;
     } else if (!ec) {
         ++state->acquired;
-        co_await guard.unlock();
+        co_await guard.release();
     } else {
         ++state->failed;
         if (state->first_failure.empty())
@@ -203,7 +203,7 @@ asio::awaitable<memory_result> measure_memory(redis::config cfg, std::size_t wai
     for (auto& s : signals)
         s.emit(asio::cancellation_type::terminal);
     try {
-        if (!co_await holder.unlock())
+        if (!co_await holder.release())
             r.holder_unlock_error = "the lock was no longer ours";
     } catch (std::exception const& e) {
         r.holder_unlock_error = e.what();
@@ -272,7 +272,7 @@ void report_memory(memory_result const& r, bool json) {
                    r.cancel_seconds, r.aborted, r.acquired, r.failed, r.keys_left,
                    r.subscribers_left, memory_ok(r) ? "OK" : "FAILED");
         if (!r.holder_unlock_error.empty())
-            fmt::print("  the holder's unlock() failed: {}\n", r.holder_unlock_error);
+            fmt::print("  the holder's release() failed: {}\n", r.holder_unlock_error);
     }
     std::fflush(stdout);
 }

@@ -2,10 +2,10 @@
 // own, so nobody ever waits. S1 is one coroutine: its cycles/s sit next to the single-connection
 // limit and its acquire latency next to a PING round trip. S2 is 64 coroutines sharing the one
 // connection: its cycles/s sit next to the pipelined limit, the server's ceiling. S1-letgo is S1
-// with the guard let go (its destructor) instead of an awaited unlock(): the release is handed
+// with the guard let go (its destructor) instead of an awaited release(): the release is handed
 // to the connection at once, ahead of the next acquisition, so a cycle should cost one round
 // trip (its cycle time sits next to the PING's). S1-retain is S1 with lock_options::retain: the
-// locker keeps the lease at unlock(), and the next co_lock takes it with no round trip.
+// locker keeps the lease at release(), and the next co_lock takes it with no round trip.
 //
 // With --cluster or --redlock each runs again in the same run, after the single server: on a
 // throwaway Redis Cluster (3 primaries), where the names' hash tags ({own:i}) spread S2's 64 names
@@ -55,7 +55,7 @@ asio::awaitable<void> own_name_worker(std::shared_ptr<colock::locker> locker,
             }
             continue;
         }
-        if (!co_await guard.unlock()) {
+        if (!co_await guard.release()) {
             state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
             break;
         }

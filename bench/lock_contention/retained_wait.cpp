@@ -31,18 +31,18 @@ asio::awaitable<retained_wait_result> measure_retained_wait(deployment d, int sa
     for (int i = 0; i < samples; ++i) {
         {
             auto g = co_await keeper.locker()->co_lock(kept_name, keep);
-            co_await g.unlock(); // kept
+            co_await g.release(); // kept
         }
         co_await sleep_for(std::chrono::milliseconds{2}); // its wake channel is listened to
         auto const asked = steady::now();
         auto g = co_await other.locker()->co_lock(kept_name, plain);
         kept_us.push_back(micros(steady::now() - asked));
-        co_await g.unlock();
+        co_await g.release();
 
         auto const asked_free = steady::now();
         auto f = co_await other.locker()->co_lock(free_name, plain);
         free_us.push_back(micros(steady::now() - asked_free));
-        co_await f.unlock();
+        co_await f.release();
     }
     std::vector<std::string> keys;
     for (auto const& name : {kept_name, free_name})

@@ -36,7 +36,7 @@ asio::awaitable<void> cycle_worker(std::shared_ptr<colock::locker> locker,
     auto const opt = no_renewal();
     while (state->current != run_state::phase::stop) {
         auto guard = co_await locker->co_lock(name, opt);
-        if (!co_await guard.unlock()) {
+        if (!co_await guard.release()) {
             state->fail(fmt::format("unlock of {} found the lock no longer ours", name));
             break;
         }

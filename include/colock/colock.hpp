@@ -15,7 +15,7 @@
 /// - colock::locker: takes locks on a connection (or, for Redlock, on several), with
 ///   co_lock / co_try_lock and their async_ forms.
 /// - colock::lock_guard: holds one lock, renews its lease, reports its loss (wait_lost) and
-///   gives it back (unlock, or its destructor).
+///   gives it back (release(), or its destructor).
 /// - colock::lock_options: the lease, renewal, waiting and replication settings of one call.
 /// - colock::fenced_resource: writes to Redis applied only under a fence at least the highest
 ///   the resource has seen, so that a holder paused past its lease cannot write late.

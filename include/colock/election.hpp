@@ -81,17 +81,50 @@ public:
     std::int64_t term() const noexcept;
     /// What this leader proclaimed last.
     std::string const& value() const noexcept;
+    /// The term(), by the name every holding of the family gives its fence.
+    std::int64_t fence() const noexcept { return term(); }
+    /// The lease's token at the server.
+    std::string const& token() const noexcept { return guard_.token(); }
     /// Whether it leads now (the lease is held and its local deadline has not passed); from
     /// any thread.
-    bool leads() const noexcept;
-    /// The lease's guard: its lease_expiry(), lost(), extend(). Unlocking it resigns.
+    bool owns() const noexcept { return guard_.owns(); }
+    /// owns().
+    explicit operator bool() const noexcept { return owns(); }
+    /// The leadership's lease was lost (see lock_guard::lost).
+    bool lost() const noexcept { return guard_.lost(); }
+    /// Why it was lost, once it was.
+    std::optional<loss_reason> loss() const noexcept { return guard_.loss(); }
+    /// The lease's local bound, as lock_guard::lease_expiry().
+    std::chrono::steady_clock::time_point lease_expiry() const noexcept {
+        return guard_.lease_expiry();
+    }
+    /// The lease's guard, which the operations above go through.
     lock_guard& guard() noexcept { return guard_; }
     /// The lease's guard.
     lock_guard const& guard() const noexcept { return guard_; }
 
+    /// Completes when the leadership is lost (or let go), as lock_guard::async_wait_lost.
+    /// @par Completion signature
+    /// `void(boost::system::error_code)`: success when lost; error::not_held when it no longer
+    /// leads for another reason.
+    /// @par Per-operation cancellation
+    /// terminal, partial, total: the wait ends with operation_aborted; nothing else changes.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_wait_lost(CompletionToken&& token = {}) {
+        return guard_.async_wait_lost(std::forward<CompletionToken>(token));
+    }
     /// Returns when the leadership is lost (or let go): lock_guard::wait_lost(). Meant for
     /// `co_await (lead() || leadership.wait_lost())`.
     boost::asio::awaitable<void> wait_lost();
+    /// Sets the leadership's lease to `ttl` from now, as lock_guard::extend.
+    boost::asio::awaitable<bool> extend(std::chrono::milliseconds ttl) {
+        return guard_.extend(ttl);
+    }
+    /// extend() for any completion token, as lock_guard::async_extend.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
+        return guard_.async_extend(ttl, std::forward<CompletionToken>(token));
+    }
     /// Publishes a new value for the same term: co_leader() and every watch see it.
     /// Throws boost::system::system_error: error::lock_lost when the term is over (the lease
     /// was lost or let go), a network error or redis::error::server_error otherwise, each
@@ -115,21 +148,21 @@ public:
             },
             token, std::move(value));
     }
-    /// Gives the leadership up: the first queued candidate (of any process) leads at once;
-    /// with nobody queued, every watch is told that nobody leads. Returns what
-    /// lock_guard::unlock() returns: true when it still led and gave the leadership up.
+    /// Gives the leadership up (resigns): the first queued candidate (of any process) leads at
+    /// once; with nobody queued, every watch is told that nobody leads. Returns what
+    /// lock_guard::release() returns: true when it still led and gave the leadership up.
     /// @par Per-operation cancellation
-    /// As lock_guard::unlock().
-    boost::asio::awaitable<bool> co_resign();
-    /// The same as an operation of any completion token: lock_guard::async_unlock of the
+    /// As lock_guard::release().
+    boost::asio::awaitable<bool> release();
+    /// The same as an operation of any completion token: lock_guard::async_release of the
     /// leadership's guard, which carries the lease (the leadership may go away at once).
     /// @par Completion signature
-    /// `void(boost::system::error_code, bool resigned)`, as lock_guard::async_unlock.
+    /// `void(boost::system::error_code, bool resigned)`, as lock_guard::async_release.
     /// @par Per-operation cancellation
-    /// None, as lock_guard::async_unlock.
+    /// None, as lock_guard::async_release.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_resign(CompletionToken&& token = {}) {
-        return guard_.async_unlock(std::forward<CompletionToken>(token));
+    auto async_release(CompletionToken&& token = {}) {
+        return guard_.async_release(std::forward<CompletionToken>(token));
     }
 
 private:

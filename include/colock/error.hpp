@@ -13,7 +13,7 @@ namespace colock {
 /// an error_code made from one compares equal to the enumerator (`ec == colock::error::timeout`).
 enum class error {
     /// A deadline passed: co_lock's lock_options::wait_timeout before the lock was free, or
-    /// unlock's release deadline before the server confirmed the release. One code for both,
+    /// release()'s deadline before the server confirmed the release. One code for both,
     /// whatever the token; the message says which.
     timeout = 1,
     /// The lease was lost: the key expired, or was deleted or overwritten from outside.
@@ -22,7 +22,7 @@ enum class error {
     invalid_argument,
     /// The server's answer to a lock script was not of the shape the script returns.
     unexpected_reply,
-    /// The guard holds no lock: it was moved from, unlocked, or never locked.
+    /// The guard holds no lock: it was moved from, let go, or never held.
     not_held,
     /// Fewer replicas than lock_options::wait_replicas acknowledged the lock within
     /// replicas_timeout; the lock was released. The message says how many did.

@@ -39,6 +39,8 @@ public:
     std::int64_t fence() const noexcept;
     /// Still held: not let go, not lost, its lease not run out.
     bool owns() const noexcept;
+    /// owns().
+    explicit operator bool() const noexcept { return owns(); }
     /// The lease was lost (expired unrenewed, gone from the server, or its server replaced); see
     /// loss().
     bool lost() const noexcept;
@@ -64,6 +66,52 @@ public:
     /// or let go; throws system_error(operation_aborted) when cancelled.
     boost::asio::awaitable<void> wait_lost();
 
+    /// Stops renewal, then gives the holding back: the calls it makes room for are woken.
+    /// Completes with true when it was still ours (now free for others), false when the lease
+    /// had expired or was gone (an expired holding is never reported released), or this holds
+    /// nothing. Not cancelled by the caller; a release whose reply was lost is sent again until
+    /// a deadline (5 s). The guard lets go when this is called, and may go away at once.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool released)`: error::timeout when the release was
+    /// not confirmed by its deadline, or the connection's error (the lease then runs out).
+    /// @par Per-operation cancellation
+    /// None: a cancelled caller still gives the holding back.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_release(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [st = state_](auto handler) mutable {
+                start_release(std::move(st), std::move(handler));
+            },
+            token);
+    }
+    /// Awaitable async_release; throws system_error naming the semaphore or read-write lock on
+    /// a failure.
+    boost::asio::awaitable<bool> release();
+
+    /// Sets the lease to `ttl` from now, if the holding is still ours; later renewals use `ttl`
+    /// too, as lock_guard::extend. Returns false (and marks the guard lost) when it was no
+    /// longer ours. Throws system_error: error::not_held when this holds nothing or was let go,
+    /// error::invalid_argument for ttl <= 0 or above max_lock_ttl, a network error otherwise,
+    /// each naming the semaphore or read-write lock.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as the connection's async_exec; a cancelled extend may still have run.
+    boost::asio::awaitable<bool> extend(std::chrono::milliseconds ttl);
+    /// extend() for any completion token. Refuses a ttl <= 0 or above max_lock_ttl by throwing
+    /// system_error(error::invalid_argument) before anything starts.
+    ///
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool extended)`: `extended` as extend() returns it;
+    /// error::not_held when this holds nothing; a network error otherwise.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as extend().
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
+        validate_extend(ttl);
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [st = state_, ttl](auto handler) { start_extend(st, ttl, std::move(handler)); }, token);
+    }
+
 protected:
     /// The handler of a release: `void(error_code, bool was_ours)`.
     using release_handler =
@@ -85,23 +133,13 @@ protected:
     /// Stops renewal, then gives the holding of `st` back: completes with whether it was still
     /// ours. Not cancellable; a release whose reply was lost is sent again until a deadline.
     static void start_release(std::shared_ptr<detail::permit_state> st, release_handler handler);
-    /// start_release of this guard's holding for any completion token, which the derived
-    /// classes name (permit::async_release, read_guard::async_unlock, ...).
-    template <class CompletionToken>
-    auto async_give_back(CompletionToken&& token) {
-        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-            [st = state_](auto handler) mutable {
-                start_release(std::move(st), std::move(handler));
-            },
-            token);
-    }
-    /// The awaitable release of this guard's holding; throws system_error naming it.
-    boost::asio::awaitable<bool> give_back();
-
     /// The holding; null when this holds nothing.
     std::shared_ptr<detail::permit_state> state_;
 
 private:
+    static void start_extend(std::shared_ptr<detail::permit_state> st,
+                             std::chrono::milliseconds ttl, release_handler handler);
+    void validate_extend(std::chrono::milliseconds ttl) const;
     static void
     start_wait_lost(std::shared_ptr<detail::permit_state> st,
                     boost::asio::any_completion_handler<void(boost::system::error_code)> handler);

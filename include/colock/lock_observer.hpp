@@ -69,7 +69,7 @@ struct acquired_event {
     std::string_view kind = "lock";
 };
 
-/// A holder let the lock go (unlock, or its guard went away) while it still held it. For guards
+/// A holder let the lock go (release(), or its guard went away) while it still held it. For guards
 /// sharing one lease, once: when the last of them lets go.
 struct released_event {
     /// The lock's name; valid during the call only.

@@ -47,14 +47,14 @@ struct locker_access;
 /// share() (and lock_scope, which uses it) makes more guards on one lease: the same name,
 /// token, fence and lease deadline, one renewal. The lease is given back (released, or handed
 /// to the next waiter as any release is) when the last of its guards lets go: destruction,
-/// unlock() or a move-assignment over it. Until then a guard that lets go only gives up its
-/// own hold (see unlock()). extend() through any of them extends the lease for all; lost(),
+/// release() or a move-assignment over it. Until then a guard that lets go only gives up its
+/// own hold (see release()). extend() through any of them extends the lease for all; lost(),
 /// loss() and lease_expiry() are the lease's, and wait_lost() completes on each of them when
 /// the lease is lost. A share is not an acquisition: no observer event, no holder-record
 /// write, no Redis command.
 ///
 /// @par Thread safety
-/// name, token, fence, owns_lock, lost, hold_count and share may be called from any thread,
+/// name, token, fence, owns, lost, hold_count and share may be called from any thread,
 /// and guards sharing a lease may live on different threads. The awaitable operations of one
 /// guard (and its share()) must not run concurrently with its destruction or move.
 class lock_guard {
@@ -77,12 +77,16 @@ public:
     /// the lock protects so it can refuse a late write from an earlier holder.
     std::int64_t fence() const noexcept;
     /// True while this guard holds the lock: acquired, not lost, not released, and not let go
-    /// through this guard (a guard that unlocked while others share the lease owns nothing).
-    bool owns_lock() const noexcept;
+    /// through this guard (a guard that let go while others share the lease owns nothing).
+    bool owns() const noexcept;
+    /// The former name of owns().
+    /// @deprecated Use owns(), the name every holding of the family shares; owns_lock() goes in
+    /// the next release.
+    [[deprecated("colock: use owns()")]] bool owns_lock() const noexcept { return owns(); }
     /// Another guard on this guard's lease (see Sharing in the class's notes): the same name,
     /// token, fence and lease deadline, and one hold more, so the lease is given back only
     /// when every guard sharing it has let go. Makes no Redis command and no observer event.
-    /// A guard that holds nothing (default-constructed, moved from, or unlocked) returns an
+    /// A guard that holds nothing (default-constructed, moved from, or let go) returns an
     /// empty guard, as a default-constructed one. A lost lease is shared as it is: the new
     /// guard is lost() too.
     lock_guard share() const noexcept;
@@ -90,8 +94,8 @@ public:
     /// one, each guard that lets go takes one off); 0 when this guard holds nothing. From any
     /// thread; for the record, as it may change as soon as it is read.
     std::size_t hold_count() const noexcept;
-    /// owns_lock().
-    explicit operator bool() const noexcept { return owns_lock(); }
+    /// owns().
+    explicit operator bool() const noexcept { return owns(); }
     /// True once the lease was found lost: taken from outside, expired, not renewable before
     /// its deadline, or held on a server instance that was replaced (a restart or failover
     /// noticed on reconnection).
@@ -103,12 +107,12 @@ public:
     /// else can hold the lock (short of a server restart or failover that lost the key). A
     /// renewal or extend that may shorten the lease lowers it to its own send time plus its
     /// ttl before it is sent, since the server may apply it even if its reply is never seen;
-    /// only a confirmed reply moves it later. owns_lock() is false from this point on unless a
+    /// only a confirmed reply moves it later. owns() is false from this point on unless a
     /// renewal moves it. A default time_point for a default-constructed or moved-from guard.
     std::chrono::steady_clock::time_point lease_expiry() const noexcept;
 
     /// Completes when the lease is lost, or at once if it already is. Completes too when the
-    /// lease is let go (unlock, destruction, move of its last guard), so no one waits forever;
+    /// lease is let go (release, destruction, move of its last guard), so no one waits forever;
     /// lost() tells which. A guard that shares its lease and lets go while others still hold
     /// it leaves its pending waits as they are: they complete with the lease. Meant for
     /// `co_await (work() || guard.wait_lost())`.
@@ -150,27 +154,41 @@ public:
     /// back (bounded by a short deadline, 5 s). Throws boost::system::system_error only when
     /// the release could not be done by then: error::timeout (the same code as co_lock's
     /// wait_timeout), or the connection's error; the lease then runs out by its TTL.
-    boost::asio::awaitable<bool> unlock();
+    /// Unlike std::unique_lock::release(), which forgets a mutex without unlocking it, this
+    /// gives the lock back: no colock guard forgets a lease it holds.
+    boost::asio::awaitable<bool> release();
+    /// The former name of release().
+    /// @deprecated Use release(), the name every holding of the family shares; unlock() goes in
+    /// the next release.
+    [[deprecated("colock: use release()")]] boost::asio::awaitable<bool> unlock() {
+        return release();
+    }
 
-    /// unlock() for any completion token (callbacks, futures, deferred operations): the same
+    /// release() for any completion token (callbacks, futures, deferred operations): the same
     /// release, not cancelled by the caller, bounded by the same deadline. The guard lets go
     /// of its hold when this is called, and may go away at once: the operation carries the
     /// hold (a deferred operation that is never launched gives it back as the destructor
     /// would).
     ///
     /// @par Completion signature
-    /// `void(boost::system::error_code, bool released)`: `released` as unlock() returns it;
+    /// `void(boost::system::error_code, bool released)`: `released` as release() returns it;
     /// error::timeout when the release was not confirmed by its deadline, or the connection's
     /// error (the lease then runs out by its TTL).
     /// @par Per-operation cancellation
     /// None: a cancelled caller still gives the lock back.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_unlock(CompletionToken&& token = {}) {
+    auto async_release(CompletionToken&& token = {}) {
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
             [](auto handler, lock_guard hold) {
-                start_unlock(std::move(hold), std::move(handler));
+                start_release(std::move(hold), std::move(handler));
             },
             token, take_hold());
+    }
+    /// The former name of async_release().
+    /// @deprecated Use async_release(); async_unlock() goes in the next release.
+    template <class CompletionToken = boost::asio::deferred_t>
+    [[deprecated("colock: use async_release()")]] auto async_unlock(CompletionToken&& token = {}) {
+        return async_release(std::forward<CompletionToken>(token));
     }
 
     /// extend() for any completion token. Refuses a ttl <= 0 or above max_lock_ttl by throwing
@@ -196,7 +214,7 @@ private:
     friend struct detail::guard_access;
     using result_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
-    static void start_unlock(lock_guard hold, result_handler handler);
+    static void start_release(lock_guard hold, result_handler handler);
     static void start_extend(std::shared_ptr<detail::guard_state> st, std::chrono::milliseconds ttl,
                              result_handler handler);
     void validate_extend(std::chrono::milliseconds ttl) const;
@@ -286,7 +304,7 @@ public:
     /// As an Asio I/O object's: every co_lock / co_try_lock under way ends with
     /// operation_aborted, as a terminal cancellation ends it (an attempt already sent is read
     /// to its end, and a lock it won is given back; the call leaves the queues). Guards taken
-    /// through the locker live on: they keep renewing, and unlock(), extend() and their
+    /// through the locker live on: they keep renewing, and release(), extend() and their
     /// destructors give their leases back, for as long as their connection is open.
     ~locker();
     locker(locker const&) = delete;
@@ -435,7 +453,7 @@ public:
     ///
     /// `f` is called once, as `f(guard)` with a `lock_guard&` (for fence(), extend(), ...), and
     /// returns a `boost::asio::awaitable<R>` (R may be void). It must not let go of the guard
-    /// (unlock, move): the lock is co_with_lock's to give back. A share() of the guard that
+    /// (release, move): the lock is co_with_lock's to give back. A share() of the guard that
     /// outlives the call keeps the lease until it goes too.
     ///
     /// Throws as co_lock while waiting for the lock. If the lease is lost while `f` runs, `f` is
@@ -546,7 +564,7 @@ auto locker::co_with_lock(std::string name, F f, lock_options opt)
     using result_type = detail::with_lock_result_t<F>;
     using kept_type = std::conditional_t<std::is_void_v<result_type>, std::monostate, result_type>;
     // The lock goes back even after the caller's cancellation: the awaits after the race must
-    // not throw for it (unlock() itself is not cancelled by the caller).
+    // not throw for it (release() itself is not cancelled by the caller).
     co_await boost::asio::this_coro::throw_if_cancelled(false);
     auto guard = co_await co_lock(std::move(name), std::move(opt));
     // The work's exception is kept rather than thrown into the race: operator|| waits for a

@@ -53,9 +53,9 @@ public:
     std::string const& token() const noexcept;
 
     /// Holds every name: not let go, not lost, and before the lease's local end.
-    bool owns_lock() const noexcept;
-    /// owns_lock().
-    explicit operator bool() const noexcept { return owns_lock(); }
+    bool owns() const noexcept;
+    /// owns().
+    explicit operator bool() const noexcept { return owns(); }
     /// The lease was lost (one name's is enough), or ran out unrenewed.
     bool lost() const noexcept;
     /// Why it was lost, once it was.
@@ -78,23 +78,23 @@ public:
     /// sent again over passing errors until the release timeout. names() and fences() still
     /// answer after.
     template <class CompletionToken = boost::asio::deferred_t>
-    auto async_unlock(CompletionToken&& token = {}) {
+    auto async_release(CompletionToken&& token = {}) {
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
             [st = state_](auto handler) mutable {
-                start_unlock(std::move(st), std::move(handler));
+                start_release(std::move(st), std::move(handler));
             },
             token);
     }
-    /// async_unlock as an awaitable: true when every name was still held; throws system_error
+    /// async_release as an awaitable: true when every name was still held; throws system_error
     /// when the release was not confirmed.
-    boost::asio::awaitable<bool> unlock();
+    boost::asio::awaitable<bool> release();
 
 private:
     friend class locker;
-    using unlock_handler =
+    using release_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
     explicit multi_lock_guard(std::shared_ptr<detail::lock_set_state> state) noexcept;
-    static void start_unlock(std::shared_ptr<detail::lock_set_state> st, unlock_handler handler);
+    static void start_release(std::shared_ptr<detail::lock_set_state> st, release_handler handler);
     static void
     start_wait_lost(std::shared_ptr<detail::lock_set_state> st,
                     boost::asio::any_completion_handler<void(boost::system::error_code)> handler);

@@ -26,7 +26,7 @@ class semaphore_core;
 } // namespace detail
 
 /// A reader's hold of a read-write lock, from rw_lock::co_lock_shared (or a write_guard's
-/// co_downgrade) until unlock(), its destruction, or the loss of its lease (see lease_guard).
+/// co_downgrade) until release(), its destruction, or the loss of its lease (see lease_guard).
 /// Each reader has a lease of its own, renewed and expiring alone. Its fence() is the fence of
 /// the last writer before it (0 when the lock has had no writer since its keys last lapsed),
 /// so a fenced resource can tell which writer's version a reader saw.
@@ -36,30 +36,13 @@ public:
     read_guard() noexcept = default;
     /// Takes over what `other` holds.
     read_guard(read_guard&& other) noexcept = default;
-    /// Unlocks what this holds (in the background), then takes over what `other` holds.
+    /// Lets go of what this holds (in the background), then takes over what `other` holds.
     read_guard& operator=(read_guard&& other) noexcept = default;
-    /// Unlocks in the background if still held.
+    /// Lets go in the background if still held.
     ~read_guard() = default;
 
-    /// As owns(): the read lock is still held.
-    bool owns_lock() const noexcept { return owns(); }
-
-    /// Stops renewal, then lets go of the read lock: true when it was still ours, false when
-    /// its lease had expired or was gone, or this holds nothing.
-    ///
-    /// @par Completion signature
-    /// `void(boost::system::error_code, bool released)`, as permit::async_release.
-    /// @par Per-operation cancellation
-    /// None: a cancelled caller still lets go.
-    template <class CompletionToken = boost::asio::deferred_t>
-    auto async_unlock(CompletionToken&& token = {}) {
-        return async_give_back(std::forward<CompletionToken>(token));
-    }
-    /// Awaitable async_unlock; throws system_error naming the lock on a failure.
-    boost::asio::awaitable<bool> unlock();
-
     /// Deleted: a read lock is not upgraded. Two readers upgrading at once would each wait for
-    /// the other to leave, for ever; unlock, then rw_lock::co_lock(), and check again what was
+    /// the other to leave, for ever; release(), then rw_lock::co_lock(), and check again what was
     /// read.
     boost::asio::awaitable<void> co_upgrade() = delete;
 
@@ -70,7 +53,7 @@ private:
         : lease_guard(std::move(state)) {}
 };
 
-/// The writer's hold of a read-write lock, from rw_lock::co_lock until unlock(), co_downgrade(),
+/// The writer's hold of a read-write lock, from rw_lock::co_lock until release(), co_downgrade(),
 /// its destruction, or the loss of its lease (see lease_guard). Its fence() is strictly
 /// increasing per lock over all writers.
 class write_guard : public lease_guard {
@@ -79,32 +62,26 @@ public:
     write_guard() noexcept = default;
     /// Takes over what `other` holds.
     write_guard(write_guard&& other) noexcept = default;
-    /// Unlocks what this holds (in the background), then takes over what `other` holds.
+    /// Lets go of what this holds (in the background), then takes over what `other` holds.
     write_guard& operator=(write_guard&& other) noexcept = default;
-    /// Unlocks in the background if still held.
+    /// Lets go in the background if still held.
     ~write_guard() = default;
 
-    /// The write lock is still held: owns(), and no co_downgrade() of unknown outcome has left
-    /// the holding perhaps a reader's (then false until a renewal or a co_downgrade() says).
-    bool owns_lock() const noexcept;
-
-    /// Stops renewal, then lets go of the write lock, as read_guard::async_unlock; the readers
-    /// and the writer queued behind get in.
-    template <class CompletionToken = boost::asio::deferred_t>
-    auto async_unlock(CompletionToken&& token = {}) {
-        return async_give_back(std::forward<CompletionToken>(token));
-    }
-    /// Awaitable async_unlock; throws system_error naming the lock on a failure.
-    boost::asio::awaitable<bool> unlock();
+    /// The write lock is still held: not let go, not lost, its lease not run out, and no
+    /// co_downgrade() of unknown outcome has left the holding perhaps a reader's (then false
+    /// until a renewal or a co_downgrade() says).
+    bool owns() const noexcept;
+    /// owns().
+    explicit operator bool() const noexcept { return owns(); }
 
     /// Turns the write lock into a read lock with no gap: the same lease (renewed on, with the
     /// same fence), now shared with the readers queued behind it, who are let in. This guard
     /// then holds nothing. Throws system_error: error::not_held when this holds nothing,
     /// error::lock_lost when the lease was lost (nothing is held then), or the connection's
     /// error or error::timeout (the lease is still held, as a writer's or, if the downgrade
-    /// went through unseen, a reader's: owns_lock() is then false, as for a reader, until the
+    /// went through unseen, a reader's: owns() is then false, as for a reader, until the
     /// next renewal finds which, and a second co_downgrade() is safe). While it runs,
-    /// owns_lock() is false too. Not cancelled by the caller.
+    /// owns() is false too. Not cancelled by the caller.
     boost::asio::awaitable<read_guard> co_downgrade();
     /// The same as an operation of any completion token. The guard must outlive it (as a
     /// socket its reads); once it has completed without error, this guard holds nothing.

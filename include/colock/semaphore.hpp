@@ -29,7 +29,7 @@ class semaphore_core;
 } // namespace detail
 
 /// Permits of a semaphore, held from semaphore::co_acquire until release(), the permit's
-/// destruction, or the loss of its lease (see lease_guard).
+/// destruction, or the loss of its lease (see lease_guard, whose names every holding shares).
 class permit : public lease_guard {
 public:
     /// Holds nothing.
@@ -45,23 +45,6 @@ public:
     /// for a permit that never held any. Its fence() is strictly increasing per semaphore over all
     /// holders: a later acquisition has a larger one.
     std::size_t count() const noexcept;
-
-    /// Stops renewal, then gives the permits back. Completes with true when they were still
-    /// ours (now free for others), false when the lease had expired or was gone (an expired
-    /// permit is never reported released), or the permit holds nothing. Not cancelled by the
-    /// caller; a release whose reply was lost is sent again until a deadline (5 s).
-    ///
-    /// @par Completion signature
-    /// `void(boost::system::error_code, bool released)`: error::timeout when the release was
-    /// not confirmed by its deadline, or the connection's error (the lease then runs out).
-    /// @par Per-operation cancellation
-    /// None: a cancelled caller still gives the permits back.
-    template <class CompletionToken = boost::asio::deferred_t>
-    auto async_release(CompletionToken&& token = {}) {
-        return async_give_back(std::forward<CompletionToken>(token));
-    }
-    /// Awaitable async_release; throws system_error naming the semaphore on a failure.
-    boost::asio::awaitable<bool> release();
 
 private:
     friend class semaphore;

@@ -39,7 +39,7 @@ inline asio::awaitable<void> check_held_then_release(redis::connection& probe, l
                                                      std::string const& name) {
     auto const holder = co_await held_by(probe, name);
     CHECK(holder == guard.token());
-    bool const released = co_await guard.unlock();
+    bool const released = co_await guard.release();
     CHECK(released);
 }
 
@@ -50,7 +50,7 @@ inline asio::awaitable<void> check_taken_again(locker& locks, std::string const&
     auto next = co_await locks.co_try_lock(name, opt);
     REQUIRE(next.has_value());
     CHECK(next->fence() > old_fence);
-    CHECK(co_await next->unlock());
+    CHECK(co_await next->release());
 }
 
 /// Waits up to `limit` for `w` to be told (REQUIREd); returns how long after `since` it was.
@@ -68,7 +68,7 @@ inline asio::awaitable<long long> told_lost_after(lost_watch const& w, lock_guar
     auto const told = co_await told_after(w, since, limit);
     CHECK_FALSE(w.ec);
     CHECK(g.lost());
-    CHECK_FALSE(g.owns_lock());
+    CHECK_FALSE(g.owns());
     co_return told;
 }
 
@@ -79,7 +79,7 @@ inline asio::awaitable<lock_guard> watched_hold(locker& locks, std::string const
                                                 std::chrono::milliseconds d) {
     auto g = co_await locks.co_lock(name, opt);
     watch(g, w);
-    CHECK(co_await stays([&] { return g.owns_lock() && !w.done; }, d));
+    CHECK(co_await stays([&] { return g.owns() && !w.done; }, d));
     co_return g;
 }
 
@@ -100,7 +100,7 @@ auto check_nothrow_then_mark(Done& done) {
 /// from another process, for co_spawn.
 inline asio::awaitable<void> take_and_give_back(locker& locks, std::string name) {
     auto g = co_await locks.co_lock(name, lease(std::chrono::milliseconds{10'000}));
-    co_await g.unlock();
+    co_await g.release();
 }
 
 /// Waits until a call of `locks` waits (polling every 5 ms, 300 times at the most), REQUIREs

@@ -84,7 +84,7 @@ asio::awaitable<long long> lost_then_locked_again(locker& locks, lock_guard& hel
     auto again = co_await locks.co_lock(name, opt);
     CHECK(again.fence() > fence);
     CHECK_FALSE(lock_key_free(cluster.node_on(new_primary), lock_key(name)));
-    co_await again.unlock();
+    co_await again.release();
     co_return took;
 }
 
@@ -243,7 +243,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 owners.insert(owner);
                 CHECK_FALSE(lock_key_free(cluster.node_on(owner), lock_key(name)));
                 CHECK_FALSE(co_await b.co_try_lock(name, lease(10s)));
-                CHECK(co_await guard.unlock());
+                CHECK(co_await guard.release());
             }
             CHECK(owners.size() == 3);
 
@@ -258,7 +258,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 auto first = co_await a.co_lock(name, lease(10s));
                 auto const early = first.fence();
                 co_await res.co_write(first, fenced_writes{}.set("res:" + tag, "a", 60s));
-                CHECK(co_await first.unlock());
+                CHECK(co_await first.release());
                 auto second = co_await b.co_lock(name, lease(10s));
                 auto const w = co_await res.co_write(
                     second,
@@ -270,7 +270,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 auto const owner = cluster.owner_of(slot);
                 CHECK(cluster.node_on(owner).cli({"GET", "res:" + tag}) == "b");
                 fenced_on.insert(owner);
-                CHECK(co_await second.unlock());
+                CHECK(co_await second.release());
                 cluster.node_on(owner).cli({"DEL", "res:" + tag + ":n"});
             }
             CHECK(fenced_on.size() == 3);
@@ -295,10 +295,10 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 CHECK(co_await eventually([&] {
                     return cluster.node_on(owner).cli({"GET", lock_key(z)}).starts_with("R ");
                 }));
-                CHECK(co_await held.unlock());
+                CHECK(co_await held.release());
                 REQUIRE(co_await eventually([&] { return next.has_value(); }));
                 CHECK(next->fence(y) > held.fence(y));
-                CHECK(co_await next->unlock());
+                CHECK(co_await next->release());
                 sets_on.insert(owner);
             }
             CHECK(sets_on.size() == 3);
@@ -337,7 +337,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                     },
                     asio::detached);
                 CHECK(co_await stays([&] { return !next.has_value(); }, 200ms));
-                CHECK(co_await held.unlock());
+                CHECK(co_await held.release());
                 REQUIRE(co_await eventually([&] { return next.has_value(); }));
                 CHECK(next->fence(spread[0]) > held.fence(spread[0]));
                 // One slot's lease lost is the whole set's.
@@ -347,7 +347,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 auto const raced = co_await (next->wait_lost() || sleep_for(8s));
                 CHECK(raced.index() == 0);
                 CHECK(next->lost());
-                CHECK_FALSE(co_await next->unlock());
+                CHECK_FALSE(co_await next->release());
             }
             // Overlapping sets over the three slots, named in any order by two lockers, four
             // coroutines each: never two holders of a name, and every call is granted.
@@ -376,7 +376,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                                 co_await sleep_for(2ms);
                                 for (auto const& n : g.names())
                                     --holders[n];
-                                CHECK(co_await g.unlock());
+                                CHECK(co_await g.release());
                             }
                             ++finished;
                         },
@@ -399,7 +399,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 std::int64_t fence = 0;
                 {
                     auto g = co_await a.co_lock(name, keep);
-                    CHECK(co_await g.unlock());
+                    CHECK(co_await g.release());
                     auto again = co_await a.co_lock(name, keep); // the kept lease
                     fence = again.fence();
                 }
@@ -411,7 +411,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                 auto g = co_await b.co_lock(name, waits);
                 CHECK(std::chrono::steady_clock::now() - asked < 2s);
                 CHECK(g.fence() > fence);
-                CHECK(co_await g.unlock());
+                CHECK(co_await g.release());
             }
 
             // Contention: 2 lockers x 6 coroutines on one name; the slot moves mid-run.
@@ -438,7 +438,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
                         ++acquired;
                         co_await sleep_for(2ms);
                         --inside;
-                        co_await g.unlock();
+                        co_await g.release();
                     } catch (std::exception const& e) {
                         ++failures;
                         MESSAGE("lock call failed: " << e.what());
@@ -522,10 +522,10 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             co_await off_thread([&] { cluster.migrate_slot(mslot, mto); });
             CHECK(co_await eventually([&] { return subscribed_on(mto); }, 5s, 20ms));
             CHECK_FALSE(woken);
-            co_await held.unlock();
+            co_await held.release();
             REQUIRE(co_await eventually([&] { return woken.has_value(); }, 10s, 10ms));
             CHECK(woken->fence() > held.fence());
-            co_await woken->unlock();
+            co_await woken->release();
 
             // An election: its keys on the slot of its name, its changes by sharded pub/sub.
             election ea{a, "sched"};
@@ -541,7 +541,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             start_campaign(ctx.get_executor(), eb, "b", lease(10s), b_run);
             auto& lead_b = b_run.lead;
             CHECK(co_await stays([&] { return !lead_b; }, 100ms)); // b waits behind a
-            CHECK(co_await lead_a.co_resign());
+            CHECK(co_await lead_a.release());
             c = co_await next_change(watch);
             CHECK(c.value == "b");
             // The watch may hear of it before the campaign returns.
@@ -551,7 +551,7 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             auto const who = co_await ea.co_leader();
             REQUIRE(who);
             CHECK(who->value == "b");
-            CHECK(co_await lead_b->co_resign());
+            CHECK(co_await lead_b->release());
             CHECK_FALSE((co_await next_change(watch)).leading);
             CHECK_FALSE(holds_key(node, election_key("sched") + ":e"));
 
@@ -599,11 +599,11 @@ TEST_CASE("cluster locker: locks on names over every primary, contention woken b
             REQUIRE(co_await eventually([&] { return reader.has_value(); }, 3s, 2ms));
             CHECK(ms_since(downgraded_at) < 500);
             CHECK(reader->fence() == r.fence());
-            CHECK(co_await r.unlock());
-            CHECK(co_await reader->unlock());
+            CHECK(co_await r.release());
+            CHECK(co_await reader->release());
             auto w2 = co_await rwb.co_lock(lease(10s));
             CHECK(w2.fence() > r.fence());
-            CHECK(co_await w2.unlock());
+            CHECK(co_await w2.release());
             conn_a.close();
             conn_b.close();
         },
@@ -646,7 +646,7 @@ TEST_CASE("cluster locker: a primary's failover loses the guards held there, and
             co_await lost_then_locked_again(locks, held, name, cluster, replica, 10s);
             CHECK(conn.server_change_count() > changes);
             CHECK_FALSE(bystander.lost());
-            CHECK(co_await bystander.unlock());
+            CHECK(co_await bystander.release());
             conn.close();
         },
         90s);
@@ -671,8 +671,8 @@ TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica 
             cluster.node_on(owner).kill();
             {
                 auto g = co_await locks.co_lock(other, lease(5s));
-                CHECK(g.owns_lock());
-                co_await g.unlock();
+                CHECK(g.owns());
+                co_await g.release();
             }
             // The replica is promoted after the node timeout (1 s) and an election; the
             // connection finds the slot there and reports the guard lost.
@@ -681,7 +681,7 @@ TEST_CASE("cluster locker: a killed primary: its guard is lost once the replica 
             MESSAGE("guard lost " << took << " ms after the kill");
             CHECK(cluster.node_on(replica).cli({"ROLE"}).starts_with("master"));
             CHECK_FALSE(bystander.lost());
-            CHECK(co_await bystander.unlock());
+            CHECK(co_await bystander.release());
         },
         90s);
 }

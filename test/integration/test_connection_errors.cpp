@@ -105,7 +105,7 @@ asio::awaitable<lock_failure> lock_fails(redis::connection& conn, lock_options o
     auto const started = steady::now();
     try {
         auto guard = co_await locks.co_lock(unique_key("connect-error"), opt);
-        co_await guard.unlock();
+        co_await guard.release();
     } catch (boost::system::system_error const& e) {
         out.ec = e.code();
         out.what = e.what();

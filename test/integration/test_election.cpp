@@ -52,7 +52,7 @@ TEST_CASE("election: co_leader names the leader; a second candidate waits, and l
             CHECK_FALSE((co_await eb.co_leader()).has_value());
 
             auto lead_a = co_await ea.co_campaign("node-a", lease(5000ms));
-            CHECK(lead_a.leads());
+            CHECK(lead_a.owns());
             CHECK(lead_a.value() == "node-a");
             CHECK(lead_a.name() == name);
             auto const who = co_await eb.co_leader();
@@ -71,8 +71,8 @@ TEST_CASE("election: co_leader names the leader; a second candidate waits, and l
             CHECK_FALSE(second.done); // queued behind the leader
 
             auto const resigned_at = steady::now();
-            CHECK(co_await lead_a.co_resign());
-            CHECK_FALSE(lead_a.leads());
+            CHECK(co_await lead_a.release());
+            CHECK_FALSE(lead_a.owns());
             REQUIRE(co_await finishes(second.done, 2000ms));
             REQUIRE(second.lead.has_value());
             CHECK(second.lead->term() > lead_a.term());
@@ -88,7 +88,7 @@ TEST_CASE("election: co_leader names the leader; a second candidate waits, and l
                 CHECK(co_await candidates_queued(probe, name, 1) == 1);
                 CHECK_FALSE(next.done);
                 auto const at = steady::now();
-                CHECK(co_await current.co_resign());
+                CHECK(co_await current.release());
                 REQUIRE(co_await finishes(next.done, 2000ms));
                 REQUIRE(next.lead.has_value());
                 took.push_back(ms_between(at, next.at));
@@ -104,8 +104,8 @@ TEST_CASE("election: co_leader names the leader; a second candidate waits, and l
             CHECK(now_leads->value == "node-b");
             CHECK(now_leads->term == current.term());
 
-            CHECK(co_await current.co_resign());
-            CHECK_FALSE(co_await current.co_resign()); // once
+            CHECK(co_await current.release());
+            CHECK_FALSE(co_await current.release()); // once
             CHECK_FALSE((co_await ea.co_leader()).has_value());
             // The record went with the term; the lock key lapses with the rest of the lease.
             CHECK(co_await exists_becomes(probe, election_key(name) + ":e", 0, 1000ms) == 0);
@@ -147,7 +147,7 @@ TEST_CASE("election: a watch sees the state it starts in, then every change in o
             campaign_run second;
             start_campaign(co_await asio::this_coro::executor, eb, "b1", lease(5000ms), second);
             CHECK(co_await candidates_queued(probe, name, 1) == 1);
-            CHECK(co_await lead_a.co_resign());
+            CHECK(co_await lead_a.release());
             c = co_await next_change(w); // straight to the next leader: somebody was queued
             CHECK(c.leading);
             CHECK(c.value == "b1");
@@ -155,7 +155,7 @@ TEST_CASE("election: a watch sees the state it starts in, then every change in o
             CHECK(c.term == second.lead->term());
             CHECK(c.term > lead_a.term());
 
-            CHECK(co_await second.lead->co_resign());
+            CHECK(co_await second.lead->release());
             c = co_await next_change(w);
             CHECK_FALSE(c.leading);
             CHECK(c.term == second.lead->term());
@@ -217,7 +217,7 @@ TEST_CASE("election: a leader that stops renewing (as a dead process) is followe
             CHECK(c.leading);
             CHECK(c.value == "b");
             CHECK(c.term == second.lead->term());
-            CHECK(co_await second.lead->co_resign());
+            CHECK(co_await second.lead->release());
         });
 }
 
@@ -243,11 +243,11 @@ asio::awaitable<void> check_lead_in_order(campaign_run& first, campaign_run& the
     auto& next = first.done ? then : first;
     REQUIRE(leader.lead.has_value());
     CHECK(leader.lead->term() > old_term);
-    CHECK(co_await leader.lead->co_resign());
+    CHECK(co_await leader.lead->release());
     REQUIRE(co_await finishes(next.done, 2000ms));
     REQUIRE(next.lead.has_value());
     CHECK(next.lead->term() > leader.lead->term());
-    CHECK(co_await next.lead->co_resign());
+    CHECK(co_await next.lead->release());
 }
 
 } // namespace
@@ -386,7 +386,7 @@ TEST_CASE("election: a leader's lease lapses with nobody queued: the watch sees 
             auto r = co_await (ea.co_campaign("a", lease(5000ms)) ||
                                timer.async_wait(asio::use_awaitable));
             CHECK(r.index() == 1);
-            CHECK(co_await lead_b.co_resign());
+            CHECK(co_await lead_b.release());
             c = co_await next_change(w);
             CHECK_FALSE(c.leading);
             CHECK(co_await exists_becomes(probe, election_key(name) + ":q", 0, 1000ms) == 0);
@@ -413,7 +413,7 @@ TEST_CASE("election: a watch whose connection was lost reads the election again 
         proxy.drop_connections();
         REQUIRE(co_await eventually([&] { return !conn_w.is_connected(); }));
         co_await lead.co_proclaim("a2"); // missed
-        CHECK(co_await lead.co_resign());
+        CHECK(co_await lead.release());
         auto next = co_await ea.co_campaign("a3", lease(5000ms)); // missed too
         proxy.set_black_hole(false);
         auto c = co_await next_change(w, 5000ms);
@@ -426,7 +426,7 @@ TEST_CASE("election: a watch whose connection was lost reads the election again 
         c = co_await next_change(w);
         CHECK(c.value == "a4");
         CHECK_FALSE(c.resynced);
-        CHECK(co_await next.co_resign());
+        CHECK(co_await next.release());
         CHECK_FALSE((co_await next_change(w)).leading);
         conn_a.close();
         conn_w.close();
@@ -448,7 +448,7 @@ TEST_CASE("election: two candidates of one locker: the second leads when the fir
             start_campaign(co_await asio::this_coro::executor, second, "two", lease(5000ms), next);
             CHECK(co_await stays([&] { return !next.done; }, 100ms));
             auto const resigned_at = steady::now();
-            CHECK(co_await lead.co_resign());
+            CHECK(co_await lead.release());
             auto const c = co_await next_change(w);
             CHECK(c.value == "two");
             REQUIRE(co_await finishes(next.done, 2000ms));
@@ -458,7 +458,7 @@ TEST_CASE("election: two candidates of one locker: the second leads when the fir
             auto const who = co_await first.co_leader();
             REQUIRE(who);
             CHECK(who->term == next.lead->term()); // the server's record has the new term
-            CHECK(co_await next.lead->co_resign());
+            CHECK(co_await next.lead->release());
         });
 }
 
@@ -491,7 +491,7 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
         CHECK(who->value == "a1");
         REQUIRE(who->holder.has_value()); // the leader's locker record, read as status reads it
         // Renewed past its lease: the record too.
-        CHECK(co_await stays([&] { return lead_a.leads(); }, 900ms));
+        CHECK(co_await stays([&] { return lead_a.owns(); }, 900ms));
         CHECK(co_await lead_a.guard().extend(400ms)); // a shorter lease, told on the channel
         co_await lead_a.co_proclaim("a2");
         ch = co_await next_change(w);
@@ -504,12 +504,12 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
             [&] { return shared_server().cli(strings("LLEN", election_key(name) + ":q")) == "1"; },
             3000ms));
         CHECK_FALSE(second.done);
-        CHECK(co_await lead_a.co_resign()); // handed to the queued candidate
+        CHECK(co_await lead_a.release()); // handed to the queued candidate
         ch = co_await next_change(w);
         CHECK(ch.leading);
         CHECK(ch.value == "b1");
         REQUIRE(co_await finishes(second.done, 2000ms));
-        CHECK(co_await second.lead->co_resign());
+        CHECK(co_await second.lead->release());
         ch = co_await next_change(w);
         CHECK_FALSE(ch.leading);
         w.close();
@@ -524,7 +524,7 @@ TEST_CASE("election: an ACL user with the lock's permissions and the election's:
         REQUIRE(co_await finishes(after_lapse.done, 3000ms));
         REQUIRE(after_lapse.lead.has_value());
         CHECK(after_lapse.lead->term() > dead.term());
-        CHECK(co_await after_lapse.lead->co_resign());
+        CHECK(co_await after_lapse.lead->release());
 
         // Without PEXPIRETIME, which the claim of a term calls: the server's refusal (Redis does
         // not name the command a script was refused), naming the election and where the list

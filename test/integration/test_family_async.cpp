@@ -62,13 +62,13 @@ struct running_locker {
 TEST_CASE_FIXTURE(
     running_locker,
     "the election's async forms: async_campaign, async_leader, a watch's async_next, "
-    "async_proclaim and async_resign, with futures, callbacks and a deferred operation; "
+    "async_proclaim and async_release, with futures, callbacks and a deferred operation; "
     "a candidate waits and leads after the resign; errors and cancellation as codes") {
     auto const name = unique_key("async-election");
     election vote{locks, name};
 
     auto lead = vote.async_campaign("a", lease(5000ms), asio::use_future).get();
-    CHECK(lead.leads());
+    CHECK(lead.owns());
     auto const info = vote.async_leader(asio::use_future).get();
     REQUIRE(info.has_value());
     CHECK(info->value == "a");
@@ -102,18 +102,18 @@ TEST_CASE_FIXTURE(
     impatient.wait_timeout = 200ms;
     std::promise<std::pair<error_code, bool>> late_done;
     vote.async_campaign("d", impatient, [&](error_code ec, leadership l) {
-        late_done.set_value({ec, l.leads()});
+        late_done.set_value({ec, l.owns()});
     });
     auto const [late_ec, late_leads] = late_done.get_future().get();
     CHECK(late_ec == error::timeout);
     CHECK_FALSE(late_leads);
 
-    CHECK(lead.async_resign(asio::use_future).get());
-    CHECK_FALSE(lead.leads());
+    CHECK(lead.async_release(asio::use_future).get());
+    CHECK_FALSE(lead.owns());
     REQUIRE(second.wait_for(5s) == std::future_status::ready);
     auto [second_ec, next] = second.get();
     CHECK_FALSE(second_ec);
-    CHECK(next.leads());
+    CHECK(next.owns());
     CHECK(next.term() > lead.term());
     auto const handed = watch.async_next(asio::use_future).get();
     REQUIRE(handed.has_value());
@@ -139,7 +139,7 @@ TEST_CASE_FIXTURE(
     asio::post(ctx, [&] { stop.emit(asio::cancellation_type::terminal); });
     REQUIRE(cancelled.wait_for(5s) == std::future_status::ready);
     CHECK(cancelled.get() == asio::error::operation_aborted);
-    CHECK(next.async_resign(asio::use_future).get());
+    CHECK(next.async_release(asio::use_future).get());
     auto const ended = watch.async_next(asio::use_future).get();
     REQUIRE(ended.has_value());
     CHECK_FALSE(ended->leading);
@@ -162,25 +162,25 @@ TEST_CASE_FIXTURE(
     REQUIRE(reader.has_value());
     CHECK(reader->owns());
     CHECK_FALSE(rw.async_try_lock(lease(5000ms), asio::use_future).get().has_value());
-    CHECK(reader->async_unlock(asio::use_future).get());
+    CHECK(reader->async_release(asio::use_future).get());
     auto writer = rw.async_try_lock(lease(5000ms), asio::use_future).get();
     REQUIRE(writer.has_value());
-    CHECK(writer->owns_lock());
+    CHECK(writer->owns());
     CHECK_FALSE(rw.async_try_lock_shared(lease(5000ms), asio::use_future).get().has_value());
 
     auto const fence = writer->fence();
     auto downgraded = writer->async_downgrade(asio::use_future).get();
     CHECK(downgraded.owns());
     CHECK(downgraded.fence() == fence);
-    CHECK_FALSE(writer->owns_lock());
+    CHECK_FALSE(writer->owns());
     // Now a reader's: another reader is let in, a writer is not.
     auto beside = rw.async_try_lock_shared(lease(5000ms), asio::use_future).get();
     CHECK(beside.has_value());
     CHECK_FALSE(rw.async_try_lock(lease(5000ms), asio::use_future).get().has_value());
     auto again = writer->async_downgrade(asio::use_future);
     CHECK(code_of(again) == error::not_held);
-    CHECK(downgraded.async_unlock(asio::use_future).get());
-    CHECK(beside->async_unlock(asio::use_future).get());
+    CHECK(downgraded.async_release(asio::use_future).get());
+    CHECK(beside->async_release(asio::use_future).get());
 
     semaphore sem{locks, name + "-sem", 3};
     CHECK(sem.async_available(asio::use_future).get() == 3);
@@ -215,14 +215,14 @@ TEST_CASE_FIXTURE(
     auto const name = unique_key("token-only");
 
     auto g = locks.async_lock(name, asio::use_future).get();
-    CHECK(g.owns_lock());
+    CHECK(g.owns());
     CHECK(g.lease_expiry() - steady::now() > lock_options{}.ttl / 2); // the default ttl
     CHECK_FALSE(locks.async_try_lock(name, asio::use_future).get().has_value());
-    CHECK(g.async_unlock(asio::use_future).get());
+    CHECK(g.async_release(asio::use_future).get());
     auto set = locks.async_lock_all(strings(name, name + "-2"), asio::use_future).get();
-    CHECK(set.owns_lock());
+    CHECK(set.owns());
     CHECK_FALSE(locks.async_try_lock_all(strings(name + "-2"), asio::use_future).get());
-    CHECK(set.async_unlock(asio::use_future).get());
+    CHECK(set.async_release(asio::use_future).get());
 
     lock_scope scope{locks};
     auto scoped = scope.async_lock(name, asio::use_future).get();
@@ -240,17 +240,17 @@ TEST_CASE_FIXTURE(
     CHECK(reader.owns());
     CHECK(rw.async_try_lock_shared(asio::use_future).get().has_value());
     CHECK_FALSE(rw.async_try_lock(asio::use_future).get().has_value());
-    CHECK(reader.async_unlock(asio::use_future).get());
+    CHECK(reader.async_release(asio::use_future).get());
     election vote{locks, name + "-vote"};
     auto lead = vote.async_campaign("v", asio::use_future).get();
-    CHECK(lead.leads());
-    CHECK(lead.async_resign(asio::use_future).get());
+    CHECK(lead.owns());
+    CHECK(lead.async_release(asio::use_future).get());
     // With options, the same calls as before.
     lock_options opt = lease(3000ms);
     auto w = rw.async_lock(opt, asio::use_future).get();
-    CHECK(w.owns_lock());
+    CHECK(w.owns());
     CHECK(w.lease_expiry() - steady::now() <= 3000ms);
-    CHECK(w.async_unlock(asio::use_future).get());
+    CHECK(w.async_release(asio::use_future).get());
     conn.close();
 }
 
@@ -273,7 +273,7 @@ TEST_CASE_FIXTURE(
     locks.async_lock(name, lease(5000ms),
                      asio::bind_executor(strand, [&](error_code ec, lock_guard g) {
                          CHECK_FALSE(ec);
-                         CHECK(g.owns_lock());
+                         CHECK(g.owns());
                          ++ran;
                      }));
     sem.async_acquire(1, lease(5000ms), asio::bind_executor(strand, [&](error_code ec, permit p) {
@@ -284,15 +284,15 @@ TEST_CASE_FIXTURE(
     vote.async_campaign("second", lease(5000ms),
                         asio::bind_executor(strand, [&](error_code ec, leadership l) {
                             CHECK_FALSE(ec);
-                            CHECK(l.leads());
+                            CHECK(l.owns());
                             ++ran;
                         }));
     // Let them go in 300 ms, from the connection's thread; join() waits for the callbacks.
     asio::steady_timer later{ctx, 300ms};
     later.async_wait([&](error_code) {
-        held.async_unlock([](error_code, bool) {});
+        held.async_release([](error_code, bool) {});
         permit_held.async_release([](error_code, bool) {});
-        lead.async_resign([](error_code, bool) {});
+        lead.async_release([](error_code, bool) {});
     });
     pool.join();
     CHECK(ran == 3);
@@ -326,7 +326,7 @@ TEST_CASE_FIXTURE(
     auto g = locks.async_lock(name, lease(5000ms), asio::use_future).get();
     CHECK(g.name() == base);
     CHECK(locks.async_status(name, asio::use_future).get().held());
-    CHECK(g.async_unlock(asio::use_future).get());
+    CHECK(g.async_release(asio::use_future).get());
     // The text behind the view goes before the operation is launched: it was copied at the call.
     std::optional<decltype(locks.async_lock(name, lease(5000ms), asio::deferred))> later;
     {
@@ -336,7 +336,7 @@ TEST_CASE_FIXTURE(
     }
     auto taken = std::move(*later)(asio::use_future).get();
     CHECK(taken.name() == base + "-gone");
-    CHECK(taken.async_unlock(asio::use_future).get());
+    CHECK(taken.async_release(asio::use_future).get());
 
     lock_scope scope{locks};
     auto scoped = scope.async_lock(name, asio::use_future).get();

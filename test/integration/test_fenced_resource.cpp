@@ -115,7 +115,7 @@ TEST_CASE("fenced resource: the next holder's write moves the fence, and the lat
 
             // The record keeps no expiry by default; the data keys are the user's.
             CHECK(co_await integer(probe, command("PTTL", keys.fence)) == -1);
-            co_await second.unlock();
+            co_await second.release();
             co_await integer(probe, command("DEL", keys.fence, keys.value));
         });
 }
@@ -307,7 +307,7 @@ TEST_CASE("fenced resource: a permit, a write guard and a leadership write under
             CHECK(
                 (co_await rw_res.co_write(writer, fenced_writes{}.set(rw_keys.value, "w"))).fence ==
                 writer.fence());
-            co_await writer.unlock();
+            co_await writer.release();
 
             std::string const el_name = name + "-el";
             resource_keys const el_keys{el_name};
@@ -327,7 +327,7 @@ TEST_CASE("fenced resource: a permit, a write guard and a leadership write under
             f = co_await failure_of(lock_res.co_write(guard, fenced_writes{}.set(keys.value, "x")));
             CHECK(f.code == colock::error::lock_lost);
             CHECK(co_await integer(probe, command("EXISTS", keys.fence, keys.value)) == 0);
-            co_await lead.co_resign();
+            co_await lead.release();
             co_await integer(probe, command("DEL", sem_keys.fence, sem_keys.value, rw_keys.fence,
                                             rw_keys.value, el_keys.fence, el_keys.value));
         });

@@ -108,7 +108,7 @@ asio::awaitable<void> expect_protocol_error(redis::connection& conn, fault_proxy
 asio::awaitable<void> load_scripts(locker& l, lock_options const& opt) {
     auto guard = co_await l.co_lock(unique_key("hostile-warm-up"), opt);
     co_await guard.extend(opt.ttl);
-    co_await guard.unlock();
+    co_await guard.release();
 }
 
 lock_options short_lease() {
@@ -256,8 +256,8 @@ TEST_CASE("hostile server: an acquire reply of the wrong shape fails co_lock wit
         // be taken again over the same connection.
         co_await shape.conn.co_exec(command("DEL", lock_key(name)));
         auto guard = co_await shape.locks.co_lock(name, shape.opt);
-        CHECK(guard.owns_lock());
-        CHECK(co_await guard.unlock());
+        CHECK(guard.owns());
+        CHECK(co_await guard.release());
     });
 }
 
@@ -278,7 +278,7 @@ TEST_CASE("hostile server: an acquire with a mangled reply leaves no lock key be
     });
 }
 
-// extend() and unlock() report a malformed reply as unexpected_reply: neither reports success
+// extend() and release() report a malformed reply as unexpected_reply: neither reports success
 // nor "not ours", and no key is left behind.
 TEST_CASE("hostile server: extend and unlock replies of the wrong shape are never a success") {
     auto const rewrites = for_each_wrong_shape([](wrong_shape_case shape) -> asio::awaitable<void> {
@@ -292,7 +292,7 @@ TEST_CASE("hostile server: extend and unlock replies of the wrong shape are neve
             CHECK_MESSAGE(extended.ec == colock::error::unexpected_reply, shape.what, ": ",
                           extended.ec.message());
             CHECK_FALSE(guard.lost()); // nothing says the lease is gone
-            co_await guard.unlock();   // the token still matches on the server: released
+            co_await guard.release();  // the token still matches on the server: released
             bool const left_free = co_await free_becomes(shape.conn, name, 500ms);
             CHECK_MESSAGE(left_free, shape.what, ": extend left the lock key behind");
         }
@@ -301,11 +301,11 @@ TEST_CASE("hostile server: extend and unlock replies of the wrong shape are neve
             std::string const name = unique_key("hostile-unlock");
             auto guard = co_await shape.locks.co_lock(name, shape.opt);
             shape.proxy.rewrite_next_reply(shape.bytes);
-            auto const released = co_await outcome_of(guard.unlock());
+            auto const released = co_await outcome_of(guard.release());
             CHECK_MESSAGE(released.answer != std::optional<bool>(true), shape.what);
             CHECK_MESSAGE(released.ec == colock::error::unexpected_reply, shape.what, ": ",
                           released.ec.message());
-            CHECK_FALSE(guard.owns_lock());
+            CHECK_FALSE(guard.owns());
             // The server did run the release.
             bool const left_free = co_await free_becomes(shape.conn, name, 500ms);
             CHECK_MESSAGE(left_free, shape.what, ": unlock left the lock key behind");
@@ -336,7 +336,7 @@ TEST_CASE("hostile server: a renewal reply of the wrong shape is retried like a 
             // (the script checks the token), which moves the lease on.
             co_await poll_until([&] { return guard.lease_expiry() > acquired; }, 200, 10ms);
             CHECK(guard.lease_expiry() > acquired);
-            CHECK(guard.owns_lock());
+            CHECK(guard.owns());
             CHECK_FALSE(guard.lost());
         } // the guard goes: released in the background, with its token
         bool const left_free = co_await free_becomes(conn, name, 1000ms);

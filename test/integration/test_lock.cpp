@@ -76,7 +76,7 @@ TEST_CASE("co_lock and unlock: the key holds the token while held, and is free a
         CHECK(locks.key_prefix() == "colock:");
 
         auto g = co_await locks.co_lock(name);
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK(static_cast<bool>(g));
         CHECK_FALSE(g.lost());
         CHECK(g.name() == name);
@@ -94,8 +94,8 @@ TEST_CASE("co_lock and unlock: the key holds the token while held, and is free a
         CHECK(pttl > 20'000); // default ttl 30 s
         CHECK(pttl <= 30'000);
 
-        CHECK(co_await g.unlock());
-        CHECK_FALSE(g.owns_lock());
+        CHECK(co_await g.release());
+        CHECK_FALSE(g.owns());
         CHECK_FALSE(g.lost());
         // Free, keeping the last fence for the rest of the lease, so the key still expires.
         auto const freed = co_await read_lock(probe, name);
@@ -104,7 +104,7 @@ TEST_CASE("co_lock and unlock: the key holds the token while held, and is free a
         auto const freed_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(freed_pttl > 0);
         CHECK(freed_pttl <= 30'000);
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
 
         // Every co_lock draws a fresh token.
         auto g2 = co_await locks.co_lock(name);
@@ -120,7 +120,7 @@ TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never sto
                        locker& b, std::string const& name) -> asio::awaitable<void> {
         auto first = co_await a.co_try_lock(name, short_lock());
         REQUIRE(first.has_value());
-        CHECK(first->owns_lock());
+        CHECK(first->owns());
 
         // Another connection, and the same locker (a new call has a new token): both refused.
         auto from_b = co_await b.co_try_lock(name, short_lock());
@@ -135,11 +135,11 @@ TEST_CASE("co_try_lock: empty while held elsewhere, and a held lock is never sto
         // Still the first holder's key, with its lease.
         auto const held = co_await held_by(probe, name);
         CHECK(held == first->token());
-        CHECK(first->owns_lock());
+        CHECK(first->owns());
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(pttl > 0);
 
-        bool const released = co_await first->unlock();
+        bool const released = co_await first->release();
         CHECK(released);
         auto next = co_await b.co_try_lock(name, short_lock());
         REQUIRE(next.has_value());
@@ -160,7 +160,7 @@ TEST_CASE("fences strictly increase across successive holders of one name") {
             last = g.fence();
             auto const stored = co_await read_lock(probe, name);
             CHECK(stored.fence == g.fence());
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
         }
 
         // A holder that lets its lease run out (no renewal, no unlock) is followed by a
@@ -174,9 +174,9 @@ TEST_CASE("fences strictly increase across successive holders of one name") {
         auto after = co_await b.co_lock(name, short_lock()); // waits for the expiry
         CHECK(after.fence() > last);
         CHECK(after.fence() > lapsed.fence());
-        CHECK(co_await after.unlock());
+        CHECK(co_await after.release());
         CHECK_FALSE(
-            co_await lapsed.unlock()); // not ours any more; and it must not delete the other's
+            co_await lapsed.release()); // not ours any more; and it must not delete the other's
     };
     run_lock_test<two_lockers>("fence", scenario);
 }
@@ -218,7 +218,7 @@ TEST_CASE("keys and wake channels use the hash-tag scheme: p{name}, p{name}:q, p
             [&]() -> asio::awaitable<void> {
                 auto w = co_await b.co_lock(name, short_lock());
                 waiter_fence = w.fence();
-                co_await w.unlock();
+                co_await w.release();
                 waiter_done = true;
             },
             asio::detached);
@@ -247,7 +247,7 @@ TEST_CASE("keys and wake channels use the hash-tag scheme: p{name}, p{name}:q, p
         listener_conn.add_push_listener(counter);
         co_await listener_conn.async_subscribe(strings(channel), asio::use_awaitable);
         co_await listener_conn.co_exec(command("PING"));
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         co_await poll_until([&] { return waiter_done; }, 200, 10ms);
         co_await listener_conn.co_exec(command("PING"));
         CHECK(waiter_done);
@@ -283,8 +283,8 @@ TEST_CASE("a custom key prefix names the keys, and separates lockers") {
         REQUIRE(other.has_value());
         auto const held_plain = co_await held_by(probe, name);
         CHECK(held_plain == other->token());
-        bool const r1 = co_await other->unlock();
-        bool const r2 = co_await g.unlock();
+        bool const r1 = co_await other->release();
+        bool const r2 = co_await g.release();
         CHECK(r1);
         CHECK(r2);
         auto const free = co_await lock_free(probe, name, "myapp:locks:");
@@ -324,7 +324,7 @@ TEST_CASE("FUNCTION FLUSH and SCRIPT FLUSH while locks are in use, called by FCA
             },
             2000ms, 10ms);
         CHECK(renewed);
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK_FALSE(g.lost());
         auto held = co_await held_by(probe, name);
         CHECK(held == g.token());
@@ -340,15 +340,15 @@ TEST_CASE("FUNCTION FLUSH and SCRIPT FLUSH while locks are in use, called by FCA
         CHECK_FALSE(refused.has_value());
 
         flush();
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         auto const free = co_await lock_free(probe, name);
         CHECK(free);
 
         flush();
         auto g2 = co_await other.co_lock(name, opt);
-        CHECK(g2.owns_lock());
+        CHECK(g2.owns());
         CHECK(g2.fence() > g.fence());
-        CHECK(co_await g2.unlock());
+        CHECK(co_await g2.release());
 
         // Many first calls at once after a flush: each loads what it calls in its own request,
         // and a library loaded by another meanwhile ("already exists") fails none of them.
@@ -360,7 +360,7 @@ TEST_CASE("FUNCTION FLUSH and SCRIPT FLUSH while locks are in use, called by FCA
                 ex,
                 [&, i]() -> asio::awaitable<void> {
                     auto t = co_await locks.co_try_lock(name + ":many:" + std::to_string(i), opt);
-                    if (t && co_await t->unlock())
+                    if (t && co_await t->release())
                         ++won;
                     ++done;
                 },
@@ -391,7 +391,7 @@ TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_
         co_await poll_until([&] { return done; }, 500, 10ms);
         REQUIRE(done);
         CHECK_FALSE(result);
-        CHECK(guard.owns_lock());
+        CHECK(guard.owns());
         auto const held = co_await held_by(probe, name);
         CHECK(held == guard.token());
 
@@ -403,7 +403,7 @@ TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_
         REQUIRE(done);
         CHECK_FALSE(result);
         CHECK_FALSE(attempt.has_value());
-        CHECK(co_await guard.unlock());
+        CHECK(co_await guard.release());
 
         // The default token (deferred), launched later with a callback.
         done = false;
@@ -413,19 +413,19 @@ TEST_CASE("async_lock and async_try_lock with a plain callback, deferred and as_
         REQUIRE(done);
         CHECK_FALSE(result);
         REQUIRE(attempt.has_value());
-        CHECK(attempt->owns_lock());
-        bool const released_attempt = co_await attempt->unlock();
+        CHECK(attempt->owns());
+        bool const released_attempt = co_await attempt->release();
         CHECK(released_attempt);
 
         // use_awaitable through as_tuple: the error comes as a code, not an exception.
         auto [ec, g] = co_await locks.async_lock(name, short_lock(), as_tuple);
         CHECK_FALSE(ec);
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         lock_options brief = waiting_up_to(short_lock(), 100ms);
         auto [ec2, g2] = co_await locks.async_lock(name, brief, as_tuple);
         CHECK(ec2 == error::timeout);
-        CHECK_FALSE(g2.owns_lock());
-        CHECK(co_await g.unlock());
+        CHECK_FALSE(g2.owns());
+        CHECK(co_await g.release());
     };
     run_lock_test<one_locker>("callback", scenario);
 }
@@ -439,7 +439,7 @@ TEST_CASE("async_lock and async_try_lock with use_future, the io_context on anot
         std::string const name = unique_key("future");
 
         auto g = locks.async_lock(name, short_lock(), asio::use_future).get();
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         auto other = locks.async_try_lock(name, short_lock(), asio::use_future).get();
         CHECK_FALSE(other.has_value());
 
@@ -454,12 +454,12 @@ TEST_CASE("async_lock and async_try_lock with use_future, the io_context on anot
         }
         CHECK(waited == error::timeout);
 
-        bool const released = asio::co_spawn(ctx, g.unlock(), asio::use_future).get();
+        bool const released = asio::co_spawn(ctx, g.release(), asio::use_future).get();
         CHECK(released);
         auto again = locks.async_try_lock(name, short_lock(), asio::use_future).get();
         REQUIRE(again.has_value());
         CHECK(again->fence() > g.fence());
-        bool const released_again = asio::co_spawn(ctx, again->unlock(), asio::use_future).get();
+        bool const released_again = asio::co_spawn(ctx, again->release(), asio::use_future).get();
         CHECK(released_again);
         conn.close();
     }
@@ -476,14 +476,14 @@ TEST_CASE("a server error names the lock and carries the server's text") {
         co_await check_wrongtype(locks.co_try_lock(name, short_lock()), name);
         auto [ec, g] = co_await locks.async_lock(name, short_lock(), as_tuple);
         CHECK(ec == redis::error::server_error);
-        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.owns());
 
         // The hash is untouched and the connection still works for locks.
         auto r = co_await probe.co_exec(command("HGET", lock_key(name), "a"));
         CHECK(r.at(0).as_string() == "b");
         auto fine = co_await locks.co_lock(unique_key("after-error"), short_lock());
-        CHECK(fine.owns_lock());
-        CHECK(co_await fine.unlock());
+        CHECK(fine.owns());
+        CHECK(co_await fine.release());
     };
     run_lock_test<one_locker>("wrongtype", scenario);
 }
@@ -507,12 +507,12 @@ TEST_CASE("wait_timeout: co_lock gives up with error::timeout and a message nami
         auto const at_once = co_await error_of(b.co_lock(name, opt));
         CHECK(at_once == error::timeout);
 
-        CHECK(holder.owns_lock());
+        CHECK(holder.owns());
         auto const held = co_await held_by(probe, name);
         CHECK(held == holder.token());
         auto const subscribers = co_await numsub_becomes(probe, wake_channel(name), 0);
         CHECK(subscribers == 0);
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
     };
     run_lock_test<two_lockers>("timeout", scenario);
 }
@@ -583,7 +583,7 @@ void run_contenders(redis::config const& cfg, std::string const& name,
                                 co_await conn.co_exec(std::move(write));
                                 ++rec->increments;
                                 --rec->holders;
-                                bool const released = co_await g.unlock();
+                                bool const released = co_await g.release();
                                 if (!released)
                                     ++rec->failures;
                             }
@@ -660,13 +660,13 @@ TEST_CASE("server cost: an uncontended lock+unlock is exactly 2 FCALL, with no s
                         std::string const& name) -> asio::awaitable<void> {
         // Warm up: the first call on a fresh server loads the library (FUNCTION LOAD).
         auto warm = co_await locks.co_lock(name);
-        co_await warm.unlock();
+        co_await warm.release();
 
         auto const before = co_await commandstats(probe);
         constexpr int cycles = 10;
         for (int i = 0; i < cycles; ++i) {
             auto g = co_await locks.co_lock(name);
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
         }
         auto const after = co_await commandstats(probe);
         // commandstats also counts the commands run inside the scripts (GET, SET, INCR, ...):
@@ -683,7 +683,7 @@ TEST_CASE("server cost: an uncontended lock+unlock is exactly 2 FCALL, with no s
         REQUIRE(g.has_value());
         auto lost = co_await locks.co_try_lock(name);
         CHECK_FALSE(lost.has_value());
-        co_await g->unlock();
+        co_await g->release();
         auto const after_try = co_await commandstats(probe);
         CHECK(command_calls(after_try, "fcall") - command_calls(before_try, "fcall") == 3);
         CHECK(command_calls(after_try, "subscribe") == command_calls(before_try, "subscribe"));
@@ -698,9 +698,9 @@ TEST_CASE("server cost: contended acquisitions are woken, not polled; one SUBSCR
                         redis::connection& probe, locker& holder_locks, locker& waiter_locks,
                         std::string const& name) -> asio::awaitable<void> {
         auto warm = co_await waiter_locks.co_lock(name);
-        co_await warm.unlock();
+        co_await warm.release();
         auto warm2 = co_await holder_locks.co_lock(name);
-        co_await warm2.unlock();
+        co_await warm2.release();
 
         auto const before = co_await commandstats(probe);
         auto holder = co_await holder_locks.co_lock(name);
@@ -712,14 +712,14 @@ TEST_CASE("server cost: contended acquisitions are woken, not polled; one SUBSCR
                 [&]() -> asio::awaitable<void> {
                     auto g = co_await waiter_locks.co_lock(name);
                     co_await sleep_for(5ms);
-                    co_await g.unlock();
+                    co_await g.release();
                     ++done;
                 },
                 count_failure(failed, done));
         REQUIRE(co_await eventually([&] { return waiter_locks.waiting() == waiters; }));
         auto const subscribed = co_await numsub_becomes(probe, wake_channel(name), 1);
         CHECK(subscribed == 1);
-        co_await holder.unlock();
+        co_await holder.release();
         co_await poll_until([&] { return done >= waiters; }, 1000, 10ms);
         CHECK(done == waiters);
         CHECK(failed == 0);
@@ -749,7 +749,7 @@ TEST_CASE("server cost: a foreign value without expiry under the lock key fails 
     auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
                         std::string const& name) -> asio::awaitable<void> {
         auto warm = co_await locks.co_lock(name);
-        co_await warm.unlock();
+        co_await warm.release();
         // Someone set the lock key by hand, without a TTL: PTTL is -1.
         co_await probe.co_exec(command("SET", lock_key(name), "foreign"));
 
@@ -807,7 +807,7 @@ TEST_CASE("two lockers sharing one connection: one's waiter leaving does not dro
             [&]() -> asio::awaitable<void> {
                 auto g = co_await second.co_lock(name, patient);
                 second_acquired = steady::now();
-                co_await g.unlock();
+                co_await g.release();
                 second_done = true;
             },
             asio::detached);
@@ -823,7 +823,7 @@ TEST_CASE("two lockers sharing one connection: one's waiter leaving does not dro
         CHECK(subscribers == 1);
 
         auto const released_at = steady::now();
-        co_await holder.unlock();
+        co_await holder.release();
         co_await poll_until([&] { return second_done; }, 700, 10ms);
         REQUIRE(second_done);
         auto const handoff =
@@ -865,7 +865,7 @@ TEST_CASE("a full server under maxmemory-policy noeviction refuses a new lock wi
             // A full server still renews and frees what is held.
             bool const extended = co_await held.extend(6000ms);
             CHECK(extended);
-            CHECK(co_await held.unlock());
+            CHECK(co_await held.release());
             // As a function flagged allow-oom the release writes the free state (its fence kept for
             // the next holder); by EVALSHA, whose SET a full server refuses, it deletes the key.
             auto const left = server.cli(strings("GET", lock_key(held_name)));

@@ -1,4 +1,4 @@
-// The guard's operations for any completion token: async_unlock and async_extend with plain
+// The guard's operations for any completion token: async_release and async_extend with plain
 // callbacks, futures and deferred operations, and a guard that goes away once they started.
 #include <colock/election.hpp>
 #include <colock/locker.hpp>
@@ -28,7 +28,7 @@
 using namespace colock;
 using namespace colock::test;
 
-TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a guard destroyed "
+TEST_CASE("async_release and async_extend with callbacks: results, errors, and a guard destroyed "
           "right after the call") {
     asio::io_context ctx;
     redis::connection conn{ctx.get_executor(), shared_server().config()};
@@ -68,7 +68,7 @@ TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a 
     CHECK(*pttl > 10'000);
 
     std::optional<std::pair<error_code, bool>> unlocked;
-    g->async_unlock([&](error_code ec, bool ok) { unlocked.emplace(ec, ok); });
+    g->async_release([&](error_code ec, bool ok) { unlocked.emplace(ec, ok); });
     CHECK_FALSE(unlocked.has_value());
     g.reset(); // the release goes on without the guard
     REQUIRE(run_until(ctx, 2s, [&] { return unlocked.has_value(); }));
@@ -78,7 +78,7 @@ TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a 
     // A guard that holds nothing: false at once for unlock, not_held for extend.
     lock_guard empty;
     std::optional<std::pair<error_code, bool>> empty_unlock, empty_extend;
-    empty.async_unlock([&](error_code ec, bool ok) { empty_unlock.emplace(ec, ok); });
+    empty.async_release([&](error_code ec, bool ok) { empty_unlock.emplace(ec, ok); });
     empty.async_extend(1000ms, [&](error_code ec, bool ok) { empty_extend.emplace(ec, ok); });
     auto const end = steady::now() + 2s;
     while ((!empty_unlock || !empty_extend) && steady::now() < end)
@@ -95,7 +95,7 @@ TEST_CASE("async_unlock and async_extend with callbacks: results, errors, and a 
     ctx.run_for(1s);
 }
 
-TEST_CASE("async_unlock with use_future from another thread, and a deferred async_extend") {
+TEST_CASE("async_release with use_future from another thread, and a deferred async_extend") {
     asio::io_context ctx;
     context_threads runner{ctx};
     redis::connection conn{ctx.get_executor(), shared_server().config()};
@@ -104,13 +104,13 @@ TEST_CASE("async_unlock with use_future from another thread, and a deferred asyn
     lock_options opt = lease(2000ms);
 
     auto g = locks.async_lock(name, opt, asio::use_future).get();
-    REQUIRE(g.owns_lock());
+    REQUIRE(g.owns());
     auto extend_op = g.async_extend(5000ms, asio::deferred);
     auto extended = std::move(extend_op)(asio::use_future).get();
     CHECK(extended);
-    bool const released = g.async_unlock(asio::use_future).get();
+    bool const released = g.async_release(asio::use_future).get();
     CHECK(released);
-    bool const again = g.async_unlock(asio::use_future).get();
+    bool const again = g.async_release(asio::use_future).get();
     CHECK_FALSE(again);
 
     conn.close();
@@ -208,9 +208,9 @@ TEST_CASE("a locker's handler without an executor of its own runs on get_executo
     MESSAGE("a try_lock beside a busy handler took " << took << " ms");
     CHECK(busy_done.get_future().get());
     REQUIRE(second.has_value());
-    CHECK(second->async_unlock(asio::use_future).get());
+    CHECK(second->async_release(asio::use_future).get());
     REQUIRE(first.has_value());
-    CHECK(first->async_unlock(asio::use_future).get());
+    CHECK(first->async_release(asio::use_future).get());
 
     // A handler bound to the user's strand runs on it.
     auto user_strand = asio::make_strand(ctx);
@@ -227,7 +227,7 @@ TEST_CASE("a locker's handler without an executor of its own runs on get_executo
         }));
     CHECK(on_user_strand.get_future().get());
     REQUIRE(third.has_value());
-    CHECK(third->async_unlock(asio::use_future).get());
+    CHECK(third->async_release(asio::use_future).get());
     conn.close();
 }
 
@@ -248,7 +248,7 @@ TEST_CASE("a future whose exception names the lock: co_spawn of co_lock with use
         CHECK(e.code() == error::timeout);
         CHECK(std::string(e.what()).find(name) != std::string::npos);
     }
-    CHECK(held.async_unlock(asio::use_future).get());
+    CHECK(held.async_release(asio::use_future).get());
     conn.close();
 }
 

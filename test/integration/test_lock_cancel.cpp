@@ -79,18 +79,18 @@ TEST_CASE("co_lock raced with a timer (||): the timer wins promptly, the waiter 
         auto const again = co_await numsub_becomes(probe, wake_channel(name), 1);
         CHECK(again == 1);
         auto const released_at = steady::now();
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         bool const woken = co_await finishes(next.done, 3000ms);
         REQUIRE(woken);
         CHECK_FALSE(next.ec);
         CHECK(ms_between(released_at, next.at) < 1000);
-        CHECK(co_await next.guard.unlock());
+        CHECK(co_await next.guard.release());
 
         // The other way round: a free lock wins against a long timer, and the guard is ours.
         auto won = co_await lock_or_timer(locks, name, patient_waiter(), 10s);
         REQUIRE(won.winner == 0);
         auto& g = *won.guard;
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         co_await check_held_then_release(probe, g, name);
     };
     run_lock_test<two_lockers>("cancel-or", scenario);
@@ -111,7 +111,7 @@ TEST_CASE("a cancelled co_lock and close() right after: the locker's queue entry
         auto const deadlines_left =
             co_await exists_becomes(probe, lock_key(name) + ":qd", 0, 100ms);
         CHECK(deadlines_left == 0);
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
     };
     run_lock_test<two_lockers>("cancel-close", scenario);
 }
@@ -180,7 +180,7 @@ TEST_CASE("a storm of 2000 waiters with random deadlines: every one returns, not
             max_holders = std::max(max_holders, ++holders);
             co_await asio::post(ctx, asio::use_awaitable);
             --holders;
-            bool const released = co_await g.unlock();
+            bool const released = co_await g.release();
             if (!released)
                 ++failures;
         };
@@ -217,7 +217,7 @@ TEST_CASE("a storm of 2000 waiters with random deadlines: every one returns, not
                 count_failure(failures, finished));
         }
         CHECK(co_await stays([&] { return holders == 0; }, 700ms));
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         auto const started = steady::now();
         co_await eventually([&] { return finished >= waiters; }, 30s, 10ms);
         MESSAGE("storm: " << acquired << " acquired, " << timed_out << " timed out, " << raced_out
@@ -237,8 +237,8 @@ TEST_CASE("a storm of 2000 waiters with random deadlines: every one returns, not
         CHECK(subscribers == 0);
         // And the locker still works for this name.
         auto g = co_await locks.co_lock(name, opt);
-        CHECK(g.owns_lock());
-        co_await g.unlock();
+        CHECK(g.owns());
+        co_await g.release();
     };
     run_lock_test<two_lockers>(shared_server().config(), "storm", scenario,
                                std::chrono::seconds{90});
@@ -257,7 +257,7 @@ TEST_CASE("server down: a waiting co_lock still honours wait_timeout and cancell
         auto const started = steady::now();
         auto [ec, guard] = co_await locks.async_lock("down", opt, as_tuple);
         CHECK(ec == colock::error::timeout);
-        CHECK_FALSE(guard.owns_lock());
+        CHECK_FALSE(guard.owns());
         CHECK(steady::now() - started < 2s);
 
         asio::steady_timer timer(ctx);

@@ -34,7 +34,7 @@ asio::awaitable<std::pair<error_code, std::string>> lock_outcome(locker& locks, 
                                                                  lock_options opt) {
     try {
         auto g = co_await locks.co_lock(std::move(name), opt);
-        co_await g.unlock();
+        co_await g.release();
         co_return std::pair<error_code, std::string>{};
     } catch (system_error const& e) {
         co_return std::pair<error_code, std::string>{e.code(), e.what()};
@@ -205,7 +205,7 @@ TEST_CASE("a connection that has worked and is lost: a waiting co_lock waits for
         std::string const name = unique_key("lost-then-back");
         {
             auto g = co_await locks.co_lock(name, lease(5000ms));
-            co_await g.unlock();
+            co_await g.release();
         }
         server.kill();
         restarter = restart_after(server, 1500ms);

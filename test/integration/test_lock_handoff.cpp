@@ -37,13 +37,13 @@ TEST_CASE("an uncontended lock and unlock cost the server 5 calls (2 FCALL, a GE
     auto scenario = [&](redis::connection&, redis::connection& probe, locker& locks,
                         std::string const& name) -> asio::awaitable<void> {
         auto first = co_await locks.co_lock(name, lease(10'000ms)); // loads the scripts
-        co_await first.unlock();
+        co_await first.release();
 
         constexpr int cycles = 50;
         auto const before = co_await commandstats(probe);
         for (int i = 0; i < cycles; ++i) {
             auto g = co_await locks.co_lock(name, lease(10'000ms));
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
         }
         auto const after = co_await commandstats(probe);
         auto const calls = commands_between(before, after);
@@ -118,7 +118,7 @@ TEST_CASE("hand-off across processes: each release goes to the first queued lock
                     order.push_back(i);
                     fences.push_back(g.fence());
                     co_await sleep_for(20ms);
-                    co_await g.unlock();
+                    co_await g.release();
                 },
                 [&](std::exception_ptr) { ++done; });
             // Queued in this order at the server, each one subscribed.
@@ -133,7 +133,7 @@ TEST_CASE("hand-off across processes: each release goes to the first queued lock
         co_await watching.co_exec(command("PING")); // every message sent before is in
         auto const messages_before = watcher->messages.size();
         auto const before = co_await commandstats(probe);
-        co_await holder.unlock();
+        co_await holder.release();
         co_await poll_until([&] { return done >= 3; }, 500, 10ms);
         REQUIRE(done == 3);
         auto const after = co_await commandstats(probe);
@@ -230,14 +230,14 @@ TEST_CASE("a process killed right after it queued holds the lock up for at most 
                 acquired_at = steady::now();
                 fence = g.fence();
                 acquired = true;
-                co_await g.unlock();
+                co_await g.release();
             },
             asio::detached);
         auto const behind = co_await queue_length_becomes(probe, name, 2);
         REQUIRE(behind == 2);
 
         auto const released_at = steady::now();
-        co_await holder.unlock();
+        co_await holder.release();
         // Handed to the dead process, whose entry was still alive.
         auto const handed = co_await read_lock(probe, name);
         CHECK(handed.kind == 'R');
@@ -276,7 +276,7 @@ TEST_CASE("a lease that lapses without a release (its holder dead) goes to the f
                     auto g = co_await l.co_lock(name, opt);
                     order.push_back(who);
                     fences.push_back(g.fence());
-                    co_await g.unlock();
+                    co_await g.release();
                 },
                 check_nothrow_then_mark(done));
         };
@@ -329,13 +329,13 @@ TEST_CASE("cohort hand-off: waiters of the same process get the lease while the 
                     auto g = co_await locks.co_lock(name, lease(10'000ms));
                     fences.push_back(g.fence());
                     key_tokens.push_back(co_await held_by(probe, name));
-                    CHECK(co_await g.unlock());
+                    CHECK(co_await g.release());
                 },
                 check_nothrow_then_mark(done));
         co_await poll_until([&] { return locks.waiting() == waiters; }, 300, 5ms);
         REQUIRE(locks.waiting() == waiters);
 
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         co_await poll_until([&] { return done >= static_cast<int>(waiters); }, 300, 10ms);
         REQUIRE(done == static_cast<int>(waiters));
         REQUIRE(fences.size() == waiters);
@@ -348,7 +348,7 @@ TEST_CASE("cohort hand-off: waiters of the same process get the lease while the 
         CHECK(freed.fence == fences.back());
         auto next = co_await locks.co_lock(name, lease(10'000ms));
         CHECK(next.fence() == fences.back() + 1);
-        co_await next.unlock();
+        co_await next.release();
     };
     run_lock_test<one_locker>("cohort", scenario);
 }
@@ -368,7 +368,7 @@ TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local
             auto g = co_await l.co_lock(name, opt);
             order.push_back(who);
             co_await sleep_for(5ms);
-            co_await g.unlock();
+            co_await g.release();
         };
         for (int i = 0; i < 4; ++i)
             asio::co_spawn(ctx, contender(a, 'a'), [&](std::exception_ptr) { ++done; });
@@ -381,7 +381,7 @@ TEST_CASE("cohort_limit: with another process queued, at most cohort_limit local
         CHECK(marked.kind == 'H');
         co_await sleep_for(100ms); // the holder's process is told ("q")
 
-        co_await holder.unlock();
+        co_await holder.release();
         co_await poll_until([&] { return done >= 5; }, 500, 10ms);
         REQUIRE(done == 5);
         // The holder, then two local hand-offs (the limit), then the other process.
@@ -416,7 +416,7 @@ TEST_CASE("the acquire script tells the holder's locker \"q\" at every attempt o
             ctx,
             [&]() -> asio::awaitable<void> {
                 auto g = co_await b.co_lock(name, often);
-                co_await g.unlock();
+                co_await g.release();
             },
             check_nothrow_then_mark(done));
         auto q_to_a = [&] {
@@ -427,7 +427,7 @@ TEST_CASE("the acquire script tells the holder's locker \"q\" at every attempt o
         CHECK(q_to_a() >= 3);
         CHECK(watcher->channels_of("q").size() == static_cast<std::size_t>(q_to_a()));
 
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         bool const finished = co_await finishes(done, 3000ms);
         CHECK(finished);
         watching.close();

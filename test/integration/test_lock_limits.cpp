@@ -75,8 +75,8 @@ asio::awaitable<void> then_set(asio::awaitable<T> op, bool& done) {
 asio::awaitable<void> take_and_release(locker& locks, std::string name, lock_options opt,
                                        bool& acquired) {
     auto g = co_await locks.co_lock(std::move(name), opt);
-    acquired = g.owns_lock();
-    co_await g.unlock();
+    acquired = g.owns();
+    co_await g.release();
 }
 
 // co_lock, caught: the guard, or the text of what it threw. For a test that must wait for its
@@ -116,7 +116,7 @@ TEST_CASE("every key a lock writes expires: 200 names leave no key without a TTL
         for (int i = 0; i < 200; ++i) {
             std::string const name = "invoice:" + std::to_string(i);
             auto g = co_await locks.co_lock(name, opt);
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
             // Right after the release: the lock key is free, and expires within the lease
             // (checked per name, so a slow machine cannot let one lapse unseen).
             auto const freed = co_await read_lock(conn, name, prefix);
@@ -183,8 +183,8 @@ TEST_CASE("wait_replicas on a server without replicas: the lock is released agai
             CHECK(after.kind == 'F');
         }
         auto g = co_await locks.co_lock(name, lease(5s));
-        CHECK(g.owns_lock());
-        co_await g.unlock();
+        CHECK(g.owns());
+        co_await g.release();
     });
 }
 
@@ -197,7 +197,7 @@ TEST_CASE("the free key keeps the last fence for the rest of the lease, and fenc
         auto g = co_await locks.co_lock(name, opt);
         auto const first = g.fence();
         // Renewed for three leases; extend() moves the lease too.
-        CHECK(co_await stays([&] { return g.owns_lock(); }, 900ms));
+        CHECK(co_await stays([&] { return g.owns(); }, 900ms));
         auto const lock_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(lock_pttl > 0);
         CHECK(lock_pttl <= 300);
@@ -205,7 +205,7 @@ TEST_CASE("the free key keeps the last fence for the rest of the lease, and fenc
         CHECK(extended);
         auto const extended_pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(extended_pttl > 4000);
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         // Free with the rest of that lease: the next holder's fence is one more.
         auto const freed = co_await read_lock(probe, name);
         CHECK(freed.kind == 'F');
@@ -215,7 +215,7 @@ TEST_CASE("the free key keeps the last fence for the rest of the lease, and fenc
         CHECK(free_pttl <= 5000);
         auto second = co_await locks.co_lock(name, opt);
         CHECK(second.fence() == first + 1);
-        CHECK(co_await second.unlock());
+        CHECK(co_await second.release());
         co_await probe.co_exec(command("PEXPIRE", lock_key(name), 200));
 
         // Once the key has lapsed, the next fence comes from the server's clock, which is
@@ -224,7 +224,7 @@ TEST_CASE("the free key keeps the last fence for the rest of the lease, and fenc
         CHECK(gone);
         auto next = co_await locks.co_lock(name, lease(300ms));
         CHECK(next.fence() > first + 1);
-        CHECK(co_await next.unlock());
+        CHECK(co_await next.release());
     };
     run_lock_test<one_locker>("fence-expiry", scenario);
 }
@@ -250,7 +250,7 @@ TEST_CASE("wait_timeout = milliseconds::max() waits (it does not give up at once
         bool acquired = false;
         asio::co_spawn(ctx, take_and_release(locks, name, forever, acquired), asio::detached);
         REQUIRE(co_await eventually([&] { return locks.waiting() == 1; }));
-        co_await holder.unlock();
+        co_await holder.release();
         bool const done = co_await finishes(acquired, 3000ms);
         CHECK(done);
         conn.close();
@@ -263,9 +263,9 @@ TEST_CASE("max_hold = milliseconds::max() keeps renewing beyond the ttl") {
         opt.renew_interval = 100ms;
         opt.max_hold = std::chrono::milliseconds::max();
         auto g = co_await locks.co_lock(unique_key("hold-max"), opt);
-        CHECK(co_await stays([&] { return g.owns_lock() && !g.lost(); }, 1000ms));
+        CHECK(co_await stays([&] { return g.owns() && !g.lost(); }, 1000ms));
         CHECK_FALSE(g.lost());
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
     });
 }
 
@@ -286,7 +286,7 @@ TEST_CASE("a backoff of milliseconds::max() neither overflows nor delays a woken
         bool acquired = false;
         asio::co_spawn(ctx, take_and_release(b, name, patient, acquired), asio::detached);
         co_await numsub_becomes(conn_a, wake_channel(name), 1);
-        co_await holder.unlock(); // the release's message wakes the waiter
+        co_await holder.release(); // the release's message wakes the waiter
         bool const done = co_await finishes(acquired, 3000ms);
         CHECK(done);
         conn_a.close();
@@ -325,10 +325,10 @@ TEST_CASE("the name is copied at the call: awaitables and deferred operations ou
         CHECK_FALSE(ec);
         CHECK(d.name() == expected + "-deferred");
 
-        CHECK(co_await g.unlock());
-        bool const released_try = co_await t->unlock();
+        CHECK(co_await g.release());
+        bool const released_try = co_await t->release();
         CHECK(released_try);
-        CHECK(co_await d.unlock());
+        CHECK(co_await d.release());
     });
 }
 
@@ -354,11 +354,11 @@ TEST_CASE("BUSY: a waiting co_lock waits out a long script instead of failing") 
             auto [g, failure] = co_await lock_or_failure(locks, unique_key("busy"), opt);
             co_await finishes(script_done, 5000ms);
             REQUIRE(failure.empty());
-            CHECK(g.owns_lock());
+            CHECK(g.owns());
             // Nothing else on the connection was disturbed by the refusals meanwhile.
             auto pong = co_await conn.co_exec(command("ECHO", "still in step"));
             CHECK(pong.at(0).as_string() == "still in step");
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
 
             // co_try_lock makes one attempt: a BUSY server is an error for it, naming the state.
             asio::co_spawn(
@@ -411,8 +411,8 @@ TEST_CASE("LOADING: a waiting co_lock waits while the server loads its data") {
             auto [g, failure] = co_await lock_or_failure(locks, unique_key("loading"), opt);
             co_await finishes(reloaded, 20'000ms);
             REQUIRE(failure.empty());
-            CHECK(g.owns_lock());
-            CHECK(co_await g.unlock());
+            CHECK(g.owns());
+            CHECK(co_await g.release());
         });
 }
 
@@ -440,9 +440,9 @@ TEST_CASE("READONLY and MASTERDOWN (a failover in progress): a waiting co_lock w
                 asio::detached);
             lock_options opt = waiting_up_to(lease(5000ms), 10'000ms);
             auto g = co_await locks.co_lock(unique_key("replica"), opt);
-            CHECK(g.owns_lock());
+            CHECK(g.owns());
             CHECK(promoted);
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
             conn.close();
         });
     }
@@ -477,12 +477,12 @@ TEST_CASE("a connection lost for less than the ttl while held: the renewal retri
         co_await at.async_wait(asio::use_awaitable);
 
         CHECK_FALSE(g.lost());
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK(g.lease_expiry() > deadline);
         auto const held = co_await held_by(probe, name);
         CHECK(held == g.token());
         CHECK(conn.reconnect_count() >= 1);
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         conn.close();
         probe.close();
     });
@@ -514,7 +514,7 @@ TEST_CASE("an ACL user without channel permissions: locks work by polling, and n
             [&]() -> asio::awaitable<void> {
                 auto w = co_await locks.co_lock(name, opt);
                 waiter_fence = w.fence();
-                co_await w.unlock();
+                co_await w.release();
                 waiter_done = true;
             },
             asio::detached);
@@ -524,11 +524,11 @@ TEST_CASE("an ACL user without channel permissions: locks work by polling, and n
         for (int i = 0; i < 100; ++i) {
             auto b = co_await locks.co_try_lock(name + ":b" + std::to_string(i), opt);
             REQUIRE(b.has_value());
-            bool const released = co_await b->unlock();
+            bool const released = co_await b->release();
             unlocked += released ? 1 : 0;
         }
         CHECK(unlocked == 100);
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         bool const done = co_await finishes(waiter_done, 3000ms);
         CHECK(done);
         CHECK(waiter_fence > holder.fence());
@@ -569,15 +569,15 @@ void play_acl_scenario(std::string const& user, bool preload, log_lines& logged)
             ctx,
             [&]() -> asio::awaitable<void> {
                 auto w = co_await b.co_lock(name, opt);
-                bool const released = co_await w.unlock();
+                bool const released = co_await w.release();
                 waiter_done = released;
             },
             asio::detached);
         // Renewed a few times meanwhile.
-        CHECK(co_await stays([&] { return holder.owns_lock(); }, 900ms));
+        CHECK(co_await stays([&] { return holder.owns(); }, 900ms));
         bool const extended = co_await holder.extend(2000ms);
         CHECK(extended);
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         bool const done = co_await finishes(waiter_done, 3000ms);
         CHECK(done);
 
@@ -588,9 +588,9 @@ void play_acl_scenario(std::string const& user, bool preload, log_lines& logged)
             dying.auto_renew = false;
             auto dead = co_await a.co_lock(name, dying);
             auto after_lapse = co_await b.co_lock(name, opt);
-            CHECK(after_lapse.owns_lock());
+            CHECK(after_lapse.owns());
             CHECK(after_lapse.fence() > dead.fence());
-            CHECK(co_await after_lapse.unlock());
+            CHECK(co_await after_lapse.release());
         }
 
         // Status names the holder (its record was written), and a forced unlock reaches it on
@@ -695,7 +695,7 @@ TEST_CASE("io_context::run() returns once the work is done: no release deadline 
         ctx,
         [&]() -> asio::awaitable<void> {
             auto g = co_await locks.co_lock(unique_key("run-returns"), lease(5000ms));
-            bool const released = co_await g.unlock();
+            bool const released = co_await g.release();
             CHECK(released);
             auto const dropped_name = unique_key("run-returns");
             {
@@ -712,7 +712,7 @@ TEST_CASE("io_context::run() returns once the work is done: no release deadline 
     CHECK(ms_since(start) < 2500); // the release deadline is 5 s
 }
 
-TEST_CASE("unlock() of a guard already known lost returns false at once, server down or not") {
+TEST_CASE("release() of a guard already known lost returns false at once, server down or not") {
     redis_server server;
     run_with_locker(fast_config(server), [&](locker& locks) -> asio::awaitable<void> {
         lock_options opt = lease(600ms);
@@ -720,11 +720,11 @@ TEST_CASE("unlock() of a guard already known lost returns false at once, server 
         auto g = co_await locks.co_lock(unique_key("unlock-lost"), opt);
         server.kill();
         // Until the renewal has marked it (wait_lost completes), lost() may already say so
-        // from the clock while unlock() still waits for the server.
+        // from the clock while release() still waits for the server.
         co_await (g.wait_lost() || sleep_for(3s));
         REQUIRE(g.lost());
         auto const start = steady::now();
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
         CHECK(ms_since(start) < 500);
     });
 }

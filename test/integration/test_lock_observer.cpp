@@ -106,7 +106,7 @@ struct recorder final : lock_observer {
 
 asio::awaitable<void> unlock_after(lock_guard g, std::chrono::milliseconds delay) {
     co_await sleep_for(delay);
-    co_await g.unlock();
+    co_await g.release();
 }
 
 long long ms(std::chrono::steady_clock::duration d) {
@@ -150,11 +150,11 @@ TEST_CASE("observer: an uncontended lock is acquired on the first attempt and re
                         std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, lease(10'000ms));
         co_await sleep_for(60ms);
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         // The other locker's calls are not this observer's business.
         auto t = co_await other.co_try_lock(name, lease(10'000ms));
         REQUIRE(t.has_value());
-        CHECK(co_await t->unlock());
+        CHECK(co_await t->release());
 
         REQUIRE(seen_by->kinds() == strings("acquired", "released"));
         auto const acquired = seen_by->events[0];
@@ -173,7 +173,7 @@ TEST_CASE("observer: an uncontended lock is acquired on the first attempt and re
         // Removed: nothing more is told.
         locks.set_observer(nullptr);
         auto again = co_await locks.co_lock(name, lease(10'000ms));
-        CHECK(co_await again.unlock());
+        CHECK(co_await again.release());
         CHECK(seen_by->events.size() == 2);
     };
     run_lock_test<observed_locker>("observer-plain", scenario);
@@ -193,11 +193,11 @@ TEST_CASE("observer: a waiter of the same locker is handed the lease locally; th
                 auto second = co_await locks.co_lock(name, lease(10'000ms));
                 second_fence = second.fence();
                 co_await sleep_for(20ms);
-                CHECK(co_await second.unlock());
+                CHECK(co_await second.release());
             },
             check_nothrow_then_mark(second_done));
         co_await until_one_waiting(locks);
-        CHECK(co_await first.unlock());
+        CHECK(co_await first.release());
         co_await poll_until([&] { return second_done; }, 300, 5ms);
         REQUIRE(second_done);
 
@@ -229,7 +229,7 @@ TEST_CASE("observer: a lock released by another locker reaches this one through 
         auto held = co_await other.co_lock(name, lease(10'000ms));
         asio::co_spawn(ctx, unlock_after(std::move(held), 150ms), asio::detached);
         auto g = co_await locks.co_lock(name, lease(10'000ms));
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
 
         REQUIRE(seen_by->kinds() == strings("queue", "acquired", "queue", "released"));
         auto const& ev = seen_by->events;
@@ -259,7 +259,7 @@ TEST_CASE("observer: renewals with their latency, then a lease deleted from outs
         co_await probe.co_exec(command("DEL", lock_key(name)));
         co_await g.wait_lost();
         CHECK(g.lost());
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
 
         auto const kinds = seen_by->kinds("renewal");
         CHECK(kinds == strings("acquired", "lost"));
@@ -297,7 +297,7 @@ TEST_CASE("observer: a lease that is not renewed is lost as expired at its deadl
         CHECK_FALSE(g.loss());
         co_await g.wait_lost();
         CHECK(g.loss() == loss_reason::expired);
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
 
         REQUIRE(seen_by->kinds() == strings("acquired", "lost"));
         CHECK(seen_by->events[1].reason == loss_reason::expired);
@@ -322,7 +322,7 @@ TEST_CASE("observer: a lock set is told as a lock per name: acquired and release
             },
             asio::detached);
         co_await sleep_for(50ms);
-        CHECK(co_await first.unlock());
+        CHECK(co_await first.release());
         REQUIRE(co_await eventually([&] { return second.has_value(); }));
         auto const acquired = seen_by->of("acquired");
         REQUIRE(acquired.size() == 4);
@@ -347,7 +347,7 @@ TEST_CASE("observer: a lock set is told as a lock per name: acquired and release
         CHECK(lost[1].fence == second->fence(b));
         CHECK(lost[0].reason == loss_reason::not_ours);
         CHECK_FALSE(seen_by->of("renewal").empty());
-        CHECK_FALSE(co_await second->unlock());
+        CHECK_FALSE(co_await second->release());
         CHECK(seen_by->of("released").size() == 2); // a lost set's let-go is not a release
     };
     run_lock_test<one_locker>("observer-set", scenario);
@@ -367,7 +367,7 @@ TEST_CASE("observer: a semaphore's permits and a read-write lock's guards are to
         CHECK(co_await p.release());
         rw_lock rw{locks, name + "-rw"};
         auto r = co_await rw.co_lock_shared(lease(3000ms));
-        CHECK(co_await r.unlock());
+        CHECK(co_await r.release());
 
         auto const acquired = seen_by->of("acquired");
         REQUIRE(acquired.size() == 2);
@@ -388,7 +388,7 @@ TEST_CASE("observer: a semaphore's permits and a read-write lock's guards are to
         CHECK(renewals[0].flag);
         // A lock's events say "lock".
         auto g = co_await locks.co_lock(name, lease(3000ms));
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         CHECK(seen_by->of("acquired").back().holder_kind == "lock");
     };
     run_lock_test<one_locker>("observer-permits", scenario);
@@ -412,10 +412,10 @@ TEST_CASE("observer: an election's leaderships are told as holdings of the elect
             [&]() -> asio::awaitable<void> { next.emplace(co_await vote.co_campaign("b", opt)); },
             asio::detached);
         co_await poll_until([&] { return !seen_by->of("queue").empty(); }, 300, 10ms);
-        CHECK(co_await lead.co_resign());
+        CHECK(co_await lead.release());
         co_await poll_until([&] { return next.has_value(); }, 300, 10ms);
         REQUIRE(next.has_value());
-        CHECK(co_await next->co_resign());
+        CHECK(co_await next->release());
 
         auto const acquired = seen_by->of("acquired");
         REQUIRE(acquired.size() == 2);

@@ -132,11 +132,11 @@ TEST_CASE("renewal: a 300 ms lease held for three ttls stays ours") {
         watch(g, w);
 
         for (int i = 0; i < 3; ++i) {
-            CHECK(co_await stays([&] { return g.owns_lock() && !w.done; }, 300ms));
+            CHECK(co_await stays([&] { return g.owns() && !w.done; }, 300ms));
             auto taken = co_await other.co_try_lock(name, opt);
             CHECK_FALSE(taken.has_value());
         }
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK_FALSE(g.lost());
         CHECK_FALSE(w.done);
         auto const held = co_await held_by(probe, name);
@@ -145,7 +145,7 @@ TEST_CASE("renewal: a 300 ms lease held for three ttls stays ours") {
         CHECK(pttl > 0);
         CHECK(pttl <= 300);
 
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         // A pending wait_lost ends when the guard lets go, and says it was not a loss.
         bool const ended = co_await finishes(w.done, 1000ms);
         CHECK(ended);
@@ -168,10 +168,10 @@ TEST_CASE("the key overwritten from outside: lost, and the new value is left alo
             REQUIRE(noticed);
             CHECK(ms_between(set_at, w.at) < 150 + 450);
             CHECK(g.lost());
-            CHECK_FALSE(g.owns_lock());
+            CHECK_FALSE(g.owns());
             bool const extended = co_await g.extend(5000ms);
             CHECK_FALSE(extended);
-            CHECK_FALSE(co_await g.unlock());
+            CHECK_FALSE(co_await g.release());
             auto const value = co_await get(probe, lock_key(name));
             CHECK(value == "someone-else");
         }
@@ -201,10 +201,10 @@ TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the gu
         watch(g, w);
 
         // Past the first ttl: alive only because it was renewed.
-        CHECK(co_await stays([&] { return g.owns_lock() && !w.done; }, 450ms));
+        CHECK(co_await stays([&] { return g.owns() && !w.done; }, 450ms));
         auto const alive = co_await integer(probe, command("EXISTS", lock_key(name)));
         CHECK(alive == 1);
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK_FALSE(w.done);
 
         // Renewals stop at 600 ms; the last lease runs out by ~900 ms.
@@ -218,7 +218,7 @@ TEST_CASE("max_hold stops renewal: the key expires about ttl after it and the gu
         // earlier of the two).
         auto const gone = co_await exists_becomes(probe, lock_key(name), 0, 500ms);
         CHECK(gone == 0);
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
     };
     run_lock_test<one_locker>("max-hold", scenario);
 }
@@ -239,7 +239,7 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
         lock_options wait = waiting_up_to(opt, 5000ms);
         auto g2 = co_await other.co_lock(name, wait);
         auto const acquired_at = steady::now();
-        CHECK(g2.owns_lock());
+        CHECK(g2.owns());
 
         // The first holder must find out: its renewal sees a key that is not its own (or no
         // renewal succeeds before its local lease deadline).
@@ -250,16 +250,16 @@ TEST_CASE("server restart while held: the holder ends lost, never beside a secon
                                                << ms_between(restarted_at, w.at) << " ms");
         CHECK_FALSE(w.ec);
         CHECK(g.lost());
-        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.owns());
         CHECK(ms_between(acquired_at, w.at) < 500 + 150 + 1000);
 
         // From here on exactly one owner, in the guards and in Redis.
-        CHECK(co_await stays([&] { return g2.owns_lock() && !g.owns_lock(); }, 750ms));
-        CHECK(g2.owns_lock());
-        CHECK_FALSE(g.owns_lock());
+        CHECK(co_await stays([&] { return g2.owns() && !g.owns(); }, 750ms));
+        CHECK(g2.owns());
+        CHECK_FALSE(g.owns());
         auto const held = co_await held_by(probe, name);
         CHECK(held == g2.token());
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
         co_await check_held_then_release(probe, g2, name);
     };
     run_lock_test<two_lockers>(fast_config(server), "restart", scenario);
@@ -320,9 +320,9 @@ TEST_CASE("a server restarted at once (new run_id): guards held there are lost o
         lock_options wait = waiting_up_to(renewing_lease(10000ms, 3000ms), 5000ms);
         auto g2 = co_await other.co_lock(name, wait);
         CHECK(g2.fence() > g.fence());
-        CHECK(g2.owns_lock());
-        CHECK_FALSE(co_await g.unlock());
-        CHECK(co_await g2.unlock());
+        CHECK(g2.owns());
+        CHECK_FALSE(co_await g.release());
+        CHECK(co_await g2.release());
     };
     run_lock_test<two_lockers>(fast_config(server), "instant-restart", scenario);
 }
@@ -354,9 +354,9 @@ TEST_CASE("a reconnection to the same server keeps the guard and renews it at on
         MESSAGE("PTTL after reconnecting: " << pttl << " ms");
         CHECK(pttl > 5600);
         CHECK(conn.server_change_count() == 0);
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK_FALSE(g.lost());
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
     };
     run_lock_test<one_locker>(fast_config(server), "same-server", scenario);
 }
@@ -380,7 +380,7 @@ TEST_CASE("a release whose connection is lost before the reply is sent again") {
         asio::co_spawn(
             ctx,
             [&]() -> asio::awaitable<void> {
-                released = co_await g.unlock();
+                released = co_await g.release();
                 done = true;
             },
             asio::detached);
@@ -411,8 +411,8 @@ TEST_CASE("a user the server refuses INFO to still connects; its server instance
         CHECK(conn.server_run_id().empty());
         locker locks{conn};
         auto g = co_await locks.co_lock(unique_key("noinfo"), renewing_lease(2000ms, 500ms));
-        CHECK(g.owns_lock());
-        CHECK(co_await g.unlock());
+        CHECK(g.owns());
+        CHECK(co_await g.release());
         conn.close();
     });
 }
@@ -429,7 +429,7 @@ TEST_CASE("extend: raises the key's lease, false after loss, and does not bring 
         CHECK(extended);
         pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(pttl > 50'000);
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
 
         // Refused before any I/O.
         error_code refused = co_await error_of(g.extend(0ms));
@@ -440,7 +440,7 @@ TEST_CASE("extend: raises the key's lease, false after loss, and does not bring 
         bool const after_loss = co_await g.extend(60s);
         CHECK_FALSE(after_loss);
         CHECK(g.lost());
-        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.owns());
         auto const exists = co_await integer(probe, command("EXISTS", lock_key(name)));
         CHECK(exists == 0);
         bool const again = co_await g.extend(60s);
@@ -453,11 +453,11 @@ TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, renewing_lease(2000ms, 500ms));
-        bool const first = co_await g.unlock();
-        bool const second = co_await g.unlock();
+        bool const first = co_await g.release();
+        bool const second = co_await g.release();
         CHECK(first);
         CHECK_FALSE(second);
-        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.owns());
         CHECK_FALSE(g.lost());
         CHECK(g.name() == name); // still says what it held
         error_code code = co_await error_of(g.extend(1000ms));
@@ -470,7 +470,7 @@ TEST_CASE("unlock twice: true then false; a released guard refuses extend") {
 
         // Unlocking an old guard never touches a later holder's key.
         auto g2 = co_await locks.co_lock(name, renewing_lease(2000ms, 500ms));
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
         co_await check_held_then_release(probe, g2, name);
     };
     run_lock_test<one_locker>("unlock-twice", scenario);
@@ -495,7 +495,7 @@ TEST_CASE("the server stops answering (SIGSTOP): the holder reports lost by its 
         // The last successful renewal (or the acquisition) started at most 500 ms ago; no
         // renewal gets through, so the lease is over by then on any clock.
         bool const noticed = co_await finishes(w.done, 1200ms);
-        auto const owned_when_checked = g.owns_lock();
+        auto const owned_when_checked = g.owns();
         server.resume();
         MESSAGE("server stopped: loss reported " << (w.done ? ms_between(acquired_at, w.at) : -1)
                                                  << " ms after the acquisition (lease 500 ms)");
@@ -508,12 +508,12 @@ TEST_CASE("the server stops answering (SIGSTOP): the holder reports lost by its 
         locker other{conn_b};
         lock_options wait = waiting_up_to(renewing_lease(500ms, 150ms), 3000ms);
         auto g2 = co_await other.co_lock(name, wait);
-        CHECK(g2.owns_lock());
-        bool const two_owners = g.owns_lock() && g2.owns_lock();
+        CHECK(g2.owns());
+        bool const two_owners = g.owns() && g2.owns();
         CHECK_FALSE(two_owners);
         bool const finally = co_await finishes(w.done, 5000ms);
         CHECK(finally);
-        co_await g2.unlock();
+        co_await g2.release();
         conn.close();
         conn_b.close();
     });
@@ -543,17 +543,17 @@ TEST_CASE("the holder cut off from the server (partition): it reports lost by it
         lock_options wait = waiting_up_to(renewing_lease(500ms, 150ms), 3000ms);
         auto g2 = co_await other.co_lock(name, wait);
         auto const second_at = steady::now();
-        bool const first_still_owns = g.owns_lock();
+        bool const first_still_owns = g.owns();
         MESSAGE("partition: second owner " << ms_between(acquired_at, second_at)
                                            << " ms after the first acquired; first reported "
                                            << std::string(w.done ? "lost" : "nothing yet"));
-        CHECK(g2.owns_lock());
+        CHECK(g2.owns());
         CHECK_FALSE(first_still_owns); // two owners at once otherwise
         bool const noticed = co_await finishes(w.done, 6000ms);
         CHECK(noticed);
         if (noticed)
             CHECK(ms_between(w.at, second_at) >= 0); // the loss came first
-        co_await g2.unlock();
+        co_await g2.release();
         cut.close();
         conn.close();
         conn_b.close();
@@ -574,7 +574,7 @@ TEST_CASE("unlock against a server that stopped answering gives up at its own de
         auto const started = steady::now();
         bool threw = false;
         try {
-            co_await g.unlock();
+            co_await g.release();
         } catch (boost::system::system_error const& e) {
             threw = true;
             CHECK(e.code() == colock::error::timeout); // one vocabulary with co_lock's timeout
@@ -617,8 +617,8 @@ TEST_CASE("a server restarted with AOF keeps the lock key, yet the guard is repo
             co_await other.co_try_lock(name, renewing_lease(5000ms, 1000ms));
         CHECK_FALSE(meanwhile.has_value());
 
-        // unlock() of a lost guard says false at once, and its background release frees the key.
-        CHECK_FALSE(co_await g.unlock());
+        // release() of a lost guard says false at once, and its background release frees the key.
+        CHECK_FALSE(co_await g.release());
         bool const gone = co_await free_becomes(probe, name, 3000ms);
         CHECK(gone);
         co_await check_taken_again(other, name, renewing_lease(5000ms, 1000ms), g.fence());

@@ -51,14 +51,14 @@ TEST_CASE("renewals in batches: forty leases of one locker renewed for a second 
         CHECK_MESSAGE(scripts * 2 <= renewals, scripts, " script calls for ", renewals,
                       " renewals");
         for (auto& g : held) {
-            CHECK(g.owns_lock());
+            CHECK(g.owns());
             CHECK_FALSE(g.lost());
             auto const pttl = co_await integer(probe, command("PTTL", lock_key(g.name())));
             CHECK(pttl > 0);
             CHECK(pttl <= 600);
         }
         for (auto& g : held)
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
     };
     run_lock_test<one_locker>("renew-batches", scenario);
 }
@@ -93,17 +93,17 @@ TEST_CASE("renewals in batches: a key changed behind its lease ends that lease a
         CHECK(co_await get(probe, lock_key(overwritten.name())) == foreign);
         // Three ttls on, the other two are still ours and renewed.
         CHECK(co_await stays([&] { return !kept_watch.done && !wanted_watch.done; }, 1800ms));
-        CHECK(kept.owns_lock());
-        CHECK(wanted.owns_lock());
+        CHECK(kept.owns());
+        CHECK(wanted.owns());
         CHECK(co_await held_by(probe, wanted.name()) == wanted.token());
         CHECK_FALSE(waiter.done);
 
-        CHECK(co_await wanted.unlock());
+        CHECK(co_await wanted.release());
         CHECK(co_await finishes(waiter.done, 2000ms));
         REQUIRE(waiter.got.has_value());
-        CHECK(waiter.got->owns_lock());
-        CHECK(co_await waiter.got->unlock());
-        CHECK(co_await kept.unlock());
+        CHECK(waiter.got->owns());
+        CHECK(co_await waiter.got->release());
+        CHECK(co_await kept.release());
     };
     run_lock_test<two_lockers>("renew-batch-changed", scenario);
 }

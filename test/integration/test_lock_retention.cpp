@@ -72,7 +72,7 @@ TEST_CASE("retention: re-locking a kept lease costs the server nothing, each hol
         {
             auto first = co_await locks.co_lock(name, opt);
             last_fence = first.fence();
-            CHECK(co_await first.unlock());
+            CHECK(co_await first.release());
         }
         // Kept: still held in Redis, and the locker listens on its wake channel for the name.
         CHECK((co_await held_by(probe, name)).has_value());
@@ -86,9 +86,9 @@ TEST_CASE("retention: re-locking a kept lease costs the server nothing, each hol
             CHECK(g.fence() > last_fence);
             last_fence = g.fence();
             tokens.insert(g.token());
-            CHECK(g.owns_lock());
+            CHECK(g.owns());
             if (i % 2 == 0)
-                CHECK(co_await g.unlock());
+                CHECK(co_await g.release());
             // else let go by its destructor
         }
         auto const after = co_await commandstats(probe);
@@ -115,7 +115,7 @@ TEST_CASE("retention: re-locking a kept lease costs the server nothing, each hol
         CHECK(record.fence > last_fence);
         auto next = co_await locks.co_lock(name, lease(10'000ms));
         CHECK(next.fence() > record.fence);
-        CHECK(co_await next.unlock());
+        CHECK(co_await next.release());
     };
     run_lock_test<one_locker>("retain", scenario);
 }
@@ -142,7 +142,7 @@ TEST_CASE("retention: another process's co_lock gets a kept lease at once, not a
         CHECK(g.fence() > a_fence);
         CHECK(co_await numsub_becomes(probe, wake_channels(name), 0) == 0);
         auto const b_fence = g.fence();
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         // a asks Redis again.
         auto again = co_await a.co_lock(name, keep_long);
         CHECK(again.fence() > b_fence);
@@ -169,7 +169,7 @@ TEST_CASE("retention: a guard that took a kept lease while another process queue
                 waits.wait_timeout = 5000ms;
                 auto g = co_await b.co_lock(name, waits);
                 b_fence = g.fence();
-                co_await g.unlock();
+                co_await g.release();
             },
             check_nothrow_then_mark(b_done));
         // b queues at the server, and tells a, whose guard holds the kept lease.
@@ -177,7 +177,7 @@ TEST_CASE("retention: a guard that took a kept lease while another process queue
         CHECK(co_await stays([&] { return !b_fence.has_value(); }, 100ms)); // a still holds it
         auto const a_fence = held.fence();
         auto const let_go = steady::now();
-        CHECK(co_await held.unlock());
+        CHECK(co_await held.release());
         co_await eventually([&] { return b_done; }, 3000ms, 5ms);
         REQUIRE(b_fence.has_value());
         MESSAGE("the queued process got the lease " << ms_of(steady::now() - let_go)
@@ -390,7 +390,7 @@ TEST_CASE("retention: io_context::run() returns soon after close() with a lease 
             lock_options opt; // ttl 30 s: a renewal timer for 10 s, were it left armed
             opt.retain = 20'000ms;
             auto g = co_await locks.co_lock(name, opt);
-            kept = co_await g.unlock();
+            kept = co_await g.release();
             conn.close();
         },
         [](std::exception_ptr e) { CHECK_FALSE(e); });
@@ -428,7 +428,7 @@ TEST_CASE("retention: nothing kept is handed out while the connection is down, b
         server.kill();
         server.restart();
         auto theirs = co_await other.co_lock(name, lease(10'000ms));
-        REQUIRE(theirs.owns_lock());
+        REQUIRE(theirs.owns());
         // The kept lease is of the old instance: not handed to the keeper's own co_try_lock,
         // which asks the server once the connection is back (a moment later) and finds the
         // name the other's.
@@ -442,8 +442,8 @@ TEST_CASE("retention: nothing kept is handed out while the connection is down, b
         CHECK_FALSE(mine.has_value());
         CHECK(conn.is_connected());
         CHECK_FALSE((co_await keeper.co_try_lock(name)).has_value());
-        CHECK(theirs.owns_lock());
-        CHECK(co_await theirs.unlock());
+        CHECK(theirs.owns());
+        CHECK(co_await theirs.release());
         conn.close();
         conn_b.close();
     });

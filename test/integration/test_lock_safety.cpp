@@ -71,10 +71,10 @@ TEST_CASE("an extend that shortens the lease and whose reply is never applied le
         auto taken = co_await taken_by(other, name, 3000ms);
         REQUIRE(taken);
         // The server gave the lock away: this guard no longer believes it holds it.
-        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.owns());
         CHECK(g.lost());
         CHECK(lost.done);
-        co_await taken->unlock();
+        co_await taken->release();
     };
     run_lock_test<two_lockers>("paused-extend", scenario);
 }
@@ -93,18 +93,18 @@ TEST_CASE("a grant read after its lease's end is given back: co_try_lock returns
         // Given back, not left to lapse: another locker takes it at once.
         auto taken = co_await other.co_try_lock(name, lease(10'000ms));
         REQUIRE(taken);
-        CHECK(taken->owns_lock());
+        CHECK(taken->owns());
         auto const taken_fence = taken->fence();
-        co_await taken->unlock();
+        co_await taken->release();
 
         co_await probe.co_exec(command("CLIENT", "PAUSE", "400", "WRITE"));
         auto const start = steady::now();
         auto g = co_await locks.co_lock(name, opt);
         CHECK(steady::now() - start >= 350ms);
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK(g.lease_expiry() > steady::now());
         CHECK(g.fence() > taken_fence);
-        co_await g.unlock();
+        co_await g.release();
     };
     run_lock_test<two_lockers>("late-grant", scenario);
 }
@@ -138,7 +138,7 @@ TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the re
             },
             asio::detached);
         REQUIRE(co_await eventually([&] { return locks.waiting() == 2; }));
-        co_await first.unlock(); // to the second, in this process
+        co_await first.release(); // to the second, in this process
         REQUIRE(co_await finishes_when([&] { return second.has_value(); }, 2000ms));
         auto const handed_deadline = second->lease_expiry();
 
@@ -151,7 +151,7 @@ TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the re
         // sent). Its reply is 1.6 s away, so the guard still goes before it comes back.
         co_await sleep_for(150ms);
         auto const handed_fence = second->fence();
-        co_await second->unlock(); // to the third, in this process, without a server call
+        co_await second->release(); // to the third, in this process, without a server call
 
         // The third, the head of the local queue, may be asking the server through the slow
         // proxy when the lease is handed to it. It takes the lease only while its bounded
@@ -163,7 +163,7 @@ TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the re
             third->fence() == handed_fence + 1 ? "the handed lease" : "a lease of its own";
         MESSAGE("the third took " << took);
         CHECK(third->fence() > handed_fence);
-        if (third->owns_lock()) {
+        if (third->owns()) {
             // Never a longer deadline than the server's expiry of the key.
             auto const pttl = co_await integer(conn_b, command("PTTL", lock_key(name)));
             CHECK(third->lease_expiry() <= steady::now() + std::chrono::milliseconds(pttl));
@@ -171,7 +171,7 @@ TEST_CASE("cohort: a renewal with the receiver's shorter ttl, whose reply the re
             // The handed lease, over since: someone else may take the lock.
             auto taken = co_await taken_by(other, name, 4000ms);
             REQUIRE(taken);
-            co_await taken->unlock();
+            co_await taken->release();
         }
         third.reset();
         conn.close();
@@ -190,20 +190,20 @@ TEST_CASE("a lease handed inside the process renews on a full server (maxmemory,
             [&]() -> asio::awaitable<void> { second = co_await locks.co_lock(name, lease(600ms)); },
             asio::detached);
         REQUIRE(co_await eventually([&] { return locks.waiting() == 1; }));
-        co_await first.unlock(); // a local hand-off: the second's fence is above the stored one
+        co_await first.release(); // a local hand-off: the second's fence is above the stored one
         REQUIRE(co_await finishes_when([&] { return second.has_value(); }, 2000ms));
         CHECK(second->fence() > (co_await read_lock(probe, name)).fence);
 
         server.cli(strings("CONFIG", "SET", "maxmemory", "1")); // over the limit from now on
         // More than two ttls.
-        CHECK(co_await stays([&] { return second->owns_lock(); }, 1500ms));
-        bool const held = second->owns_lock();
+        CHECK(co_await stays([&] { return second->owns(); }, 1500ms));
+        bool const held = second->owns();
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         server.cli(strings("CONFIG", "SET", "maxmemory", "0"));
         CHECK(held);
         CHECK_FALSE(second->lost());
         CHECK(pttl > 0);
-        bool const released = co_await second->unlock();
+        bool const released = co_await second->release();
         CHECK(released);
     };
     run_lock_test<one_locker>(server.config(), "oom-handed", scenario);
@@ -301,7 +301,7 @@ TEST_CASE("destroying a locker ends its waiting co_lock calls with operation_abo
             locks->async_lock(name, lease(10'000ms),
                               [&](boost::system::error_code ec, lock_guard g) {
                                   codes.push_back(ec);
-                                  CHECK_FALSE(g.owns_lock());
+                                  CHECK_FALSE(g.owns());
                                   ++done;
                               });
         // Queued in Redis (one entry for the locker) and subscribed to its wake channel.
@@ -315,7 +315,7 @@ TEST_CASE("destroying a locker ends its waiting co_lock calls with operation_abo
         // holder's release leaves the lock free, not handed to the gone locker.
         CHECK(co_await exists_becomes(probe, lock_key(name) + ":q", 0) == 0);
         CHECK(co_await numsub_becomes(probe, wake_channel(name), 0) == 0);
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         CHECK(co_await lock_free(probe, name));
         conn.close();
         conn_b.close();
@@ -364,8 +364,8 @@ TEST_CASE("close() gives back the leases held through the connection: a guard le
             [&]() -> asio::awaitable<void> {
                 auto g = co_await locks.co_lock(name, lease(30'000ms));
                 conn.close();
-                CHECK_FALSE(g.owns_lock());
-                CHECK_FALSE(co_await g.unlock()); // given back by close() already
+                CHECK_FALSE(g.owns());
+                CHECK_FALSE(co_await g.release()); // given back by close() already
                 // The library does not open the connection again behind its user's back: a
                 // lock asked for through it now fails until the user connects again.
                 boost::system::error_code after_close;
@@ -435,7 +435,7 @@ TEST_CASE("a baton from a lease on a replaced server is not taken, and its lease
         server.kill();
         // Within a second the waiter asks again; its attempt waits for the connection.
         co_await sleep_for(1500ms);
-        co_await first.unlock(); // handed to the waiter, in this process, while it asks
+        co_await first.release(); // handed to the waiter, in this process, while it asks
         auto const restarted_at = steady::now();
         server.restart(); // another instance: the baton's lease is one of the old server's
         REQUIRE(co_await finishes_when([&] { return second.has_value(); }, 5000ms));
@@ -443,7 +443,7 @@ TEST_CASE("a baton from a lease on a replaced server is not taken, and its lease
         CHECK(ms_between(restarted_at, second_at) < 3000);
         CHECK_FALSE(second->lost());
         CHECK(second->token() != first.token());
-        CHECK(co_await second->unlock());
+        CHECK(co_await second->release());
         conn.close();
     });
 }

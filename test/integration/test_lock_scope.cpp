@@ -60,19 +60,19 @@ TEST_CASE("share: the same lease, token and fence; hold_count; the lease is kept
         CHECK(s.token() == g->token());
         CHECK(s.fence() == g->fence());
         CHECK(s.lease_expiry() == g->lease_expiry());
-        CHECK(s.owns_lock());
+        CHECK(s.owns());
         CHECK(g->hold_count() == 2);
         CHECK(s.hold_count() == 2);
 
         // One of two lets go: true, the lease stays with the other, no release sent.
-        CHECK(co_await s.unlock());
-        CHECK_FALSE(s.owns_lock());
+        CHECK(co_await s.release());
+        CHECK_FALSE(s.owns());
         CHECK(s.hold_count() == 0);
         CHECK(g->hold_count() == 1);
-        CHECK(g->owns_lock());
+        CHECK(g->owns());
         CHECK(co_await held_by(probe, name) == g->token());
-        CHECK_FALSE(co_await s.unlock());   // once
-        CHECK_FALSE(s.share().owns_lock()); // a guard that let go shares nothing
+        CHECK_FALSE(co_await s.release()); // once
+        CHECK_FALSE(s.share().owns());     // a guard that let go shares nothing
         auto [refused] = co_await s.async_wait_lost(as_tuple);
         CHECK(refused == error::not_held);
 
@@ -81,7 +81,7 @@ TEST_CASE("share: the same lease, token and fence; hold_count; the lease is kept
         auto const token = g->token();
         g.reset();
         CHECK(kept.hold_count() == 1);
-        CHECK(kept.owns_lock());
+        CHECK(kept.owns());
         co_await sleep_for(50ms); // a release sent in the background would be through by now
         CHECK(co_await held_by(probe, name) == token);
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
@@ -89,14 +89,14 @@ TEST_CASE("share: the same lease, token and fence; hold_count; the lease is kept
         CHECK(seen->released == 0);
 
         // The last one gives it back.
-        CHECK(co_await kept.unlock());
+        CHECK(co_await kept.release());
         CHECK(co_await lock_free(probe, name));
         CHECK(seen->acquired == 1);
         CHECK(seen->released == 1);
 
         lock_guard empty;
         CHECK(empty.hold_count() == 0);
-        CHECK_FALSE(empty.share().owns_lock());
+        CHECK_FALSE(empty.share().owns());
         CHECK(empty.share().name().empty());
         locks.set_observer(nullptr);
     };
@@ -104,7 +104,7 @@ TEST_CASE("share: the same lease, token and fence; hold_count; the lease is kept
 }
 
 TEST_CASE("share: extend through one is the other's lease too; wait_lost completes on every "
-          "sharing guard; async_unlock of one leaves the lease held") {
+          "sharing guard; async_release of one leaves the lease held") {
     auto scenario = [](redis::connection&, redis::connection& probe, locker& locks,
                        std::string const& name) -> asio::awaitable<void> {
         auto g = co_await locks.co_lock(name, renewing(2000ms, 100ms));
@@ -116,7 +116,7 @@ TEST_CASE("share: extend through one is the other's lease too; wait_lost complet
         auto const pttl = co_await integer(probe, command("PTTL", lock_key(name)));
         CHECK(pttl > 15'000);
 
-        auto [ec, released] = co_await t.async_unlock(as_tuple);
+        auto [ec, released] = co_await t.async_release(as_tuple);
         CHECK_FALSE(ec);
         CHECK(released);
         CHECK(g.hold_count() == 2);
@@ -132,9 +132,9 @@ TEST_CASE("share: extend through one is the other's lease too; wait_lost complet
         CHECK_FALSE(ws.ec);
         CHECK(g.lost());
         CHECK(s.lost());
-        CHECK_FALSE(s.owns_lock());
-        CHECK_FALSE(co_await s.unlock()); // lost: false, as for one guard
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(s.owns());
+        CHECK_FALSE(co_await s.release()); // lost: false, as for one guard
+        CHECK_FALSE(co_await g.release());
     };
     run_lock_test<one_locker>("share-extend", scenario);
 }
@@ -167,11 +167,11 @@ TEST_CASE("scope: re-entry returns at once the same lease and fence, with no Red
         CHECK(scope.hold_count(name) == 3);
         CHECK(seen->acquired == 1);
 
-        CHECK(co_await a.unlock());
+        CHECK(co_await a.release());
         b = lock_guard{}; // a move-assignment lets go too
         CHECK(scope.hold_count(name) == 1);
         CHECK(co_await held_by(probe, name) == c->token());
-        CHECK(co_await c->unlock());
+        CHECK(co_await c->release());
         CHECK(co_await lock_free(probe, name));
         CHECK(scope.hold_count(name) == 0);
 
@@ -181,7 +181,7 @@ TEST_CASE("scope: re-entry returns at once the same lease and fence, with no Red
         CHECK(d.token() != a.token());
         CHECK(d.hold_count() == 1);
         CHECK(seen->acquired == 2);
-        CHECK(co_await d.unlock());
+        CHECK(co_await d.release());
         locks.set_observer(nullptr);
     };
     run_lock_test<one_locker>("scope-reenter", scenario);
@@ -200,13 +200,13 @@ TEST_CASE("scope: a lost lease is not shared; co_lock takes the lock anew") {
         CHECK(scope.hold_count(name) == 0);
 
         auto b = co_await scope.co_lock(name);
-        CHECK(b.owns_lock());
+        CHECK(b.owns());
         CHECK(b.token() != a.token());
         CHECK(b.fence() != a.fence());
         CHECK(b.hold_count() == 1);
         CHECK(a.hold_count() == 1);
         CHECK(co_await held_by(probe, name) == b.token());
-        CHECK(co_await b.unlock());
+        CHECK(co_await b.release());
     };
     run_lock_test<one_locker>("scope-lost", scenario);
 }
@@ -228,7 +228,7 @@ TEST_CASE("scope: two coroutines take one name at once: one asks the locker, bot
         asio::co_spawn(ctx, take_into(second), count_failure(failed, done));
         co_await until_one_waiting(a); // the second waits in the scope, not in the locker
         CHECK(done == 0);
-        co_await holder.unlock();
+        co_await holder.release();
         CHECK(co_await poll_until([&] { return done == 2; }, 200, 5ms));
         CHECK(failed == 0);
         REQUIRE(first.has_value());
@@ -238,7 +238,7 @@ TEST_CASE("scope: two coroutines take one name at once: one asks the locker, bot
         CHECK(first->hold_count() == 2);
         CHECK(second->hold_count() == 2);
         first.reset();
-        CHECK(co_await second->unlock());
+        CHECK(co_await second->release());
 
         // The first call gives up (its wait_timeout): the one behind it asks for itself.
         holder = co_await b.co_lock(name);
@@ -261,12 +261,12 @@ TEST_CASE("scope: two coroutines take one name at once: one asks the locker, bot
         CHECK(first_ec == error::timeout);
         co_await until_one_waiting(a); // the second, now in the locker's queue
         CHECK_FALSE(second_done);
-        co_await holder.unlock();
+        co_await holder.release();
         CHECK(co_await finishes(second_done, 2000ms));
         CHECK_FALSE(second_ec);
         REQUIRE(second.has_value());
         CHECK(second->hold_count() == 1);
-        CHECK(co_await second->unlock());
+        CHECK(co_await second->release());
     };
     run_lock_test<two_lockers>("scope-twice", scenario);
 }
@@ -298,13 +298,13 @@ TEST_CASE("scope: destroyed with pending calls, they end with operation_aborted 
         CHECK(asking_ec == asio::error::operation_aborted);
         CHECK(behind_ec == asio::error::operation_aborted);
         CHECK(a.waiting() == 0);
-        CHECK(kept.owns_lock());
+        CHECK(kept.owns());
         CHECK(kept.hold_count() == 1);
         CHECK(co_await held_by(probe, other) == kept.token());
         // The cancelled call left the queue: the release frees the lock rather than handing it.
-        co_await holder.unlock();
+        co_await holder.release();
         CHECK(co_await free_becomes(probe, name, 500ms));
-        CHECK(co_await kept.unlock());
+        CHECK(co_await kept.release());
     };
     run_lock_test<two_lockers>("scope-end", scenario);
 }
@@ -348,7 +348,7 @@ TEST_CASE("scope: cancelling a co_lock that asks the locker, and one waiting beh
         CHECK(co_await finishes(asking_done, 1000ms));
         CHECK_FALSE(asking_ec);
         CHECK(a.waiting() == 0);
-        co_await holder.unlock();
+        co_await holder.release();
         CHECK(co_await free_becomes(probe, name, 500ms));
     };
     run_lock_test<two_lockers>("scope-cancel", scenario);
@@ -363,7 +363,7 @@ TEST_CASE("a plain locker stays non-reentrant, a scope's holding included; a sco
         auto again = co_await locks.co_try_lock(name);
         CHECK_FALSE(again.has_value());
         CHECK(g.hold_count() == 1);
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
 
         auto plain = co_await locks.co_lock(name);
         auto twice = co_await locks.co_try_lock(name);
@@ -372,7 +372,7 @@ TEST_CASE("a plain locker stays non-reentrant, a scope's holding included; a sco
         auto scoped = co_await scope.co_try_lock(name);
         CHECK_FALSE(scoped.has_value());
         CHECK(plain.hold_count() == 1);
-        CHECK(co_await plain.unlock());
+        CHECK(co_await plain.release());
 
         auto refused = co_await error_of(scope.co_lock(""));
         CHECK(refused == error::invalid_argument);

@@ -57,7 +57,7 @@ TEST_CASE("lock set: all or none, a fence per name on the name's own sequence, a
             auto const n1 = name + "-1", n2 = name + "-2", n3 = name + "-3", free = name + "-x";
             // A name the set is asked for twice counts once; the guard lists them sorted.
             auto set = co_await a.co_lock_all(strings(n3, n1, n2, n1), lease(10'000ms));
-            REQUIRE(set.owns_lock());
+            REQUIRE(set.owns());
             CHECK(set.names() == strings(n1, n2, n3));
             REQUIRE(set.fences().size() == 3);
             for (auto const& n : set.names()) {
@@ -82,16 +82,16 @@ TEST_CASE("lock set: all or none, a fence per name on the name's own sequence, a
             CHECK_FALSE((co_await b.co_try_lock_all(strings(free, n2))).has_value());
             CHECK(co_await lock_free(probe, free));
             auto const fence1 = set.fence(n1);
-            CHECK(co_await set.unlock());
-            CHECK_FALSE(set.owns_lock());
+            CHECK(co_await set.release());
+            CHECK_FALSE(set.owns());
             // The next holder of a name, through co_lock, gets a higher fence.
             auto one = co_await b.co_lock(n1, lease(10'000ms));
             CHECK(one.fence() > fence1);
-            co_await one.unlock();
+            co_await one.release();
             // And the next set's is higher still.
             auto again = co_await b.co_lock_all(strings(n1, n2), lease(10'000ms));
             CHECK(again.fence(n1) > one.fence());
-            co_await again.unlock();
+            co_await again.release();
             co_await check_keys_left(probe, strings(n1, n2, n3, free));
         });
 }
@@ -133,17 +133,17 @@ TEST_CASE("lock set: a waiting set keeps the names it may take, is granted when 
                 co_return co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 1;
             }));
             auto const let_go = steady::now();
-            co_await holder.unlock();
+            co_await holder.release();
             // Told by the hand-off's message, not by a poll.
             REQUIRE(co_await eventually([&] { return set.has_value(); }));
             CHECK(ms_since(let_go) < 500);
             CHECK(set->fence(n2) > holder.fence());
             CHECK(co_await stays([&] { return !single.has_value(); }, 100ms));
-            co_await set->unlock();
+            co_await set->release();
             REQUIRE(co_await eventually([&] { return single.has_value(); }));
             CHECK(order == strings("set", "single"));
             CHECK(single->fence() > set->fence(n1));
-            co_await single->unlock();
+            co_await single->release();
             co_await check_keys_left(probe, strings(n1, n2));
         });
 }
@@ -169,10 +169,10 @@ TEST_CASE("lock set: cancelled while it waits, or cut by its wait timeout, it le
             CHECK(timed_out.what.find("lock on several names") != std::string::npos);
             CHECK(co_await eventually(
                 [&]() -> asio::awaitable<bool> { co_return co_await lock_free(probe, n1); }));
-            co_await holder.unlock();
+            co_await holder.release();
             auto set = co_await a.co_try_lock_all(strings(n1, n2));
             CHECK(set.has_value());
-            co_await set->unlock();
+            co_await set->release();
             co_await check_keys_left(probe, strings(n1, n2));
         });
 }
@@ -191,7 +191,7 @@ TEST_CASE("lock set: a name's lease lost ends the set: wait_lost completes, and 
                                   CHECK(raced.index() == 0);
                                   CHECK(set.lost());
                                   CHECK(set.loss() == loss_reason::not_ours);
-                                  CHECK_FALSE(co_await set.unlock());
+                                  CHECK_FALSE(co_await set.release());
                                   CHECK(co_await lock_free(probe, n1));
                               });
 }
@@ -239,9 +239,9 @@ TEST_CASE("lock set: overlapping sets named in any order by three lockers, with 
                             for (auto const& n : want)
                                 --holders[n];
                             if (set)
-                                CHECK(co_await set->unlock());
+                                CHECK(co_await set->release());
                             else
-                                CHECK(co_await single->unlock());
+                                CHECK(co_await single->release());
                             ++rounds;
                         }
                         ++finished;
@@ -280,7 +280,7 @@ TEST_CASE("lock set: a call of the same process for the same names is handed the
                         if (fences.size() == 2)
                             scripts_when_last_took = script_calls(co_await commandstats(probe));
                         co_await sleep_for(5ms);
-                        CHECK(co_await g.unlock());
+                        CHECK(co_await g.release());
                         ++finished;
                     },
                     count_failure(failed, finished));
@@ -289,7 +289,7 @@ TEST_CASE("lock set: a call of the same process for the same names is handed the
             co_await sleep_for(100ms);
             CHECK(script_calls(co_await commandstats(probe)) == before);
             CHECK(co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 0);
-            CHECK(co_await first.unlock());
+            CHECK(co_await first.release());
             REQUIRE(co_await eventually([&] { return finished == 2; }));
             CHECK(failed == 0);
             // Two hand-offs, no script run before the last one took the set.
@@ -332,7 +332,7 @@ TEST_CASE("lock set: hand-offs inside the process stop at cohort_limit in a row,
                         order.push_back("set");
                         fences_of_n1.push_back(g.fence(n1));
                         co_await sleep_for(5ms);
-                        CHECK(co_await g.unlock());
+                        CHECK(co_await g.release());
                         ++finished;
                     },
                     count_failure(failed, finished));
@@ -344,14 +344,14 @@ TEST_CASE("lock set: hand-offs inside the process stop at cohort_limit in a row,
                     order.push_back("other");
                     fences_of_n1.push_back(g.fence());
                     co_await sleep_for(5ms);
-                    CHECK(co_await g.unlock());
+                    CHECK(co_await g.release());
                     ++finished;
                 },
                 count_failure(failed, finished));
             REQUIRE(co_await eventually([&]() -> asio::awaitable<bool> {
                 co_return co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 1;
             }));
-            CHECK(co_await first.unlock());
+            CHECK(co_await first.release());
             REQUIRE(co_await eventually([&] { return finished == 5; }, 10'000ms));
             CHECK(failed == 0);
             // Two hand-offs here, then the other process, queued all along, then this one again.
@@ -425,10 +425,10 @@ TEST_CASE("lock set: what a dead set kept lapses with it, and its name goes to t
                     co_return co_await integer(probe, command("LLEN", lock_key(n1) + ":q")) == 1;
                 },
                 2500ms));
-            CHECK(co_await set.unlock());
+            CHECK(co_await set.release());
             REQUIRE(co_await eventually([&] { return next.has_value(); }));
             CHECK(next->fence(n1) > set.fence(n1));
-            co_await next->unlock();
+            co_await next->release();
             co_await check_keys_left(probe, strings(n1, n2));
         });
 }
@@ -455,6 +455,6 @@ TEST_CASE("lock set: status names the set's locker and process, and a forced unl
             CHECK(raced.index() == 0);
             CHECK(ms_since(forced_at) < 1000);
             CHECK(set.loss() == loss_reason::forced);
-            CHECK_FALSE(co_await set.unlock());
+            CHECK_FALSE(co_await set.release());
         });
 }

@@ -118,7 +118,7 @@ TEST_CASE("status: a held lock names its holder's locker, token, fence, lease an
         CHECK(queued == 1);
         CHECK(other.waiting() == 2);
 
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         bool const both = co_await finishes_when([&] { return waiters_done == 2; }, 5000ms);
         REQUIRE(both);
         st = co_await looker.co_status(name);
@@ -142,7 +142,7 @@ TEST_CASE("status: the holder record is written once for many acquisitions, outl
 
         // Warm: the first lease writes the record and subscribes for forced unlocks.
         auto first = co_await locks.co_lock(name, lease(5'000ms));
-        CHECK(co_await first.unlock());
+        CHECK(co_await first.release());
         bool const written = co_await exists_becomes(probe, record, 1, 2000ms);
         REQUIRE(written);
         auto const record_ttl = co_await pttl(probe, record);
@@ -151,7 +151,7 @@ TEST_CASE("status: the holder record is written once for many acquisitions, outl
         auto const stats_before = co_await commandstats(probe);
         for (int i = 0; i < 20; ++i) {
             auto g = co_await locks.co_lock(name, lease(5'000ms));
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
         }
         auto const stats_after = co_await commandstats(probe);
         // 20 acquires and 20 releases, one call each from the client; the record is not
@@ -172,7 +172,7 @@ TEST_CASE("status: the holder record is written once for many acquisitions, outl
             extended_ttl = co_await pttl(probe, record);
         }
         CHECK(extended_ttl > 3'600'000);
-        CHECK(co_await long_held.unlock());
+        CHECK(co_await long_held.release());
     };
     run_lock_test<one_locker>("status-record", scenario);
 }
@@ -195,7 +195,7 @@ TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock f
         co_await g.wait_lost();
         CHECK(ms_since(forced_at) < 1000);
         CHECK(g.lost());
-        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.owns());
         CHECK(seen->losses == 1);
         CHECK(seen->last == loss_reason::forced);
         CHECK(g.loss() == loss_reason::forced);
@@ -213,12 +213,12 @@ TEST_CASE("force unlock: the holder hears of it at once, nobody takes the lock f
         CHECK(taken.fence() > g.fence());
 
         // The old holder's unlock reports the loss and leaves the new holder alone.
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
         co_await sleep_for(50ms);
         st = co_await other.co_status(name);
         CHECK(st.state == lock_state::held);
         CHECK(st.token == taken.token());
-        CHECK(co_await taken.unlock());
+        CHECK(co_await taken.release());
 
         // Nothing to end: false.
         CHECK_FALSE(co_await other.co_force_unlock(name));
@@ -243,7 +243,7 @@ TEST_CASE("force unlock: a waiter of the holder's process is not handed the ende
                 auto w = co_await locks.co_lock(name, opt);
                 waiter_fence = w.fence();
                 waiter_got = steady::now();
-                co_await w.unlock();
+                co_await w.release();
             },
             check_nothrow_then_mark(waiter_done));
         co_await until_one_waiting(locks);
@@ -252,7 +252,7 @@ TEST_CASE("force unlock: a waiter of the holder's process is not handed the ende
         CHECK(co_await other.co_force_unlock(name));
         co_await g.wait_lost();
         // The holder lets go at once: its lease must not go on to the waiter.
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
         bool const done = co_await finishes(waiter_done, 8000ms);
         REQUIRE(done);
         CHECK(ms_between(forced_at, waiter_got) >= 900);

@@ -108,7 +108,7 @@ TEST_CASE("log hook: a lost lease is a warning naming the lock, its fence and wh
         auto g = co_await locks.co_lock(name, opt);
         co_await probe.co_exec(command("DEL", lock_key(name)));
         co_await g.wait_lost();
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
         CAPTURE(seen.dump());
         CHECK(
             seen.count(log_level::warning, strings("lock '" + name + "' (fence " +
@@ -122,8 +122,8 @@ TEST_CASE("log hook: a lost lease is a warning naming the lock, its fence and wh
         redis::connection throwing{ctx.get_executor(), throwing_cfg};
         locker other{throwing};
         auto h = co_await other.co_lock(name, lease(3000ms));
-        CHECK(h.owns_lock());
-        CHECK(co_await h.unlock());
+        CHECK(h.owns());
+        CHECK(co_await h.release());
         conn.close();
         probe.close();
         throwing.close();

@@ -79,7 +79,7 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             auto g = co_await a.co_lock(name, lease(ttl));
             auto const after = steady::now();
             MESSAGE(n << " primaries: acquired in " << ms_between(before, after) << " ms");
-            CHECK(g.owns_lock());
+            CHECK(g.owns());
             CHECK_FALSE(g.lost());
             CHECK(g.name() == name);
             CHECK(g.token().size() == 32);
@@ -114,10 +114,10 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             CHECK_FALSE(from_a.has_value());
             auto const still = co_await values_on(probe, key);
             CHECK(count_held(still, g.token()) >= majority(n));
-            CHECK(g.owns_lock());
+            CHECK(g.owns());
 
-            CHECK(co_await g.unlock());
-            CHECK_FALSE(g.owns_lock());
+            CHECK(co_await g.release());
+            CHECK_FALSE(g.owns());
             CHECK_FALSE(g.lost());
             // Free on every primary, keeping its fence for the rest of the lease.
             auto const freed = co_await values_become(
@@ -131,7 +131,7 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
                 CHECK(pttl > 0);
                 CHECK(pttl <= 10'000);
             }
-            CHECK_FALSE(co_await g.unlock());
+            CHECK_FALSE(co_await g.release());
 
             // The next holder, from the other locker, has a larger fence.
             auto g2 = co_await b.co_lock(name, lease(ttl));
@@ -139,7 +139,7 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             CHECK(g2.token() != g.token());
             auto const held2 = co_await values_on(probe, key);
             CHECK(count_held(held2, g2.token()) >= majority(n));
-            CHECK(co_await g2.unlock());
+            CHECK(co_await g2.release());
 
             // A short lease: once it has passed, nothing of the lock is left on any primary,
             // and no key the lockers wrote lives without an expiry.
@@ -147,7 +147,7 @@ TEST_CASE("redlock: co_lock holds the key on a majority, within ttl less drift; 
             auto g3 = co_await a.co_lock(brief, lease(1000ms));
             auto const held3 = co_await values_on(probe, lock_key(brief));
             CHECK(count_held(held3, g3.token()) >= majority(n));
-            CHECK(co_await g3.unlock());
+            CHECK(co_await g3.release());
             auto const pattern = "*{" + brief + "}*";
             co_await eventually([&] { return keys_on(servers, pattern).empty(); }, 1000ms + 4000ms,
                                 100ms);
@@ -192,7 +192,7 @@ TEST_CASE("redlock: an election: the leader on a majority, read by majority (a p
             start_campaign(ctx.get_executor(), eb, "b1", lease(10s), b_run);
             auto& lead_b = b_run.lead;
             CHECK(co_await stays([&] { return !lead_b; }, 100ms));
-            CHECK(co_await lead_a.co_resign());
+            CHECK(co_await lead_a.release());
             c = co_await next_change(watch);
             CHECK(c.leading);
             CHECK(c.value == "b1");
@@ -201,7 +201,7 @@ TEST_CASE("redlock: an election: the leader on a majority, read by majority (a p
             REQUIRE(lead_b);
             CHECK(c.term == lead_b->term());
             CHECK(lead_b->term() > lead_a.term());
-            CHECK(co_await lead_b->co_resign());
+            CHECK(co_await lead_b->release());
             c = co_await next_change(watch);
             CHECK_FALSE(c.leading);
             CHECK_FALSE((co_await ea.co_leader()).has_value());
@@ -225,7 +225,7 @@ TEST_CASE("redlock: unlock is true when a majority released the lease, false whe
         REQUIRE(count_held(held, g.token()) == 3);
         // Gone from one primary: two of three still release it.
         co_await probe[0].co_exec(command("DEL", key));
-        bool const released = co_await g.unlock();
+        bool const released = co_await g.release();
         CHECK(released);
         auto const after =
             co_await values_become(probe, key, [&](values const& v) { return count_held(v) == 0; });
@@ -239,7 +239,7 @@ TEST_CASE("redlock: unlock is true when a majority released the lease, false whe
         // Gone from two: only one primary had it to release, not a majority.
         co_await probe[0].co_exec(command("DEL", key));
         co_await probe[1].co_exec(command("DEL", key));
-        CHECK_FALSE(co_await g2.unlock());
+        CHECK_FALSE(co_await g2.release());
         // The third primary was released all the same.
         auto const after2 =
             co_await values_become(probe, key, [&](values const& v) { return count_held(v) == 0; });
@@ -249,9 +249,9 @@ TEST_CASE("redlock: unlock is true when a majority released the lease, false whe
 }
 
 // Each coroutine locks and unlocks its own name `cycles` times on one locker, and right after
-// each unlock() that returned true reads the key on every primary at once: a released lock
+// each release() that returned true reads the key on every primary at once: a released lock
 // leaves nothing behind, on any primary (issue 44).
-TEST_CASE("redlock: right after unlock() returned true no primary holds the released token "
+TEST_CASE("redlock: right after release() returned true no primary holds the released token "
           "(8 coroutines x 50 cycles on distinct names, on 3 and on 5)") {
     on_3_and_5_primaries([&](std::size_t n, std::vector<redis_server*> const& servers) {
         run_test(
@@ -278,7 +278,7 @@ TEST_CASE("redlock: right after unlock() returned true no primary holds the rele
                             for (int i = 0; i < cycles; ++i) {
                                 auto g = co_await locks.co_lock(name, lease(10'000ms));
                                 std::string const token = g.token();
-                                if (!co_await g.unlock()) {
+                                if (!co_await g.release()) {
                                     ++not_released;
                                     continue;
                                 }
@@ -311,7 +311,7 @@ TEST_CASE("redlock: right after unlock() returned true no primary holds the rele
                 REQUIRE(co_await eventually([&] { return finished == coroutines; }, 110s, 10ms));
                 MESSAGE(n << " primaries: " << coroutines * cycles << " cycles in "
                           << ms_since(started) << " ms, " << left_behind
-                          << " with the token left on a primary after unlock()");
+                          << " with the token left on a primary after release()");
                 CHECK(errors.empty());
                 for (auto const& e : errors)
                     MESSAGE("cycle failed: " << e);
@@ -346,7 +346,7 @@ TEST_CASE("redlock: a kept lease (lock_options::retain) is taken again with no c
             auto g = co_await locks.co_lock(name, keep);
             CHECK(g.fence() > last_fence);
             last_fence = g.fence();
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
         }
         for (std::size_t i = 0; i < 3; ++i) {
             auto const after = co_await commandstats(probe[i]);
@@ -358,7 +358,7 @@ TEST_CASE("redlock: a kept lease (lock_options::retain) is taken again with no c
         auto g = co_await other.co_lock(name, waits);
         CHECK(steady::now() - asked < 2000ms);
         CHECK(g.fence() > last_fence);
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
     };
     run_redlock_test(configs_of(shared_primaries(3)), "redlock-retain", scenario);
 }
@@ -383,7 +383,7 @@ struct contention {
     int max_holders = 0;
     int increments = 0;
     int fence_inversions = 0;
-    int not_released = 0; // unlock() returned false
+    int not_released = 0; // release() returned false
     int lost_in_hand = 0; // a guard no longer owned when its holder was done
     std::int64_t last_fence = 0;
     std::vector<std::string> errors;
@@ -436,10 +436,10 @@ asio::awaitable<void> contend(std::vector<redis::config> configs, std::shared_pt
                         co_await store.co_exec(
                             command("SET", c->counter_key, std::to_string(count + 1)));
                         ++c->increments;
-                        if (!g.owns_lock())
+                        if (!g.owns())
                             ++c->lost_in_hand;
                         --c->holders;
-                        bool const released = co_await g.unlock();
+                        bool const released = co_await g.release();
                         if (!released)
                             ++c->not_released;
                     }
@@ -557,11 +557,11 @@ TEST_CASE("redlock: primaries killed while lockers contend (1 of 3, 2 of 5): the
                 });
                 lock_options opt = waiting_up_to(lease(3000ms), 20'000ms);
                 auto g = co_await locks.co_lock(c->name, opt);
-                CHECK(g.owns_lock());
+                CHECK(g.owns());
                 CHECK(g.fence() > c->last_fence);
                 auto const held = co_await values_on(probe, lock_key(c->name));
                 CHECK(count_held(held, g.token()) >= majority(sh.n));
-                CHECK(co_await g.unlock());
+                CHECK(co_await g.release());
                 conns.close();
                 probe.close();
             },
@@ -587,7 +587,7 @@ TEST_CASE("redlock: co_status reads the state a majority shares and its largest 
         CHECK(st.state == lock_state::held);
         CHECK(st.token == g.token());
         CHECK(st.fence >= g.fence());
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         co_await values_become(probe, key,
                                [](values const& v) { return count_free_with_fence(v) == 3; });
         st = co_await locks.co_status(name);
@@ -600,7 +600,7 @@ TEST_CASE("redlock: co_status reads the state a majority shares and its largest 
         CHECK(st.state == lock_state::handed);
         CHECK(st.holder_id.empty());
         CHECK(st.fence >= forced.fence());
-        CHECK_FALSE(co_await forced.unlock());
+        CHECK_FALSE(co_await forced.release());
 
         // Each primary in another state: no majority, so free, with the largest fence of all.
         co_await set_on_each(probe, key, "H 500 x token-a 0 0", "H 400 y token-b 0 0", "F 450");

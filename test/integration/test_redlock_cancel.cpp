@@ -51,7 +51,7 @@ TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a time
             name, patient_waiter(),
             asio::bind_cancellation_slot(signal.slot(), [&](error_code e, lock_guard g) {
                 ec = e;
-                got_guard = g.owns_lock();
+                got_guard = g.owns();
                 done_at = steady::now();
                 done = true;
             }));
@@ -74,14 +74,14 @@ TEST_CASE("redlock: a waiting co_lock cancelled (terminal signal, || with a time
         // The holder was not disturbed on any primary, and no waiter is left subscribed.
         auto const held = co_await values_on(probe, key);
         CHECK(count_held(held, holder.token()) == 3);
-        CHECK(holder.owns_lock());
+        CHECK(holder.owns());
         for (std::size_t i = 0; i < probe.size(); ++i) {
             auto const subscribers = co_await numsub_becomes(probe[i], wake_channel(name), 0);
             CHECK(subscribers == 0);
         }
         // Nobody is queued for it any more: once released, a third locker's single attempt
         // wins (a queue entry left behind would have the lock handed to the waiters' locker).
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         co_await check_taken_again(third, name, patient_waiter(), holder.fence());
         conns_h.close();
         conns_w.close();
@@ -103,7 +103,7 @@ TEST_CASE("redlock: co_lock cancelled with its attempts in flight (writes paused
             // Warm up: connected, and the scripts are loaded on every primary, so that the
             // attempt below is one EVALSHA per primary that runs once the pause ends.
             auto warm = co_await locks.co_lock(unique_key("redlock-warm"), patient_waiter());
-            co_await warm.unlock();
+            co_await warm.release();
             std::string const name = unique_key("redlock-cancel-in-flight");
             std::string const key = lock_key(name);
 
@@ -168,8 +168,8 @@ TEST_CASE("redlock: renewal: a 600 ms lease held for 2 s stays ours, on a majori
             lost_watch w;
             watch(g, w);
             // More than three leases' worth.
-            CHECK(co_await stays([&] { return g.owns_lock() && !g.lost() && !w.done; }, 2000ms));
-            CHECK(g.owns_lock());
+            CHECK(co_await stays([&] { return g.owns() && !g.lost() && !w.done; }, 2000ms));
+            CHECK(g.owns());
             CHECK_FALSE(g.lost());
             CHECK_FALSE(w.done);
             CHECK(g.lease_expiry() > first_expiry + 1000ms);
@@ -185,7 +185,7 @@ TEST_CASE("redlock: renewal: a 600 ms lease held for 2 s stays ours, on a majori
             auto refused = co_await other.co_try_lock(name, lease(600ms));
             CHECK_FALSE(refused.has_value());
 
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
             // The pending wait_lost ends, saying it was not a loss.
             bool const ended = co_await finishes(w.done, 2000ms);
             CHECK(ended);

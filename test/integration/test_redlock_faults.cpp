@@ -118,12 +118,12 @@ TEST_CASE("redlock: a majority killed (2 of 3, 3 of 5) under a held guard: lost 
                              << ms_between(deadline, w.at) << " ms after lease_expiry()");
                 CHECK_FALSE(w.ec);
                 CHECK(g.lost());
-                CHECK_FALSE(g.owns_lock());
+                CHECK_FALSE(g.owns());
                 CHECK(g.loss() == loss_reason::expired); // no majority confirmed it in time
                 if (!lost_at_once)
                     CHECK(w.at <= deadline + 500ms);
                 CHECK(ms_between(killed_at, w.at) < 2000 + 500);
-                CHECK_FALSE(co_await g.unlock());
+                CHECK_FALSE(co_await g.release());
 
                 // One attempt: too few primaries answer, and the message names those that did
                 // not.
@@ -151,9 +151,9 @@ TEST_CASE("redlock: a majority killed (2 of 3, 3 of 5) under a held guard: lost 
                 });
                 lock_options patient = waiting_up_to(opt, 20'000ms);
                 auto g2 = co_await locks.co_lock(name, patient);
-                CHECK(g2.owns_lock());
+                CHECK(g2.owns());
                 CHECK(g2.fence() > g.fence());
-                CHECK(co_await g2.unlock());
+                CHECK(co_await g2.release());
                 conns.close();
             },
             120s);
@@ -192,7 +192,7 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
                 auto const started = steady::now();
                 auto g = co_await who.co_lock(name, opt);
                 auto const took = ms_since(started);
-                CHECK(g.owns_lock());
+                CHECK(g.owns());
                 CHECK(g.fence() > last_fence);
                 last_fence = g.fence();
                 auto held = co_await values_on(probe, key);
@@ -203,7 +203,7 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
                 CHECK_FALSE(refused.has_value());
                 CHECK(ms_since(asked) < 2000);
                 auto const unlocking = steady::now();
-                bool const released = co_await g.unlock();
+                bool const released = co_await g.release();
                 CHECK(released);
                 MESSAGE("acquired in " << took << " ms, released in " << ms_since(unlocking)
                                        << " ms");
@@ -236,8 +236,8 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
             watch(g, w);
             proxy.stall_for(4000ms);
             // Two leases' worth.
-            CHECK(co_await stays([&] { return g.owns_lock() && !g.lost() && !w.done; }, 3000ms));
-            CHECK(g.owns_lock());
+            CHECK(co_await stays([&] { return g.owns() && !g.lost() && !w.done; }, 3000ms));
+            CHECK(g.owns());
             CHECK_FALSE(g.lost());
             CHECK_FALSE(w.done);
             auto held = co_await values_on(probe, key);
@@ -247,7 +247,7 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
                 CHECK(pttl > 0);
                 CHECK(pttl <= 1500);
             }
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
 
             // Once the link is back, no holder's key is left on any primary.
             auto const left = co_await values_become(
@@ -260,10 +260,10 @@ TEST_CASE("redlock: one primary behind 200 ms of latency, then stalled: the othe
         180s);
 }
 
-// unlock() waits for every primary asked, but for one that does not answer only briefly past the
+// release() waits for every primary asked, but for one that does not answer only briefly past the
 // majority's release (250 ms, release_straggler_wait), never for the release's own deadline
 // (5 s): a primary black-holed while its connection still looks up, and primaries killed.
-TEST_CASE("redlock: unlock() with a primary black-holed or killed returns true within a short "
+TEST_CASE("redlock: release() with a primary black-holed or killed returns true within a short "
           "bound, not the release's deadline; the release reaches it once it is back") {
     auto const servers = shared_primaries(3);
     fault_proxy proxy{servers[2]->port()};
@@ -292,9 +292,9 @@ TEST_CASE("redlock: unlock() with a primary black-holed or killed returns true w
                 REQUIRE(count_held(held, g.token()) == 3);
                 proxy.set_black_hole(true);
                 auto const unlocking = steady::now();
-                CHECK(co_await g.unlock());
+                CHECK(co_await g.release());
                 auto const took = ms_since(unlocking);
-                MESSAGE("one primary black-holed: unlock() returned in " << took << " ms");
+                MESSAGE("one primary black-holed: release() returned in " << took << " ms");
                 CHECK(conns[2].is_connected()); // asked, not skipped as down
                 CHECK(took < 1000);
                 auto const left = co_await values_on(probe, key);
@@ -324,9 +324,9 @@ TEST_CASE("redlock: unlock() with a primary black-holed or killed returns true w
                         set[sh.n - 1 - k].kill();
                 });
                 auto const unlocking = steady::now();
-                CHECK(co_await g.unlock());
+                CHECK(co_await g.release());
                 auto const took = ms_since(unlocking);
-                MESSAGE(sh.n << " primaries, " << sh.killed << " killed: unlock() returned in "
+                MESSAGE(sh.n << " primaries, " << sh.killed << " killed: release() returned in "
                              << took << " ms");
                 CHECK(took < 1000);
                 conns.close();
@@ -374,7 +374,7 @@ TEST_CASE("redlock: a try with one primary down and another slow is refused as h
             CHECK(took < 1000);
             slow.set_latency(0ms);
             vanishing.set_black_hole(false);
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
             conns_a.close();
             conns_b.close();
         },
@@ -430,9 +430,9 @@ TEST_CASE("redlock: the give-back of a round without a majority never runs after
             CHECK(count_held(held, g.token()) >= 2);
             held.resize(1);
             CHECK(count_held(held, g.token()) == 1);
-            CHECK(g.owns_lock());
+            CHECK(g.owns());
             proxy.set_latency(0ms);
-            CHECK(co_await g.unlock());
+            CHECK(co_await g.release());
             conns.close();
             probe.close();
         },
@@ -472,8 +472,8 @@ TEST_CASE("redlock: a primary restarted empty under a guard held on all three: n
         // Two of three still hold it: the guard stays, and nobody else gets the lock.
         auto refused = co_await other.co_try_lock(name, opt);
         CHECK_FALSE(refused.has_value());
-        CHECK(co_await stays([&] { return g.owns_lock() && !g.lost() && !w.done; }, 300ms));
-        CHECK(g.owns_lock());
+        CHECK(co_await stays([&] { return g.owns() && !g.lost() && !w.done; }, 300ms));
+        CHECK(g.owns());
         CHECK_FALSE(g.lost());
         CHECK_FALSE(w.done);
         auto const two = co_await values_on(probe, key);
@@ -492,10 +492,10 @@ TEST_CASE("redlock: a primary restarted empty under a guard held on all three: n
         // The two empty primaries make a majority for the next holder, above the old fence.
         lock_options wait = waiting_up_to(opt, 10'000ms);
         auto g2 = co_await other.co_lock(name, wait);
-        CHECK(g2.owns_lock());
+        CHECK(g2.owns());
         CHECK(g2.fence() > g.fence());
-        CHECK_FALSE(co_await g.unlock());
-        CHECK(co_await g2.unlock());
+        CHECK_FALSE(co_await g.release());
+        CHECK(co_await g2.release());
     };
     run_redlock_test(fast_configs(servers), "redlock-restart", scenario, 90s);
 }

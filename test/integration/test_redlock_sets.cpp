@@ -40,7 +40,7 @@ TEST_CASE("redlock: a lock set holds every name on a majority, each name's fence
                 auto const n1 = name + "-1", n2 = name + "-2", n3 = name + "-3";
                 auto const majority = n / 2 + 1;
                 auto set = co_await a.co_lock_all(strings(n2, n1), lease(10'000ms));
-                CHECK(set.owns_lock());
+                CHECK(set.owns());
                 for (auto const& one : strings(n1, n2)) {
                     INFO("name ", one);
                     auto const v = co_await values_on(probe, lock_key(one));
@@ -66,10 +66,10 @@ TEST_CASE("redlock: a lock set holds every name on a majority, each name's fence
                     },
                     asio::detached);
                 CHECK(co_await stays([&] { return !next.has_value(); }, 200ms));
-                CHECK(co_await set.unlock());
+                CHECK(co_await set.release());
                 REQUIRE(co_await eventually([&] { return next.has_value(); }));
                 CHECK(next->fence(n2) > set.fence(n2));
-                CHECK(co_await next->unlock());
+                CHECK(co_await next->release());
 
                 // Two lockers x 4 coroutines, sets of 2 of 4 names in any order.
                 std::vector<std::string> pool;
@@ -96,7 +96,7 @@ TEST_CASE("redlock: a lock set holds every name on a majority, each name's fence
                                 co_await sleep_for(2ms);
                                 for (auto const& one : g.names())
                                     --holders[one];
-                                CHECK(co_await g.unlock());
+                                CHECK(co_await g.release());
                             }
                             ++finished;
                         },
@@ -123,9 +123,9 @@ TEST_CASE("redlock: a lock set's release stores the lease's fence on every prima
         co_await probe.connect_all();
         // Connected and the scripts loaded everywhere, so a pause below holds one EVALSHA.
         auto warm = co_await a.co_lock_all(strings(unique_key("redlock-warm-a")), lease(5000ms));
-        co_await warm.unlock();
+        co_await warm.release();
         auto warm_b = co_await b.co_lock_all(strings(unique_key("redlock-warm-b")), lease(5000ms));
-        co_await warm_b.unlock();
+        co_await warm_b.release();
         std::string const name = unique_key("redlock-set-fence");
         std::string const other = name + "-other";
         std::string const key = lock_key(name);
@@ -147,11 +147,11 @@ TEST_CASE("redlock: a lock set's release stores the lease's fence on every prima
         // Now the third's writes held: the release reaches the other two, and the next lease is
         // decided by them. Each stored the lease's fence, not the one it gave.
         servers[2]->cli(strings("CLIENT", "PAUSE", "1000", "WRITE"));
-        CHECK(co_await set.unlock());
+        CHECK(co_await set.release());
         auto next = co_await b.co_lock_all(strings(other, name), lease(10'000ms));
         CHECK(next.fence(name) > set.fence(name));
         CHECK(next.fence(other) > set.fence(other));
-        CHECK(co_await next.unlock());
+        CHECK(co_await next.release());
         auto const after =
             co_await values_become(probe, key, [](values const& v) { return count_held(v) == 0; });
         CHECK(count_held(after) == 0);

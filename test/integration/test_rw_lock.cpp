@@ -48,16 +48,16 @@ TEST_CASE("rw_lock: readers share and a writer excludes; a reader carries the la
             CHECK(rw.name() == name);
             auto r1 = co_await rw.co_lock_shared(lease(10'000ms));
             auto r2 = co_await rw.co_lock_shared(lease(10'000ms));
-            CHECK(r1.owns_lock());
-            CHECK(r2.owns_lock());
+            CHECK(r1.owns());
+            CHECK(r2.owns());
             CHECK(r1.fence() == 0); // no writer yet
             CHECK_FALSE((co_await rw.co_try_lock()).has_value());
             CHECK((co_await rw.co_try_lock_shared()).has_value());
-            CHECK(co_await r1.unlock());
-            CHECK(co_await r2.unlock());
+            CHECK(co_await r1.release());
+            CHECK(co_await r2.release());
 
             auto w1 = co_await rw.co_lock(lease(10'000ms));
-            CHECK(w1.owns_lock());
+            CHECK(w1.owns());
             CHECK(w1.fence() > 0);
             CHECK_FALSE((co_await rw.co_try_lock_shared()).has_value());
             CHECK_FALSE((co_await rw.co_try_lock()).has_value());
@@ -65,15 +65,15 @@ TEST_CASE("rw_lock: readers share and a writer excludes; a reader carries the la
                 auto const pttl = co_await integer(probe, command("PTTL", rw_key(name) + suffix));
                 CHECK_MESSAGE(pttl > 9000, suffix);
             }
-            CHECK(co_await w1.unlock());
-            CHECK_FALSE(w1.owns_lock());
+            CHECK(co_await w1.release());
+            CHECK_FALSE(w1.owns());
 
             auto r3 = co_await rw.co_lock_shared(lease(10'000ms));
             CHECK(r3.fence() == w1.fence());
-            CHECK(co_await r3.unlock());
+            CHECK(co_await r3.release());
             auto w2 = co_await rw.co_lock(lease(10'000ms));
             CHECK(w2.fence() > w1.fence());
-            CHECK(co_await w2.unlock());
+            CHECK(co_await w2.release());
             CHECK(co_await integer(probe, command("EXISTS", rw_key(name) + ":h")) == 0);
             CHECK(co_await integer(probe, command("EXISTS", rw_key(name) + ":hw")) == 0);
             CHECK(co_await integer(probe, command("PTTL", rw_key(name))) > 0);
@@ -108,21 +108,21 @@ TEST_CASE("rw_lock: a waiting writer stops the readers after it; they enter toge
             CHECK_FALSE(later2.done);
 
             auto const released_at = steady::now();
-            CHECK(co_await reader.unlock());
+            CHECK(co_await reader.release());
             CHECK(co_await finishes(writer.done, 2000ms));
             CHECK(ms_between(released_at, writer.at) < 300);
             CHECK(co_await stays([&] { return !later1.done && !later2.done; }, 100ms));
             CHECK_FALSE(later1.done);
             CHECK_FALSE(later2.done);
             auto const written_at = steady::now();
-            CHECK(co_await writer.got->unlock());
+            CHECK(co_await writer.got->release());
             CHECK(co_await finishes(later1.done, 2000ms));
             CHECK(co_await finishes(later2.done, 2000ms));
             CHECK(ms_between(written_at, std::max(later1.at, later2.at)) < 300);
             CHECK(later1.got->fence() == writer.got->fence());
-            CHECK(later2.got->owns_lock());
-            CHECK(co_await later1.got->unlock());
-            CHECK(co_await later2.got->unlock());
+            CHECK(later2.got->owns());
+            CHECK(co_await later1.got->release());
+            CHECK(co_await later2.got->release());
 
             // Readers overlapping without a pause: without the queue a writer would wait for
             // ever; here it gets in once the readers ahead of it leave.
@@ -138,7 +138,7 @@ TEST_CASE("rw_lock: a waiting writer stops the readers after it; they enter toge
                             auto r = co_await lock.co_lock_shared(lease(10'000ms));
                             ++reads;
                             co_await sleep_for(40ms);
-                            co_await r.unlock();
+                            co_await r.release();
                         }
                         ++readers_done;
                     },
@@ -148,9 +148,9 @@ TEST_CASE("rw_lock: a waiting writer stops the readers after it; they enter toge
             auto const asked_at = steady::now();
             auto w = co_await rb.co_lock(lease(10'000ms));
             CHECK(ms_since(asked_at) < 1000);
-            CHECK(w.owns_lock());
+            CHECK(w.owns());
             stop = true;
-            CHECK(co_await w.unlock());
+            CHECK(co_await w.release());
             co_await eventually([&] { return readers_done >= 4; }, 3000ms, 10ms);
             CHECK(readers_done == 4);
         });
@@ -179,9 +179,9 @@ TEST_CASE("rw_lock: co_downgrade turns the writer into a reader with no gap: the
 
             auto const token = w.token();
             auto r = co_await w.co_downgrade();
-            CHECK_FALSE(w.owns_lock());
+            CHECK_FALSE(w.owns());
             CHECK(w.fence() == 0);
-            CHECK(r.owns_lock());
+            CHECK(r.owns());
             CHECK(r.fence() == fence);
             CHECK(r.token() == token); // the same lease
             CHECK(co_await finishes(reader.done, 1000ms));
@@ -190,16 +190,16 @@ TEST_CASE("rw_lock: co_downgrade turns the writer into a reader with no gap: the
             CHECK((co_await failure_of(w.co_downgrade())).code == error::not_held);
 
             // Past the 600 ms lease: renewed on as a reader's.
-            CHECK(co_await stays([&] { return r.owns_lock() && !writer.done; }, 900ms));
-            CHECK(r.owns_lock());
+            CHECK(co_await stays([&] { return r.owns() && !writer.done; }, 900ms));
+            CHECK(r.owns());
             CHECK_FALSE(writer.done);
             static_assert(!upgradable<read_guard>); // no upgrade: a call does not compile
 
-            CHECK(co_await r.unlock());
-            CHECK(co_await reader.got->unlock());
+            CHECK(co_await r.release());
+            CHECK(co_await reader.got->release());
             CHECK(co_await finishes(writer.done, 2000ms));
             CHECK(writer.got->fence() > fence);
-            CHECK(co_await writer.got->unlock());
+            CHECK(co_await writer.got->release());
         });
 }
 
@@ -216,17 +216,17 @@ TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard c
             {
                 // The downgrade script loaded: the paused request below then runs as sent.
                 auto warm = co_await ra.co_lock(opt);
-                CHECK(co_await (co_await warm.co_downgrade()).unlock());
+                CHECK(co_await (co_await warm.co_downgrade()).release());
             }
             auto w = co_await ra.co_lock(opt);
-            REQUIRE(w.owns_lock());
+            REQUIRE(w.owns());
             // Writes wait at the server past the downgrade's 5 s deadline, then run.
             co_await probe.co_exec(command("CLIENT", "PAUSE", "6500", "WRITE"));
             auto const failed = co_await failure_of(w.co_downgrade());
             CHECK(failed.code == colock::error::timeout);
             CHECK(failed.what.find("not known") != std::string::npos);
             // The guard says what it can be sure of: not the writer.
-            CHECK_FALSE(w.owns_lock());
+            CHECK_FALSE(w.owns());
             // The pause ends and the downgrade applies: another process reads beside it.
             REQUIRE(co_await eventually(
                 [&]() -> asio::awaitable<bool> {
@@ -235,16 +235,16 @@ TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard c
                 4000ms, 10ms));
             auto reader = co_await rb.co_try_lock_shared(lease(5000ms));
             REQUIRE(reader.has_value());
-            CHECK_FALSE(w.owns_lock());
+            CHECK_FALSE(w.owns());
             // A renewal has asked the weight meanwhile; a second downgrade makes it a reader's
             // guard, on the same lease.
             co_await sleep_for(700ms);
             auto const fence = w.fence();
             auto r = co_await w.co_downgrade();
-            CHECK(r.owns_lock());
+            CHECK(r.owns());
             CHECK(r.fence() == fence);
-            CHECK(co_await reader->unlock());
-            CHECK(co_await r.unlock());
+            CHECK(co_await reader->release());
+            CHECK(co_await r.release());
             CHECK(co_await integer(probe, command("EXISTS", rw_key(name) + ":h")) == 0);
 
             // The other outcome: the paused request is answered "Function not found" (or
@@ -256,11 +256,11 @@ TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard c
             co_await probe.co_exec(command("SCRIPT", "FLUSH"));
             co_await probe.co_exec(command("CLIENT", "PAUSE", "6500", "WRITE"));
             CHECK((co_await failure_of(w2.co_downgrade())).code == colock::error::timeout);
-            CHECK_FALSE(w2.owns_lock());
-            CHECK(co_await eventually([&] { return w2.owns_lock(); }, 4000ms, 10ms));
+            CHECK_FALSE(w2.owns());
+            CHECK(co_await eventually([&] { return w2.owns(); }, 4000ms, 10ms));
             CHECK(co_await integer(probe, command("HLEN", rw_key(name) + ":hw")) == 1);
             CHECK_FALSE((co_await rb.co_try_lock_shared()).has_value());
-            CHECK(co_await w2.unlock());
+            CHECK(co_await w2.release());
         });
 }
 
@@ -288,7 +288,7 @@ TEST_CASE("rw_lock: 3 lockers x 6 coroutines, readers and writers mixed, never a
                     ++turns[w];
                     co_await sleep_for(2ms);
                     --writers;
-                    if (!co_await g.unlock())
+                    if (!co_await g.release())
                         ++failed;
                 } else {
                     auto g = co_await lock.co_lock_shared(lease(5000ms));
@@ -298,7 +298,7 @@ TEST_CASE("rw_lock: 3 lockers x 6 coroutines, readers and writers mixed, never a
                     ++turns[w];
                     co_await sleep_for(2ms);
                     --readers;
-                    if (!co_await g.unlock())
+                    if (!co_await g.release())
                         ++failed;
                 }
             }

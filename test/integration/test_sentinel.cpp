@@ -86,11 +86,11 @@ TEST_CASE("sentinel: the connection goes to the primary the sentinels name, and 
         locker locks{conn};
         std::string const name = unique_key("sentinel-basic");
         auto guard = co_await locks.co_lock(name, lease(10s));
-        CHECK(guard.owns_lock());
+        CHECK(guard.owns());
         CHECK(guard.fence() > 0);
         // The lease is on the primary (and replicated to the replica).
         CHECK_FALSE(lock_key_free(set.node_on(primary_port), lock_key(name)));
-        CHECK(co_await guard.unlock());
+        CHECK(co_await guard.release());
         CHECK(lock_key_free(set.node_on(primary_port), lock_key(name)));
 
         // An election on the primary: a leader, its value seen by a watch, its resign.
@@ -101,7 +101,7 @@ TEST_CASE("sentinel: the connection goes to the primary the sentinels name, and 
         CHECK(c.value == "here");
         CHECK(c.term == lead.term());
         CHECK(holds_key(set.node_on(primary_port), election_key(name) + ":e"));
-        CHECK(co_await lead.co_resign());
+        CHECK(co_await lead.release());
         CHECK_FALSE((co_await next_change(watch)).leading);
         conn.close();
     });
@@ -170,32 +170,32 @@ TEST_CASE_FIXTURE(
             CHECK(reading.loss() == loss_reason::server_replaced);
             CHECK(co_await finishes_when([&] { return both.lost(); }, 3000ms));
             CHECK(both.loss() == loss_reason::server_replaced);
-            CHECK_FALSE(co_await both.unlock());
+            CHECK_FALSE(co_await both.release());
             auto both_new = co_await b.co_lock_all(pair, waiting_up_to(lease(30s), 10s));
             CHECK(both_new.fence(pair[0]) > both.fence(pair[0]));
             CHECK(both_new.fence(pair[1]) > both.fence(pair[1]));
-            CHECK(co_await both_new.unlock());
+            CHECK(co_await both_new.release());
             // Released, the replica's copies go: the new primary grants them anew.
             CHECK_FALSE(co_await permit_held.release());
-            CHECK_FALSE(co_await reading.unlock());
+            CHECK_FALSE(co_await reading.release());
             semaphore sem_b{b, name, 1};
             auto permit_new = co_await sem_b.co_acquire(waiting_up_to(lease(30s), 10s));
             CHECK(permit_new.fence() > permit_held.fence());
             CHECK(co_await permit_new.release());
             rw_lock rw_b{b, name};
             auto writing = co_await rw_b.co_lock(waiting_up_to(lease(30s), 10s));
-            CHECK(writing.owns_lock());
-            CHECK(co_await writing.unlock());
+            CHECK(writing.owns());
+            CHECK(co_await writing.release());
 
             // The replica had the lease: the waiter gets it once the lost guard lets go.
-            CHECK_FALSE(co_await held.unlock());
+            CHECK_FALSE(co_await held.release());
             CHECK(co_await finishes_when([&] { return waiting->done; }, 10000ms));
             CHECK(waiting->error.empty());
             CHECK(waiting->fence > held_fence);
             CHECK(co_await reached_port(conn_b) == new_port);
             REQUIRE(waiting->guard);
             CHECK_FALSE(lock_key_free(set.node_on(new_port), lock_key(name)));
-            CHECK(co_await waiting->guard->unlock());
+            CHECK(co_await waiting->guard->release());
 
             // The scripts ran as Redis Functions, and the library came with the data: the new
             // primary, a replica until the failover, had it from its primary (a FUNCTION LOAD
@@ -242,14 +242,14 @@ TEST_CASE_FIXTURE(
                 co_await off_thread([&] { return set.wait_for_new_primary(old_port, 30s); });
             CHECK(co_await finishes_when([&] { return held.lost(); }, 5000ms));
             CHECK(held.loss() == loss_reason::server_replaced);
-            CHECK_FALSE(co_await held.unlock());
+            CHECK_FALSE(co_await held.release());
 
             auto opt = lease(10s);
             opt.wait_timeout = 10s;
             auto next = co_await locks.co_lock(name, opt);
             CHECK(next.fence() > held_fence);
             CHECK(co_await reached_port(conn) == new_port);
-            CHECK(co_await next.unlock());
+            CHECK(co_await next.release());
             conn.close();
         },
         90s);
@@ -314,7 +314,7 @@ TEST_CASE("sentinel: the data nodes' password and the sentinels' own, each check
         CHECK(co_await reached_port(conn) == primary_port);
         locker locks{conn};
         auto guard = co_await locks.co_lock(unique_key("sentinel-auth"), lease(5s));
-        CHECK(co_await guard.unlock());
+        CHECK(co_await guard.release());
         conn.close();
     });
 
@@ -357,7 +357,7 @@ TEST_CASE("sentinel: over TLS, to the sentinels and to the primary, verified wit
         CHECK(primary_port == set.node_on(primary_port).tls_port());
         locker locks{conn};
         auto guard = co_await locks.co_lock(unique_key("sentinel-tls"), lease(5s));
-        CHECK(co_await guard.unlock());
+        CHECK(co_await guard.release());
         conn.close();
     });
     // The system's CAs, which did not sign the sentinels' certificates: every sentinel fails

@@ -322,7 +322,7 @@ inline auto record_lock_call(error_code& ec, bool& got_guard, bool& done) {
 
         void operator()(error_code e, lock_guard g) const {
             ec = e;
-            got_guard = g.owns_lock();
+            got_guard = g.owns();
             done = true;
         }
         void operator()(error_code e, std::optional<lock_guard> g) const {

@@ -136,7 +136,7 @@ TEST_CASE("locks taken and released from four threads keep mutual exclusion") {
                     co_await t.async_wait(asio::use_awaitable);
                     --inside;
                 }
-                if (!co_await guard.unlock())
+                if (!co_await guard.release())
                     ++errors;
             } catch (std::exception const&) {
                 ++errors;
@@ -177,7 +177,7 @@ TEST_CASE("co_lock raced with a timer that fires as the grant arrives, on four t
             round_trip_us = std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::steady_clock::now() - start)
                                 .count();
-            co_await g.unlock();
+            co_await g.release();
         } catch (std::exception const&) {
             ++errors;
         }
@@ -190,7 +190,7 @@ TEST_CASE("co_lock raced with a timer that fires as the grant arrives, on four t
                 if (r.index() == 0) {
                     ++acquired;
                     auto guard = std::move(std::get<0>(r));
-                    if (!co_await guard.unlock())
+                    if (!co_await guard.release())
                         ++errors;
                 } else {
                     ++timed_out;
@@ -219,14 +219,14 @@ TEST_CASE("co_lock raced with a timer that fires as the grant arrives, on four t
 }
 
 namespace {
-// Lets go of `g`, a guard sharing a lease, by unlock() or by its destructor; counts itself in
+// Lets go of `g`, a guard sharing a lease, by release() or by its destructor; counts itself in
 // `gone`. Everything by value or by a reference that outlives it: a coroutine's parameters.
 asio::awaitable<void> let_go(lock_guard g, bool by_unlock, std::atomic<int>& errors,
                              std::atomic<int>& gone) {
-    if (!g.owns_lock() || g.hold_count() == 0)
+    if (!g.owns() || g.hold_count() == 0)
         ++errors;
     if (by_unlock) { // co_await not inside && or ?:, which GCC 12 miscompiles
-        bool const ours = co_await g.unlock();
+        bool const ours = co_await g.release();
         if (!ours)
             ++errors;
     }
@@ -264,7 +264,7 @@ TEST_CASE("guards sharing one lease let go on four threads: one release, when th
                 asio::co_spawn(asio::make_strand(pool.ctx),
                                let_go(std::move(share), i % 3 == 0, errors, gone), asio::detached);
             }
-            if (!co_await first.unlock())
+            if (!co_await first.release())
                 ++errors;
             asio::steady_timer t(co_await asio::this_coro::executor);
             while (gone < shares) {
@@ -275,7 +275,7 @@ TEST_CASE("guards sharing one lease let go on four threads: one release, when th
             bool freed = false;
             for (int k = 0; k < 1000 && !freed; ++k) {
                 if (auto again = co_await lk.co_try_lock("name")) {
-                    freed = co_await again->unlock();
+                    freed = co_await again->release();
                 } else {
                     t.expires_after(1ms);
                     co_await t.async_wait(asio::use_awaitable);
@@ -385,7 +385,7 @@ TEST_CASE("a semaphore and a read-write lock from four threads: never more holde
                         ++overlaps;
                     --writers;
                     auto r = co_await w.co_downgrade();
-                    if (!co_await r.unlock())
+                    if (!co_await r.release())
                         ++errors;
                 } else {
                     auto r = co_await rw.co_lock_shared(opt);
@@ -393,7 +393,7 @@ TEST_CASE("a semaphore and a read-write lock from four threads: never more holde
                     if (writers > 0)
                         ++overlaps;
                     --readers;
-                    if (!co_await r.unlock())
+                    if (!co_await r.release())
                         ++errors;
                 }
             } catch (std::exception const&) {
@@ -439,7 +439,7 @@ TEST_CASE("leases kept (lock_options::retain) by two lockers on four threads: mu
                         t.expires_after(100us);
                         co_await t.async_wait(asio::use_awaitable);
                         --inside;
-                        if (i % 2 == 0 && !co_await guard.unlock())
+                        if (i % 2 == 0 && !co_await guard.release())
                             ++errors;
                         // else let go by its destructor, from this thread
                     } catch (std::exception const&) {

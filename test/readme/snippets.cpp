@@ -39,8 +39,8 @@ asio::awaitable<void> refund(colock::redis::config cfg) {
     colock::locker locker{conn};
     auto guard = co_await locker.co_lock("refund:acct-42"); // waits, retries, renews
     co_await (do_refund() || guard.wait_lost());            // work stops if the lease is lost
-    co_await guard.unlock(); // or let the guard go: conn.close() gives back what is held
-    conn.close();            // sends what is pending, ends the background work: io.run() returns
+    co_await guard.release(); // or let the guard go: conn.close() gives back what is held
+    conn.close();             // sends what is pending, ends the background work: io.run() returns
 }
 
 //<-
@@ -135,7 +135,7 @@ asio::awaitable<std::int64_t> fencing(colock::locker& locker, invoice_store& sto
                                                //            highest = fence; apply
     //]
     auto const fence = guard.fence();
-    co_await guard.unlock();
+    co_await guard.release();
     co_return fence;
 }
 
@@ -155,7 +155,7 @@ asio::awaitable<std::int64_t> finish_job(colock::redis::connection& conn, colock
     // written, and nothing of its batch is applied.
     //]
     auto const fence = guard.fence();
-    co_await guard.unlock();
+    co_await guard.release();
     co_return fence;
 }
 
@@ -178,7 +178,7 @@ asio::awaitable<std::int64_t> transfer(colock::locker& locker) {
     auto accounts = co_await locker.co_lock_all(both);
     co_await (move_money() || accounts.wait_lost()); // work stops with the lease
     auto const fence = accounts.fence("account:42"); // each name's own, for its resource
-    co_await accounts.unlock();
+    co_await accounts.release();
     //]
     co_return fence;
 }
@@ -190,7 +190,7 @@ asio::awaitable<std::int64_t> transfer(colock::locker& locker) {
 //+
 // Takes the account's lock once and hands the guard to the code that needs the lock held.
 asio::awaitable<void> apply_fee(colock::lock_guard const& account) {
-    if (!account.owns_lock()) // lost meanwhile: do not touch the account
+    if (!account.owns()) // lost meanwhile: do not touch the account
         throw std::runtime_error("apply_fee: the lock on the account is gone");
     co_return; // ... read and write the account ...
 }
@@ -199,7 +199,7 @@ asio::awaitable<void> close_account(colock::locker& locker) {
     auto account = co_await locker.co_lock("account:42");
     co_await apply_fee(account); // not a second co_lock("account:42"): it would wait for
                                  // `account`, which only this coroutine can release
-    co_await account.unlock();
+    co_await account.release();
 }
 //]
 
@@ -245,7 +245,7 @@ asio::awaitable<void> schedule(colock::locker& locker) {
     //<-
     last_term = lead.term();
     //->
-    co_await lead.co_resign(); // the next candidate leads at once
+    co_await lead.release(); // the next candidate leads at once
 }
 //]
 
@@ -264,7 +264,7 @@ asio::awaitable<std::string> read_catalog(colock::locker& locker) {
     colock::read_guard reading = co_await catalog.co_lock_shared();
     // The fence of the last writer: the version this reader sees.
     std::string page = fmt::format("catalog version {}", reading.fence());
-    co_await reading.unlock();
+    co_await reading.release();
     co_return page;
 }
 
@@ -275,7 +275,7 @@ asio::awaitable<std::int64_t> rebuild_catalog(colock::locker& locker) {
     // ... write the new catalog, tagged with `version` ...
     colock::read_guard checking = co_await writing.co_downgrade(); // no gap; readers come in
     // ... check what was written, beside them ...
-    co_await checking.unlock();
+    co_await checking.release();
     co_return version;
 }
 //]
@@ -423,7 +423,7 @@ asio::awaitable<bool> try_lock(colock::locker& locker) {
         //<-
         rebuilt = true;
         //->
-        co_await guard->unlock();
+        co_await guard->release();
     }
     //]
     co_return rebuilt;
@@ -444,7 +444,7 @@ asio::awaitable<std::int64_t> nightly_report(colock::locker& locker) {
     auto guard = co_await locker.co_lock("report:nightly", opt);
     //]
     auto const fence = guard.fence();
-    co_await guard.unlock();
+    co_await guard.release();
     co_return fence;
 }
 
@@ -576,14 +576,14 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     co_await close_account(locker);
     std::optional<colock::lock_guard> again = co_await locker.co_try_lock("account:42");
     check(again.has_value(), "close_account released the lock");
-    co_await again->unlock();
+    co_await again->release();
     // Two fencing holders, close_account's and this one.
     check(metrics->acquired == 4 && metrics->lost == 0, "the observer counted the acquisitions");
     // Work under the lock in one call: its result, and the lock free afterwards.
     check(co_await charge(locker) > 0, "co_with_lock returned the work's result");
     std::optional<colock::lock_guard> after_charge = co_await locker.co_try_lock("account:42");
     check(after_charge.has_value(), "co_with_lock released the lock");
-    co_await after_charge->unlock();
+    co_await after_charge->release();
 
     // An election: a term, then nobody leads; who_leads says so.
     co_await schedule(locker);
@@ -631,7 +631,7 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     check(co_await month_end(locker) == 1, "the scope's guards shared one lease");
     std::optional<colock::lock_guard> after_scope = co_await locker.co_try_lock("account:42");
     check(after_scope.has_value(), "the scope's last guard released the lock");
-    co_await after_scope->unlock();
+    co_await after_scope->release();
 
     // One attempt on a free name, and a lock taken with options.
     check(co_await try_lock(locker), "co_try_lock got a free lock");
@@ -653,7 +653,7 @@ asio::awaitable<void> other_snippets(colock::redis::config cfg) {
     check(ended, "the forced unlock ended the lease");
     co_await report.wait_lost();
     check(report.lost(), "the holder was told of the forced unlock");
-    co_await report.unlock();
+    co_await report.release();
 
     // Two names at once: the second set's fence of each name is above the first's.
     auto const set_first = co_await transfer(locker);

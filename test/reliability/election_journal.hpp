@@ -9,7 +9,7 @@
 //     x <campaign>                         co_campaign failed (a network error, a timeout)
 //     e <campaign> <how>                   the tenure is in the history (unless it was over
 //                                          before co_campaign returned); the term ends by
-//                                          <how>: resign (co_resign), drop (the leadership
+//                                          <how>: resign (release), drop (the leadership
 //                                          destroyed: resigned in the background) or lost
 //
 // Campaign ids are words without '/'; a campaign's values are "<campaign>/v<index>" (index 0

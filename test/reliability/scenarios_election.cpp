@@ -324,7 +324,7 @@ result election_killed_leader() {
 
 // m2. The leader SIGSTOPped for 2.5 x its ttl while a candidate waits, then SIGCONTed: the
 // candidate leads and writes the fenced store with its higher term; the resumed leader's first
-// step finds leads() false (its lease ran out on its own clock while it slept) and its guard
+// step finds owns() false (its lease ran out on its own clock while it slept) and its guard
 // lost, and a write it sends anyway, with its older term, is refused by the store.
 result election_stopped_leader() {
     result r{"m2. election: the leader SIGSTOPped for 2.5 x TTL, then SIGCONT"};
@@ -364,10 +364,10 @@ result election_stopped_leader() {
         20ms);
     r.check(first_step.has_value(), "A took no step after SIGCONT");
     if (first_step)
-        // leads() reads the lease's deadline on the local clock: false whatever ran first
+        // owns() reads the lease's deadline on the local clock: false whatever ran first
         // after the resume. lost() turns true when the loss is marked, which may come after.
         r.check(first_step->at(1) == 0,
-                fmt::format("A's first step after SIGCONT found leads() {}", first_step->at(1)));
+                fmt::format("A's first step after SIGCONT found owns() {}", first_step->at(1)));
     // Counted from the resume: kill(SIGSTOP) may return before the process has stopped, so a
     // step may still run just after stopped_ns.
     std::size_t leading_steps_after = 0;
@@ -390,7 +390,7 @@ result election_stopped_leader() {
     if (a_lost && first_step)
         r.figures = fmt::format(
             "B led {:.0f} ms after A stopped; after SIGCONT A's first step ({:.1f} ms) found "
-            "leads() false (lost() {}), wait_lost at {:.1f} ms; A's term {} < B's {}; A's late "
+            "owns() false (lost() {}), wait_lost at {:.1f} ms; A's term {} < B's {}; A's late "
             "write refused; store: {} accepted, {} refused",
             ms(numbers(*b_led).at(0) - stopped_ns), ms(first_step->at(0) - resumed_ns),
             first_step->at(2) == 1 ? "true" : "false", ms(numbers(*a_lost).at(0) - resumed_ns),
@@ -400,7 +400,7 @@ result election_stopped_leader() {
 
 // m3. Three processes campaign ten times each (the full run: thirty) on one election: hold
 // 20-150 ms while writing the fenced store with their term, proclaim a new value in a third of
-// their terms, then resign (co_resign) or drop the leadership (resigned in the background).
+// their terms, then resign (release) or drop the leadership (resigned in the background).
 // Meanwhile processes are SIGKILLed, two in three while leading and the rest while waiting
 // (queued), and restarted at their next campaign. A watch in its own process reports every
 // change. Checked: no two leaders with overlapping valid leases and terms increasing in grant

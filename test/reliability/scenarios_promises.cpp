@@ -3,7 +3,7 @@
 //  1. A read-write lock's writer is never beside a reader: writers downgrade into a CLIENT
 //     PAUSE WRITE longer than the downgrade's 5 s deadline (and into killed connections), so
 //     that the outcome is unknown while the server may apply it and let readers in; a writer
-//     that works on as the writer whenever owns_lock() says so must overlap no reader.
+//     that works on as the writer whenever owns() says so must overlap no reader.
 //  2. co_with_lock returns a value only if its lease held through the work: works stall their
 //     thread for longer than the lease while other processes take the lock; no work that
 //     returned may overlap another holder's tenure.
@@ -155,7 +155,7 @@ std::string writers_beside_readers(result& r) {
                 overlap(b, o)) {
                 if (++beside <= 5)
                     r.failures.push_back(fmt::format(
-                        "  {} worked as the writer (owns_lock) over [{}, {}] beside reader {} "
+                        "  {} worked as the writer (owns) over [{}, {}] beside reader {} "
                         "[{}, {}]",
                         b.holder, b.acquired_ns, b.end_ns(), o.holder, o.acquired_ns, o.end_ns()));
             }

@@ -18,7 +18,7 @@
 //   waiters  one holder, N coroutines waiting on the same name: memory per waiter, then M are
 //            served in turn and the rest cancelled; prints "summary ...".
 //   worker_election.cpp
-//   lead     campaigns once, then asks leads() every --step-ms and follows commands from stdin
+//   lead     campaigns once, then asks owns() every --step-ms and follows commands from stdin
 //            (write VALUE, state, resign); prints "leading NS TERM", "step NS LEADS LOST" at
 //            each step until one finds it does not lead, "lost NS", "write accepted|refused",
 //            "resigned 0|1".
@@ -35,7 +35,7 @@
 //            and then downgrading, each kind's tenures to its own history; prints "summary ..."
 //            with the longest writer wait. --journal as for permits. With --unknown-act-ms N
 //            and --history-believed FILE, a writer whose downgrade's outcome is unknown works
-//            on as the writer for N ms whenever owns_lock() says it is one (each stretch to
+//            on as the writer for N ms whenever owns() says it is one (each stretch to
 //            FILE), then downgrades again if it holds a reader's lease.
 //   worker_promises.cpp
 //   with_lock coroutines loop co_with_lock on one name until a deadline, every --stall-every'th

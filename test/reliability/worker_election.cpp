@@ -32,7 +32,7 @@ namespace {
 
 using namespace asio::experimental::awaitable_operators;
 
-// A leader's steps: every `step` it asks leads(), saying "step NS LEADS LOST", and stops
+// A leader's steps: every `step` it asks owns(), saying "step NS LEADS LOST", and stops
 // asking at the first step that finds it does not lead. Returns only when cancelled.
 asio::awaitable<void> lead_steps(leadership& lead, milliseconds step) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -40,7 +40,7 @@ asio::awaitable<void> lead_steps(leadership& lead, milliseconds step) {
         timer.expires_after(step);
         if (auto [ec] = co_await timer.async_wait(use_tuple); ec)
             co_return;
-        leads = lead.leads();
+        leads = lead.owns();
         say(fmt::format("step {} {} {}", steady_now_ns(), leads ? 1 : 0,
                         lead.guard().lost() ? 1 : 0));
     }
@@ -101,7 +101,7 @@ asio::awaitable<void> one_campaign(election& el, lock_options opt, std::string c
     ++t.leads;
     journal.granted(id, lead->term(), lead->guard().token(), acquired_ns);
     // A reply held up past the lease's end (a stalled connection) returns a term already over.
-    bool lost = !lead->leads();
+    bool lost = !lead->owns();
     t.over_at_return += lost ? 1 : 0;
     auto const hold_end = std::chrono::steady_clock::now() +
                           milliseconds(pick(plan.hold_min.count(), plan.hold_max.count()));
@@ -109,7 +109,7 @@ asio::awaitable<void> one_campaign(election& el, lock_options opt, std::string c
     std::size_t index = 0;
     while (!lost && std::chrono::steady_clock::now() < hold_end) {
         co_await sleep_for(plan.step);
-        if (!lead->leads()) {
+        if (!lead->owns()) {
             lost = true;
             break;
         }
@@ -140,7 +140,7 @@ asio::awaitable<void> one_campaign(election& el, lock_options opt, std::string c
         ++t.losses;
     } else if (how == std::string_view("resign")) {
         try {
-            co_await lead->co_resign();
+            co_await lead->release();
             ++t.resigns;
         } catch (boost::system::system_error const&) {
             ++t.resign_errors; // the lease runs out by its ttl
@@ -180,7 +180,7 @@ int run_lead(arguments const& args) {
         });
         bool resign = false;
         auto const state = [&] {
-            return fmt::format("state leads={} lost={}", lead.leads() ? 1 : 0,
+            return fmt::format("state leads={} lost={}", lead.owns() ? 1 : 0,
                                lead.guard().lost() ? 1 : 0);
         };
         co_await (
@@ -189,7 +189,7 @@ int run_lead(arguments const& args) {
                                   store, [&] { return lead.term(); }, state, "resign", resign)));
         history.record(tenure(lead.guard(), holder, acquired_ns, lost_ns));
         co_await end_as_asked(
-            resign, [&] { return lead.co_resign(); }, "resign", "resigned");
+            resign, [&] { return lead.release(); }, "resign", "resigned");
         client.close();
     });
 }

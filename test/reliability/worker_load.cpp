@@ -54,7 +54,7 @@ asio::awaitable<void> stormer(locker& locks, std::vector<std::string> const& nam
             if (rng() % 4 == 0)
                 continue; // let the destructor release in the background
             try {
-                co_await g.unlock();
+                co_await g.release();
             } catch (boost::system::system_error const&) {
                 ++t.unlock_errors;
             }
@@ -160,7 +160,7 @@ int run_waiters(arguments const& args) {
                     .count();
             auto const rss_after = resident_bytes();
             auto const serve_start = std::chrono::steady_clock::now();
-            co_await holder.unlock();
+            co_await holder.release();
             if (serve == 0)
                 for (auto& s : stop)
                     s.emit(asio::cancellation_type::terminal);

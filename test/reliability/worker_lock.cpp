@@ -106,11 +106,11 @@ asio::awaitable<void> contender(locker& locks, std::string name, lock_options op
         if (extend_shorter && rng() % 4 == 0)
             co_await shortening_extend(g, opt.ttl / 2, t);
         // Read, pause (other holders would get in here if exclusion failed), write back. Only
-        // while the lease is known to be ours: owns_lock() checks the local lease deadline.
-        if (g.owns_lock()) {
+        // while the lease is known to be ours: owns() checks the local lease deadline.
+        if (g.owns()) {
             auto const v = counter.read();
             co_await sleep_for(std::chrono::microseconds(rng() % (hold.count() + 1)));
-            if (g.owns_lock()) {
+            if (g.owns()) {
                 counter.write(v + 1);
                 ++t.increments;
                 journal.wrote(holder, v + 1);
@@ -126,7 +126,7 @@ asio::awaitable<void> contender(locker& locks, std::string name, lock_options op
         history.record(h);
         journal.released(holder, h.fence);
         try {
-            co_await g.unlock();
+            co_await g.release();
         } catch (boost::system::system_error const&) {
             ++t.unlock_errors; // the lease runs out by its TTL
         }
@@ -205,7 +205,7 @@ int run_hold(arguments const& args) {
         });
         bool unlock_requested = false;
         auto const state = [&] {
-            return fmt::format("state owns={} lost={}", g.owns_lock() ? 1 : 0, g.lost() ? 1 : 0);
+            return fmt::format("state owns={} lost={}", g.owns() ? 1 : 0, g.lost() ? 1 : 0);
         };
         // "rwrite V": V to res:{NAME} under the fence checked at the resource, as "write" to the
         // file store: with the guard's fence, not its state (a write already on its way).
@@ -235,7 +235,7 @@ int run_hold(arguments const& args) {
                                        unlock_requested, redis_write));
         history.record(tenure(g, holder, acquired_ns, lost_ns));
         co_await end_as_asked(
-            unlock_requested, [&] { return g.unlock(); }, "unlock", "released");
+            unlock_requested, [&] { return g.release(); }, "unlock", "released");
         client.close();
     });
 }

@@ -94,7 +94,7 @@ asio::awaitable<void> set_taker(locker& locks, std::vector<std::string> const& n
             files[i]->record(h);
         }
         try {
-            co_await g.unlock();
+            co_await g.release();
         } catch (boost::system::system_error const&) {
             ++t.unlock_errors; // the leases run out by their TTL
         }

@@ -77,7 +77,7 @@ struct shared_tally {
     std::uint64_t acquisitions = 0, reads = 0, writes = 0, downgrades = 0, losses = 0, errors = 0,
                   timeouts = 0, release_errors = 0, not_ours = 0, write_waits = 0;
     // Downgrades whose outcome was not known (a timeout, the connection's error); of them, how
-    // many were found the writer's again (owns_lock() true after) and how many turned into a
+    // many were found the writer's again (owns() true after) and how many turned into a
     // reader's guard by a second co_downgrade().
     std::uint64_t unknown_downgrades = 0, writer_again = 0, second_downgrades = 0;
     std::int64_t longest_write_wait_ns = 0;
@@ -158,7 +158,7 @@ struct rw_plan {
     milliseconds read_min, read_max, write_min, write_max, write_pause;
     int downgrade_percent = 0;
     // After a downgrade of unknown outcome: how long the writer goes on working as the writer
-    // whenever owns_lock() says it is one (0: it gives the holding back at once).
+    // whenever owns() says it is one (0: it gives the holding back at once).
     milliseconds unknown_act{0};
     steady_clock_deadline until;
 };
@@ -167,11 +167,11 @@ struct rw_histories {
     colock::test::history_writer reads;
     colock::test::history_writer writes;
     // The stretches in which a writer worked as the writer after a downgrade of unknown outcome
-    // (owns_lock() true at each end), when asked for (--history-believed).
+    // (owns() true at each end), when asked for (--history-believed).
     std::optional<colock::test::history_writer> believed;
 };
 
-// After a downgrade of unknown outcome: for `plan.unknown_act`, samples g.owns_lock() every
+// After a downgrade of unknown outcome: for `plan.unknown_act`, samples g.owns() every
 // 5 ms and records each stretch of samples that said "the writer" (from its first to its last)
 // as a writer's work in `believed`. Returns whether there was one.
 asio::awaitable<bool> act_while_writer(write_guard& g, std::string const& holder,
@@ -195,7 +195,7 @@ asio::awaitable<bool> act_while_writer(write_guard& g, std::string const& holder
         first = 0;
     };
     while (std::chrono::steady_clock::now() < until && g.owns()) {
-        if (g.owns_lock()) {
+        if (g.owns()) {
             last = steady_now_ns();
             first = first == 0 ? last : first;
         } else {
@@ -227,7 +227,7 @@ asio::awaitable<void> reader(rw_lock& rw, lock_options opt, std::string holder, 
         t.losses += g.lost() ? 1 : 0;
         history.reads.record(shared_tenure(g, holder, acquired_ns, lost_ns));
         journal.released(holder, g.fence());
-        co_await give_back([&g] { return g.unlock(); }, t);
+        co_await give_back([&g] { return g.release(); }, t);
         co_await sleep_for(std::chrono::microseconds(rng() % 3000));
     }
 }
@@ -269,7 +269,7 @@ asio::awaitable<void> writer(rw_lock& rw, lock_options opt, std::string proc, st
         history.writes.record(shared_tenure(g, holder, acquired_ns, lost_ns));
         journal.released(holder, g.fence());
         if (lost_ns != 0 || static_cast<int>(rng() % 100) >= plan.downgrade_percent) {
-            co_await give_back([&g] { return g.unlock(); }, t);
+            co_await give_back([&g] { return g.release(); }, t);
             continue;
         }
         // Downgrade: the writer's tenure ended at the call; the reader's begins at the return.
@@ -292,7 +292,7 @@ asio::awaitable<void> writer(rw_lock& rw, lock_options opt, std::string proc, st
             ++t.unknown_downgrades;
             if (co_await act_while_writer(g, holder, plan, *history.believed))
                 ++t.writer_again;
-            if (g.owns() && !g.owns_lock()) {
+            if (g.owns() && !g.owns()) {
                 try {
                     r = co_await g.co_downgrade();
                     downgraded = true;
@@ -303,7 +303,7 @@ asio::awaitable<void> writer(rw_lock& rw, lock_options opt, std::string proc, st
             }
         }
         if (!downgraded) {
-            co_await give_back([&g] { return g.unlock(); }, t);
+            co_await give_back([&g] { return g.release(); }, t);
             continue;
         }
         auto const read_ns = steady_now_ns();
@@ -314,7 +314,7 @@ asio::awaitable<void> writer(rw_lock& rw, lock_options opt, std::string proc, st
         t.losses += r.lost() ? 1 : 0;
         history.reads.record(shared_tenure(r, reader_holder, read_ns, lost_ns));
         journal.released(reader_holder, r.fence());
-        co_await give_back([&r] { return r.unlock(); }, t);
+        co_await give_back([&r] { return r.release(); }, t);
     }
 }
 

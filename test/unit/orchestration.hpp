@@ -176,7 +176,7 @@ struct record_call {
             r.key_at_completion = server->lock(lock_key);
         r.done = true;
     }
-    void operator()(error_code ec, lock_guard g) const { finish(ec, g.owns_lock()); }
+    void operator()(error_code ec, lock_guard g) const { finish(ec, g.owns()); }
     void operator()(error_code ec, std::optional<lock_guard> g) const { finish(ec, g.has_value()); }
 };
 

@@ -1,6 +1,6 @@
 // Cancellation and failure at every step without Redis: before the attempt is sent, with it in
 // flight, while queued or sleeping, by wait_timeout, by the locker's destruction; replies lost or
-// refused; unlock() from a cancelled caller. Nothing is left behind at the fake server.
+// refused; release() from a cancelled caller. Nothing is left behind at the fake server.
 #include "orchestration.hpp"
 
 TEST_CASE_FIXTURE(two_processes_seen,
@@ -15,7 +15,7 @@ TEST_CASE_FIXTURE(two_processes_seen,
         CHECK(b.waiting() == 0);
         CHECK(w.server.queue(lock_key).empty());
         CHECK(b_store->subscriptions().empty());
-        CHECK(co_await held.unlock());
+        CHECK(co_await held.release());
         auto const after = w.server.lock(lock_key);
         REQUIRE(after);
         CHECK(after->kind == fake_server::lock_entry::state::free);
@@ -70,12 +70,12 @@ TEST_CASE_FIXTURE(one_process,
     w.run([&]() -> asio::awaitable<void> {
         w.server.grant_faults.push_back({fault::kind::lost_after});
         auto g = co_await a.co_lock("n", short_lease());
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK(w.server.calls().grants == 2); // the same token again: the same lease
         auto const held = w.server.lock(lock_key);
         REQUIRE(held);
         CHECK(held->token == g.token());
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
 
         w.server.grant_faults.push_back({fault::kind::lost_after});
         error_code ec;
@@ -125,7 +125,7 @@ TEST_CASE_FIXTURE(
         CHECK(clock_type::now() - started < 2000ms);
         co_await sleep_for(20ms);
         CHECK(w.server.queue(lock_key).empty());
-        CHECK(co_await held.unlock());
+        CHECK(co_await held.release());
     });
 }
 
@@ -147,7 +147,7 @@ TEST_CASE_FIXTURE(one_process, "orchestration: a locker destroyed with a call wa
         CHECK(*ended == asio::error::operation_aborted);
         co_await sleep_for(20ms);
         CHECK(w.server.queue(lock_key).empty());
-        CHECK(co_await held.unlock());
+        CHECK(co_await held.release());
     });
 }
 
@@ -203,7 +203,7 @@ struct sleeping_waiters_cancelled : two_processes_seen {
             co_await until(
                 [&] { return listens(*b_store, b) && w.server.queue(lock_key).size() == 1; });
             auto const released_at = clock_type::now();
-            CHECK(co_await holder.unlock());
+            CHECK(co_await holder.release());
             co_await until([&] { return next.done; });
             CHECK_FALSE(next.ec);
             CHECK(next.got);
@@ -320,7 +320,7 @@ TEST_CASE_FIXTURE(two_processes, "orchestration: co_try_lock cancelled with its 
         REQUIRE(held);
         CHECK(held->token == holder.token());
         w.server.latency = 0ms;
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
     });
 }
 
@@ -363,12 +363,12 @@ TEST_CASE("orchestration: the head waiter cancelled while its attempt is in flig
             auto const held = w.server.lock(lock_key);
             REQUIRE(held);
             CHECK(held->token == holder.token());
-            CHECK(co_await holder.unlock());
+            CHECK(co_await holder.release());
         });
     }
 }
 
-TEST_CASE_FIXTURE(one_process, "orchestration: unlock() from a cancelled caller still releases: "
+TEST_CASE_FIXTURE(one_process, "orchestration: release() from a cancelled caller still releases: "
                                "cancelled with the release in flight, or called after a "
                                "cancellation") {
     w.run([&]() -> asio::awaitable<void> {
@@ -377,7 +377,7 @@ TEST_CASE_FIXTURE(one_process, "orchestration: unlock() from a cancelled caller 
             auto g = co_await a.co_lock("n", short_lease(5s));
             w.server.latency = 60ms;
             std::optional<bool> unlocked;
-            auto do_unlock = [&]() -> asio::awaitable<void> { unlocked = co_await g.unlock(); };
+            auto do_unlock = [&]() -> asio::awaitable<void> { unlocked = co_await g.release(); };
             asio::steady_timer timer(w.ctx, 10ms);
             auto const started = clock_type::now();
             auto r = co_await (do_unlock() || timer.async_wait(nothrow));
@@ -386,7 +386,7 @@ TEST_CASE_FIXTURE(one_process, "orchestration: unlock() from a cancelled caller 
             REQUIRE(unlocked.has_value());
             CHECK(*unlocked);
             CHECK(free_or_gone(w.server.lock(lock_key)));
-            CHECK_FALSE(g.owns_lock());
+            CHECK_FALSE(g.owns());
             w.server.latency = 0ms;
         }
         // Called from a coroutine that was cancelled before (and chose not to throw).
@@ -401,7 +401,7 @@ TEST_CASE_FIXTURE(one_process, "orchestration: unlock() from a cancelled caller 
                     co_await asio::this_coro::throw_if_cancelled(false);
                     asio::steady_timer t(co_await asio::this_coro::executor, 5s);
                     co_await t.async_wait(nothrow); // ends with operation_aborted
-                    unlocked = co_await g.unlock();
+                    unlocked = co_await g.release();
                 },
                 asio::bind_cancellation_slot(signal.slot(),
                                              [&](std::exception_ptr) { done = true; }));

@@ -13,13 +13,13 @@ TEST_CASE_FIXTURE(one_process, "orchestration: renewal extends the lease every r
         auto const held_for = clock_type::now() - started;
         auto const extends = w.server.calls().extends;
         // Kept alive past its ttl, and never renewed more often than the interval.
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         auto const held = w.server.lock(lock_key);
         REQUIRE(held);
         CHECK(held->expires > clock_type::now());
         CHECK(extends >= 2);
         CHECK(extends <= held_for / 50ms + 1);
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
     });
 }
 
@@ -45,7 +45,7 @@ TEST_CASE_FIXTURE(one_process,
         CHECK(at_server->expires >= lost_at);
         CHECK(g.lease_expiry() <= at_server->expires);
         CHECK(observer->lost == std::vector<colock::loss_reason>{colock::loss_reason::expired});
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
     });
 }
 
@@ -58,10 +58,10 @@ TEST_CASE_FIXTURE(one_process,
         auto opt = renewed_lease(300ms, 50ms);
         auto g = co_await a.co_lock("n", opt);
         co_await sleep_for(450ms); // past the first lease: a renewal went through
-        CHECK(g.owns_lock());
+        CHECK(g.owns());
         CHECK_FALSE(g.lost());
         CHECK(w.server.calls().extends >= 3);
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
     });
 }
 
@@ -77,7 +77,7 @@ TEST_CASE_FIXTURE(
         co_await g.wait_lost();
         CHECK(g.loss() == colock::loss_reason::not_ours);
         CHECK(clock_type::now() - dropped < 1000ms);
-        CHECK_FALSE(co_await g.unlock());
+        CHECK_FALSE(co_await g.release());
     });
 }
 
@@ -90,7 +90,7 @@ TEST_CASE_FIXTURE(one_process,
         auto outcome = co_await (g.wait_lost() || limit.async_wait(nothrow));
         CHECK(outcome.index() == 0);
         CHECK(g.loss() == colock::loss_reason::server_replaced);
-        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.owns());
     });
 }
 
@@ -105,7 +105,7 @@ TEST_CASE_FIXTURE(one_process, "co_with_lock: runs the work under the lock, retu
             "n",
             [&](lock_guard& g) -> asio::awaitable<int> {
                 seen_fence = g.fence();
-                held_inside = g.owns_lock() &&
+                held_inside = g.owns() &&
                               w.server.lock(lock_key)->kind == fake_server::lock_entry::state::held;
                 co_return 42;
             },
@@ -269,9 +269,9 @@ TEST_CASE_FIXTURE(one_process, "orchestration: co_await (work() || g.wait_lost()
         auto kept = co_await (quick() || g2.wait_lost());
         REQUIRE(kept.index() == 0);
         CHECK(std::get<0>(kept) == 42);
-        CHECK(g2.owns_lock());
+        CHECK(g2.owns());
         CHECK_FALSE(g2.lost());
-        CHECK(co_await g2.unlock());
+        CHECK(co_await g2.release());
     });
 }
 
@@ -284,11 +284,11 @@ TEST_CASE_FIXTURE(one_process,
         g.async_wait_lost([&](error_code ec) { told = ec; });
         co_await sleep_for(5ms);
         CHECK_FALSE(told);
-        CHECK(co_await g.unlock());
+        CHECK(co_await g.release());
         co_await until([&] { return told.has_value(); });
         CHECK(*told == colock::error::not_held);
         CHECK_FALSE(g.lost());
-        CHECK_FALSE(g.owns_lock());
+        CHECK_FALSE(g.owns());
     });
 }
 
@@ -306,9 +306,9 @@ TEST_CASE_FIXTURE(one_process, "orchestration: the renewal timer, left armed aft
             [&]() -> asio::awaitable<void> { second = co_await c.co_lock("n", short_lease(30s)); },
             asio::detached);
         co_await until([&] { return c.waiting() == 1; });
-        CHECK(co_await first.unlock()); // handed to the waiter
+        CHECK(co_await first.release()); // handed to the waiter
         co_await until([&] { return second.has_value(); });
-        CHECK(co_await second->unlock());
+        CHECK(co_await second->release());
         second.reset();
     });
     w.ctx.restart();

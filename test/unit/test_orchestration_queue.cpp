@@ -28,7 +28,7 @@ TEST_CASE("orchestration: calls on one name in one process are served in call or
                     auto const key = w.server.lock(lock_key);
                     key_tokens.push_back(key ? key->token : "");
                     co_await sleep_for(5ms);
-                    if (co_await g.unlock())
+                    if (co_await g.release())
                         ++released;
                     ++finished;
                 },
@@ -43,7 +43,7 @@ TEST_CASE("orchestration: calls on one name in one process are served in call or
         CHECK(freed->fence == fences.back());
         auto next = co_await l.co_lock("n", short_lease());
         next_fence = next.fence();
-        co_await next.unlock();
+        co_await next.release();
     });
     CHECK(order == std::vector<int>{0, 1, 2, 3});
     CHECK(released == 4);
@@ -98,7 +98,7 @@ TEST_CASE_FIXTURE(two_processes,
             asio::detached);
         co_await until([&] { return w.server.queue(lock_key).size() == 1; }); // b, at the server
         auto const released_at = clock_type::now();
-        CHECK(co_await held.unlock());
+        CHECK(co_await held.release());
         while (!b_got)
             co_await sleep_for(1ms);
         // Told by its message: far sooner than its next ask (a second, queue_refresh_interval).
@@ -118,7 +118,7 @@ TEST_CASE_FIXTURE(
         auto g = co_await l.co_lock("n", opt);
         order.push_back(who);
         co_await sleep_for(5ms);
-        co_await g.unlock();
+        co_await g.release();
         ++finished;
     };
     w.run([&]() -> asio::awaitable<void> {
@@ -132,7 +132,7 @@ TEST_CASE_FIXTURE(
             return std::find(q.begin(), q.end(), b.id()) != q.end();
         });
         order.push_back("a1");
-        co_await first.unlock();
+        co_await first.release();
         co_await until([&] { return finished == 3; });
     });
     // a1 passes to a2 (one hand-off allowed while b's process waits), whose release goes to
@@ -148,7 +148,7 @@ TEST_CASE_FIXTURE(two_processes,
         CHECK_FALSE(got.has_value());
         CHECK(w.server.queue(lock_key).empty());
         CHECK(b.waiting() == 0);
-        CHECK(co_await held.unlock());
+        CHECK(co_await held.release());
     });
 }
 
@@ -175,7 +175,7 @@ TEST_CASE_FIXTURE(
                     fences.push_back(g.fence());
                     co_await sleep_for(1ms);
                     --inside;
-                    co_await g.unlock();
+                    co_await g.release();
                     ++done;
                 },
                 asio::detached);
@@ -186,7 +186,7 @@ TEST_CASE_FIXTURE(
         CHECK(asked < static_cast<int>(calls / 4));
         CHECK(order.empty());
 
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         co_await until([&] { return done == calls; });
         co_await until([&] { return !listens(*b_store, b); });
     });
@@ -228,7 +228,7 @@ TEST_CASE_FIXTURE(
                 ended[i] = clock_type::now();
                 if (!std::get<0>(outcome)) {
                     order.push_back(i);
-                    co_await std::get<1>(outcome).unlock();
+                    co_await std::get<1>(outcome).release();
                 }
             };
             if (i == cancelled_call)
@@ -255,7 +255,7 @@ TEST_CASE_FIXTURE(
         CHECK(ended[timed_call] - started < 2000ms); // not held up until the holder lets go
         CHECK(b.waiting() == calls - 2);
 
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         co_await until([&] { return done == calls; });
         CHECK(order == std::vector<std::size_t>{0, 1, 4});
         CHECK(b.waiting() == 0);
@@ -293,11 +293,11 @@ TEST_CASE("orchestration: not reentrant: a second co_lock of a held name, from t
         auto once = co_await locks.co_try_lock("n", short_lease());
         CHECK_FALSE(once.has_value());
         // The first guard is untouched.
-        CHECK(held.owns_lock());
+        CHECK(held.owns());
         auto const key = w.server.lock(lock_key);
         REQUIRE(key);
         CHECK(key->token == held.token());
-        CHECK(co_await held.unlock());
+        CHECK(co_await held.release());
     });
 }
 
@@ -321,12 +321,12 @@ TEST_CASE("orchestration: cohort_limit = 0: every waiter of the process takes a 
                     tokens.push_back(g.token());
                     auto const key = w.server.lock(lock_key);
                     key_tokens.push_back(key ? key->token : "");
-                    CHECK(co_await g.unlock());
+                    CHECK(co_await g.release());
                     ++done;
                 },
                 asio::detached);
         co_await until([&] { return l.waiting() == 3; });
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         co_await until([&] { return done == 3; });
     });
     REQUIRE(tokens.size() == 3);
@@ -351,7 +351,7 @@ TEST_CASE("orchestration: a cohort's lease lost: its holder is told, and the nex
             w.ctx, [&]() -> asio::awaitable<void> { third = co_await l.co_lock("n", opt); },
             asio::detached);
         co_await until([&] { return l.waiting() == 2; });
-        CHECK(co_await first.unlock()); // to the second, locally
+        CHECK(co_await first.release()); // to the second, locally
         co_await until([&] { return second.has_value(); });
         auto const lease = w.server.lock(lock_key);
         REQUIRE(lease);
@@ -362,14 +362,14 @@ TEST_CASE("orchestration: a cohort's lease lost: its holder is told, and the nex
         co_await second->wait_lost();
         CHECK(second->lost());
         CHECK(second->loss() == colock::loss_reason::not_ours);
-        CHECK_FALSE(co_await second->unlock());
+        CHECK_FALSE(co_await second->release());
         // The third does not get the lost lease: it asks the server for one of its own.
         co_await until([&] { return third.has_value(); });
         auto const own = w.server.lock(lock_key);
         REQUIRE(own);
         CHECK(own->token == third->token());
         CHECK(third->fence() > second->fence());
-        CHECK(co_await third->unlock());
+        CHECK(co_await third->release());
     });
 }
 
@@ -391,7 +391,7 @@ TEST_CASE_FIXTURE(two_processes, "orchestration: a cohort whose locker missed th
                     while (!stop) {
                         auto g = co_await a.co_lock("n", opt);
                         co_await asio::post(w.ctx, asio::use_awaitable);
-                        co_await g.unlock();
+                        co_await g.release();
                     }
                 },
                 [&](std::exception_ptr) { --a_running; });
@@ -402,9 +402,9 @@ TEST_CASE_FIXTURE(two_processes, "orchestration: a cohort whose locker missed th
         auto b_opt = opt;
         b_opt.wait_timeout = 3000ms;
         auto got = co_await b.co_lock("n", b_opt);
-        CHECK(got.owns_lock());
+        CHECK(got.owns());
         CHECK(w.server.lose_q_messages == 0); // one was lost
-        co_await got.unlock();
+        co_await got.release();
         stop = true;
         co_await until([&] { return a_running == 0; });
     });

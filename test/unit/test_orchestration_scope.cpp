@@ -28,21 +28,21 @@ TEST_CASE_FIXTURE(one_process, "share: one lease, one release, sent when the las
         co_await until([&] { return a.waiting() == 1; });
 
         g.reset();
-        CHECK(co_await s.unlock()); // one of two left: true, nothing sent
+        CHECK(co_await s.release()); // one of two left: true, nothing sent
         co_await sleep_for(20ms);
         CHECK_FALSE(waiter_done);
         CHECK(w.server.calls().releases == 0);
         CHECK(t.hold_count() == 1);
-        CHECK(t.owns_lock());
+        CHECK(t.owns());
 
         t = lock_guard{}; // the last: the lease goes to the waiter of this process
         co_await until([&] { return waiter_done; });
         REQUIRE(next.has_value());
-        CHECK(next->owns_lock());
+        CHECK(next->owns());
         CHECK(next->hold_count() == 1);
         CHECK(next->fence() == s.fence() + 1); // a hand-off: the next fence, no new lease
         CHECK(w.server.calls().leases == 1);
-        CHECK(co_await next->unlock());
+        CHECK(co_await next->release());
         CHECK(w.server.calls().releases == 1);
     });
 }
@@ -63,10 +63,10 @@ TEST_CASE_FIXTURE(one_process, "share: a lease lost reaches every sharing guard;
         CHECK(u.hold_count() == 3);
         CHECK(scope.hold_count("n") == 0);
         auto again = co_await scope.co_lock("n", opt);
-        CHECK(again.owns_lock());
+        CHECK(again.owns());
         CHECK(again.token() != g.token());
         CHECK(w.server.calls().leases == 2);
-        CHECK(co_await again.unlock());
+        CHECK(co_await again.release());
     });
 }
 
@@ -89,7 +89,7 @@ TEST_CASE_FIXTURE(two_processes, "lock_scope: two calls on one name ask the stor
         // Behind the first, a try does not wait.
         auto tried = co_await scope.co_try_lock("n");
         CHECK_FALSE(tried.has_value());
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         co_await until([&] { return first && second; });
         CHECK(first->token() == second->token());
         CHECK(first->hold_count() == 2);
@@ -127,11 +127,11 @@ TEST_CASE_FIXTURE(two_processes, "lock_scope: its end aborts the call asking the
         CHECK(first_ec == asio::error::operation_aborted);
         CHECK(second_ec == asio::error::operation_aborted);
         CHECK(a.waiting() == 0);
-        CHECK(kept.owns_lock());
-        CHECK(co_await holder.unlock());
+        CHECK(kept.owns());
+        CHECK(co_await holder.release());
         co_await sleep_for(20ms);
         CHECK(free_or_gone(w.server.lock(lock_key))); // not handed to the aborted call
-        CHECK(co_await kept.unlock());
+        CHECK(co_await kept.release());
     });
 }
 
@@ -205,7 +205,7 @@ TEST_CASE_FIXTURE(two_processes, "lock_scope: a call waiting behind another call
         CHECK(clock_type::now() - started < 500ms);
         CHECK_FALSE(first.has_value());
         CHECK(a.waiting() == 1);
-        CHECK(co_await holder.unlock());
+        CHECK(co_await holder.release());
         co_await until([&] { return first.has_value(); });
         CHECK(first->hold_count() == 1);
     });

@@ -131,7 +131,7 @@ TEST_CASE("virtual time: a 30 s lease is renewed every 10 s, and its key outlive
     CHECK(w.server.calls().extends == 1);
     w.advance(50s); // 60.5 s in
     CHECK(w.server.calls().extends == 6);
-    CHECK(guard.owns_lock());
+    CHECK(guard.owns());
     auto const held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->expires > lock_clock::now() + 19s);
@@ -169,7 +169,7 @@ TEST_CASE("virtual time: max_hold stops renewal, and the lease runs out a ttl la
     auto guard = take(w, a, opt);
     w.advance(65s);
     CHECK(w.server.calls().extends == 4); // at 10, 20, 30 and 40 s; the next would pass 45 s
-    CHECK(guard.owns_lock());
+    CHECK(guard.owns());
     w.advance(6s); // 71 s: the last renewal's 30 s are over
     CHECK(guard.lost());
     CHECK(guard.loss() == colock::loss_reason::expired);
@@ -206,7 +206,7 @@ TEST_CASE("virtual time: a waiter keeps its entry in the server's queue alive fo
     REQUIRE(ended);
     CHECK(*ended == colock::error::timeout);
     CHECK(w.server.queue(clock_test_key).empty());
-    CHECK(held.owns_lock());
+    CHECK(held.owns());
 }
 
 TEST_CASE("virtual time: a lease handed on while the head is asking, whose deadline passes "
@@ -239,7 +239,7 @@ TEST_CASE("virtual time: a lease handed on while the head is asking, whose deadl
     w.advance(3500ms); // 32.5 s: the answer came after the handed lease's deadline
     REQUIRE(second);
     CHECK(w.server.calls().grants > asked); // asked the server again rather than take it
-    CHECK(second->owns_lock());
+    CHECK(second->owns());
     CHECK(second->lease_expiry() > lock_clock::now() + 25s); // a fresh 30 s lease
     CHECK(second->fence() > first_fence);
 }
@@ -254,9 +254,9 @@ TEST_CASE("virtual time: each guard is renewed when its own renewal is due, what
     auto short_guard = take(w, a, lease_of(300ms, 100ms), "short");
     auto mid_guard = take(w, a, lease_of(900ms, 300ms), "mid");
     w.advance(2000ms, 20ms); // several times both short ttls
-    CHECK(short_guard.owns_lock());
-    CHECK(mid_guard.owns_lock());
-    CHECK(long_guard.owns_lock());
+    CHECK(short_guard.owns());
+    CHECK(mid_guard.owns());
+    CHECK(long_guard.owns());
     CHECK_FALSE(short_guard.lost());
     CHECK_FALSE(mid_guard.lost());
     auto const short_key = w.server.lock("colock:{short}");
@@ -268,9 +268,9 @@ TEST_CASE("virtual time: each guard is renewed when its own renewal is due, what
     // Every 100 ms and every 300 ms for 2 s; the long one not yet.
     CHECK(w.server.calls().extends >= 19 + 6);
     CHECK(w.server.calls().extends <= 20 + 7);
-    CHECK(result_of(w, short_guard.unlock()));
-    CHECK(result_of(w, mid_guard.unlock()));
-    CHECK(result_of(w, long_guard.unlock()));
+    CHECK(result_of(w, short_guard.release()));
+    CHECK(result_of(w, mid_guard.release()));
+    CHECK(result_of(w, long_guard.release()));
 }
 
 TEST_CASE("virtual time: a lease gone at the server: lost at the next renewal; then wait_lost "
@@ -287,7 +287,7 @@ TEST_CASE("virtual time: a lease gone at the server: lost at the next renewal; t
     CHECK(w.server.calls().extends == 1);
     CHECK(guard.lost());
     CHECK(guard.loss() == colock::loss_reason::not_ours);
-    CHECK_FALSE(guard.owns_lock());
+    CHECK_FALSE(guard.owns());
     REQUIRE(pending->has_value());
     CHECK_FALSE(**pending);
     // Again on a lost guard: at once, as a loss.
@@ -298,7 +298,7 @@ TEST_CASE("virtual time: a lease gone at the server: lost at the next renewal; t
     w.advance(60s);
     CHECK(w.server.calls().extends == 1);
     CHECK_FALSE(w.server.lock(clock_test_key).has_value());
-    CHECK_FALSE(result_of(w, guard.unlock()));
+    CHECK_FALSE(result_of(w, guard.release()));
 }
 
 TEST_CASE("virtual time: a moved-from guard holds nothing; the renewal goes with the moved-to one; "
@@ -308,12 +308,12 @@ TEST_CASE("virtual time: a moved-from guard holds nothing; the renewal goes with
     auto a = take(w, l, lease_of(600ms, 200ms), "a");
     std::string const token_a = a.token();
     colock::lock_guard moved = std::move(a);
-    CHECK_FALSE(a.owns_lock());
+    CHECK_FALSE(a.owns());
     CHECK_FALSE(a.lost());
     CHECK(a.name().empty());
     CHECK(a.token().empty());
     CHECK(a.fence() == 0);
-    CHECK_FALSE(result_of(w, a.unlock()));
+    CHECK_FALSE(result_of(w, a.release()));
     CHECK(error_of(w, a.extend(1000ms)) == colock::error::not_held);
     // Completed off the world's context (a guard that holds nothing has no I/O executor): waited
     // for, not settled.
@@ -323,11 +323,11 @@ TEST_CASE("virtual time: a moved-from guard holds nothing; the renewal goes with
     REQUIRE(told.wait_for(10s) == std::future_status::ready);
     CHECK(told.get() == colock::error::not_held);
 
-    CHECK(moved.owns_lock());
+    CHECK(moved.owns());
     CHECK(moved.name() == "a");
     CHECK(moved.token() == token_a);
     w.advance(2000ms); // past the 600 ms ttl several times: only renewal keeps it
-    CHECK(moved.owns_lock());
+    CHECK(moved.owns());
     auto const held = w.server.lock("colock:{a}");
     REQUIRE(held);
     CHECK(held->token == token_a);
@@ -336,19 +336,19 @@ TEST_CASE("virtual time: a moved-from guard holds nothing; the renewal goes with
     b = std::move(moved);
     w.settle();
     CHECK(b.name() == "a");
-    CHECK(b.owns_lock());
+    CHECK(b.owns());
     auto const b_key = w.server.lock("colock:{b}");
     REQUIRE(b_key);
     CHECK(b_key->kind == fake_server::lock_entry::state::free);
     auto const a_key = w.server.lock("colock:{a}");
     REQUIRE(a_key);
     CHECK(a_key->token == token_a);
-    CHECK(result_of(w, b.unlock()));
+    CHECK(result_of(w, b.release()));
 
     colock::lock_guard none;
-    CHECK_FALSE(none.owns_lock());
+    CHECK_FALSE(none.owns());
     CHECK(none.name().empty());
-    CHECK_FALSE(result_of(w, none.unlock()));
+    CHECK_FALSE(result_of(w, none.release()));
 }
 
 TEST_CASE("virtual time: a guard outlives its locker: renewal and unlock still work") {
@@ -359,12 +359,12 @@ TEST_CASE("virtual time: a guard outlives its locker: renewal and unlock still w
         guard = take(w, a, lease_of(300ms, 100ms));
     }
     w.advance(1000ms);
-    CHECK(guard.owns_lock());
+    CHECK(guard.owns());
     CHECK(w.server.calls().extends >= 9);
     auto const held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->token == guard.token());
-    CHECK(result_of(w, guard.unlock()));
+    CHECK(result_of(w, guard.release()));
     auto const after = w.server.lock(clock_test_key);
     REQUIRE(after);
     CHECK(after->kind == fake_server::lock_entry::state::free);
@@ -406,7 +406,7 @@ TEST_CASE("virtual time: a reconnection to the same server renews every lease at
     auto const held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->expires > lock_clock::now() + 5900ms);
-    CHECK(guard.owns_lock());
+    CHECK(guard.owns());
     CHECK_FALSE(guard.lost());
 }
 
@@ -424,6 +424,6 @@ TEST_CASE("virtual time: extend raises the lease, and later renewals keep the ne
     held = w.server.lock(clock_test_key);
     REQUIRE(held);
     CHECK(held->expires > lock_clock::now() + 50s); // with 60 s, not 600 ms
-    CHECK(guard.owns_lock());
+    CHECK(guard.owns());
     CHECK(error_of(w, guard.extend(0ms)) == colock::error::invalid_argument);
 }

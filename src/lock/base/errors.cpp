@@ -29,8 +29,8 @@ public:
     std::string message(int ev) const override {
         switch (static_cast<error>(ev)) {
         case error::timeout:
-            return "the operation's deadline passed (wait_timeout for a lock, the release "
-                   "deadline for unlock)";
+            return "the operation's deadline passed (wait_timeout for a lock, the release's "
+                   "deadline for a release)";
         case error::lock_lost:
             return "the lock's lease was lost";
         case error::invalid_argument:

@@ -79,10 +79,6 @@ std::string const& leadership::value() const noexcept {
     return value_;
 }
 
-bool leadership::leads() const noexcept {
-    return guard_.owns_lock();
-}
-
 asio::awaitable<void> leadership::wait_lost() {
     return guard_.wait_lost();
 }
@@ -127,9 +123,9 @@ void leadership::start_proclaim(std::string value,
         });
 }
 
-asio::awaitable<bool> leadership::co_resign() {
+asio::awaitable<bool> leadership::release() {
     // The release ends the term's record with the lease, and tells the watches.
-    return guard_.unlock();
+    return guard_.release();
 }
 
 // ---------------------------------------------------------------------- election

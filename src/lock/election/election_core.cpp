@@ -57,7 +57,7 @@ asio::awaitable<bool> election_core::proclaim(lock_guard const& guard, std::stri
     // The campaign's claim is sent again over passing errors while the lease is ours.
     request.retrying = retrying;
     if (retrying)
-        request.still_ours = [&guard] { return guard.owns_lock(); };
+        request.still_ours = [&guard] { return guard.owns(); };
     auto const r = co_await locker_->store().proclaim(keys_, request);
     if (r.ec)
         throw system_error(r.ec, failure_text("proclaim", r.ec, r.server_text));

@@ -369,7 +369,7 @@ asio::awaitable<fenced_result> fenced_resource::co_write(std::string name, std::
 
 asio::awaitable<fenced_result> fenced_resource::co_write(lock_guard const& guard,
                                                          fenced_writes writes) {
-    return write_held(refusal_of(guard.owns_lock(), guard.lost(), "the lock", guard.name()),
+    return write_held(refusal_of(guard.owns(), guard.lost(), "the lock", guard.name()),
                       guard.name(), guard.fence(), std::move(writes));
 }
 
@@ -382,8 +382,8 @@ asio::awaitable<fenced_result> fenced_resource::co_write(lease_guard const& hold
 asio::awaitable<fenced_result> fenced_resource::co_write(leadership const& lead,
                                                          fenced_writes writes) {
     return write_held(
-        refusal_of(lead.leads(), lead.guard().lost(), "the leadership of", lead.name()),
-        lead.name(), lead.term(), std::move(writes));
+        refusal_of(lead.owns(), lead.guard().lost(), "the leadership of", lead.name()), lead.name(),
+        lead.term(), std::move(writes));
 }
 
 asio::awaitable<std::optional<fence_record>> fenced_resource::co_read() {

@@ -124,7 +124,7 @@ std::int64_t multi_lock_guard::fence(std::string_view name) const {
 std::string const& multi_lock_guard::token() const noexcept {
     return state_ ? state_->token() : detail::empty_string;
 }
-bool multi_lock_guard::owns_lock() const noexcept {
+bool multi_lock_guard::owns() const noexcept {
     return state_ && !state_->lost() && !state_->released() &&
            detail::clock_type::now() < state_->earliest_deadline();
 }
@@ -161,8 +161,8 @@ asio::awaitable<void> multi_lock_guard::wait_lost() {
         throw system_error(ec, "colock: wait_lost");
 }
 
-void multi_lock_guard::start_unlock(std::shared_ptr<detail::lock_set_state> st,
-                                    unlock_handler handler) {
+void multi_lock_guard::start_release(std::shared_ptr<detail::lock_set_state> st,
+                                     release_handler handler) {
     if (!st || !st->release_once()) {
         auto fallback =
             st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
@@ -172,11 +172,11 @@ void multi_lock_guard::start_unlock(std::shared_ptr<detail::lock_set_state> st,
     detail::release_and_complete(std::move(st), std::move(handler));
 }
 
-asio::awaitable<bool> multi_lock_guard::unlock() {
+asio::awaitable<bool> multi_lock_guard::release() {
     auto const what =
         state_ ? fmt::format("{} '{}'", detail::lock_set_kind, detail::shown_names(state_->names()))
                : std::string("a guard that holds nothing");
-    auto [ec, ours] = co_await async_unlock(detail::nothrow_awaitable);
+    auto [ec, ours] = co_await async_release(detail::nothrow_awaitable);
     if (ec)
         throw system_error(ec, ec == error::timeout
                                    ? fmt::format("colock: release of {}: not confirmed within {} "

@@ -5,6 +5,7 @@
 #include "detail/completion.hpp"
 #include "detail/spawn.hpp"
 #include "lock/base/release_completion.hpp"
+#include "lock/core/lease_extension.hpp"
 #include "lock/mutex/lock_notes.hpp"
 #include "lock/mutex/retention.hpp"
 
@@ -286,7 +287,7 @@ std::string const& lock_guard::token() const noexcept {
 std::int64_t lock_guard::fence() const noexcept {
     return state_ ? state_->fence() : 0;
 }
-bool lock_guard::owns_lock() const noexcept {
+bool lock_guard::owns() const noexcept {
     return state_ && holding_ && !state_->lost() && !state_->released() && state_->running();
 }
 std::chrono::steady_clock::time_point lock_guard::lease_expiry() const noexcept {
@@ -325,43 +326,16 @@ asio::awaitable<void> lock_guard::wait_lost() {
 
 asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
     auto st = held_state();
-    if (!st || st->released())
-        throw system_error(make_error_code(error::not_held), "colock: extend");
-    validate_extend(ttl);
-    if (st->lost())
-        co_return false;
-    // On the locker's strand, where the renewal reads ttl and lease_deadline.
-    using extend_result = std::tuple<error_code, bool>;
-    // Named, capturing no destructor (see run_lock); `st` keeps the state alive meanwhile.
-    auto initiation = [raw = st.get(), ttl](auto handler) {
-        auto state = raw->shared();
-        auto strand = state->strand();
-        detail::spawn_cancellable(
-            strand, detail::lease::extend(std::move(state), ttl), std::move(handler),
-            [](auto h, std::exception_ptr e, extend_result r) { std::move(h)(e, std::move(r)); });
-    };
-    auto [ex, result] = co_await asio::async_initiate<decltype(detail::nothrow_awaitable) const,
-                                                      void(std::exception_ptr, extend_result)>(
-        std::move(initiation), detail::nothrow_awaitable);
-    if (ex)
-        std::rethrow_exception(ex);
-    auto [ec, ours] = result;
-    if (ec)
-        throw system_error(ec, fmt::format("colock: extend of lock '{}'", st->name()));
-    co_return ours;
+    return detail::await_lease_extend(std::move(st), ttl, fmt::format("lock '{}'", name()));
 }
 
 using detail::complete_soon;
 
 void lock_guard::validate_extend(std::chrono::milliseconds ttl) const {
-    if (ttl.count() <= 0 || ttl > max_lock_ttl)
-        throw system_error(make_error_code(error::invalid_argument),
-                           fmt::format("colock: extend of lock '{}': ttl must be positive and at "
-                                       "most max_lock_ttl ({} ms), got {} ms",
-                                       name(), max_lock_ttl.count(), ttl.count()));
+    detail::check_extend_ttl(ttl, fmt::format("lock '{}'", name()));
 }
 
-void lock_guard::start_unlock(lock_guard hold, result_handler handler) {
+void lock_guard::start_release(lock_guard hold, result_handler handler) {
     auto st = hold.state_;
     bool last = false;
     bool const held = hold.drop_hold(last);
@@ -381,28 +355,10 @@ void lock_guard::start_unlock(lock_guard hold, result_handler handler) {
 
 void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
                               std::chrono::milliseconds ttl, result_handler handler) {
-    if (!st || st->released()) {
-        auto fallback =
-            st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
-        complete_soon(std::move(handler), fallback, error_code(error::not_held), false);
-        return;
-    }
-    if (st->lost()) {
-        complete_soon(std::move(handler), st->strand().get_inner_executor(), error_code{}, false);
-        return;
-    }
-    auto strand = st->strand();
-    using extend_result = std::tuple<error_code, bool>;
-    detail::spawn_cancellable(strand, detail::lease::extend(std::move(st), ttl), std::move(handler),
-                              [](result_handler h, std::exception_ptr e, extend_result r) {
-                                  auto [ec, ours] = r;
-                                  if (e)
-                                      ec = error::unexpected_reply;
-                                  std::move(h)(error_code(ec.value(), ec.category()), ours);
-                              });
+    detail::start_lease_extend(std::move(st), ttl, std::move(handler));
 }
 
-asio::awaitable<bool> lock_guard::unlock() {
+asio::awaitable<bool> lock_guard::release() {
     auto st = state_;
     bool last = false;
     bool const held = drop_hold(last);
@@ -430,10 +386,10 @@ asio::awaitable<bool> lock_guard::unlock() {
         throw system_error(
             error_code(ec.value(), ec.category()),
             ec == error::timeout
-                ? fmt::format("colock: unlock of lock '{}': the release was not confirmed within "
+                ? fmt::format("colock: release of lock '{}': the release was not confirmed within "
                               "{} ms; the lease ends by its ttl",
                               st->name(), detail::release_timeout.count())
-                : fmt::format("colock: unlock of lock '{}'", st->name()));
+                : fmt::format("colock: release of lock '{}'", st->name()));
     co_return ours;
 }
 

@@ -225,7 +225,7 @@ asio::awaitable<void> end_with_lock(lock_guard& guard, std::exception_ptr failur
     auto const why = guard.loss();
     std::string const name = guard.name();
     try {
-        co_await guard.unlock(); // false at once for a lost lease; its release goes anyway
+        co_await guard.release(); // false at once for a lost lease; its release goes anyway
     } catch (boost::system::system_error const&) {
         // Not confirmed in time: the lease runs out by its ttl. What the work did stands.
     }

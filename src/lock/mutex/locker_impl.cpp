@@ -121,7 +121,7 @@ void locker_impl::on_reconnect() {
 void locker_impl::on_close() noexcept {
     try {
         // Every lease held through the connection goes back now, on this thread, so that the
-        // close sends it; a guard let go afterwards has nothing left to send (unlock() answers
+        // close sends it; a guard let go afterwards has nothing left to send (release() answers
         // false, extend() not_held). Not to a waiter here: the calls under way end too.
         retained_.give_all_back_now();
         book_->give_all_back_now();

@@ -205,7 +205,7 @@ asio::awaitable<lease_reply> run_release(std::shared_ptr<quorum_members const> m
         asio::co_spawn(members->strand(), release_member(members, round, i), asio::detached);
     // Each primary's release retries until release_timeout by itself, in the background once
     // the round completed (wait_complete: every primary asked answered, or a majority did and a
-    // short wait passed), so that a primary that stalls or died does not hold up unlock().
+    // short wait passed), so that a primary that stalls or died does not hold up release().
     co_await round->wait_complete();
     co_return round->outcome(members->endpoints());
 }

@@ -32,7 +32,7 @@ inline constexpr std::chrono::milliseconds release_round_wait{1000};
 // How long a release that a majority gave back still waits for the other primaries asked (not
 // down): long enough for a primary that is up to answer, even a loaded one (its release is a
 // round trip of a millisecond or so), short enough that a stalled or vanished one costs
-// unlock() little. Its release goes on in the background after that.
+// release() little. Its release goes on in the background after that.
 inline constexpr std::chrono::milliseconds release_straggler_wait{250};
 
 // An extension's round: the confirmations that count, the primaries that said "not ours", and
@@ -107,7 +107,7 @@ public:
     // Whether a majority answered (ours or not).
     bool majority_answered() const noexcept;
 
-    // Waits until the release may complete (unlock() returns): when every primary asked (not
+    // Waits until the release may complete (release() returns): when every primary asked (not
     // down) answered; release_straggler_wait after a majority gave the lease back; or, with
     // neither, release_round_wait after the start once a majority answered, and otherwise
     // however long it takes either (each primary's release ends by its deadline). Not

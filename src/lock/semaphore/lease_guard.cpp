@@ -3,6 +3,7 @@
 #include "detail/completion.hpp"
 #include "lock/base/errors.hpp"
 #include "lock/base/release_completion.hpp"
+#include "lock/core/lease_extension.hpp"
 #include "lock/semaphore/semaphore_core.hpp"
 
 #include <colock/lease_guard.hpp>
@@ -95,6 +96,15 @@ asio::awaitable<permit_outcome> await_acquire(std::shared_ptr<semaphore_core> co
 
 } // namespace detail
 
+namespace {
+
+std::string holding_text(detail::permit_state const* st, std::string const& name) {
+    return st ? fmt::format("{} '{}'", st->core().kind(), name)
+              : std::string("a guard that holds nothing");
+}
+
+} // namespace
+
 lease_guard::lease_guard() noexcept = default;
 lease_guard::lease_guard(std::shared_ptr<detail::permit_state> state) noexcept
     : state_(std::move(state)) {}
@@ -166,9 +176,8 @@ void lease_guard::start_release(std::shared_ptr<detail::permit_state> st, releas
     detail::release_and_complete(std::move(st), std::move(handler));
 }
 
-asio::awaitable<bool> lease_guard::give_back() {
-    std::string what = state_ ? fmt::format("{} '{}'", state_->core().kind(), name())
-                              : std::string("a guard that holds nothing");
+asio::awaitable<bool> lease_guard::release() {
+    std::string what = holding_text(state_.get(), name());
     auto st = state_; // kept: name() and fence() still answer once let go
     auto [ec, ours] = co_await asio::async_initiate<decltype(detail::nothrow_awaitable) const,
                                                     void(error_code, bool)>(
@@ -183,6 +192,19 @@ asio::awaitable<bool> lease_guard::give_back() {
                                                  what, detail::release_timeout.count())
                                    : fmt::format("colock: release of {}", what));
     co_return ours;
+}
+
+void lease_guard::validate_extend(std::chrono::milliseconds ttl) const {
+    detail::check_extend_ttl(ttl, holding_text(state_.get(), name()));
+}
+
+void lease_guard::start_extend(std::shared_ptr<detail::permit_state> st,
+                               std::chrono::milliseconds ttl, release_handler handler) {
+    detail::start_lease_extend(std::move(st), ttl, std::move(handler));
+}
+
+asio::awaitable<bool> lease_guard::extend(std::chrono::milliseconds ttl) {
+    return detail::await_lease_extend(state_, ttl, holding_text(state_.get(), name()));
 }
 
 } // namespace colock

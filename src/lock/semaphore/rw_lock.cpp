@@ -32,16 +32,8 @@ constexpr std::size_t all_permits = std::size_t{1} << 40;
 
 // ---------------------------------------------------------------------- guards
 
-asio::awaitable<bool> read_guard::unlock() {
-    return give_back();
-}
-
-bool write_guard::owns_lock() const noexcept {
-    return owns() && !state_->exclusive_in_doubt();
-}
-
-asio::awaitable<bool> write_guard::unlock() {
-    return give_back();
+bool write_guard::owns() const noexcept {
+    return lease_guard::owns() && !state_->exclusive_in_doubt();
 }
 
 namespace {
@@ -57,7 +49,7 @@ downgrade(std::shared_ptr<detail::permit_state> st) {
                                        "lease was lost",
                                        name));
     // Until the reply says, the holding may already be a reader's: the guard claims no more
-    // (owns_lock() false). On the locker's strand, not reachable by the caller's cancellation:
+    // (owns() false). On the locker's strand, not reachable by the caller's cancellation:
     // its outcome must be known.
     st->set_exclusive_in_doubt(true);
     auto [e, reply] = co_await asio::co_spawn(
@@ -73,7 +65,7 @@ downgrade(std::shared_ptr<detail::permit_state> st) {
         throw system_error(error_code(reply.ec.value(), reply.ec.category()),
                            fmt::format("colock: co_downgrade of read-write lock '{}': its outcome "
                                        "is not known, so the guard no longer claims the write "
-                                       "lock (owns_lock() is false) until the next renewal says "
+                                       "lock (owns() is false) until the next renewal says "
                                        "which it holds; co_downgrade() again to be sure",
                                        name));
     if (!reply.ours) {

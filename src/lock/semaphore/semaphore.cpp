@@ -31,10 +31,6 @@ std::size_t permit::count() const noexcept {
     return state_ ? state_->permits() : 0;
 }
 
-asio::awaitable<bool> permit::release() {
-    return give_back();
-}
-
 // ---------------------------------------------------------------------- semaphore
 
 semaphore::semaphore(locker& l, std::string_view name, std::size_t capacity) {

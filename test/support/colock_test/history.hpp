@@ -32,7 +32,7 @@ struct holding {
     std::string token;
     /// When co_lock returned.
     std::int64_t acquired_ns = 0;
-    /// When the holder stopped relying on the lock: just before unlock(), or when it saw the
+    /// When the holder stopped relying on the lock: just before release(), or when it saw the
     /// loss.
     std::int64_t released_ns = 0;
     /// The guard's local lease deadline when the holder stopped: the lease cannot outlive it.
