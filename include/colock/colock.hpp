@@ -34,6 +34,7 @@
 /// \namespace colock::resp3
 /// The RESP3 protocol without I/O: the request builder, the reply parser and the value tree.
 
+#include <colock/diagnostics.hpp>
 #include <colock/election.hpp>
 #include <colock/error.hpp>
 #include <colock/fenced_resource.hpp>

@@ -203,7 +203,9 @@ public:
     auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
         validate_extend(ttl);
         return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-            [st = held_state(), ttl](auto handler) { start_extend(st, ttl, std::move(handler)); },
+            [st = held_state(), ttl, n = name()](auto handler) {
+                start_extend(st, ttl, n, std::move(handler));
+            },
             token);
     }
 
@@ -216,7 +218,7 @@ private:
         boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
     static void start_release(lock_guard hold, result_handler handler);
     static void start_extend(std::shared_ptr<detail::guard_state> st, std::chrono::milliseconds ttl,
-                             result_handler handler);
+                             std::string const& name, result_handler handler);
     void validate_extend(std::chrono::milliseconds ttl) const;
     // A guard holding one hold on `state` (a hold taken already, or the first).
     explicit lock_guard(std::shared_ptr<detail::guard_state> state) noexcept;
@@ -331,8 +333,8 @@ public:
     /// @par Completion signature
     /// `void(boost::system::error_code, lock_guard)`: error::timeout when wait_timeout
     /// passed; a network error or redis::error::server_error otherwise. The code cannot name
-    /// the lock: for a future whose exception does, use
-    /// `co_spawn(ex, locker.co_lock(name), use_future)`. Transient server
+    /// the lock: with_diagnostics(token) completes with the exception co_lock throws, which
+    /// does (colock/diagnostics.hpp). Transient server
     /// states (see is_transient_server_error) are waited out within wait_timeout.
     /// @par Per-operation cancellation
     /// terminal, partial: a sleeping waiter returns at once; with an attempt in flight, its

@@ -73,6 +73,10 @@ public:
     bool owns() const noexcept;
     /// owns().
     explicit operator bool() const noexcept { return owns(); }
+    /// The lease is still held, as the writer's or, after a co_downgrade() of unknown outcome,
+    /// perhaps a reader's (lease_guard::owns()): true with owns() false says a second
+    /// co_downgrade() is what settles it.
+    bool holds_lease() const noexcept { return lease_guard::owns(); }
 
     /// Turns the write lock into a read lock with no gap: the same lease (renewed on, with the
     /// same fence), now shared with the readers queued behind it, who are let in. This guard

@@ -2,6 +2,7 @@
 // library's sources.
 #pragma once
 
+#include "failure_report.hpp"
 #include "spawn.hpp"
 
 #include <colock/error.hpp>
@@ -39,8 +40,8 @@ void spawn_to_code(Strand const& strand, boost::asio::awaitable<T> op, Handler h
         strand, std::move(op), std::move(handler),
         [finish = std::move(finish)](Handler h, std::exception_ptr e, T value) mutable {
             auto const ec = code_of(e);
-            if (ec)
-                std::move(h)(ec, decltype(finish(std::move(value))){});
+            if (ec) // with_diagnostics is given what the awaitable form throws
+                complete_reporting(std::move(h), {}, e, ec, decltype(finish(std::move(value))){});
             else
                 std::move(h)(ec, finish(std::move(value)));
         });

@@ -225,8 +225,9 @@ TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard c
             auto const failed = co_await failure_of(w.co_downgrade());
             CHECK(failed.code == colock::error::timeout);
             CHECK(failed.what.find("not known") != std::string::npos);
-            // The guard says what it can be sure of: not the writer.
+            // The guard says what it can be sure of: not the writer, but a lease it holds.
             CHECK_FALSE(w.owns());
+            CHECK(w.holds_lease());
             // The pause ends and the downgrade applies: another process reads beside it.
             REQUIRE(co_await eventually(
                 [&]() -> asio::awaitable<bool> {
@@ -257,6 +258,7 @@ TEST_CASE("rw_lock: a downgrade whose reply is not seen leaves the write guard c
             co_await probe.co_exec(command("CLIENT", "PAUSE", "6500", "WRITE"));
             CHECK((co_await failure_of(w2.co_downgrade())).code == colock::error::timeout);
             CHECK_FALSE(w2.owns());
+            CHECK(w2.holds_lease()); // the lease itself is held: whose, the renewal will say
             CHECK(co_await eventually([&] { return w2.owns(); }, 4000ms, 10ms));
             CHECK(co_await integer(probe, command("HLEN", rw_key(name) + ":hw")) == 1);
             CHECK_FALSE((co_await rb.co_try_lock_shared()).has_value());

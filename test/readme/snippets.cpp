@@ -72,6 +72,7 @@ int main() {
 // the documentation outside a marked region. The headers each snippet shows (its //+ lines) are
 // included here, where the check (ctest readme_snippets) finds them.
 
+#include <colock/diagnostics.hpp>
 #include <colock/election.hpp>
 #include <colock/error.hpp>
 #include <colock/fenced_resource.hpp>
@@ -89,6 +90,7 @@ int main() {
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -99,6 +101,7 @@ int main() {
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <fmt/format.h>
@@ -157,6 +160,36 @@ asio::awaitable<std::int64_t> finish_job(colock::redis::connection& conn, colock
     auto const fence = guard.fence();
     co_await guard.release();
     co_return fence;
+}
+
+void keep(colock::lock_guard) {} // stands for a program that keeps a guard
+
+// The async forms, failing with the awaitable forms' exceptions.
+[[maybe_unused]] asio::awaitable<void>
+with_their_text(colock::locker& locker, std::string const& name, colock::lock_options opt) {
+    //[guide_with_diagnostics
+    //+ #include <colock/diagnostics.hpp>
+    //+ #include <colock/locker.hpp>
+    //+
+    //+ #include <boost/asio/use_awaitable.hpp>
+    //+ #include <boost/asio/use_future.hpp>
+    //+
+    //+ #include <exception>
+    //+
+    // Throws what co_lock throws ("colock: lock 'a': not acquired within ..."):
+    auto guard =
+        co_await locker.async_lock(name, opt, colock::with_diagnostics(asio::use_awaitable));
+    // get() throws it:
+    auto next = locker.async_lock(name, opt, colock::with_diagnostics(asio::use_future));
+    // e: null, or that exception:
+    locker.async_lock(name, opt,
+                      colock::with_diagnostics([](std::exception_ptr e, colock::lock_guard g) {
+                          if (!e)
+                              keep(std::move(g));
+                      }));
+    //]
+    keep(std::move(guard));
+    static_cast<void>(next);
 }
 
 asio::awaitable<void> move_money() { // the work that needs both accounts

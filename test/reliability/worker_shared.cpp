@@ -194,7 +194,7 @@ asio::awaitable<bool> act_while_writer(write_guard& g, std::string const& holder
         acted = true;
         first = 0;
     };
-    while (std::chrono::steady_clock::now() < until && g.owns()) {
+    while (std::chrono::steady_clock::now() < until && g.holds_lease()) {
         if (g.owns()) {
             last = steady_now_ns();
             first = first == 0 ? last : first;
@@ -292,7 +292,7 @@ asio::awaitable<void> writer(rw_lock& rw, lock_options opt, std::string proc, st
             ++t.unknown_downgrades;
             if (co_await act_while_writer(g, holder, plan, *history.believed))
                 ++t.writer_again;
-            if (g.owns() && !g.owns()) {
+            if (g.holds_lease() && !g.owns()) {
                 try {
                     r = co_await g.co_downgrade();
                     downgraded = true;

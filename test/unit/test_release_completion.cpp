@@ -4,17 +4,22 @@
 // unexpected reply; never inside the releasing call, and without Asio's source locations.
 #include "lock/base/release_completion.hpp"
 
+#include <colock/diagnostics.hpp>
 #include <colock/error.hpp>
 #include <colock/redis/error.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <doctest/doctest.h>
 
+#include <exception>
+#include <functional>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -62,15 +67,31 @@ struct release_fixture {
     std::shared_ptr<releases::holding> st =
         std::make_shared<releases::holding>(asio::make_strand(ctx.get_executor()));
     int calls = 0;
+    // What the handler got, through with_diagnostics: the code of its exception and what().
     error_code ec;
+    std::exception_ptr thrown;
+    std::string text;
     bool ours = false;
 
     void release() {
-        release_and_complete(st, [this](error_code e, bool o) {
-            ++calls;
-            ec = e;
-            ours = o;
-        });
+        release_and_complete(
+            st,
+            colock::detail::diagnosing_handler<std::function<void(std::exception_ptr, bool)>>{
+                [this](std::exception_ptr e, bool o) {
+                    ++calls;
+                    thrown = e;
+                    ec = {};
+                    if (e) {
+                        try {
+                            std::rethrow_exception(e);
+                        } catch (boost::system::system_error const& failure) {
+                            ec = failure.code();
+                            text = failure.what();
+                        }
+                    }
+                    ours = o;
+                }},
+            [](error_code e) { return "colock: release of x: " + e.message(); });
     }
     void settle() {
         ctx.restart();
@@ -128,6 +149,8 @@ TEST_CASE_FIXTURE(release_fixture, "release completion: the release's error is p
     release_settled();
     CHECK(ec == colock::error::timeout);
     CHECK_FALSE(ec.has_location());
+    // with_diagnostics is told the text the awaitable release throws.
+    CHECK_MESSAGE(text.starts_with("colock: release of x: "), text);
 }
 
 TEST_CASE_FIXTURE(release_fixture, "release completion: an exception in the release reads as an "

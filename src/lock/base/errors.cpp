@@ -2,8 +2,10 @@
 // errors of an attempt are sorted into passing and lasting ones.
 #include "lock/base/errors.hpp"
 
+#include <colock/diagnostics.hpp>
 #include <colock/error.hpp>
 #include <colock/lock_options.hpp>
+#include <colock/redis/connection.hpp>
 #include <colock/redis/error.hpp>
 
 #include <boost/asio/error.hpp>
@@ -177,6 +179,16 @@ bool is_connect_failure(error_code ec) {
     if (ec.category() == redis::error_category())
         return ec == redis::error::connect_timeout || ec == redis::error::handshake_failed;
     return true; // system, resolver, end of stream, TLS
+}
+
+std::exception_ptr failure_exception(error_code ec, std::string_view message) {
+    if (message.empty())
+        return std::make_exception_ptr(system_error(ec));
+    // As the awaitable forms throw (awaited_call.hpp): a connection never established throws
+    // redis::connect_error, whose what() is the message alone.
+    if (is_connect_failure(ec))
+        return std::make_exception_ptr(redis::connect_error(ec, std::string(message)));
+    return std::make_exception_ptr(system_error(ec, std::string(message)));
 }
 
 bool is_lasting_connect_failure(error_code ec) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "detail/completion.hpp"
+#include "detail/failure_report.hpp"
 
 #include <colock/error.hpp>
 
@@ -32,8 +33,10 @@ void complete_soon(Handler handler, Executor const& fallback, Args... args) {
 // (its release still goes out in the background, in case the server has it yet), otherwise with
 // the server's answer. `release_held(st)` (the awaited release, on the strand) and
 // `release_in_background(st)` are the holding kind's own, found by argument-dependent lookup.
-template <class State, class Handler>
-void release_and_complete(std::shared_ptr<State> st, Handler handler) {
+// `failure_text(ec)` is the text the awaitable release throws for a failure, reported to
+// with_diagnostics.
+template <class State, class Handler, class FailureText>
+void release_and_complete(std::shared_ptr<State> st, Handler handler, FailureText failure_text) {
     using boost::system::error_code;
     auto const io_executor = st->strand().get_inner_executor();
     if (st->lost()) {
@@ -42,19 +45,24 @@ void release_and_complete(std::shared_ptr<State> st, Handler handler) {
         return;
     }
     auto strand = st->strand();
-    boost::asio::co_spawn(strand, release_held(std::move(st)),
-                          boost::asio::bind_cancellation_slot(
-                              boost::asio::cancellation_slot(),
-                              [handler = std::move(handler), io_executor](
-                                  std::exception_ptr e, std::tuple<error_code, bool> r) mutable {
-                                  auto ec = std::get<0>(r);
-                                  if (e)
-                                      ec = error::unexpected_reply;
-                                  // Without the source location Asio attaches.
-                                  complete_soon(std::move(handler), io_executor,
-                                                error_code(ec.value(), ec.category()),
-                                                std::get<1>(r));
-                              }));
+    boost::asio::co_spawn(
+        strand, release_held(std::move(st)),
+        boost::asio::bind_cancellation_slot(
+            boost::asio::cancellation_slot(),
+            [handler = std::move(handler), io_executor, failure_text = std::move(failure_text)](
+                std::exception_ptr e, std::tuple<error_code, bool> r) mutable {
+                auto ec = std::get<0>(r);
+                if (e)
+                    ec = error::unexpected_reply;
+                // Without the source location Asio attaches.
+                ec = error_code(ec.value(), ec.category());
+                if (!ec) {
+                    complete_soon(std::move(handler), io_executor, ec, std::get<1>(r));
+                    return;
+                }
+                post_reporting(io_executor, std::move(handler), failure_text(ec), ec,
+                               std::get<1>(r));
+            }));
 }
 
 } // namespace colock::detail

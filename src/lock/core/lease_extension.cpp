@@ -2,6 +2,7 @@
 #include "lock/core/lease_extension.hpp"
 
 #include "detail/awaitable_tokens.hpp"
+#include "detail/failure_report.hpp"
 #include "detail/spawn.hpp"
 #include "lock/base/release_completion.hpp"
 
@@ -32,11 +33,13 @@ void check_extend_ttl(std::chrono::milliseconds ttl, std::string_view what) {
 }
 
 void start_lease_extend(std::shared_ptr<lease> st, std::chrono::milliseconds ttl,
-                        asio::any_completion_handler<void(error_code, bool)> handler) {
+                        asio::any_completion_handler<void(error_code, bool)> handler,
+                        std::string what) {
     if (!st || st->released()) {
         auto fallback =
             st ? st->strand().get_inner_executor() : asio::any_io_executor(asio::system_executor());
-        complete_soon(std::move(handler), fallback, error_code(error::not_held), false);
+        post_reporting(fallback, std::move(handler), fmt::format("colock: extend of {}", what),
+                       error_code(error::not_held), false);
         return;
     }
     if (st->lost()) {
@@ -46,12 +49,18 @@ void start_lease_extend(std::shared_ptr<lease> st, std::chrono::milliseconds ttl
     auto strand = st->strand();
     using extend_result = std::tuple<error_code, bool>;
     spawn_cancellable(strand, lease::extend(std::move(st), ttl), std::move(handler),
-                      [](auto h, std::exception_ptr e, extend_result r) {
+                      [what = std::move(what)](auto h, std::exception_ptr e, extend_result r) {
                           auto [ec, ours] = r;
                           if (e)
                               ec = error::unexpected_reply;
                           // Without the source location Asio attaches.
-                          std::move(h)(error_code(ec.value(), ec.category()), ours);
+                          ec = error_code(ec.value(), ec.category());
+                          if (!ec) {
+                              std::move(h)(ec, ours);
+                              return;
+                          }
+                          complete_reporting(
+                              std::move(h), fmt::format("colock: extend of {}", what), e, ec, ours);
                       });
 }
 

@@ -21,12 +21,14 @@ namespace colock::detail {
 void check_extend_ttl(std::chrono::milliseconds ttl, std::string_view what);
 
 // Extends `st` (null, or let go: error::not_held; known lost: false at once) to `ttl` from now,
-// in turn with its renewal, and completes `handler(error_code, bool extended)` on its executor.
+// in turn with its renewal, and completes `handler(error_code, bool extended)` on its executor,
+// telling with_diagnostics the text the awaitable form throws, which names `what`.
 // Cancellation (terminal, partial) as the connection's requests: a cancelled extend may still
 // have run. Any thread.
 void start_lease_extend(
     std::shared_ptr<lease> st, std::chrono::milliseconds ttl,
-    boost::asio::any_completion_handler<void(boost::system::error_code, bool)> handler);
+    boost::asio::any_completion_handler<void(boost::system::error_code, bool)> handler,
+    std::string what);
 
 // The awaitable form: true when extended, false when the lease was lost; throws system_error
 // naming `what` on an error (error::not_held for a holding let go or never held).

@@ -4,6 +4,7 @@
 // says otherwise.
 #pragma once
 
+#include "detail/failure_report.hpp"
 #include "detail/spawn.hpp"
 #include "lock/base/common.hpp"
 #include "lock/core/lease.hpp"
@@ -178,7 +179,8 @@ void spawn_lock_set(std::shared_ptr<locker_context> locker, std::vector<std::str
             auto ec = o.ec;
             if (e)
                 ec = make_error_code(error::unexpected_reply);
-            finish(std::move(h), ec, std::move(o));
+            // with_diagnostics is told what the awaitable form throws.
+            finish_reporting(finish, std::move(h), ec, e, std::move(o));
         });
 }
 

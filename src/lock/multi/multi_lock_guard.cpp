@@ -161,6 +161,23 @@ asio::awaitable<void> multi_lock_guard::wait_lost() {
         throw system_error(ec, "colock: wait_lost");
 }
 
+namespace {
+
+std::string set_text(detail::lock_set_state const* st) {
+    return st ? fmt::format("{} '{}'", detail::lock_set_kind, detail::shown_names(st->names()))
+              : std::string("a guard that holds nothing");
+}
+
+// What a failed release of the set `what` throws (and tells with_diagnostics).
+std::string release_failure_text(std::string const& what, error_code ec) {
+    return ec == error::timeout ? fmt::format("colock: release of {}: not confirmed within {} ms; "
+                                              "the leases end by their ttl",
+                                              what, detail::release_timeout.count())
+                                : fmt::format("colock: release of {}", what);
+}
+
+} // namespace
+
 void multi_lock_guard::start_release(std::shared_ptr<detail::lock_set_state> st,
                                      release_handler handler) {
     if (!st || !st->release_once()) {
@@ -169,20 +186,17 @@ void multi_lock_guard::start_release(std::shared_ptr<detail::lock_set_state> st,
         detail::complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    detail::release_and_complete(std::move(st), std::move(handler));
+    auto text = [what = set_text(st.get())](error_code ec) {
+        return release_failure_text(what, ec);
+    };
+    detail::release_and_complete(std::move(st), std::move(handler), std::move(text));
 }
 
 asio::awaitable<bool> multi_lock_guard::release() {
-    auto const what =
-        state_ ? fmt::format("{} '{}'", detail::lock_set_kind, detail::shown_names(state_->names()))
-               : std::string("a guard that holds nothing");
+    auto const what = set_text(state_.get());
     auto [ec, ours] = co_await async_release(detail::nothrow_awaitable);
     if (ec)
-        throw system_error(ec, ec == error::timeout
-                                   ? fmt::format("colock: release of {}: not confirmed within {} "
-                                                 "ms; the leases end by their ttl",
-                                                 what, detail::release_timeout.count())
-                                   : fmt::format("colock: release of {}", what));
+        throw system_error(ec, release_failure_text(what, ec));
     co_return ours;
 }
 

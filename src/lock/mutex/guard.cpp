@@ -331,6 +331,19 @@ asio::awaitable<bool> lock_guard::extend(std::chrono::milliseconds ttl) {
 
 using detail::complete_soon;
 
+namespace {
+
+// What a failed release of lock `name` throws (and tells with_diagnostics).
+std::string release_failure_text(std::string const& name, error_code ec) {
+    return ec == error::timeout
+               ? fmt::format("colock: release of lock '{}': the release was not confirmed within "
+                             "{} ms; the lease ends by its ttl",
+                             name, detail::release_timeout.count())
+               : fmt::format("colock: release of lock '{}'", name);
+}
+
+} // namespace
+
 void lock_guard::validate_extend(std::chrono::milliseconds ttl) const {
     detail::check_extend_ttl(ttl, fmt::format("lock '{}'", name()));
 }
@@ -350,12 +363,15 @@ void lock_guard::start_release(lock_guard hold, result_handler handler) {
         complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    detail::release_and_complete(std::move(st), std::move(handler));
+    auto text = [name = st->name()](error_code ec) { return release_failure_text(name, ec); };
+    detail::release_and_complete(std::move(st), std::move(handler), std::move(text));
 }
 
 void lock_guard::start_extend(std::shared_ptr<detail::guard_state> st,
-                              std::chrono::milliseconds ttl, result_handler handler) {
-    detail::start_lease_extend(std::move(st), ttl, std::move(handler));
+                              std::chrono::milliseconds ttl, std::string const& name,
+                              result_handler handler) {
+    auto what = fmt::format("lock '{}'", name);
+    detail::start_lease_extend(std::move(st), ttl, std::move(handler), std::move(what));
 }
 
 asio::awaitable<bool> lock_guard::release() {
@@ -383,13 +399,8 @@ asio::awaitable<bool> lock_guard::release() {
         std::rethrow_exception(ex);
     auto [ec, ours] = result;
     if (ec)
-        throw system_error(
-            error_code(ec.value(), ec.category()),
-            ec == error::timeout
-                ? fmt::format("colock: release of lock '{}': the release was not confirmed within "
-                              "{} ms; the lease ends by its ttl",
-                              st->name(), detail::release_timeout.count())
-                : fmt::format("colock: release of lock '{}'", st->name()));
+        throw system_error(error_code(ec.value(), ec.category()),
+                           release_failure_text(st->name(), ec));
     co_return ours;
 }
 

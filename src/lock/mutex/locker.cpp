@@ -4,6 +4,7 @@
 #include "lock/mutex/locker_access.hpp"
 #include "lock/mutex/locker_impl.hpp"
 
+#include "detail/failure_report.hpp"
 #include "lock/base/awaited_call.hpp"
 #include "lock/base/errors.hpp"
 #include "lock/base/token.hpp"
@@ -168,26 +169,31 @@ void locker::start_lock(std::string name, lock_options opt, lock_handler handler
     start_operation(impl_, {impl_->prefix()}, std::move(name), std::move(opt), true,
                     std::move(handler), [](lock_handler h, std::exception_ptr e, outcome_type out) {
                         if (e) {
-                            std::move(h)(make_error_code(error::unexpected_reply), lock_guard{});
+                            detail::complete_reporting(std::move(h), {}, e,
+                                                       make_error_code(error::unexpected_reply),
+                                                       lock_guard{});
                             return;
                         }
-                        std::move(h)(out.ec, lock_guard(std::move(out.state)));
+                        detail::complete_reporting(std::move(h), out.message, nullptr, out.ec,
+                                                   lock_guard(std::move(out.state)));
                     });
 }
 
 void locker::start_try_lock(std::string name, lock_options opt, try_lock_handler handler) {
-    start_operation(impl_, {impl_->prefix()}, std::move(name), std::move(opt), false,
-                    std::move(handler),
-                    [](try_lock_handler h, std::exception_ptr e, outcome_type out) {
-                        if (e) {
-                            std::move(h)(make_error_code(error::unexpected_reply), std::nullopt);
-                            return;
-                        }
-                        std::optional<lock_guard> g;
-                        if (out.state)
-                            g.emplace(lock_guard(std::move(out.state)));
-                        std::move(h)(out.ec, std::move(g));
-                    });
+    start_operation(
+        impl_, {impl_->prefix()}, std::move(name), std::move(opt), false, std::move(handler),
+        [](try_lock_handler h, std::exception_ptr e, outcome_type out) {
+            if (e) {
+                detail::complete_reporting(std::move(h), {}, e,
+                                           make_error_code(error::unexpected_reply),
+                                           std::optional<lock_guard>{});
+                return;
+            }
+            std::optional<lock_guard> g;
+            if (out.state)
+                g.emplace(lock_guard(std::move(out.state)));
+            detail::complete_reporting(std::move(h), out.message, nullptr, out.ec, std::move(g));
+        });
 }
 
 asio::awaitable<lock_guard> locker::co_lock(std::string_view name, lock_options opt) {

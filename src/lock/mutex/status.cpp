@@ -1,6 +1,7 @@
 // Seeing and operating locks from outside their holders: status reads what the server holds
 // for a lock and who holds it; a forced unlock ends a holder's lease and tells its locker at
 // once (the holder record it names is kept in holder_record.cpp).
+#include "detail/failure_report.hpp"
 #include "detail/spawn.hpp"
 #include "lock/base/awaited_call.hpp"
 #include "lock/base/errors.hpp"
@@ -243,7 +244,7 @@ void locker::start_status(std::string name, status_handler handler) {
         [](status_handler h, std::exception_ptr e, detail::status_outcome out) {
             if (e)
                 out.ec = error::unexpected_reply;
-            std::move(h)(out.ec, std::move(out.status));
+            detail::complete_reporting(std::move(h), out.message, e, out.ec, std::move(out.status));
         });
 }
 
@@ -255,7 +256,7 @@ void locker::start_force_unlock(std::string name, force_unlock_handler handler) 
         [](force_unlock_handler h, std::exception_ptr e, detail::force_unlock_outcome out) {
             if (e)
                 out.ec = error::unexpected_reply;
-            std::move(h)(out.ec, out.ended);
+            detail::complete_reporting(std::move(h), out.message, e, out.ec, out.ended);
         });
 }
 

@@ -103,6 +103,14 @@ std::string holding_text(detail::permit_state const* st, std::string const& name
               : std::string("a guard that holds nothing");
 }
 
+// What a failed release of `what` throws (and tells with_diagnostics).
+std::string release_failure_text(std::string const& what, error_code ec) {
+    return ec == error::timeout ? fmt::format("colock: release of {}: not confirmed within {} ms; "
+                                              "the lease ends by its ttl",
+                                              what, detail::release_timeout.count())
+                                : fmt::format("colock: release of {}", what);
+}
+
 } // namespace
 
 lease_guard::lease_guard() noexcept = default;
@@ -173,7 +181,10 @@ void lease_guard::start_release(std::shared_ptr<detail::permit_state> st, releas
         detail::complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    detail::release_and_complete(std::move(st), std::move(handler));
+    auto text = [what = holding_text(st.get(), st->core().name())](error_code ec) {
+        return release_failure_text(what, ec);
+    };
+    detail::release_and_complete(std::move(st), std::move(handler), std::move(text));
 }
 
 asio::awaitable<bool> lease_guard::release() {
@@ -186,11 +197,7 @@ asio::awaitable<bool> lease_guard::release() {
         },
         detail::nothrow_awaitable, std::move(st));
     if (ec)
-        throw system_error(ec, ec == error::timeout
-                                   ? fmt::format("colock: release of {}: not confirmed within {} "
-                                                 "ms; the lease ends by its ttl",
-                                                 what, detail::release_timeout.count())
-                                   : fmt::format("colock: release of {}", what));
+        throw system_error(ec, release_failure_text(what, ec));
     co_return ours;
 }
 
@@ -200,7 +207,8 @@ void lease_guard::validate_extend(std::chrono::milliseconds ttl) const {
 
 void lease_guard::start_extend(std::shared_ptr<detail::permit_state> st,
                                std::chrono::milliseconds ttl, release_handler handler) {
-    detail::start_lease_extend(std::move(st), ttl, std::move(handler));
+    auto what = holding_text(st.get(), st ? st->core().name() : std::string());
+    detail::start_lease_extend(std::move(st), ttl, std::move(handler), std::move(what));
 }
 
 asio::awaitable<bool> lease_guard::extend(std::chrono::milliseconds ttl) {

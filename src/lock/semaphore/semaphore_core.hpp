@@ -4,6 +4,7 @@
 // sources; on the locker's strand, but for what says otherwise.
 #pragma once
 
+#include "detail/failure_report.hpp"
 #include "detail/spawn.hpp"
 #include "lock/base/common.hpp"
 #include "lock/core/acquisition.hpp"
@@ -172,7 +173,8 @@ void spawn_acquire(std::shared_ptr<semaphore_core> core, std::size_t permits, bo
             auto ec = o.ec;
             if (e)
                 ec = make_error_code(error::unexpected_reply);
-            finish(std::move(h), ec, std::move(o));
+            // with_diagnostics is told what the awaitable form throws.
+            finish_reporting(finish, std::move(h), ec, e, std::move(o));
         });
 }
 
