@@ -88,14 +88,19 @@ struct diagnosing_signature<void(boost::system::error_code, Args...)> {
 #if !defined(GENERATING_DOCUMENTATION)
 namespace boost::asio {
 
+/// How a with_diagnostics_t token completes: as `Token`, with the signature's error_code turned
+/// into a std::exception_ptr.
 template <class Token, class Signature>
 struct async_result<colock::with_diagnostics_t<Token>, Signature>
     : async_result<Token, typename colock::detail::diagnosing_signature<Signature>::type> {
+    /// The adapted token's async_result.
     using base =
         async_result<Token, typename colock::detail::diagnosing_signature<Signature>::type>;
 
+    /// Gives the operation's initiation a diagnosing handler around the adapted token's.
     template <class Initiation>
     struct init_wrapper {
+        /// Starts the operation with `handler` adapted.
         template <class Handler, class... Args>
         void operator()(Handler&& handler, Args&&... args) {
             std::move(initiation)(
@@ -103,9 +108,11 @@ struct async_result<colock::with_diagnostics_t<Token>, Signature>
                     std::forward<Handler>(handler)},
                 std::forward<Args>(args)...);
         }
+        /// The operation's initiation.
         Initiation initiation;
     };
 
+    /// Starts the operation, completing the adapted token.
     template <class Initiation, class RawToken, class... Args>
     static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
         // async_initiate rather than base::initiate: tokens of the older form (use_future's, in
@@ -119,13 +126,17 @@ struct async_result<colock::with_diagnostics_t<Token>, Signature>
     }
 };
 
+/// The diagnosing handler's associated executor, allocator and cancellation slot are its inner
+/// handler's.
 template <template <class, class> class Associator, class Handler, class DefaultCandidate>
 struct associator<Associator, colock::detail::diagnosing_handler<Handler>, DefaultCandidate>
     : Associator<Handler, DefaultCandidate> {
+    /// The inner handler's.
     static typename Associator<Handler, DefaultCandidate>::type
     get(colock::detail::diagnosing_handler<Handler> const& h) noexcept {
         return Associator<Handler, DefaultCandidate>::get(h.inner);
     }
+    /// The inner handler's, else `c`.
     static auto get(colock::detail::diagnosing_handler<Handler> const& h,
                     DefaultCandidate const& c) noexcept
         -> decltype(Associator<Handler, DefaultCandidate>::get(h.inner, c)) {
