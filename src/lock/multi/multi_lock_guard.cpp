@@ -186,17 +186,18 @@ void multi_lock_guard::start_release(std::shared_ptr<detail::lock_set_state> st,
         detail::complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    auto text = [what = set_text(st.get())](error_code ec) {
-        return release_failure_text(what, ec);
+    // Formatted only on a failure: a release that succeeds pays no text.
+    auto text = [held = st](error_code ec) {
+        return release_failure_text(set_text(held.get()), ec);
     };
     detail::release_and_complete(std::move(st), std::move(handler), std::move(text));
 }
 
 asio::awaitable<bool> multi_lock_guard::release() {
-    auto const what = set_text(state_.get());
+    auto const held = state_; // names the set on a failure
     auto [ec, ours] = co_await async_release(detail::nothrow_awaitable);
     if (ec)
-        throw system_error(ec, release_failure_text(what, ec));
+        throw system_error(ec, release_failure_text(set_text(held.get()), ec));
     co_return ours;
 }
 

@@ -363,7 +363,8 @@ void lock_guard::start_release(lock_guard hold, result_handler handler) {
         complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    auto text = [name = st->name()](error_code ec) { return release_failure_text(name, ec); };
+    // Formatted only on a failure: a release that succeeds pays no text.
+    auto text = [held = st](error_code ec) { return release_failure_text(held->name(), ec); };
     detail::release_and_complete(std::move(st), std::move(handler), std::move(text));
 }
 

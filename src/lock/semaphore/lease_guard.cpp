@@ -181,14 +181,14 @@ void lease_guard::start_release(std::shared_ptr<detail::permit_state> st, releas
         detail::complete_soon(std::move(handler), fallback, error_code{}, false);
         return;
     }
-    auto text = [what = holding_text(st.get(), st->core().name())](error_code ec) {
-        return release_failure_text(what, ec);
+    // Formatted only on a failure: a release that succeeds pays no text.
+    auto text = [held = st](error_code ec) {
+        return release_failure_text(holding_text(held.get(), held->core().name()), ec);
     };
     detail::release_and_complete(std::move(st), std::move(handler), std::move(text));
 }
 
 asio::awaitable<bool> lease_guard::release() {
-    std::string what = holding_text(state_.get(), name());
     auto st = state_; // kept: name() and fence() still answer once let go
     auto [ec, ours] = co_await asio::async_initiate<decltype(detail::nothrow_awaitable) const,
                                                     void(error_code, bool)>(
@@ -197,7 +197,7 @@ asio::awaitable<bool> lease_guard::release() {
         },
         detail::nothrow_awaitable, std::move(st));
     if (ec)
-        throw system_error(ec, release_failure_text(what, ec));
+        throw system_error(ec, release_failure_text(holding_text(state_.get(), name()), ec));
     co_return ours;
 }
 
