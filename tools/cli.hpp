@@ -19,8 +19,8 @@ namespace colock::cli {
 // Exit codes. 0, 1 and a command's own status are the answer; the 12x codes are above what
 // commands commonly use and below the shell's 126/127 and 128+N.
 inline constexpr int exit_ok = 0;
-/// status: the lock is not held (free or handed over); unlock: nobody held it; leader: nobody
-/// leads.
+/// status: the lock is not held (free or handed over); unlock: nobody held it; leader, resign:
+/// nobody leads.
 inline constexpr int exit_no = 1;
 inline constexpr int exit_usage = 2;
 /// exec: the lock (with --permits, a permit) was not acquired within --wait; elect: not
@@ -44,7 +44,7 @@ inline constexpr int exit_not_found = 127;
 /// The largest --permits: a semaphore's largest capacity (colock::semaphore's constructor).
 inline constexpr std::size_t max_permits = 1'000'000;
 
-enum class subcommand { none, exec, status, list, unlock, elect, leader };
+enum class subcommand { none, exec, status, list, unlock, elect, leader, resign };
 
 /// The command line, parsed and checked.
 struct options {
@@ -78,7 +78,7 @@ struct options {
     /// elect: what the leader proclaims; nullopt: "<host>:<pid>" of the tool's process.
     std::optional<std::string> value;
 
-    // exec, status, unlock: the lock; elect, leader: the election; list: the pattern.
+    // exec, status, unlock: the lock; elect, leader, resign: the election; list: the pattern.
     std::string name;
     std::string pattern = "*";
     bool json = false;
@@ -119,6 +119,7 @@ boost::asio::awaitable<int> run_list(options const& opt, redis::connection& conn
 boost::asio::awaitable<int> run_unlock(options const& opt, locker& lk);
 boost::asio::awaitable<int> run_elect(options const& opt, redis::connection& conn, locker& lk);
 boost::asio::awaitable<int> run_leader(options const& opt, locker& lk);
+boost::asio::awaitable<int> run_resign(options const& opt, locker& lk);
 
 /// Prints "colock: <message>" to stderr.
 void complain(std::string_view message);

@@ -32,6 +32,8 @@ std::string_view name_of(subcommand cmd) {
         return "elect";
     case subcommand::leader:
         return "leader";
+    case subcommand::resign:
+        return "resign";
     case subcommand::none:
         break;
     }
@@ -45,12 +47,14 @@ bool runs_command(subcommand cmd) {
 
 // The word for the NAME operand, in messages.
 std::string_view name_word(subcommand cmd) {
-    return cmd == subcommand::elect || cmd == subcommand::leader ? "election name" : "lock name";
+    return cmd == subcommand::elect || cmd == subcommand::leader || cmd == subcommand::resign
+               ? "election name"
+               : "lock name";
 }
 
 std::optional<subcommand> subcommand_named(std::string_view word) {
     for (auto cmd : {subcommand::exec, subcommand::status, subcommand::list, subcommand::unlock,
-                     subcommand::elect, subcommand::leader})
+                     subcommand::elect, subcommand::leader, subcommand::resign})
         if (word == name_of(cmd))
             return cmd;
     return std::nullopt;
@@ -201,7 +205,7 @@ private:
             flag(o_.json);
         } else if (cmd == subcommand::leader && name == "--watch") {
             flag(o_.watch);
-        } else if (cmd == subcommand::unlock && name == "--force") {
+        } else if ((cmd == subcommand::unlock || cmd == subcommand::resign) && name == "--force") {
             flag(o_.force);
         } else if (cmd == subcommand::none) {
             refuse(fmt::format("unknown option '{}' (subcommand options go after the subcommand)",
@@ -291,12 +295,17 @@ private:
         case subcommand::status:
         case subcommand::unlock:
         case subcommand::leader:
+        case subcommand::resign:
             if (operands.size() > 1)
                 refuse(fmt::format("one {} expected, got {}", name_word(o_.cmd), operands.size()));
             need_name(operands);
             if (o_.cmd == subcommand::unlock && !o_.force)
                 refuse("refusing without --force: it ends the lease of whoever holds the lock, "
                        "while that holder may still be at work");
+            if (o_.cmd == subcommand::resign && !o_.force)
+                refuse("refusing without --force: it ends the term of whoever leads, while that "
+                       "leader may still be at work (a leader resigns by itself when its elect "
+                       "command exits)");
             break;
         case subcommand::list:
             if (operands.size() > 1)
@@ -399,10 +408,13 @@ std::string usage_line(subcommand cmd) {
                "[--grace D] NAME -- COMMAND [ARGS...]";
     case subcommand::leader:
         return "usage: colock [OPTIONS] leader [--json] [--watch] NAME";
+    case subcommand::resign:
+        return "usage: colock [OPTIONS] resign --force NAME";
     case subcommand::none:
         break;
     }
-    return "usage: colock [--url URL] [--prefix P] {exec|status|list|unlock|elect|leader} ...";
+    return "usage: colock [--url URL] [--prefix P] {exec|status|list|unlock|elect|leader|resign} "
+           "...";
 }
 
 std::string help_text() {
@@ -421,6 +433,7 @@ usage:
   colock [OPTIONS] elect [--value V] [--ttl D] [--wait D|forever] [--grace D] NAME -- COMMAND
                          [ARGS...]
   colock [OPTIONS] leader [--json] [--watch] NAME
+  colock [OPTIONS] resign --force NAME
 
 subcommands:
   exec     Take lock NAME, run COMMAND while the lease is renewed, release the lock when
@@ -451,6 +464,10 @@ subcommands:
            program), time left. Exit 0 when someone leads, 1 when nobody does. With --watch,
            print the leader now and then one line (or JSON object) per change, "no leader"
            included, until SIGINT, SIGTERM or SIGHUP (exit 0).
+  resign   End the term of whoever leads election NAME now. The leader is told at once and
+           stops (its command gets SIGTERM), every watch sees nobody leading, and the first
+           waiting candidate leads within a second. Needs --force. Exit 0 when a term was
+           ended, 1 when nobody led.
 
 options (before or after the subcommand; --opt VALUE or --opt=VALUE):
   --url URL        the Redis server: redis://[[user]:password@]host[:port][/db],
@@ -471,14 +488,15 @@ options (before or after the subcommand; --opt VALUE or --opt=VALUE):
   --value V        elect: what the leader proclaims (default HOST:PID of colock)
   --json           status, list, leader: print JSON
   --watch          leader: print every change until a signal
-  --force          unlock: required
+  --force          unlock, resign: required
   -h, --help       print this help
   --version        print the version
 Durations: 500ms, 30s, 2m, 1h, 1.5s; a bare number is seconds.
 
 exit status:
   0    success; exec, elect: the command's own status (128+N when signal N ended it)
-  1    status: the lock is not held; unlock: nobody held the lock; leader: nobody leads
+  1    status: the lock is not held; unlock: nobody held the lock; leader, resign: nobody
+       leads
   2    usage error
   120  exec: the lock (a permit, a read or write lock) was not acquired within --wait;
        elect: not leading

@@ -497,6 +497,33 @@ grep -q "lost the leadership of election 'lostel' (term [0-9]*)" "$work/elost.er
     fail "no message on the lost leadership"
 pass "elect: a lost leadership sends SIGTERM to the command, exit 121; a missing command 127"
 
+# --- 12b. resign --force: the leader is told at once, the next candidate leads -----------------
+run_colock rsusage resign fres
+expect_status 2 "resign without --force"
+grep -q "refusing without --force" "$work/rsusage.err" || fail "resign without --force: no refusal"
+start_holder fra elect --ttl 30s --grace 10s fres -- "${trapping_command[@]}" "$work/fra.pid" "$work/fra.term"
+fra=$holder
+wait_until 10 "the leader's command" test -s "$work/fra.pid"
+start_holder frb elect --ttl 30s fres -- "${sleeping_command[@]}" "$work/frb.pid"
+frb=$holder
+fres_queued() { [ "$("$redis_cli" -u "$COLOCK_REDIS_URL" LLEN 'colock:election:{fres}:q')" -ge 1 ]; }
+wait_until 10 "the second candidate queued" fres_queued
+run_colock resign resign --force fres
+expect_status 0 "resign --force while someone leads"
+grep -q "ended the leadership of election 'fres' (term [0-9]*" "$work/resign.out" ||
+    fail "resign --force did not say whose term it ended: $(cat "$work/resign.out")"
+# Far below the 10 s renewal interval: only the message to the leader's locker explains it.
+wait_until 2 "SIGTERM to the forced-out leader's command" test -s "$work/fra.term"
+wait_exit "$fra" 10
+[ "$s" = 121 ] || fail "the forced-out leader exited $s, expected 121"
+wait_until 5 "the queued candidate leading" test -s "$work/frb.pid"
+kill -TERM "$frb"
+wait_exit "$frb" 10
+run_colock resign resign --force fres
+expect_status 1 "resign --force with nobody leading"
+grep -q "nobody led election 'fres'" "$work/resign.out" || fail "resign --force with nobody leading: $(cat "$work/resign.out")"
+pass "resign --force: exit 0, the leader's command got SIGTERM within 2 s, the queued candidate led; nobody leading: 1; no --force: 2"
+
 # --- 13. exec --permits: a semaphore of 2 runs two commands at once, the third waits -----------
 # A semaphore's keys are colock:semaphore:{NAME} (capacity, fence), :h (the permits held) and :q
 # (the waiting calls). gated_command (section 11) appends "start X", waits for $1.go, appends

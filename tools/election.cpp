@@ -194,4 +194,27 @@ asio::awaitable<int> run_leader(options const& o, locker& lk) {
     co_return who ? exit_ok : exit_no;
 }
 
+asio::awaitable<int> run_resign(options const& o, locker& lk) {
+    election el{lk, o.name};
+    // Who led, for the message; the leadership may change hands in between, which the answer
+    // of the forced resign itself tells.
+    std::string leader;
+    try {
+        if (auto const who = co_await el.co_leader()) {
+            leader = fmt::format(" (term {}, value '{}'", who->term, printable(who->value));
+            if (who->holder)
+                leader += fmt::format(", {} pid {} on {}", printable(who->holder->program),
+                                      who->holder->pid, printable(who->holder->host));
+            leader += ")";
+        }
+    } catch (std::exception const&) {
+    }
+    if (co_await el.co_force_resign()) {
+        fmt::print("ended the leadership of election '{}'{}\n", printable(o.name), leader);
+        co_return exit_ok;
+    }
+    fmt::print("nobody led election '{}': no term to end\n", printable(o.name));
+    co_return exit_no;
+}
+
 } // namespace colock::cli

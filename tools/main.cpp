@@ -60,6 +60,9 @@ asio::awaitable<int> run(options o, redis::config cfg) {
         case subcommand::leader:
             code = co_await run_leader(o, lk);
             break;
+        case subcommand::resign:
+            code = co_await run_resign(o, lk);
+            break;
         case subcommand::none:
             break;
         }

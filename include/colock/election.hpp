@@ -325,6 +325,27 @@ public:
     /// A watch of this election's changes from now on; see leader_watch.
     leader_watch observe();
 
+    /// Ends the term of whoever leads, from any process: the last resort for a leader that is
+    /// stuck. The leader's locker is told at once (its leadership is lost with
+    /// loss_reason::forced, wait_lost() completes, its renewal stops), every watch is told
+    /// that nobody leads, and the first queued candidate leads once the lock's quarantine is
+    /// over (up to a second, never longer than the lease had left; see
+    /// locker::co_force_unlock). Returns true when someone led and was ended, false when
+    /// nobody led. A leader whose connection is down learns it only at its next renewal.
+    /// Throws boost::system::system_error naming the election: a network error,
+    /// redis::error::server_error, or (Redlock) error::no_quorum.
+    boost::asio::awaitable<bool> co_force_resign();
+    /// The same as an operation of any completion token.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, bool ended)`: the codes co_force_resign throws.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as the connection's async_exec (the term may still have been ended).
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_force_resign(CompletionToken&& token = {}) {
+        return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+            [core = core_](auto handler) { start_force_resign(core, std::move(handler)); }, token);
+    }
+
 private:
     static boost::asio::awaitable<leadership> campaign(std::shared_ptr<detail::election_core> core,
                                                        std::string value, lock_options opt);
@@ -335,6 +356,9 @@ private:
                              boost::asio::any_completion_handler<void(boost::system::error_code,
                                                                       std::optional<leader_info>)>
                                  handler);
+    static void start_force_resign(
+        std::shared_ptr<detail::election_core> core,
+        boost::asio::any_completion_handler<void(boost::system::error_code, bool)> handler);
 
     std::shared_ptr<detail::election_core> core_;
 };

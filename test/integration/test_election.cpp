@@ -350,6 +350,55 @@ TEST_CASE("election: a forced unlock ends the term at once for every watch, not 
         });
 }
 
+TEST_CASE("election: a forced resign tells the leader and every watch at once; the first queued "
+          "candidate leads with a higher term; with nobody leading it ends nothing") {
+    run_lock_test<two_lockers>(
+        "election-force-resign",
+        [](redis::connection&, redis::connection&, redis::connection& probe, locker& a, locker& b,
+           std::string const& name) -> asio::awaitable<void> {
+            election ea{a, name};
+            election eb{b, name};
+            locker operator_locks{probe}; // another process, as `colock resign --force`
+            election forcer{operator_locks, name};
+            auto w = co_await watch_from_nobody(eb);
+            // A 30 s lease, renewed every 10 s: only the forced message can tell it in time.
+            auto lead = co_await ea.co_campaign("a", lease(30'000ms));
+            CHECK((co_await next_change(w)).leading);
+            lost_watch lost;
+            watch(lead.guard(), lost);
+            campaign_run second;
+            start_campaign(asio::any_io_executor(co_await asio::this_coro::executor), eb, "b",
+                           lease(10'000ms), second);
+            auto const queued = co_await candidates_queued(probe, name, 1);
+            REQUIRE(queued == 1);
+
+            auto const forced = steady::now();
+            bool const ended = co_await forcer.async_force_resign(asio::use_awaitable);
+            CHECK(ended);
+            REQUIRE(co_await finishes(lost.done, 1000ms));
+            CHECK(ms_between(forced, lost.at) < 1000);
+            CHECK(lead.loss() == loss_reason::forced);
+            CHECK_FALSE(lead.owns());
+            auto const gone = co_await next_change(w, 1000ms);
+            CHECK_FALSE(gone.leading);
+            CHECK(gone.term == lead.term());
+            CHECK(ms_since(forced) < 1000);
+
+            // The quarantine (at most a second) over, the queued candidate leads.
+            REQUIRE(co_await finishes(second.done, 3000ms));
+            REQUIRE(second.lead.has_value());
+            CHECK(second.lead->term() > lead.term());
+            auto const next = co_await next_change(w);
+            CHECK(next.leading);
+            CHECK(next.value == "b");
+            CHECK_FALSE(co_await lead.release()); // the ousted leader's resign touches nothing
+            CHECK(second.lead->owns());
+            CHECK(co_await second.lead->release());
+            CHECK_FALSE((co_await next_change(w)).leading);
+            CHECK_FALSE(co_await forcer.co_force_resign());
+        });
+}
+
 TEST_CASE("election: a leader's lease lapses with nobody queued: the watch sees nobody at the "
           "lapse; a leadership destroyed resigns; a cancelled campaign leaves nothing") {
     run_lock_test<two_lockers>(

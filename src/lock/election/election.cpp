@@ -194,6 +194,21 @@ asio::awaitable<leadership> election::campaign(std::shared_ptr<detail::election_
     }
 }
 
+void election::start_force_resign(std::shared_ptr<detail::election_core> core,
+                                  any_completion_handler<void(error_code, bool)> handler) {
+    auto strand = core->locker().strand();
+    auto op = [](std::shared_ptr<detail::election_core> c) -> asio::awaitable<bool> {
+        co_return co_await c->force_resign();
+    }(core);
+    detail::spawn_to_code(strand, std::move(op), std::move(handler),
+                          [](bool ended) { return ended; });
+}
+
+asio::awaitable<bool> election::co_force_resign() {
+    auto core = core_;
+    co_return co_await detail::on_strand<bool>(core->locker().strand(), core->force_resign());
+}
+
 asio::awaitable<std::optional<leader_info>> election::co_leader() {
     auto core = core_;
     co_return co_await detail::on_strand<std::optional<leader_info>>(core->locker().strand(),

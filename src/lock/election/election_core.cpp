@@ -85,4 +85,18 @@ asio::awaitable<std::optional<leader_info>> election_core::leader() {
     co_return info;
 }
 
+asio::awaitable<bool> election_core::force_resign() {
+    // The lock's forced unlock of the election's keys: it ends the record with the lease and
+    // tells the watches; the notify prefix is the locker's own, where the leader listens.
+    auto const r = co_await locker_->store().force_unlock(keys_, locker_->locker_key_prefix());
+    if (r.ec)
+        throw system_error(r.ec, failure_text("forced resign", r.ec, r.server_text));
+    if (r.ended && locker_->store().logs(log_level::warning))
+        locker_->store().log(log_level::warning,
+                             fmt::format("colock: election '{}' force-resigned: the term of "
+                                         "locker {} was ended",
+                                         name_, r.owner));
+    co_return r.ended;
+}
+
 } // namespace colock::detail

@@ -44,6 +44,9 @@ public:
     boost::asio::awaitable<election_reading> read();
     // Who leads, with the leader's process record. On the strand.
     boost::asio::awaitable<std::optional<leader_info>> leader();
+    // Ends the term of whoever leads (the lease and the record), telling the leader's locker
+    // and the watches; false when nobody led. On the strand.
+    boost::asio::awaitable<bool> force_resign();
 
     // A failure's message, naming the election and what was done.
     std::string failure_text(std::string_view what, boost::system::error_code ec,
