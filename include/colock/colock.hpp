@@ -54,4 +54,5 @@
 #include <colock/resp3/value.hpp>
 #include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
+#include <colock/semaphore_status.hpp>
 #include <colock/version.hpp>

@@ -6,6 +6,7 @@
 #include <colock/lease_guard.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
+#include <colock/semaphore_status.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -249,6 +250,24 @@ public:
         return async_try_lock(lock_options{}, std::forward<CompletionToken>(token));
     }
 
+    /// What the server holds for the lock now: free, shared (and by how many readers) or
+    /// exclusive, the last fence, the waiting calls, and the holdings (the writer's, or the
+    /// first readers' to expire) with the process of each, as semaphore::co_status. Throws
+    /// boost::system::system_error naming the lock, as semaphore::co_status.
+    boost::asio::awaitable<rw_lock_status> co_status();
+    /// The same as an operation of any completion token.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, rw_lock_status)`: the codes co_status throws.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as the connection's async_exec.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_status(CompletionToken&& token = {}) {
+        check(lock_options{});
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, rw_lock_status)>(
+            [core = core_](auto handler) { start_status(core, std::move(handler)); }, token);
+    }
+
 private:
     using read_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, read_guard)>;
@@ -263,6 +282,10 @@ private:
     static void start_try_lock(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
                                try_write_handler handler);
     void check(lock_options const& opt) const;
+    static void start_status(
+        std::shared_ptr<detail::semaphore_core> core,
+        boost::asio::any_completion_handler<void(boost::system::error_code, rw_lock_status)>
+            handler);
     static void start_lock_shared(std::shared_ptr<detail::semaphore_core> core, lock_options opt,
                                   read_handler handler);
     static void start_lock(std::shared_ptr<detail::semaphore_core> core, lock_options opt,

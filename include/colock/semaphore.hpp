@@ -6,6 +6,7 @@
 #include <colock/lease_guard.hpp>
 #include <colock/lock_options.hpp>
 #include <colock/locker.hpp>
+#include <colock/semaphore_status.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -177,6 +178,28 @@ public:
             [core = core_](auto handler) { start_available(core, std::move(handler)); }, token);
     }
 
+    /// What the server holds for the semaphore now: the capacity it keeps, the permits held,
+    /// the last fence, the waiting calls, and the first holdings to expire with the process of
+    /// each (its locker's holder record, as locker::co_status names a lock's holder). One
+    /// script, and one `HGETALL` per locker listed; it writes nothing but the sweep of
+    /// lapsed holdings that any call of the semaphore makes. Unlike co_available it reports
+    /// another capacity at the server rather than refuse it: for an operator or a rolling
+    /// change. Throws boost::system::system_error naming the semaphore: a network error,
+    /// redis::error::server_error, or error::unexpected_reply for keys not colock's.
+    boost::asio::awaitable<semaphore_status> co_status();
+    /// The same as an operation of any completion token.
+    /// @par Completion signature
+    /// `void(boost::system::error_code, semaphore_status)`: the codes co_status throws.
+    /// @par Per-operation cancellation
+    /// terminal, partial: as the connection's async_exec.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto async_status(CompletionToken&& token = {}) {
+        check(1, lock_options{});
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(boost::system::error_code, semaphore_status)>(
+            [core = core_](auto handler) { start_status(core, std::move(handler)); }, token);
+    }
+
 private:
     using acquire_handler =
         boost::asio::any_completion_handler<void(boost::system::error_code, permit)>;
@@ -190,6 +213,10 @@ private:
     static void start_available(
         std::shared_ptr<detail::semaphore_core> core,
         boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)> handler);
+    static void start_status(
+        std::shared_ptr<detail::semaphore_core> core,
+        boost::asio::any_completion_handler<void(boost::system::error_code, semaphore_status)>
+            handler);
 
     std::shared_ptr<detail::semaphore_core> core_;
 };

@@ -7,7 +7,11 @@
 
 #include <colock/error.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/error_code.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -45,6 +49,21 @@ void spawn_to_code(Strand const& strand, boost::asio::awaitable<T> op, Handler h
             else
                 std::move(h)(ec, finish(std::move(value)));
         });
+}
+
+/// Runs `op` on `strand` for an awaiting caller, whose cancellation reaches it there; what it
+/// throws is thrown to the caller.
+template <class T>
+boost::asio::awaitable<T> on_strand(boost::asio::strand<boost::asio::any_io_executor> strand,
+                                    boost::asio::awaitable<T> op) {
+    auto initiation = [strand, op = std::move(op)](auto handler) mutable {
+        spawn_cancellable(
+            strand, std::move(op), std::move(handler),
+            [](auto h, std::exception_ptr e, T value) { std::move(h)(e, std::move(value)); });
+    };
+    return boost::asio::async_initiate<boost::asio::use_awaitable_t<> const,
+                                       void(std::exception_ptr, T)>(std::move(initiation),
+                                                                    boost::asio::use_awaitable);
 }
 
 } // namespace colock::detail

@@ -3,6 +3,7 @@
 // call for several permits not overtaken by later calls for one, the permits of a holder that
 // stops renewing back within their ttl, a lost holding reported, cancellation and destruction
 // that leave nothing queued, a capacity that differs refused, and every key with an expiry.
+#include <colock/rw_lock.hpp>
 #include <colock/semaphore.hpp>
 
 #include "lock_fixture.hpp"
@@ -14,6 +15,8 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <doctest/doctest.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -96,6 +99,73 @@ TEST_CASE("semaphore: at most capacity permits; try_acquire is empty when full; 
             // The permits are gone; the semaphore's hash keeps the last fence, with an expiry.
             CHECK(co_await integer(probe, command("EXISTS", semaphore_key(name) + ":h")) == 0);
             CHECK(co_await keys_all_expire(probe, name) == 1);
+        });
+}
+
+TEST_CASE("semaphore and read-write lock: co_status lists the holdings with their permits, time "
+          "left and holder's process; another capacity is reported, not refused") {
+    run_lock_test<one_locker>(
+        "sem-status",
+        [](redis::connection&, redis::connection& probe, locker& locks,
+           std::string const& name) -> asio::awaitable<void> {
+            semaphore sem{locks, name, 5};
+            auto const before = co_await sem.co_status();
+            CHECK(before.name == name);
+            CHECK(before.capacity == 0); // nothing kept yet
+            CHECK(before.holdings.empty());
+            auto one = co_await sem.co_acquire(lease(10'000ms));
+            auto two = co_await sem.co_acquire(2, lease(20'000ms));
+            auto const st = co_await sem.async_status(asio::use_awaitable);
+            CHECK(st.capacity == 5);
+            CHECK(st.used == 3);
+            CHECK(st.available() == 2);
+            CHECK(st.fence == two.fence());
+            CHECK(st.queued == 0);
+            REQUIRE(st.holdings.size() == 2);
+            // The first to expire first: the 10 s permit.
+            CHECK(st.holdings[0].token == one.token());
+            CHECK(st.holdings[0].permits == 1);
+            CHECK(st.holdings[0].ttl > 9000ms);
+            CHECK(st.holdings[0].ttl <= 10'000ms);
+            CHECK(st.holdings[1].token == two.token());
+            CHECK(st.holdings[1].permits == 2);
+            CHECK(st.holdings[1].ttl > 19'000ms);
+            CHECK(st.holdings[0].holder_id == locks.id());
+            REQUIRE(st.holdings[1].holder.has_value());
+            CHECK(st.holdings[1].holder->pid == ::getpid());
+            // Another user's capacity: reported as the server keeps it.
+            semaphore other{locks, name, 8};
+            CHECK((co_await other.co_status()).capacity == 5);
+            co_await one.release();
+            co_await two.release();
+            CHECK((co_await sem.co_status()).used == 0);
+
+            rw_lock rw{locks, name};
+            CHECK((co_await rw.co_status()).state == rw_state::free);
+            auto w = co_await rw.co_lock(lease(10'000ms));
+            auto const ws = co_await rw.co_status();
+            CHECK(ws.state == rw_state::exclusive);
+            CHECK(ws.readers == 0);
+            CHECK(ws.fence == w.fence());
+            REQUIRE(ws.holdings.size() == 1);
+            CHECK(ws.holdings[0].token == w.token());
+            auto r = co_await w.co_downgrade();
+            auto r2 = co_await rw.co_lock_shared(lease(10'000ms));
+            auto const rs = co_await rw.async_status(asio::use_awaitable);
+            CHECK(rs.state == rw_state::shared);
+            CHECK(rs.readers == 2);
+            CHECK(rs.holdings.size() == 2);
+            CHECK(to_string(rs.state) == "shared");
+            co_await r.release();
+            co_await r2.release();
+
+            // A capacity not colock's: an error naming the key.
+            co_await probe.co_exec(command("HSET", semaphore_key(name), "capacity", "3.0"));
+            auto const refused = co_await failure_of(sem.co_status());
+            CHECK(refused.code == error::unexpected_reply);
+            CHECK(refused.what.find("status of semaphore '" + name + "'") != std::string::npos);
+            CHECK(refused.what.find(semaphore_key(name)) != std::string::npos);
+            co_await probe.co_exec(command("DEL", semaphore_key(name)));
         });
 }
 

@@ -376,7 +376,7 @@ asio::awaitable<void> run_against_model(redis::connection& conn, shape sh, int s
             }
         } else if (s.what == step::kind::lapse) {
             ++lapses;
-            REQUIRE(reply.elements.size() == 3);
+            REQUIRE(reply.elements.size() == 6); // capacity, held, queued, fence, now, listed
             CHECK(reply.elements[1].as_integer().value_or(-1) ==
                   static_cast<std::int64_t>(model.used()));
         } else {

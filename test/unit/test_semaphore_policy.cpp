@@ -110,18 +110,33 @@ TEST_CASE("read_permit_reply and read_semaphore") {
     CHECK(read_permit_reply(answered(number(2))).ec == colock::error::unexpected_reply);
     CHECK(read_permit_reply(answered(blob("1"))).ec == colock::error::unexpected_reply);
 
-    auto r = read_semaphore(answered(array({blob("5"), number(2), number(3)})));
+    auto r = read_semaphore(answered(array(
+        {blob("5"), number(2), number(3), blob("17"), number(1000),
+         array({blob("a.t1"), number(1500), number(1), blob("b.t2"), number(2500), number(2)})})));
     CHECK_FALSE(r.ec);
     REQUIRE(r.capacity.has_value());
     CHECK(*r.capacity == "5");
     CHECK(r.held == 2);
     CHECK(r.queued == 3);
-    r = read_semaphore(answered(array({blob(""), number(0), number(0)})));
+    CHECK(r.fence == "17");
+    CHECK(r.now_ms == 1000);
+    REQUIRE(r.holdings.size() == 2);
+    CHECK(r.holdings[1].token == "b.t2");
+    CHECK(r.holdings[1].expiry_ms == 2500);
+    CHECK(r.holdings[1].permits == 2);
+    r = read_semaphore(
+        answered(array({blob(""), number(0), number(0), blob(""), number(1), array({})})));
     CHECK_FALSE(r.ec);
     CHECK_FALSE(r.capacity.has_value());
-    for (auto const& v :
-         {array({number(5), number(0), number(0)}), array({blob("5"), number(-1), number(0)}),
-          array({blob("5"), number(1)}), number(5)})
+    CHECK(r.holdings.empty());
+    auto const tail = [](value listed) {
+        return array({blob("5"), number(0), number(0), blob(""), number(1), std::move(listed)});
+    };
+    for (auto const& v : {array({number(5), number(0), number(0), blob(""), number(1), array({})}),
+                          array({blob("5"), number(-1), number(0), blob(""), number(1), array({})}),
+                          array({blob("5"), number(1), number(0)}), number(5),
+                          tail(array({blob("a.t1"), number(1500)})),
+                          tail(array({blob("a.t1"), number(1500), number(0)})), tail(number(3))})
         CHECK(read_semaphore(answered(v)).ec == colock::error::unexpected_reply);
 }
 

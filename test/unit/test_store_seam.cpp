@@ -82,7 +82,7 @@ TEST_CASE("store seam: every permit request of a store that serves none answers 
     CHECK_FALSE(grant.granted);
     CHECK_FALSE(grant.outcome_unknown); // nothing ran: nothing to release on the way out
 
-    auto const reading = w.run(store.read_permits(keys));
+    auto const reading = w.run(store.read_permits(keys, 0));
     CHECK(reading.ec == colock::error::invalid_argument);
     CHECK(reading.server_text == no_semaphore);
     CHECK_FALSE(reading.capacity);

@@ -32,26 +32,6 @@ using boost::system::error_code;
 using boost::system::system_error;
 using std::chrono::milliseconds;
 
-namespace detail {
-
-namespace {
-
-// Runs `op` on `strand` for an awaiting caller, whose cancellation reaches it there.
-template <class T>
-asio::awaitable<T> on_strand(asio::strand<asio::any_io_executor> strand, asio::awaitable<T> op) {
-    auto initiation = [strand, op = std::move(op)](auto handler) mutable {
-        spawn_cancellable(
-            strand, std::move(op), std::move(handler),
-            [](auto h, std::exception_ptr e, T value) { std::move(h)(e, std::move(value)); });
-    };
-    return asio::async_initiate<asio::use_awaitable_t<> const, void(std::exception_ptr, T)>(
-        std::move(initiation), asio::use_awaitable);
-}
-
-} // namespace
-
-} // namespace detail
-
 // ---------------------------------------------------------------------- leadership
 
 leadership::leadership() noexcept = default;

@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace colock {
 
 namespace asio = boost::asio;
@@ -28,7 +30,40 @@ namespace {
 // Every permit: a writer's weight, which no reader fits beside.
 constexpr std::size_t all_permits = std::size_t{1} << 40;
 
+// A read-write lock's status, from its semaphore's: the writer's holding weighs every permit.
+asio::awaitable<rw_lock_status> read_rw_status(std::shared_ptr<detail::semaphore_core> core) {
+    auto sem = co_await detail::read_status(std::move(core));
+    rw_lock_status st;
+    st.name = std::move(sem.name);
+    st.fence = sem.fence;
+    st.queued = sem.queued;
+    st.holdings = std::move(sem.holdings);
+    bool const writer = std::any_of(st.holdings.begin(), st.holdings.end(),
+                                    [](holding_status const& h) { return h.permits > 1; });
+    if (writer) {
+        st.state = rw_state::exclusive;
+    } else if (sem.used > 0) {
+        st.state = rw_state::shared;
+        st.readers = sem.used;
+    }
+    co_return st;
+}
+
 } // namespace
+
+void rw_lock::start_status(std::shared_ptr<detail::semaphore_core> core,
+                           asio::any_completion_handler<void(error_code, rw_lock_status)> handler) {
+    auto strand = core->locker().strand();
+    detail::spawn_to_code(strand, read_rw_status(std::move(core)), std::move(handler),
+                          [](rw_lock_status s) { return s; });
+}
+
+asio::awaitable<rw_lock_status> rw_lock::co_status() {
+    check(lock_options{});
+    auto core = core_;
+    co_return co_await detail::on_strand<rw_lock_status>(core->locker().strand(),
+                                                         read_rw_status(core));
+}
 
 // ---------------------------------------------------------------------- guards
 

@@ -140,6 +140,22 @@ void semaphore::start_available(
         [capacity](detail::semaphore_reading const& r) { return free_permits(r, capacity); });
 }
 
+void semaphore::start_status(
+    std::shared_ptr<detail::semaphore_core> core,
+    asio::any_completion_handler<void(error_code, semaphore_status)> handler) {
+    auto strand = core->locker().strand();
+    auto op = detail::read_status(core);
+    detail::spawn_to_code(strand, std::move(op), std::move(handler),
+                          [](semaphore_status s) { return s; });
+}
+
+asio::awaitable<semaphore_status> semaphore::co_status() {
+    check(1, lock_options{});
+    auto core = core_;
+    co_return co_await detail::on_strand<semaphore_status>(core->locker().strand(),
+                                                           detail::read_status(core));
+}
+
 asio::awaitable<std::size_t> semaphore::co_available() {
     if (!core_)
         throw system_error(error::invalid_argument, "colock: a moved-from semaphore");

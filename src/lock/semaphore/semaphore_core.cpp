@@ -34,6 +34,12 @@ using std::chrono::milliseconds;
 
 namespace {
 
+// A holding's token: its locker's id, by which a status names the holder's process, then 128
+// random bits.
+std::string holding_token(std::string const& locker_id) {
+    return locker_id + "." + random_token();
+}
+
 // The locker, once its store is known to serve permits.
 locker_context const& serving_permits(locker_context const& l, std::string_view kind,
                                       std::string const& name) {
@@ -106,7 +112,7 @@ void semaphore_core::release_detached(std::string token, std::size_t permits, bo
 }
 
 asio::awaitable<semaphore_reading> semaphore_core::read() {
-    auto r = co_await store().read_permits(keys_);
+    auto r = co_await store().read_permits(keys_, 0);
     if (r.ec)
         throw system_error(error_code(r.ec.value(), r.ec.category()),
                            fmt::format("colock: read of {} '{}': {}", kind_, name_,
@@ -149,7 +155,7 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
     auto const call_started = clock_type::now();
     acquisition acq(acquisition_terms::permits(opt, core.kind_, wait), call_started);
     wake_channel::waiter w(wakes);
-    std::string token = random_token();
+    std::string token = holding_token(core.locker_->id());
     std::minstd_rand rng(std::random_device{}());
     auto const stopping = [&] { return wakes.closed() || w.aborted || cancelled(cs); };
     // The last request's: when it was sent, how long its grant is ours, the server it went to.
@@ -183,7 +189,7 @@ asio::awaitable<permit_outcome> semaphore_core::acquire(std::shared_ptr<semaphor
                 wakes.unlist(token);
             core.release_detached(token, permits, true); // its queue entry with it
             if (next.new_token)
-                token = random_token(); // a token is granted once
+                token = holding_token(core.locker_->id()); // a token is granted once
             next = acq.on_given_back(true, clock_type::now(), stopping());
         }
         if (next.step == acquisition_step::wait)
@@ -239,6 +245,8 @@ permit_state::permit_state(std::shared_ptr<semaphore_core> core, std::string tok
 
 void permit_state::hold() {
     enter_book();
+    // Status names the holder by its locker's record; a forced release tells it there.
+    core_->locker().keep_holder_record(ttl());
     start();
 }
 
@@ -296,6 +304,8 @@ void permit_state::on_lost(loss_reason why) {
 }
 
 void permit_state::on_renewal(clock_type::duration latency, bool extended, error_code ec) {
+    if (extended)
+        core_->locker().keep_holder_record(ttl());
     if (auto* o = core_->locker().observer())
         o->on_renewal({core_->name(), fence_, latency, extended, ec, kind()});
     auto const& store = core_->store();

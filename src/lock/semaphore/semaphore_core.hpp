@@ -15,6 +15,7 @@
 
 #include <colock/error.hpp>
 #include <colock/lock_options.hpp>
+#include <colock/semaphore_status.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_state.hpp>
@@ -88,12 +89,14 @@ public:
     // The semaphore object is gone: its waiting calls end with operation_aborted. Any thread.
     void close();
 
+    // What a failed request's error says (ec and the server's text), naming what ran out.
+    std::string failure_text(boost::system::error_code ec, std::string const& server_text,
+                             lock_options const& opt, bool waited) const;
+
 private:
     boost::asio::awaitable<permit_grant> attempt(permit_request const& request,
                                                  boost::asio::cancellation_state cs,
                                                  clock_type::time_point deadline);
-    std::string failure_text(boost::system::error_code ec, std::string const& server_text,
-                             lock_options const& opt, bool waited) const;
     // Records how `done`, a failing finish of `acq`, ends an acquire: its error and text.
     void settle(permit_outcome& out, acquisition const& acq, acquisition_action const& done) const;
 
@@ -105,6 +108,10 @@ private:
     // The waiting calls, woken by messages on this locker's wake channel for the semaphore.
     std::shared_ptr<wake_channel> const wakes_;
 };
+
+// The status of `core`'s semaphore: its keys and the records of the holders listed. Throws
+// system_error naming it. On the strand.
+boost::asio::awaitable<semaphore_status> read_status(std::shared_ptr<semaphore_core> core);
 
 // A permit's state: the lease core with the holding's identity. Shared by the permit, its
 // renewal and its background release.

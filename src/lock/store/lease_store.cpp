@@ -80,7 +80,7 @@ asio::awaitable<lease_reply> lease_store::release_permits(semaphore_keys const&,
 void lease_store::release_permits_in_background(semaphore_keys const&, std::string const&,
                                                 std::size_t, bool, std::function<void()>) {}
 
-asio::awaitable<semaphore_reading> lease_store::read_permits(semaphore_keys const&) {
+asio::awaitable<semaphore_reading> lease_store::read_permits(semaphore_keys const&, std::size_t) {
     co_return refused<semaphore_reading>(*this, holding_kind::permits);
 }
 

@@ -177,8 +177,10 @@ public:
     virtual void release_permits_in_background(semaphore_keys const& keys, std::string const& token,
                                                std::size_t permits, bool leave,
                                                std::function<void()> retry);
-    // The capacity stored, the live permits and the waiting calls, read at once.
-    virtual boost::asio::awaitable<semaphore_reading> read_permits(semaphore_keys const& keys);
+    // The capacity stored, the live permits, the waiting calls and the last fence, read at
+    // once, with the first `listed` holdings to expire.
+    virtual boost::asio::awaitable<semaphore_reading> read_permits(semaphore_keys const& keys,
+                                                                   std::size_t listed);
     // As server_changes, for the server that holds a semaphore's keys.
     virtual std::uint64_t permit_server_changes(semaphore_keys const& /*keys*/) const noexcept {
         return 0;

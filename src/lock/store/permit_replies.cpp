@@ -99,7 +99,7 @@ permit_extension read_permit_extension(script_reply const& reply) {
 semaphore_reading read_semaphore(script_reply const& reply) {
     return replies::read_value<semaphore_reading>(
         reply, [](resp3::value const& v, semaphore_reading& r) {
-            if (v.type != resp3::type::array || v.elements.size() != 3)
+            if (v.type != resp3::type::array || v.elements.size() != 6)
                 return false;
             auto const& first = v.elements[0];
             auto const capacity =
@@ -114,6 +114,21 @@ semaphore_reading read_semaphore(script_reply const& reply) {
                 r.capacity = std::string(*capacity);
             r.held = *held;
             r.queued = *queued;
+            auto const fence = v.elements[3].as_string();
+            auto const now = count(v.elements[4]);
+            auto const& listed = v.elements[5];
+            if (!fence || !now || listed.type != resp3::type::array || listed.elements.size() % 3)
+                return false;
+            r.fence = std::string(*fence);
+            r.now_ms = *now;
+            for (std::size_t i = 0; i < listed.elements.size(); i += 3) {
+                auto const token = listed.elements[i].as_string();
+                auto const expiry = count(listed.elements[i + 1]);
+                auto const permits = count(listed.elements[i + 2]);
+                if (!token || !expiry || !permits || *permits < 1)
+                    return false;
+                r.holdings.push_back({std::string(*token), *expiry, *permits});
+            }
             return true;
         });
 }

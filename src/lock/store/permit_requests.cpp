@@ -79,11 +79,13 @@ void permit_requests::release_in_background(semaphore_keys const& keys, std::str
         });
 }
 
-asio::awaitable<semaphore_reading> permit_requests::read(semaphore_keys const& keys) const {
+asio::awaitable<semaphore_reading> permit_requests::read(semaphore_keys const& keys,
+                                                         std::size_t listed) const {
+    auto const listed_text = std::to_string(listed); // a local: the call holds views
     script_call const call{
         client_->scripts().semaphore_read,
         {keys.key, keys.permits_key, keys.weights_key, keys.queue_key, keys.entries_key},
-        {}};
+        {listed_text}};
     co_return read_semaphore(co_await client_->run(call));
 }
 

@@ -39,7 +39,8 @@ public:
                                                 bool leave) const;
     void release_in_background(semaphore_keys const& keys, std::string const& token,
                                std::size_t permits, bool leave, std::function<void()> retry) const;
-    boost::asio::awaitable<semaphore_reading> read(semaphore_keys const& keys) const;
+    boost::asio::awaitable<semaphore_reading> read(semaphore_keys const& keys,
+                                                   std::size_t listed) const;
 
 private:
     std::shared_ptr<script_client> const client_;

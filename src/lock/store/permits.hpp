@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace colock::detail {
 
@@ -65,6 +66,13 @@ struct permit_extension {
     bool weighted = false;
 };
 
+// One holding, as the read script lists it.
+struct holding_reading {
+    std::string token;
+    std::int64_t expiry_ms = 0; // on the server's clock
+    std::int64_t permits = 1;
+};
+
 // The read script's answer.
 struct semaphore_reading {
     boost::system::error_code ec;
@@ -72,6 +80,9 @@ struct semaphore_reading {
     std::optional<std::string> capacity; // as stored; none: nothing stored (nothing held or waited)
     std::int64_t held = 0;               // live permits
     std::int64_t queued = 0;             // waiting calls
+    std::string fence;                   // the last one given, as stored; empty: none
+    std::int64_t now_ms = 0;             // the server's time
+    std::vector<holding_reading> holdings; // the first to expire, as many as asked for
 };
 
 } // namespace colock::detail

@@ -349,11 +349,29 @@ if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return 2
 return 1
 )lua";
 
-// Reads the semaphore. KEYS as for acquire. Returns {capacity stored, as stored, or "", permits
-// held by live holdings, queued calls}.
+// Reads the semaphore. KEYS as for acquire; ARGV[1] how many holdings to list (0: none). Returns
+// {capacity stored, as stored, or "", permits held by live holdings, queued calls, the last fence
+// as stored or "", the server's time in ms, {token, expiry ms, permits, ...} of the first
+// holdings to expire}. Lapsed holdings are swept first, as any call sweeps them.
 inline constexpr std::string_view semaphore_read_source = COLOCK_SEMAPHORE_PROLOGUE R"lua(
-local state = redis.call('HMGET', KEYS[1], 'capacity', 'used')
-return {state[1] or '', held(state[2], state[1]), redis.call('LLEN', KEYS[4])}
+local state = redis.call('HMGET', KEYS[1], 'capacity', 'used', 'fence')
+local used = held(state[2], state[1])
+local listed = {}
+local n = tonumber(ARGV[1] or '0') or 0
+if n > 0 then
+  local h = redis.call('ZRANGE', KEYS[2], 0, n - 1, 'WITHSCORES')
+  local tokens = {}
+  for i = 1, #h, 2 do tokens[#tokens + 1] = h[i] end
+  if #tokens > 0 then
+    local weights = redis.call('HMGET', KEYS[3], unpack(tokens))
+    for i, token in ipairs(tokens) do
+      listed[#listed + 1] = token
+      listed[#listed + 1] = tonumber(h[2 * i])
+      listed[#listed + 1] = weight(weights[i])
+    end
+  end
+end
+return {state[1] or '', used, redis.call('LLEN', KEYS[4]), state[3] or '', now, listed}
 )lua";
 
 #undef COLOCK_SEMAPHORE_PROLOGUE

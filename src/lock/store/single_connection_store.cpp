@@ -345,8 +345,9 @@ public:
                                        std::function<void()> retry) override {
         permits_.release_in_background(keys, token, permits, leave, std::move(retry));
     }
-    asio::awaitable<semaphore_reading> read_permits(semaphore_keys const& keys) override {
-        return permits_.read(keys);
+    asio::awaitable<semaphore_reading> read_permits(semaphore_keys const& keys,
+                                                    std::size_t listed) override {
+        return permits_.read(keys, listed);
     }
     std::uint64_t permit_server_changes(semaphore_keys const& keys) const noexcept override {
         return client_->server_changes_for(keys.key);
